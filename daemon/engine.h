@@ -1,0 +1,112 @@
+/* engine.h - the inference engine API that the HTTP server drives.
+ * Single-threaded by contract: one thread (the server's engine thread) calls
+ * everything here; the engine uses its own worker pool inside engine_step. */
+#ifndef KPI_ENGINE_H
+#define KPI_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+enum engine_batching { ENGINE_BATCH_CONTINUOUS = 0, ENGINE_BATCH_STATIC = 1 };
+enum engine_backend_kind { ENGINE_BACKEND_CPU = 0, ENGINE_BACKEND_CUDA = 1 };
+
+/* Why a sequence ended; the numeric values are the ABI of the
+ * kpi:request__finished probe and of the trace's finish_reason column. */
+enum finish_reason {
+	FINISH_NONE = 0,
+	FINISH_STOP = 1,      /* EOS token or a stop string */
+	FINISH_LENGTH = 2,    /* max_tokens or the context limit */
+	FINISH_CANCELLED = 3, /* client went away */
+	FINISH_ERROR = 4,
+};
+
+struct engine_config {
+	const char *model_path;  /* GGUF file */
+	int max_seqs;            /* running sequences per step (default 64) */
+	int max_batched_tokens;  /* tokens per step, prefill + decode (default 2048) */
+	int kv_blocks;           /* KV pool size in blocks (0: fit max_seqs full contexts, capped) */
+	int block_size;          /* tokens per KV block (default 16) */
+	int threads;             /* worker threads (0: number of online CPUs) */
+	enum engine_batching batching;
+	enum engine_backend_kind backend;
+};
+
+struct model_info {
+	char name[64];         /* general.name */
+	int vocab_size;
+	int context_length;
+	int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim;
+	int32_t bos_id, eos_id;
+};
+
+struct sampling_params {
+	float temperature;  /* 0: greedy */
+	float top_p;        /* 1: off */
+	uint64_t seed;
+	int max_tokens;
+	bool ignore_eos;
+};
+
+enum engine_event_kind {
+	ENGINE_EV_SCHEDULED = 1,  /* entered the running set (again, after a preemption) */
+	ENGINE_EV_TOKEN,          /* one generated token; first one also sets .first */
+	ENGINE_EV_PREEMPTED,      /* blocks freed, back at the head of the queue */
+	ENGINE_EV_FINISHED,       /* done; its blocks are already free */
+};
+
+struct engine_event {
+	enum engine_event_kind kind;
+	uint64_t id;           /* the id given to engine_submit */
+	int32_t token;         /* ENGINE_EV_TOKEN */
+	bool first;            /* ENGINE_EV_TOKEN: the request's first output token */
+	enum finish_reason reason; /* ENGINE_EV_FINISHED */
+	int n_output;          /* ENGINE_EV_FINISHED: tokens generated */
+};
+
+struct engine_stats {
+	int running, waiting;
+	int kv_blocks_total, kv_blocks_used, kv_blocks_free;
+	uint64_t preemptions;      /* since start */
+	uint64_t steps;            /* since start */
+	uint64_t prompt_tokens, generation_tokens; /* since start */
+};
+
+struct engine;
+
+/* Loads the model and sizes the KV pool; on failure returns NULL and writes
+ * one line naming what is wrong (key, tensor, path) into err. */
+struct engine *engine_create(const struct engine_config *cfg, char *err, size_t errlen);
+void engine_destroy(struct engine *e);
+const struct model_info *engine_model(const struct engine *e);
+
+/* Tokenizer. engine_tokenize returns the token count (may exceed max: call
+ * again with a bigger buffer) or -1. Pieces are raw bytes, not NUL-terminated;
+ * byte-fallback tokens give one byte each. */
+int engine_tokenize(const struct engine *e, const char *text, size_t len, bool add_bos,
+		    int32_t *out, int max);
+int engine_token_piece(const struct engine *e, int32_t token, char *buf, size_t buflen);
+
+/* Queues a request under the caller's id. Returns 0, or -E2BIG when
+ * prompt + max_tokens can never fit (err says which limit: context or KV
+ * pool, with both numbers), -EINVAL for an empty prompt or a token id out of
+ * range. The prompt is copied. */
+int engine_submit(struct engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
+		  const struct sampling_params *sp, char *err, size_t errlen);
+
+/* Ends a queued or running request now, freeing its blocks; its
+ * ENGINE_EV_FINISHED (with reason) comes from the next engine_step. */
+void engine_finish(struct engine *e, uint64_t id, enum finish_reason reason);
+
+/* True when there is work for engine_step. */
+bool engine_has_work(const struct engine *e);
+
+/* Runs one batch step (schedules, runs the forward pass, samples) and writes
+ * up to max events; returns the count. The server sizes events to
+ * max_seqs * 3 + pending finishes; engine_events_max says how many. */
+int engine_step(struct engine *e, struct engine_event *events, int max);
+int engine_events_max(const struct engine *e);
+
+void engine_stats(const struct engine *e, struct engine_stats *st);
+
+#endif
