@@ -70,6 +70,7 @@ struct engine_stats {
 	uint64_t preemptions;      /* since start */
 	uint64_t steps;            /* since start */
 	uint64_t prompt_tokens, generation_tokens; /* since start */
+	int last_step_tokens, last_step_seqs; /* the latest step's batch (prefill + decode) */
 };
 
 struct engine;

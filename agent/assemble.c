@@ -1,0 +1,679 @@
+/* assemble.c - request assembly: one struct req per request in flight, found
+ * by connection (pid, fd) for socket events and by (pid, id) for engine
+ * events; completed at response__end (or close) and handed to the sinks. */
+#include <stdlib.h>
+#include <string.h>
+#include "assemble.h"
+#include "daemon/kpi_reasons.h"
+
+/* ---- a small open-addressing map (k1, k2) -> pointer -------------------- */
+
+struct slot {
+	uint64_t k1, k2;
+	void *v;        /* NULL: empty; TOMB: deleted */
+};
+
+#define TOMB ((void *)1)
+
+struct map {
+	struct slot *s;
+	size_t cap, used;   /* used counts live + tombstones */
+};
+
+static uint64_t mix(uint64_t a, uint64_t b)
+{
+	uint64_t h = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull + (a << 6) + (a >> 2));
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	return h;
+}
+
+static void map_put(struct map *m, uint64_t k1, uint64_t k2, void *v);
+
+static void map_grow(struct map *m)
+{
+	struct map n = { calloc(m->cap ? m->cap * 2 : 256, sizeof(struct slot)), m->cap ? m->cap * 2 : 256, 0 };
+
+	if (!n.s)
+		abort();
+	for (size_t i = 0; i < m->cap; i++)
+		if (m->s[i].v && m->s[i].v != TOMB)
+			map_put(&n, m->s[i].k1, m->s[i].k2, m->s[i].v);
+	free(m->s);
+	*m = n;
+}
+
+static struct slot *map_find(const struct map *m, uint64_t k1, uint64_t k2)
+{
+	if (!m->cap)
+		return NULL;
+	for (size_t i = mix(k1, k2) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+		struct slot *s = &m->s[i];
+		if (!s->v)
+			return NULL;
+		if (s->v != TOMB && s->k1 == k1 && s->k2 == k2)
+			return s;
+	}
+}
+
+static void *map_get(const struct map *m, uint64_t k1, uint64_t k2)
+{
+	struct slot *s = map_find(m, k1, k2);
+	return s ? s->v : NULL;
+}
+
+static void map_put(struct map *m, uint64_t k1, uint64_t k2, void *v)
+{
+	struct slot *s = map_find(m, k1, k2);
+
+	if (s) {
+		s->v = v;
+		return;
+	}
+	if ((m->used + 1) * 4 >= m->cap * 3)
+		map_grow(m);
+	for (size_t i = mix(k1, k2) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
+		s = &m->s[i];
+		if (!s->v || s->v == TOMB) {
+			if (!s->v)
+				m->used++;
+			*s = (struct slot){ k1, k2, v };
+			return;
+		}
+	}
+}
+
+static void map_del(struct map *m, uint64_t k1, uint64_t k2, void *only)
+{
+	struct slot *s = map_find(m, k1, k2);
+	if (s && (!only || s->v == only))
+		s->v = TOMB;
+}
+
+/* ---- state -------------------------------------------------------------- */
+
+struct req {
+	char reqid[KPI_REQID_LEN];
+	uint32_t pid;
+	int fd;
+	uint64_t id;
+	bool has_id, admitted, rejected, finished, cancelled;
+	uint64_t t_arrive, t_read, t_admit, t_sched, t_first, t_last, t_resp_start, t_resp_end;
+	int arrive_src, srtt_us;
+	uint64_t runq0, runq1;
+	int prompt, max_tokens, output_tokens, finish_reason, http_status, reject_reason, preemptions;
+	uint64_t *writes;
+	size_t n_writes, cap_writes;
+};
+
+struct pidstate {
+	uint32_t pid;
+	int64_t kv_used, kv_free;
+	uint64_t last_t, last_runq, last_drops;
+	bool sampled;
+	int completed, out_tokens, preemptions, rejections, errors;
+};
+
+struct assembler {
+	struct map by_conn;     /* (pid, fd) -> req */
+	struct map by_id;       /* (pid, id) -> req */
+	struct map steps;       /* (pid, step) -> struct kpi_step_record */
+	struct kpi_sink sinks[ASSEMBLE_MAX_SINKS];
+	int n_sinks;
+	struct pidstate pids[KPI_MAX_TARGETS];
+	int n_pids;
+	struct assemble_stats st;
+};
+
+struct assembler *assemble_new(void)
+{
+	return calloc(1, sizeof(struct assembler));
+}
+
+static void req_free(struct req *r)
+{
+	free(r->writes);
+	free(r);
+}
+
+void assemble_free(struct assembler *a)
+{
+	if (!a)
+		return;
+	/* a req is in by_conn, by_id or both: free each once */
+	for (size_t i = 0; i < a->by_id.cap; i++) {
+		struct req *r = a->by_id.s[i].v;
+		if (r && (void *)r != TOMB) {
+			map_del(&a->by_conn, r->pid, (uint64_t)r->fd, r);
+			req_free(r);
+		}
+	}
+	for (size_t i = 0; i < a->by_conn.cap; i++)
+		if (a->by_conn.s[i].v && a->by_conn.s[i].v != TOMB)
+			req_free(a->by_conn.s[i].v);
+	for (size_t i = 0; i < a->steps.cap; i++)
+		if (a->steps.s[i].v && a->steps.s[i].v != TOMB)
+			free(a->steps.s[i].v);
+	free(a->by_conn.s);
+	free(a->by_id.s);
+	free(a->steps.s);
+	free(a);
+}
+
+int assemble_add_sink(struct assembler *a, const struct kpi_sink *sink)
+{
+	if (a->n_sinks == ASSEMBLE_MAX_SINKS)
+		return -1;
+	a->sinks[a->n_sinks++] = *sink;
+	return 0;
+}
+
+void assemble_stats(const struct assembler *a, struct assemble_stats *out)
+{
+	*out = a->st;
+}
+
+static struct pidstate *pidstate(struct assembler *a, uint32_t pid)
+{
+	for (int i = 0; i < a->n_pids; i++)
+		if (a->pids[i].pid == pid)
+			return &a->pids[i];
+	if (a->n_pids == KPI_MAX_TARGETS)
+		return NULL;
+	a->pids[a->n_pids] = (struct pidstate){ .pid = pid, .kv_used = KPI_NULL, .kv_free = KPI_NULL };
+	return &a->pids[a->n_pids++];
+}
+
+static struct req *req_new(struct assembler *a, uint32_t pid, int fd, uint64_t t_arrive)
+{
+	struct req *r = calloc(1, sizeof(*r));
+
+	if (!r)
+		abort();
+	r->pid = pid;
+	r->fd = fd;
+	r->t_arrive = t_arrive;
+	if (fd >= 0)
+		map_put(&a->by_conn, pid, (uint64_t)fd, r);
+	return r;
+}
+
+static void req_unlink(struct assembler *a, struct req *r)
+{
+	if (r->fd >= 0)
+		map_del(&a->by_conn, r->pid, (uint64_t)r->fd, r);
+	if (r->has_id)
+		map_del(&a->by_id, r->pid, r->id, r);
+}
+
+/* ---- completion ------------------------------------------------------------ */
+
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+	return a < b ? -1 : a > b;
+}
+
+static const char *finish_name(int reason)
+{
+	switch (reason) {
+	case 1: return "stop";
+	case 2: return "length";
+	case 3: return "cancelled";
+	case 4: return "error";
+	default: return NULL;
+	}
+}
+
+static int64_t opt(uint64_t t)
+{
+	return t ? (int64_t)t : KPI_NULL;
+}
+
+/* Build the row and hand it to every sink.  Phases come from the marks
+ * arrive <= admit <= sched <= first <= last <= done, each clamped to be no
+ * earlier than the one before (events from different CPUs can be a few ns
+ * out of order), so every phase is >= 0 and the non-null ones sum to e2e. */
+static void req_complete(struct assembler *a, struct req *r)
+{
+	struct kpi_request_record rec;
+	struct pidstate *ps = pidstate(a, r->pid);
+	uint64_t m[6], t_done = 0, t_first_write = 0, *tok = NULL;
+	size_t n_tok = 0, first_idx = 0;
+	bool clamped = false;
+
+	memset(&rec, 0, sizeof(rec));
+	memcpy(rec.request_id, r->reqid, sizeof(rec.request_id));
+	rec.pid = r->pid;
+	rec.seq_id = r->has_id ? (int64_t)r->id : KPI_NULL;
+
+	/* writes arrive in ring order, which across CPUs is nearly time order */
+	if (r->n_writes > 1)
+		qsort(r->writes, r->n_writes, sizeof(uint64_t), cmp_u64);
+	for (size_t i = 0; i < r->n_writes; i++) {
+		uint64_t w = r->writes[i];
+		if (r->t_resp_end && w > r->t_resp_end)
+			break;
+		t_done = w;
+		if (r->t_first && !t_first_write && w >= r->t_first) {
+			t_first_write = w;
+			first_idx = i;
+		}
+	}
+	if (!t_done)
+		t_done = r->t_resp_end ? r->t_resp_end : (r->t_last ? r->t_last : r->t_admit);
+	if (t_first_write) {
+		tok = r->writes + first_idx;
+		for (n_tok = 0; first_idx + n_tok < r->n_writes && tok[n_tok] <= t_done; n_tok++)
+			;
+	}
+	if (!r->t_arrive)
+		r->t_arrive = r->t_admit ? r->t_admit : t_done;
+
+	m[0] = r->t_arrive;
+	m[1] = r->t_admit;
+	m[2] = r->t_sched;
+	m[3] = r->t_first;
+	m[4] = r->t_last;
+	m[5] = t_done;
+	for (int i = 1; i < 6; i++) {
+		uint64_t prev = 0;
+		for (int j = i - 1; j >= 0 && !prev; j--)
+			prev = m[j];
+		if (m[i] && m[i] < prev) {
+			m[i] = prev;
+			clamped = true;
+		}
+	}
+	if (t_first_write && t_first_write < m[0]) {
+		t_first_write = m[0];
+		clamped = true;
+	}
+	if (clamped)
+		a->st.clamped++;
+
+	rec.t_arrive = (int64_t)m[0];
+	rec.t_admit = opt(m[1]);
+	rec.t_sched = opt(m[2]);
+	rec.t_first = opt(m[3]);
+	rec.t_last = opt(m[4]);
+	rec.t_first_write = opt(t_first_write);
+	rec.t_done = (int64_t)m[5];
+	rec.e2e = (int64_t)(m[5] - m[0]);
+
+	int64_t *ph[5] = { &rec.net_in, &rec.queue, &rec.prefill, &rec.decode, &rec.net_out };
+	for (int i = 0; i < 5; i++)
+		*ph[i] = KPI_NULL;
+	if (r->rejected) {
+		/* refused at admission: network in, then the error response out */
+		rec.net_in = (int64_t)(m[1] - m[0]);
+		rec.net_out = (int64_t)(m[5] - m[1]);
+	} else {
+		/* a phase whose start mark was reached lasts until the next mark reached */
+		for (int i = 0; i < 5; i++) {
+			if (i > 0 && !m[i])
+				continue;
+			int j = i + 1;
+			while (j < 5 && !m[j])
+				j++;
+			*ph[i] = (int64_t)(m[j] - m[i]);
+		}
+	}
+
+	rec.ttft = t_first_write ? (int64_t)(t_first_write - m[0]) : KPI_NULL;
+	rec.tpot = rec.itl_p50 = rec.itl_p99 = rec.itl_max = KPI_NULL;
+	if (t_first_write && r->output_tokens > 1) {
+		if (n_tok > 1)      /* streamed: from the token writes */
+			rec.tpot = (int64_t)(t_done - t_first_write) / (r->output_tokens - 1);
+		else if (m[3] && m[4])  /* one write for all tokens: the engine's pace */
+			rec.tpot = (int64_t)(m[4] - m[3]) / (r->output_tokens - 1);
+	}
+	if (n_tok > 1) {
+		uint64_t *gap = malloc((n_tok - 1) * sizeof(uint64_t));
+		if (!gap)
+			abort();
+		for (size_t i = 1; i < n_tok; i++)
+			gap[i - 1] = tok[i] - tok[i - 1];
+		qsort(gap, n_tok - 1, sizeof(uint64_t), cmp_u64);
+		size_t n = n_tok - 1;
+		rec.itl_p50 = (int64_t)gap[(n - 1) / 2];
+		rec.itl_p99 = (int64_t)gap[(size_t)((double)(n - 1) * 0.99 + 0.5)];
+		rec.itl_max = (int64_t)gap[n - 1];
+		free(gap);
+	}
+	rec.prompt_tokens = r->admitted ? r->prompt : KPI_NULL;
+	rec.output_tokens = r->finished ? r->output_tokens : (r->admitted ? 0 : KPI_NULL);
+	rec.http_status = r->http_status ? r->http_status : KPI_NULL;
+	rec.preemptions = r->preemptions;
+	rec.srtt_us = r->srtt_us ? r->srtt_us : KPI_NULL;
+	rec.runq_ns = r->runq0 && r->runq1 >= r->runq0 ? (int64_t)(r->runq1 - r->runq0) : KPI_NULL;
+	rec.arrive_src = r->arrive_src;
+	rec.finish_reason = r->finished ? finish_name(r->finish_reason) : (r->cancelled ? "cancelled" : NULL);
+	rec.reject_reason = r->rejected ? kpi_reject_reason_name(r->reject_reason) : NULL;
+	rec.token_writes = tok;
+	rec.n_token_writes = n_tok;
+
+	for (int i = 0; i < a->n_sinks; i++)
+		if (a->sinks[i].request)
+			a->sinks[i].request(a->sinks[i].ctx, &rec);
+
+	a->st.requests++;
+	if (r->rejected)
+		a->st.rejected++;
+	if (ps) {
+		ps->completed++;
+		ps->out_tokens += r->finished ? r->output_tokens : 0;
+		if (r->http_status == 429)
+			ps->rejections++;
+		else if (r->http_status >= 400)
+			ps->errors++;
+	}
+	req_unlink(a, r);
+	req_free(r);
+}
+
+/* A request ends with its response, or with its connection.  One that never
+ * reached the engine or a response (a client that sent bytes and left) is
+ * not a request and leaves no row. */
+static void req_end(struct assembler *a, struct req *r)
+{
+	if (r->admitted || r->rejected) {
+		req_complete(a, r);
+	} else {
+		a->st.orphans++;
+		req_unlink(a, r);
+		req_free(r);
+	}
+}
+
+/* ---- events ------------------------------------------------------------------ */
+
+static struct req *by_conn(struct assembler *a, const struct kpi_event *e)
+{
+	return e->fd >= 0 ? map_get(&a->by_conn, e->pid, (uint64_t)e->fd) : NULL;
+}
+
+static struct req *by_id(struct assembler *a, const struct kpi_event *e)
+{
+	return map_get(&a->by_id, e->pid, e->id);
+}
+
+static void on_step(struct assembler *a, const struct kpi_event *e)
+{
+	struct kpi_step_record *s;
+	struct pidstate *ps = pidstate(a, e->pid);
+
+	if (e->type == KPI_EV_STEP_BEGIN) {
+		s = malloc(sizeof(*s));
+		if (!s)
+			abort();
+		*s = (struct kpi_step_record){ .pid = e->pid, .step_id = e->id, .t_start = e->ts,
+			.prefill_tokens = e->a, .decode_seqs = e->b, .kv_used = e->c, .kv_free = e->d };
+		free(map_get(&a->steps, e->pid, e->id));
+		map_put(&a->steps, e->pid, e->id, s);
+		if (ps) {
+			ps->kv_used = e->c;
+			ps->kv_free = e->d;
+		}
+		return;
+	}
+	s = map_get(&a->steps, e->pid, e->id);
+	if (!s)
+		return;
+	s->t_end = e->ts;
+	for (int i = 0; i < a->n_sinks; i++)
+		if (a->sinks[i].step)
+			a->sinks[i].step(a->sinks[i].ctx, s);
+	map_del(&a->steps, e->pid, e->id, NULL);
+	free(s);
+}
+
+void assemble_event(struct assembler *a, const struct kpi_event *e)
+{
+	struct req *r;
+
+	a->st.events++;
+	switch (e->type) {
+	case KPI_EV_ARRIVE:
+		r = by_conn(a, e);
+		if (r)  /* previous request on this connection never ended cleanly */
+			req_end(a, r);
+		r = req_new(a, e->pid, e->fd, e->ts);
+		r->t_read = e->ts2;
+		r->arrive_src = e->a;
+		r->srtt_us = (int)e->srtt_us;
+		r->runq0 = e->runq_ns;
+		break;
+	case KPI_EV_ADMIT:
+	case KPI_EV_REJECT:
+		r = by_conn(a, e);
+		if (!r || r->admitted || r->rejected) {
+			/* no arrival seen (attached mid-request, or a drop) */
+			if (r)
+				req_end(a, r);
+			r = req_new(a, e->pid, e->fd, 0);
+		}
+		memcpy(r->reqid, e->reqid, sizeof(r->reqid));
+		r->reqid[KPI_REQID_LEN - 1] = 0;
+		r->t_admit = e->ts;
+		if (e->type == KPI_EV_ADMIT) {
+			r->admitted = true;
+			r->id = e->id;
+			r->has_id = true;
+			r->prompt = e->a;
+			r->max_tokens = e->b;
+			map_put(&a->by_id, e->pid, e->id, r);
+		} else {
+			r->rejected = true;
+			r->http_status = e->a;
+			r->reject_reason = e->b;
+		}
+		break;
+	case KPI_EV_SCHED:
+		if ((r = by_id(a, e)) && !r->t_sched)
+			r->t_sched = e->ts;
+		break;
+	case KPI_EV_FIRST:
+		if ((r = by_id(a, e)) && !r->t_first)
+			r->t_first = e->ts;
+		break;
+	case KPI_EV_PREEMPT:
+		if ((r = by_id(a, e))) {
+			r->preemptions++;
+			struct pidstate *ps = pidstate(a, e->pid);
+			if (ps)
+				ps->preemptions++;
+		}
+		break;
+	case KPI_EV_FINISH:
+		if ((r = by_id(a, e))) {
+			r->finished = true;
+			r->t_last = e->ts;
+			r->output_tokens = e->a;
+			r->finish_reason = e->b;
+		}
+		break;
+	case KPI_EV_CANCEL:
+		if ((r = by_id(a, e)))
+			r->cancelled = true;
+		break;
+	case KPI_EV_STEP_BEGIN:
+	case KPI_EV_STEP_END:
+		on_step(a, e);
+		break;
+	case KPI_EV_RESP_START:
+		if ((r = by_conn(a, e)) && !r->t_resp_start)
+			r->t_resp_start = e->ts;
+		break;
+	case KPI_EV_WRITE:
+		if ((r = by_conn(a, e))) {
+			if (r->n_writes == r->cap_writes) {
+				r->cap_writes = r->cap_writes ? r->cap_writes * 2 : 16;
+				r->writes = realloc(r->writes, r->cap_writes * sizeof(uint64_t));
+				if (!r->writes)
+					abort();
+			}
+			r->writes[r->n_writes++] = e->ts;
+		}
+		break;
+	case KPI_EV_RESP_END:
+		r = by_conn(a, e);
+		if (!r && e->id)
+			r = by_id(a, e);
+		if (r) {
+			r->t_resp_end = e->ts;
+			r->http_status = e->a;
+			r->runq1 = e->runq_ns;
+			req_end(a, r);
+		}
+		break;
+	case KPI_EV_CLOSE:
+		if ((r = by_conn(a, e))) {
+			/* the connection went away before response__end: keep the
+			 * request findable by id so the engine's last events land */
+			map_del(&a->by_conn, r->pid, (uint64_t)r->fd, r);
+			r->fd = -1;
+			if (!r->has_id || r->finished)
+				req_end(a, r);
+			else
+				r->cancelled = true;
+		}
+		break;
+	}
+	/* a request whose connection closed completes with its last engine event */
+	if ((e->type == KPI_EV_FINISH) && (r = by_id(a, e)) && r->fd < 0)
+		req_end(a, r);
+}
+
+void assemble_forget_pid(struct assembler *a, uint32_t pid)
+{
+	struct map *ms[2] = { &a->by_conn, &a->by_id };
+
+	for (int k = 0; k < 2; k++)
+		for (size_t i = 0; i < ms[k]->cap; i++) {
+			struct req *r = ms[k]->s[i].v;
+			if (r && (void *)r != TOMB && r->pid == pid) {
+				req_unlink(a, r);
+				req_free(r);
+			}
+		}
+	for (size_t i = 0; i < a->steps.cap; i++) {
+		struct kpi_step_record *s = a->steps.s[i].v;
+		if (s && (void *)s != TOMB && s->pid == pid) {
+			a->steps.s[i].v = TOMB;
+			free(s);
+		}
+	}
+	for (int i = 0; i < a->n_pids; i++)
+		if (a->pids[i].pid == pid) {
+			a->pids[i] = a->pids[--a->n_pids];
+			break;
+		}
+}
+
+/* ---- samples and the in-flight view -------------------------------------------- */
+
+struct count_ctx {
+	uint32_t pid;
+	int queued, running;
+};
+
+static const char *req_state(const struct req *r)
+{
+	if (!r->admitted && !r->rejected)
+		return "arriving";
+	if (r->rejected || r->finished)
+		return "writing";
+	if (!r->t_sched)
+		return "queued";
+	if (!r->t_first)
+		return "prefill";
+	return "decode";
+}
+
+static void count_fn(void *ctx, const struct kpi_inflight_record *r)
+{
+	struct count_ctx *c = ctx;
+	if (r->pid != c->pid)
+		return;
+	if (!strcmp(r->state, "queued"))
+		c->queued++;
+	else if (!strcmp(r->state, "prefill") || !strcmp(r->state, "decode"))
+		c->running++;
+}
+
+void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
+		     const uint64_t *runq_total, int n, uint64_t drops)
+{
+	for (int i = 0; i < n; i++) {
+		struct pidstate *ps = pidstate(a, pids[i]);
+		struct count_ctx cc = { .pid = pids[i] };
+		struct kpi_sample_record s = { .pid = pids[i], .t = now };
+		double dt;
+
+		if (!ps)
+			continue;
+		if (!ps->sampled) {
+			/* the first call only sets the baseline */
+			ps->sampled = true;
+			ps->last_t = now;
+			ps->last_runq = runq_total[i];
+			ps->last_drops = drops;
+			ps->completed = ps->out_tokens = ps->preemptions = ps->rejections = ps->errors = 0;
+			continue;
+		}
+		dt = (double)(now - ps->last_t) / 1e9;
+		if (dt <= 0)
+			continue;
+		assemble_foreach_inflight(a, count_fn, &cc);
+		s.queue_depth = cc.queued;
+		s.running = cc.running;
+		s.kv_used = ps->kv_used;
+		s.kv_free = ps->kv_free;
+		s.kv_usage = ps->kv_used != KPI_NULL && ps->kv_used + ps->kv_free > 0
+			? (double)ps->kv_used / (double)(ps->kv_used + ps->kv_free) : -1;
+		s.requests_per_s = ps->completed / dt;
+		s.output_tokens_per_s = ps->out_tokens / dt;
+		s.preemptions = ps->preemptions;
+		s.rejections = ps->rejections;
+		s.errors = ps->errors;
+		s.drops = drops - ps->last_drops;
+		s.runq_ns = runq_total[i] - ps->last_runq;
+		for (int k = 0; k < a->n_sinks; k++)
+			if (a->sinks[k].sample)
+				a->sinks[k].sample(a->sinks[k].ctx, &s);
+		ps->last_t = now;
+		ps->last_runq = runq_total[i];
+		ps->last_drops = drops;
+		ps->completed = ps->out_tokens = ps->preemptions = ps->rejections = ps->errors = 0;
+	}
+}
+
+static void visit(struct req *r, void (*fn)(void *, const struct kpi_inflight_record *), void *ctx)
+{
+	struct kpi_inflight_record f = {
+		.request_id = r->reqid, .pid = r->pid, .state = req_state(r),
+		.t_arrive = (int64_t)(r->t_arrive ? r->t_arrive : r->t_admit),
+		.t_admit = opt(r->t_admit), .t_sched = opt(r->t_sched), .t_first = opt(r->t_first),
+		.prompt_tokens = r->admitted ? r->prompt : KPI_NULL,
+		.output_writes = (int)r->n_writes,
+	};
+	fn(ctx, &f);
+}
+
+void assemble_foreach_inflight(struct assembler *a,
+			       void (*fn)(void *ctx, const struct kpi_inflight_record *r), void *ctx)
+{
+	for (size_t i = 0; i < a->by_conn.cap; i++) {
+		struct req *r = a->by_conn.s[i].v;
+		if (r && (void *)r != TOMB)
+			visit(r, fn, ctx);
+	}
+	/* requests whose connection is gone are only in by_id */
+	for (size_t i = 0; i < a->by_id.cap; i++) {
+		struct req *r = a->by_id.s[i].v;
+		if (r && (void *)r != TOMB && r->fd < 0)
+			visit(r, fn, ctx);
+	}
+}

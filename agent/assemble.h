@@ -1,0 +1,32 @@
+/* assemble.h - turns the BPF event stream into one record per request:
+ * joins connection events (by pid+fd) and engine events (by pid+id). */
+#ifndef KPI_ASSEMBLE_H
+#define KPI_ASSEMBLE_H
+
+#include "record.h"
+
+#define ASSEMBLE_MAX_SINKS 4
+
+struct assembler;
+
+struct assembler *assemble_new(void);
+void assemble_free(struct assembler *a);
+/* Records go to every sink added, in order. */
+int assemble_add_sink(struct assembler *a, const struct kpi_sink *sink);
+void assemble_event(struct assembler *a, const struct kpi_event *e);
+/* The target exited: drop its in-flight requests (they can never complete). */
+void assemble_forget_pid(struct assembler *a, uint32_t pid);
+/* One sample per pid in pids[] covering (last sample, now]. runq_total[i]
+ * is pid i's cumulative run-queue ns; drops the agent-wide drops so far. */
+void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
+		     const uint64_t *runq_total, int n, uint64_t drops);
+/* Calls fn for every request in flight. */
+void assemble_foreach_inflight(struct assembler *a,
+			       void (*fn)(void *ctx, const struct kpi_inflight_record *r), void *ctx);
+
+struct assemble_stats {
+	uint64_t events, requests, rejected, orphans, clamped;
+};
+void assemble_stats(const struct assembler *a, struct assemble_stats *out);
+
+#endif

@@ -1,0 +1,27 @@
+/* export_ident.h - who a traced process is, for the exporters' labels: the
+ * model it serves and the port it listens on, read once per pid from /proc. */
+#ifndef KPI_EXPORT_IDENT_H
+#define KPI_EXPORT_IDENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The probes do not say which endpoint a request came through
+ * (/v1/chat/completions or /v1/completions): every request is labelled with
+ * this gen_ai.operation.name.  One place to change it. */
+#define EXPORT_OPERATION_NAME "chat"
+
+struct export_ident {
+	char model[128];        /* GGUF general.name, else the model file's name */
+	int port;               /* lowest TCP port the process listens on; 0: none */
+};
+
+/* The identity of pid, cached after the first successful look-up (a port of
+ * 0 is looked up again next time: the daemon may not listen yet).  Main
+ * thread only. */
+const struct export_ident *export_ident_get(uint32_t pid);
+
+/* general.name from a GGUF file's header; 0 on success. */
+int export_ident_gguf_name(const char *path, char *out, size_t len);
+
+#endif

@@ -1,0 +1,488 @@
+/* export_prom.c - keeps the agent's Prometheus series (one set per traced
+ * process) and renders them in the text exposition format.  Sink callbacks
+ * run on the agent's main thread, rendering on the HTTP thread: one mutex,
+ * held for an update or for one rendering (a few microseconds). */
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "export_ident.h"
+#include "export_prom.h"
+
+#define PROM_MAX_TARGETS   64
+#define PROM_MAX_ERRTYPES  8     /* distinct error_type values per process */
+#define PROM_MAX_OUTCOMES  24    /* distinct (status, finish reason) per process */
+#define PROM_EVICT_NS      (300ull * 1000000000ull)  /* forget a quiet, gone process */
+#define PROM_MAX_COLLECTORS 4
+
+/* ---- buckets ----------------------------------------------------------------------- */
+
+/* OpenTelemetry GenAI semantic conventions (gen-ai-metrics.md), the
+ * ExplicitBucketBoundaries they recommend for each server metric. */
+static struct prom_buckets b_ttft = {
+	.name = "gen_ai_server_time_to_first_token_seconds",
+	.help = "Time to generate the first token for successful responses "
+	"(gen_ai.server.time_to_first_token; first byte read to first token written).",
+	.n = 16, .le = { 0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+	      7.5, 10.0 },
+};
+static struct prom_buckets b_tpot = {
+	.name = "gen_ai_server_time_per_output_token_seconds",
+	.help = "Time per output token after the first, for successful responses "
+	"(gen_ai.server.time_per_output_token).",
+	.n = 13, .le = { 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5 },
+};
+static struct prom_buckets b_duration = {
+	.name = "gen_ai_server_request_duration_seconds",
+	.help = "Server-side end-to-end request duration, first byte read to last byte "
+	"written (gen_ai.server.request.duration).",
+	.n = 14, .le = { 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+	      81.92 },
+};
+/* Phases span 10 µs (loopback network) to a minute (a deep queue): the
+ * conventions say nothing about them, so a 1-2.5-5 ladder. */
+#define PHASE_LE .n = 18, .le = { 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, \
+		       0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0, 60.0 }
+enum { PH_NET_IN, PH_QUEUE, PH_PREFILL, PH_DECODE, PH_NET_OUT, N_PHASES };
+static struct prom_buckets b_phase[N_PHASES] = {
+	{ .name = "kpi_request_network_in_seconds",
+	  .help = "Request phase net_in: first byte read to admitted (read, parse, tokenize).", PHASE_LE },
+	{ .name = "kpi_request_queue_seconds",
+	  .help = "Request phase queue: admitted to scheduled into its first batch step.", PHASE_LE },
+	{ .name = "kpi_request_prefill_seconds",
+	  .help = "Request phase prefill: scheduled to first token generated.", PHASE_LE },
+	{ .name = "kpi_request_decode_seconds",
+	  .help = "Request phase decode: first token to last token generated.", PHASE_LE },
+	{ .name = "kpi_request_network_out_seconds",
+	  .help = "Request phase net_out: last token generated to last byte written.", PHASE_LE },
+};
+
+static struct prom_buckets *all_buckets[] = {
+	&b_ttft, &b_tpot, &b_duration,
+	&b_phase[0], &b_phase[1], &b_phase[2], &b_phase[3], &b_phase[4],
+};
+
+static void buckets_init(void)
+{
+	for (size_t i = 0; i < sizeof(all_buckets) / sizeof(all_buckets[0]); i++)
+		for (int k = 0; k < all_buckets[i]->n; k++)
+			all_buckets[i]->le_ns[k] = llround(all_buckets[i]->le[k] * 1e9);
+}
+
+const struct prom_buckets *prom_buckets_of(const char *name)
+{
+	buckets_init();
+	for (size_t i = 0; i < sizeof(all_buckets) / sizeof(all_buckets[0]); i++)
+		if (!strcmp(all_buckets[i]->name, name))
+			return all_buckets[i];
+	return NULL;
+}
+
+int prom_bucket_index(const struct prom_buckets *b, int64_t v_ns)
+{
+	int lo = 0, hi = b->n;      /* first bound >= v */
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		if (b->le_ns[mid] >= v_ns)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo;
+}
+
+/* ---- series -------------------------------------------------------------------------- */
+
+struct hist {
+	uint64_t counts[PROM_MAX_BOUNDS + 1];   /* per bucket, not cumulative */
+	uint64_t count;
+	int64_t sum_ns;
+};
+
+struct outcome {
+	int status;
+	char finish[16];
+	char error[16];
+	uint64_t n;
+};
+
+struct target {
+	uint32_t pid;
+	struct export_ident id;
+	uint64_t last_seen;             /* CLOCK_MONOTONIC ns of the last record */
+	struct hist ttft, tpot, phase[N_PHASES];
+	struct { char error[16]; struct hist h; } dur[PROM_MAX_ERRTYPES];
+	int n_dur;
+	struct outcome out[PROM_MAX_OUTCOMES];
+	int n_out;
+	uint64_t tokens_in, tokens_out, preemptions;
+	bool sampled;
+	int queue_depth, running;
+	int64_t kv_used, kv_free;
+	double kv_usage;
+};
+
+struct prom_exporter {
+	pthread_mutex_t lock;
+	struct target t[PROM_MAX_TARGETS];
+	int n;
+	uint64_t ringbuf_drops, overflow;
+	struct { void (*fn)(void *, FILE *); void *ctx; } coll[PROM_MAX_COLLECTORS];
+	int n_coll;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void hist_add(struct hist *h, const struct prom_buckets *b, int64_t v_ns)
+{
+	if (v_ns == KPI_NULL || v_ns < 0)
+		return;
+	h->counts[prom_bucket_index(b, v_ns)]++;
+	h->count++;
+	h->sum_ns += v_ns;
+}
+
+/* The target entry of pid; a new one evicts the least recently seen. */
+static struct target *target_of(struct prom_exporter *p, uint32_t pid)
+{
+	struct target *t;
+	int victim = 0;
+
+	for (int i = 0; i < p->n; i++)
+		if (p->t[i].pid == pid)
+			return &p->t[i];
+	if (p->n < PROM_MAX_TARGETS) {
+		t = &p->t[p->n++];
+	} else {
+		for (int i = 1; i < p->n; i++)
+			if (p->t[i].last_seen < p->t[victim].last_seen)
+				victim = i;
+		t = &p->t[victim];
+	}
+	memset(t, 0, sizeof(*t));
+	t->pid = pid;
+	t->kv_usage = -1;
+	return t;
+}
+
+/* error.type of the conventions: empty for a success. */
+static void error_type(const struct kpi_request_record *r, char *out, size_t len)
+{
+	out[0] = 0;
+	if (r->http_status != KPI_NULL && r->http_status >= 400)
+		snprintf(out, len, "%lld", (long long)r->http_status);
+	else if (r->finish_reason && !strcmp(r->finish_reason, "error"))
+		snprintf(out, len, "error");
+	else if (r->finish_reason && !strcmp(r->finish_reason, "cancelled"))
+		snprintf(out, len, "cancelled");
+}
+
+static void on_request(void *ctx, const struct kpi_request_record *r)
+{
+	struct prom_exporter *p = ctx;
+	const struct export_ident *id = export_ident_get(r->pid);  /* /proc: outside the lock */
+	char err[16];
+	int status = r->http_status == KPI_NULL ? 0 : (int)r->http_status;
+	const char *fin = r->finish_reason ? r->finish_reason : "";
+
+	error_type(r, err, sizeof(err));
+	pthread_mutex_lock(&p->lock);
+	struct target *t = target_of(p, r->pid);
+	t->id = *id;
+	t->last_seen = mono_ns();
+	if (!err[0]) {
+		hist_add(&t->ttft, &b_ttft, r->ttft);
+		if (r->output_tokens != KPI_NULL && r->output_tokens > 1)
+			hist_add(&t->tpot, &b_tpot, r->tpot);
+	}
+	if (r->e2e != KPI_NULL) {
+		int i;
+		for (i = 0; i < t->n_dur && strcmp(t->dur[i].error, err); i++)
+			;
+		if (i == t->n_dur && i < PROM_MAX_ERRTYPES)
+			snprintf(t->dur[t->n_dur++].error, sizeof(err), "%s", err);
+		if (i < t->n_dur)
+			hist_add(&t->dur[i].h, &b_duration, r->e2e);
+		else
+			p->overflow++;
+	}
+	const int64_t ph[N_PHASES] = { r->net_in, r->queue, r->prefill, r->decode, r->net_out };
+	for (int k = 0; k < N_PHASES; k++)
+		hist_add(&t->phase[k], &b_phase[k], ph[k]);
+
+	int i;
+	for (i = 0; i < t->n_out; i++)
+		if (t->out[i].status == status && !strcmp(t->out[i].finish, fin) &&
+		    !strcmp(t->out[i].error, err))
+			break;
+	if (i == t->n_out && i < PROM_MAX_OUTCOMES) {
+		t->out[i].status = status;
+		snprintf(t->out[i].finish, sizeof(t->out[i].finish), "%s", fin);
+		snprintf(t->out[i].error, sizeof(t->out[i].error), "%s", err);
+		t->n_out++;
+	}
+	if (i < t->n_out)
+		t->out[i].n++;
+	else
+		p->overflow++;
+	if (r->prompt_tokens != KPI_NULL && r->prompt_tokens > 0)
+		t->tokens_in += (uint64_t)r->prompt_tokens;
+	if (r->output_tokens != KPI_NULL && r->output_tokens > 0)
+		t->tokens_out += (uint64_t)r->output_tokens;
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void on_sample(void *ctx, const struct kpi_sample_record *s)
+{
+	struct prom_exporter *p = ctx;
+	const struct export_ident *id = export_ident_get(s->pid);
+
+	pthread_mutex_lock(&p->lock);
+	struct target *t = target_of(p, s->pid);
+	t->id = *id;
+	t->last_seen = mono_ns();
+	t->sampled = true;
+	t->queue_depth = s->queue_depth;
+	t->running = s->running;
+	t->kv_used = s->kv_used;
+	t->kv_free = s->kv_free;
+	t->kv_usage = s->kv_usage;
+	if (s->preemptions > 0)
+		t->preemptions += (uint64_t)s->preemptions;
+	if (s->drops > p->ringbuf_drops)
+		p->ringbuf_drops = s->drops;    /* agent-wide and cumulative */
+	pthread_mutex_unlock(&p->lock);
+}
+
+struct prom_exporter *prom_new(void)
+{
+	struct prom_exporter *p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	buckets_init();
+	pthread_mutex_init(&p->lock, NULL);
+	return p;
+}
+
+void prom_free(struct prom_exporter *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+struct kpi_sink prom_sink(struct prom_exporter *p)
+{
+	return (struct kpi_sink){ .ctx = p, .request = on_request, .sample = on_sample };
+}
+
+void prom_add_collector(struct prom_exporter *p, void (*fn)(void *ctx, FILE *out), void *ctx)
+{
+	if (p->n_coll < PROM_MAX_COLLECTORS) {
+		p->coll[p->n_coll].fn = fn;
+		p->coll[p->n_coll].ctx = ctx;
+		p->n_coll++;
+	}
+}
+
+/* ---- exposition ---------------------------------------------------------------------- */
+
+void prom_format_double(char *buf, size_t len, double v)
+{
+	if (isnan(v)) {
+		snprintf(buf, len, "NaN");
+		return;
+	}
+	if (isinf(v)) {
+		snprintf(buf, len, v > 0 ? "+Inf" : "-Inf");
+		return;
+	}
+	/* shortest of %.15g / %.17g that reads back as v */
+	snprintf(buf, len, "%.15g", v);
+	if (strtod(buf, NULL) != v)
+		snprintf(buf, len, "%.17g", v);
+}
+
+/* Label values are sanitized where they come from (export_ident) or are
+ * fixed words; escaping still follows the format, for safety. */
+static void put_label(FILE *out, const char *name, const char *v, bool *first)
+{
+	fprintf(out, "%s%s=\"", *first ? "" : ",", name);
+	*first = false;
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			fputc('\\', out), fputc(*v, out);
+		else if (*v == '\n')
+			fputs("\\n", out);
+		else
+			fputc(*v, out);
+	}
+	fputc('"', out);
+}
+
+/* with_op: the request metrics carry gen_ai_operation_name, gauges do not */
+static void put_target_labels(FILE *out, const struct target *t, bool with_op, bool *first)
+{
+	char port[16], pid[16];
+	snprintf(port, sizeof(port), "%d", t->id.port);
+	snprintf(pid, sizeof(pid), "%u", t->pid);
+	if (with_op)
+		put_label(out, "gen_ai_operation_name", EXPORT_OPERATION_NAME, first);
+	put_label(out, "gen_ai_request_model", t->id.model[0] ? t->id.model : "unknown", first);
+	put_label(out, "server_port", port, first);
+	put_label(out, "pid", pid, first);
+}
+
+static void family(FILE *out, const char *name, const char *type, const char *help)
+{
+	fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void put_hist(FILE *out, const struct prom_buckets *b, const struct target *t,
+		     const struct hist *h, const char *error)
+{
+	uint64_t cum = 0;
+	char le[32], sum[32];
+	bool first;
+
+	for (int k = 0; k <= b->n; k++) {
+		cum += h->counts[k];
+		if (k < b->n)
+			prom_format_double(le, sizeof(le), b->le[k]);
+		else
+			snprintf(le, sizeof(le), "+Inf");
+		first = true;
+		fprintf(out, "%s_bucket{", b->name);
+		put_target_labels(out, t, true, &first);
+		if (error && error[0])
+			put_label(out, "error_type", error, &first);
+		put_label(out, "le", le, &first);
+		fprintf(out, "} %llu\n", (unsigned long long)cum);
+	}
+	prom_format_double(sum, sizeof(sum), (double)h->sum_ns / 1e9);
+	for (int k = 0; k < 2; k++) {
+		first = true;
+		fprintf(out, "%s_%s{", b->name, k ? "count" : "sum");
+		put_target_labels(out, t, true, &first);
+		if (error && error[0])
+			put_label(out, "error_type", error, &first);
+		if (k)
+			fprintf(out, "} %llu\n", (unsigned long long)h->count);
+		else
+			fprintf(out, "} %s\n", sum);
+	}
+}
+
+static void put_gauge_line(FILE *out, const char *name, const struct target *t, double v)
+{
+	char val[32];
+	bool first = true;
+	prom_format_double(val, sizeof(val), v);
+	fprintf(out, "%s{", name);
+	put_target_labels(out, t, false, &first);
+	fprintf(out, "} %s\n", val);
+}
+
+static void evict_quiet(struct prom_exporter *p, uint64_t now)
+{
+	for (int i = p->n - 1; i >= 0; i--) {
+		struct target *t = &p->t[i];
+		bool alive = kill((pid_t)t->pid, 0) == 0;
+		if (!alive && now - t->last_seen > PROM_EVICT_NS)
+			p->t[i] = p->t[--p->n];
+	}
+}
+
+int prom_render(struct prom_exporter *p, FILE *out)
+{
+	uint64_t now = mono_ns();
+	bool first;
+
+	pthread_mutex_lock(&p->lock);
+	evict_quiet(p, now);
+
+	family(out, b_ttft.name, "histogram", b_ttft.help);
+	for (int i = 0; i < p->n; i++)
+		put_hist(out, &b_ttft, &p->t[i], &p->t[i].ttft, NULL);
+	family(out, b_tpot.name, "histogram", b_tpot.help);
+	for (int i = 0; i < p->n; i++)
+		put_hist(out, &b_tpot, &p->t[i], &p->t[i].tpot, NULL);
+	family(out, b_duration.name, "histogram", b_duration.help);
+	for (int i = 0; i < p->n; i++)
+		for (int k = 0; k < p->t[i].n_dur; k++)
+			put_hist(out, &b_duration, &p->t[i], &p->t[i].dur[k].h, p->t[i].dur[k].error);
+	for (int ph = 0; ph < N_PHASES; ph++) {
+		family(out, b_phase[ph].name, "histogram", b_phase[ph].help);
+		for (int i = 0; i < p->n; i++)
+			put_hist(out, &b_phase[ph], &p->t[i], &p->t[i].phase[ph], NULL);
+	}
+
+	family(out, "kpi_requests_total", "counter",
+	       "Requests completed or rejected, by HTTP status and finish reason.");
+	for (int i = 0; i < p->n; i++)
+		for (int k = 0; k < p->t[i].n_out; k++) {
+			const struct outcome *o = &p->t[i].out[k];
+			char st[16];
+			snprintf(st, sizeof(st), "%d", o->status);
+			first = true;
+			fputs("kpi_requests_total{", out);
+			put_target_labels(out, &p->t[i], true, &first);
+			put_label(out, "http_response_status_code", st, &first);
+			if (o->finish[0])
+				put_label(out, "gen_ai_response_finish_reason", o->finish, &first);
+			if (o->error[0])
+				put_label(out, "error_type", o->error, &first);
+			fprintf(out, "} %llu\n", (unsigned long long)o->n);
+		}
+	family(out, "kpi_tokens_total", "counter",
+	       "Tokens processed, by gen_ai.token.type (input: prompt, output: generated).");
+	for (int i = 0; i < p->n; i++)
+		for (int k = 0; k < 2; k++) {
+			first = true;
+			fputs("kpi_tokens_total{", out);
+			put_target_labels(out, &p->t[i], true, &first);
+			put_label(out, "gen_ai_token_type", k ? "output" : "input", &first);
+			fprintf(out, "} %llu\n",
+				(unsigned long long)(k ? p->t[i].tokens_out : p->t[i].tokens_in));
+		}
+	family(out, "kpi_preemptions_total", "counter",
+	       "Sequences preempted by the scheduler (KV cache pressure).");
+	for (int i = 0; i < p->n; i++)
+		put_gauge_line(out, "kpi_preemptions_total", &p->t[i], (double)p->t[i].preemptions);
+
+	family(out, "kpi_queue_depth", "gauge", "Requests admitted and waiting for a batch slot.");
+	for (int i = 0; i < p->n; i++)
+		if (p->t[i].sampled)
+			put_gauge_line(out, "kpi_queue_depth", &p->t[i], p->t[i].queue_depth);
+	family(out, "kpi_running_requests", "gauge", "Sequences in the running batch.");
+	for (int i = 0; i < p->n; i++)
+		if (p->t[i].sampled)
+			put_gauge_line(out, "kpi_running_requests", &p->t[i], p->t[i].running);
+	family(out, "kpi_kv_cache_usage_ratio", "gauge",
+	       "KV cache blocks in use / all blocks (0..1), from the last batch step.");
+	for (int i = 0; i < p->n; i++)
+		if (p->t[i].sampled && p->t[i].kv_usage >= 0)
+			put_gauge_line(out, "kpi_kv_cache_usage_ratio", &p->t[i], p->t[i].kv_usage);
+
+	family(out, "kpi_agent_ringbuf_drops_total", "counter",
+	       "BPF events lost because the ring buffer was full (grow --ringbuf-mb).");
+	fprintf(out, "kpi_agent_ringbuf_drops_total %llu\n", (unsigned long long)p->ringbuf_drops);
+	family(out, "kpi_agent_series_overflow_total", "counter",
+	       "Records not counted because a process had too many distinct label values.");
+	fprintf(out, "kpi_agent_series_overflow_total %llu\n", (unsigned long long)p->overflow);
+	int n_coll = p->n_coll;
+	pthread_mutex_unlock(&p->lock);
+
+	for (int i = 0; i < n_coll; i++)
+		p->coll[i].fn(p->coll[i].ctx, out);
+	return ferror(out) ? -1 : 0;
+}

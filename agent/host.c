@@ -1,0 +1,103 @@
+/* host.c - privilege check, tracefs mount and kernel feature probes; the
+ * agent picks its program flavours (tracepoint / raw_tp) from the result. */
+#include <bpf/bpf.h>
+#include <errno.h>
+#include <linux/bpf.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/vfs.h>
+#include <unistd.h>
+#include "host.h"
+
+#define TRACEFS "/sys/kernel/tracing"
+#define TRACEFS_MAGIC 0x74726163
+#define CAP_PERFMON_BIT 38
+#define CAP_BPF_BIT 39
+
+static unsigned long long cap_eff(void)
+{
+	char line[256];
+	unsigned long long v = 0;
+	FILE *fp = fopen("/proc/self/status", "r");
+
+	if (!fp)
+		return 0;
+	while (fgets(line, sizeof(line), fp))
+		if (sscanf(line, "CapEff: %llx", &v) == 1)
+			break;
+	fclose(fp);
+	return v;
+}
+
+int host_check_privileges(char *err, size_t len)
+{
+	unsigned long long caps;
+	bool bpf, perfmon;
+
+	if (geteuid() == 0)
+		return 0;
+	caps = cap_eff();
+	bpf = caps >> CAP_BPF_BIT & 1;
+	perfmon = caps >> CAP_PERFMON_BIT & 1;
+	if (bpf && perfmon)
+		return 0;
+	snprintf(err, len, "kpi-agent needs root, or the capabilities CAP_BPF and CAP_PERFMON; "
+		 "missing: %s%s%s. Run it as root (sudo kpi-agent ...) or grant them: "
+		 "sudo setcap cap_bpf,cap_perfmon+ep build/kpi-agent",
+		 bpf ? "" : "CAP_BPF", !bpf && !perfmon ? ", " : "", perfmon ? "" : "CAP_PERFMON");
+	return -1;
+}
+
+int host_ensure_tracefs(bool *mounted, char *err, size_t len)
+{
+	struct statfs fs;
+
+	*mounted = false;
+	if (statfs(TRACEFS, &fs) == 0 && fs.f_type == TRACEFS_MAGIC)
+		return 0;
+	if (mount("tracefs", TRACEFS, "tracefs", 0, NULL) == 0) {
+		*mounted = true;
+		return 0;
+	}
+	snprintf(err, len, "tracefs is not mounted at %s and mounting it failed (%s): run as root "
+		 "or mount it with: mount -t tracefs tracefs %s", TRACEFS, strerror(errno), TRACEFS);
+	return -1;
+}
+
+static bool exists(const char *path)
+{
+	return access(path, F_OK) == 0;
+}
+
+/* Loads a two-instruction raw_tp program and attaches it to sched_switch:
+ * some kernels and sandboxes refuse raw tracepoints while tracepoints work. */
+static bool probe_raw_tp(void)
+{
+	struct bpf_insn insns[] = {
+		{ .code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = 0 },
+		{ .code = BPF_JMP | BPF_EXIT },
+	};
+	int prog, link;
+
+	prog = bpf_prog_load(BPF_PROG_TYPE_RAW_TRACEPOINT, "kpi_probe", "GPL", insns, 2, NULL);
+	if (prog < 0)
+		return false;
+	link = bpf_raw_tracepoint_open("sched_switch", prog);
+	close(prog);
+	if (link < 0)
+		return false;
+	close(link);
+	return true;
+}
+
+void host_probe_features(struct host_features *f)
+{
+	f->syscall_tp = exists(TRACEFS "/events/syscalls/sys_enter_read/id") &&
+			exists(TRACEFS "/events/syscalls/sys_exit_write/id");
+	f->tcp_probe_tp = exists(TRACEFS "/events/tcp/tcp_probe/id");
+	f->sched_tp = exists(TRACEFS "/events/sched/sched_switch/id");
+	f->uprobe = exists("/sys/bus/event_source/devices/uprobe/type");
+	f->raw_tp = probe_raw_tp();
+}

@@ -1,0 +1,25 @@
+/* host.h - what the agent checks about the machine before loading BPF:
+ * privileges, tracefs, and which program types this kernel accepts. */
+#ifndef KPI_HOST_H
+#define KPI_HOST_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct host_features {
+	bool syscall_tp;    /* syscalls:sys_{enter,exit}_* tracepoints exist */
+	bool raw_tp;        /* raw tracepoints load and attach */
+	bool tcp_probe_tp;  /* tcp:tcp_probe tracepoint exists */
+	bool sched_tp;      /* sched:sched_switch tracepoint exists */
+	bool uprobe;        /* uprobe PMU exists (USDT needs it) */
+};
+
+/* 0 when root or holding CAP_BPF + CAP_PERFMON; else -1 and a message
+ * saying exactly what is missing and what to do. */
+int host_check_privileges(char *err, size_t len);
+/* Mounts tracefs at /sys/kernel/tracing when missing. *mounted says whether
+ * this call mounted it. */
+int host_ensure_tracefs(bool *mounted, char *err, size_t len);
+void host_probe_features(struct host_features *f);
+
+#endif

@@ -1,0 +1,686 @@
+/* main.c - kpi-agent: finds kpi-infer processes, attaches the BPF programs of
+ * bpf/kpi.bpf.c to them, assembles one record per request, writes SQLite. */
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include "kpi.skel.h"
+#include "assemble.h"
+#include "exporters.h"
+#include "host.h"
+#include "http_serve.h"
+#include "store.h"
+#include "targets.h"
+
+#define RESCAN_NS   500000000ull    /* look for new and exited targets */
+#define SAMPLE_NS  1000000000ull
+
+/* USDT probe name -> its handler, in kpi_probes.d order. */
+#define N_USDT 11
+
+struct target {
+	pid_t pid;
+	unsigned long long start_time;
+	struct bpf_link *links[N_USDT];
+	bool failed;            /* attach failed: do not retry this process */
+};
+
+static struct env {
+	const char *db;
+	pid_t pids[KPI_MAX_TARGETS];
+	int n_pids;
+	const char *exe;
+	char exe_real[PATH_MAX];
+	int flush_ms;
+	int ringbuf_mb;
+	bool token_detail;
+	double duration;
+	bool verbose;
+	const char *metrics;     /* --metrics ADDR:PORT */
+	const char *otlp;        /* --otlp URL */
+} env = { .db = TRACE_STORE_DEFAULT_PATH, .flush_ms = 200, .ringbuf_mb = 16 };
+
+static volatile sig_atomic_t exiting;
+
+static const char usage[] =
+"Usage: kpi-agent [OPTION]...\n"
+"Record where every kpi-infer request spends its time (network in, queue,\n"
+"prefill, decode, network out) with eBPF, into a SQLite trace.\n"
+"\n"
+"  --db PATH          trace database (default " TRACE_STORE_DEFAULT_PATH ";\n"
+"                     its directory is created 0750, the file 0640)\n"
+"  --pid PID          trace this process (repeatable); default: every running\n"
+"                     kpi-infer, attaching to new ones as they start\n"
+"  --exe PATH         trace processes running this executable\n"
+"  --flush-ms N       write to the database every N ms, one transaction (default 200)\n"
+"  --ringbuf-mb N     BPF ring buffer size in MiB, a power of two (default 16)\n"
+"  --token-detail     also store every token's write time (table tokens)\n"
+"  --duration S       stop after S seconds (default: until SIGINT/SIGTERM)\n"
+"  --metrics ADDR:PORT  serve Prometheus /metrics there (a bare PORT binds\n"
+"                     127.0.0.1; default off); see docs/fleet.md\n"
+"  --otlp URL         export one OpenTelemetry span per request to an OTLP/HTTP\n"
+"                     JSON receiver, e.g. http://127.0.0.1:4318 (default off;\n"
+"                     OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE,\n"
+"                     OTEL_BSP_SCHEDULE_DELAY, OTEL_EXPORTER_OTLP_TIMEOUT and\n"
+"                     OTEL_SERVICE_NAME are honoured)\n"
+"  -v, --verbose      say which programs were chosen; libbpf's debug output\n"
+"  -h, --help         this help\n"
+"\n"
+"Needs root, or CAP_BPF + CAP_PERFMON. Prints 'attached to pid N' for each\n"
+"target and 'detached from pid N' when one exits. SIGINT/SIGTERM flush the\n"
+"trace and exit 0. Queries: docs/queries.md.\n";
+
+static void die_usage(const char *fmt, ...)
+{
+	va_list ap;
+	fprintf(stderr, "kpi-agent: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\nTry 'kpi-agent --help'.\n");
+	exit(2);
+}
+
+static long parse_num(const char *flag, const char *s, long lo, long hi)
+{
+	char *end;
+	long v;
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi)
+		die_usage("%s wants an integer from %ld to %ld, got '%s'", flag, lo, hi, s);
+	return v;
+}
+
+static void parse_args(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "db", required_argument, NULL, 'd' },
+		{ "pid", required_argument, NULL, 'p' },
+		{ "exe", required_argument, NULL, 'e' },
+		{ "flush-ms", required_argument, NULL, 'f' },
+		{ "ringbuf-mb", required_argument, NULL, 'r' },
+		{ "token-detail", no_argument, NULL, 't' },
+		{ "duration", required_argument, NULL, 'D' },
+		{ "verbose", no_argument, NULL, 'v' },
+		{ "metrics", required_argument, NULL, 'M' },
+		{ "otlp", required_argument, NULL, 'O' },
+		{ "help", no_argument, NULL, 'h' },
+		{},
+	};
+	int c;
+	char *end;
+
+	while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd':
+			if (!*optarg)
+				die_usage("--db wants a path");
+			env.db = optarg;
+			break;
+		case 'p':
+			if (env.n_pids == KPI_MAX_TARGETS)
+				die_usage("at most %d --pid flags", KPI_MAX_TARGETS);
+			env.pids[env.n_pids++] = (pid_t)parse_num("--pid", optarg, 1, INT_MAX);
+			break;
+		case 'e':
+			if (!realpath(optarg, env.exe_real))
+				die_usage("--exe %s: %s", optarg, strerror(errno));
+			env.exe = env.exe_real;
+			break;
+		case 'f':
+			env.flush_ms = (int)parse_num("--flush-ms", optarg, 1, 3600000);
+			break;
+		case 'r':
+			env.ringbuf_mb = (int)parse_num("--ringbuf-mb", optarg, 1, 4096);
+			if (env.ringbuf_mb & (env.ringbuf_mb - 1))
+				die_usage("--ringbuf-mb must be a power of two (1, 2, 4, ...), got %d", env.ringbuf_mb);
+			break;
+		case 't':
+			env.token_detail = true;
+			break;
+		case 'D':
+			errno = 0;
+			env.duration = strtod(optarg, &end);
+			if (errno || end == optarg || *end || env.duration <= 0)
+				die_usage("--duration wants a positive number of seconds, got '%s'", optarg);
+			break;
+		case 'M': {
+			char host[256], why[256];
+			int port;
+			if (http_serve_parse_addr(optarg, host, sizeof(host), &port, why, sizeof(why)))
+				die_usage("--metrics %s", why);
+			env.metrics = optarg;
+			break;
+		}
+		case 'O':
+			if (strncmp(optarg, "http://", 7))
+				die_usage("--otlp wants an http:// URL (OTLP/HTTP JSON), e.g. "
+					  "http://127.0.0.1:4318, got '%s'", optarg);
+			env.otlp = optarg;
+			break;
+		case 'v':
+			env.verbose = true;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			exit(0);
+		default:
+			die_usage("unknown or incomplete option");
+		}
+	}
+	if (optind < argc)
+		die_usage("unexpected argument '%s'", argv[optind]);
+	if (env.n_pids && env.exe)
+		die_usage("--pid and --exe exclude each other");
+}
+
+static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
+{
+	if (level == LIBBPF_DEBUG && !env.verbose)
+		return 0;
+	if (!env.verbose && level == LIBBPF_INFO)
+		return 0;
+	return vfprintf(stderr, fmt, args);
+}
+
+static void on_signal(int sig)
+{
+	exiting = 1;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* ---- the agent's state ------------------------------------------------------------ */
+
+struct agent {
+	struct kpi_bpf *skel;
+	struct ring_buffer *rb;
+	struct assembler *asm_;
+	struct trace_store *store;
+	struct host_features feat;
+	struct target targets[KPI_MAX_TARGETS];
+	int n_targets;
+	int n_cpus;
+	struct bpf_link *global_links[64];   /* tracepoint / raw_tp programs */
+	int n_global_links;
+};
+
+static const struct {
+	const char *name;
+	size_t prog_off;
+} usdt_probes[N_USDT] = {
+#define P(probe, prog) { probe, offsetof(struct kpi_bpf, progs.prog) }
+	P("request__admitted", kpi_request_admitted),
+	P("request__rejected", kpi_request_rejected),
+	P("request__scheduled", kpi_request_scheduled),
+	P("step__begin", kpi_step_begin),
+	P("step__end", kpi_step_end),
+	P("request__first_token", kpi_request_first_token),
+	P("request__preempted", kpi_request_preempted),
+	P("request__finished", kpi_request_finished),
+	P("request__cancelled", kpi_request_cancelled),
+	P("response__start", kpi_response_start),
+	P("response__end", kpi_response_end),
+#undef P
+};
+
+static struct bpf_program *usdt_prog(struct kpi_bpf *skel, int i)
+{
+	return *(struct bpf_program **)((char *)skel + usdt_probes[i].prog_off);
+}
+
+static uint64_t read_counter(struct agent *ag, __u32 idx)
+{
+	__u64 vals[1024];
+	uint64_t sum = 0;
+
+	if (ag->n_cpus > 1024 || bpf_map__lookup_elem(ag->skel->maps.counters, &idx, sizeof(idx),
+						       vals, sizeof(__u64) * ag->n_cpus, 0))
+		return 0;
+	for (int i = 0; i < ag->n_cpus; i++)
+		sum += vals[i];
+	return sum;
+}
+
+static uint64_t runq_total(struct agent *ag, __u32 pid)
+{
+	__u64 v = 0;
+	bpf_map__lookup_elem(ag->skel->maps.runq_total, &pid, sizeof(pid), &v, sizeof(v), 0);
+	return v;
+}
+
+static int handle_event(void *ctx, void *data, size_t size)
+{
+	struct agent *ag = ctx;
+	if (size >= sizeof(struct kpi_event))
+		assemble_event(ag->asm_, data);
+	return 0;
+}
+
+/* ---- attaching to targets ---------------------------------------------------------- */
+
+/* Ports and threads change while a target runs: refreshed at every rescan. */
+static void target_refresh(struct agent *ag, pid_t pid)
+{
+	uint16_t ports[64];
+	__u8 one = 1;
+	int n = target_listen_ports(pid, ports, 64);
+
+	for (int i = 0; i < n; i++)
+		bpf_map__update_elem(ag->skel->maps.target_ports, &ports[i], sizeof(ports[i]), &one,
+				     sizeof(one), BPF_ANY);
+	if (!ag->feat.raw_tp) {
+		static pid_t tids[8192];
+		__u32 tgid = (__u32)pid;
+		n = target_threads(pid, tids, 8192);
+		for (int i = 0; i < n; i++) {
+			__u32 tid = (__u32)tids[i];
+			bpf_map__update_elem(ag->skel->maps.target_tids, &tid, sizeof(tid), &tgid,
+					     sizeof(tgid), BPF_ANY);
+		}
+	}
+}
+
+static int target_attach(struct agent *ag, pid_t pid)
+{
+	struct target *t;
+	char exe[PATH_MAX];
+	__u32 key = (__u32)pid;
+	__u8 one = 1;
+
+	if (ag->n_targets == KPI_MAX_TARGETS) {
+		fprintf(stderr, "kpi-agent: already tracing %d processes; pid %d is not traced\n",
+			KPI_MAX_TARGETS, pid);
+		return -1;
+	}
+	t = &ag->targets[ag->n_targets];
+	memset(t, 0, sizeof(*t));
+	t->pid = pid;
+	t->start_time = target_start_time(pid);
+	if (!t->start_time || target_exe_path(pid, exe, sizeof(exe))) {
+		fprintf(stderr, "kpi-agent: pid %d: no such process (or it exited)\n", pid);
+		return -1;
+	}
+	ag->n_targets++;
+	/* targets first: syscall handlers see the process from now on */
+	bpf_map__update_elem(ag->skel->maps.targets, &key, sizeof(key), &one, sizeof(one), BPF_ANY);
+	target_refresh(ag, pid);
+	char missing[256] = "";
+	int n_links = 0;
+	for (int i = 0; i < N_USDT; i++) {
+		t->links[i] = bpf_program__attach_usdt(usdt_prog(ag->skel, i), pid, exe, "kpi",
+						       usdt_probes[i].name, NULL);
+		if (t->links[i]) {
+			n_links++;
+			continue;
+		}
+		if (errno == ENOENT) {
+			/* a probe the build compiled out or never fires: the rest still work */
+			size_t l = strlen(missing);
+			snprintf(missing + l, sizeof(missing) - l, "%s%s", l ? ", " : "", usdt_probes[i].name);
+			continue;
+		}
+		fprintf(stderr, "kpi-agent: pid %d (%s): cannot attach USDT probe kpi:%s (%s)\n",
+			pid, exe, usdt_probes[i].name, strerror(errno));
+		break;
+	}
+	if (n_links < N_USDT && (!t->links[0] || !t->links[N_USDT - 1] || missing[0] == 0)) {
+		/* without admitted/response__end there is no request to record */
+		fprintf(stderr, "kpi-agent: pid %d (%s) is not traced: %s; is it a kpi-infer built with "
+			"its USDT probes (daemon/kpi_probes.d)?\n", pid, exe,
+			missing[0] ? "its kpi probes are missing" : "attaching failed");
+		t->failed = true;
+		for (int k = 0; k < N_USDT; k++) {
+			bpf_link__destroy(t->links[k]);
+			t->links[k] = NULL;
+		}
+		bpf_map__delete_elem(ag->skel->maps.targets, &key, sizeof(key), 0);
+		return -1;
+	}
+	if (missing[0])
+		fprintf(stderr, "kpi-agent: pid %d has no call site for kpi:%s (those events will not "
+			"be seen)\n", pid, missing);
+	printf("attached to pid %d (%s)\n", pid, exe);
+	return 0;
+}
+
+/* Removes every BPF map entry that belongs to pid. */
+static void forget_maps(struct agent *ag, pid_t pid)
+{
+	__u32 key = (__u32)pid;
+	__u64 k, next, *prev = NULL;
+	int fd = bpf_map__fd(ag->skel->maps.conns);
+
+	bpf_map__delete_elem(ag->skel->maps.targets, &key, sizeof(key), 0);
+	bpf_map__delete_elem(ag->skel->maps.runq_total, &key, sizeof(key), 0);
+	/* deleting while walking restarts the walk; collect first */
+	__u64 doomed[4096];
+	int n = 0;
+	while (bpf_map_get_next_key(fd, prev, &next) == 0 && n < 4096) {
+		if ((next >> 32) == (__u32)pid)
+			doomed[n++] = next;
+		k = next;
+		prev = &k;
+	}
+	for (int i = 0; i < n; i++)
+		bpf_map_delete_elem(fd, &doomed[i]);
+	if (!ag->feat.raw_tp) {
+		__u32 tk, tnext, *tprev = NULL, tgid;
+		int tfd = bpf_map__fd(ag->skel->maps.target_tids);
+		__u32 tdoomed[8192];
+		n = 0;
+		while (bpf_map_get_next_key(tfd, tprev, &tnext) == 0 && n < 8192) {
+			if (bpf_map_lookup_elem(tfd, &tnext, &tgid) == 0 && tgid == (__u32)pid)
+				tdoomed[n++] = tnext;
+			tk = tnext;
+			tprev = &tk;
+		}
+		for (int i = 0; i < n; i++)
+			bpf_map_delete_elem(tfd, &tdoomed[i]);
+	}
+}
+
+static void target_detach(struct agent *ag, int idx, bool announce)
+{
+	struct target *t = &ag->targets[idx];
+
+	/* events already in the ring belong to completed requests: keep them */
+	ring_buffer__consume(ag->rb);
+	for (int i = 0; i < N_USDT; i++)
+		bpf_link__destroy(t->links[i]);
+	forget_maps(ag, t->pid);
+	assemble_forget_pid(ag->asm_, (uint32_t)t->pid);
+	if (announce && !t->failed)
+		printf("detached from pid %d\n", t->pid);
+	ag->targets[idx] = ag->targets[--ag->n_targets];
+}
+
+static bool wanted(pid_t pid)
+{
+	if (!env.n_pids)
+		return true;
+	for (int i = 0; i < env.n_pids; i++)
+		if (env.pids[i] == pid)
+			return true;
+	return false;
+}
+
+static void rescan(struct agent *ag)
+{
+	pid_t found[KPI_MAX_TARGETS];
+	int n;
+
+	for (int i = ag->n_targets - 1; i >= 0; i--) {
+		struct target *t = &ag->targets[i];
+		if (target_start_time(t->pid) != t->start_time)
+			target_detach(ag, i, true);
+		else if (!t->failed)
+			target_refresh(ag, t->pid);
+	}
+	if (env.n_pids) {
+		n = 0;
+		for (int i = 0; i < env.n_pids; i++)
+			if (target_start_time(env.pids[i]))
+				found[n++] = env.pids[i];
+	} else {
+		n = targets_scan(env.exe, found, KPI_MAX_TARGETS);
+	}
+	for (int i = 0; i < n; i++) {
+		bool known = false;
+		for (int k = 0; k < ag->n_targets && !known; k++)
+			known = ag->targets[k].pid == found[i];
+		if (!known && wanted(found[i]))
+			target_attach(ag, found[i]);
+	}
+}
+
+/* ---- program selection --------------------------------------------------------------- */
+
+static void choose_programs(struct agent *ag)
+{
+	struct kpi_bpf *s = ag->skel;
+	struct bpf_program *p;
+	bool sys_tp = ag->feat.syscall_tp, sched_raw = ag->feat.raw_tp;
+
+	bpf_object__for_each_program(p, s->obj) {
+		const char *sec = bpf_program__section_name(p);
+		bool load = true;
+		if (!strncmp(sec, "tracepoint/syscalls/", 20))
+			load = sys_tp;
+		else if (!strcmp(sec, "raw_tp/sys_enter") || !strcmp(sec, "raw_tp/sys_exit"))
+			load = !sys_tp && ag->feat.raw_tp;
+		else if (!strncmp(sec, "raw_tp/sched_", 13))
+			load = sched_raw;
+		else if (!strncmp(sec, "tracepoint/sched/", 17))
+			load = !sched_raw && ag->feat.sched_tp;
+		else if (!strcmp(sec, "tracepoint/tcp/tcp_probe"))
+			load = ag->feat.tcp_probe_tp;
+		bpf_program__set_autoload(p, load);
+	}
+	s->rodata->nr_read = SYS_read;
+	s->rodata->nr_readv = SYS_readv;
+	s->rodata->nr_write = SYS_write;
+	s->rodata->nr_writev = SYS_writev;
+	s->rodata->nr_close = SYS_close;
+	s->rodata->nr_recvfrom = SYS_recvfrom;
+	s->rodata->nr_recvmsg = SYS_recvmsg;
+	s->rodata->nr_sendto = SYS_sendto;
+	s->rodata->nr_sendmsg = SYS_sendmsg;
+	if (env.verbose)
+		fprintf(stderr, "kpi-agent: syscalls via %s, run queue via %s, tcp arrival %s\n",
+			sys_tp ? "tracepoints" : "raw_tp sys_enter/sys_exit",
+			sched_raw ? "raw_tp" : ag->feat.sched_tp ? "tracepoints" : "(off: no sched tracepoints)",
+			ag->feat.tcp_probe_tp ? "via tcp:tcp_probe" : "off (read() time is used)");
+}
+
+/* Attaches every loaded non-USDT program (USDT ones attach per target). */
+static int attach_global(struct agent *ag)
+{
+	struct bpf_program *p;
+
+	bpf_object__for_each_program(p, ag->skel->obj) {
+		if (!bpf_program__autoload(p) || !strcmp(bpf_program__section_name(p), "usdt"))
+			continue;
+		struct bpf_link *l = bpf_program__attach(p);
+		if (!l) {
+			fprintf(stderr, "kpi-agent: cannot attach %s (%s): %s\n", bpf_program__name(p),
+				bpf_program__section_name(p), strerror(errno));
+			return -1;
+		}
+		if (ag->n_global_links < (int)(sizeof(ag->global_links) / sizeof(ag->global_links[0])))
+			ag->global_links[ag->n_global_links++] = l;
+	}
+	return 0;
+}
+
+static void flush(struct agent *ag, uint64_t now, bool final)
+{
+	static uint64_t last_err;
+	char err[512];
+
+	if (!trace_store_flush(ag->store, ag->asm_, now, read_counter(ag, KPI_CNT_DROPS), err, sizeof(err)))
+		return;
+	/* once per interval, not once per flush */
+	if (final || now - last_err >= SAMPLE_NS) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		last_err = now;
+	}
+}
+
+static void sample(struct agent *ag, uint64_t now)
+{
+	uint32_t pids[KPI_MAX_TARGETS];
+	uint64_t runq[KPI_MAX_TARGETS];
+	int n = 0;
+
+	for (int i = 0; i < ag->n_targets; i++) {
+		if (ag->targets[i].failed)
+			continue;
+		pids[n] = (uint32_t)ag->targets[i].pid;
+		runq[n] = runq_total(ag, pids[n]);
+		n++;
+	}
+	assemble_sample(ag->asm_, now, pids, runq, n, read_counter(ag, KPI_CNT_DROPS));
+}
+
+int main(int argc, char **argv)
+{
+	struct agent ag = { 0 };
+	char err[512];
+	bool mounted;
+	int rc = 1, r;
+	uint64_t start, next_flush, next_rescan, next_sample;
+	struct kpi_sink sink;
+	struct exporters exp = { 0 };
+
+	setvbuf(stdout, NULL, _IOLBF, 0);
+	parse_args(argc, argv);
+	libbpf_set_print(libbpf_print);
+
+	if (host_check_privileges(err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		return 1;
+	}
+	if (host_ensure_tracefs(&mounted, err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		return 1;
+	}
+	if (mounted)
+		printf("mounted tracefs at /sys/kernel/tracing\n");
+	host_probe_features(&ag.feat);
+	if (!ag.feat.uprobe) {
+		fprintf(stderr, "kpi-agent: this kernel has no uprobe support (no "
+			"/sys/bus/event_source/devices/uprobe): USDT probes cannot be traced; "
+			"use a kernel built with CONFIG_UPROBE_EVENTS=y\n");
+		return 1;
+	}
+	if (!ag.feat.syscall_tp && !ag.feat.raw_tp) {
+		fprintf(stderr, "kpi-agent: this kernel has neither syscall tracepoints nor raw "
+			"tracepoints: socket reads and writes cannot be traced\n");
+		return 1;
+	}
+	ag.n_cpus = libbpf_num_possible_cpus();
+
+	ag.skel = kpi_bpf__open();
+	if (!ag.skel) {
+		fprintf(stderr, "kpi-agent: cannot open the BPF object: %s\n", strerror(errno));
+		return 1;
+	}
+	bpf_map__set_max_entries(ag.skel->maps.events, (__u32)env.ringbuf_mb << 20);
+	choose_programs(&ag);
+	r = kpi_bpf__load(ag.skel);
+	if (r) {
+		fprintf(stderr, "kpi-agent: loading the BPF programs failed (%s); run with -v for "
+			"the verifier's log\n", strerror(-r));
+		goto cleanup;
+	}
+	if (attach_global(&ag))
+		goto cleanup;
+
+	ag.store = trace_store_open(env.db, env.token_detail, err, sizeof(err));
+	if (!ag.store) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		goto cleanup;
+	}
+	ag.asm_ = assemble_new();
+	sink = trace_store_sink(ag.store);
+	assemble_add_sink(ag.asm_, &sink);
+	if (exporters_start(&exp, ag.asm_, env.metrics, env.otlp, err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		goto cleanup;
+	}
+	ag.rb = ring_buffer__new(bpf_map__fd(ag.skel->maps.events), handle_event, &ag, NULL);
+	if (!ag.rb) {
+		fprintf(stderr, "kpi-agent: cannot open the BPF ring buffer: %s\n", strerror(errno));
+		goto cleanup;
+	}
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	printf("writing %s (run %lld)\n", env.db, (long long)trace_store_run_id(ag.store));
+
+	rescan(&ag);
+	if (env.n_pids && !ag.n_targets) {
+		fprintf(stderr, "kpi-agent: none of the --pid processes could be traced\n");
+		goto cleanup;
+	}
+	if (!ag.n_targets)
+		printf("waiting for %s to start\n", env.exe ? env.exe : TARGET_DEFAULT_NAME);
+
+	start = now_ns();
+	next_flush = start + (uint64_t)env.flush_ms * 1000000ull;
+	next_rescan = start + RESCAN_NS;
+	next_sample = start + SAMPLE_NS;
+	sample(&ag, start);
+	while (!exiting) {
+		uint64_t now = now_ns(), wake = next_flush;
+		if (next_rescan < wake)
+			wake = next_rescan;
+		if (next_sample < wake)
+			wake = next_sample;
+		int timeout = wake > now ? (int)((wake - now) / 1000000ull) + 1 : 0;
+		r = ring_buffer__poll(ag.rb, timeout);
+		if (r < 0 && r != -EINTR) {
+			fprintf(stderr, "kpi-agent: polling the ring buffer failed: %s\n", strerror(-r));
+			goto cleanup;
+		}
+		now = now_ns();
+		if (env.duration > 0 && now - start >= (uint64_t)(env.duration * 1e9))
+			break;
+		if (now >= next_sample) {
+			sample(&ag, now);
+			next_sample += SAMPLE_NS;
+			if (next_sample <= now)
+				next_sample = now + SAMPLE_NS;
+		}
+		if (now >= next_rescan) {
+			rescan(&ag);
+			next_rescan = now + RESCAN_NS;
+		}
+		if (now >= next_flush) {
+			flush(&ag, now, false);
+			next_flush += (uint64_t)env.flush_ms * 1000000ull;
+			if (next_flush <= now)
+				next_flush = now + (uint64_t)env.flush_ms * 1000000ull;
+		}
+	}
+	/* everything already in the ring is written before exit */
+	ring_buffer__consume(ag.rb);
+	flush(&ag, now_ns(), true);
+	rc = 0;
+	{
+		struct assemble_stats st;
+		assemble_stats(ag.asm_, &st);
+		printf("stopped: %llu requests (%llu rejected), %llu events, %llu ring-buffer drops\n",
+		       (unsigned long long)st.requests, (unsigned long long)st.rejected,
+		       (unsigned long long)st.events, (unsigned long long)read_counter(&ag, KPI_CNT_DROPS));
+	}
+cleanup:
+	exporters_stop(&exp);
+	for (int i = ag.n_targets - 1; i >= 0; i--) {
+		for (int k = 0; k < N_USDT; k++)
+			bpf_link__destroy(ag.targets[i].links[k]);
+	}
+	for (int i = 0; i < ag.n_global_links; i++)
+		bpf_link__destroy(ag.global_links[i]);
+	ring_buffer__free(ag.rb);
+	if (ag.store)
+		trace_store_close(ag.store);
+	assemble_free(ag.asm_);
+	kpi_bpf__destroy(ag.skel);
+	return rc;
+}

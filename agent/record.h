@@ -1,0 +1,69 @@
+/* record.h - what the agent produces: one record per request, per batch step,
+ * per sample, per in-flight request; and the sink interface that consumers
+ * (the SQLite store, later exporters) implement to receive them. */
+#ifndef KPI_RECORD_H
+#define KPI_RECORD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include "bpf/kpi_event.h"
+
+/* An integer column with no value (stored as SQL NULL). */
+#define KPI_NULL INT64_MIN
+
+struct kpi_request_record {
+	char request_id[KPI_REQID_LEN];
+	uint32_t pid;
+	int64_t seq_id;
+	/* CLOCK_MONOTONIC ns; for rejected requests t_admit is the rejection */
+	int64_t t_arrive, t_admit, t_sched, t_first, t_last, t_first_write, t_done;
+	/* phases: contiguous, non-null ones sum exactly to e2e */
+	int64_t net_in, queue, prefill, decode, net_out;
+	int64_t ttft, tpot, e2e, itl_p50, itl_p99, itl_max;
+	int64_t prompt_tokens, output_tokens, http_status, preemptions, srtt_us, runq_ns;
+	int arrive_src;                 /* enum kpi_arrive_src, 0 = admit time */
+	const char *finish_reason;      /* stop | length | cancelled | error | NULL */
+	const char *reject_reason;      /* rejected only */
+	/* token write times (sys_exit), first = the write of the first token;
+	 * valid only during the sink callback */
+	const uint64_t *token_writes;
+	size_t n_token_writes;
+};
+
+struct kpi_step_record {
+	uint32_t pid;
+	uint64_t step_id;
+	uint64_t t_start, t_end;
+	int prefill_tokens, decode_seqs, kv_used, kv_free;
+};
+
+struct kpi_sample_record {
+	uint32_t pid;
+	uint64_t t;
+	int queue_depth, running;
+	int64_t kv_used, kv_free;       /* KPI_NULL before the first step */
+	double kv_usage;                /* < 0: unknown */
+	double requests_per_s, output_tokens_per_s;
+	int preemptions, rejections, errors;
+	uint64_t drops, runq_ns;
+};
+
+struct kpi_inflight_record {
+	const char *request_id;
+	uint32_t pid;
+	const char *state;              /* arriving | queued | prefill | decode | writing */
+	int64_t t_arrive, t_admit, t_sched, t_first, prompt_tokens;
+	int output_writes;
+};
+
+/* A consumer of records.  Callbacks run on the agent's main thread, must not
+ * block, and copy what they keep. */
+struct kpi_sink {
+	void *ctx;
+	void (*request)(void *ctx, const struct kpi_request_record *r);
+	void (*step)(void *ctx, const struct kpi_step_record *s);
+	void (*sample)(void *ctx, const struct kpi_sample_record *s);
+};
+
+#endif

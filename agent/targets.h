@@ -1,0 +1,25 @@
+/* targets.h - finding kpi-infer processes in /proc and what the agent needs
+ * to know about them (listening ports, threads, identity across pid reuse). */
+#ifndef KPI_TARGETS_H
+#define KPI_TARGETS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define TARGET_DEFAULT_NAME "kpi-infer"
+
+/* Pids whose executable is exe (a path; NULL: any file named kpi-infer),
+ * excluding the caller.  Returns how many were stored in out (<= max). */
+int targets_scan(const char *exe, pid_t *out, int max);
+/* Start time of pid in clock ticks since boot (0: gone); pid + start time
+ * names a process even after its pid is reused. */
+unsigned long long target_start_time(pid_t pid);
+/* The executable's path as the kernel sees it (for uprobes). */
+int target_exe_path(pid_t pid, char *buf, size_t len);
+/* TCP ports pid listens on (host order).  Returns the count. */
+int target_listen_ports(pid_t pid, uint16_t *ports, int max);
+/* Thread ids of pid.  Returns the count. */
+int target_threads(pid_t pid, pid_t *tids, int max);
+
+#endif

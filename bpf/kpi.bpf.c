@@ -1,0 +1,620 @@
+// SPDX-License-Identifier: GPL-2.0
+/* kpi.bpf.c - kpi-agent's kernel side: USDT handlers for every kpi-infer probe,
+ * socket read/write/close of the targets, tcp arrival + RTT, run-queue delay. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include <bpf/bpf_core_read.h>
+#include <bpf/usdt.bpf.h>
+#include "kpi_event.h"
+
+#define S_IFMT   0170000
+#define S_IFSOCK 0140000
+#define TASK_RUNNING 0
+
+char LICENSE[] SEC("license") = "GPL";
+
+
+/* ---- maps ------------------------------------------------------------- */
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);   /* resized from --ringbuf-mb */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KPI_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* tgid -> 1: the processes we trace (written by the agent). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KPI_MAX_TARGETS);
+	__type(key, __u32);
+	__type(value, __u8);
+} targets SEC(".maps");
+
+/* Local TCP ports the targets listen on (host order): filters tcp_probe. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u16);
+	__type(value, __u8);
+} target_ports SEC(".maps");
+
+/* tid -> tgid of the targets' threads: only for the tracepoint flavour of
+ * the sched handlers, which see tids but not tgids. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 8192);
+	__type(key, __u32);
+	__type(value, __u32);
+} target_tids SEC(".maps");
+
+struct conn {
+	__u64 sk;       /* struct sock *, 0 when the fd is not a socket */
+	__u8 busy;      /* a request is in progress on this connection */
+	__u8 is_sock;
+};
+
+/* (tgid << 32 | fd) -> connection state. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KPI_MAX_CONNS);
+	__type(key, __u64);
+	__type(value, struct conn);
+} conns SEC(".maps");
+
+/* first_ts: arrival of the first data segment not yet consumed by a read.
+ * Reads clear it, so it is the next request's first segment even when that
+ * segment lands before the daemon's response__end for the previous one. */
+struct sk_state {
+	__u64 first_ts;
+	__u32 srtt_us;
+	__u32 pad;
+};
+
+/* struct sock * -> arrival state, fed by tcp:tcp_probe. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, KPI_MAX_CONNS);
+	__type(key, __u64);
+	__type(value, struct sk_state);
+} socks SEC(".maps");
+
+enum { SYS_READ = 1, SYS_WRITE = 2 };
+struct sys_arg {
+	int fd;
+	int kind;
+};
+
+/* pid_tgid -> fd of the read/write in progress (LRU: a thread that dies in
+ * a syscall never reaches its exit handler). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct sys_arg);
+} sys_args SEC(".maps");
+
+/* tid -> time it became runnable (LRU for the same reason). */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u32);
+	__type(value, __u64);
+} runq_start SEC(".maps");
+
+/* tgid -> cumulative run-queue delay of its threads, ns. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KPI_MAX_TARGETS);
+	__type(key, __u32);
+	__type(value, __u64);
+} runq_total SEC(".maps");
+
+/* ---- helpers ---------------------------------------------------------- */
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		(*v)++;
+}
+
+static __always_inline bool is_target(__u32 tgid)
+{
+	return bpf_map_lookup_elem(&targets, &tgid) != NULL;
+}
+
+static __always_inline __u64 runq_of(__u32 tgid)
+{
+	__u64 *v = bpf_map_lookup_elem(&runq_total, &tgid);
+	return v ? *v : 0;
+}
+
+/* Reserve a zeroed event of `type`; counts a drop when the ring is full. */
+static __always_inline struct kpi_event *ev_new(__u32 type, __u32 tgid, __u64 ts)
+{
+	struct kpi_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		count(KPI_CNT_DROPS);
+		return NULL;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->type = type;
+	e->pid = tgid;
+	e->ts = ts;
+	e->fd = -1;
+	return e;
+}
+
+static __always_inline void ev_send(struct kpi_event *e)
+{
+	count(KPI_CNT_EVENTS);
+	bpf_ringbuf_submit(e, 0);
+}
+
+static __always_inline __u64 conn_key(__u32 tgid, int fd)
+{
+	return ((__u64)tgid << 32) | (__u32)fd;
+}
+
+/* struct sock * behind fd in the current task, 0 when fd is not a socket. */
+static __always_inline __u64 fd_to_sk(int fd)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	struct fdtable *fdt = BPF_CORE_READ(t, files, fdt);
+	struct file **fda;
+	struct file *f = NULL;
+	struct socket *sock;
+	umode_t mode;
+
+	if (!fdt || fd < 0 || (unsigned int)fd >= BPF_CORE_READ(fdt, max_fds))
+		return 0;
+	fda = BPF_CORE_READ(fdt, fd);
+	bpf_probe_read_kernel(&f, sizeof(f), &fda[fd]);
+	if (!f)
+		return 0;
+	mode = BPF_CORE_READ(f, f_inode, i_mode);
+	if ((mode & S_IFMT) != S_IFSOCK)
+		return 0;
+	sock = BPF_CORE_READ(f, private_data);
+	return (__u64)BPF_CORE_READ(sock, sk);
+}
+
+/* ---- USDT: request lifecycle ----------------------------------------- */
+
+static __always_inline int usdt_simple(__u32 type, __u64 id, int a, int b, int c)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_event *e = ev_new(type, tgid, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->id = id;
+	e->a = a;
+	e->b = b;
+	e->c = c;
+	if (type == KPI_EV_FINISH)
+		e->runq_ns = runq_of(tgid);
+	ev_send(e);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_request_admitted, __u64 id, int fd, int prompt_tokens, int max_tokens,
+	     const char *request_id)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_event *e = ev_new(KPI_EV_ADMIT, tgid, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->id = id;
+	e->fd = fd;
+	e->a = prompt_tokens;
+	e->b = max_tokens;
+	bpf_probe_read_user_str(e->reqid, sizeof(e->reqid), request_id);
+	ev_send(e);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_request_rejected, int fd, int status, int reason, const char *request_id)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_event *e = ev_new(KPI_EV_REJECT, tgid, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->fd = fd;
+	e->a = status;
+	e->b = reason;
+	bpf_probe_read_user_str(e->reqid, sizeof(e->reqid), request_id);
+	ev_send(e);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_request_scheduled, __u64 id)
+{
+	return usdt_simple(KPI_EV_SCHED, id, 0, 0, 0);
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_step_begin, __u64 step, int prefill_tokens, int decode_seqs, int kv_used,
+	     int kv_free)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_event *e = ev_new(KPI_EV_STEP_BEGIN, tgid, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->id = step;
+	e->a = prefill_tokens;
+	e->b = decode_seqs;
+	e->c = kv_used;
+	e->d = kv_free;
+	ev_send(e);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_step_end, __u64 step)
+{
+	return usdt_simple(KPI_EV_STEP_END, step, 0, 0, 0);
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_request_first_token, __u64 id)
+{
+	return usdt_simple(KPI_EV_FIRST, id, 0, 0, 0);
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_request_preempted, __u64 id)
+{
+	return usdt_simple(KPI_EV_PREEMPT, id, 0, 0, 0);
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_request_finished, __u64 id, int output_tokens, int finish_reason)
+{
+	return usdt_simple(KPI_EV_FINISH, id, output_tokens, finish_reason, 0);
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_request_cancelled, __u64 id)
+{
+	return usdt_simple(KPI_EV_CANCEL, id, 0, 0, 0);
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_response_start, __u64 id, int fd)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_event *e = ev_new(KPI_EV_RESP_START, tgid, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->id = id;
+	e->fd = fd;
+	ev_send(e);
+	return 0;
+}
+
+/* The response is complete: the connection goes idle, so the next data
+ * segment or read on it starts a new request (keep-alive). */
+SEC("usdt")
+int BPF_USDT(kpi_response_end, __u64 id, int fd, int http_status)
+{
+	__u64 ts = bpf_ktime_get_ns();
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 key = conn_key(tgid, fd);
+	struct conn *c = bpf_map_lookup_elem(&conns, &key);
+	struct kpi_event *e;
+
+	if (c)
+		c->busy = 0;
+	e = ev_new(KPI_EV_RESP_END, tgid, ts);
+	if (!e)
+		return 0;
+	e->id = id;
+	e->fd = fd;
+	e->a = http_status;
+	e->runq_ns = runq_of(tgid);
+	ev_send(e);
+	return 0;
+}
+
+/* ---- TCP: first data segment of a request, smoothed RTT ---------------- */
+
+SEC("tracepoint/tcp/tcp_probe")
+int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
+{
+	__u16 port = ctx->sport;
+	__u64 sk = (__u64)ctx->skaddr;
+	struct sk_state *s, init = {};
+
+	if (!bpf_map_lookup_elem(&target_ports, &port))
+		return 0;
+	s = bpf_map_lookup_elem(&socks, &sk);
+	if (s) {
+		s->srtt_us = ctx->srtt;
+		if (ctx->data_len && !s->first_ts)
+			s->first_ts = bpf_ktime_get_ns();
+		return 0;
+	}
+	if (!ctx->data_len)
+		return 0;
+	init.first_ts = bpf_ktime_get_ns();
+	init.srtt_us = ctx->srtt;
+	bpf_map_update_elem(&socks, &sk, &init, BPF_NOEXIST);
+	return 0;
+}
+
+/* ---- syscalls: reads, writes and closes of the targets' sockets --------- */
+
+static __always_inline int sys_enter(int fd, int kind)
+{
+	__u64 pt = bpf_get_current_pid_tgid();
+	struct sys_arg a = { .fd = fd, .kind = kind };
+
+	if (!is_target(pt >> 32))
+		return 0;
+	bpf_map_update_elem(&sys_args, &pt, &a, BPF_ANY);
+	return 0;
+}
+
+static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
+{
+	__u64 key = conn_key(tgid, fd);
+	struct conn *c = bpf_map_lookup_elem(&conns, &key);
+	struct sk_state *s;
+	struct kpi_event *e;
+	__u64 arrive = now;
+	__u32 srtt = 0;
+	int src = KPI_ARRIVE_READ;
+
+	if (!c) {
+		struct conn n = {};
+		n.sk = fd_to_sk(fd);
+		n.is_sock = n.sk != 0;
+		if (bpf_map_update_elem(&conns, &key, &n, BPF_NOEXIST) && n.is_sock)
+			count(KPI_CNT_CONN_FULL);
+		c = bpf_map_lookup_elem(&conns, &key);
+		if (!c)
+			return;
+	}
+	if (!c->is_sock)
+		return;
+	s = bpf_map_lookup_elem(&socks, &c->sk);
+	if (c->busy) {
+		/* more of the same request (body): those segments are consumed */
+		if (s)
+			s->first_ts = 0;
+		return;
+	}
+	c->busy = 1;
+	if (s) {
+		if (s->first_ts && s->first_ts <= now) {
+			arrive = s->first_ts;
+			src = KPI_ARRIVE_TCP;
+		}
+		srtt = s->srtt_us;
+		s->first_ts = 0;
+	}
+	e = ev_new(KPI_EV_ARRIVE, tgid, arrive);
+	if (!e)
+		return;
+	e->fd = fd;
+	e->a = src;
+	e->ts2 = now;
+	e->srtt_us = srtt;
+	e->bytes = ret;
+	e->runq_ns = runq_of(tgid);
+	ev_send(e);
+}
+
+static __always_inline void write_done(__u32 tgid, int fd, long ret, __u64 now)
+{
+	__u64 key = conn_key(tgid, fd);
+	struct conn *c = bpf_map_lookup_elem(&conns, &key);
+	struct kpi_event *e;
+
+	if (!c || !c->busy)
+		return;
+	e = ev_new(KPI_EV_WRITE, tgid, now);
+	if (!e)
+		return;
+	e->fd = fd;
+	e->bytes = ret;
+	ev_send(e);
+}
+
+static __always_inline int sys_exit(long ret)
+{
+	__u64 now = bpf_ktime_get_ns();
+	__u64 pt = bpf_get_current_pid_tgid();
+	struct sys_arg *a = bpf_map_lookup_elem(&sys_args, &pt);
+	int fd, kind;
+
+	if (!a)
+		return 0;
+	fd = a->fd;
+	kind = a->kind;
+	bpf_map_delete_elem(&sys_args, &pt);
+	if (ret <= 0)
+		return 0;
+	if (kind == SYS_READ)
+		read_done(pt >> 32, fd, ret, now);
+	else
+		write_done(pt >> 32, fd, ret, now);
+	return 0;
+}
+
+static __always_inline int sys_close(int fd)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	__u64 key;
+	struct conn *c;
+
+	if (!is_target(tgid))
+		return 0;
+	key = conn_key(tgid, fd);
+	c = bpf_map_lookup_elem(&conns, &key);
+	if (!c)
+		return 0;
+	if (c->sk)
+		bpf_map_delete_elem(&socks, &c->sk);
+	if (c->busy) {
+		struct kpi_event *e = ev_new(KPI_EV_CLOSE, tgid, bpf_ktime_get_ns());
+		if (e) {
+			e->fd = fd;
+			ev_send(e);
+		}
+	}
+	bpf_map_delete_elem(&conns, &key);
+	return 0;
+}
+
+/* Tracepoint flavour: one program per syscall (syscalls:sys_{enter,exit}_*). */
+#define SYS_TP(name, kind)                                                        \
+	SEC("tracepoint/syscalls/sys_enter_" #name)                               \
+	int kpi_enter_##name(struct trace_event_raw_sys_enter *ctx)               \
+	{ return sys_enter((int)ctx->args[0], kind); }                            \
+	SEC("tracepoint/syscalls/sys_exit_" #name)                                \
+	int kpi_exit_##name(struct trace_event_raw_sys_exit *ctx)                 \
+	{ return sys_exit(ctx->ret); }
+
+SYS_TP(read, SYS_READ)
+SYS_TP(readv, SYS_READ)
+SYS_TP(recvfrom, SYS_READ)
+SYS_TP(recvmsg, SYS_READ)
+SYS_TP(write, SYS_WRITE)
+SYS_TP(writev, SYS_WRITE)
+SYS_TP(sendto, SYS_WRITE)
+SYS_TP(sendmsg, SYS_WRITE)
+
+SEC("tracepoint/syscalls/sys_enter_close")
+int kpi_enter_close(struct trace_event_raw_sys_enter *ctx)
+{
+	return sys_close((int)ctx->args[0]);
+}
+
+/* raw_tp flavour for kernels without syscall tracepoints: the agent writes
+ * this arch's syscall numbers here before load (-1: not traced). */
+const volatile long nr_read = -1, nr_readv = -1, nr_recvfrom = -1, nr_recvmsg = -1;
+const volatile long nr_write = -1, nr_writev = -1, nr_sendto = -1, nr_sendmsg = -1;
+const volatile long nr_close = -1;
+
+SEC("raw_tp/sys_enter")
+int BPF_PROG(kpi_raw_sys_enter, struct pt_regs *regs, long id)
+{
+	int fd;
+
+	if (id < 0)
+		return 0;
+	fd = (int)PT_REGS_PARM1_CORE_SYSCALL(regs);
+	if (id == nr_read || id == nr_readv || id == nr_recvfrom || id == nr_recvmsg)
+		return sys_enter(fd, SYS_READ);
+	if (id == nr_write || id == nr_writev || id == nr_sendto || id == nr_sendmsg)
+		return sys_enter(fd, SYS_WRITE);
+	if (id == nr_close)
+		return sys_close(fd);
+	return 0;
+}
+
+SEC("raw_tp/sys_exit")
+int BPF_PROG(kpi_raw_sys_exit, struct pt_regs *regs, long ret)
+{
+	return sys_exit(ret);
+}
+
+/* ---- sched: run-queue delay of the targets' threads ------------------- */
+
+static __always_inline void runq_mark(__u32 tgid, __u32 tid)
+{
+	__u64 ts;
+
+	if (!tid || !is_target(tgid))
+		return;
+	ts = bpf_ktime_get_ns();
+	bpf_map_update_elem(&runq_start, &tid, &ts, BPF_ANY);
+}
+
+static __always_inline void runq_take(__u32 tgid, __u32 tid)
+{
+	__u64 *start = bpf_map_lookup_elem(&runq_start, &tid);
+	__u64 delta, *tot;
+
+	if (!start)
+		return;
+	delta = bpf_ktime_get_ns() - *start;
+	bpf_map_delete_elem(&runq_start, &tid);
+	tot = bpf_map_lookup_elem(&runq_total, &tgid);
+	if (tot) {
+		__sync_fetch_and_add(tot, delta);
+	} else {
+		bpf_map_update_elem(&runq_total, &tgid, &delta, BPF_NOEXIST);
+	}
+}
+
+SEC("raw_tp/sched_wakeup")
+int BPF_PROG(kpi_raw_wakeup, struct task_struct *p)
+{
+	runq_mark(BPF_CORE_READ(p, tgid), BPF_CORE_READ(p, pid));
+	return 0;
+}
+
+SEC("raw_tp/sched_wakeup_new")
+int BPF_PROG(kpi_raw_wakeup_new, struct task_struct *p)
+{
+	runq_mark(BPF_CORE_READ(p, tgid), BPF_CORE_READ(p, pid));
+	return 0;
+}
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(kpi_raw_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	if (BPF_CORE_READ(prev, __state) == TASK_RUNNING)
+		runq_mark(BPF_CORE_READ(prev, tgid), BPF_CORE_READ(prev, pid));
+	runq_take(BPF_CORE_READ(next, tgid), BPF_CORE_READ(next, pid));
+	return 0;
+}
+
+/* Tracepoint flavour: sees tids only, so it looks them up in target_tids. */
+static __always_inline __u32 tgid_of_tid(__u32 tid)
+{
+	__u32 *t = bpf_map_lookup_elem(&target_tids, &tid);
+	return t ? *t : 0;
+}
+
+SEC("tracepoint/sched/sched_wakeup")
+int kpi_tp_wakeup(struct trace_event_raw_sched_wakeup_template *ctx)
+{
+	__u32 tgid = tgid_of_tid(ctx->pid);
+	if (tgid)
+		runq_mark(tgid, ctx->pid);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_wakeup_new")
+int kpi_tp_wakeup_new(struct trace_event_raw_sched_wakeup_template *ctx)
+{
+	__u32 tgid = tgid_of_tid(ctx->pid);
+	if (tgid)
+		runq_mark(tgid, ctx->pid);
+	return 0;
+}
+
+SEC("tracepoint/sched/sched_switch")
+int kpi_tp_switch(struct trace_event_raw_sched_switch *ctx)
+{
+	__u32 prev = tgid_of_tid(ctx->prev_pid), next = tgid_of_tid(ctx->next_pid);
+
+	if (prev && ctx->prev_state == TASK_RUNNING)
+		runq_mark(prev, ctx->prev_pid);
+	if (next)
+		runq_take(next, ctx->next_pid);
+	return 0;
+}

@@ -1,0 +1,343 @@
+/* cpu_backend.c - the forward pass on CPU: weights read in place from the
+ * mmap'd GGUF, one pass over them per step for the whole batch (each matmul
+ * is split by rows over the worker pool), paged K/V in one F32 pool. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/engine/backend.h"
+#include "daemon/engine/gguf.h"
+#include "daemon/engine/kernels.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/pool.h"
+
+/* Batch rows per tile inside a matmul task: a tile of activations stays in
+ * L2 while the task's weight rows are reused across it. */
+#define MM_TILE 24
+
+struct backend {
+	const struct model *m;
+	struct pool *pool;
+	int kv_blocks, block_size, max_tokens, max_seqs;
+	int dim, q_dim, kv_dim, ffn, hd, n_heads, n_kv, group, ctx, vocab;
+
+	float *kcache, *vcache; /* (n_layers, kv_blocks, n_kv, block_size, hd) */
+	size_t layer_floats;    /* floats of one layer's K (or V) pool */
+	float *rope_cs;         /* (ctx, hd / 2, 2) */
+
+	/* scratch, sized for max_tokens at create */
+	float *x;      /* (T, dim) residual stream */
+	float *xb;     /* (T, dim) normed input of a sublayer */
+	float *q;      /* (T, q_dim) */
+	float *k, *v;  /* (T, kv_dim) */
+	float *att;    /* (T, q_dim) attention output */
+	float *h1, *h3;/* (T, ffn) */
+	float *xl;     /* (max_seqs, dim) normed last hidden of sequences wanting logits */
+	float *scores; /* (threads, group * ctx) */
+	int *tok_seq;  /* (T) sequence index of each token */
+	int *tok_pos;  /* (T) */
+	int *lrow_tok; /* (max_seqs) token index of each logits row */
+};
+
+size_t backend_kv_bytes_per_token(const struct model *m)
+{
+	return (size_t)2 * m->info.n_layers * m->info.n_kv_heads * m->info.head_dim * sizeof(float);
+}
+
+/* ---- parallel jobs ----------------------------------------------------- */
+
+struct mm_seg {
+	const struct mtensor *w;
+	float *y;
+	int ldy;
+	bool accumulate;
+	int first_task; /* cumulative */
+};
+
+struct mm_job {
+	struct mm_seg seg[3];
+	int n_seg, chunk, n_tasks;
+	const float *x;
+	int ldx, nb;
+};
+
+static void mm_task(void *arg, int task, int thread)
+{
+	struct mm_job *j = arg;
+	int s = 0;
+	while (s + 1 < j->n_seg && task >= j->seg[s + 1].first_task)
+		s++;
+	const struct mm_seg *sg = &j->seg[s];
+	int o0 = (task - sg->first_task) * j->chunk;
+	int o1 = o0 + j->chunk < sg->w->rows ? o0 + j->chunk : (int)sg->w->rows;
+	for (int b0 = 0; b0 < j->nb; b0 += MM_TILE) {
+		int nb = j->nb - b0 < MM_TILE ? j->nb - b0 : MM_TILE;
+		matmul_rows(sg->y + (size_t)b0 * sg->ldy, sg->ldy, sg->w->data, sg->w->type,
+			    j->x + (size_t)b0 * j->ldx, j->ldx, (int)sg->w->cols, nb, o0, o1, sg->accumulate);
+	}
+}
+
+/* Y_s = X W_s^T for up to three weight matrices sharing the input X. */
+static void matmul_par(struct backend *b, const float *x, int ldx, int nb, int n_seg,
+		       const struct mtensor *w0, float *y0, int ldy0,
+		       const struct mtensor *w1, float *y1, int ldy1,
+		       const struct mtensor *w2, float *y2, int ldy2, bool accumulate)
+{
+	struct mm_job j = { .x = x, .ldx = ldx, .nb = nb, .n_seg = n_seg };
+	const struct mtensor *ws[3] = { w0, w1, w2 };
+	float *ys[3] = { y0, y1, y2 };
+	int ldys[3] = { ldy0, ldy1, ldy2 };
+	int64_t rows = 0;
+	for (int s = 0; s < n_seg; s++)
+		rows += ws[s]->rows;
+	/* ~8 tasks per thread for balance on a shared machine, rows a multiple of 4 */
+	int chunk = (int)(rows / (pool_threads(b->pool) * 8));
+	chunk = chunk < 16 ? 16 : chunk > 128 ? 128 : chunk;
+	chunk = (chunk + 3) & ~3;
+	j.chunk = chunk;
+	for (int s = 0; s < n_seg; s++) {
+		j.seg[s] = (struct mm_seg){ ws[s], ys[s], ldys[s], accumulate, j.n_tasks };
+		j.n_tasks += (int)((ws[s]->rows + chunk - 1) / chunk);
+	}
+	pool_run(b->pool, mm_task, &j, j.n_tasks);
+}
+
+struct attn_job {
+	struct backend *b;
+	struct kv_layer_view view;
+	const struct backend_batch *batch;
+};
+
+static void attn_task(void *arg, int task, int thread)
+{
+	struct attn_job *j = arg;
+	struct backend *b = j->b;
+	int t = task / b->n_kv, g = task % b->n_kv;
+	int s = b->tok_seq[t];
+	size_t off = (size_t)t * b->q_dim + (size_t)g * b->group * b->hd;
+	attention_paged(b->att + off, b->q + off, b->group, &j->view, g, j->batch->block_tables[s],
+			b->tok_pos[t], b->scores + (size_t)thread * b->group * b->ctx);
+}
+
+enum tok_op { TOK_EMBED, TOK_NORM, TOK_SWIGLU };
+
+struct tok_job {
+	struct backend *b;
+	enum tok_op op;
+	const struct backend_batch *batch;
+	const float *norm_w;
+	int n_tokens, per_task;
+};
+
+static void tok_task(void *arg, int task, int thread)
+{
+	struct tok_job *j = arg;
+	struct backend *b = j->b;
+	int t0 = task * j->per_task, t1 = t0 + j->per_task < j->n_tokens ? t0 + j->per_task : j->n_tokens;
+	for (int t = t0; t < t1; t++) {
+		switch (j->op) {
+		case TOK_EMBED: {
+			const struct mtensor *e = &b->m->tok_embd;
+			int32_t id = j->batch->tokens[t];
+			float *dst = b->x + (size_t)t * b->dim;
+			if (e->type == GGML_F16) {
+				const uint16_t *src = (const uint16_t *)e->data + (size_t)id * b->dim;
+				for (int i = 0; i < b->dim; i++)
+					dst[i] = f16_to_f32(src[i]);
+			} else {
+				memcpy(dst, (const float *)e->data + (size_t)id * b->dim, sizeof(float) * b->dim);
+			}
+			break;
+		}
+		case TOK_NORM:
+			rmsnorm(b->xb + (size_t)t * b->dim, b->x + (size_t)t * b->dim, j->norm_w, b->dim,
+				b->m->norm_eps);
+			break;
+		case TOK_SWIGLU:
+			swiglu(b->h1 + (size_t)t * b->ffn, b->h3 + (size_t)t * b->ffn, b->ffn);
+			break;
+		}
+	}
+}
+
+static void tok_par(struct backend *b, enum tok_op op, const struct backend_batch *batch,
+		    const float *norm_w, int n_tokens)
+{
+	int per = n_tokens / (pool_threads(b->pool) * 4);
+	per = per < 1 ? 1 : per;
+	struct tok_job j = { b, op, batch, norm_w, n_tokens, per };
+	pool_run(b->pool, tok_task, &j, (n_tokens + per - 1) / per);
+}
+
+/* ---- create / destroy -------------------------------------------------- */
+
+static void cpu_destroy(struct backend *b)
+{
+	if (!b)
+		return;
+	pool_destroy(b->pool);
+	free(b->kcache);
+	free(b->vcache);
+	free(b->rope_cs);
+	free(b->x);
+	free(b->xb);
+	free(b->q);
+	free(b->k);
+	free(b->v);
+	free(b->att);
+	free(b->h1);
+	free(b->h3);
+	free(b->xl);
+	free(b->scores);
+	free(b->tok_seq);
+	free(b->tok_pos);
+	free(b->lrow_tok);
+	free(b);
+}
+
+static struct backend *cpu_create(const struct backend_params *p, char *err, size_t errlen)
+{
+	const struct model *m = p->model;
+	const struct model_info *mi = &m->info;
+	struct backend *b = calloc(1, sizeof(*b));
+	b->m = m;
+	b->kv_blocks = p->kv_blocks;
+	b->block_size = p->block_size;
+	b->max_tokens = p->max_tokens;
+	b->max_seqs = p->max_seqs;
+	b->dim = mi->dim;
+	b->hd = mi->head_dim;
+	b->n_heads = mi->n_heads;
+	b->n_kv = mi->n_kv_heads;
+	b->group = mi->n_heads / mi->n_kv_heads;
+	b->q_dim = mi->n_heads * mi->head_dim;
+	b->kv_dim = mi->n_kv_heads * mi->head_dim;
+	b->ffn = mi->ffn_dim;
+	b->ctx = mi->context_length;
+	b->vocab = mi->vocab_size;
+	b->pool = pool_create(p->threads);
+	if (!b->pool) {
+		snprintf(err, errlen, "cannot start %d worker threads (lower --threads)", p->threads);
+		cpu_destroy(b);
+		return NULL;
+	}
+	b->layer_floats = (size_t)p->kv_blocks * b->n_kv * p->block_size * b->hd;
+	size_t kv_floats = b->layer_floats * mi->n_layers;
+	/* calloc of this size maps fresh zero pages: the pool costs RSS only as used */
+	b->kcache = calloc(kv_floats, sizeof(float));
+	b->vcache = calloc(kv_floats, sizeof(float));
+	size_t T = p->max_tokens;
+	b->rope_cs = malloc(sizeof(float) * b->ctx * b->hd);
+	b->x = malloc(sizeof(float) * T * b->dim);
+	b->xb = malloc(sizeof(float) * T * b->dim);
+	b->q = malloc(sizeof(float) * T * b->q_dim);
+	b->k = malloc(sizeof(float) * T * b->kv_dim);
+	b->v = malloc(sizeof(float) * T * b->kv_dim);
+	b->att = malloc(sizeof(float) * T * b->q_dim);
+	b->h1 = malloc(sizeof(float) * T * b->ffn);
+	b->h3 = malloc(sizeof(float) * T * b->ffn);
+	b->xl = malloc(sizeof(float) * p->max_seqs * b->dim);
+	b->scores = malloc(sizeof(float) * pool_threads(b->pool) * b->group * b->ctx);
+	b->tok_seq = malloc(sizeof(int) * T);
+	b->tok_pos = malloc(sizeof(int) * T);
+	b->lrow_tok = malloc(sizeof(int) * p->max_seqs);
+	if (!b->kcache || !b->vcache || !b->rope_cs || !b->x || !b->xb || !b->q || !b->k || !b->v ||
+	    !b->att || !b->h1 || !b->h3 || !b->xl || !b->scores || !b->tok_seq || !b->tok_pos ||
+	    !b->lrow_tok) {
+		snprintf(err, errlen,
+			 "out of memory allocating the KV pool (%zu MiB) and scratch for %d tokens: lower --kv-blocks or --max-batched-tokens",
+			 kv_floats * 2 * sizeof(float) >> 20, p->max_tokens);
+		cpu_destroy(b);
+		return NULL;
+	}
+	rope_table(b->rope_cs, b->ctx, b->hd, m->rope_base);
+	return b;
+}
+
+/* ---- forward ----------------------------------------------------------- */
+
+static int cpu_forward(struct backend *b, const struct backend_batch *bt, char *err, size_t errlen)
+{
+	const struct model *m = b->m;
+	int T = bt->n_tokens, bs = b->block_size;
+	if (T < 1 || T > b->max_tokens || bt->n_seqs < 1 || bt->n_seqs > b->max_seqs) {
+		snprintf(err, errlen, "batch of %d tokens / %d sequences exceeds the backend's %d / %d", T,
+			 bt->n_seqs, b->max_tokens, b->max_seqs);
+		return -1;
+	}
+	for (int s = 0; s < bt->n_seqs; s++)
+		for (int t = bt->seq_start[s]; t < bt->seq_start[s + 1]; t++) {
+			b->tok_seq[t] = s;
+			b->tok_pos[t] = bt->pos0[s] + (t - bt->seq_start[s]);
+			if (b->tok_pos[t] >= b->ctx || bt->tokens[t] < 0 || bt->tokens[t] >= b->vocab) {
+				snprintf(err, errlen, "token %d (id %d) at position %d is outside the model", t,
+					 bt->tokens[t], b->tok_pos[t]);
+				return -1;
+			}
+		}
+
+	tok_par(b, TOK_EMBED, bt, NULL, T);
+	for (int l = 0; l < m->info.n_layers; l++) {
+		const struct model_layer *L = &m->layers[l];
+		struct attn_job aj = { b, { b->kcache + l * b->layer_floats, b->vcache + l * b->layer_floats,
+					    b->n_kv, b->hd, bs }, bt };
+		/* attention: norm, q/k/v in one pass, rotate, cache, attend, project */
+		tok_par(b, TOK_NORM, bt, L->attn_norm.data, T);
+		matmul_par(b, b->xb, b->dim, T, 3, &L->wq, b->q, b->q_dim, &L->wk, b->k, b->kv_dim,
+			   &L->wv, b->v, b->kv_dim, false);
+		for (int t = 0; t < T; t++) {
+			const float *cs = b->rope_cs + (size_t)b->tok_pos[t] * b->hd;
+			rope(b->q + (size_t)t * b->q_dim, b->n_heads, b->hd, cs);
+			rope(b->k + (size_t)t * b->kv_dim, b->n_kv, b->hd, cs);
+			int pos = b->tok_pos[t];
+			int32_t blk = bt->block_tables[b->tok_seq[t]][pos / bs];
+			for (int g = 0; g < b->n_kv; g++) {
+				size_t off = kv_offset(&aj.view, blk, g, pos % bs);
+				memcpy(aj.view.k + off, b->k + (size_t)t * b->kv_dim + g * b->hd, sizeof(float) * b->hd);
+				memcpy(aj.view.v + off, b->v + (size_t)t * b->kv_dim + g * b->hd, sizeof(float) * b->hd);
+			}
+		}
+		pool_run(b->pool, attn_task, &aj, T * b->n_kv);
+		matmul_par(b, b->att, b->q_dim, T, 1, &L->wo, b->x, b->dim, NULL, NULL, 0, NULL, NULL, 0, true);
+		/* feed-forward: norm, gate and up in one pass, SwiGLU, down */
+		tok_par(b, TOK_NORM, bt, L->ffn_norm.data, T);
+		matmul_par(b, b->xb, b->dim, T, 2, &L->w_gate, b->h1, b->ffn, &L->w_up, b->h3, b->ffn,
+			   NULL, NULL, 0, false);
+		tok_par(b, TOK_SWIGLU, bt, NULL, T);
+		matmul_par(b, b->h1, b->ffn, T, 1, &L->w_down, b->x, b->dim, NULL, NULL, 0, NULL, NULL, 0, true);
+	}
+	/* logits for the last token of each sequence that samples */
+	int rows = 0;
+	for (int s = 0; s < bt->n_seqs; s++) {
+		if (bt->logits_row[s] < 0)
+			continue;
+		int t = bt->seq_start[s + 1] - 1;
+		rmsnorm(b->xl + (size_t)bt->logits_row[s] * b->dim, b->x + (size_t)t * b->dim,
+			m->output_norm.data, b->dim, m->norm_eps);
+		if (bt->logits_row[s] + 1 > rows)
+			rows = bt->logits_row[s] + 1;
+	}
+	if (rows)
+		matmul_par(b, b->xl, b->dim, rows, 1, &m->output, bt->logits, b->vocab, NULL, NULL, 0, NULL,
+			   NULL, 0, false);
+	return 0;
+}
+
+static void cpu_kv_copy(struct backend *b, int32_t dst, int32_t src)
+{
+	size_t blk = (size_t)b->n_kv * b->block_size * b->hd;
+	for (int l = 0; l < b->m->info.n_layers; l++) {
+		memcpy(b->kcache + l * b->layer_floats + dst * blk, b->kcache + l * b->layer_floats + src * blk,
+		       blk * sizeof(float));
+		memcpy(b->vcache + l * b->layer_floats + dst * blk, b->vcache + l * b->layer_floats + src * blk,
+		       blk * sizeof(float));
+	}
+}
+
+const struct backend_ops cpu_backend_ops = {
+	.name = "cpu",
+	.create = cpu_create,
+	.destroy = cpu_destroy,
+	.forward = cpu_forward,
+	.kv_copy = cpu_kv_copy,
+};

@@ -1,0 +1,619 @@
+/* engine.c - the engine API of daemon/engine.h: request bookkeeping, the
+ * iteration-level scheduler (continuous batching with chunked prefill and
+ * preemption by recompute, or static batches), sampling and the USDT probes
+ * of the request lifecycle. One thread calls in; the backend does the math. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon/engine.h"
+#include "daemon/engine/backend.h"
+#include "daemon/engine/kv.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/sample.h"
+#include "kpi_probes.h"
+
+/* Default KV pool: max_seqs full contexts, but no more than this. */
+#define KV_DEFAULT_CAP_BYTES (1ull << 30)
+
+enum seq_state { SEQ_WAITING, SEQ_RUNNING };
+
+struct seq {
+	uint64_t id;
+	uint64_t arrival;      /* submit order: running is kept sorted by it */
+	int32_t *tokens;       /* prompt then outputs, [n_prompt + max_out] */
+	int n_prompt, n_out, max_out;
+	int n_cached;          /* positions whose K/V are in the cache */
+	int hwm;               /* most positions ever cached (prompt-token stats) */
+	struct block_table bt;
+	struct sampling_params sp;
+	uint64_t rng;
+	enum seq_state state;
+	bool static_member;    /* part of the current static batch */
+	uint64_t preempted_at; /* step of the last preemption, +1 (0: never) */
+	struct seq *prev, *next;
+};
+
+struct seq_list {
+	struct seq *head, *tail;
+	int n;
+};
+
+struct engine {
+	struct engine_config cfg;
+	struct model *model;
+	const struct backend_ops *ops;
+	struct backend *be;
+	struct kv_pool kv;
+	int blocks_per_seq; /* table capacity: a full context */
+
+	struct seq_list waiting, running;
+	uint64_t next_arrival;
+	int live;          /* requests submitted and not yet reported finished */
+	int static_open;   /* members of the current static batch still unfinished */
+
+	/* events: produced by a step, handed out over one or more engine_step calls */
+	struct engine_event *ev;
+	int ev_n, ev_cap, ev_out;
+	/* requests ended by engine_finish, reported by the next step */
+	struct engine_event *fin;
+	int fin_n, fin_cap;
+
+	/* per-step batch, sized at create */
+	struct seq **b_seq;
+	int *b_take;
+	int32_t *b_tokens;
+	int *b_start, *b_pos0, *b_lrow;
+	const int32_t **b_tables;
+	float *logits;
+	struct sample_scratch ss;
+
+	struct engine_stats st;
+};
+
+/* ---- lists ------------------------------------------------------------- */
+
+static void list_remove(struct seq_list *l, struct seq *s)
+{
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		l->head = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	else
+		l->tail = s->prev;
+	s->prev = s->next = NULL;
+	l->n--;
+}
+
+static void list_push_tail(struct seq_list *l, struct seq *s)
+{
+	s->next = NULL;
+	s->prev = l->tail;
+	if (l->tail)
+		l->tail->next = s;
+	else
+		l->head = s;
+	l->tail = s;
+	l->n++;
+}
+
+static void list_push_head(struct seq_list *l, struct seq *s)
+{
+	s->prev = NULL;
+	s->next = l->head;
+	if (l->head)
+		l->head->prev = s;
+	else
+		l->tail = s;
+	l->head = s;
+	l->n++;
+}
+
+/* Keeps the running list oldest-first, so "newest" (the preemption victim)
+ * is always the tail, and a re-admitted old request keeps its priority. */
+static void list_insert_by_arrival(struct seq_list *l, struct seq *s)
+{
+	struct seq *at = l->tail;
+	while (at && at->arrival > s->arrival)
+		at = at->prev;
+	if (!at) {
+		list_push_head(l, s);
+		return;
+	}
+	s->prev = at;
+	s->next = at->next;
+	if (at->next)
+		at->next->prev = s;
+	else
+		l->tail = s;
+	at->next = s;
+	l->n++;
+}
+
+/* ---- create / destroy -------------------------------------------------- */
+
+static int online_cpus(void)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (int)n : 1;
+}
+
+struct engine *engine_create(const struct engine_config *cfg, char *err, size_t errlen)
+{
+	struct engine *e = calloc(1, sizeof(*e));
+	e->cfg = *cfg;
+	struct engine_config *c = &e->cfg;
+	if (c->max_seqs <= 0)
+		c->max_seqs = 64;
+	if (c->max_batched_tokens <= 0)
+		c->max_batched_tokens = 2048;
+	if (c->block_size <= 0)
+		c->block_size = 16;
+	if (c->threads <= 0)
+		c->threads = online_cpus();
+	if (c->max_seqs > 4096 || c->max_batched_tokens > 1 << 16 || c->block_size > 4096 ||
+	    c->threads > 1024) {
+		snprintf(err, errlen,
+			 "engine limits out of range: max-seqs %d (1..4096), max-batched-tokens %d (1..65536), block size %d (1..4096), threads %d (1..1024)",
+			 c->max_seqs, c->max_batched_tokens, c->block_size, c->threads);
+		goto fail;
+	}
+	if (c->max_batched_tokens < c->max_seqs) {
+		snprintf(err, errlen,
+			 "--max-batched-tokens %d is below --max-seqs %d: every running sequence needs one token a step; raise it or lower --max-seqs",
+			 c->max_batched_tokens, c->max_seqs);
+		goto fail;
+	}
+	if (c->backend == ENGINE_BACKEND_CUDA) {
+		if (!&cuda_backend_ops) {
+			snprintf(err, errlen, "this kpi-infer was built without CUDA: use the CPU backend or rebuild where nvcc is found");
+			goto fail;
+		}
+		e->ops = &cuda_backend_ops;
+	} else {
+		e->ops = &cpu_backend_ops;
+	}
+	if (!c->model_path || !*c->model_path) {
+		snprintf(err, errlen, "no model path given");
+		goto fail;
+	}
+	e->model = model_load(c->model_path, err, errlen);
+	if (!e->model)
+		goto fail;
+	const struct model_info *mi = &e->model->info;
+	e->blocks_per_seq = (mi->context_length + c->block_size - 1) / c->block_size;
+	if (c->kv_blocks <= 0) {
+		size_t per_block = backend_kv_bytes_per_token(e->model) * c->block_size;
+		size_t want = (size_t)c->max_seqs * e->blocks_per_seq;
+		size_t cap = KV_DEFAULT_CAP_BYTES / per_block;
+		if (cap < (size_t)e->blocks_per_seq)
+			cap = e->blocks_per_seq;
+		c->kv_blocks = (int)(want < cap ? want : cap);
+	}
+	if (kv_pool_init(&e->kv, c->kv_blocks)) {
+		snprintf(err, errlen, "out of memory for %d KV block ids", c->kv_blocks);
+		goto fail;
+	}
+	struct backend_params bp = { e->model, c->kv_blocks, c->block_size, c->max_batched_tokens,
+				     c->max_seqs, c->threads };
+	e->be = e->ops->create(&bp, err, errlen);
+	if (!e->be)
+		goto fail;
+	int ms = c->max_seqs, vocab = mi->vocab_size;
+	e->b_seq = calloc(ms, sizeof(*e->b_seq));
+	e->b_take = calloc(ms, sizeof(int));
+	e->b_tokens = calloc(c->max_batched_tokens, sizeof(int32_t));
+	e->b_start = calloc(ms + 1, sizeof(int));
+	e->b_pos0 = calloc(ms, sizeof(int));
+	e->b_lrow = calloc(ms, sizeof(int));
+	e->b_tables = calloc(ms, sizeof(*e->b_tables));
+	e->logits = calloc((size_t)ms * vocab, sizeof(float));
+	e->ss.probs = calloc(vocab, sizeof(float));
+	e->ss.order = calloc(vocab, sizeof(int32_t));
+	e->ev_cap = 4 * ms + 16;
+	e->ev = calloc(e->ev_cap, sizeof(*e->ev));
+	e->fin_cap = 16;
+	e->fin = calloc(e->fin_cap, sizeof(*e->fin));
+	e->st.kv_blocks_total = c->kv_blocks;
+	return e;
+fail:
+	engine_destroy(e);
+	return NULL;
+}
+
+static void seq_free(struct seq *s)
+{
+	free(s->tokens);
+	free(s->bt.ids);
+	free(s);
+}
+
+void engine_destroy(struct engine *e)
+{
+	if (!e)
+		return;
+	struct seq_list *lists[2] = { &e->waiting, &e->running };
+	for (int i = 0; i < 2; i++)
+		while (lists[i]->head) {
+			struct seq *s = lists[i]->head;
+			list_remove(lists[i], s);
+			seq_free(s);
+		}
+	if (e->be)
+		e->ops->destroy(e->be);
+	kv_pool_free(&e->kv);
+	model_free(e->model);
+	free(e->b_seq);
+	free(e->b_take);
+	free(e->b_tokens);
+	free(e->b_start);
+	free(e->b_pos0);
+	free(e->b_lrow);
+	free(e->b_tables);
+	free(e->logits);
+	free(e->ss.probs);
+	free(e->ss.order);
+	free(e->ev);
+	free(e->fin);
+	free(e);
+}
+
+const struct model_info *engine_model(const struct engine *e)
+{
+	return &e->model->info;
+}
+
+/* ---- tokenizer --------------------------------------------------------- */
+
+int engine_tokenize(const struct engine *e, const char *text, size_t len, bool add_bos, int32_t *out,
+		    int max)
+{
+	int n = 0;
+	if (add_bos) {
+		if (max > 0)
+			out[0] = e->model->info.bos_id;
+		n = 1;
+	}
+	int r = tokenizer_encode(&e->model->tok, text, len, out + (n <= max ? n : max),
+				 max - n > 0 ? max - n : 0);
+	return r < 0 ? -1 : n + r;
+}
+
+int engine_token_piece(const struct engine *e, int32_t token, char *buf, size_t buflen)
+{
+	return tokenizer_piece(&e->model->tok, token, buf, buflen);
+}
+
+/* ---- requests ---------------------------------------------------------- */
+
+static int ensure_ev_cap(struct engine *e)
+{
+	int want = 4 * e->cfg.max_seqs + 2 * e->live + 16;
+	if (want <= e->ev_cap)
+		return 0;
+	struct engine_event *ev = realloc(e->ev, sizeof(*ev) * want);
+	if (!ev)
+		return -1;
+	e->ev = ev;
+	e->ev_cap = want;
+	return 0;
+}
+
+int engine_submit(struct engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
+		  const struct sampling_params *sp, char *err, size_t errlen)
+{
+	const struct model_info *mi = &e->model->info;
+	if (n_prompt <= 0) {
+		snprintf(err, errlen, "empty prompt: send at least one token");
+		return -EINVAL;
+	}
+	for (int i = 0; i < n_prompt; i++)
+		if (prompt[i] < 0 || prompt[i] >= mi->vocab_size) {
+			snprintf(err, errlen, "prompt token %d has id %d, outside the vocabulary [0, %d)", i,
+				 prompt[i], mi->vocab_size);
+			return -EINVAL;
+		}
+	int max_out = sp->max_tokens > 0 ? sp->max_tokens : mi->context_length - n_prompt;
+	if (n_prompt + max_out > mi->context_length || max_out <= 0) {
+		snprintf(err, errlen,
+			 "prompt (%d tokens) + max_tokens (%d) exceeds the model's context of %d tokens",
+			 n_prompt, sp->max_tokens, mi->context_length);
+		return -E2BIG;
+	}
+	int need = (n_prompt + max_out + e->cfg.block_size - 1) / e->cfg.block_size;
+	if (need > e->kv.n_blocks) {
+		snprintf(err, errlen,
+			 "prompt (%d tokens) + max_tokens (%d) needs %d KV blocks of %d tokens but the pool has %d: lower max_tokens or start with a larger --kv-blocks",
+			 n_prompt, max_out, need, e->cfg.block_size, e->kv.n_blocks);
+		return -E2BIG;
+	}
+	if (sp->temperature < 0 || sp->top_p < 0 || sp->top_p > 1) {
+		snprintf(err, errlen, "temperature must be >= 0 and top_p in [0, 1]");
+		return -EINVAL;
+	}
+	struct seq *s = calloc(1, sizeof(*s));
+	s->tokens = malloc(sizeof(int32_t) * (n_prompt + max_out));
+	s->bt.cap = e->blocks_per_seq;
+	s->bt.ids = malloc(sizeof(int32_t) * s->bt.cap);
+	e->live++;
+	if (!s->tokens || !s->bt.ids || ensure_ev_cap(e)) {
+		e->live--;
+		seq_free(s);
+		snprintf(err, errlen, "out of memory queueing the request");
+		return -ENOMEM;
+	}
+	memcpy(s->tokens, prompt, sizeof(int32_t) * n_prompt);
+	s->id = id;
+	s->arrival = e->next_arrival++;
+	s->n_prompt = n_prompt;
+	s->max_out = max_out;
+	s->sp = *sp;
+	s->rng = sample_rng_seed(sp->seed);
+	s->state = SEQ_WAITING;
+	list_push_tail(&e->waiting, s);
+	return 0;
+}
+
+static void push_event(struct engine *e, enum engine_event_kind kind, const struct seq *s, int32_t token,
+		       bool first, enum finish_reason reason)
+{
+	/* ev_cap >= 4 * max_seqs + 2 * live: a step cannot overflow it */
+	e->ev[e->ev_n++] = (struct engine_event){ kind, s->id, token, first, reason, s->n_out };
+}
+
+/* Removes s from its list, frees its blocks and reports it finished. */
+static void seq_finish(struct engine *e, struct seq *s, enum finish_reason reason)
+{
+	kv_table_release(&e->kv, &s->bt);
+	list_remove(s->state == SEQ_RUNNING ? &e->running : &e->waiting, s);
+	if (s->static_member)
+		e->static_open--;
+	push_event(e, ENGINE_EV_FINISHED, s, -1, false, reason);
+	KPI_REQUEST_FINISHED(s->id, s->n_out, (int)reason);
+	e->live--;
+	seq_free(s);
+}
+
+void engine_finish(struct engine *e, uint64_t id, enum finish_reason reason)
+{
+	struct seq_list *lists[2] = { &e->running, &e->waiting };
+	for (int i = 0; i < 2; i++)
+		for (struct seq *s = lists[i]->head; s; s = s->next) {
+			if (s->id != id)
+				continue;
+			kv_table_release(&e->kv, &s->bt);
+			list_remove(lists[i], s);
+			if (s->static_member)
+				e->static_open--;
+			if (e->fin_n == e->fin_cap) {
+				e->fin_cap *= 2;
+				e->fin = realloc(e->fin, sizeof(*e->fin) * e->fin_cap);
+			}
+			e->fin[e->fin_n++] = (struct engine_event){ ENGINE_EV_FINISHED, s->id, -1, false,
+								    reason, s->n_out };
+			KPI_REQUEST_FINISHED(s->id, s->n_out, (int)reason);
+			seq_free(s);
+			return;
+		}
+}
+
+bool engine_has_work(const struct engine *e)
+{
+	return e->running.n > 0 || e->waiting.n > 0 || e->fin_n > 0 || e->ev_out < e->ev_n;
+}
+
+int engine_events_max(const struct engine *e)
+{
+	return 4 * e->cfg.max_seqs + e->fin_n + 16;
+}
+
+void engine_stats(const struct engine *e, struct engine_stats *st)
+{
+	*st = e->st;
+	st->running = e->running.n;
+	st->waiting = e->waiting.n;
+	st->kv_blocks_total = e->kv.n_blocks;
+	st->kv_blocks_free = e->kv.n_free;
+	st->kv_blocks_used = e->kv.n_blocks - e->kv.n_free;
+}
+
+/* ---- scheduler --------------------------------------------------------- */
+
+/* Preemption by recompute: drop the sequence's blocks and put it back at
+ * the head of the queue. Its prompt and the tokens it already produced stay;
+ * when readmitted it prefills all of them again and continues, so greedy
+ * output is unchanged (the kernels give bit-identical results whatever the
+ * batch). */
+static void seq_preempt(struct engine *e, struct seq *s)
+{
+	kv_table_release(&e->kv, &s->bt);
+	s->n_cached = 0;
+	list_remove(&e->running, s);
+	s->state = SEQ_WAITING;
+	s->preempted_at = e->st.steps + 1;
+	list_push_head(&e->waiting, s);
+	e->st.preemptions++;
+	push_event(e, ENGINE_EV_PREEMPTED, s, -1, false, FINISH_NONE);
+	KPI_REQUEST_PREEMPTED(s->id);
+}
+
+static int seq_known(const struct seq *s)
+{
+	return s->n_prompt + s->n_out;
+}
+
+static void batch_add(struct engine *e, int *n, int *budget, struct seq *s, int take)
+{
+	e->b_seq[*n] = s;
+	e->b_take[*n] = take;
+	(*n)++;
+	*budget -= take;
+}
+
+/* Decides this step's batch: running decodes first (oldest first, each may
+ * preempt the newest running sequence for a block), then running chunked
+ * prefills, then admissions from the queue head while slots, tokens and
+ * blocks allow. Returns the number of sequences. */
+static int schedule(struct engine *e)
+{
+	const int bs = e->cfg.block_size;
+	int n = 0, budget = e->cfg.max_batched_tokens;
+
+	/* 1. decodes: one token each */
+	for (struct seq *s = e->running.head, *next; s && budget > 0; s = next) {
+		next = s->next;
+		if (seq_known(s) - s->n_cached != 1)
+			continue;
+		bool preempted_self = false;
+		while (kv_blocks_needed(&s->bt, s->n_cached + 1, bs) > e->kv.n_free) {
+			struct seq *victim = e->running.tail;
+			if (victim == next)
+				next = next->next;
+			seq_preempt(e, victim);
+			if (victim == s) {
+				preempted_self = true;
+				break;
+			}
+		}
+		if (preempted_self)
+			break; /* s was the newest: nothing after it is running */
+		kv_table_reserve(&e->kv, &s->bt, s->n_cached + 1, bs);
+		batch_add(e, &n, &budget, s, 1);
+	}
+
+	/* 2. running prefills (new or recomputing), as much as fits */
+	for (struct seq *s = e->running.head; s && budget > 0; s = s->next) {
+		int need = seq_known(s) - s->n_cached;
+		if (need <= 1)
+			continue;
+		int take = need < budget ? need : budget;
+		int fit = (s->bt.n + e->kv.n_free) * bs - s->n_cached;
+		take = take < fit ? take : fit;
+		if (take <= 0)
+			continue;
+		kv_table_reserve(&e->kv, &s->bt, s->n_cached + take, bs);
+		batch_add(e, &n, &budget, s, take);
+	}
+
+	/* 3. admissions */
+	if (e->cfg.batching == ENGINE_BATCH_STATIC && e->static_open == 0 && e->running.n == 0) {
+		int k = 0;
+		for (struct seq *s = e->waiting.head; s && k < e->cfg.max_seqs; s = s->next, k++)
+			s->static_member = true;
+		e->static_open = k;
+	}
+	while (e->waiting.head && budget > 0 && e->running.n < e->cfg.max_seqs) {
+		struct seq *s = e->waiting.head;
+		if (e->cfg.batching == ENGINE_BATCH_STATIC && !s->static_member)
+			break;
+		if (s->preempted_at == e->st.steps + 1)
+			break; /* just preempted for lack of blocks: do not thrash */
+		int need = seq_known(s);
+		int take = need < budget ? need : budget;
+		if (kv_blocks_needed(&s->bt, take, bs) > e->kv.n_free)
+			break;
+		kv_table_reserve(&e->kv, &s->bt, take, bs);
+		list_remove(&e->waiting, s);
+		s->state = SEQ_RUNNING;
+		list_insert_by_arrival(&e->running, s);
+		push_event(e, ENGINE_EV_SCHEDULED, s, -1, false, FINISH_NONE);
+		KPI_REQUEST_SCHEDULED(s->id);
+		batch_add(e, &n, &budget, s, take);
+	}
+	return n;
+}
+
+/* Runs one step: schedule, forward, sample, finish. */
+static void step_run(struct engine *e)
+{
+	int n = schedule(e);
+	if (n == 0 && e->running.n > 0) {
+		/* every running sequence is mid-prefill and the pool is dry: free the
+		 * newest so the others progress */
+		seq_preempt(e, e->running.tail);
+		n = schedule(e);
+	}
+	if (n == 0)
+		return;
+
+	int T = 0, rows = 0, prefill = 0, decodes = 0;
+	for (int i = 0; i < n; i++) {
+		struct seq *s = e->b_seq[i];
+		int take = e->b_take[i];
+		e->b_start[i] = T;
+		e->b_pos0[i] = s->n_cached;
+		e->b_tables[i] = s->bt.ids;
+		memcpy(e->b_tokens + T, s->tokens + s->n_cached, sizeof(int32_t) * take);
+		T += take;
+		e->b_lrow[i] = s->n_cached + take == seq_known(s) ? rows++ : -1;
+		if (take == 1 && s->n_cached == seq_known(s) - 1 && s->n_out > 0)
+			decodes++;
+		else
+			prefill += take;
+	}
+	e->b_start[n] = T;
+
+	e->st.last_step_tokens = T;
+	e->st.last_step_seqs = n;
+	uint64_t step = ++e->st.steps;
+	KPI_STEP_BEGIN(step, prefill, decodes, e->kv.n_blocks - e->kv.n_free, e->kv.n_free);
+	struct backend_batch batch = { n, T, e->b_tokens, e->b_start, e->b_pos0, e->b_tables, e->b_lrow,
+				       e->logits };
+	char err[256];
+	int rc = e->ops->forward(e->be, &batch, err, sizeof(err));
+	KPI_STEP_END(step);
+	if (rc) {
+		fprintf(stderr, "kpi-infer: forward pass failed: %s\n", err);
+		for (int i = 0; i < n; i++)
+			seq_finish(e, e->b_seq[i], FINISH_ERROR);
+		return;
+	}
+
+	const int vocab = e->model->info.vocab_size, ctx = e->model->info.context_length;
+	for (int i = 0; i < n; i++) {
+		struct seq *s = e->b_seq[i];
+		s->n_cached += e->b_take[i];
+		if (s->n_cached > s->hwm) {
+			int p_new = (s->n_cached < s->n_prompt ? s->n_cached : s->n_prompt) -
+				    (s->hwm < s->n_prompt ? s->hwm : s->n_prompt);
+			e->st.prompt_tokens += p_new > 0 ? p_new : 0;
+			s->hwm = s->n_cached;
+		}
+		if (e->b_lrow[i] < 0)
+			continue;
+		int32_t tok = sample_token(e->logits + (size_t)e->b_lrow[i] * vocab, vocab, &s->sp, &s->rng, &e->ss);
+		s->tokens[seq_known(s)] = tok;
+		s->n_out++;
+		e->st.generation_tokens++;
+		bool first = s->n_out == 1;
+		push_event(e, ENGINE_EV_TOKEN, s, tok, first, FINISH_NONE);
+		if (first)
+			KPI_REQUEST_FIRST_TOKEN(s->id);
+		if (tok == e->model->info.eos_id && !s->sp.ignore_eos)
+			seq_finish(e, s, FINISH_STOP);
+		else if (s->n_out >= s->max_out || seq_known(s) >= ctx)
+			seq_finish(e, s, FINISH_LENGTH);
+	}
+}
+
+int engine_step(struct engine *e, struct engine_event *events, int max)
+{
+	if (e->ev_out == e->ev_n) {
+		e->ev_n = e->ev_out = 0;
+		/* finishes requested since the last step come first */
+		for (int i = 0; i < e->fin_n; i++) {
+			e->ev[e->ev_n++] = e->fin[i];
+			e->live--;
+		}
+		e->fin_n = 0;
+		step_run(e);
+	}
+	int k = e->ev_n - e->ev_out < max ? e->ev_n - e->ev_out : max;
+	memcpy(events, e->ev + e->ev_out, sizeof(*events) * (k > 0 ? k : 0));
+	e->ev_out += k > 0 ? k : 0;
+	return k;
+}

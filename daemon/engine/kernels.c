@@ -1,0 +1,310 @@
+/* kernels.c - matmul micro-kernels (4 weight rows x 3 batch rows of
+ * accumulators, so each weight load feeds three sequences), RMSNorm, RoPE,
+ * SwiGLU and paged attention. */
+#include "daemon/engine/kernels.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/engine/gguf.h"
+
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+#include <immintrin.h>
+#define KPI_AVX2 1
+#endif
+
+float f16_to_f32(uint16_t h)
+{
+	uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, x;
+	if (exp == 0) {
+		if (man == 0) {
+			x = sign;
+		} else { /* subnormal: normalise */
+			exp = 127 - 15 + 1;
+			while (!(man & 0x400)) {
+				man <<= 1;
+				exp--;
+			}
+			x = sign | (exp << 23) | ((man & 0x3ff) << 13);
+		}
+	} else if (exp == 31) {
+		x = sign | 0x7f800000 | (man << 13);
+	} else {
+		x = sign | ((exp + 127 - 15) << 23) | (man << 13);
+	}
+	float f;
+	memcpy(&f, &x, 4);
+	return f;
+}
+
+/* ---- matmul ------------------------------------------------------------ */
+
+#ifdef KPI_AVX2
+static inline float hsum8(__m256 v)
+{
+	__m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+	lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+	lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+	return _mm_cvtss_f32(lo);
+}
+
+/* Batch rows per micro-kernel: 3 fills AVX2's 16 ymm registers (12
+ * accumulators + 3 inputs + 1 weight); with AVX-512VL's 32, 6 (24 + 6 + 1). */
+#ifndef PF_DIST
+#define PF_DIST 4096 /* bytes ahead in each weight row stream; measured best of 256..16K */
+#endif
+#ifdef __AVX512VL__
+#define MB 6
+#else
+#define MB 3
+#endif
+
+/* R weight rows x B batch rows; R, B, F16 are constants after inlining, so
+ * the accumulators live in registers. */
+static inline __attribute__((always_inline)) void
+mk(float *y, int ldy, const void *w, const int F16, const float *x, int ldx, int cols, int o, int b,
+   const int R, const int B, bool accumulate)
+{
+	__m256 a[4][MB];
+	for (int r = 0; r < R; r++)
+		for (int j = 0; j < B; j++)
+			a[r][j] = _mm256_setzero_ps();
+	const float *xr[MB];
+	for (int j = 0; j < B; j++)
+		xr[j] = x + (size_t)(b + j) * ldx;
+	const uint16_t *wh = (const uint16_t *)w + (size_t)o * cols;
+	const float *wf = (const float *)w + (size_t)o * cols;
+	int i = 0;
+	for (; i + 8 <= cols; i += 8) {
+		__m256 xv[MB];
+		for (int j = 0; j < B; j++)
+			xv[j] = _mm256_loadu_ps(xr[j] + i);
+		for (int r = 0; r < R; r++) {
+			if (F16 && B == 1 && (i & 31) == 0) /* a weight stream: fetch ahead of the prefetcher */
+				_mm_prefetch((const char *)(wh + (size_t)r * cols + i) + PF_DIST, _MM_HINT_T0);
+			__m256 wv = F16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wh + (size_t)r * cols + i)))
+					: _mm256_loadu_ps(wf + (size_t)r * cols + i);
+			for (int j = 0; j < B; j++)
+				a[r][j] = _mm256_fmadd_ps(wv, xv[j], a[r][j]);
+		}
+	}
+	for (int r = 0; r < R; r++)
+		for (int j = 0; j < B; j++) {
+			float s = hsum8(a[r][j]);
+			for (int t = i; t < cols; t++)
+				s = fmaf(F16 ? f16_to_f32(wh[(size_t)r * cols + t]) : wf[(size_t)r * cols + t],
+					 xr[j][t], s);
+			float *dst = y + (size_t)(b + j) * ldy + o + r;
+			*dst = accumulate ? *dst + s : s;
+		}
+}
+
+#define MK_CASE(R, B)                                                                           \
+	case (R) * 8 + (B):                                                                     \
+		if (f16)                                                                        \
+			mk(y, ldy, w, 1, x, ldx, cols, o, b, R, B, accumulate);                 \
+		else                                                                            \
+			mk(y, ldy, w, 0, x, ldx, cols, o, b, R, B, accumulate);                 \
+		break;
+
+/* Per-thread F32 copy of 4 weight rows: with several batch rows, each F16
+ * row is converted once and then feeds every batch block from L1, instead of
+ * costing a conversion (on the FMA ports) per use. Conversion is exact, so the
+ * sums are the same bits as the direct F16 path. */
+static __thread float *wrows;
+static __thread int wrows_cols;
+/* frees a thread's wrows when it exits (pool workers, the engine thread) */
+static pthread_key_t wrows_key;
+static pthread_once_t wrows_once = PTHREAD_ONCE_INIT;
+static void wrows_key_make(void) { pthread_key_create(&wrows_key, free); }
+
+void matmul_rows(float *y, int ldy, const void *w, uint32_t wtype, const float *x, int ldx,
+		 int cols, int nb, int o0, int o1, bool accumulate)
+{
+	if (wtype == GGML_F16 && nb > 1) {
+		if (wrows_cols < cols) {
+			free(wrows);
+			wrows = aligned_alloc(64, sizeof(float) * 4 * ((cols + 15) & ~15));
+			wrows_cols = cols;
+			pthread_once(&wrows_once, wrows_key_make);
+			pthread_setspecific(wrows_key, wrows);
+		}
+		for (int o = o0; o < o1; o += 4) {
+			int R = o1 - o < 4 ? o1 - o : 4;
+			const uint16_t *src = (const uint16_t *)w + (size_t)o * cols;
+			int n = R * cols, i = 0;
+			for (; i + 8 <= n; i += 8)
+				_mm256_storeu_ps(wrows + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+			for (; i < n; i++)
+				wrows[i] = f16_to_f32(src[i]);
+			/* fetch the next block's rows while this one computes: the
+			 * conversion above then finds them in cache instead of stalling */
+			if (o + 4 < o1) {
+				const char *next = (const char *)(src + (size_t)R * cols);
+				size_t bytes = (size_t)(o1 - o - 4 < 4 ? o1 - o - 4 : 4) * cols * 2;
+				for (size_t off = 0; off < bytes; off += 64)
+					_mm_prefetch(next + off, _MM_HINT_T0);
+			}
+			/* rows o..o+R of y are rows 0..R of this block: shift y by o */
+			matmul_rows(y + o, ldy, wrows, GGML_F32, x, ldx, cols, nb, 0, R, accumulate);
+		}
+		return;
+	}
+	const int f16 = wtype == GGML_F16;
+	for (int o = o0; o < o1; o += 4) {
+		int R = o1 - o < 4 ? o1 - o : 4;
+		for (int b = 0; b < nb; b += MB) {
+			int B = nb - b < MB ? nb - b : MB;
+			switch (R * 8 + B) {
+				MK_CASE(1, 1) MK_CASE(1, 2) MK_CASE(1, 3)
+				MK_CASE(2, 1) MK_CASE(2, 2) MK_CASE(2, 3)
+				MK_CASE(3, 1) MK_CASE(3, 2) MK_CASE(3, 3)
+				MK_CASE(4, 1) MK_CASE(4, 2) MK_CASE(4, 3)
+#if MB == 6
+				MK_CASE(1, 4) MK_CASE(1, 5) MK_CASE(1, 6)
+				MK_CASE(2, 4) MK_CASE(2, 5) MK_CASE(2, 6)
+				MK_CASE(3, 4) MK_CASE(3, 5) MK_CASE(3, 6)
+				MK_CASE(4, 4) MK_CASE(4, 5) MK_CASE(4, 6)
+#endif
+			}
+		}
+	}
+}
+#else
+/* Scalar fallback: the same contract (fixed per-output order). */
+void matmul_rows(float *y, int ldy, const void *w, uint32_t wtype, const float *x, int ldx,
+		 int cols, int nb, int o0, int o1, bool accumulate)
+{
+	for (int o = o0; o < o1; o++)
+		for (int b = 0; b < nb; b++) {
+			const float *xr = x + (size_t)b * ldx;
+			float s = 0;
+			if (wtype == GGML_F16) {
+				const uint16_t *wr = (const uint16_t *)w + (size_t)o * cols;
+				for (int i = 0; i < cols; i++)
+					s += f16_to_f32(wr[i]) * xr[i];
+			} else {
+				const float *wr = (const float *)w + (size_t)o * cols;
+				for (int i = 0; i < cols; i++)
+					s += wr[i] * xr[i];
+			}
+			float *dst = y + (size_t)b * ldy + o;
+			*dst = accumulate ? *dst + s : s;
+		}
+}
+#endif
+
+/* ---- elementwise ------------------------------------------------------- */
+
+void rmsnorm(float *out, const float *x, const float *weight, int n, float eps)
+{
+	float ss = 0;
+	for (int i = 0; i < n; i++)
+		ss += x[i] * x[i];
+	float inv = 1.0f / sqrtf(ss / n + eps);
+	for (int i = 0; i < n; i++)
+		out[i] = x[i] * inv * weight[i];
+}
+
+void rope_table(float *cs, int n_pos, int head_dim, float base)
+{
+	int half = head_dim / 2;
+	for (int i = 0; i < half; i++) {
+		double freq = pow((double)base, -2.0 * i / head_dim);
+		for (int p = 0; p < n_pos; p++) {
+			double a = p * freq;
+			cs[((size_t)p * half + i) * 2] = (float)cos(a);
+			cs[((size_t)p * half + i) * 2 + 1] = (float)sin(a);
+		}
+	}
+}
+
+void rope(float *x, int n_heads, int head_dim, const float *cs)
+{
+	for (int h = 0; h < n_heads; h++) {
+		float *v = x + (size_t)h * head_dim;
+		for (int i = 0; i < head_dim / 2; i++) {
+			float c = cs[2 * i], s = cs[2 * i + 1];
+			float a = v[2 * i], b = v[2 * i + 1];
+			v[2 * i] = a * c - b * s;
+			v[2 * i + 1] = a * s + b * c;
+		}
+	}
+}
+
+void swiglu(float *h1, const float *h3, int n)
+{
+	for (int i = 0; i < n; i++)
+		h1[i] = h1[i] / (1.0f + expf(-h1[i])) * h3[i];
+}
+
+/* ---- attention --------------------------------------------------------- */
+
+static inline float dot(const float *a, const float *b, int n)
+{
+#ifdef KPI_AVX2
+	if (n % 16 == 0) {
+		__m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+		for (int i = 0; i < n; i += 16) {
+			s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+			s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+		}
+		return hsum8(_mm256_add_ps(s0, s1));
+	}
+#endif
+	float s = 0;
+	for (int i = 0; i < n; i++)
+		s += a[i] * b[i];
+	return s;
+}
+
+static inline void axpy(float *y, float a, const float *x, int n)
+{
+#ifdef KPI_AVX2
+	if (n % 8 == 0) {
+		__m256 av = _mm256_set1_ps(a);
+		for (int i = 0; i < n; i += 8)
+			_mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+		return;
+	}
+#endif
+	for (int i = 0; i < n; i++)
+		y[i] += a * x[i];
+}
+
+void attention_paged(float *out, const float *q, int n_q, const struct kv_layer_view *c, int g,
+		     const int32_t *block_table, int pos, float *scores)
+{
+	int hd = c->head_dim, bs = c->block_size, n = pos + 1;
+	float scale = 1.0f / sqrtf((float)hd);
+	/* scores[h * n + j] = q_h . k_j / sqrt(hd), block by block */
+	for (int j0 = 0; j0 < n; j0 += bs) {
+		const float *kb = c->k + kv_offset(c, block_table[j0 / bs], g, 0);
+		int m = n - j0 < bs ? n - j0 : bs;
+		for (int t = 0; t < m; t++)
+			for (int h = 0; h < n_q; h++)
+				scores[(size_t)h * n + j0 + t] = dot(q + (size_t)h * hd, kb + (size_t)t * hd, hd) * scale;
+	}
+	for (int h = 0; h < n_q; h++) {
+		float *s = scores + (size_t)h * n, mx = s[0], sum = 0;
+		for (int j = 1; j < n; j++)
+			mx = s[j] > mx ? s[j] : mx;
+		for (int j = 0; j < n; j++) {
+			s[j] = expf(s[j] - mx);
+			sum += s[j];
+		}
+		float inv = 1.0f / sum;
+		for (int j = 0; j < n; j++)
+			s[j] *= inv;
+		memset(out + (size_t)h * hd, 0, sizeof(float) * hd);
+	}
+	for (int j0 = 0; j0 < n; j0 += bs) {
+		const float *vb = c->v + kv_offset(c, block_table[j0 / bs], g, 0);
+		int m = n - j0 < bs ? n - j0 : bs;
+		for (int t = 0; t < m; t++)
+			for (int h = 0; h < n_q; h++)
+				axpy(out + (size_t)h * hd, scores[(size_t)h * n + j0 + t], vb + (size_t)t * hd, hd);
+	}
+}

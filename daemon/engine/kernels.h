@@ -1,0 +1,53 @@
+/* kernels.h - the CPU math of the forward pass as small pure functions over
+ * plain arrays (no threads, no engine state), each easy to check against a
+ * naive loop. AVX2+FMA (+F16C) inner loops where the compiler targets them,
+ * scalar fallbacks elsewhere. */
+#ifndef KPI_ENGINE_KERNELS_H
+#define KPI_ENGINE_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+float f16_to_f32(uint16_t h);
+
+/* Y[b][o] (+)= sum_i W[o][i] * X[b][i] for rows o in [o0, o1), all nb batch
+ * rows. W is (rows, cols) F32 or F16 (wtype = GGML_F32/GGML_F16), X is
+ * (nb, ldx), Y is (nb, ldy). Each output is one fixed-order sum whatever nb,
+ * o0 or o1 are: batching and threading never change a result bit. */
+void matmul_rows(float *y, int ldy, const void *w, uint32_t wtype, const float *x, int ldx,
+		 int cols, int nb, int o0, int o1, bool accumulate);
+
+/* out = x / rms(x) * weight, over n elements. */
+void rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
+
+/* RoPE angles: cs[(pos * head_dim/2 + i) * 2 + {0,1}] = cos, sin of
+ * pos * base^(-2i/head_dim), for pos in [0, n_pos). */
+void rope_table(float *cs, int n_pos, int head_dim, float base);
+
+/* Rotates adjacent pairs (x[2i], x[2i+1]) of each of n_heads heads by the
+ * angles of one position (cs = rope_table row, head_dim/2 cos/sin pairs). */
+void rope(float *x, int n_heads, int head_dim, const float *cs);
+
+/* h1 = silu(h1) * h3 */
+void swiglu(float *h1, const float *h3, int n);
+
+/* Paged KV cache of one layer: block b holds, for each KV head g, block_size
+ * positions of head_dim floats: k[((b * n_kv_heads + g) * block_size + slot) * head_dim]. */
+struct kv_layer_view {
+	float *k, *v;
+	int n_kv_heads, head_dim, block_size;
+};
+
+static inline size_t kv_offset(const struct kv_layer_view *c, int32_t block, int g, int slot)
+{
+	return (((size_t)block * c->n_kv_heads + g) * c->block_size + slot) * c->head_dim;
+}
+
+/* Attention of the n_q query heads that share KV head g (GQA group) at
+ * position pos: each reads keys/values 0..pos through block_table. q is
+ * (n_q, head_dim), out is (n_q, head_dim), scores is scratch (n_q * (pos + 1)). */
+void attention_paged(float *out, const float *q, int n_q, const struct kv_layer_view *c, int g,
+		     const int32_t *block_table, int pos, float *scores);
+
+#endif

@@ -1,0 +1,19 @@
+/* model_make.h - the built-in model: a deterministic, seeded llama GGUF
+ * (byte vocabulary, random weights) that llama.cpp's loader also accepts. */
+#ifndef KPI_ENGINE_MODEL_MAKE_H
+#define KPI_ENGINE_MODEL_MAKE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Writes the preset ("tiny" or "small") with weights drawn from seed to path,
+ * atomically (a temporary file renamed into place). Same preset and seed give
+ * the same bytes. Returns 0, or -1 with one line in err. */
+int model_make(const char *path, const char *preset, uint64_t seed, char *err, size_t errlen);
+
+/* The default model: the tiny preset with seed 0, generated once into
+ * $XDG_CACHE_HOME/kpiscope/tiny-s0.gguf (or ~/.cache/kpiscope/...) and
+ * reused afterwards. Writes its path into buf; returns 0 or -1 with err. */
+int model_default_path(char *buf, size_t n, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,36 @@
+/* kpi_reasons.h - why kpi-infer refused a request: the reason argument of the
+ * kpi:request__rejected USDT probe. Shared by the daemon and the agent; the
+ * numeric values are an ABI (append only). docs/probes.md lists them. */
+#ifndef KPI_REASONS_H
+#define KPI_REASONS_H
+
+enum kpi_reject_reason {
+	KPI_REJECT_NONE = 0,
+	KPI_REJECT_QUEUE_FULL = 1,        /* 429: waiting requests reached --max-queue */
+	KPI_REJECT_BAD_HTTP = 2,          /* 400: malformed request line, header or chunk */
+	KPI_REJECT_BODY_TOO_LARGE = 3,    /* 413: body over --max-body */
+	KPI_REJECT_HEADERS_TOO_LARGE = 4, /* 431: request head over 16 KiB */
+	KPI_REJECT_BAD_JSON = 5,          /* 400: body is not a JSON object */
+	KPI_REJECT_BAD_PARAM = 6,         /* 400: a field has the wrong type or value */
+	KPI_REJECT_PROMPT_TOO_LONG = 7,   /* 400: prompt + max_tokens over the context or KV pool */
+	KPI_REJECT_BAD_TOKEN = 8,         /* 400: prompt token id out of the vocabulary */
+	KPI_REJECT_NOT_FOUND = 9,         /* 404: unknown path */
+	KPI_REJECT_METHOD = 10,           /* 405: known path, wrong method */
+	KPI_REJECT_TIMEOUT = 11,          /* 408: request not complete within --request-timeout */
+	KPI_REJECT_DRAINING = 12,         /* 503: shutting down (SIGTERM) */
+	KPI_REJECT_UNSUPPORTED = 13,      /* 501/505: transfer coding or HTTP version */
+	KPI_REJECT_INTERNAL = 14,         /* 500: the engine refused a request the server accepted */
+	KPI_REJECT__COUNT
+};
+
+static inline const char *kpi_reject_reason_name(int r)
+{
+	static const char *const names[KPI_REJECT__COUNT] = {
+		"none", "queue_full", "bad_http", "body_too_large", "headers_too_large",
+		"bad_json", "bad_param", "prompt_too_long", "bad_token", "not_found",
+		"method_not_allowed", "timeout", "draining", "unsupported", "internal",
+	};
+	return r >= 0 && r < KPI_REJECT__COUNT ? names[r] : "unknown";
+}
+
+#endif

@@ -1,0 +1,197 @@
+/* engine_thread.c - the engine's thread: command queue in, events out. */
+#include "daemon/server/engine_thread.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+enum { CMD_SUBMIT, CMD_FINISH };
+
+struct eth_cmd {
+	int kind;
+	uint64_t id;
+	int32_t *prompt;
+	int n_prompt;
+	struct sampling_params sp;
+	enum finish_reason reason;
+};
+
+uint64_t eth_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void *grow(void *p, size_t *cap, size_t need, size_t elem)
+{
+	if (need <= *cap)
+		return p;
+	size_t c = *cap ? *cap : 64;
+	while (c < need)
+		c *= 2;
+	void *q = realloc(p, c * elem);
+	if (!q) {
+		fprintf(stderr, "kpi-infer: out of memory in the engine queue\n");
+		abort();
+	}
+	*cap = c;
+	return q;
+}
+
+static void push_cmd(struct engine_thread *t, const struct eth_cmd *c)
+{
+	pthread_mutex_lock(&t->mu);
+	t->cmds = grow(t->cmds, &t->cmds_cap, t->ncmds + 1, sizeof(*t->cmds));
+	t->cmds[t->ncmds++] = *c;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+}
+
+void eth_submit(struct engine_thread *t, uint64_t id, int32_t *prompt, int n_prompt,
+		const struct sampling_params *sp)
+{
+	struct eth_cmd c = { .kind = CMD_SUBMIT, .id = id, .prompt = prompt,
+			     .n_prompt = n_prompt, .sp = *sp };
+	push_cmd(t, &c);
+}
+
+void eth_finish(struct engine_thread *t, uint64_t id, enum finish_reason reason)
+{
+	struct eth_cmd c = { .kind = CMD_FINISH, .id = id, .reason = reason };
+	push_cmd(t, &c);
+}
+
+size_t eth_take_events(struct engine_thread *t, struct eth_event **out)
+{
+	pthread_mutex_lock(&t->mu);
+	size_t n = t->nevs;
+	*out = t->evs;
+	t->evs = NULL;
+	t->nevs = t->evs_cap = 0;
+	pthread_mutex_unlock(&t->mu);
+	return n;
+}
+
+void eth_stats(struct engine_thread *t, struct engine_stats *st)
+{
+	pthread_mutex_lock(&t->mu);
+	*st = t->stats;
+	pthread_mutex_unlock(&t->mu);
+}
+
+static void *engine_main(void *arg)
+{
+	struct engine_thread *t = arg;
+	int max = engine_events_max(t->e);
+	struct engine_event *evs = calloc((size_t)max + 1, sizeof(*evs));
+	struct eth_cmd *cmds = NULL;
+	size_t cmds_cap = 0;
+	struct eth_event *fails = NULL;
+	size_t nfails = 0, fails_cap = 0;
+	if (!evs) {
+		fprintf(stderr, "kpi-infer: out of memory for %d engine events\n", max);
+		abort();
+	}
+
+	pthread_mutex_lock(&t->mu);
+	for (;;) {
+		while (!t->stop && t->ncmds == 0 && !engine_has_work(t->e))
+			pthread_cond_wait(&t->cv, &t->mu);
+		if (t->stop)
+			break;
+		/* swap the queue out so the I/O thread never waits on a step */
+		struct eth_cmd *mine = t->cmds;
+		size_t n = t->ncmds, cap = t->cmds_cap;
+		t->cmds = cmds;
+		t->cmds_cap = cmds_cap;
+		t->ncmds = 0;
+		cmds = mine;
+		cmds_cap = cap;
+		pthread_mutex_unlock(&t->mu);
+
+		nfails = 0;
+		for (size_t i = 0; i < n; i++) {
+			struct eth_cmd *c = &cmds[i];
+			if (c->kind == CMD_FINISH) {
+				engine_finish(t->e, c->id, c->reason);
+				continue;
+			}
+			char err[256] = "";
+			int rc = engine_submit(t->e, c->id, c->prompt, c->n_prompt, &c->sp, err,
+					       sizeof(err));
+			free(c->prompt);
+			if (rc < 0) {
+				fails = grow(fails, &fails_cap, nfails + 1, sizeof(*fails));
+				fails[nfails] = (struct eth_event){
+					.ev = { .kind = ETH_EV_SUBMIT_FAILED, .id = c->id },
+					.t_ns = eth_now_ns(),
+					.err = strdup(err[0] ? err : strerror(-rc)),
+				};
+				nfails++;
+			}
+		}
+
+		int nev = 0;
+		uint64_t t0 = eth_now_ns(), t1 = t0;
+		if (engine_has_work(t->e)) {
+			nev = engine_step(t->e, evs, max);
+			t1 = eth_now_ns();
+		}
+		struct engine_stats st;
+		engine_stats(t->e, &st);
+
+		pthread_mutex_lock(&t->mu);
+		t->evs = grow(t->evs, &t->evs_cap, t->nevs + (size_t)nev + nfails, sizeof(*t->evs));
+		for (size_t i = 0; i < nfails; i++)
+			t->evs[t->nevs++] = fails[i];
+		for (int i = 0; i < nev; i++)
+			t->evs[t->nevs++] = (struct eth_event){
+				.ev = evs[i],
+				.t_ns = evs[i].kind == ENGINE_EV_SCHEDULED ? t0 : t1,
+			};
+		t->stats = st;
+		if (nev || nfails) {
+			uint64_t one = 1;
+			ssize_t w = write(t->wake_fd, &one, sizeof(one));
+			(void)w; /* an eventfd at its limit is already readable */
+		}
+	}
+	pthread_mutex_unlock(&t->mu);
+	free(evs);
+	free(cmds);
+	free(fails);
+	return NULL;
+}
+
+int eth_start(struct engine_thread *t, struct engine *e, int wake_fd)
+{
+	memset(t, 0, sizeof(*t));
+	t->e = e;
+	t->wake_fd = wake_fd;
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->cv, NULL);
+	engine_stats(e, &t->stats);
+	int rc = pthread_create(&t->th, NULL, engine_main, t);
+	return rc ? -rc : 0;
+}
+
+void eth_stop(struct engine_thread *t)
+{
+	pthread_mutex_lock(&t->mu);
+	t->stop = true;
+	pthread_cond_signal(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+	pthread_join(t->th, NULL);
+	for (size_t i = 0; i < t->ncmds; i++)
+		free(t->cmds[i].prompt);
+	free(t->cmds);
+	for (size_t i = 0; i < t->nevs; i++)
+		free(t->evs[i].err);
+	free(t->evs);
+	pthread_mutex_destroy(&t->mu);
+	pthread_cond_destroy(&t->cv);
+}

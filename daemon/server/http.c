@@ -1,0 +1,359 @@
+/* http.c - HTTP/1.1 request head parser and chunked body decoder. Strict on
+ * framing (what decides where a request ends) and lenient on what does not
+ * matter, because a framing ambiguity is a request-smuggling bug. */
+#include "daemon/server/http.h"
+
+#include <string.h>
+#include <strings.h>
+
+bool http_token_eq(const char *p, size_t n, const char *s)
+{
+	return strlen(s) == n && strncasecmp(p, s, n) == 0;
+}
+
+/* RFC 9110 tchar */
+static bool is_tchar(unsigned char c)
+{
+	if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9'))
+		return true;
+	return c && strchr("!#$%&'*+-.^_`|~", c) != NULL;
+}
+
+static int fail(struct http_request *req, int status, const char *why)
+{
+	req->error = why;
+	return -status;
+}
+
+/* Finds the blank line ending the head; returns its end offset or 0. Accepts
+ * bare LF line ends (RFC 9112 2.2 allows it). */
+static size_t head_end(const char *buf, size_t len, size_t start)
+{
+	for (size_t i = start; i < len; i++) {
+		if (buf[i] != '\n')
+			continue;
+		if (i + 1 < len && buf[i + 1] == '\n')
+			return i + 2;
+		if (i + 2 < len && buf[i + 1] == '\r' && buf[i + 2] == '\n')
+			return i + 3;
+	}
+	return 0;
+}
+
+/* Each value in a comma-separated Connection header. */
+static void parse_connection(const char *v, size_t n, struct http_request *req)
+{
+	size_t i = 0;
+	while (i < n) {
+		while (i < n && (v[i] == ' ' || v[i] == '\t' || v[i] == ','))
+			i++;
+		size_t s = i;
+		while (i < n && v[i] != ',' && v[i] != ' ' && v[i] != '\t')
+			i++;
+		if (http_token_eq(v + s, i - s, "close"))
+			req->keep_alive = false;
+		else if (http_token_eq(v + s, i - s, "keep-alive"))
+			req->keep_alive = true;
+	}
+}
+
+static int parse_header(const char *name, size_t nlen, const char *v, size_t vlen,
+			struct http_request *req, bool *saw_te)
+{
+	if (http_token_eq(name, nlen, "content-length")) {
+		if (vlen == 0 || vlen > 15)
+			return fail(req, vlen > 15 ? 413 : 400, "Content-Length is not a valid size");
+		long long cl = 0;
+		for (size_t i = 0; i < vlen; i++) {
+			if (v[i] < '0' || v[i] > '9')
+				return fail(req, 400, "Content-Length is not a decimal number");
+			cl = cl * 10 + (v[i] - '0');
+		}
+		if (req->content_length >= 0 && req->content_length != cl)
+			return fail(req, 400, "conflicting Content-Length headers");
+		req->content_length = cl;
+	} else if (http_token_eq(name, nlen, "transfer-encoding")) {
+		if (*saw_te || !http_token_eq(v, vlen, "chunked"))
+			return fail(req, 501, "only Transfer-Encoding: chunked is supported");
+		*saw_te = true;
+		req->chunked = true;
+	} else if (http_token_eq(name, nlen, "connection")) {
+		parse_connection(v, vlen, req);
+	} else if (http_token_eq(name, nlen, "expect")) {
+		if (http_token_eq(v, vlen, "100-continue"))
+			req->expect_continue = true;
+	} else if (http_token_eq(name, nlen, "x-request-id")) {
+		req->request_id = v;
+		req->request_id_len = vlen;
+	}
+	return 0;
+}
+
+int http_parse_head(const char *buf, size_t len, struct http_request *req)
+{
+	memset(req, 0, sizeof(*req));
+	req->content_length = -1;
+
+	/* RFC 9112 2.2: ignore empty lines before the request line */
+	size_t p = 0;
+	while (p < len && (buf[p] == '\r' || buf[p] == '\n'))
+		p++;
+	if (p > 64)
+		return fail(req, 400, "too many empty lines before the request line");
+	size_t end = head_end(buf, len, p);
+	if (!end) {
+		if (len > HTTP_MAX_HEAD)
+			return fail(req, 431, "request line and headers exceed 16384 bytes");
+		/* an early look at the request line catches garbage before the
+		 * client sends 16 KiB of it */
+		for (size_t i = p; i < len && buf[i] != '\n'; i++) {
+			unsigned char c = (unsigned char)buf[i];
+			if ((c < 0x20 && c != '\r' && c != '\t') || c == 0x7f)
+				return fail(req, 400, "control character in the request line");
+		}
+		return 0;
+	}
+	if (end > HTTP_MAX_HEAD)
+		return fail(req, 431, "request line and headers exceed 16384 bytes");
+
+	/* request line: method SP target SP HTTP/1.x */
+	size_t i = p;
+	while (i < end && is_tchar((unsigned char)buf[i]))
+		i++;
+	if (i == p || i - p > 16 || buf[i] != ' ')
+		return fail(req, 400, "malformed request line: expected METHOD SP /path SP HTTP/1.1");
+	req->method = buf + p;
+	req->method_len = i - p;
+	size_t t = ++i;
+	while (i < end && buf[i] != ' ' && buf[i] != '\r' && buf[i] != '\n') {
+		unsigned char c = (unsigned char)buf[i];
+		if (c < 0x21 || c == 0x7f)
+			return fail(req, 400, "control character in the request target");
+		i++;
+	}
+	if (i == t || buf[t] != '/' || buf[i] != ' ')
+		return fail(req, 400, "malformed request line: the target must be an absolute path");
+	req->path = buf + t;
+	req->path_len = i - t;
+	const char *q = memchr(req->path, '?', req->path_len);
+	if (q)
+		req->path_len = (size_t)(q - req->path);
+	i++;
+	if (end - i < 10 || memcmp(buf + i, "HTTP/", 5) != 0)
+		return fail(req, 400, "malformed request line: missing HTTP version");
+	char maj = buf[i + 5], dot = buf[i + 6], min = buf[i + 7];
+	if (maj < '0' || maj > '9' || dot != '.' || min < '0' || min > '9')
+		return fail(req, 400, "malformed HTTP version");
+	i += 8;
+	if (buf[i] == '\r')
+		i++;
+	if (buf[i] != '\n')
+		return fail(req, 400, "malformed request line: junk after the HTTP version");
+	i++;
+	if (maj != '1')
+		return fail(req, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
+	req->minor = min - '0';
+	req->keep_alive = req->minor >= 1;
+
+	/* header fields */
+	int nheaders = 0;
+	bool saw_te = false;
+	while (i < end) {
+		size_t ls = i;
+		const char *nl = memchr(buf + i, '\n', end - i);
+		size_t le = (size_t)(nl - buf); /* head_end guarantees a \n */
+		size_t next = le + 1;
+		if (le > ls && buf[le - 1] == '\r')
+			le--;
+		if (le == ls)
+			break; /* the blank line */
+		if (buf[ls] == ' ' || buf[ls] == '\t')
+			return fail(req, 400, "obsolete header line folding is not accepted");
+		if (++nheaders > HTTP_MAX_HEADERS)
+			return fail(req, 431, "more than 64 header fields");
+		size_t c = ls;
+		while (c < le && is_tchar((unsigned char)buf[c]))
+			c++;
+		if (c == ls || c >= le || buf[c] != ':')
+			return fail(req, 400, "malformed header field: expected Name: value");
+		size_t vs = c + 1, ve = le;
+		while (vs < ve && (buf[vs] == ' ' || buf[vs] == '\t'))
+			vs++;
+		while (ve > vs && (buf[ve - 1] == ' ' || buf[ve - 1] == '\t'))
+			ve--;
+		for (size_t k = vs; k < ve; k++) {
+			unsigned char ch = (unsigned char)buf[k];
+			if ((ch < 0x20 && ch != '\t') || ch == 0x7f)
+				return fail(req, 400, "control character in a header value");
+		}
+		int r = parse_header(buf + ls, c - ls, buf + vs, ve - vs, req, &saw_te);
+		if (r < 0)
+			return r;
+		i = next;
+	}
+	if (req->chunked && req->content_length >= 0)
+		return fail(req, 400, "both Content-Length and Transfer-Encoding given");
+	if (req->chunked && req->minor == 0)
+		return fail(req, 400, "chunked transfer coding in an HTTP/1.0 request");
+	req->head_len = end;
+	return (int)end;
+}
+
+/* ---- chunked bodies ------------------------------------------------------ */
+
+enum { CH_SIZE, CH_EXT, CH_SIZE_LF, CH_DATA, CH_DATA_CR, CH_DATA_LF, CH_TRAILER, CH_DONE };
+
+static int hexval(unsigned char c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	c |= 0x20;
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	return -1;
+}
+
+static ssize_t chunk_fail(struct http_chunked *st, int status, const char *why)
+{
+	st->error = why;
+	return -status;
+}
+
+ssize_t http_chunked_feed(struct http_chunked *st, const char *in, size_t n, struct sbuf *out,
+			  size_t max_body)
+{
+	size_t i = 0;
+	while (i < n && st->state != CH_DONE) {
+		unsigned char c = (unsigned char)in[i];
+		switch (st->state) {
+		case CH_SIZE: {
+			int h = hexval(c);
+			if (h >= 0) {
+				if (++st->digits > 15)
+					return chunk_fail(st, 413, "chunk size too large");
+				st->size = st->size * 16 + (unsigned)h;
+				i++;
+				break;
+			}
+			if (st->digits == 0)
+				return chunk_fail(st, 400, "chunk size is not a hexadecimal number");
+			if (c == ';' || c == ' ' || c == '\t') {
+				st->state = CH_EXT;
+				st->line = 0;
+			} else if (c == '\r') {
+				st->state = CH_SIZE_LF;
+			} else if (c == '\n') {
+				st->state = CH_SIZE_LF;
+				continue; /* handled below without consuming twice */
+			} else {
+				return chunk_fail(st, 400, "bad character after the chunk size");
+			}
+			i++;
+			break;
+		}
+		case CH_EXT:
+			if (c == '\n') {
+				st->state = CH_SIZE_LF;
+				continue;
+			}
+			if (++st->line > 1024)
+				return chunk_fail(st, 400, "chunk extension too long");
+			if (c == '\r')
+				st->state = CH_SIZE_LF;
+			i++;
+			break;
+		case CH_SIZE_LF:
+			if (c != '\n')
+				return chunk_fail(st, 400, "chunk size line not ended by CRLF");
+			i++;
+			if (out->len + st->size > max_body)
+				return chunk_fail(st, 413, "chunked body exceeds the body size limit");
+			if (st->size == 0) {
+				st->state = CH_TRAILER;
+				st->line = 0;
+			} else {
+				st->state = CH_DATA;
+			}
+			st->digits = 0;
+			break;
+		case CH_DATA: {
+			size_t take = n - i;
+			if (take > st->size)
+				take = (size_t)st->size;
+			sbuf_add(out, in + i, take);
+			i += take;
+			st->size -= take;
+			if (st->size == 0)
+				st->state = CH_DATA_CR;
+			break;
+		}
+		case CH_DATA_CR:
+			if (c == '\n') {
+				st->state = CH_DATA_LF;
+				continue;
+			}
+			if (c != '\r')
+				return chunk_fail(st, 400, "chunk data longer than its size");
+			st->state = CH_DATA_LF;
+			i++;
+			break;
+		case CH_DATA_LF:
+			if (c != '\n')
+				return chunk_fail(st, 400, "chunk data not ended by CRLF");
+			st->state = CH_SIZE;
+			st->size = 0;
+			i++;
+			break;
+		case CH_TRAILER:
+			/* trailer fields are read and ignored; an empty line ends the body */
+			i++;
+			if (c == '\n') {
+				if (st->line == 0) {
+					st->state = CH_DONE;
+					st->done = true;
+				}
+				st->line = 0;
+			} else if (c != '\r' || st->line > 0) {
+				if (++st->line > 4096)
+					return chunk_fail(st, 400, "chunked trailer too long");
+			}
+			break;
+		}
+	}
+	return (ssize_t)i;
+}
+
+/* ---- responses ----------------------------------------------------------- */
+
+const char *http_status_text(int status)
+{
+	switch (status) {
+	case 100: return "Continue";
+	case 200: return "OK";
+	case 400: return "Bad Request";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 408: return "Request Timeout";
+	case 413: return "Content Too Large";
+	case 429: return "Too Many Requests";
+	case 431: return "Request Header Fields Too Large";
+	case 500: return "Internal Server Error";
+	case 501: return "Not Implemented";
+	case 503: return "Service Unavailable";
+	case 505: return "HTTP Version Not Supported";
+	default: return "Unknown";
+	}
+}
+
+size_t http_sanitize_request_id(const char *in, size_t n, char out[HTTP_MAX_REQUEST_ID + 1])
+{
+	size_t o = 0;
+	for (size_t i = 0; i < n && o < HTTP_MAX_REQUEST_ID; i++) {
+		unsigned char c = (unsigned char)in[i];
+		if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		    c == '.' || c == '_' || c == ':' || c == '-')
+			out[o++] = (char)c;
+	}
+	out[o] = 0;
+	return o;
+}

@@ -1,0 +1,241 @@
+/* main.c - kpi-infer: flags, model selection, engine creation, then the
+ * HTTP server (server.c) until SIGTERM drains it. */
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/engine.h"
+#include "daemon/engine/model_make.h"
+#include "daemon/server/server.h"
+
+static const char usage[] =
+"Usage: kpi-infer [OPTIONS]\n"
+"       kpi-infer --make-model PATH [--preset tiny|small] [--seed N]\n"
+"\n"
+"Llama-architecture inference behind an OpenAI-compatible HTTP API (SSE\n"
+"streaming, continuous batching, paged KV cache) with USDT probes for kpiscope.\n"
+"Prints 'listening on http://HOST:PORT' when ready; SIGTERM drains in-flight\n"
+"requests and exits 0.\n"
+"\n"
+"Model:\n"
+"  --model PATH              GGUF model to serve (default: the built-in tiny model,\n"
+"                            generated once into ~/.cache/kpiscope/tiny-s0.gguf)\n"
+"  --make-model PATH         write a built-in model to PATH and exit\n"
+"  --preset tiny|small       with --make-model: which model (default tiny)\n"
+"  --seed N                  with --make-model: weight seed (default 0)\n"
+"\n"
+"Server:\n"
+"  --host ADDR               address to bind (default 127.0.0.1)\n"
+"  --port N                  TCP port (default 8000)\n"
+"  --max-queue N             waiting requests before 429 Too Many Requests\n"
+"                            (default 256)\n"
+"  --max-body BYTES          largest request body, else 413 (default 1048576)\n"
+"  --request-timeout S       a request's head and body must arrive within S\n"
+"                            seconds of its first byte, else 408 (default 10)\n"
+"  --idle-timeout S          close keep-alive connections idle for S seconds\n"
+"                            (default 60)\n"
+"  --max-conns N             open connections; more wait in the backlog\n"
+"                            (default 10000)\n"
+"\n"
+"Engine:\n"
+"  --max-seqs N              running sequences per step (default 64)\n"
+"  --max-batched-tokens N    tokens per step, prefill + decode (default 2048)\n"
+"  --kv-blocks N             KV pool size in blocks (default: max-seqs full\n"
+"                            contexts, capped)\n"
+"  --block-size N            tokens per KV block (default 16)\n"
+"  --backend cpu|cuda        where the forward pass runs (default cpu)\n"
+"  --batching continuous|static\n"
+"                            scheduler policy (default continuous)\n"
+"  --threads N               engine worker threads (default: online CPUs)\n"
+"\n"
+"  -h, --help                this text\n"
+"\n"
+"API: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,\n"
+"GET /health, GET /metrics. See docs/server.md.\n";
+
+enum {
+	OPT_MODEL = 256, OPT_HOST, OPT_PORT, OPT_MAX_SEQS, OPT_MAX_BATCHED, OPT_MAX_QUEUE,
+	OPT_KV_BLOCKS, OPT_BLOCK_SIZE, OPT_BACKEND, OPT_BATCHING, OPT_THREADS, OPT_MAX_BODY,
+	OPT_REQ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_CONNS, OPT_MAKE_MODEL, OPT_PRESET, OPT_SEED,
+};
+
+static const struct option options[] = {
+	{ "model", required_argument, NULL, OPT_MODEL },
+	{ "host", required_argument, NULL, OPT_HOST },
+	{ "port", required_argument, NULL, OPT_PORT },
+	{ "max-seqs", required_argument, NULL, OPT_MAX_SEQS },
+	{ "max-batched-tokens", required_argument, NULL, OPT_MAX_BATCHED },
+	{ "max-queue", required_argument, NULL, OPT_MAX_QUEUE },
+	{ "kv-blocks", required_argument, NULL, OPT_KV_BLOCKS },
+	{ "block-size", required_argument, NULL, OPT_BLOCK_SIZE },
+	{ "backend", required_argument, NULL, OPT_BACKEND },
+	{ "batching", required_argument, NULL, OPT_BATCHING },
+	{ "threads", required_argument, NULL, OPT_THREADS },
+	{ "max-body", required_argument, NULL, OPT_MAX_BODY },
+	{ "request-timeout", required_argument, NULL, OPT_REQ_TIMEOUT },
+	{ "idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT },
+	{ "max-conns", required_argument, NULL, OPT_MAX_CONNS },
+	{ "make-model", required_argument, NULL, OPT_MAKE_MODEL },
+	{ "preset", required_argument, NULL, OPT_PRESET },
+	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "help", no_argument, NULL, 'h' },
+	{ 0 },
+};
+
+/* A whole decimal number within [lo, hi], or exit 2 naming the flag. */
+static long long int_flag(const char *flag, const char *s, long long lo, long long hi)
+{
+	char *end;
+	errno = 0;
+	long long v = strtoll(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi) {
+		fprintf(stderr, "kpi-infer: --%s expects a whole number from %lld to %lld, got '%s'\n",
+			flag, lo, hi, s);
+		exit(2);
+	}
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	struct engine_config ec = {
+		.max_seqs = 64, .max_batched_tokens = 2048, .kv_blocks = 0, .block_size = 16,
+		.threads = 0, .batching = ENGINE_BATCH_CONTINUOUS, .backend = ENGINE_BACKEND_CPU,
+	};
+	struct server_config sc = {
+		.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20,
+		.request_timeout_s = 10, .idle_timeout_s = 60, .max_conns = 10000,
+	};
+	const char *model = NULL, *make_path = NULL, *preset = NULL;
+	unsigned long long seed = 0;
+	bool seed_set = false;
+
+	int opt;
+	while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
+		switch (opt) {
+		case OPT_MODEL: model = optarg; break;
+		case OPT_HOST: sc.host = optarg; break;
+		case OPT_PORT: sc.port = (int)int_flag("port", optarg, 1, 65535); break;
+		case OPT_MAX_SEQS: ec.max_seqs = (int)int_flag("max-seqs", optarg, 1, 4096); break;
+		case OPT_MAX_BATCHED:
+			ec.max_batched_tokens = (int)int_flag("max-batched-tokens", optarg, 1, 1 << 24);
+			break;
+		case OPT_MAX_QUEUE: sc.max_queue = (int)int_flag("max-queue", optarg, 1, 1 << 24); break;
+		case OPT_KV_BLOCKS: ec.kv_blocks = (int)int_flag("kv-blocks", optarg, 1, 1 << 26); break;
+		case OPT_BLOCK_SIZE: ec.block_size = (int)int_flag("block-size", optarg, 1, 1024); break;
+		case OPT_THREADS: ec.threads = (int)int_flag("threads", optarg, 0, 1024); break;
+		case OPT_MAX_BODY:
+			sc.max_body = (size_t)int_flag("max-body", optarg, 1, 1LL << 30);
+			break;
+		case OPT_REQ_TIMEOUT:
+			sc.request_timeout_s = (int)int_flag("request-timeout", optarg, 1, 86400);
+			break;
+		case OPT_IDLE_TIMEOUT:
+			sc.idle_timeout_s = (int)int_flag("idle-timeout", optarg, 1, 86400);
+			break;
+		case OPT_MAX_CONNS: sc.max_conns = (int)int_flag("max-conns", optarg, 1, 1 << 20); break;
+		case OPT_BACKEND:
+			if (!strcmp(optarg, "cpu")) {
+				ec.backend = ENGINE_BACKEND_CPU;
+			} else if (!strcmp(optarg, "cuda")) {
+				ec.backend = ENGINE_BACKEND_CUDA;
+			} else {
+				fprintf(stderr, "kpi-infer: --backend expects cpu or cuda, got '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case OPT_BATCHING:
+			if (!strcmp(optarg, "continuous")) {
+				ec.batching = ENGINE_BATCH_CONTINUOUS;
+			} else if (!strcmp(optarg, "static")) {
+				ec.batching = ENGINE_BATCH_STATIC;
+			} else {
+				fprintf(stderr, "kpi-infer: --batching expects continuous or static, got '%s'\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case OPT_MAKE_MODEL: make_path = optarg; break;
+		case OPT_PRESET:
+			if (strcmp(optarg, "tiny") && strcmp(optarg, "small")) {
+				fprintf(stderr, "kpi-infer: --preset expects tiny or small, got '%s'\n", optarg);
+				return 2;
+			}
+			preset = optarg;
+			break;
+		case OPT_SEED:
+			seed = (unsigned long long)int_flag("seed", optarg, 0, LLONG_MAX);
+			seed_set = true;
+			break;
+		case 'h':
+			fputs(usage, stdout);
+			return 0;
+		default:
+			fprintf(stderr, "Try 'kpi-infer --help' for the list of flags.\n");
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kpi-infer: unexpected argument '%s' (flags start with --; see --help)\n",
+			argv[optind]);
+		return 2;
+	}
+
+	char err[512];
+	if (make_path) {
+		if (model) {
+			fprintf(stderr, "kpi-infer: --make-model writes a model and exits; drop --model\n");
+			return 2;
+		}
+		if (model_make(make_path, preset ? preset : "tiny", seed, err, sizeof(err)) < 0) {
+			fprintf(stderr, "kpi-infer: %s\n", err);
+			return 1;
+		}
+		printf("wrote %s model (seed %llu) to %s\n", preset ? preset : "tiny", seed, make_path);
+		return 0;
+	}
+	if (preset || seed_set) {
+		fprintf(stderr, "kpi-infer: --preset and --seed only go with --make-model PATH\n");
+		return 2;
+	}
+
+	char default_path[4096];
+	if (!model) {
+		if (model_default_path(default_path, sizeof(default_path), err, sizeof(err)) < 0) {
+			fprintf(stderr, "kpi-infer: no --model given and the built-in model is "
+				"unavailable: %s\n", err);
+			return 1;
+		}
+		model = default_path;
+	}
+	ec.model_path = model;
+
+	/* Block the shutdown signals before any thread exists (the engine's
+	 * workers included): the server takes them through a signalfd. */
+	sigset_t ss;
+	sigemptyset(&ss);
+	sigaddset(&ss, SIGTERM);
+	sigaddset(&ss, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &ss, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	struct engine *e = engine_create(&ec, err, sizeof(err));
+	if (!e) {
+		fprintf(stderr, "kpi-infer: cannot load %s: %s\n", model, err);
+		return 1;
+	}
+	const char *base = strrchr(model, '/');
+	sc.model_label = base ? base + 1 : model;
+	sc.block_size = ec.block_size;
+	int rc = server_run(e, &sc);
+	engine_destroy(e);
+	if (rc == 0)
+		fprintf(stderr, "kpi-infer: drained, exiting\n");
+	return rc;
+}

@@ -1,0 +1,85 @@
+-- views.sql - read-only views over the trace store, pure SQL (the sqlite3
+-- CLI runs them as they are). kpi-agent re-creates them at every start, so
+-- they are not versioned; `.read schema/views.sql` adds them to any trace.
+-- Percentiles interpolate linearly between closest ranks (the definition
+-- kpitop and kpi-report use): p of n sorted values is at rank (n-1)*p.
+
+-- One row per request, phases and KPIs in milliseconds, time in UTC.
+DROP VIEW IF EXISTS request_phases_ms;
+CREATE VIEW request_phases_ms AS
+SELECT request_id, pid, run_id,
+       strftime('%Y-%m-%d %H:%M:%f', wall_ns / 1e9, 'unixepoch') AS time_utc,
+       http_status, finish_reason, reject_reason,
+       net_in_ns / 1e6 AS net_in_ms, queue_ns / 1e6 AS queue_ms,
+       prefill_ns / 1e6 AS prefill_ms, decode_ns / 1e6 AS decode_ms,
+       net_out_ns / 1e6 AS net_out_ms,
+       ttft_ns / 1e6 AS ttft_ms, tpot_ns / 1e6 AS tpot_ms, e2e_ns / 1e6 AS e2e_ms,
+       itl_p50_ns / 1e6 AS itl_p50_ms, itl_p99_ns / 1e6 AS itl_p99_ms,
+       prompt_tokens, output_tokens, preemptions,
+       srtt_us / 1e3 AS srtt_ms, runq_ns / 1e6 AS runq_ms
+FROM requests;
+
+-- The latencies the percentile view ranks, one row per (request, metric),
+-- bucketed by the wall-clock minute of arrival.
+DROP VIEW IF EXISTS request_latency_long;
+CREATE VIEW request_latency_long AS
+SELECT wall_ns / 60000000000 * 60 AS minute_s, 'ttft' AS metric, ttft_ns AS v
+  FROM requests WHERE ttft_ns IS NOT NULL
+UNION ALL
+SELECT wall_ns / 60000000000 * 60, 'tpot', tpot_ns FROM requests WHERE tpot_ns IS NOT NULL
+UNION ALL
+SELECT wall_ns / 60000000000 * 60, 'e2e', e2e_ns FROM requests WHERE e2e_ns IS NOT NULL
+UNION ALL
+SELECT wall_ns / 60000000000 * 60, 'queue', queue_ns FROM requests WHERE queue_ns IS NOT NULL;
+
+-- Per minute and metric (ttft, tpot, e2e, queue): n, p50, p95, p99 in ms.
+DROP VIEW IF EXISTS latency_percentiles_minute;
+CREATE VIEW latency_percentiles_minute AS
+WITH ranked AS (
+	SELECT minute_s, metric, v,
+	       ROW_NUMBER() OVER w - 1 AS rn,
+	       COUNT(*) OVER (PARTITION BY minute_s, metric) AS cnt,
+	       LEAD(v) OVER w AS v_next
+	FROM request_latency_long
+	WINDOW w AS (PARTITION BY minute_s, metric ORDER BY v)
+), wanted(p) AS (
+	VALUES (0.50), (0.95), (0.99)
+), interpolated AS (
+	SELECT minute_s, metric, cnt, p,
+	       v + (COALESCE(v_next, v) - v) * ((cnt - 1) * p - rn) AS val
+	FROM ranked JOIN wanted ON rn = CAST((cnt - 1) * p AS INTEGER)
+)
+SELECT strftime('%Y-%m-%d %H:%M', minute_s, 'unixepoch') AS minute_utc, minute_s, metric,
+       cnt AS n,
+       MAX(CASE WHEN p = 0.50 THEN val END) / 1e6 AS p50_ms,
+       MAX(CASE WHEN p = 0.95 THEN val END) / 1e6 AS p95_ms,
+       MAX(CASE WHEN p = 0.99 THEN val END) / 1e6 AS p99_ms
+FROM interpolated
+GROUP BY minute_s, metric
+ORDER BY minute_s, metric;
+
+-- Each phase's share of the summed end-to-end time (0..1; the shares add
+-- up to 1 because a request's non-null phases add up to its e2e).
+DROP VIEW IF EXISTS phase_share;
+CREATE VIEW phase_share AS
+SELECT COUNT(*) AS requests, SUM(e2e_ns) / 1e6 AS e2e_ms_total,
+       1.0 * TOTAL(net_in_ns) / SUM(e2e_ns) AS net_in_share,
+       1.0 * TOTAL(queue_ns) / SUM(e2e_ns) AS queue_share,
+       1.0 * TOTAL(prefill_ns) / SUM(e2e_ns) AS prefill_share,
+       1.0 * TOTAL(decode_ns) / SUM(e2e_ns) AS decode_share,
+       1.0 * TOTAL(net_out_ns) / SUM(e2e_ns) AS net_out_share
+FROM requests WHERE e2e_ns > 0;
+
+-- The same per wall-clock minute.
+DROP VIEW IF EXISTS phase_share_minute;
+CREATE VIEW phase_share_minute AS
+SELECT strftime('%Y-%m-%d %H:%M', wall_ns / 60000000000 * 60, 'unixepoch') AS minute_utc,
+       COUNT(*) AS requests, SUM(e2e_ns) / 1e6 AS e2e_ms_total,
+       1.0 * TOTAL(net_in_ns) / SUM(e2e_ns) AS net_in_share,
+       1.0 * TOTAL(queue_ns) / SUM(e2e_ns) AS queue_share,
+       1.0 * TOTAL(prefill_ns) / SUM(e2e_ns) AS prefill_share,
+       1.0 * TOTAL(decode_ns) / SUM(e2e_ns) AS decode_share,
+       1.0 * TOTAL(net_out_ns) / SUM(e2e_ns) AS net_out_share
+FROM requests WHERE e2e_ns > 0
+GROUP BY wall_ns / 60000000000
+ORDER BY 1;

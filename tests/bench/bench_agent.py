@@ -1,0 +1,128 @@
+#!/usr/bin/env python3
+"""kpi-agent overhead: kpi-infer throughput and client p99 TTFT with and
+without the agent attached, in interleaved rounds (off on on off off on ...)
+against one daemon; ring-buffer drops and the agent's CPU time per request.
+
+Each round runs kpi-bench (closed loop, streaming, ignore_eos so every answer
+has exactly --max-tokens tokens) at the daemon's saturation concurrency. With
+the agent 'on', it is attached before the round starts and stopped after, so
+attach cost is outside the measured window; its CPU time (utime + stime from
+/proc) over the round is divided by the requests it recorded."""
+import argparse, json, os, signal, statistics, sys, tempfile, time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "lib"))
+import kpitest  # noqa: E402
+import agenttest as at  # noqa: E402
+import benchtest as bt  # noqa: E402
+
+
+def cpu_s(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def one_round(url, pid, agent_on, args, tmp, i):
+    agent = None
+    db = os.path.join(tmp, f"r{i}.db")
+    if agent_on:
+        agent = at.start_agent(db, "--flush-ms", 200, pid=pid)
+        c0 = cpu_s(agent.pid)
+    out = os.path.join(tmp, f"r{i}.json")
+    p = bt.kpi_bench("--url", url, "--concurrency", args.concurrency, "--requests", args.requests,
+                     "--prompt-len", 32, "--max-tokens", args.max_tokens, "--ignore-eos",
+                     "--temperature", 0, "--seed", i, "--json", out, timeout=600)
+    if p.returncode != 0:
+        raise SystemExit(f"kpi-bench failed: {p.stderr[-800:]}")
+    with open(out) as f:
+        js = json.load(f)
+    r = {"agent": agent_on, "requests_per_s": js["throughput"]["requests_per_s"],
+         "output_tokens_per_s": js["throughput"]["output_tokens_per_s"],
+         "ttft_p99_ms": js["ttft_ms"]["p99"], "ttft_p50_ms": js["ttft_ms"]["p50"]}
+    if agent:
+        c1 = cpu_s(agent.pid)
+        assert agent.stop() == 0, agent.lines[-10:]
+        stopped = [l for l in agent.lines if l.startswith("stopped:")][-1]
+        # "stopped: N requests (N rejected), N events, N ring-buffer drops"
+        w = stopped.replace(",", "").split()
+        r.update(recorded=int(w[1]), events=int(w[5]), drops=int(w[7]), agent_cpu_s=c1 - c0)
+    return r
+
+
+def med(rs, key):
+    v = [r[key] for r in rs]
+    return statistics.median(v), min(v), max(v)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--out", default=os.path.join(kpitest.BUILD, "bench"))
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    args.rounds = 2 if args.quick else 6
+    args.requests = 60 if args.quick else 300
+    args.concurrency = 16
+    args.max_tokens = 16
+    os.makedirs(args.out, exist_ok=True)
+    if os.geteuid() != 0:
+        print("## kpi-agent overhead\n\nskipped: needs root (BPF); run make bench as root\n")
+        return
+    for path in (at.AGENT, bt.BENCH, bt.INFER):
+        if not os.path.exists(path):
+            print(f"## kpi-agent overhead\n\nskipped: {path} is not built\n")
+            return
+    tmp = tempfile.mkdtemp(prefix="kpi-agent-bench-")
+    results = []
+    try:
+        server, url = bt.start_server("--max-seqs", "32")
+        bt.kpi_bench("--url", url, "--concurrency", 8, "--requests", 32, "--max-tokens", 8)
+        order = []
+        for k in range(args.rounds):
+            order += [False, True] if k % 2 == 0 else [True, False]
+        for i, on in enumerate(order):
+            r = one_round(url, server.pid, on, args, tmp, i)
+            results.append(r)
+            print(f"round {i}: agent {'on ' if on else 'off'} {r['requests_per_s']:.2f} req/s, "
+                  f"p99 TTFT {r['ttft_p99_ms']:.1f} ms" +
+                  (f", {r['drops']} drops, {r['agent_cpu_s']:.2f} s CPU" if on else ""),
+                  file=sys.stderr, flush=True)
+    finally:
+        kpitest.cleanup()
+        kpitest.run(["rm", "-rf", tmp])
+    off = [r for r in results if not r["agent"]]
+    on = [r for r in results if r["agent"]]
+    thr_off, thr_on = med(off, "requests_per_s"), med(on, "requests_per_s")
+    p99_off, p99_on = med(off, "ttft_p99_ms"), med(on, "ttft_p99_ms")
+    recorded = sum(r["recorded"] for r in on)
+    cpu = sum(r["agent_cpu_s"] for r in on)
+    summary = {
+        "rounds": args.rounds, "requests_per_round": args.requests,
+        "concurrency": args.concurrency, "max_tokens": args.max_tokens,
+        "throughput_off": thr_off, "throughput_on": thr_on,
+        "throughput_ratio": thr_on[0] / thr_off[0],
+        "ttft_p99_ms_off": p99_off, "ttft_p99_ms_on": p99_on,
+        "ttft_p99_ratio": p99_on[0] / p99_off[0],
+        "drops": sum(r["drops"] for r in on), "recorded": recorded,
+        "requests_sent_on": args.requests * len(on),
+        "agent_cpu_s_per_1000_requests": 1000 * cpu / max(recorded, 1),
+        "rounds_detail": results,
+    }
+    with open(os.path.join(args.out, "agent.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    fmt = lambda t: f"{t[0]:.2f} ({t[1]:.2f}–{t[2]:.2f})"
+    print("## kpi-agent overhead\n")
+    print(f"kpi-infer, tiny model, kpi-bench closed loop c={args.concurrency}, "
+          f"{args.requests} streamed requests x {args.max_tokens} tokens per round, "
+          f"{args.rounds} rounds each way, interleaved; median (min–max).\n")
+    print("| | agent off | agent on | on/off |\n|---|---|---|---|")
+    print(f"| throughput, req/s | {fmt(thr_off)} | {fmt(thr_on)} | {summary['throughput_ratio']:.3f} |")
+    print(f"| p99 TTFT, ms | {fmt(p99_off)} | {fmt(p99_on)} | {summary['ttft_p99_ratio']:.3f} |")
+    print(f"\nring-buffer drops: {summary['drops']}; requests recorded: {recorded} of "
+          f"{summary['requests_sent_on']} sent with the agent on; "
+          f"agent CPU: {summary['agent_cpu_s_per_1000_requests']:.3f} s per 1000 requests "
+          f"(= cores busy at 1000 requests/s).\n")
+
+
+if __name__ == "__main__":
+    main()

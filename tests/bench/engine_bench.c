@@ -1,0 +1,357 @@
+/* engine_bench.c - measurements of the engine for tests/bench/bench_engine.py:
+ * one measurement per run, one JSON object on stdout. Modes: make (write a
+ * preset), bandwidth (memory-read GB/s with the engine's thread pool), decode
+ * (aggregate tok/s at N concurrent sequences), prefill (tok/s of one long
+ * prompt), burst (requests/s on a burst, continuous or static batching). */
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/engine.h"
+#include "daemon/engine/backend.h"
+#include "daemon/engine/model.h"
+#include "daemon/engine/model_make.h"
+#include "daemon/engine/pool.h"
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+static double now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: engine-bench MODE [options]  (prints one JSON object)\n"
+		"modes:\n"
+		"  make       --out PATH --preset tiny|small [--seed N]   write a model\n"
+		"  bandwidth  [--mib N] [--threads N]                    memory-read GB/s\n"
+		"  decode     --model PATH --seqs N [--prompt N] [--gen N] aggregate decode tok/s\n"
+		"  prefill    --model PATH [--prompt N]                  prefill tok/s\n"
+		"  burst      --model PATH [--requests N] [--prompt N] [--mean N] [--max N]\n"
+		"             [--batching continuous|static] [--seqs N]  requests/s\n"
+		"options:\n"
+		"  --threads N   worker threads (default: online CPUs)\n"
+		"  --reps N      repetitions inside one run (bandwidth; default 3)\n"
+		"  -h, --help    this text\n");
+}
+
+/* ---- bandwidth --------------------------------------------------------- */
+
+struct bw_job {
+	const float *buf;
+	size_t n, chunk;
+	double sums[256];
+};
+
+static void bw_task(void *arg, int task, int thread)
+{
+	struct bw_job *j = arg;
+	const float *p = j->buf + (size_t)task * j->chunk;
+	size_t n = j->chunk;
+	if ((size_t)task * j->chunk + n > j->n)
+		n = j->n - (size_t)task * j->chunk;
+	double s = 0;
+#if defined(__AVX2__)
+	__m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+	size_t i = 0;
+	for (; i + 32 <= n; i += 32) {
+		/* the same software prefetch distance as the matmul's weight streams */
+		_mm_prefetch((const char *)(p + i) + 4096, _MM_HINT_T0);
+		a0 = _mm256_add_ps(a0, _mm256_loadu_ps(p + i));
+		a1 = _mm256_add_ps(a1, _mm256_loadu_ps(p + i + 8));
+		a2 = _mm256_add_ps(a2, _mm256_loadu_ps(p + i + 16));
+		a3 = _mm256_add_ps(a3, _mm256_loadu_ps(p + i + 24));
+	}
+	float t[8];
+	_mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+	for (int k = 0; k < 8; k++)
+		s += t[k];
+	for (; i < n; i++)
+		s += p[i];
+#else
+	for (size_t i = 0; i < n; i++)
+		s += p[i];
+#endif
+	j->sums[thread & 255] += s;
+}
+
+static int run_bandwidth(int mib, int threads, int reps)
+{
+	size_t n = (size_t)mib << 18; /* floats */
+	float *buf = malloc(n * sizeof(float));
+	if (!buf) {
+		fprintf(stderr, "engine-bench: cannot allocate %d MiB (lower --mib)\n", mib);
+		return 1;
+	}
+	for (size_t i = 0; i < n; i++)
+		buf[i] = (float)(i & 7);
+	struct pool *p = pool_create(threads);
+	struct bw_job j = { .buf = buf, .n = n, .chunk = 1 << 18 };
+	int tasks = (int)((n + j.chunk - 1) / j.chunk);
+	pool_run(p, bw_task, &j, tasks); /* warm: page tables, TLB */
+	double best = 0, sum = 0;
+	for (int r = 0; r < reps; r++) {
+		double t0 = now();
+		pool_run(p, bw_task, &j, tasks);
+		double gbs = n * sizeof(float) / (now() - t0) / 1e9;
+		best = gbs > best ? gbs : best;
+		sum += gbs;
+	}
+	printf("{\"mode\":\"bandwidth\",\"mib\":%d,\"threads\":%d,\"gbs_best\":%.3f,\"gbs_mean\":%.3f,\"checksum\":%.1f}\n",
+	       mib, pool_threads(p), best, sum / reps, j.sums[0]);
+	pool_destroy(p);
+	free(buf);
+	return 0;
+}
+
+/* ---- engine runs ------------------------------------------------------- */
+
+static struct engine *open_engine(const char *model, int seqs, int tokens, int threads,
+				  enum engine_batching batching, int kv_blocks)
+{
+	struct engine_config c = { .model_path = model, .max_seqs = seqs, .max_batched_tokens = tokens,
+				   .threads = threads, .batching = batching, .kv_blocks = kv_blocks };
+	char err[512];
+	struct engine *e = engine_create(&c, err, sizeof(err));
+	if (!e)
+		fprintf(stderr, "engine-bench: %s\n", err);
+	return e;
+}
+
+static void make_prompt(int32_t *p, int n, int salt, const struct model_info *mi)
+{
+	for (int i = 0; i < n; i++)
+		p[i] = 3 + (int32_t)((i * 31 + salt * 17) % (mi->vocab_size - 3));
+}
+
+/* Drives steps until no work; returns generated tokens. */
+static long drain(struct engine *e, struct engine_event *ev, int max_ev, int *finished)
+{
+	long toks = 0;
+	while (engine_has_work(e)) {
+		int n = engine_step(e, ev, max_ev);
+		for (int i = 0; i < n; i++) {
+			if (ev[i].kind == ENGINE_EV_TOKEN)
+				toks++;
+			else if (ev[i].kind == ENGINE_EV_FINISHED && finished)
+				(*finished)++;
+		}
+	}
+	return toks;
+}
+
+static int run_decode(const char *model, int seqs, int prompt, int gen, int threads)
+{
+	struct engine *e = open_engine(model, seqs < 1 ? 1 : seqs, 2048 > seqs ? 2048 : seqs, threads,
+				       ENGINE_BATCH_CONTINUOUS, 0);
+	if (!e)
+		return 1;
+	const struct model_info *mi = engine_model(e);
+	int32_t *pr = malloc(sizeof(int32_t) * prompt);
+	int max_ev = engine_events_max(e) + seqs * 4;
+	struct engine_event *ev = malloc(sizeof(*ev) * max_ev);
+	char err[256];
+	for (int s = 0; s < seqs; s++) {
+		make_prompt(pr, prompt, s, mi);
+		struct sampling_params sp = { .temperature = 0, .top_p = 1, .seed = s, .max_tokens = gen + 1,
+					      .ignore_eos = true };
+		if (engine_submit(e, s, pr, prompt, &sp, err, sizeof(err))) {
+			fprintf(stderr, "engine-bench: %s\n", err);
+			return 1;
+		}
+	}
+	/* prefill until every sequence has its first token: those steps are not timed */
+	int firsts = 0;
+	while (firsts < seqs) {
+		int n = engine_step(e, ev, max_ev);
+		for (int i = 0; i < n; i++)
+			firsts += ev[i].kind == ENGINE_EV_TOKEN && ev[i].first;
+	}
+	struct engine_stats st0, st1;
+	engine_stats(e, &st0);
+	double t0 = now();
+	long toks = drain(e, ev, max_ev, NULL);
+	double dt = now() - t0;
+	engine_stats(e, &st1);
+	long steps = (long)(st1.steps - st0.steps);
+	/* bytes read per decode step: every weight once, plus each sequence's K/V
+	 * over its average context during the timed window */
+	struct model *m = NULL;
+	char e2[256];
+	m = model_load(model, e2, sizeof(e2));
+	double kv_tok = m ? (double)backend_kv_bytes_per_token(m) : 0;
+	double wbytes = m ? (double)m->weight_bytes : 0;
+	double avg_ctx = prompt + 1 + gen / 2.0;
+	double bytes_per_step = wbytes + seqs * avg_ctx * kv_tok;
+	printf("{\"mode\":\"decode\",\"seqs\":%d,\"prompt\":%d,\"gen\":%d,\"threads\":%d,\"tokens\":%ld,"
+	       "\"steps\":%ld,\"seconds\":%.4f,\"tok_s\":%.2f,\"step_ms\":%.3f,\"weight_bytes\":%.0f,"
+	       "\"bytes_per_step\":%.0f,\"gbs\":%.3f}\n",
+	       seqs, prompt, gen, threads, toks, steps, dt, toks / dt, dt / steps * 1e3, wbytes,
+	       bytes_per_step, bytes_per_step * steps / dt / 1e9);
+	model_free(m);
+	free(pr);
+	free(ev);
+	engine_destroy(e);
+	return 0;
+}
+
+static int run_prefill(const char *model, int prompt, int threads)
+{
+	struct engine *e = open_engine(model, 1, prompt, threads, ENGINE_BATCH_CONTINUOUS, 0);
+	if (!e)
+		return 1;
+	const struct model_info *mi = engine_model(e);
+	int32_t *pr = malloc(sizeof(int32_t) * prompt);
+	struct engine_event ev[64];
+	char err[256];
+	double best = 1e30;
+	for (int r = 0; r < 2; r++) {
+		make_prompt(pr, prompt, r, mi);
+		struct sampling_params sp = { .top_p = 1, .max_tokens = 1, .ignore_eos = true };
+		if (engine_submit(e, r, pr, prompt, &sp, err, sizeof(err))) {
+			fprintf(stderr, "engine-bench: %s\n", err);
+			return 1;
+		}
+		double t0 = now();
+		drain(e, ev, 64, NULL);
+		double dt = now() - t0;
+		best = dt < best ? dt : best;
+	}
+	printf("{\"mode\":\"prefill\",\"prompt\":%d,\"threads\":%d,\"seconds\":%.4f,\"tok_s\":%.2f}\n", prompt,
+	       threads, best, prompt / best);
+	free(pr);
+	engine_destroy(e);
+	return 0;
+}
+
+static int run_burst(const char *model, int requests, int prompt, int mean, int maxlen,
+		     enum engine_batching batching, int seqs, int threads)
+{
+	struct engine *e = open_engine(model, seqs, 2048, threads, batching, 0);
+	if (!e)
+		return 1;
+	const struct model_info *mi = engine_model(e);
+	int32_t *pr = malloc(sizeof(int32_t) * prompt);
+	int max_ev = engine_events_max(e) + requests;
+	struct engine_event *ev = malloc(sizeof(*ev) * max_ev);
+	char err[256];
+	uint64_t rng = 12345; /* the same lengths for both batching modes */
+	long want = 0;
+	double t0 = now();
+	for (int r = 0; r < requests; r++) {
+		rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+		double u = ((rng >> 11) + 0.5) * 0x1p-53;
+		int len = (int)ceil(-log(u) * mean);
+		len = len < 1 ? 1 : len > maxlen ? maxlen : len;
+		want += len;
+		make_prompt(pr, prompt, r, mi);
+		struct sampling_params sp = { .top_p = 1, .seed = r, .max_tokens = len, .ignore_eos = true };
+		if (engine_submit(e, r, pr, prompt, &sp, err, sizeof(err))) {
+			fprintf(stderr, "engine-bench: %s\n", err);
+			return 1;
+		}
+	}
+	int finished = 0;
+	long toks = drain(e, ev, max_ev, &finished);
+	double dt = now() - t0;
+	struct engine_stats st;
+	engine_stats(e, &st);
+	printf("{\"mode\":\"burst\",\"batching\":\"%s\",\"requests\":%d,\"finished\":%d,\"prompt\":%d,"
+	       "\"mean\":%d,\"max\":%d,\"seqs\":%d,\"threads\":%d,\"tokens\":%ld,\"want_tokens\":%ld,"
+	       "\"seconds\":%.3f,\"req_s\":%.3f,\"tok_s\":%.2f,\"steps\":%llu,\"preemptions\":%llu}\n",
+	       batching == ENGINE_BATCH_STATIC ? "static" : "continuous", requests, finished, prompt, mean,
+	       maxlen, seqs, threads, toks, want, dt, finished / dt, toks / dt,
+	       (unsigned long long)st.steps, (unsigned long long)st.preemptions);
+	free(pr);
+	free(ev);
+	engine_destroy(e);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? 2 : 0;
+	}
+	const char *mode = argv[1], *model = NULL, *out = NULL, *preset = "tiny";
+	int seqs = 1, prompt = 128, gen = 64, threads = 0, mib = 1024, reps = 3, requests = 256;
+	int mean = 64, maxlen = 512;
+	uint64_t seed = 0;
+	enum engine_batching batching = ENGINE_BATCH_CONTINUOUS;
+	static const struct option opts[] = {
+		{ "model", 1, 0, 'm' }, { "out", 1, 0, 'o' }, { "preset", 1, 0, 'P' },
+		{ "seed", 1, 0, 'S' }, { "seqs", 1, 0, 's' }, { "prompt", 1, 0, 'p' },
+		{ "gen", 1, 0, 'g' }, { "threads", 1, 0, 't' }, { "mib", 1, 0, 'M' },
+		{ "reps", 1, 0, 'r' }, { "requests", 1, 0, 'R' }, { "mean", 1, 0, 'e' },
+		{ "max", 1, 0, 'x' }, { "batching", 1, 0, 'b' }, { "help", 0, 0, 'h' }, { 0 }
+	};
+	int c;
+	optind = 2;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'm': model = optarg; break;
+		case 'o': out = optarg; break;
+		case 'P': preset = optarg; break;
+		case 'S': seed = strtoull(optarg, NULL, 0); break;
+		case 's': seqs = atoi(optarg); break;
+		case 'p': prompt = atoi(optarg); break;
+		case 'g': gen = atoi(optarg); break;
+		case 't': threads = atoi(optarg); break;
+		case 'M': mib = atoi(optarg); break;
+		case 'r': reps = atoi(optarg); break;
+		case 'R': requests = atoi(optarg); break;
+		case 'e': mean = atoi(optarg); break;
+		case 'x': maxlen = atoi(optarg); break;
+		case 'b':
+			if (!strcmp(optarg, "static"))
+				batching = ENGINE_BATCH_STATIC;
+			else if (strcmp(optarg, "continuous")) {
+				fprintf(stderr, "engine-bench: --batching must be continuous or static, not '%s'\n", optarg);
+				return 2;
+			}
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (threads <= 0)
+		threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	if (!strcmp(mode, "bandwidth"))
+		return run_bandwidth(mib, threads, reps < 1 ? 1 : reps);
+	if (!strcmp(mode, "make")) {
+		char err[512];
+		if (!out) {
+			fprintf(stderr, "engine-bench make: --out PATH is required\n");
+			return 2;
+		}
+		if (model_make(out, preset, seed, err, sizeof(err))) {
+			fprintf(stderr, "engine-bench: %s\n", err);
+			return 1;
+		}
+		printf("{\"mode\":\"make\",\"out\":\"%s\",\"preset\":\"%s\"}\n", out, preset);
+		return 0;
+	}
+	if (!model) {
+		fprintf(stderr, "engine-bench %s: --model PATH is required\n", mode);
+		return 2;
+	}
+	if (!strcmp(mode, "decode"))
+		return run_decode(model, seqs, prompt, gen, threads);
+	if (!strcmp(mode, "prefill"))
+		return run_prefill(model, prompt, threads);
+	if (!strcmp(mode, "burst"))
+		return run_burst(model, requests, prompt, mean, maxlen, batching, seqs, threads);
+	fprintf(stderr, "engine-bench: unknown mode '%s' (see --help)\n", mode);
+	return 2;
+}

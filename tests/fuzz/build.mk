@@ -1,0 +1,58 @@
+# tests/fuzz/build.mk - libFuzzer targets (build/fuzz/fuzz_*) for the daemon's
+# untrusted-input code, and an ASan/UBSan build of kpi-infer
+# (build/asan/kpi-infer) for tests/test_hostile.py. Both are clang builds with
+# their own object trees, so the -O3 daemon is never instrumented.
+#
+#   make fuzz FUZZ_S=60     run every target 60 s (default 30) from its corpus
+#   make fuzz FUZZ_T=http   just one target
+#
+# `make test` builds both (they are prerequisites of `test`, not of `all`, so
+# a plain `make` stays cheap); tests/test_fuzz.py runs each target ~5 s.
+
+SAN_FLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+SAN_CFLAGS := -O1 -g -march=native -std=gnu11 -Wall -Wno-unused-parameter -D_GNU_SOURCE \
+	-pthread -MMD -MP -I$(BUILD)/include -I.
+DAEMON_LIB_SRCS := $(ENGINE_SRCS) $(SERVER_SRCS)
+
+# ---- fuzz targets -----------------------------------------------------------
+FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
+FUZZ_BINS := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
+FUZZ_OBJ := $(BUILD)/fuzz/obj
+
+$(FUZZ_OBJ)/%.o: %.c | deps $(BUILD)/include/kpi_probes.h
+	$(call msg,CC-FUZZ,$<)
+	@mkdir -p $(@D)
+	$(Q)$(CLANG) $(SAN_CFLAGS) $(SAN_FLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+
+# one archive, so each target links only the objects it uses
+$(BUILD)/fuzz/libdaemon.a: $(DAEMON_LIB_SRCS:%.c=$(FUZZ_OBJ)/%.o) $(OBJ)/daemon/kpi_probes.o
+	$(call msg,AR,$@)
+	$(Q)rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/fuzz/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $(BUILD)/fuzz/libdaemon.a
+	$(call msg,LD,$@)
+	$(Q)$(CLANG) $(SAN_FLAGS) -fsanitize=fuzzer $^ -o $@ -ljansson $(LDLIBS_COMMON)
+
+# ---- kpi-infer with ASan, LSan and UBSan --------------------------------------
+ASAN_OBJ := $(BUILD)/asan/obj
+
+$(ASAN_OBJ)/%.o: %.c | deps $(BUILD)/include/kpi_probes.h
+	$(call msg,CC-ASAN,$<)
+	@mkdir -p $(@D)
+	$(Q)$(CLANG) $(SAN_CFLAGS) $(SAN_FLAGS) -c $< -o $@
+
+$(BUILD)/asan/kpi-infer: $(ASAN_OBJ)/daemon/server/main.o \
+		$(DAEMON_LIB_SRCS:%.c=$(ASAN_OBJ)/%.o) $(OBJ)/daemon/kpi_probes.o
+	$(call msg,LD,$@)
+	$(Q)$(CLANG) $(SAN_FLAGS) $^ -o $@ -ljansson $(LDLIBS_COMMON)
+
+test: $(FUZZ_BINS) $(BUILD)/asan/kpi-infer
+
+# keep the target objects make would treat as intermediate
+.SECONDARY: $(FUZZ_TARGETS:%=$(FUZZ_OBJ)/tests/fuzz/fuzz_%.o)
+
+# ---- make fuzz ----------------------------------------------------------------
+FUZZ_S ?= 30
+.PHONY: fuzz
+fuzz: $(FUZZ_BINS)
+	$(Q)$(PYTHON) tests/fuzz/run.py --seconds $(FUZZ_S) $(if $(FUZZ_T),$(FUZZ_T))

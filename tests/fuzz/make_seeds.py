@@ -1,0 +1,160 @@
+#!/usr/bin/env python3
+"""Writes the committed seed corpora of the fuzz targets into
+tests/fuzz/corpus/<target>/. Run it again after changing the inputs a target
+expects; libFuzzer grows its own working copy under build/fuzz/work/."""
+import json, os, struct
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def put(target, name, data):
+    d = os.path.join(HERE, "corpus", target)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, name), "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode())
+
+
+def http_seeds():
+    body = b'{"prompt":"hi","max_tokens":4}'
+    put("http", "post_cl", b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\nX-Request-Id: abc-123\r\n\r\n" % len(body) + body)
+    put("http", "get_keepalive", "GET /metrics?x=1 HTTP/1.0\r\nConnection: keep-alive, Upgrade\r\n\r\n")
+    put("http", "chunked", b"POST /v1/completions HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+        b"Expect: 100-continue\r\n\r\n5;ext=1\r\n{\"pro\r\n1A\r\nmpt\":\"hi\",\"max_tokens\":4}\r\n0\r\nTrailer: x\r\n\r\n")
+    put("http", "bare_lf", "\r\n\nGET /health HTTP/1.1\nX-Request-Id: a b\xff\n\n")
+    put("http", "te_and_cl", "POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n")
+    put("http", "bad_version", "GET / HTTP/2.0\r\n\r\n")
+    put("http", "folding", "GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n")
+    put("http", "chunk_bad_size", b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nfffffffffffffffff\r\n")
+
+
+def json_seeds():
+    seeds = {
+        "completion": {"prompt": "Once upon", "max_tokens": 8, "temperature": 0.5, "top_p": 0.9,
+                       "seed": 7, "stop": ["\n", "end"], "stream": True,
+                       "stream_options": {"include_usage": True}, "ignore_eos": False, "n": 1,
+                       "model": "tiny"},
+        "ids": {"prompt": [1, 72, 105, 2147483647], "max_tokens": 1},
+        "one_string": {"prompt": ["x"], "stop": "y"},
+        "chat": {"messages": [{"role": "system", "content": "be brief"},
+                              {"role": "user", "content": [{"type": "text", "text": "hi"}]},
+                              {"role": "assistant", "content": None},
+                              {"role": "developer", "content": "x"}],
+                 "max_completion_tokens": 3},
+        "wrong_types": {"prompt": 5, "max_tokens": "8", "temperature": -1, "top_p": 0,
+                        "stop": [1], "stream": "yes"},
+    }
+    for k, v in seeds.items():
+        put("json", k, json.dumps(v))
+    put("json", "deep", "[" * 200 + "]" * 200)
+    put("json", "dup_keys", '{"prompt":"a","prompt":"b"}')
+    put("json", "escapes", '{"prompt":"\\ud800\\u0000\\n","max_tokens":1e308}')
+    put("json", "big_numbers", '{"prompt":[-1, 99999999999999999999],"seed":-5,"max_tokens":0}')
+
+
+def chat_seeds():
+    def msg(role, text):
+        b = text.encode()
+        return bytes([role, len(b)]) + b
+    put("chat", "two", msg(0, "You are terse.") + msg(1, "Hello there") + b"tail")
+    put("chat", "utf8", msg(1, "caf\u00e9 \u2581 \U0001F600") + b"\xff\xc3")
+    put("chat", "stop", msg(2, "</s>") + msg(1, "a </s> b"))
+    put("chat", "empty", b"")
+
+
+# ---- GGUF: a micro llama (dim 8, one layer, byte vocabulary) ---------------
+U32, I32, F32, STR, ARR = 4, 5, 6, 8, 9
+
+
+def gstr(s):
+    b = s.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+def kv(key, t, val):
+    out = gstr(key) + struct.pack("<I", t)
+    if t == U32:
+        out += struct.pack("<I", val)
+    elif t == I32:
+        out += struct.pack("<i", val)
+    elif t == F32:
+        out += struct.pack("<f", val)
+    elif t == STR:
+        out += gstr(val)
+    elif t == ARR:
+        et, items = val
+        out += struct.pack("<IQ", et, len(items))
+        for it in items:
+            out += gstr(it) if et == STR else struct.pack("<f" if et == F32 else "<i", it)
+    return out
+
+
+def micro_gguf(dim=8, layers=1, heads=2, kv_heads=1, ffn=16, ftype=0, tied=True):
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)] + ["\u2581a", "ab"]
+    types = [2, 3, 3] + [6] * 256 + [1, 1]
+    scores = [0.0] * (len(tokens) - 2) + [-1.0, -2.0]
+    meta = [
+        kv("general.architecture", STR, "llama"), kv("general.name", STR, "micro"),
+        kv("general.alignment", U32, 32),
+        kv("llama.context_length", U32, 64), kv("llama.embedding_length", U32, dim),
+        kv("llama.block_count", U32, layers), kv("llama.feed_forward_length", U32, ffn),
+        kv("llama.attention.head_count", U32, heads),
+        kv("llama.attention.head_count_kv", U32, kv_heads),
+        kv("llama.rope.dimension_count", U32, dim // heads),
+        kv("llama.attention.layer_norm_rms_epsilon", F32, 1e-5),
+        kv("tokenizer.ggml.model", STR, "llama"),
+        kv("tokenizer.ggml.tokens", ARR, (STR, tokens)),
+        kv("tokenizer.ggml.scores", ARR, (F32, scores)),
+        kv("tokenizer.ggml.token_type", ARR, (I32, types)),
+        kv("tokenizer.ggml.bos_token_id", U32, 1), kv("tokenizer.ggml.eos_token_id", U32, 2),
+    ]
+    hd = dim // heads
+    nv = len(tokens)
+    shapes = [("token_embd.weight", (dim, nv)), ("output_norm.weight", (dim,))]
+    if not tied:
+        shapes.append(("output.weight", (dim, nv)))
+    for l in range(layers):
+        p = f"blk.{l}."
+        shapes += [(p + "attn_norm.weight", (dim,)), (p + "attn_q.weight", (dim, heads * hd)),
+                   (p + "attn_k.weight", (dim, kv_heads * hd)),
+                   (p + "attn_v.weight", (dim, kv_heads * hd)),
+                   (p + "attn_output.weight", (heads * hd, dim)), (p + "ffn_norm.weight", (dim,)),
+                   (p + "ffn_gate.weight", (dim, ffn)), (p + "ffn_up.weight", (dim, ffn)),
+                   (p + "ffn_down.weight", (ffn, dim))]
+    esize = 4 if ftype == 0 else 2
+    infos, off, data = b"", 0, b""
+    for name, ne in shapes:
+        n = 1
+        for d in ne:
+            n *= d
+        t = ftype if len(ne) > 1 else 0  # norms stay F32, as llama.cpp writes them
+        nbytes = n * (4 if t == 0 else 2)
+        infos += gstr(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
+        infos += struct.pack("<IQ", t, off)
+        blob = bytes((i * 7) & 0x3f for i in range(nbytes))
+        pad = (-nbytes) % 32
+        data += blob + b"\0" * pad
+        off += nbytes + pad
+    head = b"GGUF" + struct.pack("<IQQ", 3, len(shapes), len(meta)) + b"".join(meta) + infos
+    head += b"\0" * ((-len(head)) % 32)
+    return head + data
+
+
+def gguf_seeds():
+    good = micro_gguf()
+    put("gguf", "micro_f32_tied", good)
+    put("gguf", "micro_f16_untied", micro_gguf(ftype=1, tied=False, layers=2, heads=4, kv_heads=2))
+    put("gguf", "truncated", good[: len(good) // 2])
+    put("gguf", "header_only", good[:24])
+    put("gguf", "bad_magic", b"GGUG" + good[4:64])
+    put("gguf", "v2", good[:4] + struct.pack("<I", 2) + good[8:])
+
+
+if __name__ == "__main__":
+    http_seeds()
+    json_seeds()
+    chat_seeds()
+    gguf_seeds()
+    for t in sorted(os.listdir(os.path.join(HERE, "corpus"))):
+        d = os.path.join(HERE, "corpus", t)
+        print(f"{t}: {len(os.listdir(d))} seeds, {sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))} bytes")

@@ -1,0 +1,118 @@
+"""Helpers for kpi-bench's tests and benchmarks: start a real kpi-infer on a
+generated tiny model, run kpi-bench, read its CSV/JSON, and a byte-relaying
+TCP proxy that records every x-request-id the server sends."""
+import csv, json, os, re, shutil, socket, subprocess, tempfile, threading
+
+import kpitest
+
+ROOT = kpitest.ROOT
+BENCH = os.path.join(kpitest.BUILD, "kpi-bench")
+INFER = os.path.join(kpitest.BUILD, "kpi-infer")
+
+_model_dir = None
+
+
+def require_built(need_server=True):
+    if not os.path.exists(BENCH):
+        raise kpitest.Skip("build/kpi-bench is not built; run make")
+    if need_server and not os.path.exists(INFER):
+        raise kpitest.Skip("build/kpi-infer is not built (daemon/ does not link yet); run make")
+
+
+def tiny_model():
+    """A tiny-preset GGUF, generated once per process (deterministic)."""
+    global _model_dir
+    if _model_dir is None:
+        _model_dir = tempfile.mkdtemp(prefix="kpi-bench-model-")
+        import atexit
+        atexit.register(shutil.rmtree, _model_dir, True)
+    path = os.path.join(_model_dir, "m.gguf")
+    if not os.path.exists(path):
+        kpitest.run([INFER, "--make-model", path, "--preset", "tiny"], timeout=120, check=True)
+    return path
+
+
+def start_server(*extra, model=None):
+    """kpi-infer on a free port; returns (Proc, base URL). Stopped by cleanup."""
+    port = kpitest.free_port()
+    p = kpitest.Proc([INFER, "--model", model or tiny_model(), "--port", str(port), *extra])
+    p.wait_line("listening on http://", timeout=60)
+    return p, f"http://127.0.0.1:{port}"
+
+
+def kpi_bench(*args, timeout=180):
+    """Run kpi-bench to the end; returns CompletedProcess (text)."""
+    return kpitest.run([BENCH, "--quiet", *map(str, args)], timeout=timeout)
+
+
+def read_csv(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+class IdProxy:
+    """Relays TCP between kpi-bench and the server unchanged, and records the
+    x-request-id header of every response that passes: the server's own
+    word on each id, to check kpi-bench's CSV against."""
+
+    HDR = re.compile(rb"\r\nx-request-id:[ \t]*([^\r\n]*?)[ \t]*\r\n", re.I)
+
+    def __init__(self, upstream_port):
+        self.upstream = upstream_port
+        self.ids = []
+        self.lock = threading.Lock()
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(256)
+        self.port = self.sock.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self._accept, daemon=True).start()
+        kpitest.on_cleanup(self.close)
+
+    def close(self):
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def _accept(self):
+        while True:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            u = socket.create_connection(("127.0.0.1", self.upstream))
+            threading.Thread(target=self._pipe, args=(c, u, False), daemon=True).start()
+            threading.Thread(target=self._pipe, args=(u, c, True), daemon=True).start()
+
+    def _pipe(self, src, dst, from_server):
+        tail = b""
+        try:
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                if from_server:
+                    # headers may straddle two reads: scan with the previous tail
+                    buf = tail + data
+                    found = self.HDR.findall(buf)
+                    if found:
+                        with self.lock:
+                            self.ids.extend(x.decode() for x in found)
+                        buf = buf[buf.rfind(b"\r\n"):]   # never count one header twice
+                    tail = buf[-200:]
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

@@ -1,0 +1,255 @@
+"""Helpers for the trace tools' tests (kpitop, kpi-report): build trace stores
+with schema/001_init.sql and known synthetic traffic, read real ones, and
+compute reference percentiles independently of the C code."""
+import math, os, random, signal, sqlite3, subprocess, time
+
+import kpitest
+
+ROOT = kpitest.ROOT
+SCHEMA = os.path.join(ROOT, "schema", "001_init.sql")
+KPITOP = os.path.join(kpitest.BUILD, "kpitop")
+REPORT = os.path.join(kpitest.BUILD, "kpi-report")
+AGENT = os.path.join(kpitest.BUILD, "kpi-agent")
+INFER = os.path.join(kpitest.BUILD, "kpi-infer")
+BENCH = os.path.join(kpitest.BUILD, "kpi-bench")
+EXT = os.path.join(kpitest.BUILD, "libkpi_sqlite.so")
+
+T0 = 1_000 * 10**9                     # monotonic start of synthetic traces
+WALL0 = 1_764_670_000 * 10**9          # its wall-clock instant (2025-12-02)
+MS = 10**6
+
+
+def require(path, what):
+    if not os.path.exists(path):
+        raise kpitest.Skip(f"{os.path.relpath(path, ROOT)} is not built ({what}); run make")
+
+
+def pct(values, p):
+    """Percentile with linear interpolation between closest ranks (p 0..100),
+    the definition kpitop, kpi-report and percentile() use."""
+    v = sorted(values)
+    if not v:
+        return 0.0
+    ix = (len(v) - 1) * p / 100.0
+    lo = math.floor(ix)
+    hi = min(lo + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (ix - lo)
+
+
+def new_store(path):
+    if os.path.exists(path):
+        os.unlink(path)
+    db = sqlite3.connect(path)
+    db.executescript(open(SCHEMA).read())
+    db.execute("PRAGMA journal_mode=WAL")
+    db.execute("PRAGMA synchronous=OFF")
+    return db
+
+
+class Incident:
+    """kind: queue | kv | cpu | prefill | network, over [start_s, end_s) of the trace."""
+
+    def __init__(self, kind, start_s, end_s):
+        self.kind, self.start_s, self.end_s = kind, start_s, end_s
+
+
+def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, steps=True,
+             inflight=5, progress=False):
+    """Write a synthetic trace: Poisson arrivals at rate/s for duration_s, with
+    phases drawn around realistic values, samples every second, batch steps,
+    and an in-flight table. Returns the sqlite3 connection (still open)."""
+    rnd = random.Random(seed)
+    db = new_store(path)
+    off = WALL0 - T0
+    db.execute("INSERT INTO agent_runs VALUES (1, ?, ?, 'synthetic', 'tracetest', NULL)", (WALL0, off))
+
+    def incident_at(ts):
+        for inc in incidents:
+            if inc.start_s <= ts < inc.end_s:
+                return inc.kind
+        return None
+
+    end = T0 + duration_s * 10**9
+    per_sec = {}
+    rows = []
+    t = T0
+    i = 0
+    ins = ("INSERT INTO requests (request_id, pid, seq_id, run_id, wall_ns, t_arrive_ns, t_admit_ns, "
+           "t_sched_ns, t_first_ns, t_last_ns, t_first_write_ns, t_done_ns, net_in_ns, queue_ns, "
+           "prefill_ns, decode_ns, net_out_ns, ttft_ns, tpot_ns, e2e_ns, itl_p50_ns, itl_p99_ns, "
+           "itl_max_ns, prompt_tokens, output_tokens, http_status, finish_reason, reject_reason, "
+           "preemptions, srtt_us, runq_ns) VALUES (?,?,?,1,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+    while True:
+        t += int(rnd.expovariate(rate) * 1e9) + 1
+        if t >= end:
+            break
+        i += 1
+        sec = (t - T0) // 10**9
+        kind = incident_at(sec)
+        s = per_sec.setdefault(sec, [0, 0, 0, 0, 0, kind])
+        prompt = rnd.randint(16, 512)
+        out = rnd.randint(8, 128)
+        net_in = int(rnd.uniform(40, 200) * 1e3)
+        queue = int(rnd.expovariate(1 / 2e6))
+        prefill = int(prompt * rnd.uniform(0.15, 0.25) * MS)
+        tpot = int(rnd.uniform(12, 18) * MS)
+        net_out = int(rnd.uniform(50, 300) * 1e3)
+        runq = int(rnd.uniform(0, 200) * 1e3)
+        preempt = 0
+        itl_max = int(tpot * rnd.uniform(1.5, 3))
+        if kind == "queue":
+            queue += int(rnd.uniform(200, 900) * MS)
+        elif kind == "kv":
+            queue += int(rnd.uniform(100, 500) * MS)
+            if rnd.random() < 0.4:
+                preempt = rnd.randint(1, 3)
+                tpot = int(tpot * 1.5)
+        elif kind == "cpu":
+            runq = int(rnd.uniform(100, 400) * MS)
+            prefill *= 3
+            tpot *= 3
+        elif kind == "prefill":
+            prompt = rnd.randint(1500, 2048)
+            prefill = int(prompt * 0.2 * MS)
+            itl_max = int(rnd.uniform(150, 400) * MS)
+        elif kind == "network":
+            net_out = int(rnd.uniform(300, 900) * MS)
+            net_in = int(rnd.uniform(100, 400) * MS)
+        rid = f"req-{i:07d}"
+        if kind == "queue" and rnd.random() < 0.0:
+            pass
+        decode = tpot * (out - 1)
+        admit = t + net_in
+        sched = admit + queue
+        first = sched + prefill
+        last = first + decode
+        fw = first + 40_000
+        done = last + net_out
+        ttft = fw - t
+        status, fin = 200, "stop" if rnd.random() < 0.7 else "length"
+        if rnd.random() < 0.002:
+            status, fin = 500, "error"
+        rows.append((rid, pid, i, t + off, t, admit, sched, first, last, fw, done, net_in, queue,
+                     prefill, decode, net_out, ttft, tpot, done - t, tpot, int(tpot * 1.4), itl_max,
+                     prompt, out, status, fin, None, preempt, 80, runq))
+        s[0] += 1
+        s[1] += out
+        s[2] += preempt
+        s[3] += runq
+        s[4] += status >= 400
+        if len(rows) >= 50000:
+            db.executemany(ins, rows)
+            rows.clear()
+            if progress:
+                print(f"  {i} requests", flush=True)
+    # a few rejections in the incident-free tail are not needed; rejected rows
+    # appear only when asked for (kind "reject")
+    db.executemany(ins, rows)
+    srows = []
+    for sec in range(duration_s):
+        c = per_sec.get(sec, [0, 0, 0, 0, 0, incident_at(sec)])
+        kind = c[5]
+        qd = {"queue": 40, "kv": 25, "cpu": 10}.get(kind, 1) + rnd.randint(0, 3)
+        kv = 1.0 if kind == "kv" else rnd.uniform(0.2, 0.5)
+        tsec = T0 + sec * 10**9 + 999_000_000
+        srows.append((pid, tsec + off, tsec, qd, 8 if kind else rnd.randint(2, 6), int(kv * 1000),
+                      1000 - int(kv * 1000), kv, c[0], c[1], c[2], 0, c[4], 0,
+                      c[3] if kind == "cpu" else c[3] // 10))
+    db.executemany("INSERT INTO samples (pid, run_id, wall_ns, t_ns, queue_depth, running, kv_used, "
+                   "kv_free, kv_usage, requests_per_s, output_tokens_per_s, preemptions, rejections, "
+                   "errors, drops, runq_ns) VALUES (?,1,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", srows)
+    if steps:
+        strows = []
+        step = 0
+        for sec in range(duration_s):
+            kind = incident_at(sec)
+            for k in range(20):
+                step += 1
+                ts = T0 + sec * 10**9 + k * 50 * MS
+                pf = rnd.choice([0, 0, 0, 64, 256])
+                dur = 20 * MS
+                if kind == "prefill" and k % 4 == 0:
+                    pf, dur = 2048, 300 * MS
+                strows.append((pid, step, ts + off, ts, ts + dur, pf, 6, 300, 700))
+        db.executemany("INSERT INTO steps (pid, step_id, run_id, wall_ns, t_start_ns, t_end_ns, "
+                       "prefill_tokens, decode_seqs, kv_used, kv_free) VALUES (?,?,1,?,?,?,?,?,?,?)",
+                       strows)
+    for k in range(inflight):
+        ta = end - (k + 1) * 300 * MS
+        state = ["queued", "prefill", "decode", "decode", "writing"][k % 5]
+        db.execute("INSERT INTO inflight VALUES (?,?,?,?,?,?,?,?,?,?)",
+                   (f"live-{k}", pid, state, ta, ta + 100_000,
+                    ta + 50 * MS if state != "queued" else None,
+                    ta + 150 * MS if state in ("decode", "writing") else None, 100, 3 * k, end))
+    db.execute("INSERT INTO meta VALUES ('last_flush_ns', ?)", (end,))
+    db.commit()
+    return db
+
+
+def window_rows(db, frm, to, cols="ttft_ns, tpot_ns, e2e_ns, queue_ns, prefill_ns, decode_ns"):
+    return db.execute(f"SELECT {cols} FROM requests WHERE t_arrive_ns >= ? AND t_arrive_ns < ? "
+                      "AND http_status IS NOT 429", (frm, to)).fetchall()
+
+
+def parse_dur(s):
+    """'12.3ms' / '850µs' / '1.24s' / '3m05s' / '-' -> ns (float) or None."""
+    s = s.strip()
+    if s == "-":
+        return None
+    if "m" in s and s.endswith("s") and not s.endswith("ms"):
+        m, sec = s[:-1].split("m")
+        return (int(m) * 60 + float(sec)) * 1e9
+    for suf, mul in (("ns", 1), ("µs", 1e3), ("us", 1e3), ("ms", 1e6), ("s", 1e9)):
+        if s.endswith(suf):
+            return float(s[: -len(suf)]) * mul
+    raise ValueError(f"not a duration: {s!r}")
+
+
+def close_to(shown, exact_ns):
+    """Whether a rounded duration kpitop printed matches an exact value."""
+    if shown is None:
+        return exact_ns is None
+    tol = max(abs(exact_ns) * 0.006, 1e3)   # 3 significant digits
+    return abs(shown - exact_ns) <= tol
+
+
+# ---- real recordings ---------------------------------------------------------
+
+class Recording:
+    """kpi-infer (tiny model) traced by the real kpi-agent into db; load() runs
+    kpi-bench phases against it. Needs root; skips with the reason otherwise."""
+
+    def __init__(self, db, *infer_args):
+        kpitest.require_root("recording a trace with kpi-agent")
+        for path, what in ((AGENT, "agent/"), (INFER, "daemon/"), (BENCH, "tools/kpi-bench/")):
+            require(path, what)
+        import servertest
+        self.db = db
+        self.daemon = servertest.Daemon(*infer_args)
+        self.pid = self.daemon.p.pid
+        self.url = f"http://127.0.0.1:{self.daemon.port}"
+        self.agent = kpitest.Proc([AGENT, "--db", db, "--pid", str(self.pid), "--flush-ms", "200"])
+        self.agent.wait_line(f"attached to pid {self.pid}", timeout=60)
+
+    def load(self, *bench_args, timeout=300):
+        """One kpi-bench run; returns its (start, end) as Unix seconds."""
+        t0 = time.time()
+        p = kpitest.run([BENCH, "--url", self.url, "--quiet", *map(str, bench_args)], timeout=timeout)
+        t1 = time.time()
+        if p.returncode not in (0, 1):
+            raise AssertionError(f"kpi-bench {bench_args} exited {p.returncode}:\n{p.stdout}\n{p.stderr}")
+        return t0, t1
+
+    def stop(self):
+        """Stops the agent (it flushes on SIGINT), then the daemon."""
+        time.sleep(1.5)   # one more flush and sample
+        rc = self.agent.stop(signal.SIGINT)
+        assert rc == 0, f"kpi-agent exited {rc}:\n" + "\n".join(self.agent.lines[-20:])
+        self.daemon.stop()
+
+
+def run_tool(argv, timeout=120, env=None):
+    e = dict(os.environ, LANG="C.UTF-8", LC_ALL="C.UTF-8", TZ="UTC")
+    if env:
+        e.update(env)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=e)

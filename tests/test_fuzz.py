@@ -1,0 +1,43 @@
+"""Short libFuzzer runs (tests/fuzz/, issue 11): each target ~5 s from its seed
+corpus, failing on any crash, leak, UBSan report or assertion and printing the
+reproducer. `make fuzz FUZZ_S=N` runs the same targets longer."""
+import os, sys
+
+import kpitest
+
+sys.path.insert(0, os.path.join(kpitest.ROOT, "tests", "fuzz"))
+import run as fuzzrun  # noqa: E402
+
+SECONDS = int(os.environ.get("KPI_FUZZ_S", "5"))
+
+
+def fuzz(name):
+    binary = os.path.join(fuzzrun.FUZZ, f"fuzz_{name}")
+    if not os.access(binary, os.X_OK):
+        raise kpitest.Skip(f"{binary} is not built (make test builds it; needs clang and "
+                           "libclang-rt-14-dev: make deps)")
+    ok, summary, repro, tail = fuzzrun.run_target(name, SECONDS)
+    print(f"     {summary}")
+    assert ok, (f"fuzz target {name} failed: {summary}\n{tail}\n"
+                + (f"reproducer: {repro}\nreplay: {binary} {repro}" if repro else
+                   "no reproducer written (timeout or startup failure)"))
+
+
+def test_fuzz_http():
+    fuzz("http")
+
+
+def test_fuzz_json():
+    fuzz("json")
+
+
+def test_fuzz_chat():
+    fuzz("chat")
+
+
+def test_fuzz_gguf():
+    fuzz("gguf")
+
+
+for _t in (test_fuzz_http, test_fuzz_json, test_fuzz_chat, test_fuzz_gguf):
+    _t.timeout = SECONDS + 90

@@ -1,0 +1,289 @@
+"""kpitop: --once frames checked against percentiles computed here from the
+rows (synthetic traces and a real kpi-agent recording), its refusals, and the
+interactive screen under tmux (keys, filter, pause, replay, resize)."""
+import os, re, shutil, sqlite3, subprocess, sys, tempfile, time
+
+sys.path.insert(0, os.path.dirname(__file__) + "/lib")
+import kpitest, tracetest  # noqa: E402
+from tracetest import KPITOP, run_tool  # noqa: E402
+
+LAT = re.compile(r"^ (TTFT|TPOT|ITL|e2e)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\d+)$")
+WIN = re.compile(r"^window \[(-?\d+), (-?\d+)\) monotonic ns; (\d+) requests")
+
+
+def tmp():
+    d = tempfile.mkdtemp(prefix="kpitop-test-")
+    kpitest.on_cleanup(lambda: shutil.rmtree(d, True))
+    return d
+
+
+def once(db, *args):
+    tracetest.require(KPITOP, "tools/kpitop/")
+    p = run_tool([KPITOP, "--db", db, "--once", "--width", "120", *args])
+    assert p.returncode == 0, f"kpitop --once exited {p.returncode}: {p.stderr}"
+    return p.stdout
+
+
+def parse(out):
+    lat, win = {}, None
+    for line in out.splitlines():
+        m = LAT.match(line)
+        if m:
+            lat[m.group(1)] = [tracetest.parse_dur(x) for x in m.group(2, 3, 4, 5)] + [int(m.group(6))]
+        m = WIN.match(line)
+        if m:
+            win = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
+    assert win and len(lat) == 4, f"no latency table or window line in:\n{out}"
+    return lat, win
+
+
+def check_against_rows(db_path, out):
+    """Every percentile kpitop printed equals the one computed from the rows."""
+    lat, (frm, to, n) = parse(out)
+    db = sqlite3.connect(db_path)
+    rows = db.execute("SELECT ttft_ns, tpot_ns, e2e_ns, itl_p50_ns, itl_p99_ns, http_status "
+                      "FROM requests WHERE t_arrive_ns >= ? AND t_arrive_ns < ?", (frm, to)).fetchall()
+    assert len(rows) == n, f"kpitop counted {n} requests in the window, the table has {len(rows)}"
+    ok = [r for r in rows if r[5] != 429]
+    cols = {"TTFT": [r[0] for r in ok if r[0] is not None],
+            "TPOT": [r[1] for r in ok if r[1] is not None],
+            "e2e": [r[2] for r in ok if r[2] is not None]}
+    for name, vals in cols.items():
+        shown = lat[name]
+        assert shown[4] == len(vals), f"{name}: n {shown[4]} vs {len(vals)}"
+        for k, p in enumerate((50, 95, 99)):
+            want = tracetest.pct(vals, p) if vals else None
+            assert tracetest.close_to(shown[k], want), f"{name} p{p}: kpitop {shown[k]} vs rows {want}"
+        if vals:
+            assert tracetest.close_to(shown[3], max(vals)), f"{name} max {shown[3]} vs {max(vals)}"
+    p50s = [r[3] for r in ok if r[3] is not None]
+    p99s = [r[4] for r in ok if r[4] is not None]
+    if p50s:
+        assert tracetest.close_to(lat["ITL"][0], tracetest.pct(p50s, 50)), "ITL p50"
+        assert tracetest.close_to(lat["ITL"][2], tracetest.pct(p99s, 99)), "ITL p99"
+    return lat, len(vals)
+
+
+def test_once_matches_rows_synthetic():
+    d = tmp()
+    db = os.path.join(d, "t.db")
+    tracetest.generate(db, duration_s=300, rate=30, incidents=[tracetest.Incident("queue", 200, 230)])
+    for args in (["--at", "+220s", "--window", "1m"], ["--window", "10s"], ["--at", "+100s", "--window", "5m"]):
+        out = once(db, *args)
+        check_against_rows(db, out)
+    # the queue incident is visible in the frame around it
+    out = once(db, "--at", "+225s", "--window", "10s")
+    assert re.search(r"waiting \d\d", out), out
+    assert "replay" in out and "live-" not in out
+    live = once(db)
+    assert "live" in live and "live-0" in live and "queued" in live, live
+
+
+def test_once_matches_rows_real_agent():
+    d = tmp()
+    db = os.path.join(d, "trace.db")
+    rec = tracetest.Recording(db)
+    import threading
+    t = threading.Thread(target=rec.load, args=("--duration", "8", "--concurrency", "3", "--prompt-len",
+                                                 "uniform:16:200", "--max-tokens", "uniform:16:64", "--seed", "3"))
+    t.start()
+    # while the agent writes (WAL): frames read fine, and show in-flight requests
+    live_states = set()
+    for _ in range(6):
+        time.sleep(1)
+        out = once(db, "--window", "10s", "--rows", "40")
+        assert " live " in out, out
+        live_states |= set(re.findall(r"^ \S+\s+(arriving|queued|prefill|decode|writing) ", out, re.M))
+    t.join()
+    rec.stop()
+    assert live_states, "no in-flight request seen in six live frames"
+    out = once(db, "--window", "5m")
+    lat, n = check_against_rows(db, out)
+    assert n >= 20, f"only {n} finished requests recorded:\n{out}"
+    assert "drops 0" in out, out
+
+
+test_once_matches_rows_real_agent.timeout = 180
+
+
+def test_refusals_say_what_to_do():
+    tracetest.require(KPITOP, "tools/kpitop/")
+    d = tmp()
+    p = run_tool([KPITOP, "--db", os.path.join(d, "none.db"), "--once"])
+    assert p.returncode == 1 and "none.db" in p.stderr and "kpi-agent" in p.stderr, p.stderr
+    bad = os.path.join(d, "v9.db")
+    c = sqlite3.connect(bad)
+    c.execute("CREATE TABLE requests(x)")
+    c.execute("PRAGMA user_version = 9")
+    c.commit()
+    c.close()
+    p = run_tool([KPITOP, "--db", bad, "--once"])
+    assert p.returncode == 1 and "version 9" in p.stderr, p.stderr
+    db = os.path.join(d, "t.db")
+    tracetest.generate(db, duration_s=30, rate=5)
+    for flags, word in ((["--window", "10x"], "--window"), (["--interval", "5"], "--interval"),
+                        (["--at", "someday"], "--at"), (["--bogus"], "bogus")):
+        p = run_tool([KPITOP, "--db", db, "--once", *flags])
+        assert p.returncode == 2 and word in p.stderr, (flags, p.stderr)
+    h = run_tool([KPITOP, "--help"])
+    for flag in ("--db", "--interval", "--window", "--at", "--once", "--width", "--rows", "--frames"):
+        assert flag in h.stdout, flag
+    # not a terminal: a clear message instead of a broken screen
+    p = run_tool([KPITOP, "--db", db])
+    assert p.returncode == 2 and "--once" in p.stderr, p.stderr
+
+
+# ---- interactive, under tmux ------------------------------------------------
+
+class Tmux:
+    def __init__(self, argv, w=120, h=40):
+        if not shutil.which("tmux"):
+            raise kpitest.Skip("tmux is not installed (make deps)")
+        self.sock = f"kpitop-test-{os.getpid()}-{time.monotonic_ns()}"
+        cmd = " ".join(argv) + "; echo EXITED $?; sleep 30"
+        env = dict(os.environ, LANG="C.UTF-8", LC_ALL="C.UTF-8", TZ="UTC", TERM="xterm-256color")
+        subprocess.run(["tmux", "-L", self.sock, "-f", "/dev/null", "new-session", "-d", "-s", "t",
+                        "-x", str(w), "-y", str(h), cmd], check=True, env=env)
+        kpitest.on_cleanup(self.kill)
+
+    def kill(self):
+        subprocess.run(["tmux", "-L", self.sock, "kill-server"], capture_output=True)
+
+    def keys(self, *keys):
+        subprocess.run(["tmux", "-L", self.sock, "send-keys", "-t", "t", *keys], check=True)
+
+    def screen(self):
+        return subprocess.run(["tmux", "-L", self.sock, "capture-pane", "-p", "-t", "t"],
+                              capture_output=True, text=True).stdout
+
+    def wait(self, pred, what, timeout=10):
+        deadline = time.monotonic() + timeout
+        while True:
+            s = self.screen()
+            if pred(s):
+                return s
+            if time.monotonic() > deadline:
+                raise AssertionError(f"screen never showed {what}:\n{s}")
+            time.sleep(0.1)
+
+    def resize(self, w, h):
+        subprocess.run(["tmux", "-L", self.sock, "resize-window", "-t", "t", "-x", str(w), "-y", str(h)],
+                       check=True)
+
+
+def test_interactive_keys_filter_pause_replay_resize():
+    tracetest.require(KPITOP, "tools/kpitop/")
+    d = tmp()
+    db = os.path.join(d, "t.db")
+    tracetest.generate(db, duration_s=300, rate=10)
+    t = Tmux([KPITOP, "--db", db, "--interval", "200"])
+    s = t.wait(lambda s: "kpitop" in s and "live" in s and "TTFT" in s, "the live screen")
+    assert "live-0" in s and "queued" in s, s
+    # help and back
+    t.keys("h")
+    t.wait(lambda s: "kpitop keys" in s, "the help")
+    t.keys("x")
+    t.wait(lambda s: "TTFT" in s and "kpitop keys" not in s, "the screen after help")
+    # filter: only the matching request stays
+    t.keys("/")
+    t.wait(lambda s: "filter (id or state" in s, "the filter prompt")
+    t.keys("live-3", "Enter")
+    s = t.wait(lambda s: "filter: live-3" in s, "the filter applied")
+    ids = re.findall(r"^ (live-\d+|req-\d+) ", s, re.M)
+    assert ids == ["live-3"], ids
+    t.keys("/", "Escape")
+    t.wait(lambda s: "filter:" not in s and "req-" in s, "the filter cleared")
+    # sort cycles
+    t.keys("s")
+    t.wait(lambda s: "sort: age" in s, "sort by age")
+    # pause
+    t.keys("p")
+    t.wait(lambda s: "[PAUSED]" in s, "PAUSED")
+    t.keys("p")
+    t.wait(lambda s: "[PAUSED]" not in s, "resumed")
+    # windows
+    t.keys("3")
+    t.wait(lambda s: "window 5m00s" in s, "the 5m window")
+    t.keys("1")
+    t.wait(lambda s: "window 10s" in s, "the 10s window")
+    # replay: left leaves live mode and moves back one window; right moves forward
+    span = re.compile(r"window 10s\s+(\d\d:\d\d:\d\d) → (\d\d:\d\d:\d\d)")
+    end0 = span.search(t.screen()).group(2)
+    t.keys("Left")
+    s = t.wait(lambda s: "replay" in s, "replay mode")
+    end1 = span.search(s).group(2)
+    t.keys("Left")
+    s = t.wait(lambda s: span.search(s) and span.search(s).group(2) != end1, "a second step back")
+    end2 = span.search(s).group(2)
+    assert end0 > end1 > end2, (end0, end1, end2)
+    t.keys("Right")
+    s = t.wait(lambda s: span.search(s) and span.search(s).group(2) == end1, "a step forward")
+    t.keys("Right", "Right")
+    t.wait(lambda s: " live " in s, "back to live")
+    # resize: too small gets a message, back to normal afterwards
+    t.resize(40, 10)
+    t.wait(lambda s: "Terminal too small" in s, "the too-small message")
+    t.resize(120, 40)
+    t.wait(lambda s: "TTFT" in s, "the screen after resize")
+    # q quits with the terminal restored (the shell's echo is visible)
+    t.keys("q")
+    t.wait(lambda s: "EXITED 0" in s and "TTFT" not in s, "exit 0 and a restored terminal")
+
+
+test_interactive_keys_filter_pause_replay_resize.timeout = 120
+
+
+def test_interactive_monochrome_sigterm_restores_terminal():
+    tracetest.require(KPITOP, "tools/kpitop/")
+    d = tmp()
+    db = os.path.join(d, "t.db")
+    tracetest.generate(db, duration_s=60, rate=5)
+    # monochrome this time: NO_COLOR, attributes and phase letters only
+    t = Tmux(["NO_COLOR=1", KPITOP, "--db", db, "--interval", "200"])
+    s = t.wait(lambda s: "TTFT" in s and "PHASES" in s, "the live screen")
+    assert re.search(r"median\s+N*Q*P+D+", s), s
+    # the pane runs a shell whose child is kpitop: find it by its pane's pid tree
+    pane = subprocess.run(["tmux", "-L", t.sock, "list-panes", "-t", "t", "-F", "#{pane_pid}"],
+                          capture_output=True, text=True).stdout.split()[0]
+    kids = subprocess.run(["pgrep", "-P", pane], capture_output=True, text=True).stdout.split()
+    assert kids, "kpitop's pid not found under the pane"
+    killed = 0
+    for k in kids:
+        if os.path.basename(os.readlink(f"/proc/{k}/exe")) == "kpitop":
+            os.kill(int(k), 15)
+            killed += 1
+    assert killed == 1, f"kpitop not among the pane's children {kids}"
+    t.wait(lambda s: "EXITED 0" in s and "TTFT" not in s, "exit 0 after SIGTERM, terminal restored")
+
+
+test_interactive_monochrome_sigterm_restores_terminal.timeout = 60
+
+
+def test_make_demo_pipeline():
+    """tools/demo.sh (make demo) end to end, shortened: it prints a frame, the
+    trace's path and the commands, and leaves no process behind."""
+    kpitest.require_root("make demo's kpi-agent")
+    for p in (tracetest.AGENT, tracetest.INFER, tracetest.BENCH, KPITOP):
+        tracetest.require(p, "make")
+    d = tmp()
+    p = run_tool(["bash", os.path.join(tracetest.ROOT, "tools", "demo.sh")], timeout=240,
+                 env={"DEMO_DIR": d, "DEMO_SECONDS": "8"})
+    assert p.returncode == 0, f"demo exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
+    db = os.path.join(d, "trace.db")
+    assert f"the trace: {db}" in p.stdout and "kpitop --once" in p.stdout, p.stdout
+    assert "sqlite3 " + db in p.stdout and ".load build/libkpi_sqlite" in p.stdout, p.stdout
+    lat, win = parse(p.stdout)
+    assert win[2] > 10 and lat["TTFT"][4] > 10, p.stdout
+    # everything it started is gone: no process inherited its DEMO_DIR
+    left = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if f"DEMO_DIR={d}".encode() in f.read().split(b"\0"):
+                    left.append((pid, open(f"/proc/{pid}/comm").read().strip()))
+        except OSError:
+            pass
+    assert not left, f"demo left processes behind: {left}"
+
+
+test_make_demo_pipeline.timeout = 300

@@ -1,0 +1,238 @@
+/* test_agent_assemble.c - request assembly from synthetic BPF events: phase
+ * arithmetic, rejected and cancelled requests, keep-alive, in-flight states. */
+#include <math.h>
+#include "tests/unit/check.h"
+#include "agent/assemble.h"
+
+#define MAXREC 16
+static struct kpi_request_record got[MAXREC];
+static uint64_t got_tok[MAXREC][64];
+static int n_got, n_steps, n_samples;
+static struct kpi_sample_record last_sample;
+
+static void on_req(void *ctx, const struct kpi_request_record *r)
+{
+	if (n_got < MAXREC) {
+		got[n_got] = *r;
+		for (size_t i = 0; i < r->n_token_writes && i < 64; i++)
+			got_tok[n_got][i] = r->token_writes[i];
+		n_got++;
+	}
+}
+static void on_step(void *ctx, const struct kpi_step_record *s) { n_steps++; }
+static void on_sample(void *ctx, const struct kpi_sample_record *s) { n_samples++; last_sample = *s; }
+
+static struct assembler *fresh(void)
+{
+	struct assembler *a = assemble_new();
+	struct kpi_sink s = { .request = on_req, .step = on_step, .sample = on_sample };
+	n_got = n_steps = n_samples = 0;
+	assemble_add_sink(a, &s);
+	return a;
+}
+
+static void ev(struct assembler *a, int type, uint64_t ts, uint64_t id, int fd, int x, int y,
+	       const char *rid)
+{
+	struct kpi_event e = { .type = (unsigned)type, .pid = 42, .ts = ts, .id = id, .fd = fd,
+			       .a = x, .b = y };
+	if (type == KPI_EV_ARRIVE) {
+		e.ts2 = ts + 5;
+		e.srtt_us = 30;
+		e.runq_ns = 1000;
+	}
+	if (type == KPI_EV_RESP_END)
+		e.runq_ns = 4000;
+	if (rid)
+		snprintf(e.reqid, sizeof(e.reqid), "%s", rid);
+	assemble_event(a, &e);
+}
+
+static int64_t phase_sum(const struct kpi_request_record *r)
+{
+	int64_t p[5] = { r->net_in, r->queue, r->prefill, r->decode, r->net_out }, s = 0;
+	for (int i = 0; i < 5; i++)
+		if (p[i] != KPI_NULL)
+			s += p[i];
+	return s;
+}
+
+/* A streamed request: headers written before the first token, then one
+ * write per token, then the final write. */
+static void streamed_request_phases(void)
+{
+	struct assembler *a = fresh();
+	ev(a, KPI_EV_ARRIVE, 1000, 0, 7, KPI_ARRIVE_TCP, 0, NULL);
+	ev(a, KPI_EV_ADMIT, 1100, 9, 7, 12, 4, "req-a");
+	ev(a, KPI_EV_SCHED, 1300, 9, -1, 0, 0, NULL);
+	ev(a, KPI_EV_FIRST, 2000, 9, -1, 0, 0, NULL);
+	ev(a, KPI_EV_RESP_START, 2005, 9, 7, 0, 0, NULL);
+	ev(a, KPI_EV_WRITE, 1990, 0, 7, 0, 0, NULL);  /* a 100-continue before the token */
+	ev(a, KPI_EV_WRITE, 2010, 0, 7, 0, 0, NULL);
+	ev(a, KPI_EV_WRITE, 2110, 0, 7, 0, 0, NULL);
+	ev(a, KPI_EV_WRITE, 2200, 0, 7, 0, 0, NULL);
+	ev(a, KPI_EV_FINISH, 2290, 9, -1, 4, 2, NULL);
+	ev(a, KPI_EV_WRITE, 2300, 0, 7, 0, 0, NULL);
+	ev(a, KPI_EV_WRITE, 2320, 0, 7, 0, 0, NULL);
+	ev(a, KPI_EV_RESP_END, 2330, 9, 7, 200, 0, NULL);
+	CHECK(n_got == 1, "got %d records", n_got);
+	struct kpi_request_record *r = &got[0];
+	CHECK(!strcmp(r->request_id, "req-a"), "%s", r->request_id);
+	CHECK(r->t_first_write == 2010, "%lld", (long long)r->t_first_write);
+	CHECK(r->t_done == 2320, "%lld", (long long)r->t_done);
+	CHECK(r->net_in == 100 && r->queue == 200 && r->prefill == 700 && r->decode == 290 &&
+	      r->net_out == 30, "%lld %lld %lld %lld %lld", (long long)r->net_in, (long long)r->queue,
+	      (long long)r->prefill, (long long)r->decode, (long long)r->net_out);
+	CHECK(r->e2e == 1320 && phase_sum(r) == r->e2e, "e2e %lld", (long long)r->e2e);
+	CHECK(r->ttft == 1010, "%lld", (long long)r->ttft);
+	CHECK(r->tpot == (2320 - 2010) / 3, "%lld", (long long)r->tpot);
+	CHECK(r->n_token_writes == 5 && got_tok[0][0] == 2010, "%zu", r->n_token_writes);
+	CHECK(r->itl_max == 100 && r->itl_p50 == 90, "%lld %lld", (long long)r->itl_max, (long long)r->itl_p50);
+	CHECK(r->output_tokens == 4 && r->prompt_tokens == 12 && r->http_status == 200, "counts");
+	CHECK(!strcmp(r->finish_reason, "length"), "%s", r->finish_reason);
+	CHECK(r->srtt_us == 30 && r->runq_ns == 3000, "srtt %lld runq %lld", (long long)r->srtt_us,
+	      (long long)r->runq_ns);
+	assemble_free(a);
+}
+
+static void rejected_request_row(void)
+{
+	struct assembler *a = fresh();
+	ev(a, KPI_EV_ARRIVE, 100, 0, 5, KPI_ARRIVE_READ, 0, NULL);
+	ev(a, KPI_EV_REJECT, 150, 0, 5, 429, 1, "busy-1");
+	ev(a, KPI_EV_RESP_START, 151, 0, 5, 0, 0, NULL);
+	ev(a, KPI_EV_WRITE, 170, 0, 5, 0, 0, NULL);
+	ev(a, KPI_EV_RESP_END, 171, 0, 5, 429, 0, NULL);
+	CHECK(n_got == 1, "%d", n_got);
+	struct kpi_request_record *r = &got[0];
+	CHECK(r->http_status == 429 && !strcmp(r->reject_reason, "queue_full"), "%lld %s",
+	      (long long)r->http_status, r->reject_reason);
+	CHECK(r->net_in == 50 && r->net_out == 20 && r->queue == KPI_NULL && r->prefill == KPI_NULL &&
+	      r->decode == KPI_NULL, "phases");
+	CHECK(r->e2e == 70 && phase_sum(r) == 70, "%lld", (long long)r->e2e);
+	CHECK(r->ttft == KPI_NULL && r->output_tokens == KPI_NULL, "no ttft for a rejection");
+	assemble_free(a);
+}
+
+/* Keep-alive: the second request on the same fd starts at its own arrival. */
+static void keepalive_two_requests(void)
+{
+	struct assembler *a = fresh();
+	for (int k = 0; k < 2; k++) {
+		uint64_t b = 10000 * (uint64_t)(k + 1);
+		char rid[16];
+		snprintf(rid, sizeof(rid), "ka-%d", k);
+		ev(a, KPI_EV_ARRIVE, b, 0, 3, KPI_ARRIVE_TCP, 0, NULL);
+		ev(a, KPI_EV_ADMIT, b + 10, 100 + k, 3, 5, 1, rid);
+		ev(a, KPI_EV_SCHED, b + 20, 100 + k, -1, 0, 0, NULL);
+		ev(a, KPI_EV_FIRST, b + 30, 100 + k, -1, 0, 0, NULL);
+		ev(a, KPI_EV_FINISH, b + 30, 100 + k, -1, 1, 1, NULL);
+		ev(a, KPI_EV_WRITE, b + 40, 0, 3, 0, 0, NULL);
+		ev(a, KPI_EV_RESP_END, b + 41, 100 + k, 3, 200, 0, NULL);
+	}
+	CHECK(n_got == 2, "%d", n_got);
+	CHECK(got[1].t_arrive == 20000 && got[1].e2e == 40 && got[1].ttft == 40, "%lld %lld",
+	      (long long)got[1].t_arrive, (long long)got[1].e2e);
+	CHECK(got[1].tpot == KPI_NULL, "one token: no tpot");
+	assemble_free(a);
+}
+
+/* Marks a few ns out of order (two CPUs) are clamped: no negative phase. */
+static void out_of_order_marks_clamped(void)
+{
+	struct assembler *a = fresh();
+	ev(a, KPI_EV_ARRIVE, 500, 0, 4, KPI_ARRIVE_TCP, 0, NULL);
+	ev(a, KPI_EV_ADMIT, 600, 1, 4, 5, 3, "ooo");
+	ev(a, KPI_EV_SCHED, 590, 1, -1, 0, 0, NULL);
+	ev(a, KPI_EV_FIRST, 700, 1, -1, 0, 0, NULL);
+	ev(a, KPI_EV_FINISH, 800, 1, -1, 3, 1, NULL);
+	ev(a, KPI_EV_WRITE, 795, 0, 4, 0, 0, NULL);
+	ev(a, KPI_EV_RESP_END, 796, 1, 4, 200, 0, NULL);
+	CHECK(n_got == 1, "%d", n_got);
+	struct kpi_request_record *r = &got[0];
+	CHECK(r->queue == 0 && r->net_out == 0, "queue %lld net_out %lld", (long long)r->queue,
+	      (long long)r->net_out);
+	CHECK(phase_sum(r) == r->e2e && r->e2e == 300, "%lld", (long long)r->e2e);
+	struct assemble_stats st;
+	assemble_stats(a, &st);
+	CHECK(st.clamped == 1, "%llu", (unsigned long long)st.clamped);
+	assemble_free(a);
+}
+
+/* The client leaves while queued: the row comes when the engine lets go. */
+static void cancelled_after_close(void)
+{
+	struct assembler *a = fresh();
+	ev(a, KPI_EV_ARRIVE, 100, 0, 9, KPI_ARRIVE_TCP, 0, NULL);
+	ev(a, KPI_EV_ADMIT, 110, 77, 9, 5, 30, "gone");
+	ev(a, KPI_EV_CLOSE, 200, 0, 9, 0, 0, NULL);
+	CHECK(n_got == 0, "not yet: the engine still holds it");
+	ev(a, KPI_EV_CANCEL, 201, 77, -1, 0, 0, NULL);
+	ev(a, KPI_EV_FINISH, 210, 77, -1, 0, 3, NULL);
+	CHECK(n_got == 1, "%d", n_got);
+	struct kpi_request_record *r = &got[0];
+	CHECK(!strcmp(r->finish_reason, "cancelled"), "%s", r->finish_reason);
+	CHECK(r->queue == 100 && r->prefill == KPI_NULL && r->decode == KPI_NULL, "queue %lld",
+	      (long long)r->queue);
+	CHECK(phase_sum(r) == r->e2e, "sum");
+	assemble_free(a);
+}
+
+struct states { int arriving, queued, prefill, decode, writing; };
+static void count_state(void *ctx, const struct kpi_inflight_record *r)
+{
+	struct states *s = ctx;
+	if (!strcmp(r->state, "arriving")) s->arriving++;
+	else if (!strcmp(r->state, "queued")) s->queued++;
+	else if (!strcmp(r->state, "prefill")) s->prefill++;
+	else if (!strcmp(r->state, "decode")) s->decode++;
+	else if (!strcmp(r->state, "writing")) s->writing++;
+}
+
+static void inflight_states_and_samples(void)
+{
+	struct assembler *a = fresh();
+	struct states s = { 0 };
+	uint32_t pid = 42;
+	uint64_t runq = 0;
+
+	assemble_sample(a, 1000000000ull, &pid, &runq, 1, 0);
+	ev(a, KPI_EV_ARRIVE, 10, 0, 1, 1, 0, NULL);
+	ev(a, KPI_EV_ARRIVE, 10, 0, 2, 1, 0, NULL);
+	ev(a, KPI_EV_ADMIT, 11, 2, 2, 5, 5, "q");
+	ev(a, KPI_EV_ARRIVE, 10, 0, 3, 1, 0, NULL);
+	ev(a, KPI_EV_ADMIT, 11, 3, 3, 5, 5, "p");
+	ev(a, KPI_EV_SCHED, 12, 3, -1, 0, 0, NULL);
+	ev(a, KPI_EV_ARRIVE, 10, 0, 4, 1, 0, NULL);
+	ev(a, KPI_EV_ADMIT, 11, 4, 4, 5, 5, "d");
+	ev(a, KPI_EV_SCHED, 12, 4, -1, 0, 0, NULL);
+	ev(a, KPI_EV_FIRST, 13, 4, -1, 0, 0, NULL);
+	ev(a, KPI_EV_STEP_BEGIN, 14, 1, -1, 10, 2, NULL);
+	ev(a, KPI_EV_STEP_END, 15, 1, -1, 0, 0, NULL);
+	assemble_foreach_inflight(a, count_state, &s);
+	CHECK(s.arriving == 1 && s.queued == 1 && s.prefill == 1 && s.decode == 1 && s.writing == 0,
+	      "%d %d %d %d", s.arriving, s.queued, s.prefill, s.decode);
+	CHECK(n_steps == 1, "%d", n_steps);
+	runq = 5000;
+	assemble_sample(a, 2000000000ull, &pid, &runq, 1, 3);
+	CHECK(n_samples == 1, "%d", n_samples);
+	CHECK(last_sample.queue_depth == 1 && last_sample.running == 2 && last_sample.drops == 3 &&
+	      last_sample.runq_ns == 5000, "q %d r %d d %llu", last_sample.queue_depth,
+	      last_sample.running, (unsigned long long)last_sample.drops);
+	assemble_forget_pid(a, 42);
+	memset(&s, 0, sizeof(s));
+	assemble_foreach_inflight(a, count_state, &s);
+	CHECK(s.arriving + s.queued + s.prefill + s.decode == 0, "forgotten");
+	assemble_free(a);
+}
+
+int main(void)
+{
+	RUN(streamed_request_phases);
+	RUN(rejected_request_row);
+	RUN(keepalive_two_requests);
+	RUN(out_of_order_marks_clamped);
+	RUN(cancelled_after_close);
+	RUN(inflight_states_and_samples);
+	return CHECK_DONE();
+}

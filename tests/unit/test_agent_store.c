@@ -1,0 +1,130 @@
+/* test_agent_store.c - the SQLite writer: file modes, migrations and
+ * user_version, one flush writing rows and rewriting inflight, refusing a
+ * database from a newer agent. */
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "tests/unit/check.h"
+#include "agent/store.h"
+
+static char dir[64];
+
+static void setup(void)
+{
+	if (!dir[0]) {
+		snprintf(dir, sizeof(dir), "/tmp/kpi-store-test-XXXXXX");
+		if (!mkdtemp(dir))
+			abort();
+	}
+}
+
+static int64_t q(const char *path, const char *sql)
+{
+	sqlite3 *db;
+	sqlite3_stmt *s;
+	int64_t v = -1;
+	if (sqlite3_open(path, &db) != SQLITE_OK)
+		return -2;
+	if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK) {
+		if (sqlite3_step(s) == SQLITE_ROW)
+			v = sqlite3_column_int64(s, 0);
+		sqlite3_finalize(s);
+	}
+	sqlite3_close(db);
+	return v;
+}
+
+static void creates_dirs_and_modes(void)
+{
+	char path[128], sub[96], err[512];
+	struct stat st;
+	setup();
+	snprintf(sub, sizeof(sub), "%s/a/b", dir);
+	snprintf(path, sizeof(path), "%s/trace.db", sub);
+	mode_t old = umask(022);
+	struct trace_store *s = trace_store_open(path, false, err, sizeof(err));
+	umask(old);
+	CHECK(s, "%s", err);
+	CHECK(stat(sub, &st) == 0 && (st.st_mode & 0777) == 0750, "dir mode %o", st.st_mode & 0777);
+	CHECK(stat(path, &st) == 0 && (st.st_mode & 0777) == 0640, "file mode %o", st.st_mode & 0777);
+	trace_store_close(s);
+	CHECK(q(path, "PRAGMA user_version") == trace_store_schema_version(), "version");
+	CHECK(q(path, "SELECT count(*) FROM sqlite_master WHERE type = 'view' AND name = "
+		   "'latency_percentiles_minute'") == 1, "views created");
+	CHECK(q(path, "SELECT count(*) FROM agent_runs WHERE ended_wall_ns IS NOT NULL") == 1, "run row");
+}
+
+static void flush_writes_rows_and_inflight(void)
+{
+	char path[128], err[512];
+	setup();
+	snprintf(path, sizeof(path), "%s/flush.db", dir);
+	struct trace_store *s = trace_store_open(path, true, err, sizeof(err));
+	CHECK(s, "%s", err);
+	struct assembler *a = assemble_new();
+	struct kpi_sink sink = trace_store_sink(s);
+	assemble_add_sink(a, &sink);
+	struct kpi_event e[] = {
+		{ .type = KPI_EV_ARRIVE, .pid = 7, .ts = 100, .fd = 3 },
+		{ .type = KPI_EV_ADMIT, .pid = 7, .ts = 110, .id = 1, .fd = 3, .a = 4, .b = 2, .reqid = "one" },
+		{ .type = KPI_EV_SCHED, .pid = 7, .ts = 120, .id = 1, .fd = -1 },
+		{ .type = KPI_EV_FIRST, .pid = 7, .ts = 130, .id = 1, .fd = -1 },
+		{ .type = KPI_EV_WRITE, .pid = 7, .ts = 131, .fd = 3 },
+		{ .type = KPI_EV_FINISH, .pid = 7, .ts = 140, .id = 1, .fd = -1, .a = 2, .b = 1 },
+		{ .type = KPI_EV_WRITE, .pid = 7, .ts = 141, .fd = 3 },
+		{ .type = KPI_EV_RESP_END, .pid = 7, .ts = 142, .id = 1, .fd = 3, .a = 200 },
+		{ .type = KPI_EV_ARRIVE, .pid = 7, .ts = 150, .fd = 4 },
+		{ .type = KPI_EV_ADMIT, .pid = 7, .ts = 160, .id = 2, .fd = 4, .a = 4, .b = 2, .reqid = "two" },
+		{ .type = KPI_EV_STEP_BEGIN, .pid = 7, .ts = 161, .id = 5, .fd = -1, .a = 4, .b = 0, .c = 1, .d = 9 },
+		{ .type = KPI_EV_STEP_END, .pid = 7, .ts = 170, .id = 5, .fd = -1 },
+	};
+	for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++)
+		assemble_event(a, &e[i]);
+	CHECK(trace_store_pending(s) == 2, "%zu pending", trace_store_pending(s));
+	CHECK(trace_store_flush(s, a, 200, 5, err, sizeof(err)) == 0, "%s", err);
+	CHECK(trace_store_pending(s) == 0, "flushed");
+	CHECK(q(path, "SELECT e2e_ns FROM requests WHERE request_id = 'one'") == 41, "e2e");
+	CHECK(q(path, "SELECT count(*) FROM tokens WHERE request_id = 'one'") == 2, "tokens");
+	CHECK(q(path, "SELECT count(*) FROM steps WHERE t_end_ns = 170") == 1, "steps");
+	CHECK(q(path, "SELECT count(*) FROM inflight WHERE request_id = 'two' AND state = 'queued'") == 1,
+	      "inflight");
+	CHECK(q(path, "SELECT value FROM meta WHERE key = 'drops_total'") == 5, "drops in meta");
+	/* the next flush rewrites inflight: 'two' is gone once it completes */
+	struct kpi_event end[] = {
+		{ .type = KPI_EV_REJECT, .pid = 7, .ts = 300, .fd = 4, .a = 429, .b = 1, .reqid = "three" },
+	};
+	assemble_event(a, &end[0]);
+	CHECK(trace_store_flush(s, a, 400, 5, err, sizeof(err)) == 0, "%s", err);
+	CHECK(q(path, "SELECT count(*) FROM inflight") == 1, "one in flight");
+	CHECK(q(path, "SELECT count(*) FROM requests") == 2, "two rows");
+	assemble_free(a);
+	trace_store_close(s);
+	CHECK(q(path, "SELECT count(*) FROM inflight") == 0, "closed store has nothing in flight");
+}
+
+static void refuses_newer_schema(void)
+{
+	char path[128], err[512];
+	sqlite3 *db;
+	setup();
+	snprintf(path, sizeof(path), "%s/newer.db", dir);
+	CHECK(sqlite3_open(path, &db) == SQLITE_OK, "open");
+	sqlite3_exec(db, "PRAGMA user_version = 999", NULL, NULL, NULL);
+	sqlite3_close(db);
+	struct trace_store *s = trace_store_open(path, false, err, sizeof(err));
+	CHECK(!s, "opened a newer database");
+	CHECK(strstr(err, "schema version 999") && strstr(err, "newer kpi-agent"), "%s", err);
+}
+
+int main(void)
+{
+	RUN(creates_dirs_and_modes);
+	RUN(flush_writes_rows_and_inflight);
+	RUN(refuses_newer_schema);
+	if (dir[0]) {
+		char cmd[96];
+		snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+		CHECK(system(cmd) == 0, "cleanup");
+	}
+	return CHECK_DONE();
+}

@@ -1,0 +1,188 @@
+/* test_engine_attention.c - paged attention equals contiguous attention
+ * (random shapes, partial last blocks, GQA, scattered block ids), and the
+ * matmul kernel equals a naive loop and is batch-invariant bit for bit. */
+#include <math.h>
+
+#include "tests/unit/check.h"
+#include "daemon/engine/gguf.h"
+#include "daemon/engine/kernels.h"
+
+static uint64_t rs = 42;
+static float frand(void)
+{
+	rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+	return (float)((rs >> 40) * 0x1p-24) * 2.0f - 1.0f;
+}
+static int irand(int n)
+{
+	rs = rs * 6364136223846793005ull + 1442695040888963407ull;
+	return (int)((rs >> 33) % n);
+}
+
+/* The textbook version: K/V as (pos, n_kv, hd) arrays, head h uses KV head h / group. */
+static void attention_contiguous(float *out, const float *q, int n_heads, int n_kv, int hd,
+				 const float *k, const float *v, int pos)
+{
+	int group = n_heads / n_kv;
+	double *s = malloc(sizeof(double) * (pos + 1));
+	for (int h = 0; h < n_heads; h++) {
+		int g = h / group;
+		double mx = -1e300, sum = 0;
+		for (int j = 0; j <= pos; j++) {
+			double d = 0;
+			for (int i = 0; i < hd; i++)
+				d += (double)q[h * hd + i] * k[((size_t)j * n_kv + g) * hd + i];
+			s[j] = d / sqrt((double)hd);
+			mx = s[j] > mx ? s[j] : mx;
+		}
+		for (int j = 0; j <= pos; j++)
+			sum += s[j] = exp(s[j] - mx);
+		for (int i = 0; i < hd; i++) {
+			double o = 0;
+			for (int j = 0; j <= pos; j++)
+				o += s[j] / sum * v[((size_t)j * n_kv + g) * hd + i];
+			out[h * hd + i] = (float)o;
+		}
+	}
+	free(s);
+}
+
+static void test_paged_equals_contiguous(void)
+{
+	double worst = 0;
+	for (int trial = 0; trial < 300; trial++) {
+		int n_kv = 1 + irand(4), group = 1 + irand(4), n_heads = n_kv * group;
+		static const int hds[] = { 4, 8, 12, 16, 64, 128 };
+		int hd = hds[irand(6)];
+		static const int bss[] = { 1, 2, 3, 7, 16, 32 };
+		int bs = bss[irand(6)];
+		int pos = irand(trial < 100 ? 40 : 300); /* attends to pos + 1 positions */
+		int n_pos = pos + 1, n_blocks = (n_pos + bs - 1) / bs, pool_blocks = n_blocks + 5;
+		/* scattered block ids: a permutation of the pool */
+		int32_t *perm = malloc(sizeof(int32_t) * pool_blocks);
+		for (int i = 0; i < pool_blocks; i++)
+			perm[i] = i;
+		for (int i = pool_blocks - 1; i > 0; i--) {
+			int j = irand(i + 1);
+			int32_t t = perm[i];
+			perm[i] = perm[j];
+			perm[j] = t;
+		}
+		size_t pool_floats = (size_t)pool_blocks * n_kv * bs * hd;
+		float *pk = malloc(sizeof(float) * pool_floats), *pv = malloc(sizeof(float) * pool_floats);
+		for (size_t i = 0; i < pool_floats; i++)
+			pk[i] = pv[i] = NAN; /* unwritten slots must never be read */
+		float *ck = malloc(sizeof(float) * n_pos * n_kv * hd), *cv = malloc(sizeof(float) * n_pos * n_kv * hd);
+		struct kv_layer_view view = { pk, pv, n_kv, hd, bs };
+		for (int j = 0; j < n_pos; j++)
+			for (int g = 0; g < n_kv; g++)
+				for (int i = 0; i < hd; i++) {
+					float kk = frand() * 2, vv = frand();
+					ck[((size_t)j * n_kv + g) * hd + i] = kk;
+					cv[((size_t)j * n_kv + g) * hd + i] = vv;
+					size_t off = kv_offset(&view, perm[j / bs], g, j % bs) + i;
+					pk[off] = kk;
+					pv[off] = vv;
+				}
+		float *q = malloc(sizeof(float) * n_heads * hd), *ref = malloc(sizeof(float) * n_heads * hd);
+		float *out = malloc(sizeof(float) * n_heads * hd), *scores = malloc(sizeof(float) * group * n_pos);
+		for (int i = 0; i < n_heads * hd; i++)
+			q[i] = frand();
+		attention_contiguous(ref, q, n_heads, n_kv, hd, ck, cv, pos);
+		for (int g = 0; g < n_kv; g++)
+			attention_paged(out + (size_t)g * group * hd, q + (size_t)g * group * hd, group, &view, g,
+					perm, pos, scores);
+		for (int i = 0; i < n_heads * hd; i++) {
+			double d = fabs((double)out[i] - ref[i]);
+			CHECK(d <= 1e-5, "trial %d (kv %d group %d hd %d bs %d pos %d): [%d] %g vs %g", trial, n_kv,
+			      group, hd, bs, pos, i, out[i], ref[i]);
+			worst = d > worst ? d : worst;
+		}
+		free(perm); free(pk); free(pv); free(ck); free(cv); free(q); free(ref); free(out); free(scores);
+	}
+	printf("     max abs diff %.3g over 300 shapes\n", worst);
+}
+
+static uint16_t to_f16(float f)
+{
+	/* exact for the values used: multiples of 1/256 in [-1, 1] */
+	uint16_t h = 0;
+	if (f == 0)
+		return 0;
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	h = (uint16_t)(((x >> 16) & 0x8000) | ((((x >> 23) & 0xff) - 112) << 10) | ((x >> 13) & 0x3ff));
+	return h;
+}
+
+static void test_matmul_matches_naive_and_is_batch_invariant(void)
+{
+	for (int trial = 0; trial < 60; trial++) {
+		int rows = 1 + irand(37), cols = 1 + irand(300), nb = 1 + irand(13);
+		int f16 = trial & 1;
+		float *wf = malloc(sizeof(float) * rows * cols);
+		uint16_t *wh = malloc(sizeof(uint16_t) * rows * cols);
+		for (int i = 0; i < rows * cols; i++) {
+			wf[i] = (float)(irand(512) - 256) / 256.0f;
+			wh[i] = to_f16(wf[i]);
+			CHECK(f16_to_f32(wh[i]) == wf[i], "f16 round trip of %g", wf[i]);
+		}
+		float *x = malloc(sizeof(float) * nb * cols), *y = malloc(sizeof(float) * nb * rows);
+		float *y1 = malloc(sizeof(float) * rows);
+		for (int i = 0; i < nb * cols; i++)
+			x[i] = frand();
+		const void *w = f16 ? (const void *)wh : wf;
+		uint32_t type = f16 ? GGML_F16 : GGML_F32;
+		matmul_rows(y, rows, w, type, x, cols, cols, nb, 0, rows, false);
+		for (int b = 0; b < nb; b++) {
+			/* one row of the batch alone, split at an odd row: identical bits */
+			int split = irand(rows + 1);
+			matmul_rows(y1, rows, w, type, x + (size_t)b * cols, cols, cols, 1, 0, split, false);
+			matmul_rows(y1, rows, w, type, x + (size_t)b * cols, cols, cols, 1, split, rows, false);
+			for (int o = 0; o < rows; o++) {
+				double ref = 0;
+				for (int i = 0; i < cols; i++)
+					ref += (double)wf[(size_t)o * cols + i] * x[(size_t)b * cols + i];
+				float got = y[(size_t)b * rows + o];
+				CHECK(fabs(got - ref) <= 1e-4 * (1 + fabs(ref)), "rows %d cols %d nb %d: y[%d][%d] %g vs %g",
+				      rows, cols, nb, b, o, got, ref);
+				CHECK(memcmp(&got, &y1[o], 4) == 0, "batch %d vs alone differ at [%d][%d]: %.9g vs %.9g",
+				      nb, b, o, got, y1[o]);
+			}
+		}
+		/* accumulate adds onto y */
+		matmul_rows(y, rows, w, type, x, cols, cols, nb, 0, rows, true);
+		for (int o = 0; o < rows; o++)
+			CHECK(y[o] == 2 * y1[o] || nb > 1, "accumulate");
+		free(wf); free(wh); free(x); free(y); free(y1);
+	}
+}
+
+static void test_rmsnorm_rope(void)
+{
+	float x[8] = { 1, 2, 3, 4, -1, -2, -3, -4 }, w[8] = { 1, 1, 1, 1, 2, 2, 2, 2 }, out[8];
+	rmsnorm(out, x, w, 8, 0);
+	double rms = sqrt((1 + 4 + 9 + 16) * 2 / 8.0);
+	for (int i = 0; i < 8; i++)
+		CHECK_NEAR(out[i], x[i] / rms * w[i], 1e-6);
+	/* RoPE: position 0 is the identity; pair i rotates by pos * base^(-2i/hd) */
+	float cs[3 * 4 * 2];
+	rope_table(cs, 3, 8, 10000.0f);
+	float v[8] = { 1, 0, 1, 0, 1, 0, 1, 0 };
+	rope(v, 1, 8, cs);
+	CHECK(v[0] == 1 && v[1] == 0, "pos 0 rotates");
+	rope(v, 1, 8, cs + 2 * 4 * 2);
+	for (int i = 0; i < 4; i++) {
+		double a = 2 * pow(10000.0, -2.0 * i / 8);
+		CHECK_NEAR(v[2 * i], cos(a), 1e-6);
+		CHECK_NEAR(v[2 * i + 1], sin(a), 1e-6);
+	}
+}
+
+int main(void)
+{
+	RUN(test_paged_equals_contiguous);
+	RUN(test_matmul_matches_naive_and_is_batch_invariant);
+	RUN(test_rmsnorm_rope);
+	return CHECK_DONE();
+}

@@ -1,0 +1,156 @@
+/* test_tools_trace.c - the trace tools' shared layer: percentiles against a
+ * naive sort, duration/time parsing, and trace_open's refusals. */
+#include "tests/unit/check.h"
+#include "tools/common/pct.h"
+#include "tools/common/trace.h"
+
+#include <math.h>
+#include <sqlite3.h>
+#include <stdint.h>
+#include <unistd.h>
+
+static int cmp_i64(const void *a, const void *b)
+{
+	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double naive(const int64_t *v, size_t n, double p)
+{
+	int64_t *s = malloc(n * sizeof(*s));
+	memcpy(s, v, n * sizeof(*s));
+	qsort(s, n, sizeof(*s), cmp_i64);
+	double ix = (n - 1) * p / 100.0;
+	size_t lo = (size_t)floor(ix), hi = lo + 1 < n ? lo + 1 : lo;
+	double r = s[lo] + (s[hi] - s[lo]) * (ix - lo);
+	free(s);
+	return r;
+}
+
+static void test_pct_matches_sort(void)
+{
+	static const double ps[] = { 0, 1, 25, 50, 90, 95, 99, 99.9, 100 };
+	unsigned seed = 7;
+	for (int round = 0; round < 300; round++) {
+		size_t n = 1 + (size_t)(rand_r(&seed) % (round < 100 ? 20 : 5000));
+		int64_t *v = malloc(n * sizeof(*v)), *w = malloc(n * sizeof(*w));
+		int dup = round % 3 == 0;  /* many duplicates, or sorted, or random */
+		for (size_t i = 0; i < n; i++)
+			v[i] = dup ? rand_r(&seed) % 5 : round % 3 == 1 ? (int64_t)i * 10 : rand_r(&seed);
+		for (size_t k = 0; k < sizeof(ps) / sizeof(*ps); k++) {
+			memcpy(w, v, n * sizeof(*v));
+			double got = pct_select_i64(w, n, ps[k]), want = naive(v, n, ps[k]);
+			CHECK(fabs(got - want) <= 1e-6 * fabs(want) + 1e-9, "n=%zu p=%g: %f vs %f", n, ps[k], got, want);
+		}
+		free(v);
+		free(w);
+	}
+}
+
+static void test_pct_sqlite_definition(void)
+{
+	/* SQLite's percentile(): 1..100 at p99 is 99.01, median of 1..100 is 50.5 */
+	int64_t v[100];
+	for (int i = 0; i < 100; i++) v[i] = 100 - i;
+	CHECK_NEAR(pct_select_i64(v, 100, 99), 99.01, 1e-9);
+	CHECK_NEAR(pct_select_i64(v, 100, 50), 50.5, 1e-9);
+	CHECK(pct_select_i64(v, 0, 50) == 0, "empty input gives 0");
+	CHECK(pct_rank(100, 99) == 98, "nearest rank of p99 among 100 is index 98, got %zu", pct_rank(100, 99));
+}
+
+static void test_parse_duration(void)
+{
+	char err[256];
+	int64_t ns;
+	CHECK(!trace_parse_duration("10s", &ns, err, sizeof(err)) && ns == 10 * NS_PER_S, "10s");
+	CHECK(!trace_parse_duration("1m", &ns, err, sizeof(err)) && ns == 60 * NS_PER_S, "1m");
+	CHECK(!trace_parse_duration("500ms", &ns, err, sizeof(err)) && ns == 500 * NS_PER_MS, "500ms");
+	CHECK(!trace_parse_duration("1.5", &ns, err, sizeof(err)) && ns == 1500 * NS_PER_MS, "bare seconds");
+	CHECK(trace_parse_duration("10x", &ns, err, sizeof(err)) == -1, "10x refused");
+	CHECK(strstr(err, "'10x'") && strstr(err, "10s"), "the message names the input and an example: %s", err);
+	char b[32];
+	CHECK(!strcmp(trace_fmt_dur(b, sizeof(b), 12.34e6), "12.3ms"), "%s", b);
+	CHECK(!strcmp(trace_fmt_dur(b, sizeof(b), 10e9), "10s"), "%s", b);
+	CHECK(!strcmp(trace_fmt_dur(b, sizeof(b), -1), "-"), "%s", b);
+}
+
+static char *tmpdb(const char *sql)
+{
+	static char path[64];
+	snprintf(path, sizeof(path), "/tmp/test_tools_trace.XXXXXX");
+	int fd = mkstemp(path);
+	close(fd);
+	sqlite3 *db;
+	sqlite3_open(path, &db);
+	sqlite3_exec(db, sql, NULL, NULL, NULL);
+	sqlite3_close(db);
+	return path;
+}
+
+static void test_open_refusals(void)
+{
+	char err[512];
+	CHECK(!trace_open("/nonexistent/trace.db", err, sizeof(err)), "missing store refused");
+	CHECK(strstr(err, "/nonexistent/trace.db") && strstr(err, "kpi-agent"), "names path and agent: %s", err);
+
+	char *p = tmpdb("CREATE TABLE x(a); PRAGMA user_version = 7;");
+	CHECK(!trace_open(p, err, sizeof(err)), "unknown schema version refused");
+	CHECK(strstr(err, "version 7") && strstr(err, "version 1"), "says both versions: %s", err);
+	unlink(p);
+
+	p = tmpdb("CREATE TABLE x(a);");
+	CHECK(!trace_open(p, err, sizeof(err)), "a non-kpiscope database refused");
+	CHECK(strstr(err, "not a kpiscope trace"), "%s", err);
+	unlink(p);
+}
+
+static void test_open_schema_and_window(void)
+{
+	FILE *f = fopen("schema/001_init.sql", "r");
+	if (!f) SKIP("schema/001_init.sql not found: run from the repository root");
+	static char sql[16384];
+	size_t n = fread(sql, 1, sizeof(sql) - 1, f);
+	fclose(f);
+	sql[n] = 0;
+	char *p = tmpdb(sql);
+	sqlite3 *db;
+	sqlite3_open(p, &db);
+	/* 100 finished requests, TTFT 1..100 ms, one every 100 ms */
+	for (int i = 1; i <= 100; i++) {
+		char q[512];
+		snprintf(q, sizeof(q), "INSERT INTO requests (request_id, pid, wall_ns, t_arrive_ns, ttft_ns, e2e_ns, "
+			 "queue_ns, http_status) VALUES ('r%d', 1, %lld, %lld, %lld, %lld, 0, 200)", i,
+			 1000LL * NS_PER_S + i * 100 * NS_PER_MS, (long long)i * 100 * NS_PER_MS,
+			 (long long)i * NS_PER_MS, (long long)i * 2 * NS_PER_MS);
+		sqlite3_exec(db, q, NULL, NULL, NULL);
+	}
+	sqlite3_exec(db, "INSERT INTO requests (request_id, pid, wall_ns, t_arrive_ns, http_status, reject_reason) "
+		     "VALUES ('rej', 1, 1000000000000, 5000000000, 429, 'queue_full')", NULL, NULL, NULL);
+	sqlite3_close(db);
+	char err[512];
+	struct trace *t = trace_open(p, err, sizeof(err));
+	CHECK(t, "open: %s", err);
+	int64_t a, b;
+	CHECK(trace_span(t, &a, &b) && a == 100 * NS_PER_MS && b == 10 * NS_PER_S, "span %lld..%lld", (long long)a, (long long)b);
+	struct trace_window w;
+	CHECK(!trace_window_stats(t, 0, 11 * NS_PER_S, &w), "window: %s", trace_errmsg(t));
+	CHECK(w.requests == 101 && w.rejected == 1 && w.done == 100, "%d %d %d", w.requests, w.rejected, w.done);
+	CHECK_NEAR(w.m[TM_TTFT].p99, 99.01 * NS_PER_MS, 1);
+	CHECK_NEAR(w.m[TM_TTFT].p50, 50.5 * NS_PER_MS, 1);
+	int64_t at;
+	CHECK(!trace_parse_time(t, "-1s", &at, err, sizeof(err)) && at == 9 * NS_PER_S, "-1s: %s", err);
+	CHECK(!trace_parse_time(t, "@1001", &at, err, sizeof(err)) && at == NS_PER_S, "@1001 -> %lld", (long long)at);
+	CHECK(trace_parse_time(t, "yesterday", &at, err, sizeof(err)) == -1 && strstr(err, "'yesterday'"), "%s", err);
+	trace_close(t);
+	unlink(p);
+}
+
+int main(void)
+{
+	RUN(test_pct_matches_sort);
+	RUN(test_pct_sqlite_definition);
+	RUN(test_parse_duration);
+	RUN(test_open_refusals);
+	RUN(test_open_schema_and_window);
+	return CHECK_DONE();
+}

@@ -1,0 +1,13 @@
+# tools/common/build.mk - the trace reader layer kpitop and kpi-report share
+# (tools/common/*.c); the tools link $(TOOLS_COMMON_OBJS).
+
+TOOLS_COMMON_OBJS := $(patsubst %.c,$(OBJ)/%.o,$(wildcard tools/common/*.c))
+TOOLS_LDLIBS := -lsqlite3 $(LDLIBS_COMMON)
+
+# Unit tests of the reader layer and the percentile code: tests/unit/test_tools_*.c
+TOOLS_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_tools_*.c))
+UNIT_TESTS += $(TOOLS_TESTS)
+$(TOOLS_TESTS): $(BUILD)/tests/%: $(OBJ)/tests/unit/%.o $(TOOLS_COMMON_OBJS)
+	$(call msg,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(TOOLS_LDLIBS)

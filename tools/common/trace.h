@@ -1,0 +1,166 @@
+/* trace.h - the one reader layer over kpi-agent's SQLite trace store, shared
+ * by kpitop and kpi-report: read-only open, schema check, window queries. */
+#ifndef KPI_TRACE_H
+#define KPI_TRACE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define TRACE_SCHEMA_VERSION 1
+/* Where kpi-agent writes unless told otherwise (its --db flag). */
+#define TRACE_DEFAULT_DB "/var/lib/kpiscope/trace.db"
+
+#define NS_PER_MS 1000000LL
+#define NS_PER_S 1000000000LL
+
+struct trace;
+
+/* ---- phases and metrics -------------------------------------------------- */
+enum trace_phase { PH_NET_IN, PH_QUEUE, PH_PREFILL, PH_DECODE, PH_NET_OUT, PH_N };
+extern const char *const trace_phase_name[PH_N];   /* "net-in", "queue", ... */
+
+enum trace_metric {
+	TM_TTFT, TM_TPOT, TM_ITL, TM_E2E,
+	TM_NET_IN, TM_QUEUE, TM_PREFILL, TM_DECODE, TM_NET_OUT, TM_RUNQ,
+	TM_N
+};
+extern const char *const trace_metric_name[TM_N];  /* "TTFT", "TPOT", ... */
+
+/* Percentiles (ns) over the requests of a window that have the value.
+ * ITL: p50 over each request's median gap, p95/p99 over each request's p99
+ * gap, max over each request's largest gap. */
+struct trace_dist {
+	int n;
+	double p50, p95, p99, max, mean;
+};
+
+/* Everything a window [from_ns, to_ns) of the monotonic clock holds. Requests
+ * belong to the window they arrived in; rates come from the agent's
+ * once-a-second samples when there are any, else from the requests. */
+struct trace_window {
+	int64_t from_ns, to_ns;
+	int requests;               /* rows that arrived in the window */
+	int done;                   /* ... that finished with an e2e time */
+	int rejected;               /* HTTP 429 */
+	int errors;                 /* other 4xx/5xx, or finish_reason error */
+	int cancelled;
+	int preempted;              /* requests preempted at least once */
+	int64_t prompt_tokens, output_tokens;
+	double req_per_s, out_tok_per_s;
+	struct trace_dist m[TM_N];
+	struct trace_dist itl_max;  /* of each request's largest inter-token gap */
+	/* mean over requests of run-queue delay / e2e: how many of the daemon's
+	 * threads waited for a CPU, on average, while the request was in flight */
+	double runq_share;
+	/* phases of the median and of the p99 request by e2e (nearest row) */
+	int64_t phase_p50[PH_N], phase_p99[PH_N];
+	int64_t e2e_p50_row, e2e_p99_row;
+	/* from samples */
+	int samples;
+	int queue_depth, running;   /* latest, summed over targets */
+	double kv_usage;            /* latest, max over targets; -1: unknown */
+	int queue_depth_max, running_max;
+	double kv_usage_max;
+	int64_t preemptions, rejections, sample_errors, drops, runq_ns;
+};
+
+/* One bucket of a timeline. */
+struct trace_point {
+	int64_t t_ns;               /* bucket start */
+	int n;                      /* requests that arrived in it */
+	double ttft_p99, e2e_p99;   /* ns, 0 when n == 0 */
+	int samples;
+	int queue_depth_max, running_max;
+	double kv_usage_max;        /* -1: unknown */
+	int64_t preemptions, rejections, drops, runq_ns;
+};
+
+enum trace_req_state {
+	TRS_ARRIVING, TRS_QUEUED, TRS_PREFILL, TRS_DECODE, TRS_WRITING,
+	TRS_DONE, TRS_REJECTED, TRS_ERROR, TRS_CANCELLED, TRS_N
+};
+extern const char *const trace_state_name[TRS_N];
+
+/* One request as a panel or a waterfall shows it; times in ns, -1 unknown. */
+struct trace_req {
+	char id[64];
+	int pid;
+	enum trace_req_state state;
+	int64_t t_arrive_ns, age_ns;
+	int prompt_tokens, output_tokens, http_status, preemptions;
+	int64_t ttft_ns, tpot_ns, e2e_ns, runq_ns, itl_max_ns;
+	int64_t phase[PH_N];
+};
+
+/* ---- opening ------------------------------------------------------------- */
+/* Opens path read-only (WAL readers never block the agent) and checks the
+ * schema version. On failure returns NULL and writes a message that says
+ * what to do into err. */
+struct trace *trace_open(const char *path, char *err, size_t errlen);
+void trace_close(struct trace *t);
+
+/* The monotonic span that holds data (requests, samples, in-flight), and
+ * refreshes it (the agent keeps writing). Returns 0 when the store is empty. */
+int trace_span(struct trace *t, int64_t *first_ns, int64_t *last_ns);
+
+/* Wall clock <-> trace monotonic clock, by the latest agent run's offset. */
+int64_t trace_mono_to_wall(const struct trace *t, int64_t mono_ns);
+int64_t trace_wall_to_mono(const struct trace *t, int64_t wall_ns);
+
+/* ---- queries ------------------------------------------------------------- */
+int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, struct trace_window *w);
+
+/* nb buckets over [from_ns, to_ns). Returns 0 or -1. */
+int trace_series(struct trace *t, int64_t from_ns, int64_t to_ns, int nb, struct trace_point *out);
+
+/* Requests in flight at now_ns: from the agent's inflight table when live,
+ * else rebuilt from finished rows (replay). Returns the count. */
+int trace_inflight(struct trace *t, int64_t now_ns, int live, struct trace_req *out, int max);
+/* Finished (or rejected) requests that arrived before to_ns, newest first. */
+int trace_recent(struct trace *t, int64_t to_ns, struct trace_req *out, int max);
+/* The slowest requests of a window by e2e (or TTFT when e2e is unknown). */
+int trace_slowest(struct trace *t, int64_t from_ns, int64_t to_ns, struct trace_req *out, int max);
+
+/* Rows of one column for requests arriving in [from, to) that have it,
+ * with their arrival times; the arrays are owned by t and valid until the
+ * next call. Used by analyses that need raw rows (baseline search). */
+int trace_column(struct trace *t, const char *column, int64_t from_ns, int64_t to_ns,
+		 const int64_t **t_arrive, const int64_t **values);
+
+/* Finished requests of [from, to) with their phases (for attribution); the
+ * array is owned by t and valid until the next call. Returns the count or -1. */
+struct trace_row {
+	int64_t t_arrive_ns, ttft_ns, e2e_ns;
+	int64_t phase[PH_N];        /* unknown phases are 0 */
+};
+int trace_rows(struct trace *t, int64_t from_ns, int64_t to_ns, const struct trace_row **rows);
+
+/* Steps in [from, to): count, those with prefill tokens >= min_prefill and
+ * their summed duration, and the longest step. */
+struct trace_steps {
+	int64_t steps, prefill_steps, long_prefill_steps;
+	int64_t long_prefill_ns, max_step_ns, max_prefill_tokens;
+	double busy_frac;           /* summed step time / window */
+};
+int trace_step_stats(struct trace *t, int64_t from_ns, int64_t to_ns, int min_prefill, struct trace_steps *s);
+
+/* The last error message of the store (sqlite's), for a failed query. */
+const char *trace_errmsg(const struct trace *t);
+const char *trace_path(const struct trace *t);
+
+/* ---- time ---------------------------------------------------------------- */
+/* "10s", "1m", "5m", "500ms", "2h", "1.5s"; bare numbers are seconds.
+ * Returns 0 or -1 with a message. */
+int trace_parse_duration(const char *s, int64_t *ns, char *err, size_t errlen);
+/* A point in the trace, as monotonic ns: "end", "start", "-90s" (before the
+ * end of the trace), "+30s" (after its start), "@1764670260.5" (Unix
+ * seconds), "2026-12-02T10:31:00" or "2026-12-02 10:31:00" (local time),
+ * "10:31:00" (local time on the day the trace ends). */
+int trace_parse_time(struct trace *t, const char *s, int64_t *mono_ns, char *err, size_t errlen);
+
+/* "850µs", "12.3ms", "1.24s", "3m05s"; "-" for negative (unknown). */
+char *trace_fmt_dur(char *buf, size_t n, double ns);
+/* Local "HH:MM:SS" (with_date: "YYYY-MM-DD HH:MM:SS") of a trace instant. */
+char *trace_fmt_time(const struct trace *t, char *buf, size_t n, int64_t mono_ns, int with_date);
+
+#endif

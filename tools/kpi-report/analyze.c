@@ -1,0 +1,473 @@
+/* analyze.c - what kpi-report concludes: the incident and baseline windows,
+ * how each percentile's change splits over phases, and the findings with
+ * their evidence, strongest first. All data through tools/common/trace.h. */
+#include "tools/kpi-report/report.h"
+#include "tools/common/pct.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const ttft_names[RP_TTFT_NPH] = { "net-in", "queue wait", "prefill", "first write" };
+static const char *const e2e_names[PH_N] = { "net-in", "queue wait", "prefill", "decode", "net-out" };
+
+#define DEFAULT_INCIDENT (300 * NS_PER_S)
+
+/* ---- incident window ------------------------------------------------------ */
+
+/* The worst stretch of p99 TTFT: buckets around the worst one whose p99 is
+ * at least half-way from the typical bucket to the worst. */
+static int detect_incident(struct report *r, int64_t *from, int64_t *to)
+{
+	int64_t span = r->last_ns + 1 - r->first_ns;
+	int nb = (int)(span / (10 * NS_PER_S));
+	if (nb > 600) nb = 600;
+	if (nb < 12) return 0;
+	struct trace_point *p = calloc((size_t)nb, sizeof(*p));
+	double *v = calloc((size_t)nb, sizeof(double));
+	int found = 0;
+	if (!p || !v || trace_series(r->t, r->first_ns, r->last_ns + 1, nb, p)) goto out;
+	int n = 0, worst = -1;
+	for (int i = 0; i < nb; i++) {
+		if (!p[i].n) continue;
+		v[n++] = p[i].ttft_p99;
+		if (worst < 0 || p[i].ttft_p99 > p[worst].ttft_p99) worst = i;
+	}
+	if (n < 6 || worst < 0) goto out;
+	double typical = pct_select_f64(v, (size_t)n, 50);
+	double top = p[worst].ttft_p99;
+	if (top < 2 * typical) goto out;
+	double thr = typical + (top - typical) / 2;
+	int a = worst, b = worst;
+	/* extend over hot buckets, bridging single cool or empty ones */
+	while (a > 0 && (p[a - 1].ttft_p99 >= thr || (a > 1 && p[a - 2].ttft_p99 >= thr))) a--;
+	while (b < nb - 1 && (p[b + 1].ttft_p99 >= thr || (b < nb - 2 && p[b + 2].ttft_p99 >= thr))) b++;
+	*from = p[a].t_ns;
+	*to = b + 1 < nb ? p[b + 1].t_ns : r->last_ns + 1;
+	found = 1;
+out:
+	free(p);
+	free(v);
+	return found;
+}
+
+/* ---- baseline ------------------------------------------------------------- */
+
+static size_t lower_bound(const int64_t *a, size_t n, int64_t x)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (a[mid] < x) lo = mid + 1;
+		else hi = mid;
+	}
+	return lo;
+}
+
+/* Slides a window of the incident's length over [lo, hi) and keeps the one
+ * with the lowest p99 TTFT among those with enough finished requests. */
+static int search_baseline(struct report *r, int64_t lo, int64_t hi, int64_t len, int min_n,
+			   int64_t *best_from, double *best_p99, int *ncand)
+{
+	const int64_t *ta, *val;
+	int n = trace_column(r->t, "ttft_ns", lo, hi, &ta, &val);
+	if (n < min_n) return 0;
+	int64_t step = len / 2;
+	if ((hi - lo) / step > 400) step = (hi - lo) / 400;
+	if (step < NS_PER_S) step = NS_PER_S;
+	int64_t *scratch = malloc(sizeof(int64_t) * (size_t)n);
+	if (!scratch) return 0;
+	int found = 0;
+	*ncand = 0;
+	/* candidates end at hi going back, so the nearest one wins ties */
+	for (int64_t s = hi - len; s >= lo; s -= step) {
+		size_t a = lower_bound(ta, (size_t)n, s), b = lower_bound(ta, (size_t)n, s + len);
+		if ((int)(b - a) < min_n) continue;
+		(*ncand)++;
+		memcpy(scratch, val + a, (b - a) * sizeof(int64_t));
+		double p99 = pct_select_i64(scratch, b - a, 99);
+		if (!found || p99 < *best_p99) {
+			*best_p99 = p99;
+			*best_from = s;
+			found = 1;
+		}
+	}
+	free(scratch);
+	return found;
+}
+
+static int load_window(struct report *r, struct rp_window *w)
+{
+	if (trace_window_stats(r->t, w->from_ns, w->to_ns, &w->w)) return -1;
+	if (trace_step_stats(r->t, w->from_ns, w->to_ns, 512, &w->steps)) return -1;
+	w->valid = 1;
+	return 0;
+}
+
+/* ---- attribution ---------------------------------------------------------- */
+
+struct keyed {
+	int64_t key;
+	int i;
+};
+
+static int cmp_keyed(const void *a, const void *b)
+{
+	int64_t x = ((const struct keyed *)a)->key, y = ((const struct keyed *)b)->key;
+	return x < y ? -1 : x > y;
+}
+
+/* Mean phases of the rows ranked within +-band percentiles of p by metric. */
+static int band_means(const struct trace_row *rows, int n, int ttft, double p, double *mean, double *value)
+{
+	struct keyed *k = malloc(sizeof(*k) * (size_t)(n ? n : 1));
+	if (!k) return -1;
+	int m = 0;
+	for (int i = 0; i < n; i++) {
+		int64_t key = ttft ? rows[i].ttft_ns : rows[i].e2e_ns;
+		if (key < 0) continue;
+		k[m].key = key;
+		k[m++].i = i;
+	}
+	memset(mean, 0, sizeof(double) * PH_N);
+	*value = 0;
+	if (!m) {
+		free(k);
+		return 0;
+	}
+	qsort(k, (size_t)m, sizeof(*k), cmp_keyed);
+	double ix = (m - 1) * p / 100.0;
+	size_t lo = (size_t)floor(ix);
+	size_t hi = lo + 1 < (size_t)m ? lo + 1 : lo;
+	*value = (double)k[lo].key + ((double)k[hi].key - (double)k[lo].key) * (ix - (double)lo);
+	double band = p >= 90 ? 1.0 : 5.0;
+	int a = (int)floor((m - 1) * fmax(p - band, 0) / 100.0);
+	int b = (int)ceil((m - 1) * fmin(p + band, 100) / 100.0);
+	for (int j = a; j <= b; j++) {
+		const struct trace_row *rw = &rows[k[j].i];
+		if (ttft) {
+			double known = (double)(rw->phase[PH_NET_IN] + rw->phase[PH_QUEUE] + rw->phase[PH_PREFILL]);
+			mean[0] += (double)rw->phase[PH_NET_IN];
+			mean[1] += (double)rw->phase[PH_QUEUE];
+			mean[2] += (double)rw->phase[PH_PREFILL];
+			mean[3] += fmax((double)rw->ttft_ns - known, 0);
+		} else {
+			for (int ph = 0; ph < PH_N; ph++) mean[ph] += (double)rw->phase[ph];
+		}
+	}
+	for (int ph = 0; ph < PH_N; ph++) mean[ph] /= (b - a + 1);
+	free(k);
+	return 0;
+}
+
+static void attr_words(struct rp_attr *a)
+{
+	char x[16], y[16], d[16];
+	double change = a->inc - a->base;
+	trace_fmt_dur(x, sizeof(x), a->base);
+	trace_fmt_dur(y, sizeof(y), a->inc);
+	trace_fmt_dur(d, sizeof(d), fabs(change));
+	if (a->base > 0 && fabs(change) < 0.05 * a->base) {
+		snprintf(a->words, sizeof(a->words), "p%.0f %s is unchanged (%s → %s).", a->p, a->metric, x, y);
+		return;
+	}
+	int n = snprintf(a->words, sizeof(a->words), "%.0f%% of the p%.0f %s %s (%s%s: %s → %s) is %s",
+			 round(a->share[a->top] * 100), a->p, a->metric, change > 0 ? "increase" : "decrease",
+			 change > 0 ? "+" : "−", d, x, y, a->names[a->top]);
+	/* then the other phases that carry at least 5% */
+	int first = 1;
+	for (int i = 0; i < a->nph && n < (int)sizeof(a->words) - 40; i++) {
+		if (i == a->top || a->share[i] < 0.05) continue;
+		n += snprintf(a->words + n, sizeof(a->words) - (size_t)n, "%s %s %.0f%%", first ? "; then" : ",",
+			      a->names[i], round(a->share[i] * 100));
+		first = 0;
+	}
+	snprintf(a->words + n, sizeof(a->words) - (size_t)n, ".");
+}
+
+static int attribute(struct report *r, struct rp_attr *a, const char *metric, double p)
+{
+	int ttft = !strcmp(metric, "TTFT");
+	a->metric = metric;
+	a->p = p;
+	a->nph = ttft ? RP_TTFT_NPH : PH_N;
+	a->names = ttft ? ttft_names : e2e_names;
+	double mb[PH_N], mi[PH_N];
+	const struct trace_row *rows;
+	int n = trace_rows(r->t, r->base.from_ns, r->base.to_ns, &rows);
+	if (n < 0 || band_means(rows, n, ttft, p, mb, &a->base)) return -1;
+	n = trace_rows(r->t, r->inc.from_ns, r->inc.to_ns, &rows);
+	if (n < 0 || band_means(rows, n, ttft, p, mi, &a->inc)) return -1;
+	double sum = 0;
+	for (int i = 0; i < a->nph; i++) {
+		a->delta[i] = mi[i] - mb[i];
+		sum += a->delta[i];
+	}
+	/* shares of the net change, in its direction; phases moving the other
+	 * way get 0 and the rest is renormalised */
+	double dir = sum >= 0 ? 1 : -1, pos = 0;
+	for (int i = 0; i < a->nph; i++) pos += fmax(dir * a->delta[i], 0);
+	a->top = 0;
+	for (int i = 0; i < a->nph; i++) {
+		a->share[i] = pos > 0 ? fmax(dir * a->delta[i], 0) / pos : 0;
+		if (a->share[i] > a->share[a->top]) a->top = i;
+	}
+	attr_words(a);
+	return 0;
+}
+
+/* ---- findings ------------------------------------------------------------- */
+
+static struct rp_finding *add_finding(struct report *r, const char *cause, const char *phase, double score, int order)
+{
+	if (r->nf >= RP_MAX_FINDINGS) return NULL;
+	struct rp_finding *f = &r->f[r->nf++];
+	memset(f, 0, sizeof(*f));
+	f->cause = cause;
+	f->phase = phase;
+	f->score = score;
+	f->order = order;
+	return f;
+}
+
+static int cmp_finding(const void *a, const void *b)
+{
+	const struct rp_finding *x = a, *y = b;
+	if (x->score != y->score) return x->score < y->score ? 1 : -1;
+	return x->order - y->order;
+}
+
+/* e2e phase with the largest share among the given ones */
+static const char *top_phase(const struct rp_attr *e2e, const int *phases, int n)
+{
+	int best = phases[0];
+	for (int i = 1; i < n; i++)
+		if (e2e->delta[phases[i]] > e2e->delta[best]) best = phases[i];
+	return trace_phase_name[best];
+}
+
+static void findings(struct report *r)
+{
+	const struct trace_window *i = &r->inc.w, *b = &r->base.w;
+	const struct rp_attr *tt = &r->attr[0], *ee = &r->attr[2];
+	char s1[16], s2[16], s3[16], s4[16];
+	struct rp_finding *f;
+	int64_t rej = i->samples ? i->rejections : i->rejected;
+	double secs = (double)(r->inc.to_ns - r->inc.from_ns) / NS_PER_S;
+	double bsecs = (double)(r->base.to_ns - r->base.from_ns) / NS_PER_S;
+
+	/* 1. queue growth with no rejections */
+	double qshare = tt->inc > tt->base ? tt->share[1] : 0;
+	int qgrew = i->queue_depth_max >= 2 * b->queue_depth_max + 2 ||
+		    (i->m[TM_QUEUE].p99 >= 3 * b->m[TM_QUEUE].p99 && i->m[TM_QUEUE].p99 >= 50 * NS_PER_MS);
+	if (qgrew && qshare >= 0.4 && rej == 0 && (f = add_finding(r, "queue growth with no rejections", "queue", 1 + qshare, 1))) {
+		snprintf(f->title, sizeof(f->title), "Queue wait: the queue grew and nothing was rejected "
+			 "(admission control missing or too lax)");
+		snprintf(f->evidence, sizeof(f->evidence),
+			 "queue wait is %.0f%% of the p99 TTFT increase; queue depth peaked at %d (baseline %d); "
+			 "p99 queue wait %s (baseline %s); 0 rejections (HTTP 429) in the window; %.1f req/s "
+			 "(baseline %.1f)", qshare * 100, i->queue_depth_max, b->queue_depth_max,
+			 trace_fmt_dur(s1, 16, i->m[TM_QUEUE].p99), trace_fmt_dur(s2, 16, b->m[TM_QUEUE].p99),
+			 i->req_per_s, b->req_per_s);
+		snprintf(f->action, sizeof(f->action), "bound the queue (kpi-infer's queue limit) so excess load "
+			 "gets a fast 429 instead of a slow answer, or add capacity for this arrival rate");
+	}
+
+	/* 2. KV pool exhaustion */
+	int64_t pre = i->preemptions > i->preempted ? i->preemptions : i->preempted;
+	int64_t bpre = b->preemptions > b->preempted ? b->preemptions : b->preempted;
+	double bpre_rate = bsecs > 0 ? bpre / bsecs : 0;
+	if ((pre > 0 && pre / secs > 2 * bpre_rate) || (i->kv_usage_max >= 0.98 && b->kv_usage_max < 0.98)) {
+		static const int ph[] = { PH_QUEUE, PH_DECODE, PH_PREFILL };
+		if ((f = add_finding(r, "KV cache pool exhaustion", top_phase(ee, ph, 3), 3 + (pre > 0), 2))) {
+			snprintf(f->title, sizeof(f->title), "KV cache exhausted: %lld preemptions; requests wait "
+				 "for free blocks and preempted ones recompute (shows in %s)", (long long)pre, f->phase);
+			snprintf(f->evidence, sizeof(f->evidence),
+				 "%lld preemptions (%d requests preempted) vs %lld in the baseline; KV usage peaked "
+				 "at %.0f%% (baseline %.0f%%); queue depth peaked at %d; p99 e2e %s (baseline %s)",
+				 (long long)pre, i->preempted, (long long)bpre, i->kv_usage_max * 100,
+				 fmax(b->kv_usage_max, 0) * 100, i->queue_depth_max,
+				 trace_fmt_dur(s1, 16, i->m[TM_E2E].p99), trace_fmt_dur(s2, 16, b->m[TM_E2E].p99));
+			snprintf(f->action, sizeof(f->action), "give the KV pool more blocks, lower the running-"
+				 "sequence cap, or cap max_tokens so the admitted load fits");
+		}
+	}
+
+	/* 3. long prefills stalling others' decodes */
+	double gap = i->itl_max.p99, bgap = b->itl_max.p99;
+	if (r->inc.steps.long_prefill_steps > 0 && gap >= 3 * bgap && gap >= 100 * NS_PER_MS &&
+	    (f = add_finding(r, "long prefills stalling decodes", "decode", 1.5 + fmin(gap / fmax(bgap, 1) / 100, 0.4), 3))) {
+		snprintf(f->title, sizeof(f->title), "Long prefills stall other requests' decodes "
+			 "(inter-token gaps while a long prompt is prefilled)");
+		snprintf(f->evidence, sizeof(f->evidence),
+			 "%lld prefill steps of >= 512 tokens took %s in all (longest step %s, up to %lld "
+			 "prompt tokens in a step); p99 of each request's longest inter-token gap %s (baseline %s)",
+			 (long long)r->inc.steps.long_prefill_steps, trace_fmt_dur(s1, 16, (double)r->inc.steps.long_prefill_ns),
+			 trace_fmt_dur(s2, 16, (double)r->inc.steps.max_step_ns), (long long)r->inc.steps.max_prefill_tokens,
+			 trace_fmt_dur(s3, 16, gap), trace_fmt_dur(s4, 16, bgap));
+		snprintf(f->action, sizeof(f->action), "chunk prefills (a token budget per step) so decodes "
+			 "keep their cadence, or route long prompts elsewhere");
+	}
+
+	/* 4. run-queue delay of the engine's threads: the process's summed
+	 * runnable-but-waiting time (samples), and per request while in flight */
+	double rq = i->samples && secs > 0 ? (double)i->runq_ns / (secs * NS_PER_S) : 0;
+	double brq = b->samples && bsecs > 0 ? (double)b->runq_ns / (bsecs * NS_PER_S) : 0;
+	/* more arrivals keep more threads busy, and busy threads wait more:
+	 * only a rise beyond what the load explains points at another tenant */
+	double arr = secs > 0 ? i->requests / secs : 0, barr = bsecs > 0 ? b->requests / bsecs : 0;
+	double load = barr > 0 ? fmax(1, arr / barr) : 1;
+	int by_samples = rq >= 0.05 && rq >= 2 * brq * load;
+	int by_req = i->runq_share >= 0.05 && i->runq_share >= 2 * b->runq_share * load;
+	if (by_req || by_samples) {
+		static const int ph[] = { PH_PREFILL, PH_DECODE };
+		double strength = fmax(rq, i->runq_share);
+		if ((f = add_finding(r, "engine run-queue delay (CPU contention)", top_phase(ee, ph, 2),
+				     2.5 + fmin(strength, 0.49), 4))) {
+			snprintf(f->title, sizeof(f->title), "CPU contention: the engine's threads wait to run "
+				 "(run-queue delay stretches %s)", f->phase);
+			snprintf(f->evidence, sizeof(f->evidence),
+				 "the daemon's threads waited runnable %.0f ms per second (baseline %.0f ms) at %.1fx "
+				 "the baseline's arrival rate; while a request was in flight, %.2f of the daemon's "
+				 "threads waited for a CPU on average (baseline %.2f); mean run-queue delay per request "
+				 "%s (baseline %s), mean e2e %s (baseline %s)",
+				 rq * 1000, brq * 1000, barr > 0 ? arr / barr : 0, i->runq_share, b->runq_share,
+				 trace_fmt_dur(s1, 16, i->m[TM_RUNQ].mean), trace_fmt_dur(s2, 16, b->m[TM_RUNQ].mean),
+				 trace_fmt_dur(s3, 16, i->m[TM_E2E].mean), trace_fmt_dur(s4, 16, b->m[TM_E2E].mean));
+			snprintf(f->action, sizeof(f->action), "find what shares the engine's CPUs (runqlat, top -H) "
+				 "and pin the engine to cores of its own, or move the other load away");
+		}
+	}
+
+	/* 5. network in or out dominating */
+	double net_share = ee->inc > ee->base ? ee->share[PH_NET_IN] + ee->share[PH_NET_OUT] : 0;
+	double net_now = i->m[TM_E2E].p99 > 0 ? (i->m[TM_NET_IN].p99 + i->m[TM_NET_OUT].p99) / i->m[TM_E2E].p99 : 0;
+	if (net_share >= 0.5 || net_now >= 0.5) {
+		int in = ee->delta[PH_NET_IN] >= ee->delta[PH_NET_OUT];
+		if ((f = add_finding(r, in ? "network-in dominating" : "network-out dominating", in ? "net-in" : "net-out",
+				     2 + fmax(net_share, net_now) * 0.4, 5))) {
+			snprintf(f->title, sizeof(f->title), "Network %s dominates: time goes to %s (client or network)",
+				 in ? "in" : "out", in ? "receiving requests" : "delivering responses");
+			snprintf(f->evidence, sizeof(f->evidence),
+				 "net-in and net-out carry %.0f%% of the p99 e2e increase; p99 net-in %s (baseline %s), "
+				 "p99 net-out %s (baseline %s)", net_share * 100, trace_fmt_dur(s1, 16, i->m[TM_NET_IN].p99),
+				 trace_fmt_dur(s2, 16, b->m[TM_NET_IN].p99), trace_fmt_dur(s3, 16, i->m[TM_NET_OUT].p99),
+				 trace_fmt_dur(s4, 16, b->m[TM_NET_OUT].p99));
+			snprintf(f->action, sizeof(f->action), "check the clients (slow readers, slow uploads) and the "
+				 "path: the connection's RTT is in requests.srtt_us");
+		}
+	}
+
+	if (!r->nf && (f = add_finding(r, "no known cause matched", trace_phase_name[ee->top], 0, 9))) {
+		snprintf(f->title, sizeof(f->title), "No known cause matched; the largest change is in %s",
+			 e2e_names[ee->top]);
+		snprintf(f->evidence, sizeof(f->evidence), "%s %s", tt->words, ee->words);
+		snprintf(f->action, sizeof(f->action), "look at the slowest requests below and the timelines");
+	}
+	qsort(r->f, (size_t)r->nf, sizeof(r->f[0]), cmp_finding);
+}
+
+/* ---- the whole analysis --------------------------------------------------- */
+
+int report_analyze(struct report *r, int64_t from, int have_from, int64_t to, int have_to,
+		   int64_t base_from, int64_t base_to, int have_base, char *err, size_t errlen)
+{
+	char a[40], b[40];
+	if (!trace_span(r->t, &r->first_ns, &r->last_ns)) {
+		snprintf(err, errlen, "%s holds no requests or samples yet: let kpi-agent record some traffic first",
+			 trace_path(r->t));
+		return -1;
+	}
+	/* incident window */
+	if (have_from || have_to) {
+		if (!have_to) to = r->last_ns + 1;
+		if (!have_from) from = to - DEFAULT_INCIDENT;
+		snprintf(r->inc_how, sizeof(r->inc_how), "as given");
+	} else if (detect_incident(r, &from, &to)) {
+		snprintf(r->inc_how, sizeof(r->inc_how), "picked automatically: the stretch where p99 TTFT "
+			 "stayed at least half-way up to its worst 10-second value");
+	} else {
+		to = r->last_ns + 1;
+		from = to - DEFAULT_INCIDENT;
+		snprintf(r->inc_how, sizeof(r->inc_how), "no stretch stood out (p99 TTFT never doubled): "
+			 "the last 5 minutes of the trace");
+	}
+	if (to <= from) {
+		snprintf(err, errlen, "the window %s .. %s is empty: --from must come before --to",
+			 trace_fmt_time(r->t, a, sizeof(a), from, 1), trace_fmt_time(r->t, b, sizeof(b), to, 1));
+		return -1;
+	}
+	if (to <= r->first_ns || from > r->last_ns) {
+		snprintf(err, errlen, "no requests arrived between %s and %s; the trace spans %s to %s",
+			 trace_fmt_time(r->t, a, sizeof(a), from, 1), trace_fmt_time(r->t, b, sizeof(b), to, 1),
+			 trace_fmt_time(r->t, a + 20, 20, r->first_ns, 1), trace_fmt_time(r->t, b + 20, 20, r->last_ns, 1));
+		return -1;
+	}
+	if (from < r->first_ns) from = r->first_ns;
+	r->inc.from_ns = from;
+	r->inc.to_ns = to;
+	if (load_window(r, &r->inc)) goto sqlfail;
+	if (r->inc.w.requests == 0) {
+		snprintf(err, errlen, "no requests arrived between %s and %s; the trace spans %s to %s",
+			 trace_fmt_time(r->t, a, sizeof(a), from, 1), trace_fmt_time(r->t, b, sizeof(b), to, 1),
+			 trace_fmt_time(r->t, a + 20, 20, r->first_ns, 1), trace_fmt_time(r->t, b + 20, 20, r->last_ns, 1));
+		return -1;
+	}
+
+	/* baseline window */
+	int64_t len = to - from;
+	if (have_base) {
+		r->base.from_ns = base_from;
+		r->base.to_ns = base_to;
+		snprintf(r->base_how, sizeof(r->base_how), "as given");
+	} else {
+		int min_n = r->inc.w.done / 10 > 10 ? r->inc.w.done / 10 : 10;
+		int64_t bf;
+		double p99;
+		int ncand = 0;
+		if (search_baseline(r, r->first_ns, from, len, min_n, &bf, &p99, &ncand)) {
+			snprintf(r->base_how, sizeof(r->base_how), "picked automatically: the quietest comparable "
+				 "window before the incident, i.e. of the %d windows of the same length with at least "
+				 "%d finished requests, the one with the lowest p99 TTFT (%s)",
+				 ncand, min_n, trace_fmt_dur(a, sizeof(a), p99));
+		} else if (from - r->first_ns >= 2 * NS_PER_S &&
+			   trace_window_stats(r->t, r->first_ns, from, &r->base.w) == 0 && r->base.w.done >= min_n) {
+			bf = r->first_ns;
+			len = from - r->first_ns;
+			snprintf(r->base_how, sizeof(r->base_how), "picked automatically: the whole trace before "
+				 "the incident (%s, shorter than the incident: no window of its length before it "
+				 "had %d finished requests)", trace_fmt_dur(a, sizeof(a), (double)len), min_n);
+		} else if (search_baseline(r, to, r->last_ns + 1, len, min_n, &bf, &p99, &ncand)) {
+			snprintf(r->base_how, sizeof(r->base_how), "picked automatically AFTER the incident: no "
+				 "window before it had %d finished requests; of the %d later windows of the same "
+				 "length, the one with the lowest p99 TTFT (%s)", min_n, ncand,
+				 trace_fmt_dur(a, sizeof(a), p99));
+		} else {
+			snprintf(err, errlen, "no baseline: no other window of %s in the trace has %d finished "
+				 "requests; pass --baseline FROM..TO", trace_fmt_dur(a, sizeof(a), (double)len), min_n);
+			return -1;
+		}
+		r->base.from_ns = bf;
+		r->base.to_ns = bf + len;
+	}
+	if (load_window(r, &r->base)) goto sqlfail;
+
+	if (attribute(r, &r->attr[0], "TTFT", 99) || attribute(r, &r->attr[1], "TTFT", 50) ||
+	    attribute(r, &r->attr[2], "e2e", 99) || attribute(r, &r->attr[3], "e2e", 50))
+		goto sqlfail;
+
+	/* timeline: both windows with some context around them */
+	int64_t lo = r->base.from_ns < from ? r->base.from_ns : from;
+	int64_t hi = r->base.to_ns > to ? r->base.to_ns : to;
+	int64_t margin = (hi - lo) / 10;
+	r->tl_from = lo - margin < r->first_ns ? r->first_ns : lo - margin;
+	r->tl_to = hi + margin > r->last_ns + 1 ? r->last_ns + 1 : hi + margin;
+	if (trace_series(r->t, r->tl_from, r->tl_to, RP_TIMELINE, r->tl)) goto sqlfail;
+	r->nslow = trace_slowest(r->t, from, to, r->slow, RP_SLOWEST);
+	findings(r);
+	return 0;
+sqlfail:
+	snprintf(err, errlen, "reading %s failed: %s", trace_path(r->t), trace_errmsg(r->t));
+	return -1;
+}

@@ -1,0 +1,124 @@
+/* main.c - kpi-report: post-incident report from a kpi-agent trace: which
+ * phase got slow, when, why, against a baseline window. */
+#include "tools/kpi-report/report.h"
+
+#include <getopt.h>
+#include <locale.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"Usage: kpi-report --db PATH [--from TIME --to TIME] [--baseline TIME..TIME]\n"
+		"                  [--format md|html] [-o FILE]\n"
+		"Explains which phase and which cause made a window of a kpi-agent trace slow.\n\n"
+		"  --db PATH            trace store (default %s, or $KPI_DB)\n"
+		"  --from TIME          start of the incident window\n"
+		"  --to TIME            end of the incident window (default: end of the trace)\n"
+		"                       without both, the worst stretch of p99 TTFT is picked\n"
+		"  --baseline A..B      window to compare with; without it, the quietest window of the\n"
+		"                       same length before the incident is picked, and the report says which\n"
+		"  --format md|html     markdown (default) or one self-contained HTML page with SVG charts\n"
+		"  -o, --output FILE    write there instead of stdout\n"
+		"  -h, --help           this help\n\n"
+		"TIME: 2026-12-02T10:31:00 or 10:31:00 (local time), @UNIXSECONDS, -90s (before the\n"
+		"trace's end), +30s (after its start), start, end.\n",
+		TRACE_DEFAULT_DB);
+}
+
+int main(int argc, char **argv)
+{
+	setlocale(LC_ALL, "");
+	static const struct option opts[] = {
+		{ "db", required_argument, 0, 'd' }, { "from", required_argument, 0, 'f' },
+		{ "to", required_argument, 0, 't' }, { "baseline", required_argument, 0, 'b' },
+		{ "format", required_argument, 0, 'F' }, { "output", required_argument, 0, 'o' },
+		{ "help", no_argument, 0, 'h' }, { 0 },
+	};
+	const char *db = getenv("KPI_DB") ? getenv("KPI_DB") : TRACE_DEFAULT_DB;
+	const char *from_s = NULL, *to_s = NULL, *base_s = NULL, *out_path = NULL;
+	int html = 0, o;
+	while ((o = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'd': db = optarg; break;
+		case 'f': from_s = optarg; break;
+		case 't': to_s = optarg; break;
+		case 'b': base_s = optarg; break;
+		case 'o': out_path = optarg; break;
+		case 'F':
+			if (!strcmp(optarg, "md") || !strcmp(optarg, "markdown")) html = 0;
+			else if (!strcmp(optarg, "html")) html = 1;
+			else {
+				fprintf(stderr, "kpi-report: --format '%s': use md or html\n", optarg);
+				return 2;
+			}
+			break;
+		case 'h': usage(stdout); return 0;
+		default: usage(stderr); return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "kpi-report: unexpected argument '%s' (see kpi-report --help)\n", argv[optind]);
+		return 2;
+	}
+	char err[768];
+	struct report *r = calloc(1, sizeof(*r));
+	if (!r) return 1;
+	r->t = trace_open(db, err, sizeof(err));
+	if (!r->t) {
+		fprintf(stderr, "kpi-report: %s\n", err);
+		free(r);
+		return 1;
+	}
+	int rc = 2;
+	int64_t from = 0, to = 0, bf = 0, bt = 0;
+	if (from_s && trace_parse_time(r->t, from_s, &from, err, sizeof(err))) {
+		fprintf(stderr, "kpi-report: --from: %s\n", err);
+		goto out;
+	}
+	if (to_s && trace_parse_time(r->t, to_s, &to, err, sizeof(err))) {
+		fprintf(stderr, "kpi-report: --to: %s\n", err);
+		goto out;
+	}
+	if (base_s) {
+		const char *dots = strstr(base_s, "..");
+		char a[128];
+		if (!dots || dots == base_s || !dots[2] || (size_t)(dots - base_s) >= sizeof(a)) {
+			fprintf(stderr, "kpi-report: --baseline '%s': give FROM..TO, e.g. 10:00:00..10:05:00\n", base_s);
+			goto out;
+		}
+		snprintf(a, sizeof(a), "%.*s", (int)(dots - base_s), base_s);
+		if (trace_parse_time(r->t, a, &bf, err, sizeof(err)) ||
+		    trace_parse_time(r->t, dots + 2, &bt, err, sizeof(err))) {
+			fprintf(stderr, "kpi-report: --baseline: %s\n", err);
+			goto out;
+		}
+		if (bt <= bf) {
+			fprintf(stderr, "kpi-report: --baseline '%s': FROM must come before TO\n", base_s);
+			goto out;
+		}
+	}
+	rc = 1;
+	if (report_analyze(r, from, from_s != NULL, to, to_s != NULL, bf, bt, base_s != NULL, err, sizeof(err))) {
+		fprintf(stderr, "kpi-report: %s\n", err);
+		goto out;
+	}
+	FILE *f = stdout;
+	if (out_path && !(f = fopen(out_path, "w"))) {
+		fprintf(stderr, "kpi-report: -o %s: cannot write there: %m\n", out_path);
+		goto out;
+	}
+	if (html) report_html(r, f);
+	else report_markdown(r, f);
+	if (f != stdout && fclose(f)) {
+		fprintf(stderr, "kpi-report: writing %s failed: %m\n", out_path);
+		goto out;
+	}
+	rc = 0;
+out:
+	trace_close(r->t);
+	free(r);
+	return rc;
+}

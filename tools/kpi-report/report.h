@@ -1,0 +1,69 @@
+/* report.h - kpi-report's analysis of a trace (windows, baseline, attribution,
+ * findings) and its two renderings, markdown and HTML. */
+#ifndef KPI_REPORT_H
+#define KPI_REPORT_H
+
+#include "tools/common/trace.h"
+
+#include <stdio.h>
+
+#define RP_TIMELINE 60
+#define RP_SLOWEST 10
+#define RP_MAX_FINDINGS 8
+
+struct rp_window {
+	int64_t from_ns, to_ns;
+	int valid;
+	struct trace_window w;
+	struct trace_steps steps;
+};
+
+/* How a percentile's change splits over phases: the mean phase times of the
+ * requests around that percentile, baseline vs incident. */
+enum { RP_TTFT_NPH = 4 };          /* net-in, queue, prefill, first write */
+struct rp_attr {
+	const char *metric;             /* "TTFT" or "e2e" */
+	double p;                       /* 50 or 99 */
+	double base, inc;               /* the percentile in both windows, ns */
+	int nph;
+	const char *const *names;
+	double delta[PH_N];             /* per-phase change of the band's means, ns */
+	double share[PH_N];             /* delta / sum of deltas */
+	int top;                        /* phase with the largest share */
+	char words[512];
+};
+
+struct rp_finding {
+	const char *cause;              /* short cause name */
+	const char *phase;              /* the phase it shows in */
+	double score;                   /* strength of evidence: findings sort by it */
+	int order;                      /* issue order, for ties */
+	char title[256];
+	char evidence[1024];
+	char action[256];
+};
+
+struct report {
+	struct trace *t;
+	int64_t first_ns, last_ns;
+	struct rp_window inc, base;
+	char inc_how[256], base_how[512];
+	struct rp_attr attr[4];         /* p99 TTFT, p50 TTFT, p99 e2e, p50 e2e */
+	int64_t tl_from, tl_to;
+	struct trace_point tl[RP_TIMELINE];
+	struct trace_req slow[RP_SLOWEST];
+	int nslow;
+	struct rp_finding f[RP_MAX_FINDINGS];
+	int nf;
+};
+
+/* Picks the windows (user's or automatic) and computes everything the report
+ * shows. have_from/have_to/have_base say which flags were given. Returns 0,
+ * or -1 with a message in err. */
+int report_analyze(struct report *r, int64_t from, int have_from, int64_t to, int have_to,
+		   int64_t base_from, int64_t base_to, int have_base, char *err, size_t errlen);
+
+void report_markdown(const struct report *r, FILE *out);
+void report_html(const struct report *r, FILE *out);
+
+#endif
