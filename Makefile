@@ -44,7 +44,8 @@ endif
 # ---- Debian packages everything needs (make deps) ---------------------------
 DEB_PKGS := build-essential clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev \
 	systemtap-sdt-dev libsqlite3-dev sqlite3 libjansson-dev libncurses-dev \
-	pkg-config python3 tmux iproute2 procps bpftrace libclang-rt-14-dev
+	pkg-config python3 tmux iproute2 procps bpftrace libclang-rt-14-dev \
+	prometheus
 
 .PHONY: all deps test demo bench clean
 all:

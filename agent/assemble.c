@@ -124,6 +124,7 @@ struct assembler {
 	struct pidstate pids[KPI_MAX_TARGETS];
 	int n_pids;
 	struct assemble_stats st;
+	uint64_t drops_before;  /* drops at the previous assemble_sample() */
 };
 
 struct assembler *assemble_new(void)
@@ -546,6 +547,22 @@ void assemble_event(struct assembler *a, const struct kpi_event *e)
 		req_end(a, r);
 }
 
+/* The target exited before response__end fired.  A request is complete when
+ * its client can have had all of it: the engine finished it (or admission
+ * rejected it) and the daemon wrote to the connection after that.  Anything
+ * else was cut off by the exit and its client saw an error or a reset. */
+static bool req_written_out(const struct req *r)
+{
+	uint64_t after = r->rejected ? r->t_admit : r->finished ? r->t_last : 0;
+
+	if (!after)
+		return false;
+	for (size_t i = 0; i < r->n_writes; i++)
+		if (r->writes[i] >= after)
+			return true;
+	return false;
+}
+
 void assemble_forget_pid(struct assembler *a, uint32_t pid)
 {
 	struct map *ms[2] = { &a->by_conn, &a->by_id };
@@ -554,6 +571,12 @@ void assemble_forget_pid(struct assembler *a, uint32_t pid)
 		for (size_t i = 0; i < ms[k]->cap; i++) {
 			struct req *r = ms[k]->s[i].v;
 			if (r && (void *)r != TOMB && r->pid == pid) {
+				if (req_written_out(r)) {
+					a->st.exit_completed++;
+					req_complete(a, r);
+					continue;
+				}
+				a->st.exit_cut++;
 				req_unlink(a, r);
 				req_free(r);
 			}
@@ -619,7 +642,10 @@ void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 			ps->sampled = true;
 			ps->last_t = now;
 			ps->last_runq = runq_total[i];
-			ps->last_drops = drops;
+			/* drops since the previous sample of any pid still count: a
+			 * ring that overflowed before this pid's first sample (the
+			 * agent was stopped right after attaching) is not hidden */
+			ps->last_drops = a->drops_before;
 			ps->completed = ps->out_tokens = ps->preemptions = ps->rejections = ps->errors = 0;
 			continue;
 		}
@@ -648,6 +674,7 @@ void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 		ps->last_drops = drops;
 		ps->completed = ps->out_tokens = ps->preemptions = ps->rejections = ps->errors = 0;
 	}
+	a->drops_before = drops;
 }
 
 static void visit(struct req *r, void (*fn)(void *, const struct kpi_inflight_record *), void *ctx)

@@ -14,7 +14,9 @@ void assemble_free(struct assembler *a);
 /* Records go to every sink added, in order. */
 int assemble_add_sink(struct assembler *a, const struct kpi_sink *sink);
 void assemble_event(struct assembler *a, const struct kpi_event *e);
-/* The target exited: drop its in-flight requests (they can never complete). */
+/* The target exited: records its requests that were finished and written out
+ * but whose response__end never fired (t_done = the last write, http_status
+ * NULL), drops the others (cut off by the exit). */
 void assemble_forget_pid(struct assembler *a, uint32_t pid);
 /* One sample per pid in pids[] covering (last sample, now]. runq_total[i]
  * is pid i's cumulative run-queue ns; drops the agent-wide drops so far. */
@@ -26,6 +28,7 @@ void assemble_foreach_inflight(struct assembler *a,
 
 struct assemble_stats {
 	uint64_t events, requests, rejected, orphans, clamped;
+	uint64_t exit_completed, exit_cut;   /* requests in flight when their target exited */
 };
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
 

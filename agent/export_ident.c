@@ -12,10 +12,10 @@
 
 #define IDENT_CACHE 64
 
-static struct {
+static struct export_ident_slot {
 	uint32_t pid;
 	unsigned long long start_time;
-	time_t last_try;        /* incomplete identities are retried once a second */
+	time_t last_try;        /* /proc is re-read once a second at most */
 	struct export_ident id;
 } cache[IDENT_CACHE];
 static unsigned cache_next;
@@ -149,7 +149,10 @@ static void lookup_model(uint32_t pid, char *out, size_t len)
 		return;
 	if (export_ident_gguf_name(path, out, len)) {
 		const char *base = strrchr(path, '/');
-		snprintf(out, len, "%s", base ? base + 1 : path);
+		base = base ? base + 1 : path;
+		size_t n = strlen(base) < len - 1 ? strlen(base) : len - 1;
+		memcpy(out, base, n);
+		out[n] = 0;
 	}
 	sanitize(out);
 }
@@ -174,35 +177,38 @@ static time_t now_s(void)
 
 const struct export_ident *export_ident_get(uint32_t pid)
 {
-	unsigned long long st = target_start_time((pid_t)pid);
+	time_t now = now_s();
+	unsigned long long st;
 	unsigned slot = cache_next % IDENT_CACHE;
+	int hit = -1;
 
-	for (unsigned i = 0; i < IDENT_CACHE; i++) {
-		if (cache[i].pid != pid || !cache[i].pid)
-			continue;
+	for (unsigned i = 0; i < IDENT_CACHE && hit < 0; i++)
+		if (cache[i].pid == pid && pid)
+			hit = (int)i;
+	/* once a second at most per pid: /proc reads cost more than a record */
+	if (hit >= 0 && cache[hit].last_try == now)
+		return &cache[hit].id;
+	st = target_start_time((pid_t)pid);
+	if (hit >= 0) {
+		struct export_ident_slot *c = &cache[hit];
+		c->last_try = now;
 		/* a gone process keeps its last identity: its last records still need it */
-		if (st && cache[i].start_time != st)
-			break;
-		bool incomplete = !cache[i].id.port || !strcmp(cache[i].id.model, "unknown");
-		if (incomplete && st && now_s() != cache[i].last_try) {
-			cache[i].last_try = now_s();
-			if (!cache[i].id.port)
-				cache[i].id.port = lookup_port(pid);
-			if (!strcmp(cache[i].id.model, "unknown"))
-				lookup_model(pid, cache[i].id.model, sizeof(cache[i].id.model));
+		if (!st)
+			return &c->id;
+		if (c->start_time == st) {
+			if (!c->id.port)
+				c->id.port = lookup_port(pid);
+			if (!strcmp(c->id.model, "unknown"))
+				lookup_model(pid, c->id.model, sizeof(c->id.model));
+			return &c->id;
 		}
-		return &cache[i].id;
+		slot = (unsigned)hit;   /* the pid was reused */
+	} else {
+		cache_next++;
 	}
-	for (unsigned i = 0; i < IDENT_CACHE; i++)
-		if (cache[i].pid == pid) {
-			slot = i;
-			goto fill;
-		}
-	cache_next++;
-fill:
 	cache[slot].pid = pid;
 	cache[slot].start_time = st;
-	cache[slot].last_try = now_s();
+	cache[slot].last_try = now;
 	lookup_model(pid, cache[slot].id.model, sizeof(cache[slot].id.model));
 	cache[slot].id.port = lookup_port(pid);
 	return &cache[slot].id;

@@ -162,7 +162,7 @@ static void encode_request(FILE *out, const struct otlp_item *it, int64_t off, c
 	const struct kpi_request_record *r = &it->r;
 	const uint8_t *trace = ids, *root = ids + 16;
 	bool first = true, failed;
-	char err[16] = "";
+	char err[24] = "";
 
 	/* the root spans what was seen: arrival (else admission) to the last byte
 	 * (else the last mark reached) */
@@ -212,19 +212,21 @@ static void encode_request(FILE *out, const struct otlp_item *it, int64_t off, c
 		fprintf(out, ",\"status\":{\"code\":2,\"message\":\"%s\"}", err);
 	fputs("}", out);
 
-	/* children: the phases, contiguous by construction */
+	/* children: the phases reached, contiguous by construction (a phase
+	 * lasts until the next mark reached), so each starts where the last ended */
 	static const char *const names[5] = { "net_in", "queue", "prefill", "decode", "net_out" };
-	const int64_t a[5] = { r->t_arrive, r->t_admit, r->t_sched, r->t_first, r->t_last };
 	const int64_t d[5] = { r->net_in, r->queue, r->prefill, r->decode, r->net_out };
+	int64_t at = start;
 	for (int k = 0; k < 5; k++) {
 		uint8_t span[8];
-		if (d[k] == KPI_NULL || a[k] == KPI_NULL)
+		if (d[k] == KPI_NULL)
 			continue;
 		memcpy(span, root, 8);
 		span[7] ^= (uint8_t)(k + 1);    /* distinct from the root and each other */
 		span[0] ^= 0x80;
 		fputc(',', out);
-		span_head(out, trace, span, root, names[k], NULL, 1, a[k], a[k] + d[k], off);
+		span_head(out, trace, span, root, names[k], NULL, 1, at, at + d[k], off);
+		at += d[k];
 		first = true;
 		fputs(",\"attributes\":[", out);
 		attr_str(out, &first, "kpi.phase", names[k]);
@@ -283,6 +285,7 @@ struct otlp_exporter {
 	bool stopping, joined;
 	struct otlp_stats st;
 	bool warned;
+	uint64_t last_drop_log;         /* mono ms */
 };
 
 static uint64_t mono_ms(void)
@@ -458,7 +461,7 @@ static bool nap(struct otlp_exporter *e, int ms)
 static void send_batch(struct otlp_exporter *e, const struct otlp_item *items, size_t n)
 {
 	uint8_t *ids = malloc(24 * n);
-	char *body = NULL, err[256];
+	char *body = NULL, err[768];
 	size_t len = 0;
 	FILE *f;
 	int status = -1, delay = e->cfg.backoff_ms;
@@ -508,8 +511,15 @@ static void send_batch(struct otlp_exporter *e, const struct otlp_item *items, s
 		}
 	} else {
 		e->st.dropped_failed += n;
-		fprintf(stderr, "kpi-agent: OTLP export dropped %zu requests: %s%s\n", n, err,
-			retryable(status) ? "" : " (not retryable: check the URL and the receiver's log)");
+		/* once per 10 s at most: an outage must not flood the agent's log */
+		uint64_t now = mono_ms();
+		if (!e->last_drop_log || now - e->last_drop_log >= 10000) {
+			fprintf(stderr, "kpi-agent: OTLP export dropped %zu requests (%llu so far; the "
+				"SQLite trace keeps them): %s%s\n", n,
+				(unsigned long long)e->st.dropped_failed, err,
+				retryable(status) ? "" : " (not retryable: check the URL and the receiver's log)");
+			e->last_drop_log = now;
+		}
 	}
 	pthread_mutex_unlock(&e->lock);
 	free(body);

@@ -265,6 +265,11 @@ static void conn_write(struct conn *c)
 		c->out_off += (size_t)n;
 	}
 	shutdown(c->fd, SHUT_WR);
+	/* unread request bytes would turn close() into a reset that can destroy
+	 * the response in flight (a 431 for an oversized head, say) */
+	char sink[4096];
+	for (int i = 0; i < 64 && recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0; i++)
+		;
 	conn_close(c);
 }
 

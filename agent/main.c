@@ -16,8 +16,10 @@
 #include "kpi.skel.h"
 #include "assemble.h"
 #include "exporters.h"
+#include "gpu.h"
 #include "host.h"
 #include "http_serve.h"
+#include "privdrop.h"
 #include "store.h"
 #include "targets.h"
 
@@ -47,7 +49,10 @@ static struct env {
 	bool verbose;
 	const char *metrics;     /* --metrics ADDR:PORT */
 	const char *otlp;        /* --otlp URL */
-} env = { .db = TRACE_STORE_DEFAULT_PATH, .flush_ms = 200, .ringbuf_mb = 16 };
+	const char *user;        /* --user NAME (NULL: kpiscope when it exists) */
+	long max_backlog;        /* --max-backlog N */
+} env = { .db = TRACE_STORE_DEFAULT_PATH, .flush_ms = 200, .ringbuf_mb = 16,
+	      .max_backlog = TRACE_STORE_DEFAULT_BACKLOG };
 
 static volatile sig_atomic_t exiting;
 
@@ -65,15 +70,28 @@ static const char usage[] =
 "  --ringbuf-mb N     BPF ring buffer size in MiB, a power of two (default 16)\n"
 "  --token-detail     also store every token's write time (table tokens)\n"
 "  --duration S       stop after S seconds (default: until SIGINT/SIGTERM)\n"
-"  --metrics ADDR:PORT  serve Prometheus /metrics there (a bare PORT binds\n"
+"  --metrics ADDR:PORT\n"
+"                     serve Prometheus /metrics there (a bare PORT binds\n"
 "                     127.0.0.1; default off); see docs/fleet.md\n"
 "  --otlp URL         export one OpenTelemetry span per request to an OTLP/HTTP\n"
 "                     JSON receiver, e.g. http://127.0.0.1:4318 (default off;\n"
 "                     OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE,\n"
 "                     OTEL_BSP_SCHEDULE_DELAY, OTEL_EXPORTER_OTLP_TIMEOUT and\n"
 "                     OTEL_SERVICE_NAME are honoured)\n"
+"  --user NAME        after loading, run as this user with only CAP_BPF,\n"
+"                     CAP_PERFMON and CAP_SYS_PTRACE (and CAP_SYS_ADMIN where the\n"
+"                     kernel wants it for uprobes) (default: " PRIVDROP_DEFAULT_USER " when\n"
+"                     that user exists; 'root' keeps uid 0; capabilities are\n"
+"                     dropped either way); see docs/security.md\n"
+"  --max-backlog N    while the database cannot be written (disk full), keep at\n"
+"                     most N requests (and N steps, N samples) in memory; later\n"
+"                     ones are shed and counted (default 100000)\n"
 "  -v, --verbose      say which programs were chosen; libbpf's debug output\n"
 "  -h, --help         this help\n"
+"\n"
+"Targets that have libkpi_cupti.so loaded (CUDA_INJECTION64_PATH) also get\n"
+"their GPU kernels recorded (gpu_kernels, steps.gpu_busy_ns and the requests'\n"
+"prefill_gpu_ns / decode_gpu_ns; docs/cupti.md).\n"
 "\n"
 "Needs root, or CAP_BPF + CAP_PERFMON. Prints 'attached to pid N' for each\n"
 "target and 'detached from pid N' when one exits. SIGINT/SIGTERM flush the\n"
@@ -114,6 +132,8 @@ static void parse_args(int argc, char **argv)
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "metrics", required_argument, NULL, 'M' },
 		{ "otlp", required_argument, NULL, 'O' },
+		{ "user", required_argument, NULL, 'u' },
+		{ "max-backlog", required_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{},
 	};
@@ -168,6 +188,14 @@ static void parse_args(int argc, char **argv)
 					  "http://127.0.0.1:4318, got '%s'", optarg);
 			env.otlp = optarg;
 			break;
+		case 'u':
+			if (!*optarg)
+				die_usage("--user wants a user name");
+			env.user = optarg;
+			break;
+		case 'B':
+			env.max_backlog = parse_num("--max-backlog", optarg, 1, 100000000);
+			break;
 		case 'v':
 			env.verbose = true;
 			break;
@@ -191,6 +219,16 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 	if (!env.verbose && level == LIBBPF_INFO)
 		return 0;
 	return vfprintf(stderr, fmt, args);
+}
+
+/* --metrics on a port below 1024 needs CAP_NET_BIND_SERVICE when it binds. */
+static bool metrics_low_port(void)
+{
+	char host[256], why[256];
+	int port = 0;
+
+	return env.metrics && !http_serve_parse_addr(env.metrics, host, sizeof(host), &port, why,
+						     sizeof(why)) && port > 0 && port < 1024;
 }
 
 static void on_signal(int sig)
@@ -218,6 +256,7 @@ struct agent {
 	int n_cpus;
 	struct bpf_link *global_links[64];   /* tracepoint / raw_tp programs */
 	int n_global_links;
+	struct agent_gpu *gpu;               /* NULL: GPU collection off */
 };
 
 static const struct {
@@ -447,6 +486,27 @@ static void rescan(struct agent *ag)
 		if (!known && wanted(found[i]))
 			target_attach(ag, found[i]);
 	}
+	/* those that map libkpi_cupti.so also get their GPU kernels recorded */
+	pid_t live[KPI_MAX_TARGETS];
+	int n_live = 0;
+	for (int i = 0; i < ag->n_targets; i++)
+		if (!ag->targets[i].failed)
+			live[n_live++] = ag->targets[i].pid;
+	agent_gpu_sync(ag->gpu, live, n_live);
+}
+
+/* After the trace store's flush, so that the rows the GPU columns update exist. */
+static void gpu_flush(struct agent *ag, uint64_t now, bool final)
+{
+	static uint64_t last_err;
+	char err[512];
+
+	if (!agent_gpu_flush(ag->gpu, now, err, sizeof(err)))
+		return;
+	if (final || now - last_err >= SAMPLE_NS) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		last_err = now;
+	}
 }
 
 /* ---- program selection --------------------------------------------------------------- */
@@ -510,12 +570,25 @@ static int attach_global(struct agent *ag)
 
 static void flush(struct agent *ag, uint64_t now, bool final)
 {
-	static uint64_t last_err;
+	static uint64_t last_err, failing_since;
 	char err[512];
+	size_t pending = trace_store_pending(ag->store);
 
-	if (!trace_store_flush(ag->store, ag->asm_, now, read_counter(ag, KPI_CNT_DROPS), err, sizeof(err)))
+	if (!trace_store_flush(ag->store, ag->asm_, now, read_counter(ag, KPI_CNT_DROPS), err, sizeof(err))) {
+		if (failing_since) {
+			uint64_t shed_req, shed_rows;
+			trace_store_shed(ag->store, &shed_req, &shed_rows);
+			fprintf(stderr, "kpi-agent: writing the trace again after %.1f s of errors: %zu rows "
+				"written now, %llu requests and %llu other rows shed in all\n",
+				(double)(now - failing_since) / 1e9, pending,
+				(unsigned long long)shed_req, (unsigned long long)shed_rows);
+			failing_since = 0;
+		}
 		return;
-	/* once per interval, not once per flush */
+	}
+	if (!failing_since)
+		failing_since = now;
+	/* once per interval, not once per flush; the BPF side keeps running */
 	if (final || now - last_err >= SAMPLE_NS) {
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		last_err = now;
@@ -547,12 +620,15 @@ int main(int argc, char **argv)
 	uint64_t start, next_flush, next_rescan, next_sample;
 	struct kpi_sink sink;
 	struct exporters exp = { 0 };
+	struct privdrop priv;
+	char said[640];
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	parse_args(argc, argv);
 	libbpf_set_print(libbpf_print);
 
-	if (host_check_privileges(err, sizeof(err))) {
+	if (host_check_privileges(err, sizeof(err)) ||
+	    privdrop_plan(&priv, env.user, metrics_low_port(), err, sizeof(err))) {
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		return 1;
 	}
@@ -597,6 +673,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		goto cleanup;
 	}
+	trace_store_set_max_backlog(ag.store, (size_t)env.max_backlog);
+	ag.gpu = agent_gpu_open(env.db, trace_store_run_id(ag.store), env.verbose, err, sizeof(err));
+	if (!ag.gpu)
+		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
+	/* loaded and attached (the USDT probes attach with what is kept, as
+	 * they will for every kpi-infer that starts later); before any thread */
+	if (privdrop_own_db(&priv, env.db, err, sizeof(err)) ||
+	    privdrop_apply(&priv, said, sizeof(said), err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		goto cleanup;
+	}
+	printf("%s\n", said);
 	ag.asm_ = assemble_new();
 	sink = trace_store_sink(ag.store);
 	assemble_add_sink(ag.asm_, &sink);
@@ -608,6 +696,11 @@ int main(int argc, char **argv)
 	if (!ag.rb) {
 		fprintf(stderr, "kpi-agent: cannot open the BPF ring buffer: %s\n", strerror(errno));
 		goto cleanup;
+	}
+	if (ag.gpu && agent_gpu_add_ring(ag.gpu, ag.rb, err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
+		agent_gpu_close(ag.gpu);
+		ag.gpu = NULL;
 	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
@@ -653,6 +746,7 @@ int main(int argc, char **argv)
 		}
 		if (now >= next_flush) {
 			flush(&ag, now, false);
+			gpu_flush(&ag, now, false);
 			next_flush += (uint64_t)env.flush_ms * 1000000ull;
 			if (next_flush <= now)
 				next_flush = now + (uint64_t)env.flush_ms * 1000000ull;
@@ -661,13 +755,24 @@ int main(int argc, char **argv)
 	/* everything already in the ring is written before exit */
 	ring_buffer__consume(ag.rb);
 	flush(&ag, now_ns(), true);
+	gpu_flush(&ag, now_ns(), true);
 	rc = 0;
 	{
 		struct assemble_stats st;
 		assemble_stats(ag.asm_, &st);
+		uint64_t shed_req, shed_rows;
+		trace_store_shed(ag.store, &shed_req, &shed_rows);
 		printf("stopped: %llu requests (%llu rejected), %llu events, %llu ring-buffer drops\n",
 		       (unsigned long long)st.requests, (unsigned long long)st.rejected,
 		       (unsigned long long)st.events, (unsigned long long)read_counter(&ag, KPI_CNT_DROPS));
+		printf("at target exits: %llu finished requests recorded, %llu cut off; %llu requests "
+		       "shed while the database could not be written; %zu rows unwritten\n",
+		       (unsigned long long)st.exit_completed, (unsigned long long)st.exit_cut,
+		       (unsigned long long)shed_req, trace_store_pending(ag.store));
+		char gpu_said[512];
+		agent_gpu_summary(ag.gpu, gpu_said, sizeof(gpu_said));
+		if (gpu_said[0])
+			printf("%s\n", gpu_said);
 	}
 cleanup:
 	exporters_stop(&exp);
@@ -678,6 +783,7 @@ cleanup:
 	for (int i = 0; i < ag.n_global_links; i++)
 		bpf_link__destroy(ag.global_links[i]);
 	ring_buffer__free(ag.rb);
+	agent_gpu_close(ag.gpu);
 	if (ag.store)
 		trace_store_close(ag.store);
 	assemble_free(ag.asm_);

@@ -33,6 +33,8 @@ struct trace_store {
 	bool token_detail;
 	int64_t run_id, mono_to_wall;
 	struct vec reqs, steps, samples;
+	size_t max_backlog;             /* per queue; more is shed while writes fail */
+	uint64_t shed_reqs, shed_rows;  /* requests, and steps + samples, shed so far */
 };
 
 static void *vec_push(struct vec *v)
@@ -188,6 +190,7 @@ struct trace_store *trace_store_open(const char *path, bool token_detail, char *
 	if (!st)
 		abort();
 	st->token_detail = token_detail;
+	st->max_backlog = TRACE_STORE_DEFAULT_BACKLOG;
 	st->reqs.size = sizeof(struct pending_req);
 	st->steps.size = sizeof(struct kpi_step_record);
 	st->samples.size = sizeof(struct kpi_sample_record);
@@ -267,12 +270,29 @@ int64_t trace_store_run_id(const struct trace_store *st)
 	return st->run_id;
 }
 
+void trace_store_set_max_backlog(struct trace_store *st, size_t rows)
+{
+	st->max_backlog = rows;
+}
+
+void trace_store_shed(const struct trace_store *st, uint64_t *requests, uint64_t *rows)
+{
+	*requests = st->shed_reqs;
+	*rows = st->shed_rows;
+}
+
 /* ---- sink: copy records into the pending queues ------------------------------ */
 
 static void sink_request(void *ctx, const struct kpi_request_record *r)
 {
 	struct trace_store *st = ctx;
-	struct pending_req *p = vec_push(&st->reqs);
+	struct pending_req *p;
+
+	if (st->reqs.n >= st->max_backlog) {
+		st->shed_reqs++;
+		return;
+	}
+	p = vec_push(&st->reqs);
 
 	p->r = *r;
 	p->tokens = NULL;
@@ -290,12 +310,20 @@ static void sink_request(void *ctx, const struct kpi_request_record *r)
 static void sink_step(void *ctx, const struct kpi_step_record *s)
 {
 	struct trace_store *st = ctx;
+	if (st->steps.n >= st->max_backlog) {
+		st->shed_rows++;
+		return;
+	}
 	*(struct kpi_step_record *)vec_push(&st->steps) = *s;
 }
 
 static void sink_sample(void *ctx, const struct kpi_sample_record *s)
 {
 	struct trace_store *st = ctx;
+	if (st->samples.n >= st->max_backlog) {
+		st->shed_rows++;
+		return;
+	}
 	*(struct kpi_sample_record *)vec_push(&st->samples) = *s;
 }
 
@@ -481,7 +509,9 @@ int trace_store_flush(struct trace_store *st, struct assembler *a, uint64_t now_
 	what = "update meta";
 	if (set_meta(st, "last_flush_ns", (int64_t)now_mono) ||
 	    set_meta(st, "last_flush_wall_ns", (int64_t)now_mono + st->mono_to_wall) ||
-	    set_meta(st, "drops_total", (int64_t)drops) || set_meta(st, "run_id", st->run_id))
+	    set_meta(st, "drops_total", (int64_t)drops) || set_meta(st, "run_id", st->run_id) ||
+	    set_meta(st, "shed_requests_total", (int64_t)st->shed_reqs) ||
+	    set_meta(st, "shed_rows_total", (int64_t)st->shed_rows))
 		goto fail;
 	what = "COMMIT";
 	if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
@@ -489,8 +519,13 @@ int trace_store_flush(struct trace_store *st, struct assembler *a, uint64_t now_
 	drop_pending(st);
 	return 0;
 fail:
-	fail(err, errlen, "writing the trace failed (%s: %s); %zu rows kept for the next flush",
-	     what, sqlite3_errmsg(st->db), st->reqs.n + st->steps.n + st->samples.n);
+	fail(err, errlen, "writing the trace failed (%s: %s); %zu rows kept in memory for the next "
+	     "flush (at most %zu requests; %llu shed so far)%s", what, sqlite3_errmsg(st->db),
+	     st->reqs.n + st->steps.n + st->samples.n, st->max_backlog,
+	     (unsigned long long)st->shed_reqs,
+	     sqlite3_errcode(st->db) == SQLITE_FULL ? ": the disk is full, free space there" :
+	     sqlite3_errcode(st->db) == SQLITE_READONLY || sqlite3_errcode(st->db) == SQLITE_CANTOPEN ||
+	     sqlite3_errcode(st->db) == SQLITE_PERM ? ": make the database writable" : "");
 	sqlite3_exec(st->db, "ROLLBACK", NULL, NULL, NULL);
 	return -1;
 }

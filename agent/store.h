@@ -5,10 +5,14 @@
 #define KPI_STORE_H
 
 #include "assemble.h"
+#include "schema/trace_path.h"
 
 #define KPI_AGENT_VERSION "0.1.0"
 
-#define TRACE_STORE_DEFAULT_PATH "/var/lib/kpiscope/trace.db"
+#define TRACE_STORE_DEFAULT_PATH KPI_TRACE_DEFAULT_DB
+/* While writes fail (disk full, DB unwritable) each queue keeps at most this
+ * many rows in memory; later ones are shed and counted (meta shed_*_total). */
+#define TRACE_STORE_DEFAULT_BACKLOG 100000
 
 struct trace_store;
 
@@ -22,6 +26,9 @@ struct kpi_sink trace_store_sink(struct trace_store *st);
 int trace_store_flush(struct trace_store *st, struct assembler *a, uint64_t now_mono,
 		      uint64_t drops, char *err, size_t errlen);
 size_t trace_store_pending(const struct trace_store *st);
+void trace_store_set_max_backlog(struct trace_store *st, size_t rows);
+/* Requests, and steps + samples, shed because the backlog was full. */
+void trace_store_shed(const struct trace_store *st, uint64_t *requests, uint64_t *rows);
 /* Final flush is the caller's job; this records the run's end and closes. */
 void trace_store_close(struct trace_store *st);
 /* The schema version this binary writes (highest NNN_*.sql). */

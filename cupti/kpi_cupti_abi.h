@@ -3,7 +3,9 @@
 #ifndef KPI_CUPTI_ABI_H
 #define KPI_CUPTI_ABI_H
 
+#ifndef __VMLINUX_H__ /* BPF programs get the fixed-width types from vmlinux.h */
 #include <stdint.h>
+#endif
 
 #define KPI_CUPTI_BATCH_MAX 64   /* records per activity__batch probe, at most */
 #define KPI_CUPTI_NAME_MAX 256   /* bytes of a kernel name worth reading (NUL included) */

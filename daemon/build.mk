@@ -23,9 +23,11 @@ $(ENGINE_SRCS:%.c=$(OBJ)/%.o) $(SERVER_OBJS) $(OBJ)/daemon/server/main.o: | $(BU
 
 ifneq ($(wildcard daemon/server/main.c),)
 PROGRAMS += $(BUILD)/kpi-infer
+# The step slot is exported so that libkpi_cupti.so finds it (cupti/kpi_step.h).
 $(BUILD)/kpi-infer: $(OBJ)/daemon/server/main.o $(SERVER_OBJS) $(ENGINE_OBJS) $(DAEMON_CUDA_OBJS)
 	$(call msg,LD,$@)
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(DAEMON_LDLIBS) $(DAEMON_CUDA_LDLIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ -Wl,--export-dynamic-symbol=kpi_cupti_step_slot \
+		$(DAEMON_LDLIBS) $(DAEMON_CUDA_LDLIBS)
 endif
 
 # Unit tests of the daemon: tests/unit/test_engine_*.c and test_server_*.c.

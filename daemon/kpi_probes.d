@@ -10,6 +10,9 @@ provider kpi {
 	/* entered the running set (again after a preemption) */
 	probe request__scheduled(uint64_t id);
 	probe step__begin(uint64_t step, int prefill_tokens, int decode_seqs, int kv_used, int kv_free);
+	/* right after step__begin: the step's n sequences, entries = struct kpi_step_seq[n]
+	 * (daemon/kpi_step_seq.h); prepared only while someone listens */
+	probe step__seqs(uint64_t step, int n, const void *entries);
 	probe step__end(uint64_t step);
 	probe request__first_token(uint64_t id);
 	probe request__preempted(uint64_t id);

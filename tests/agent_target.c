@@ -120,12 +120,17 @@ static void on_readable(struct conn *c)
 	handle_request(c);
 }
 
+/* One write per token; the first also carries the headers, as in kpi-infer. */
 static void sse_token(struct conn *c)
 {
-	char ev[256], chunk[320];
+	char ev[256], chunk[640];
+	int h = 0;
+	if (c->out == 1)
+		h = snprintf(chunk, sizeof(chunk), "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+			     "x-request-id: %s\r\nTransfer-Encoding: chunked\r\n\r\n", c->reqid);
 	int n = snprintf(ev, sizeof(ev), "data: {\"choices\":[{\"index\":0,\"text\":\"t%d \"}]}\n\n", c->out);
-	int m = snprintf(chunk, sizeof(chunk), "%x\r\n%s\r\n", n, ev);
-	write_all(c->fd, chunk, (size_t)m);
+	int m = snprintf(chunk + h, sizeof(chunk) - (size_t)h, "%x\r\n%s\r\n", n, ev);
+	write_all(c->fd, chunk, (size_t)(h + m));
 }
 
 static void finish(struct conn *c)
@@ -176,13 +181,8 @@ static void step(void)
 			continue;
 		if (c->out++ == 0) {
 			KPI_REQUEST_FIRST_TOKEN(c->id);
-			if (c->stream) {
-				char hdr[256];
-				int n = snprintf(hdr, sizeof(hdr), "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-						 "x-request-id: %s\r\nTransfer-Encoding: chunked\r\n\r\n", c->reqid);
+			if (c->stream)
 				KPI_RESPONSE_START(c->id, c->fd);
-				write_all(c->fd, hdr, (size_t)n);
-			}
 		}
 		if (c->stream)
 			sse_token(c);

@@ -193,6 +193,14 @@ def test_interactive_keys_filter_pause_replay_resize():
     assert ids == ["live-3"], ids
     t.keys("/", "Escape")
     t.wait(lambda s: "filter:" not in s and "req-" in s, "the filter cleared")
+    # scrolling: End moves the list past the first page, Home brings it back
+    first_id = lambda s: re.search(r"^ (live-\d+|req-\d+) ", s, re.M).group(1)
+    top = first_id(t.screen())
+    t.keys("End")
+    s = t.wait(lambda s: first_id(s) != top, "the list scrolled to its end")
+    assert "req-" in first_id(s)
+    t.keys("Home")
+    t.wait(lambda s: first_id(s) == top, "the list back at its top")
     # sort cycles
     t.keys("s")
     t.wait(lambda s: "sort: age" in s, "sort by age")

@@ -13,7 +13,13 @@
 #include "daemon/engine/kv.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/sample.h"
+#include "daemon/kpi_step_seq.h"
+#include "cupti/kpi_step.h"
 #include "kpi_probes.h"
+
+/* The batch step libkpi_cupti.so ties GPU launches to (cupti/kpi_step.h); one
+ * store at each end of the forward pass, whether the library is loaded or not. */
+KPI_CUPTI_STEP_DEFINE();
 
 /* Default KV pool: max_seqs full contexts, but no more than this. */
 #define KV_DEFAULT_CAP_BYTES (1ull << 30)
@@ -53,6 +59,12 @@ struct engine {
 	uint64_t next_arrival;
 	int live;          /* requests submitted and not yet reported finished */
 	int static_open;   /* members of the current static batch still unfinished */
+	int static_size;   /* members the current static batch started with */
+	/* Static batches are fixed-shape: a member that finished keeps its slot
+	 * and the batch still computes a padding row for it every step, as a
+	 * request-level batching server does. The padding rows' K/V go to
+	 * these blocks (row j at position j), held while a batch runs. */
+	struct block_table pad_bt;
 
 	/* events: produced by a step, handed out over one or more engine_step calls */
 	struct engine_event *ev;
@@ -67,6 +79,7 @@ struct engine {
 	int32_t *b_tokens;
 	int *b_start, *b_pos0, *b_lrow;
 	const int32_t **b_tables;
+	struct kpi_step_seq *b_probe; /* kpi:step__seqs entries, [max_seqs] */
 	float *logits;
 	struct sample_scratch ss;
 
@@ -204,6 +217,8 @@ struct engine *engine_create(const struct engine_config *cfg, char *err, size_t 
 	if (!e->be)
 		goto fail;
 	int ms = c->max_seqs, vocab = mi->vocab_size;
+	e->pad_bt.cap = (ms + c->block_size - 1) / c->block_size;
+	e->pad_bt.ids = malloc(sizeof(int32_t) * e->pad_bt.cap);
 	e->b_seq = calloc(ms, sizeof(*e->b_seq));
 	e->b_take = calloc(ms, sizeof(int));
 	e->b_tokens = calloc(c->max_batched_tokens, sizeof(int32_t));
@@ -211,6 +226,11 @@ struct engine *engine_create(const struct engine_config *cfg, char *err, size_t 
 	e->b_pos0 = calloc(ms, sizeof(int));
 	e->b_lrow = calloc(ms, sizeof(int));
 	e->b_tables = calloc(ms, sizeof(*e->b_tables));
+	e->b_probe = calloc(ms, sizeof(*e->b_probe));
+	if (!e->b_probe) {
+		snprintf(err, errlen, "out of memory for %d step__seqs entries", ms);
+		goto fail;
+	}
 	e->logits = calloc((size_t)ms * vocab, sizeof(float));
 	e->ss.probs = calloc(vocab, sizeof(float));
 	e->ss.order = calloc(vocab, sizeof(int32_t));
@@ -245,6 +265,7 @@ void engine_destroy(struct engine *e)
 		}
 	if (e->be)
 		e->ops->destroy(e->be);
+	free(e->pad_bt.ids);
 	kv_pool_free(&e->kv);
 	model_free(e->model);
 	free(e->b_seq);
@@ -254,6 +275,7 @@ void engine_destroy(struct engine *e)
 	free(e->b_pos0);
 	free(e->b_lrow);
 	free(e->b_tables);
+	free(e->b_probe);
 	free(e->logits);
 	free(e->ss.probs);
 	free(e->ss.order);
@@ -365,13 +387,21 @@ static void push_event(struct engine *e, enum engine_event_kind kind, const stru
 	e->ev[e->ev_n++] = (struct engine_event){ kind, s->id, token, first, reason, s->n_out };
 }
 
+/* A static batch member left: once the last one has, its padding blocks
+ * go back to the pool. */
+static void static_member_done(struct engine *e)
+{
+	if (--e->static_open == 0)
+		kv_table_release(&e->kv, &e->pad_bt);
+}
+
 /* Removes s from its list, frees its blocks and reports it finished. */
 static void seq_finish(struct engine *e, struct seq *s, enum finish_reason reason)
 {
 	kv_table_release(&e->kv, &s->bt);
 	list_remove(s->state == SEQ_RUNNING ? &e->running : &e->waiting, s);
 	if (s->static_member)
-		e->static_open--;
+		static_member_done(e);
 	push_event(e, ENGINE_EV_FINISHED, s, -1, false, reason);
 	KPI_REQUEST_FINISHED(s->id, s->n_out, (int)reason);
 	e->live--;
@@ -388,7 +418,7 @@ void engine_finish(struct engine *e, uint64_t id, enum finish_reason reason)
 			kv_table_release(&e->kv, &s->bt);
 			list_remove(lists[i], s);
 			if (s->static_member)
-				e->static_open--;
+				static_member_done(e);
 			if (e->fin_n == e->fin_cap) {
 				e->fin_cap *= 2;
 				e->fin = realloc(e->fin, sizeof(*e->fin) * e->fin_cap);
@@ -454,6 +484,12 @@ static void batch_add(struct engine *e, int *n, int *budget, struct seq *s, int 
 	*budget -= take;
 }
 
+/* Padding rows this step: one per finished member of a running static batch. */
+static int static_pad_rows(const struct engine *e)
+{
+	return e->pad_bt.n ? e->static_size - e->static_open : 0;
+}
+
 /* Decides this step's batch: running decodes first (oldest first, each may
  * preempt the newest running sequence for a block), then running chunked
  * prefills, then admissions from the queue head while slots, tokens and
@@ -461,7 +497,7 @@ static void batch_add(struct engine *e, int *n, int *budget, struct seq *s, int 
 static int schedule(struct engine *e)
 {
 	const int bs = e->cfg.block_size;
-	int n = 0, budget = e->cfg.max_batched_tokens;
+	int n = 0, budget = e->cfg.max_batched_tokens - static_pad_rows(e);
 
 	/* 1. decodes: one token each */
 	for (struct seq *s = e->running.head, *next; s && budget > 0; s = next) {
@@ -504,7 +540,10 @@ static int schedule(struct engine *e)
 		int k = 0;
 		for (struct seq *s = e->waiting.head; s && k < e->cfg.max_seqs; s = s->next, k++)
 			s->static_member = true;
-		e->static_open = k;
+		e->static_open = e->static_size = k;
+		/* no blocks for padding: the batch runs unpadded */
+		if (k && kv_table_reserve(&e->kv, &e->pad_bt, k, bs) != 0)
+			kv_table_release(&e->kv, &e->pad_bt);
 	}
 	while (e->waiting.head && budget > 0 && e->running.n < e->cfg.max_seqs) {
 		struct seq *s = e->waiting.head;
@@ -555,16 +594,36 @@ static void step_run(struct engine *e)
 		else
 			prefill += take;
 	}
-	e->b_start[n] = T;
+	int pad = static_pad_rows(e);
+	for (int j = 0; j < pad; j++) {
+		int i = n + j;
+		e->b_start[i] = T;
+		e->b_pos0[i] = j;
+		e->b_tables[i] = e->pad_bt.ids;
+		e->b_lrow[i] = -1;
+		e->b_tokens[T++] = e->model->info.bos_id;
+	}
+	e->b_start[n + pad] = T;
 
 	e->st.last_step_tokens = T;
-	e->st.last_step_seqs = n;
+	e->st.last_step_seqs = n + pad;
 	uint64_t step = ++e->st.steps;
 	KPI_STEP_BEGIN(step, prefill, decodes, e->kv.n_blocks - e->kv.n_free, e->kv.n_free);
-	struct backend_batch batch = { n, T, e->b_tokens, e->b_start, e->b_pos0, e->b_tables, e->b_lrow,
+	if (KPI_STEP_SEQS_ENABLED()) {
+		/* membership and token counts: how the agent splits the step's GPU time */
+		for (int i = 0; i < n; i++) {
+			e->b_probe[i].id = e->b_seq[i]->id;
+			e->b_probe[i].n_tokens = e->b_take[i];
+			e->b_probe[i].is_prefill = e->b_seq[i]->n_out == 0;
+		}
+		KPI_STEP_SEQS(step, n, e->b_probe);
+	}
+	struct backend_batch batch = { n + pad, T, e->b_tokens, e->b_start, e->b_pos0, e->b_tables, e->b_lrow,
 				       e->logits };
 	char err[256];
+	kpi_cupti_step_begin(step);
 	int rc = e->ops->forward(e->be, &batch, err, sizeof(err));
+	kpi_cupti_step_end();
 	KPI_STEP_END(step);
 	if (rc) {
 		fprintf(stderr, "kpi-infer: forward pass failed: %s\n", err);

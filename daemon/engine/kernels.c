@@ -109,28 +109,17 @@ mk(float *y, int ldy, const void *w, const int F16, const float *x, int ldx, int
 			mk(y, ldy, w, 0, x, ldx, cols, o, b, R, B, accumulate);                 \
 		break;
 
-/* Per-thread F32 copy of 4 weight rows: with several batch rows, each F16
- * row is converted once and then feeds every batch block from L1, instead of
- * costing a conversion (on the FMA ports) per use. Conversion is exact, so the
- * sums are the same bits as the direct F16 path. */
-static __thread float *wrows;
-static __thread int wrows_cols;
-/* frees a thread's wrows when it exits (pool workers, the engine thread) */
-static pthread_key_t wrows_key;
-static pthread_once_t wrows_once = PTHREAD_ONCE_INIT;
-static void wrows_key_make(void) { pthread_key_create(&wrows_key, free); }
+/* With several batch rows, each block of 4 F16 weight rows is converted once
+ * into an F32 copy on the stack that then feeds every batch block from L1,
+ * instead of costing a conversion (on the FMA ports) per use. Conversion is
+ * exact, so the sums are the same bits as the direct F16 path. */
+#define WROWS_MAX_COLS 16384 /* 256 KiB of stack; wider rows take the direct path */
 
 void matmul_rows(float *y, int ldy, const void *w, uint32_t wtype, const float *x, int ldx,
 		 int cols, int nb, int o0, int o1, bool accumulate)
 {
-	if (wtype == GGML_F16 && nb > 1) {
-		if (wrows_cols < cols) {
-			free(wrows);
-			wrows = aligned_alloc(64, sizeof(float) * 4 * ((cols + 15) & ~15));
-			wrows_cols = cols;
-			pthread_once(&wrows_once, wrows_key_make);
-			pthread_setspecific(wrows_key, wrows);
-		}
+	if (wtype == GGML_F16 && nb > 1 && cols <= WROWS_MAX_COLS) {
+		float wrows[4 * cols] __attribute__((aligned(64)));
 		for (int o = o0; o < o1; o += 4) {
 			int R = o1 - o < 4 ? o1 - o : 4;
 			const uint16_t *src = (const uint16_t *)w + (size_t)o * cols;
@@ -282,8 +271,32 @@ void attention_paged(float *out, const float *q, int n_q, const struct kv_layer_
 	/* scores[h * n + j] = q_h . k_j / sqrt(hd), block by block */
 	for (int j0 = 0; j0 < n; j0 += bs) {
 		const float *kb = c->k + kv_offset(c, block_table[j0 / bs], g, 0);
-		int m = n - j0 < bs ? n - j0 : bs;
-		for (int t = 0; t < m; t++)
+		int m = n - j0 < bs ? n - j0 : bs, t = 0;
+#ifdef KPI_AVX2
+		/* 8 keys at a time: 8 accumulators reduced together, one
+		 * horizontal reduction per 8 scores instead of one per score */
+		if (hd % 8 == 0)
+			for (; t + 8 <= m; t += 8)
+				for (int h = 0; h < n_q; h++) {
+					const float *qh = q + (size_t)h * hd;
+					__m256 acc[8];
+					for (int k = 0; k < 8; k++)
+						acc[k] = _mm256_setzero_ps();
+					for (int i = 0; i < hd; i += 8) {
+						__m256 qv = _mm256_loadu_ps(qh + i);
+						for (int k = 0; k < 8; k++)
+							acc[k] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kb + (size_t)(t + k) * hd + i), acc[k]);
+					}
+					__m256 s01 = _mm256_hadd_ps(acc[0], acc[1]), s23 = _mm256_hadd_ps(acc[2], acc[3]);
+					__m256 s45 = _mm256_hadd_ps(acc[4], acc[5]), s67 = _mm256_hadd_ps(acc[6], acc[7]);
+					__m256 s0123 = _mm256_hadd_ps(s01, s23), s4567 = _mm256_hadd_ps(s45, s67);
+					__m256 sum = _mm256_add_ps(_mm256_permute2f128_ps(s0123, s4567, 0x20),
+								   _mm256_permute2f128_ps(s0123, s4567, 0x31));
+					_mm256_storeu_ps(scores + (size_t)h * n + j0 + t,
+							 _mm256_mul_ps(sum, _mm256_set1_ps(scale)));
+				}
+#endif
+		for (; t < m; t++)
 			for (int h = 0; h < n_q; h++)
 				scores[(size_t)h * n + j0 + t] = dot(q + (size_t)h * hd, kb + (size_t)t * hd, hd) * scale;
 	}
@@ -300,6 +313,32 @@ void attention_paged(float *out, const float *q, int n_q, const struct kv_layer_
 			s[j] *= inv;
 		memset(out + (size_t)h * hd, 0, sizeof(float) * hd);
 	}
+#ifdef KPI_AVX2
+	if (hd % 64 == 0) {
+		/* out[h] = sum_j p[h][j] v_j with 64 outputs held in 8 registers
+		 * across all positions, instead of a load and store per position */
+		for (int h = 0; h < n_q; h++)
+			for (int c0 = 0; c0 < hd; c0 += 64) {
+				__m256 acc[8];
+				for (int k = 0; k < 8; k++)
+					acc[k] = _mm256_setzero_ps();
+				const float *ph = scores + (size_t)h * n;
+				for (int j0 = 0; j0 < n; j0 += bs) {
+					const float *vb = c->v + kv_offset(c, block_table[j0 / bs], g, 0) + c0;
+					int m = n - j0 < bs ? n - j0 : bs;
+					for (int t = 0; t < m; t++) {
+						__m256 pv = _mm256_set1_ps(ph[j0 + t]);
+						const float *vr = vb + (size_t)t * hd;
+						for (int k = 0; k < 8; k++)
+							acc[k] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8 * k), acc[k]);
+					}
+				}
+				for (int k = 0; k < 8; k++)
+					_mm256_storeu_ps(out + (size_t)h * hd + c0 + 8 * k, acc[k]);
+			}
+		return;
+	}
+#endif
 	for (int j0 = 0; j0 < n; j0 += bs) {
 		const float *vb = c->v + kv_offset(c, block_table[j0 / bs], g, 0);
 		int m = n - j0 < bs ? n - j0 : bs;

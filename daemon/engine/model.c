@@ -256,6 +256,55 @@ static void tokenizer_free(struct tokenizer *t)
 /* SPM encoding: start from UTF-8 characters, repeatedly merge the adjacent
  * pair whose concatenation is the highest-scoring vocabulary piece (leftmost
  * on ties), then emit pieces, spelling unknown ones as byte tokens. */
+/* A candidate merge of adjacent symbols left and right, with the versions
+ * both had when it was queued. */
+struct bigram {
+	float score;
+	int left, right;
+	unsigned ver_l, ver_r;
+};
+
+/* Heap order: higher score first, then the leftmost pair. */
+static bool bigram_before(const struct bigram *a, const struct bigram *b)
+{
+	return a->score > b->score || (a->score == b->score && a->left < b->left);
+}
+
+static void bigram_push(const struct tokenizer *t, const char *s, const int *start,
+			const int *slen, const unsigned *ver, struct bigram *heap, size_t *nh,
+			int left, int right)
+{
+	int32_t id = tokenizer_lookup(t, s + start[left], slen[left] + slen[right]);
+	if (id < 0)
+		return;
+	struct bigram b = { t->scores[id], left, right, ver[left], ver[right] };
+	size_t i = (*nh)++;
+	while (i > 0 && bigram_before(&b, &heap[(i - 1) / 2])) {
+		heap[i] = heap[(i - 1) / 2];
+		i = (i - 1) / 2;
+	}
+	heap[i] = b;
+}
+
+static struct bigram bigram_pop(struct bigram *heap, size_t *nh)
+{
+	struct bigram top = heap[0], last = heap[--(*nh)];
+	size_t i = 0;
+	for (;;) {
+		size_t c = 2 * i + 1;
+		if (c >= *nh)
+			break;
+		if (c + 1 < *nh && bigram_before(&heap[c + 1], &heap[c]))
+			c++;
+		if (!bigram_before(&heap[c], &last))
+			break;
+		heap[i] = heap[c];
+		i = c;
+	}
+	heap[i] = last;
+	return top;
+}
+
 int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int32_t *out, int max)
 {
 	size_t cap = t->escape_spaces ? len * 3 : len;
@@ -272,7 +321,6 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, in
 	/* symbols: [start, start+len) in s, doubly linked */
 	int *start = malloc(sizeof(int) * (n + 1)), *slen = malloc(sizeof(int) * (n + 1));
 	int *next = malloc(sizeof(int) * (n + 1)), *prev = malloc(sizeof(int) * (n + 1));
-	float *pair = malloc(sizeof(float) * (n + 1)); /* score of merging i with next[i] */
 	int ns = 0;
 	for (size_t i = 0; i < n;) {
 		unsigned char c = (unsigned char)s[i];
@@ -288,41 +336,35 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, in
 	}
 	if (ns)
 		next[ns - 1] = -1;
-	const float NONE = -1e30f;
-	for (int i = 0; i < ns; i++) {
-		pair[i] = NONE;
-		if (next[i] >= 0) {
-			int32_t id = tokenizer_lookup(t, s + start[i], slen[i] + slen[next[i]]);
-			if (id >= 0)
-				pair[i] = t->scores[id];
-		}
-	}
-	for (;;) {
-		int best = -1;
-		for (int i = 0; i >= 0 && i < ns; i = next[i])
-			if (pair[i] > NONE && (best < 0 || pair[i] > pair[best]))
-				best = i;
-		if (best < 0)
-			break;
-		int r = next[best];
-		slen[best] += slen[r];
-		next[best] = next[r];
-		if (next[r] >= 0)
-			prev[next[r]] = best;
+	/* Merge the best-scoring adjacent pair first (leftmost on ties), as
+	 * SentencePiece does. A max-heap of candidate pairs keeps this
+	 * O(n log n): a linear scan per merge made long prompts quadratic,
+	 * which one request could use to stall the I/O thread. Entries go
+	 * stale when either side changes; each side's version tells. */
+	struct bigram *heap = malloc(sizeof(*heap) * (3 * (size_t)ns + 1));
+	unsigned *ver = calloc((size_t)ns + 1, sizeof(*ver));
+	size_t nh = 0;
+	for (int i = 0; i + 1 < ns; i++)
+		bigram_push(t, s, start, slen, ver, heap, &nh, i, i + 1);
+	while (nh) {
+		struct bigram b = bigram_pop(heap, &nh);
+		int l = b.left, r = b.right;
+		if (next[l] != r || ver[l] != b.ver_l || ver[r] != b.ver_r)
+			continue;
+		slen[l] += slen[r];
 		slen[r] = 0;
-		int fix[2] = { prev[best], best };
-		for (int k = 0; k < 2; k++) {
-			int i = fix[k];
-			if (i < 0)
-				continue;
-			pair[i] = NONE;
-			if (next[i] >= 0) {
-				int32_t id = tokenizer_lookup(t, s + start[i], slen[i] + slen[next[i]]);
-				if (id >= 0)
-					pair[i] = t->scores[id];
-			}
-		}
+		ver[l]++;
+		ver[r]++;
+		next[l] = next[r];
+		if (next[r] >= 0)
+			prev[next[r]] = l;
+		if (prev[l] >= 0)
+			bigram_push(t, s, start, slen, ver, heap, &nh, prev[l], l);
+		if (next[l] >= 0)
+			bigram_push(t, s, start, slen, ver, heap, &nh, l, next[l]);
 	}
+	free(heap);
+	free(ver);
 	int count = 0;
 	for (int i = 0; i >= 0 && i < ns; i = next[i]) {
 		int32_t id = tokenizer_lookup(t, s + start[i], slen[i]);
@@ -348,7 +390,6 @@ int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, in
 	free(slen);
 	free(next);
 	free(prev);
-	free(pair);
 	return count;
 }
 

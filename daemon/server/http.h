@@ -8,11 +8,14 @@
 #include <stddef.h>
 #include <sys/types.h>
 
+#include "bpf/kpi_event.h"
 #include "daemon/server/sbuf.h"
 
 #define HTTP_MAX_HEAD 16384    /* request line + headers */
 #define HTTP_MAX_HEADERS 64
-#define HTTP_MAX_REQUEST_ID 64
+/* The id is the trace's join key: keep no more than the agent's event ABI
+ * carries, so the stored id always equals the x-request-id header. */
+#define HTTP_MAX_REQUEST_ID (KPI_REQID_LEN - 1)
 
 struct http_request {
 	const char *method;     /* points into the parsed buffer */

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "daemon/engine.h"
 #include "daemon/engine/model_make.h"
@@ -50,6 +51,8 @@ static const char usage[] =
 "                            contexts, capped)\n"
 "  --block-size N            tokens per KV block (default 16)\n"
 "  --backend cpu|cuda        where the forward pass runs (default cpu)\n"
+"  --cupti PATH              load a CUPTI injection library (build/libkpi_cupti.so)\n"
+"                            into the CUDA backend: sets CUDA_INJECTION64_PATH\n"
 "  --batching continuous|static\n"
 "                            scheduler policy (default continuous)\n"
 "  --threads N               engine worker threads (default: online CPUs)\n"
@@ -62,7 +65,7 @@ static const char usage[] =
 enum {
 	OPT_MODEL = 256, OPT_HOST, OPT_PORT, OPT_MAX_SEQS, OPT_MAX_BATCHED, OPT_MAX_QUEUE,
 	OPT_KV_BLOCKS, OPT_BLOCK_SIZE, OPT_BACKEND, OPT_BATCHING, OPT_THREADS, OPT_MAX_BODY,
-	OPT_REQ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_CONNS, OPT_MAKE_MODEL, OPT_PRESET, OPT_SEED,
+	OPT_REQ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_CONNS, OPT_MAKE_MODEL, OPT_PRESET, OPT_SEED, OPT_CUPTI,
 };
 
 static const struct option options[] = {
@@ -75,6 +78,7 @@ static const struct option options[] = {
 	{ "kv-blocks", required_argument, NULL, OPT_KV_BLOCKS },
 	{ "block-size", required_argument, NULL, OPT_BLOCK_SIZE },
 	{ "backend", required_argument, NULL, OPT_BACKEND },
+	{ "cupti", required_argument, NULL, OPT_CUPTI },
 	{ "batching", required_argument, NULL, OPT_BATCHING },
 	{ "threads", required_argument, NULL, OPT_THREADS },
 	{ "max-body", required_argument, NULL, OPT_MAX_BODY },
@@ -112,7 +116,7 @@ int main(int argc, char **argv)
 		.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20,
 		.request_timeout_s = 10, .idle_timeout_s = 60, .max_conns = 10000,
 	};
-	const char *model = NULL, *make_path = NULL, *preset = NULL;
+	const char *model = NULL, *make_path = NULL, *preset = NULL, *cupti = NULL;
 	unsigned long long seed = 0;
 	bool seed_set = false;
 
@@ -161,6 +165,7 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case OPT_CUPTI: cupti = optarg; break;
 		case OPT_MAKE_MODEL: make_path = optarg; break;
 		case OPT_PRESET:
 			if (strcmp(optarg, "tiny") && strcmp(optarg, "small")) {
@@ -216,6 +221,21 @@ int main(int argc, char **argv)
 	}
 	ec.model_path = model;
 
+	/* CUDA reads CUDA_INJECTION64_PATH when the backend initialises the
+	 * driver, which engine_create does: set it before. */
+	if (cupti) {
+		if (ec.backend != ENGINE_BACKEND_CUDA) {
+			fprintf(stderr, "kpi-infer: --cupti only applies to --backend cuda\n");
+			return 2;
+		}
+		if (access(cupti, R_OK) != 0) {
+			fprintf(stderr, "kpi-infer: --cupti %s: %s (build it with make: build/libkpi_cupti.so)\n",
+				cupti, strerror(errno));
+			return 2;
+		}
+		setenv("CUDA_INJECTION64_PATH", cupti, 1);
+	}
+
 	/* Block the shutdown signals before any thread exists (the engine's
 	 * workers included): the server takes them through a signalfd. */
 	sigset_t ss;
@@ -227,7 +247,8 @@ int main(int argc, char **argv)
 
 	struct engine *e = engine_create(&ec, err, sizeof(err));
 	if (!e) {
-		fprintf(stderr, "kpi-infer: cannot load %s: %s\n", model, err);
+		fprintf(stderr, "kpi-infer: cannot start the %s engine on %s: %s\n",
+			ec.backend == ENGINE_BACKEND_CUDA ? "cuda" : "cpu", model, err);
 		return 1;
 	}
 	const char *base = strrchr(model, '/');

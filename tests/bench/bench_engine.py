@@ -48,19 +48,21 @@ def main():
     ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench"))
     ap.add_argument("--quick", action="store_true", help="short version: fewer rounds, shorter runs")
     ap.add_argument("--threads", type=int, default=0, help="engine threads (default: online CPUs)")
+    ap.add_argument("--rounds", type=int, default=0,
+                    help="interleaved rounds (default: 3, or 1 with --quick)")
     args = ap.parse_args()
     if not os.access(BENCH, os.X_OK):
         sys.exit(f"bench_engine: {BENCH} is missing: run make first")
     os.makedirs(args.out, exist_ok=True)
     q = args.quick
-    rounds = 1 if q else 3
+    rounds = args.rounds or (1 if q else 3)
     prompt, gen = (32, 16) if q else (128, 64)
     seqs = {"tiny": [1, 4, 16, 64], "small": [1, 4, 16] if q else [1, 4, 16, 64]}
     prefill = {"tiny": 256 if q else 1024, "small": 128 if q else 512}
     # quick: 4 static batches of 16, as the full run has 4 batches of 64
     burst = dict(requests=64, prompt=128, mean=32, max=128, seqs=16) if q else \
         dict(requests=256, prompt=128, mean=64, max=512, seqs=64)
-    bursts = 1 if q else 2
+    bursts = 1 if q or args.rounds == 1 else 2
     bw_mib = 512 if q else 2048
     thr = ["--threads", args.threads] if args.threads else []
 

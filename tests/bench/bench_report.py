@@ -1,8 +1,7 @@
 #!/usr/bin/env python3
 """kpi-report over a trace of 1,000,000 requests (target: <= 2 s), with the
 incident and the baseline picked automatically (the most work: a pass over
-the whole trace to find the incident, one over everything before it to find
-the baseline). Markdown and HTML runs interleave; median and spread of the
+the whole trace serves the search for both). Markdown and HTML runs interleave; median and spread of the
 wall time and of the CPU time are reported."""
 import argparse, json, os, resource, statistics, subprocess, sys, time
 

@@ -5,6 +5,7 @@
 #
 #   make fuzz FUZZ_S=60     run every target 60 s (default 30) from its corpus
 #   make fuzz FUZZ_T=http   just one target
+#   make soak               fuzz 600 s each, then 20 rounds of tests/test_hostile.py
 #
 # `make test` builds both (they are prerequisites of `test`, not of `all`, so
 # a plain `make` stays cheap); tests/test_fuzz.py runs each target ~5 s.
@@ -56,3 +57,11 @@ FUZZ_S ?= 30
 .PHONY: fuzz
 fuzz: $(FUZZ_BINS)
 	$(Q)$(PYTHON) tests/fuzz/run.py --seconds $(FUZZ_S) $(if $(FUZZ_T),$(FUZZ_T))
+
+# ---- make soak: the long runs (double-colon: other parts add their own) -------
+SOAK_FUZZ_S ?= 600
+SOAK_ROUNDS ?= 20
+.PHONY: soak
+soak:: $(FUZZ_BINS) $(BUILD)/asan/kpi-infer
+	$(Q)$(PYTHON) tests/fuzz/run.py --seconds $(SOAK_FUZZ_S)
+	$(Q)KPI_HOSTILE_ROUNDS=$(SOAK_ROUNDS) $(PYTHON) tests/run.py --filter test_hostile

@@ -1,7 +1,7 @@
 """Helpers for kpi-agent's tests and benchmark: start the agent on a target,
 a timed raw-socket OpenAI client (client-side TTFT/e2e on CLOCK_MONOTONIC, the
 clock the agent's BPF uses), mixed load from threads, and trace checks."""
-import json, os, random, re, socket, sqlite3, struct, sys, threading, time
+import fcntl, json, os, random, re, socket, sqlite3, struct, sys, termios, threading, time
 
 import kpitest
 
@@ -97,12 +97,20 @@ class Conn:
         self.buf = b""
         self.k_last = None  # kernel arrival time of the bytes last received
         self.small = False
+        self.first_avail = 0
 
     def _recv(self):
         # TCP reports the timestamp of the last segment a recvmsg() touched:
         # a response's first read takes one byte, so it reports the segment
         # that carried the first byte even when later ones are queued behind
         data, anc, _, _ = self.sock.recvmsg(1 if self.small else 65536, 256)
+        if self.small:
+            # bytes already queued behind the first one: if they go past the
+            # first send(), TCP may have merged later segments into its skb,
+            # and the merged skb carries the latest arrival time
+            n = bytearray(4)
+            fcntl.ioctl(self.sock, termios.FIONREAD, n)
+            self.first_avail = len(data) + struct.unpack("i", n)[0]
         self.small = False
         now = time.monotonic_ns()
         if not data:
@@ -169,11 +177,17 @@ class Conn:
         hdr = {k.strip().lower(): v.strip() for k, _, v in (l.partition(":") for l in lines[1:])}
         if hdr.get("x-request-id") not in (None, res.rid):
             raise AssertionError(f"x-request-id {hdr.get('x-request-id')!r} != {res.rid!r}")
+        first_send = None
         if hdr.get("transfer-encoding", "").lower() == "chunked":
             events, t_evt = b"", t_head
             while True:
                 size_line, t = self._until(b"\r\n")
                 size = int(size_line.split(b";")[0], 16)
+                if first_send is None:
+                    # kpi-infer sends the headers and the first event in one send()
+                    first_send = len(head) + 4 + len(size_line) + 2 + size + 2
+                    if self.first_avail > first_send:
+                        res.k_first = None
                 chunk, t2 = self._exact(size + 2)
                 t_evt = t2 or t or t_evt
                 if size == 0:
@@ -349,8 +363,11 @@ def check_accuracy(results, db_rows, ttft_p99_ms=1.0):
     # milliseconds a Python thread on a busy machine can wait to be scheduled.
     # The same difference taken in the client thread is reported beside it.
     kp99 = pct(kdiffs, 99) / 1e6 if kdiffs else 0.0
-    if len(kdiffs) < len(diffs) * 0.9:
-        problems.append(f"only {len(kdiffs)} of {len(diffs)} requests have kernel timestamps")
+    # a first segment merged with later ones has no timestamp of its own
+    # (Conn._recv); those requests are left out of this bound, and counted
+    if len(kdiffs) < len(diffs) * 0.5:
+        problems.append(f"only {len(kdiffs)} of {len(diffs)} requests have a kernel timestamp "
+                        f"of their first response byte")
     if kdiffs and kp99 > ttft_p99_ms:
         problems.append(f"(client - agent) ttft p99 {kp99:.3f} ms > {ttft_p99_ms} ms on the client's "
                         f"socket timestamps (p50 {pct(kdiffs, 50) / 1e6:.3f} ms, "
@@ -363,6 +380,7 @@ def check_accuracy(results, db_rows, ttft_p99_ms=1.0):
                              + "\n  ".join(problems[:40]))
     return {"requests": len(results), "served": len(diffs),
             "rejected": sum(1 for r in results if r.status == 429),
+            "socket_timestamped": len(kdiffs),
             "ttft_diff_socket_p50_ms": round(pct(kdiffs, 50) / 1e6, 4),
             "ttft_diff_socket_p99_ms": round(kp99, 4),
             "ttft_diff_socket_min_ms": round(min(kdiffs) / 1e6, 4) if kdiffs else None,

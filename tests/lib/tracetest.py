@@ -116,8 +116,6 @@ def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, st
             net_out = int(rnd.uniform(300, 900) * MS)
             net_in = int(rnd.uniform(100, 400) * MS)
         rid = f"req-{i:07d}"
-        if kind == "queue" and rnd.random() < 0.0:
-            pass
         decode = tpot * (out - 1)
         admit = t + net_in
         sched = admit + queue
@@ -142,8 +140,6 @@ def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, st
             rows.clear()
             if progress:
                 print(f"  {i} requests", flush=True)
-    # a few rejections in the incident-free tail are not needed; rejected rows
-    # appear only when asked for (kind "reject")
     db.executemany(ins, rows)
     srows = []
     for sec in range(duration_s):

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <link.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -229,7 +230,7 @@ static void test_probes_fire_under_bpftrace(void)
 			_exit(4);
 		if (write(ready[1], "r", 1) != 1)
 			_exit(5);
-		sleep(6);
+		sleep(60); /* killed by the test once bpftrace has seen what it needs */
 		exit(0);
 	}
 	close(ready[1]);
@@ -237,15 +238,30 @@ static void test_probes_fire_under_bpftrace(void)
 	CHECK(read(ready[0], &c, 1) == 1, "host did not start");
 	close(ready[0]);
 	char cmd[256];
-	snprintf(cmd, sizeof(cmd), "timeout -s INT 3 bpftrace -B line -p %d docs/cupti.bt 2>&1", (int)pid);
+	/* Read until both the state change and a calibration point were printed
+	 * (bpftrace's start-up can take seconds on a loaded machine), then end
+	 * the host: bpftrace -p exits with it. The timeout bounds a failure. */
+	snprintf(cmd, sizeof(cmd), "timeout -s INT 45 bpftrace -B line -p %d docs/cupti.bt 2>&1",
+		 (int)pid);
 	FILE *f = popen(cmd, "r");
 	CHECK(f, "popen bpftrace");
 	static char out[1 << 16];
-	size_t n = fread(out, 1, sizeof(out) - 1, f);
+	size_t n = 0;
+	char line[512];
+	bool state = false, sync = false;
+	while (!(state && sync) && fgets(line, sizeof(line), f)) {
+		size_t l = strlen(line);
+		if (n + l < sizeof(out)) {
+			memcpy(out + n, line, l);
+			n += l;
+		}
+		sync |= strstr(line, "clock__sync cupti=") != NULL;
+		state |= strstr(line, "state -1 ") != NULL || strstr(line, "state 1 ") != NULL;
+	}
 	out[n] = 0;
-	pclose(f);
 	kill(pid, SIGKILL);
 	waitpid(pid, NULL, 0);
+	pclose(f);
 	CHECK(strstr(out, "Attaching 5 probes"), "bpftrace did not attach the 5 probes:\n%s", out);
 	CHECK(strstr(out, "clock__sync cupti="), "no calibration point seen:\n%s", out);
 	if (access("/dev/nvidiactl", F_OK) != 0)

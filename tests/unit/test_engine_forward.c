@@ -200,10 +200,43 @@ static void test_small_batched_two_sequences(void)
 	model_free(small);
 }
 
+/* kv_copy (copy-on-write for prefix sharing): a sequence continuing from a
+ * copied block sees exactly the K/V of the original. */
+static void test_kv_copy_block(void)
+{
+	struct model *m = model_load(preset_path("tiny"), err, sizeof(err));
+	CHECK(m != NULL, "%s", err);
+	struct backend_params p = { m, 4, 8, 8, 2, 2 };
+	struct backend *b = cpu_backend_ops.create(&p, err, sizeof(err));
+	CHECK(b != NULL, "%s", err);
+	int32_t toks[5] = { 1, 50, 60, 70, 80 };
+	int32_t bt0[1] = { 0 }, bt3[1] = { 3 };
+	int start[2] = { 0, 4 }, pos0 = 0, lrow = 0;
+	const int32_t *tables[1] = { bt0 };
+	float a[512], c[512];
+	struct backend_batch bb = { 1, 4, toks, start, &pos0, tables, &lrow, a };
+	CHECK(cpu_backend_ops.forward(b, &bb, err, sizeof(err)) == 0, "%s", err);
+	cpu_backend_ops.kv_copy(b, 3, 0);
+	int start1[2] = { 0, 1 }, pos4 = 4;
+	struct backend_batch d0 = { 1, 1, toks + 4, start1, &pos4, tables, &lrow, a };
+	CHECK(cpu_backend_ops.forward(b, &d0, err, sizeof(err)) == 0, "%s", err);
+	tables[0] = bt3;
+	struct backend_batch d3 = { 1, 1, toks + 4, start1, &pos4, tables, &lrow, c };
+	CHECK(cpu_backend_ops.forward(b, &d3, err, sizeof(err)) == 0, "%s", err);
+	CHECK(memcmp(a, c, sizeof(float) * m->info.vocab_size) == 0, "copied block gives other logits");
+	/* a token id outside the vocabulary is an error, not a crash */
+	int32_t bad = 100000;
+	struct backend_batch e = { 1, 1, &bad, start1, &pos4, tables, &lrow, c };
+	CHECK(cpu_backend_ops.forward(b, &e, err, sizeof(err)) == -1 && strstr(err, "100000"), "%s", err);
+	cpu_backend_ops.destroy(b);
+	model_free(m);
+}
+
 int main(void)
 {
 	RUN(test_small_prefill_matches_reference);
 	RUN(test_small_decode_matches_reference_each_position);
 	RUN(test_small_batched_two_sequences);
+	RUN(test_kv_copy_block);
 	return CHECK_DONE();
 }

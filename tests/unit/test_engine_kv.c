@@ -55,7 +55,7 @@ static void test_table_reserve_all_or_nothing(void)
  * the owned blocks plus the free stack always partition the pool. */
 static void test_10k_random_ops_no_leak(void)
 {
-	enum { NB = 97, NT = 16, CAP = 40, BS = 4 };
+	enum { NB = 48, NT = 16, CAP = 40, BS = 4 };
 	struct kv_pool p;
 	kv_pool_init(&p, NB);
 	int32_t ids[NT][CAP];
@@ -63,30 +63,35 @@ static void test_10k_random_ops_no_leak(void)
 	int pos[NT] = { 0 };
 	for (int i = 0; i < NT; i++)
 		t[i] = (struct block_table){ ids[i], 0, CAP };
-	int shared_extra[NB] = { 0 }; /* extra references taken with kv_block_ref */
+	int32_t held[64]; /* extra references taken with kv_block_ref */
+	int n_held = 0;
+	int grown = 0, refused = 0, released = 0;
 	for (int op = 0; op < 10000; op++) {
 		int i = irand(NT);
-		switch (irand(5)) {
-		case 0: case 1: case 2: { /* grow by 1..10 positions, as a step would */
+		switch (irand(7)) {
+		case 0: case 1: case 2: case 3: { /* grow by 1..10 positions, as a step would */
 			int want = pos[i] + 1 + irand(10);
-			if (kv_table_reserve(&p, &t[i], want, BS) == 0)
+			if (kv_table_reserve(&p, &t[i], want, BS) == 0) {
 				pos[i] = want;
+				grown++;
+			} else {
+				refused++;
+			}
 			break;
 		}
-		case 3: /* preempt or finish */
+		case 4: case 5: /* preempt or finish */
+			released += t[i].n > 0;
 			kv_table_release(&p, &t[i]);
 			pos[i] = 0;
 			break;
-		case 4: /* share: take and drop an extra reference on a held block */
-			if (t[i].n) {
-				int32_t b = t[i].ids[irand(t[i].n)];
-				if (shared_extra[b] && irand(2)) {
-					kv_block_unref(&p, b);
-					shared_extra[b]--;
-				} else if (shared_extra[b] < 3) {
-					kv_block_ref(&p, b);
-					shared_extra[b]++;
-				}
+		case 6: /* share: an extra holder takes a reference, or one drops it */
+			if (n_held && irand(2)) {
+				int k = irand(n_held);
+				kv_block_unref(&p, held[k]);
+				held[k] = held[--n_held];
+			} else if (t[i].n && n_held < 64) {
+				held[n_held] = t[i].ids[irand(t[i].n)];
+				kv_block_ref(&p, held[n_held++]);
 			}
 			break;
 		}
@@ -95,25 +100,24 @@ static void test_10k_random_ops_no_leak(void)
 		for (int k = 0; k < NT; k++)
 			for (int j = 0; j < t[k].n; j++)
 				refs[t[k].ids[j]]++;
+		for (int k = 0; k < n_held; k++)
+			refs[held[k]]++;
 		for (int j = 0; j < p.n_free; j++) {
 			CHECK(!in_free[p.free_ids[j]], "op %d: block %d twice in the free stack", op, p.free_ids[j]);
 			in_free[p.free_ids[j]] = 1;
 		}
 		for (int b = 0; b < NB; b++) {
-			int want = refs[b] + (refs[b] ? shared_extra[b] : 0);
-			if (!refs[b] && shared_extra[b]) {
-				/* its table dropped it while a share was held: the share still owns it */
-				want = shared_extra[b];
-			}
-			CHECK(p.refs[b] == want, "op %d: block %d has %d refs, want %d", op, b, p.refs[b], want);
-			CHECK(in_free[b] == (want == 0), "op %d: block %d free=%d with %d refs", op, b, in_free[b], want);
+			CHECK(p.refs[b] == refs[b], "op %d: block %d has %d refs, want %d", op, b, p.refs[b], refs[b]);
+			CHECK(in_free[b] == (refs[b] == 0), "op %d: block %d free=%d with %d refs", op, b, in_free[b], refs[b]);
 		}
 	}
+	CHECK(grown > 2000 && refused > 200 && released > 1000, "ops: %d grown, %d refused, %d released",
+	      grown, refused, released);
+	printf("     %d grows, %d refused (pool dry), %d releases\n", grown, refused, released);
 	for (int i = 0; i < NT; i++)
 		kv_table_release(&p, &t[i]);
-	for (int b = 0; b < NB; b++)
-		while (shared_extra[b]--)
-			kv_block_unref(&p, b);
+	while (n_held)
+		kv_block_unref(&p, held[--n_held]);
 	CHECK(p.n_free == NB, "leak: %d of %d free at the end", p.n_free, NB);
 	kv_pool_free(&p);
 }

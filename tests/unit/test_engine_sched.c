@@ -154,10 +154,15 @@ static void test_static_batch_admits_nothing_mid_batch(void)
 		CHECK(engine_submit(e, r, p, 8, &sp, err, sizeof(err)) == 0, "%s", err);
 	}
 	struct engine_event ev[256];
-	int sched_step[6] = { 0 }, fin_step[6] = { 0 }, step = 0;
+	int sched_step[6] = { 0 }, fin_step[6] = { 0 }, step = 0, narrow = 0;
 	while (engine_has_work(e)) {
 		int k = engine_step(e, ev, 256);
 		step++;
+		struct engine_stats st;
+		engine_stats(e, &st);
+		/* fixed shape: the first batch computes 4 rows until its last member ends */
+		if (!fin_step[0] && st.last_step_seqs != 4)
+			narrow++;
 		for (int i = 0; i < k; i++) {
 			if (ev[i].kind == ENGINE_EV_SCHEDULED)
 				sched_step[ev[i].id] = step;
@@ -168,6 +173,11 @@ static void test_static_batch_admits_nothing_mid_batch(void)
 	CHECK(sched_step[4] > fin_step[0] && sched_step[5] > fin_step[0],
 	      "requests 4, 5 joined at step %d/%d before the batch's last finished at %d", sched_step[4],
 	      sched_step[5], fin_step[0]);
+	CHECK(narrow == 0, "%d steps of the first static batch ran fewer than its 4 rows", narrow);
+	struct engine_stats st;
+	engine_stats(e, &st);
+	CHECK(st.kv_blocks_used == 0, "%d blocks held after the last batch (padding not released)",
+	      st.kv_blocks_used);
 	engine_destroy(e);
 }
 

@@ -144,7 +144,8 @@ static void test_request_id(void)
 	CHECK(!strcmp(out, "abcd-1.2_3:4"), "kept '%s'", out);
 	char longid[200];
 	memset(longid, 'x', sizeof(longid));
-	CHECK(http_sanitize_request_id(longid, sizeof(longid), out) == 64, "truncated to 64");
+	CHECK(http_sanitize_request_id(longid, sizeof(longid), out) == 63 && strlen(out) == 63,
+	      "truncated to 63, what the agent's event carries");
 	CHECK(http_sanitize_request_id("\"\r\n", 3, out) == 0 && out[0] == 0, "nothing usable");
 }
 

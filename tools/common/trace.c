@@ -159,10 +159,10 @@ struct trace *trace_open(const char *path, char *err, size_t errlen)
 			 "tables): pass --db with the path kpi-agent writes", path);
 		goto fail;
 	}
-	if (ver != TRACE_SCHEMA_VERSION) {
-		snprintf(err, errlen, "%s: trace schema version %d, but this build reads version %d: "
+	if (ver < TRACE_SCHEMA_VERSION_MIN || ver > TRACE_SCHEMA_VERSION) {
+		snprintf(err, errlen, "%s: trace schema version %d, but this build reads version %d up to version %d: "
 			 "use the kpitop/kpi-report built with the kpi-agent that wrote it",
-			 path, ver, TRACE_SCHEMA_VERSION);
+			 path, ver, TRACE_SCHEMA_VERSION_MIN, TRACE_SCHEMA_VERSION);
 		goto fail;
 	}
 	char sql[1024];

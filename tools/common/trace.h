@@ -6,9 +6,14 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define TRACE_SCHEMA_VERSION 1
+#include "schema/trace_path.h"
+
+/* Schema versions this reader accepts: 2 (schema/002_gpu.sql) only adds GPU
+ * tables and columns that the readers do not need. */
+#define TRACE_SCHEMA_VERSION_MIN 1
+#define TRACE_SCHEMA_VERSION 2
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
-#define TRACE_DEFAULT_DB "/var/lib/kpiscope/trace.db"
+#define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 
 #define NS_PER_MS 1000000LL
 #define NS_PER_S 1000000000LL

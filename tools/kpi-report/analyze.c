@@ -16,44 +16,6 @@ static const char *const e2e_names[PH_N] = { "net-in", "queue wait", "prefill", 
 
 /* ---- incident window ------------------------------------------------------ */
 
-/* The worst stretch of p99 TTFT: buckets around the worst one whose p99 is
- * at least half-way from the typical bucket to the worst. */
-static int detect_incident(struct report *r, int64_t *from, int64_t *to)
-{
-	int64_t span = r->last_ns + 1 - r->first_ns;
-	int nb = (int)(span / (10 * NS_PER_S));
-	if (nb > 600) nb = 600;
-	if (nb < 12) return 0;
-	struct trace_point *p = calloc((size_t)nb, sizeof(*p));
-	double *v = calloc((size_t)nb, sizeof(double));
-	int found = 0;
-	if (!p || !v || trace_series(r->t, r->first_ns, r->last_ns + 1, nb, p)) goto out;
-	int n = 0, worst = -1;
-	for (int i = 0; i < nb; i++) {
-		if (!p[i].n) continue;
-		v[n++] = p[i].ttft_p99;
-		if (worst < 0 || p[i].ttft_p99 > p[worst].ttft_p99) worst = i;
-	}
-	if (n < 6 || worst < 0) goto out;
-	double typical = pct_select_f64(v, (size_t)n, 50);
-	double top = p[worst].ttft_p99;
-	if (top < 2 * typical) goto out;
-	double thr = typical + (top - typical) / 2;
-	int a = worst, b = worst;
-	/* extend over hot buckets, bridging single cool or empty ones */
-	while (a > 0 && (p[a - 1].ttft_p99 >= thr || (a > 1 && p[a - 2].ttft_p99 >= thr))) a--;
-	while (b < nb - 1 && (p[b + 1].ttft_p99 >= thr || (b < nb - 2 && p[b + 2].ttft_p99 >= thr))) b++;
-	*from = p[a].t_ns;
-	*to = b + 1 < nb ? p[b + 1].t_ns : r->last_ns + 1;
-	found = 1;
-out:
-	free(p);
-	free(v);
-	return found;
-}
-
-/* ---- baseline ------------------------------------------------------------- */
-
 static size_t lower_bound(const int64_t *a, size_t n, int64_t x)
 {
 	size_t lo = 0, hi = n;
@@ -65,35 +27,89 @@ static size_t lower_bound(const int64_t *a, size_t n, int64_t x)
 	return lo;
 }
 
+/* TTFT of every request with its arrival, sorted by arrival: one pass over
+ * the trace serves both the incident search and the baseline search. */
+struct ttft_rows {
+	const int64_t *t, *v;
+	size_t n;
+	int64_t *scratch;
+};
+
+/* p99 TTFT of the rows arriving in [from, to); 0 when none. */
+static double rows_p99(struct ttft_rows *tr, int64_t from, int64_t to, size_t *count)
+{
+	size_t a = lower_bound(tr->t, tr->n, from), b = lower_bound(tr->t, tr->n, to);
+	*count = b - a;
+	if (b == a) return 0;
+	memcpy(tr->scratch, tr->v + a, (b - a) * sizeof(int64_t));
+	return pct_select_i64(tr->scratch, b - a, 99);
+}
+
+/* The worst stretch of p99 TTFT: 10-second buckets around the worst one
+ * whose p99 is at least half-way from the typical bucket to the worst. */
+static int detect_incident(struct report *r, struct ttft_rows *tr, int64_t *from, int64_t *to)
+{
+	int64_t span = r->last_ns + 1 - r->first_ns;
+	int nb = (int)(span / (10 * NS_PER_S));
+	if (nb > 600) nb = 600;
+	if (nb < 12) return 0;
+	double *p = calloc((size_t)nb, sizeof(double)), *v = calloc((size_t)nb, sizeof(double));
+	int64_t *start = calloc((size_t)nb + 1, sizeof(int64_t));
+	int found = 0;
+	if (!p || !v || !start) goto out;
+	for (int i = 0; i <= nb; i++) start[i] = r->first_ns + (int64_t)((double)span * i / nb);
+	int n = 0, worst = -1;
+	for (int i = 0; i < nb; i++) {
+		size_t cnt;
+		p[i] = rows_p99(tr, start[i], start[i + 1], &cnt);
+		if (!cnt) continue;
+		v[n++] = p[i];
+		if (worst < 0 || p[i] > p[worst]) worst = i;
+	}
+	if (n < 6 || worst < 0) goto out;
+	double typical = pct_select_f64(v, (size_t)n, 50);
+	double top = p[worst];
+	if (top < 2 * typical) goto out;
+	double thr = typical + (top - typical) / 2;
+	int a = worst, b = worst;
+	/* extend over hot buckets, bridging single cool or empty ones */
+	while (a > 0 && (p[a - 1] >= thr || (a > 1 && p[a - 2] >= thr))) a--;
+	while (b < nb - 1 && (p[b + 1] >= thr || (b < nb - 2 && p[b + 2] >= thr))) b++;
+	*from = start[a];
+	*to = b + 1 < nb ? start[b + 1] : r->last_ns + 1;
+	found = 1;
+out:
+	free(p);
+	free(v);
+	free(start);
+	return found;
+}
+
+/* ---- baseline ------------------------------------------------------------- */
+
 /* Slides a window of the incident's length over [lo, hi) and keeps the one
  * with the lowest p99 TTFT among those with enough finished requests. */
-static int search_baseline(struct report *r, int64_t lo, int64_t hi, int64_t len, int min_n,
+static int search_baseline(struct ttft_rows *tr, int64_t lo, int64_t hi, int64_t len, int min_n,
 			   int64_t *best_from, double *best_p99, int *ncand)
 {
-	const int64_t *ta, *val;
-	int n = trace_column(r->t, "ttft_ns", lo, hi, &ta, &val);
-	if (n < min_n) return 0;
+	if (hi - lo < len) return 0;
 	int64_t step = len / 2;
-	if ((hi - lo) / step > 400) step = (hi - lo) / 400;
+	if ((hi - lo) / (step ? step : 1) > 400) step = (hi - lo) / 400;
 	if (step < NS_PER_S) step = NS_PER_S;
-	int64_t *scratch = malloc(sizeof(int64_t) * (size_t)n);
-	if (!scratch) return 0;
 	int found = 0;
 	*ncand = 0;
 	/* candidates end at hi going back, so the nearest one wins ties */
 	for (int64_t s = hi - len; s >= lo; s -= step) {
-		size_t a = lower_bound(ta, (size_t)n, s), b = lower_bound(ta, (size_t)n, s + len);
-		if ((int)(b - a) < min_n) continue;
+		size_t cnt;
+		double p99 = rows_p99(tr, s, s + len, &cnt);
+		if ((int)cnt < min_n) continue;
 		(*ncand)++;
-		memcpy(scratch, val + a, (b - a) * sizeof(int64_t));
-		double p99 = pct_select_i64(scratch, b - a, 99);
 		if (!found || p99 < *best_p99) {
 			*best_p99 = p99;
 			*best_from = s;
 			found = 1;
 		}
 	}
-	free(scratch);
 	return found;
 }
 
@@ -370,21 +386,16 @@ static void findings(struct report *r)
 
 /* ---- the whole analysis --------------------------------------------------- */
 
-int report_analyze(struct report *r, int64_t from, int have_from, int64_t to, int have_to,
-		   int64_t base_from, int64_t base_to, int have_base, char *err, size_t errlen)
+static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int have_from, int64_t to,
+		   int have_to, int64_t base_from, int64_t base_to, int have_base, char *err, size_t errlen)
 {
 	char a[40], b[40];
-	if (!trace_span(r->t, &r->first_ns, &r->last_ns)) {
-		snprintf(err, errlen, "%s holds no requests or samples yet: let kpi-agent record some traffic first",
-			 trace_path(r->t));
-		return -1;
-	}
 	/* incident window */
 	if (have_from || have_to) {
 		if (!have_to) to = r->last_ns + 1;
 		if (!have_from) from = to - DEFAULT_INCIDENT;
 		snprintf(r->inc_how, sizeof(r->inc_how), "as given");
-	} else if (detect_incident(r, &from, &to)) {
+	} else if (detect_incident(r, tr, &from, &to)) {
 		snprintf(r->inc_how, sizeof(r->inc_how), "picked automatically: the stretch where p99 TTFT "
 			 "stayed at least half-way up to its worst 10-second value");
 	} else {
@@ -426,7 +437,7 @@ int report_analyze(struct report *r, int64_t from, int have_from, int64_t to, in
 		int64_t bf;
 		double p99;
 		int ncand = 0;
-		if (search_baseline(r, r->first_ns, from, len, min_n, &bf, &p99, &ncand)) {
+		if (search_baseline(tr, r->first_ns, from, len, min_n, &bf, &p99, &ncand)) {
 			snprintf(r->base_how, sizeof(r->base_how), "picked automatically: the quietest comparable "
 				 "window before the incident, i.e. of the %d windows of the same length with at least "
 				 "%d finished requests, the one with the lowest p99 TTFT (%s)",
@@ -438,7 +449,7 @@ int report_analyze(struct report *r, int64_t from, int have_from, int64_t to, in
 			snprintf(r->base_how, sizeof(r->base_how), "picked automatically: the whole trace before "
 				 "the incident (%s, shorter than the incident: no window of its length before it "
 				 "had %d finished requests)", trace_fmt_dur(a, sizeof(a), (double)len), min_n);
-		} else if (search_baseline(r, to, r->last_ns + 1, len, min_n, &bf, &p99, &ncand)) {
+		} else if (search_baseline(tr, to, r->last_ns + 1, len, min_n, &bf, &p99, &ncand)) {
 			snprintf(r->base_how, sizeof(r->base_how), "picked automatically AFTER the incident: no "
 				 "window before it had %d finished requests; of the %d later windows of the same "
 				 "length, the one with the lowest p99 TTFT (%s)", min_n, ncand,
@@ -470,4 +481,29 @@ int report_analyze(struct report *r, int64_t from, int have_from, int64_t to, in
 sqlfail:
 	snprintf(err, errlen, "reading %s failed: %s", trace_path(r->t), trace_errmsg(r->t));
 	return -1;
+}
+
+int report_analyze(struct report *r, int64_t from, int have_from, int64_t to, int have_to,
+		   int64_t base_from, int64_t base_to, int have_base, char *err, size_t errlen)
+{
+	if (!trace_span(r->t, &r->first_ns, &r->last_ns)) {
+		snprintf(err, errlen, "%s holds no requests or samples yet: let kpi-agent record some traffic first",
+			 trace_path(r->t));
+		return -1;
+	}
+	struct ttft_rows tr = { 0 };
+	int nrows = trace_column(r->t, "ttft_ns", r->first_ns, r->last_ns + 1, &tr.t, &tr.v);
+	if (nrows < 0) {
+		snprintf(err, errlen, "reading %s failed: %s", trace_path(r->t), trace_errmsg(r->t));
+		return -1;
+	}
+	tr.n = (size_t)nrows;
+	tr.scratch = malloc(sizeof(int64_t) * (tr.n ? tr.n : 1));
+	if (!tr.scratch) {
+		snprintf(err, errlen, "out of memory for the TTFT of %d requests", nrows);
+		return -1;
+	}
+	int rc = analyze(r, &tr, from, have_from, to, have_to, base_from, base_to, have_base, err, errlen);
+	free(tr.scratch);
+	return rc;
 }

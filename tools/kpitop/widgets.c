@@ -294,7 +294,6 @@ static void panel_draw(struct canvas *c, int y, int w, int h)
 		    "ID", "STATE", "AGE", "PROMPT", "OUT", "TTFT", "TPOT", "E2E", kt_sort_name[v->sort],
 		    v->filter[0] ? ", filter: " : "", v->filter);
 	int rows = h - 1;
-	((struct kt_view *)v)->panel_rows = rows;
 	int top = v->top;
 	if (pn.n == 0) {
 		canvas_text(c, y + 1, 1, -1, CC_DIM, 0, v->filter[0] ? "no request matches the filter '%s'"
@@ -387,7 +386,11 @@ int kt_render(struct canvas *c, const struct kt_data *d, struct kt_view *v, int 
 		const struct kt_widget *wd = kt_widgets[i];
 		if (once && !strcmp(wd->name, "status")) continue;
 		int h = wd->height(c->w);
-		if (!h) h = c->h - fixed - (once ? 0 : 0);
+		if (!h) {
+			/* the one widget that takes the rest: the request panel */
+			h = c->h - fixed;
+			v->panel_rows = h - 1;
+		}
 		if (h <= 0) continue;
 		wd->fill(d, v);
 		wd->draw(c, y, c->w, h);

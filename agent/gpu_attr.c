@@ -1,0 +1,299 @@
+/* gpu_attr.c - per-step GPU busy time and its token-share split across the
+ * step's requests; incremental, so records that arrive late still add up. */
+#include <stdlib.h>
+#include <string.h>
+#include "gpu_attr.h"
+#include "cupti/kpi_gpu_split.h"
+
+#define N_BUCKETS (1u << 14)
+
+struct step_ent {
+	uint32_t pid;
+	uint64_t step;
+	struct kpi_step_seq *seqs;  /* the step's list, [n_total] */
+	uint32_t n_total, n_got;
+	struct kpi_gpu_span *spans;
+	uint32_t n_spans, cap_spans;
+	uint64_t busy;              /* union of spans, at the last settle */
+	uint64_t busy_split;        /* part of busy already split across requests */
+	bool changed;               /* spans or list changed since the last settle */
+	bool have_busy;             /* busy was computed at least once */
+	bool dirty;                 /* busy not yet written */
+	uint64_t touched;
+	struct step_ent *hnext, *prev, *next;
+};
+
+struct req_ent {
+	uint32_t pid;
+	uint64_t id;
+	uint64_t prefill_ns, decode_ns;
+	bool dirty;
+	uint64_t touched;
+	struct req_ent *hnext, *prev, *next;
+};
+
+struct gpu_attr {
+	struct step_ent *steps[N_BUCKETS], *step_list;
+	struct req_ent *reqs[N_BUCKETS], *req_list;
+	uint32_t *tok;              /* split scratch */
+	uint64_t *share;
+	uint32_t cap_scratch;
+	struct gpu_attr_stats st;
+};
+
+static uint32_t hash(uint32_t pid, uint64_t k)
+{
+	uint64_t h = (k ^ ((uint64_t)pid << 32 | pid)) * 0x9e3779b97f4a7c15ull;
+	return (uint32_t)(h >> 40) & (N_BUCKETS - 1);
+}
+
+static void *xcalloc(size_t n, size_t size)
+{
+	void *p = calloc(n, size);
+	if (!p)
+		abort();
+	return p;
+}
+
+static void *xrealloc(void *p, size_t size)
+{
+	p = realloc(p, size);
+	if (!p)
+		abort();
+	return p;
+}
+
+struct gpu_attr *gpu_attr_new(void)
+{
+	return xcalloc(1, sizeof(struct gpu_attr));
+}
+
+/* ---- entries ---------------------------------------------------------- */
+
+static struct step_ent *step_get(struct gpu_attr *a, uint32_t pid, uint64_t step, bool create)
+{
+	uint32_t b = hash(pid, step);
+	for (struct step_ent *s = a->steps[b]; s; s = s->hnext)
+		if (s->pid == pid && s->step == step)
+			return s;
+	if (!create)
+		return NULL;
+	struct step_ent *s = xcalloc(1, sizeof(*s));
+	s->pid = pid;
+	s->step = step;
+	s->hnext = a->steps[b];
+	a->steps[b] = s;
+	s->next = a->step_list;
+	if (a->step_list)
+		a->step_list->prev = s;
+	a->step_list = s;
+	return s;
+}
+
+static void step_del(struct gpu_attr *a, struct step_ent *s)
+{
+	struct step_ent **pp = &a->steps[hash(s->pid, s->step)];
+	while (*pp != s)
+		pp = &(*pp)->hnext;
+	*pp = s->hnext;
+	if (s->prev)
+		s->prev->next = s->next;
+	else
+		a->step_list = s->next;
+	if (s->next)
+		s->next->prev = s->prev;
+	free(s->seqs);
+	free(s->spans);
+	free(s);
+}
+
+static struct req_ent *req_get(struct gpu_attr *a, uint32_t pid, uint64_t id)
+{
+	uint32_t b = hash(pid, id);
+	for (struct req_ent *r = a->reqs[b]; r; r = r->hnext)
+		if (r->pid == pid && r->id == id)
+			return r;
+	struct req_ent *r = xcalloc(1, sizeof(*r));
+	r->pid = pid;
+	r->id = id;
+	r->hnext = a->reqs[b];
+	a->reqs[b] = r;
+	r->next = a->req_list;
+	if (a->req_list)
+		a->req_list->prev = r;
+	a->req_list = r;
+	return r;
+}
+
+static void req_del(struct gpu_attr *a, struct req_ent *r)
+{
+	struct req_ent **pp = &a->reqs[hash(r->pid, r->id)];
+	while (*pp != r)
+		pp = &(*pp)->hnext;
+	*pp = r->hnext;
+	if (r->prev)
+		r->prev->next = r->next;
+	else
+		a->req_list = r->next;
+	if (r->next)
+		r->next->prev = r->prev;
+	free(r);
+}
+
+void gpu_attr_free(struct gpu_attr *a)
+{
+	if (!a)
+		return;
+	while (a->step_list)
+		step_del(a, a->step_list);
+	while (a->req_list)
+		req_del(a, a->req_list);
+	free(a->tok);
+	free(a->share);
+	free(a);
+}
+
+/* ---- input ------------------------------------------------------------ */
+
+void gpu_attr_step_seqs(struct gpu_attr *a, uint32_t pid, uint64_t step, uint32_t n_total,
+			uint32_t first, const struct kpi_step_seq *e, uint32_t n, uint64_t now)
+{
+	if (step == 0)
+		return;
+	struct step_ent *s = step_get(a, pid, step, true);
+	s->touched = now;
+	if (first == 0 || s->n_total != n_total) {
+		s->seqs = xrealloc(s->seqs, (n_total ? n_total : 1) * sizeof(*s->seqs));
+		s->n_total = n_total;
+		s->n_got = 0;
+	}
+	if (first >= n_total)
+		return;
+	if (n > n_total - first)
+		n = n_total - first;
+	memcpy(s->seqs + first, e, n * sizeof(*e));
+	s->n_got += n;
+	if (s->n_got >= s->n_total) {
+		s->changed = true; /* the list is complete: records seen so far can be split */
+		a->st.step_lists++;
+		a->st.seq_entries += s->n_total;
+	}
+}
+
+void gpu_attr_record(struct gpu_attr *a, uint32_t pid, const struct kpi_gpu_rec *r, uint64_t now)
+{
+	if (r->step == 0) {
+		a->st.no_step++;
+		return;
+	}
+	a->st.records++;
+	struct step_ent *s = step_get(a, pid, r->step, true);
+	s->touched = now;
+	if (s->n_spans == s->cap_spans) {
+		s->cap_spans = s->cap_spans ? 2 * s->cap_spans : 16;
+		s->spans = xrealloc(s->spans, s->cap_spans * sizeof(*s->spans));
+	}
+	s->spans[s->n_spans++] = (struct kpi_gpu_span){ r->start_ns, r->end_ns };
+	s->changed = true;
+}
+
+/* ---- settle ----------------------------------------------------------- */
+
+/* Splits delta ns of step s across its sequences by token share. */
+static void split(struct gpu_attr *a, struct step_ent *s, uint64_t delta, uint64_t now)
+{
+	uint32_t n = s->n_total;
+	if (n > a->cap_scratch) {
+		a->tok = xrealloc(a->tok, n * sizeof(*a->tok));
+		a->share = xrealloc(a->share, n * sizeof(*a->share));
+		a->cap_scratch = n;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		a->tok[i] = s->seqs[i].n_tokens > 0 ? (uint32_t)s->seqs[i].n_tokens : 0;
+	kpi_gpu_split_by_tokens(delta, a->tok, (int)n, a->share);
+	for (uint32_t i = 0; i < n; i++) {
+		struct req_ent *r = req_get(a, s->pid, s->seqs[i].id);
+		if (s->seqs[i].is_prefill)
+			r->prefill_ns += a->share[i];
+		else
+			r->decode_ns += a->share[i];
+		r->dirty = true;
+		r->touched = now;
+	}
+	a->st.attributed_ns += delta;
+}
+
+void gpu_attr_settle(struct gpu_attr *a)
+{
+	for (struct step_ent *s = a->step_list; s; s = s->next) {
+		if (!s->changed)
+			continue;
+		s->changed = false;
+		uint64_t busy = kpi_gpu_busy_ns(s->spans, (int)s->n_spans);
+		if (s->n_spans && (busy != s->busy || !s->have_busy)) {
+			s->busy = busy;
+			s->have_busy = true;
+			s->dirty = true;
+		}
+		/* the union only grows as records arrive, so each delta is >= 0 */
+		if (s->n_total && s->n_got >= s->n_total && busy > s->busy_split) {
+			split(a, s, busy - s->busy_split, s->touched);
+			s->busy_split = busy;
+		}
+	}
+}
+
+/* ---- output ----------------------------------------------------------- */
+
+void gpu_attr_drain(struct gpu_attr *a, uint64_t now,
+		    bool (*step_fn)(void *ctx, const struct gpu_attr_step *s),
+		    bool (*req_fn)(void *ctx, const struct gpu_attr_req *r), void *ctx)
+{
+	for (struct step_ent *s = a->step_list, *next; s; s = next) {
+		next = s->next;
+		if (s->dirty && s->n_spans) {
+			struct gpu_attr_step o = { s->pid, s->step, s->busy };
+			if (step_fn(ctx, &o))
+				s->dirty = false;
+		}
+		if (now - s->touched > GPU_ATTR_KEEP_NS && !s->changed) {
+			if (s->dirty && s->n_spans)
+				a->st.unwritten++;
+			if (s->busy > s->busy_split)
+				a->st.unattributed_ns += s->busy - s->busy_split;
+			step_del(a, s);
+		}
+	}
+	for (struct req_ent *r = a->req_list, *next; r; r = next) {
+		next = r->next;
+		if (r->dirty) {
+			struct gpu_attr_req o = { r->pid, r->id, r->prefill_ns, r->decode_ns };
+			if (req_fn(ctx, &o))
+				r->dirty = false;
+		}
+		if (now - r->touched > GPU_ATTR_KEEP_NS) {
+			if (r->dirty)
+				a->st.unwritten++;
+			req_del(a, r);
+		}
+	}
+}
+
+void gpu_attr_forget_pid(struct gpu_attr *a, uint32_t pid)
+{
+	for (struct step_ent *s = a->step_list, *next; s; s = next) {
+		next = s->next;
+		if (s->pid == pid)
+			step_del(a, s);
+	}
+	for (struct req_ent *r = a->req_list, *next; r; r = next) {
+		next = r->next;
+		if (r->pid == pid)
+			req_del(a, r);
+	}
+}
+
+void gpu_attr_stats(const struct gpu_attr *a, struct gpu_attr_stats *out)
+{
+	*out = a->st;
+}

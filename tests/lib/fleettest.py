@@ -1,0 +1,208 @@
+"""Helpers for the fleet exporters' tests: a real Prometheus server on
+loopback (temp config and data dir, 1 s scrapes), an OTLP/HTTP JSON receiver
+written here (http.server in a thread), and Prometheus text parsing."""
+import json, os, shutil, subprocess, tempfile, threading, time, urllib.parse, urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import kpitest
+
+PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
+
+
+def tmpdir(prefix):
+    d = tempfile.mkdtemp(prefix=prefix)
+    kpitest.on_cleanup(lambda: shutil.rmtree(d, ignore_errors=True))
+    return d
+
+
+class Prometheus:
+    """prometheus(1) scraping targets every second, its API on a free port."""
+
+    def __init__(self, targets, job="kpi-agent"):
+        if not os.access(PROMETHEUS, os.X_OK):
+            raise kpitest.Skip("prometheus is not installed (run make deps: Debian package prometheus)")
+        d = tmpdir("kpi-prom-")
+        cfg = os.path.join(d, "prometheus.yml")
+        with open(cfg, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n"
+                    f"scrape_configs:\n  - job_name: {job}\n    static_configs:\n"
+                    f"      - targets: [{', '.join(repr(t) for t in targets)}]\n")
+        self.port = kpitest.free_port()
+        self.proc = kpitest.Proc([PROMETHEUS, f"--config.file={cfg}",
+                                  f"--storage.tsdb.path={os.path.join(d, 'data')}",
+                                  f"--web.listen-address=127.0.0.1:{self.port}",
+                                  "--log.level=warn"])
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=2) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if self.proc.p.poll() is not None or time.monotonic() > deadline:
+                self.proc.drain()
+                raise AssertionError("prometheus did not become ready:\n" + "\n".join(self.proc.lines[-20:]))
+            time.sleep(0.2)
+
+    def query(self, promql):
+        """Instant query: list of (labels dict, float value)."""
+        url = (f"http://127.0.0.1:{self.port}/api/v1/query?"
+               + urllib.parse.urlencode({"query": promql}))
+        with urllib.request.urlopen(url, timeout=10) as r:
+            doc = json.load(r)
+        assert doc["status"] == "success", doc
+        return [(s["metric"], float(s["value"][1])) for s in doc["data"]["result"]]
+
+    def scalar(self, promql):
+        res = self.query(promql)
+        return res[0][1] if res else None
+
+    def wait_value(self, promql, want, timeout=30):
+        """Polls until promql's single value equals want; returns the last value."""
+        deadline = time.monotonic() + timeout
+        v = None
+        while time.monotonic() < deadline:
+            v = self.scalar(promql)
+            if v is not None and v == want:
+                return v
+            time.sleep(0.5)
+        raise AssertionError(f"{promql} is {v} after {timeout}s, want {want}")
+
+
+def parse_text(text):
+    """Prometheus text format -> {(name, frozenset(labels.items())): value}; also
+    checks that every sample's family has HELP and TYPE lines first."""
+    out, typed = {}, set()
+    for line in text.splitlines():
+        if not line:
+            continue
+        if line.startswith("# TYPE "):
+            typed.add(line.split()[2])
+            continue
+        if line.startswith("#"):
+            continue
+        if "{" in line:
+            name, rest = line.split("{", 1)
+            body, value = rest.rsplit("} ", 1)
+            labels = {}
+            for part in _split_labels(body):
+                k, v = part.split("=", 1)
+                labels[k] = json.loads(v)
+        else:
+            name, value = line.split(" ", 1)
+            labels = {}
+        fam = name
+        for suf in ("_bucket", "_sum", "_count"):
+            if name.endswith(suf) and name[: -len(suf)] in typed:
+                fam = name[: -len(suf)]
+        assert fam in typed, f"{name}: no # TYPE line before it"
+        out[(name, frozenset(labels.items()))] = float(value)
+    return out
+
+
+def _split_labels(body):
+    parts, cur, q, esc = [], "", False, False
+    for ch in body:
+        if esc:
+            cur += ch
+            esc = False
+        elif ch == "\\":
+            cur += ch
+            esc = True
+        elif ch == '"':
+            cur += ch
+            q = not q
+        elif ch == "," and not q:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    if cur:
+        parts.append(cur)
+    return parts
+
+
+def series(parsed, name, **want):
+    """Values of name whose labels include want."""
+    return [v for (n, labels), v in parsed.items()
+            if n == name and all(dict(labels).get(k) == str(w) for k, w in want.items())]
+
+
+class Receiver:
+    """An OTLP/HTTP JSON receiver: POST /v1/traces bodies are decoded and kept."""
+
+    def __init__(self, port=None, status=200):
+        self.port = port or kpitest.free_port()
+        self.bodies, self.paths, self.headers = [], [], []
+        self.status = status
+        outer = self
+
+        class H(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                raw = self.rfile.read(n)
+                outer.paths.append(self.path)
+                outer.headers.append(dict(self.headers))
+                outer.bodies.append(json.loads(raw))
+                body = b"{}"
+                self.send_response(outer.status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *a):
+                pass
+
+        self.srv = ThreadingHTTPServer(("127.0.0.1", self.port), H)
+        self.thread = threading.Thread(target=self.srv.serve_forever, daemon=True)
+        self.thread.start()
+        kpitest.on_cleanup(self.stop)
+
+    def stop(self):
+        if self.srv:
+            self.srv.shutdown()
+            self.srv.server_close()
+            self.srv = None
+
+    def spans(self):
+        """[(resource attrs dict, scope name, span)] over every body received."""
+        out = []
+        for b in self.bodies:
+            for rs in b["resourceSpans"]:
+                res = attrs(rs["resource"]["attributes"])
+                for ss in rs["scopeSpans"]:
+                    for sp in ss["spans"]:
+                        out.append((res, ss["scope"]["name"], sp))
+        return out
+
+    def wait_spans(self, pred, timeout=30):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred(self.spans()):
+                return
+            time.sleep(0.1)
+        raise AssertionError(f"receiver: condition not met in {timeout}s ({len(self.spans())} spans)")
+
+
+def attrs(lst):
+    """OTLP JSON attribute list -> {key: python value} (int64 strings -> int)."""
+    out = {}
+    for a in lst:
+        v = a["value"]
+        if "stringValue" in v:
+            out[a["key"]] = v["stringValue"]
+        elif "intValue" in v:
+            out[a["key"]] = int(v["intValue"])
+        elif "doubleValue" in v:
+            out[a["key"]] = float(v["doubleValue"])
+        elif "boolValue" in v:
+            out[a["key"]] = bool(v["boolValue"])
+        elif "arrayValue" in v:
+            out[a["key"]] = [x.get("stringValue") for x in v["arrayValue"].get("values", [])]
+        else:
+            raise AssertionError(f"attribute {a['key']}: unknown value {v}")
+    return out

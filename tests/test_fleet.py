@@ -1,0 +1,292 @@
+"""Fleet view, for real: a real Prometheus scrapes kpi-agent --metrics while
+load runs against kpi-infer, and its histogram_quantile() agrees with the
+SQLite trace; a receiver written here decodes kpi-agent --otlp spans field by
+field, and sees retries and drops while it is down."""
+import bisect, os, re, time, urllib.request
+
+import kpitest
+import agenttest as at
+import fleettest as ft
+
+TTFT = "gen_ai_server_time_to_first_token_seconds"
+# the conventions' buckets (agent/export_prom.c)
+TTFT_LE = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+           7.5, 10.0]
+PHASES = ("net_in", "queue", "prefill", "decode", "net_out")
+
+
+def _daemon(*args):
+    kpitest.require_root("kpi-agent")
+    at.require_built(at.INFER)
+    at.require_built(at.AGENT)
+    import servertest
+    return servertest.Daemon(*args)
+
+
+def _agent(db, pid, *args, env=None):
+    argv = [at.AGENT, "--db", db, "--flush-ms", "200", "--pid", str(pid), *map(str, args)]
+    a = kpitest.Proc(argv, env=env)
+    a.wait_line(f"attached to pid {pid}", timeout=60)
+    return a
+
+
+def _scrape(port):
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as r:
+        assert r.headers["Content-Type"].startswith("text/plain; version=0.0.4"), r.headers
+        return r.read().decode()
+
+
+def _bucket(v):
+    return bisect.bisect_left(TTFT_LE, v)
+
+
+def _ok(row):
+    return row["http_status"] == 200 and row["finish_reason"] in ("stop", "length")
+
+
+def test_fleet_prometheus_histogram_quantile_matches_trace():
+    """PromQL p99 TTFT over the agent's histogram vs the p99 from SQLite."""
+    daemon = _daemon("--max-seqs", 4, "--max-queue", 4)
+    d = ft.tmpdir("kpi-fleet-")
+    db = os.path.join(d, "trace.db")
+    mport = kpitest.free_port()
+    agent = _agent(db, daemon.p.pid, "--metrics", mport)
+    assert any(f"serving metrics on http://127.0.0.1:{mport}/metrics" in l for l in agent.lines)
+    prom = ft.Prometheus([f"127.0.0.1:{mport}"])
+    results = at.run_load(daemon.port, 200, threads=4, max_tokens=(1, 16))
+    results += at.burst(daemon.port, 40, max_tokens=24)
+    n429 = sum(1 for r in results if r.status == 429)
+    assert n429, "the burst got no 429"
+
+    time.sleep(0.5)     # the agent records a request at its last write's sys_exit
+    text = _scrape(mport)
+    parsed = ft.parse_text(text)
+    pid = daemon.p.pid
+    n_ok = ft.series(parsed, TTFT + "_count", pid=pid)
+    assert len(n_ok) == 1, f"one TTFT series for pid {pid}: {n_ok}"
+    # Prometheus has the same numbers once it scraped after the load
+    sel = f'{{job="kpi-agent",pid="{pid}"}}'
+    prom.wait_value(f"sum({TTFT}_count{sel})", n_ok[0])
+    prom.wait_value(f'sum(kpi_requests_total{{pid="{pid}",http_response_status_code="429"}})',
+                    n429)
+    p99_prom = prom.scalar(f"histogram_quantile(0.99, sum by (le) ({TTFT}_bucket{sel}))")
+    n_series = prom.scalar('count({job="kpi-agent"})')
+    # every query of the shipped Grafana dashboard parses and runs here
+    import json
+    dash = json.load(open(os.path.join(kpitest.ROOT, "docs", "grafana-kpiscope.json")))
+    for panel in dash["panels"]:
+        for t in panel.get("targets", []):
+            e = (t["expr"].replace("$__rate_interval", "1m").replace('=~"$job"', '=~"kpi-agent"')
+                 .replace('=~"$instance"', '=~".*"').replace('=~"$model"', '=~".*"'))
+            prom.query(e)
+    assert agent.stop() == 0, agent.lines[-20:]
+
+    rows = at.rows(db)
+    ok = [r for r in rows.values() if r["pid"] == pid and _ok(r)]
+    assert len(ok) == n_ok[0], f"trace has {len(ok)} successful requests, histogram {n_ok[0]}"
+    ttfts = sorted(r["ttft_ns"] / 1e9 for r in ok)
+    # the rank histogram_quantile interpolates in: ceil-free, q * count
+    p99_trace = at.pct(ttfts, 99)
+    b_prom, b_trace = _bucket(p99_prom), _bucket(p99_trace)
+    print(f"     p99 TTFT: PromQL {p99_prom * 1e3:.3f} ms (bucket {b_prom}), SQLite "
+          f"{p99_trace * 1e3:.3f} ms (bucket {b_trace}); {len(ok)} requests; "
+          f"{int(n_series)} series scraped")
+    assert abs(b_prom - b_trace) <= 1, (p99_prom, p99_trace)
+
+    # counters agree with the trace too
+    out_tokens = sum(r["output_tokens"] or 0 for r in rows.values() if r["pid"] == pid)
+    got = ft.series(parsed, "kpi_tokens_total", pid=pid, gen_ai_token_type="output")
+    assert got == [out_tokens], (got, out_tokens)
+    by_status = {}
+    for r in rows.values():
+        by_status[r["http_status"]] = by_status.get(r["http_status"], 0) + 1
+    for st, n in by_status.items():
+        assert sum(ft.series(parsed, "kpi_requests_total", pid=pid,
+                             http_response_status_code=st)) == n, st
+    for ph in PHASES:
+        cnt = ft.series(parsed, f"kpi_request_{'network_in' if ph == 'net_in' else 'network_out' if ph == 'net_out' else ph}_seconds_count", pid=pid)
+        want = sum(1 for r in rows.values() if r["pid"] == pid and r[ph + "_ns"] is not None)
+        assert cnt == [want], (ph, cnt, want)
+    # labels of the conventions, with the model the daemon reports
+    labels = [dict(l) for (n, l), _ in parsed.items() if n == TTFT + "_count"][0]
+    assert labels == {"gen_ai_operation_name": "chat", "gen_ai_request_model": daemon.model,
+                      "server_port": str(daemon.port), "pid": str(pid)}, labels
+    assert ft.series(parsed, "kpi_queue_depth", pid=pid), "no queue depth gauge"
+    assert ft.series(parsed, "kpi_agent_ringbuf_drops_total") == [0]
+
+
+test_fleet_prometheus_histogram_quantile_matches_trace.timeout = 300
+
+
+def _check_spans(spans, rows, daemon, mono_to_wall):
+    """Every field of every request's spans against its SQLite row."""
+    roots = {}
+    children = {}
+    for res, scope, sp in spans:
+        assert scope == "kpi-agent"
+        assert res == {"service.name": "kpi-infer", "process.pid": daemon.p.pid,
+                       "host.name": os.uname().nodename}, res
+        assert re.fullmatch(r"[0-9a-f]{32}", sp["traceId"]) and sp["traceId"] != "0" * 32
+        assert re.fullmatch(r"[0-9a-f]{16}", sp["spanId"]) and sp["spanId"] != "0" * 16
+        if "parentSpanId" in sp:
+            children.setdefault(sp["parentSpanId"], []).append(sp)
+        else:
+            a = ft.attrs(sp["attributes"])
+            rid = a["kpi.request_id"]
+            assert rid not in roots, f"{rid}: two root spans"
+            roots[rid] = (sp, a)
+    assert set(roots) == set(rows), (len(roots), len(rows))
+    for rid, (sp, a) in roots.items():
+        r = rows[rid]
+        assert sp["name"] == f"chat {daemon.model}", sp["name"]
+        assert sp["kind"] == 2
+        start, end = int(sp["startTimeUnixNano"]), int(sp["endTimeUnixNano"])
+        t0 = r["t_arrive_ns"] if r["t_arrive_ns"] is not None else r["t_admit_ns"]
+        # the exporter's monotonic->wall offset is its own reading: within 5 ms
+        assert abs(start - (t0 + mono_to_wall)) < 5_000_000, (rid, start, t0 + mono_to_wall)
+        if r["t_done_ns"] is not None:
+            assert end - start == r["t_done_ns"] - t0
+        want = {"gen_ai.operation.name": "chat", "gen_ai.system": "kpi-infer",
+                "gen_ai.request.model": daemon.model, "server.port": daemon.port,
+                "http.response.status_code": r["http_status"],
+                "http.request.header.x-request-id": [rid], "kpi.request_id": rid}
+        for k, col in (("gen_ai.usage.input_tokens", "prompt_tokens"),
+                       ("gen_ai.usage.output_tokens", "output_tokens"),
+                       ("kpi.preemptions", "preemptions"), ("kpi.itl_p50_ns", "itl_p50_ns"),
+                       ("kpi.itl_p99_ns", "itl_p99_ns"), ("kpi.itl_max_ns", "itl_max_ns"),
+                       ("kpi.srtt_us", "srtt_us"), ("kpi.runq_ns", "runq_ns")):
+            if r[col] is not None:
+                want[k] = r[col]
+        for k, col in (("gen_ai.server.time_to_first_token", "ttft_ns"),
+                       ("gen_ai.server.time_per_output_token", "tpot_ns"),
+                       ("gen_ai.server.request.duration", "e2e_ns")):
+            if r[col] is not None:
+                want[k] = round(r[col] / 1e9, 9)
+        if r["finish_reason"]:
+            want["gen_ai.response.finish_reasons"] = [r["finish_reason"]]
+        if r["http_status"] >= 400:
+            want["error.type"] = str(r["http_status"])
+        elif r["finish_reason"] in ("error", "cancelled"):
+            want["error.type"] = r["finish_reason"]
+        if r.get("reject_reason"):
+            want["kpi.reject_reason"] = r["reject_reason"]
+        got = dict(a)
+        assert got == want, (rid, got, want)
+        if r["http_status"] >= 500 or r["finish_reason"] == "error":
+            assert sp["status"]["code"] == 2
+        else:
+            assert "status" not in sp
+        # children: one per phase reached, contiguous, inside the root
+        kids = sorted(children.get(sp["spanId"], []), key=lambda s: int(s["startTimeUnixNano"]))
+        names = [k["name"] for k in kids]
+        assert names == [p for p in PHASES if r[p + "_ns"] is not None], (rid, names)
+        for k in kids:
+            assert k["traceId"] == sp["traceId"] and k["kind"] == 1
+            assert ft.attrs(k["attributes"]) == {"kpi.phase": k["name"]}
+            assert int(k["endTimeUnixNano"]) - int(k["startTimeUnixNano"]) == r[k["name"] + "_ns"]
+        for x, y in zip(kids, kids[1:]):
+            assert x["endTimeUnixNano"] == y["startTimeUnixNano"], rid
+        if kids and r["t_done_ns"] is not None:
+            assert kids[0]["startTimeUnixNano"] == sp["startTimeUnixNano"]
+            assert kids[-1]["endTimeUnixNano"] == sp["endTimeUnixNano"]
+    ids = [sp["spanId"] for _, _, sp in spans]
+    assert len(ids) == len(set(ids)), "span ids repeat"
+    assert len({sp["traceId"] for _, _, sp in spans if "parentSpanId" not in sp}) == len(roots)
+
+
+def _mono_to_wall(db):
+    import sqlite3
+    c = sqlite3.connect(db)
+    try:
+        return c.execute("SELECT mono_to_wall_ns FROM agent_runs ORDER BY 1 DESC LIMIT 1").fetchone()[0]
+    finally:
+        c.close()
+
+
+def test_fleet_otlp_spans_every_field():
+    daemon = _daemon("--max-seqs", 4, "--max-queue", 4)
+    d = ft.tmpdir("kpi-fleet-")
+    db = os.path.join(d, "trace.db")
+    rx = ft.Receiver()
+    agent = _agent(db, daemon.p.pid, "--otlp", f"http://127.0.0.1:{rx.port}",
+                   env={"OTEL_BSP_SCHEDULE_DELAY": "200"})
+    results = at.run_load(daemon.port, 40, threads=4, max_tokens=(1, 12))
+    results += at.burst(daemon.port, 30, max_tokens=24)
+    assert agent.stop() == 0, agent.lines[-20:]
+    # the trace is the source of truth: every row it has, the receiver has
+    rows = {k: v for k, v in at.rows(db).items() if v["pid"] == daemon.p.pid}
+    n = len(rows)
+    assert n >= len(results) - 2 and any(r["http_status"] == 429 for r in rows.values())
+    assert f"otlp: {n} requests exported, 0 dropped" in "\n".join(agent.lines), agent.lines[-5:]
+    assert set(rx.paths) == {"/v1/traces"}
+    assert all(h.get("Content-Type") == "application/json" for h in rx.headers)
+    _check_spans(rx.spans(), rows, daemon, _mono_to_wall(db))
+
+
+test_fleet_otlp_spans_every_field.timeout = 200
+
+
+def test_fleet_otlp_receiver_down_then_up():
+    """Started with the receiver down: retries with backoff, a full queue drops
+    (counted), and what stayed queued arrives once the receiver is up."""
+    daemon = _daemon()
+    d = ft.tmpdir("kpi-fleet-")
+    db = os.path.join(d, "trace.db")
+    rport, mport = kpitest.free_port(), kpitest.free_port()
+    agent = _agent(db, daemon.p.pid, "--otlp", f"http://127.0.0.1:{rport}", "--metrics", mport,
+                   env={"OTEL_BSP_SCHEDULE_DELAY": "50", "OTEL_BSP_MAX_QUEUE_SIZE": "8",
+                        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "4", "OTEL_EXPORTER_OTLP_TIMEOUT": "2000"})
+    results = at.run_load(daemon.port, 30, threads=1, max_tokens=(1, 4))
+    agent.wait_line("retrying with backoff", timeout=20)
+    time.sleep(0.5)
+    m = ft.parse_text(_scrape(mport))
+    full = ft.series(m, "kpi_otlp_requests_dropped_total", reason="queue_full")[0]
+    retries = ft.series(m, "kpi_otlp_export_retries_total")[0]
+    assert full >= 30 - 8 - 4, f"queue of 8 + a batch of 4 in flight: {full} dropped for full"
+    assert retries >= 1
+    assert ft.series(m, "kpi_otlp_requests_exported_total") == [0]
+    rx = ft.Receiver(port=rport)
+    want = 30 - int(full)
+    rx.wait_spans(lambda s: sum(1 for _, _, sp in s if "parentSpanId" not in sp) >= want,
+                  timeout=30)
+    agent.wait_line("works again", timeout=10)
+    assert agent.stop() == 0, agent.lines[-20:]
+    line = agent.wait_line("otlp: ")
+    assert line.startswith(f"otlp: {want} requests exported, {int(full)} dropped "
+                           f"({int(full)} queue full, 0 export failed)"), line
+    got = {ft.attrs(sp["attributes"])["kpi.request_id"] for _, _, sp in rx.spans()
+           if "parentSpanId" not in sp}
+    sent = {r.rid for r in results}
+    assert len(got) == want and got <= sent, (len(got), want)
+
+
+test_fleet_otlp_receiver_down_then_up.timeout = 200
+
+
+def test_fleet_flags_say_what_is_wrong():
+    """--metrics and --otlp mistakes are named before anything is loaded; a
+    taken port is named after."""
+    at.require_built(at.AGENT)
+    for args, want in ((["--metrics", "host:port"], "--metrics 'host:port' is not ADDR:PORT"),
+                       (["--metrics", "::1:9464"], "[ADDR]:PORT"),
+                       (["--otlp", "https://collector:4318"], "--otlp wants an http:// URL")):
+        p = kpitest.run([at.AGENT, *args])
+        assert p.returncode == 2 and want in p.stderr, (args, p.returncode, p.stderr)
+        assert "Try 'kpi-agent --help'" in p.stderr
+    h = kpitest.run([at.AGENT, "--help"]).stdout
+    assert "--metrics ADDR:PORT" in h and "--otlp URL" in h and "OTEL_BSP_MAX_QUEUE_SIZE" in h
+    kpitest.require_root("kpi-agent")
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    port = s.getsockname()[1]
+    d = ft.tmpdir("kpi-fleet-")
+    p = kpitest.run([at.AGENT, "--db", os.path.join(d, "t.db"), "--metrics", str(port),
+                     "--duration", "5"], timeout=60)
+    s.close()
+    assert p.returncode == 1 and f"--metrics {port}: cannot listen on 127.0.0.1:{port}: Address already in use" \
+        in p.stderr, (p.returncode, p.stderr)
+    p = kpitest.run([at.AGENT, "--db", os.path.join(d, "t.db"), "--otlp", "http://x"], timeout=60,
+                    env={**os.environ, "OTEL_BSP_MAX_QUEUE_SIZE": "0"})
+    assert p.returncode == 1 and "OTEL_BSP_MAX_QUEUE_SIZE wants an integer" in p.stderr, p.stderr

@@ -1,0 +1,82 @@
+/* test_agent_exit.c - requests in flight when their target exits
+ * (assemble_forget_pid): finished and written out -> a row with t_done = the
+ * last write and no status; anything else -> no row, counted as cut off. */
+#include "tests/unit/check.h"
+#include "agent/assemble.h"
+
+#define MAXREC 8
+static struct kpi_request_record got[MAXREC];
+static int n_got;
+
+static void on_req(void *ctx, const struct kpi_request_record *r)
+{
+	if (n_got < MAXREC)
+		got[n_got++] = *r;
+}
+
+static void ev(struct assembler *a, int type, uint64_t ts, uint64_t id, int fd, int x, int y,
+	       const char *rid)
+{
+	struct kpi_event e = { .type = (unsigned)type, .pid = 7, .ts = ts, .id = id, .fd = fd,
+			       .a = x, .b = y };
+	if (rid)
+		snprintf(e.reqid, sizeof(e.reqid), "%s", rid);
+	assemble_event(a, &e);
+}
+
+static void exit_cases(void)
+{
+	struct assembler *a = assemble_new();
+	struct kpi_sink s = { .request = on_req };
+	struct assemble_stats st;
+
+	assemble_add_sink(a, &s);
+	/* fd 5: finished, response written, killed before response__end */
+	ev(a, KPI_EV_ARRIVE, 100, 0, 5, 0, 0, NULL);
+	ev(a, KPI_EV_ADMIT, 110, 1, 5, 8, 16, "done-1");
+	ev(a, KPI_EV_SCHED, 120, 1, -1, 0, 0, NULL);
+	ev(a, KPI_EV_FIRST, 150, 1, -1, 0, 0, NULL);
+	ev(a, KPI_EV_FINISH, 300, 1, -1, 4, 1, NULL);
+	ev(a, KPI_EV_RESP_START, 310, 1, 5, 0, 0, NULL);
+	ev(a, KPI_EV_WRITE, 320, 0, 5, 0, 0, NULL);
+	/* fd 6: streamed tokens written, not finished: cut off by the exit */
+	ev(a, KPI_EV_ARRIVE, 200, 0, 6, 0, 0, NULL);
+	ev(a, KPI_EV_ADMIT, 210, 2, 6, 8, 16, "cut-2");
+	ev(a, KPI_EV_SCHED, 220, 2, -1, 0, 0, NULL);
+	ev(a, KPI_EV_FIRST, 250, 2, -1, 0, 0, NULL);
+	ev(a, KPI_EV_WRITE, 260, 0, 6, 0, 0, NULL);
+	/* fd 8: finished, nothing written after it: the client got nothing whole */
+	ev(a, KPI_EV_ARRIVE, 400, 0, 8, 0, 0, NULL);
+	ev(a, KPI_EV_ADMIT, 410, 3, 8, 8, 16, "unwritten-3");
+	ev(a, KPI_EV_FINISH, 500, 3, -1, 4, 1, NULL);
+	/* fd 9: rejected, error response written */
+	ev(a, KPI_EV_ARRIVE, 600, 0, 9, 0, 0, NULL);
+	ev(a, KPI_EV_REJECT, 610, 0, 9, 429, 1, "rej-4");
+	ev(a, KPI_EV_WRITE, 620, 0, 9, 0, 0, NULL);
+	CHECK(n_got == 0, "nothing complete before the exit, got %d", n_got);
+
+	assemble_forget_pid(a, 7);
+	assemble_stats(a, &st);
+	CHECK(n_got == 2, "2 rows at exit, got %d", n_got);
+	CHECK(st.exit_completed == 2 && st.exit_cut == 2, "completed %llu cut %llu",
+	      (unsigned long long)st.exit_completed, (unsigned long long)st.exit_cut);
+	for (int i = 0; i < n_got; i++) {
+		struct kpi_request_record *r = &got[i];
+		if (!strcmp(r->request_id, "done-1")) {
+			CHECK(r->t_done == 320 && r->e2e == 220, "done-1 t_done %lld e2e %lld",
+			      (long long)r->t_done, (long long)r->e2e);
+			CHECK(r->http_status == KPI_NULL, "no response__end: status unknown");
+			CHECK(r->output_tokens == 4, "output_tokens %lld", (long long)r->output_tokens);
+		} else {
+			CHECK(!strcmp(r->request_id, "rej-4") && r->http_status == 429,
+			      "unexpected row %s status %lld", r->request_id, (long long)r->http_status);
+		}
+	}
+	assemble_free(a);
+}
+
+int main(void)
+{
+	RUN(exit_cases);
+	return CHECK_DONE();
+}

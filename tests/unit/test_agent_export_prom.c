@@ -1,0 +1,351 @@
+/* test_agent_export_prom.c - the Prometheus exporter: bucket placement under
+ * the le (<=) rule with the GenAI conventions' boundaries, the text format
+ * (HELP/TYPE, cumulative buckets, +Inf = count, exact sums, labels), and the
+ * loopback HTTP server that serves it. */
+#include <math.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "tests/unit/check.h"
+#include "agent/export_ident.h"
+#include "agent/export_prom.h"
+#include "agent/http_serve.h"
+
+static struct kpi_request_record req(const char *rid, int64_t ttft_ms, int status, const char *fin)
+{
+	struct kpi_request_record r = { .pid = (uint32_t)getpid(), .seq_id = 1 };
+	snprintf(r.request_id, sizeof(r.request_id), "%s", rid);
+	int64_t ms = 1000000;
+	r.t_arrive = 1000 * ms;
+	r.net_in = 1 * ms;
+	r.t_admit = r.t_arrive + r.net_in;
+	r.http_status = status;
+	r.finish_reason = fin;
+	r.tpot = r.itl_p50 = r.itl_p99 = r.itl_max = r.preemptions = r.srtt_us = r.runq_ns = KPI_NULL;
+	r.t_sched = r.t_first = r.t_last = r.t_first_write = KPI_NULL;
+	r.queue = r.prefill = r.decode = KPI_NULL;
+	if (status >= 400) {
+		r.net_out = 2 * ms;
+		r.t_done = r.t_admit + r.net_out;
+		r.e2e = r.t_done - r.t_arrive;
+		r.ttft = KPI_NULL;
+		r.prompt_tokens = KPI_NULL;
+		r.output_tokens = 0;
+		return r;
+	}
+	r.queue = 3 * ms;
+	r.prefill = ttft_ms * ms - r.net_in - r.queue;
+	r.decode = 40 * ms;
+	r.net_out = 1 * ms;
+	r.t_sched = r.t_admit + r.queue;
+	r.t_first = r.t_sched + r.prefill;
+	r.t_first_write = r.t_arrive + ttft_ms * ms;
+	r.t_last = r.t_first + r.decode;
+	r.t_done = r.t_last + r.net_out;
+	r.ttft = ttft_ms * ms;
+	r.e2e = r.t_done - r.t_arrive;
+	r.prompt_tokens = 7;
+	r.output_tokens = 5;
+	r.tpot = 10 * ms;
+	return r;
+}
+
+static char *render(struct prom_exporter *p)
+{
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	CHECK(prom_render(p, f) == 0, "render failed");
+	fclose(f);
+	return buf;
+}
+
+/* The value of the exact series line "name{labels} v" (labels as printed). */
+static double value_of(const char *text, const char *series)
+{
+	size_t n = strlen(series);
+	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL)
+		if (!strncmp(l, series, n) && l[n] == ' ')
+			return strtod(l + n + 1, NULL);
+	return NAN;
+}
+
+static void conventions_buckets(void)
+{
+	static const double ttft[] = { 0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5,
+				       0.75, 1.0, 2.5, 5.0, 7.5, 10.0 };
+	static const double tpot[] = { 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5,
+				       0.75, 1.0, 2.5 };
+	static const double dur[] = { 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
+				      10.24, 20.48, 40.96, 81.92 };
+	struct { const char *name; const double *le; int n; } want[] = {
+		{ "gen_ai_server_time_to_first_token_seconds", ttft, 16 },
+		{ "gen_ai_server_time_per_output_token_seconds", tpot, 13 },
+		{ "gen_ai_server_request_duration_seconds", dur, 14 },
+	};
+	prom_free(prom_new());
+	for (int i = 0; i < 3; i++) {
+		const struct prom_buckets *b = prom_buckets_of(want[i].name);
+		CHECK(b, "%s: no such family", want[i].name);
+		CHECK(b->n == want[i].n, "%s: %d bounds", want[i].name, b->n);
+		for (int k = 0; k < b->n; k++)
+			CHECK(b->le[k] == want[i].le[k], "%s le[%d] = %g", want[i].name, k, b->le[k]);
+	}
+}
+
+static void bucket_placement_le_rule(void)
+{
+	const char *fams[] = { "gen_ai_server_time_to_first_token_seconds",
+			       "gen_ai_server_time_per_output_token_seconds",
+			       "gen_ai_server_request_duration_seconds",
+			       "kpi_request_network_in_seconds", "kpi_request_queue_seconds",
+			       "kpi_request_prefill_seconds", "kpi_request_decode_seconds",
+			       "kpi_request_network_out_seconds" };
+	prom_free(prom_new());
+	for (size_t f = 0; f < sizeof(fams) / sizeof(fams[0]); f++) {
+		const struct prom_buckets *b = prom_buckets_of(fams[f]);
+		CHECK(b, "%s missing", fams[f]);
+		CHECK(prom_bucket_index(b, 0) == 0, "%s: 0 not in the first bucket", fams[f]);
+		for (int k = 0; k < b->n; k++) {
+			int64_t le = b->le_ns[k];
+			CHECK(le == llround(b->le[k] * 1e9), "%s: le_ns[%d]", fams[f], k);
+			CHECK(k == 0 || le > b->le_ns[k - 1], "%s: bounds not ascending at %d", fams[f], k);
+			/* exactly on a bound: that bucket (le means <=); 1 ns more: the next */
+			CHECK(prom_bucket_index(b, le) == k, "%s: %lld ns -> %d, want %d", fams[f],
+			      (long long)le, prom_bucket_index(b, le), k);
+			CHECK(prom_bucket_index(b, le + 1) == k + 1, "%s: %lld+1 ns", fams[f], (long long)le);
+			CHECK(prom_bucket_index(b, le - 1) == k, "%s: %lld-1 ns", fams[f], (long long)le);
+		}
+		CHECK(prom_bucket_index(b, INT64_MAX) == b->n, "%s: huge value not in +Inf", fams[f]);
+	}
+}
+
+static void format_double_roundtrips(void)
+{
+	char buf[32];
+	const double v[] = { 0.1, 0.001, 1e-05, 2.5e-05, 81.92, 0.3, 1.0 / 3, 123456789.123 };
+	const char *want[] = { "0.1", "0.001", "1e-05", "2.5e-05", "81.92", "0.3", NULL, NULL };
+	for (size_t i = 0; i < sizeof(v) / sizeof(v[0]); i++) {
+		prom_format_double(buf, sizeof(buf), v[i]);
+		CHECK(strtod(buf, NULL) == v[i], "%s does not read back as %.17g", buf, v[i]);
+		CHECK(!want[i] || !strcmp(buf, want[i]), "%g printed %s", v[i], buf);
+	}
+	prom_format_double(buf, sizeof(buf), INFINITY);
+	CHECK(!strcmp(buf, "+Inf"), "%s", buf);
+	prom_format_double(buf, sizeof(buf), NAN);
+	CHECK(!strcmp(buf, "NaN"), "%s", buf);
+}
+
+static void exposition_text(void)
+{
+	struct prom_exporter *p = prom_new();
+	struct kpi_sink s = prom_sink(p);
+	char lab[256], line[512];
+	struct kpi_request_record r;
+
+	/* TTFTs 1 ms (on the first bound), 30 ms, 30 ms, 20 s (+Inf); one 429 */
+	r = req("a", 1, 200, "stop");   s.request(s.ctx, &r);
+	r = req("b", 30, 200, "length"); s.request(s.ctx, &r);
+	r = req("c", 30, 200, "stop");  s.request(s.ctx, &r);
+	r = req("d", 20000, 200, "stop"); s.request(s.ctx, &r);
+	r = req("e", 0, 429, NULL);     s.request(s.ctx, &r);
+	struct kpi_sample_record smp = { .pid = (uint32_t)getpid(), .queue_depth = 3, .running = 2,
+					 .kv_used = 10, .kv_free = 30, .kv_usage = 0.25, .drops = 7 };
+	s.sample(s.ctx, &smp);
+	char *t = render(p);
+
+	snprintf(lab, sizeof(lab), "gen_ai_operation_name=\"chat\",gen_ai_request_model=\"unknown\","
+		 "server_port=\"0\",pid=\"%d\"", getpid());
+	const char *h = "gen_ai_server_time_to_first_token_seconds";
+	CHECK(strstr(t, "# HELP gen_ai_server_time_to_first_token_seconds "), "no HELP");
+	CHECK(strstr(t, "# TYPE gen_ai_server_time_to_first_token_seconds histogram\n"), "no TYPE");
+	CHECK(strstr(t, "# TYPE kpi_requests_total counter\n"), "no counter TYPE");
+	CHECK(strstr(t, "# TYPE kpi_queue_depth gauge\n"), "no gauge TYPE");
+	struct { const char *le; double n; } cum[] = {
+		{ "0.001", 1 }, { "0.005", 1 }, { "0.02", 1 }, { "0.04", 3 }, { "10", 3 }, { "+Inf", 4 },
+	};
+	for (size_t i = 0; i < sizeof(cum) / sizeof(cum[0]); i++) {
+		snprintf(line, sizeof(line), "%s_bucket{%s,le=\"%s\"}", h, lab, cum[i].le);
+		CHECK(value_of(t, line) == cum[i].n, "%s = %g, want %g", line, value_of(t, line), cum[i].n);
+	}
+	snprintf(line, sizeof(line), "%s_count{%s}", h, lab);
+	CHECK(value_of(t, line) == 4, "%s = %g (the 429 is no success)", line, value_of(t, line));
+	snprintf(line, sizeof(line), "%s_sum{%s}", h, lab);
+	CHECK(fabs(value_of(t, line) - 20.061) < 1e-12, "%s = %.17g", line, value_of(t, line));
+
+	/* request duration: successes without error_type, the 429 with it */
+	snprintf(line, sizeof(line), "gen_ai_server_request_duration_seconds_count{%s}", lab);
+	CHECK(value_of(t, line) == 4, "%s", line);
+	snprintf(line, sizeof(line), "gen_ai_server_request_duration_seconds_bucket{%s,error_type=\"429\","
+		 "le=\"0.01\"}", lab);
+	CHECK(value_of(t, line) == 1, "%s = %g", line, value_of(t, line));
+	/* phases: the 429 reached net_in and net_out only */
+	snprintf(line, sizeof(line), "kpi_request_network_in_seconds_count{%s}", lab);
+	CHECK(value_of(t, line) == 5, "%s", line);
+	snprintf(line, sizeof(line), "kpi_request_queue_seconds_count{%s}", lab);
+	CHECK(value_of(t, line) == 4, "%s", line);
+	snprintf(line, sizeof(line), "kpi_request_queue_seconds_bucket{%s,le=\"0.0025\"}", lab);
+	CHECK(value_of(t, line) == 0, "3 ms is above 2.5 ms: %s", line);
+	snprintf(line, sizeof(line), "kpi_request_queue_seconds_bucket{%s,le=\"0.005\"}", lab);
+	CHECK(value_of(t, line) == 4, "%s", line);
+
+	snprintf(line, sizeof(line), "kpi_requests_total{%s,http_response_status_code=\"200\","
+		 "gen_ai_response_finish_reason=\"stop\"}", lab);
+	CHECK(value_of(t, line) == 3, "%s = %g", line, value_of(t, line));
+	snprintf(line, sizeof(line), "kpi_requests_total{%s,http_response_status_code=\"429\","
+		 "error_type=\"429\"}", lab);
+	CHECK(value_of(t, line) == 1, "%s", line);
+	snprintf(line, sizeof(line), "kpi_tokens_total{%s,gen_ai_token_type=\"output\"}", lab);
+	CHECK(value_of(t, line) == 20, "%s", line);
+	snprintf(line, sizeof(line), "kpi_tokens_total{%s,gen_ai_token_type=\"input\"}", lab);
+	CHECK(value_of(t, line) == 28, "%s", line);
+
+	char glab[200];
+	snprintf(glab, sizeof(glab), "gen_ai_request_model=\"unknown\",server_port=\"0\",pid=\"%d\"",
+		 getpid());
+	snprintf(line, sizeof(line), "kpi_queue_depth{%s}", glab);
+	CHECK(value_of(t, line) == 3, "%s", line);
+	snprintf(line, sizeof(line), "kpi_running_requests{%s}", glab);
+	CHECK(value_of(t, line) == 2, "%s", line);
+	snprintf(line, sizeof(line), "kpi_kv_cache_usage_ratio{%s}", glab);
+	CHECK(value_of(t, line) == 0.25, "%s", line);
+	CHECK(value_of(t, "kpi_agent_ringbuf_drops_total") == 7, "drops");
+
+	/* every sample line's family was typed before it; buckets never decrease */
+	double prev = -1;
+	char fam[128] = "";
+	for (char *l = t; *l; ) {
+		char *nl = strchr(l, '\n');
+		CHECK(nl, "last line lacks a newline");
+		*nl = 0;
+		if (!strncmp(l, "# TYPE ", 7)) {
+			sscanf(l + 7, "%127s", fam);
+			prev = -1;
+		} else if (l[0] != '#') {
+			CHECK(!strncmp(l, fam, strlen(fam)), "'%s' outside its family %s", l, fam);
+			if (strstr(l, "_bucket{")) {
+				double v = strtod(strrchr(l, ' ') + 1, NULL);
+				if (strstr(l, "le=\"+Inf\"") == NULL)
+					CHECK(v >= prev || prev < 0, "bucket decreased: %s", l);
+				prev = strstr(l, "le=\"+Inf\"") ? -1 : v;
+			}
+		}
+		l = nl + 1;
+	}
+	free(t);
+	prom_free(p);
+}
+
+static int body_render(void *ctx, FILE *out)
+{
+	fputs((const char *)ctx, out);
+	return 0;
+}
+
+static int get(int port, const char *req, char *resp, size_t len)
+{
+	int fd = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	size_t got = 0;
+	ssize_t n;
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)))
+		return -1;
+	if (write(fd, req, strlen(req)) != (ssize_t)strlen(req))
+		return -1;
+	while (got < len - 1 && (n = read(fd, resp + got, len - 1 - got)) > 0)
+		got += (size_t)n;
+	resp[got] = 0;
+	close(fd);
+	return (int)got;
+}
+
+static void http_server_on_loopback(void)
+{
+	char host[64], err[256], resp[4096];
+	int port;
+	CHECK(http_serve_parse_addr("9464", host, sizeof(host), &port, err, sizeof(err)) == 0 &&
+	      !strcmp(host, "127.0.0.1") && port == 9464, "bare port");
+	CHECK(http_serve_parse_addr("0.0.0.0:80", host, sizeof(host), &port, err, sizeof(err)) == 0 &&
+	      !strcmp(host, "0.0.0.0") && port == 80, "addr:port");
+	CHECK(http_serve_parse_addr("[::1]:9", host, sizeof(host), &port, err, sizeof(err)) == 0 &&
+	      !strcmp(host, "::1") && port == 9, "[v6]:port");
+	CHECK(http_serve_parse_addr("x:70000", host, sizeof(host), &port, err, sizeof(err)) < 0 &&
+	      strstr(err, "ADDR:PORT"), "bad port accepted");
+	CHECK(http_serve_parse_addr("::1:9", host, sizeof(host), &port, err, sizeof(err)) < 0, "v6 without []");
+
+	struct http_server *s = http_serve_start("0", body_render, "m 1\n", err, sizeof(err));
+	CHECK(s, "%s", err);
+	const char *b = http_serve_bound(s);
+	CHECK(!strncmp(b, "127.0.0.1:", 10), "bound %s", b);
+	port = atoi(b + 10);
+	CHECK(get(port, "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n", resp, sizeof(resp)) > 0, "no answer");
+	CHECK(!strncmp(resp, "HTTP/1.1 200 OK\r\n", 17), "%s", resp);
+	CHECK(strstr(resp, "Content-Type: text/plain; version=0.0.4"), "%s", resp);
+	CHECK(strstr(resp, "Content-Length: 4\r\n") && strstr(resp, "\r\n\r\nm 1\n"), "%s", resp);
+	get(port, "GET /metrics?x=1 HTTP/1.0\r\n\r\n", resp, sizeof(resp));
+	CHECK(!strncmp(resp, "HTTP/1.1 200", 12), "query string: %s", resp);
+	get(port, "HEAD /metrics HTTP/1.1\r\n\r\n", resp, sizeof(resp));
+	CHECK(!strncmp(resp, "HTTP/1.1 200", 12) && strstr(resp, "\r\n\r\n")[4] == 0, "HEAD: %s", resp);
+	get(port, "GET /nope HTTP/1.1\r\n\r\n", resp, sizeof(resp));
+	CHECK(!strncmp(resp, "HTTP/1.1 404", 12) && strstr(resp, "\"error\""), "%s", resp);
+	get(port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", resp, sizeof(resp));
+	CHECK(!strncmp(resp, "HTTP/1.1 405", 12) && strstr(resp, "Allow: GET, HEAD"), "%s", resp);
+	get(port, "garbage\r\n\r\n", resp, sizeof(resp));
+	CHECK(!strncmp(resp, "HTTP/1.1 400", 12), "%s", resp);
+	char big[10000];
+	memset(big, 'a', sizeof(big) - 1);
+	big[sizeof(big) - 1] = 0;
+	memcpy(big, "GET /metrics HTTP/1.1\r\nX: ", 26);
+	get(port, big, resp, sizeof(resp));
+	CHECK(!strncmp(resp, "HTTP/1.1 431", 12), "%s", resp);
+	http_serve_stop(s);
+	CHECK(get(port, "GET /metrics HTTP/1.1\r\n\r\n", resp, sizeof(resp)) < 0, "still listening");
+}
+
+static void wr_str(FILE *f, const char *s)
+{
+	uint64_t n = strlen(s);
+	fwrite(&n, 8, 1, f);
+	fwrite(s, 1, n, f);
+}
+
+static void gguf_general_name(void)
+{
+	char path[] = "/tmp/test-agent-export-XXXXXX", name[128];
+	int fd = mkstemp(path);
+	FILE *f = fdopen(fd, "wb");
+	uint32_t u32;
+	uint64_t u64;
+
+	CHECK(f, "temp file");
+	fwrite("GGUF", 1, 4, f);
+	u32 = 3; fwrite(&u32, 4, 1, f);                 /* version */
+	u64 = 0; fwrite(&u64, 8, 1, f);                 /* tensors */
+	u64 = 4; fwrite(&u64, 8, 1, f);                 /* kvs */
+	wr_str(f, "general.architecture"); u32 = 8; fwrite(&u32, 4, 1, f); wr_str(f, "llama");
+	wr_str(f, "x.layers"); u32 = 4; fwrite(&u32, 4, 1, f); fwrite(&u32, 4, 1, f);
+	wr_str(f, "x.vocab"); u32 = 9; fwrite(&u32, 4, 1, f); u32 = 8; fwrite(&u32, 4, 1, f);
+	u64 = 2; fwrite(&u64, 8, 1, f); wr_str(f, "a"); wr_str(f, "bc");
+	wr_str(f, "general.name"); u32 = 8; fwrite(&u32, 4, 1, f); wr_str(f, "kpiscope-tiny-s0");
+	fclose(f);
+	int rc = export_ident_gguf_name(path, name, sizeof(name));
+	CHECK(rc == 0 && !strcmp(name, "kpiscope-tiny-s0"), "rc %d name '%s'", rc, rc ? "" : name);
+	/* truncated: no name, no crash */
+	CHECK(truncate(path, 60) == 0, "truncate");
+	CHECK(export_ident_gguf_name(path, name, sizeof(name)) < 0, "truncated file gave a name");
+	unlink(path);
+	CHECK(export_ident_gguf_name(path, name, sizeof(name)) < 0, "missing file gave a name");
+}
+
+int main(void)
+{
+	RUN(gguf_general_name);
+	RUN(conventions_buckets);
+	RUN(bucket_placement_le_rule);
+	RUN(format_double_roundtrips);
+	RUN(exposition_text);
+	RUN(http_server_on_loopback);
+	return CHECK_DONE();
+}
