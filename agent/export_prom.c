@@ -177,8 +177,8 @@ static struct target *target_of(struct prom_exporter *p, uint32_t pid)
 static void error_type(const struct kpi_request_record *r, char *out, size_t len)
 {
 	out[0] = 0;
-	if (r->http_status != KPI_NULL && r->http_status >= 400)
-		snprintf(out, len, "%lld", (long long)r->http_status);
+	if (r->http_status != KPI_NULL && r->http_status >= 400 && r->http_status <= 999)
+		snprintf(out, len, "%d", (int)r->http_status);
 	else if (r->finish_reason && !strcmp(r->finish_reason, "error"))
 		snprintf(out, len, "error");
 	else if (r->finish_reason && !strcmp(r->finish_reason, "cancelled"))

@@ -658,6 +658,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	bpf_map__set_max_entries(ag.skel->maps.events, (__u32)env.ringbuf_mb << 20);
+	/* a quarter full wakes us early; otherwise we drain on the loop's clock */
+	ag.skel->rodata->wakeup_bytes = ((__u64)env.ringbuf_mb << 20) / 4;
 	choose_programs(&ag);
 	r = kpi_bpf__load(ag.skel);
 	if (r) {
@@ -731,6 +733,9 @@ int main(int argc, char **argv)
 			fprintf(stderr, "kpi-agent: polling the ring buffer failed: %s\n", strerror(-r));
 			goto cleanup;
 		}
+		/* events are submitted without a wake-up until the ring fills up:
+		 * a poll that timed out has not read them */
+		ring_buffer__consume(ag.rb);
 		now = now_ns();
 		if (env.duration > 0 && now - start >= (uint64_t)(env.duration * 1e9))
 			break;

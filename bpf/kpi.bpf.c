@@ -152,10 +152,16 @@ static __always_inline struct kpi_event *ev_new(__u32 type, __u32 tgid, __u64 ts
 	return e;
 }
 
+/* Wake the agent only once this much is waiting (0: every event). The agent
+ * drains on its own clock, at least every --flush-ms: a wake-up per event
+ * would put a context switch on the traced daemon's path for every token. */
+const volatile __u64 wakeup_bytes = 0;
+
 static __always_inline void ev_send(struct kpi_event *e)
 {
 	count(KPI_CNT_EVENTS);
-	bpf_ringbuf_submit(e, 0);
+	__u64 waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	bpf_ringbuf_submit(e, waiting >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
 static __always_inline __u64 conn_key(__u32 tgid, int fd)
