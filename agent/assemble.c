@@ -102,7 +102,7 @@ struct req {
 	uint64_t t_arrive, t_read, t_admit, t_sched, t_first, t_last, t_resp_start, t_resp_end;
 	int arrive_src, srtt_us;
 	uint64_t runq0, runq1;
-	int prompt, max_tokens, output_tokens, finish_reason, http_status, reject_reason, preemptions;
+	int prompt, max_tokens, operation, output_tokens, finish_reason, http_status, reject_reason, preemptions;
 	uint64_t *writes;
 	size_t n_writes, cap_writes;
 };
@@ -352,6 +352,7 @@ static void req_complete(struct assembler *a, struct req *r)
 	rec.arrive_src = r->arrive_src;
 	rec.finish_reason = r->finished ? finish_name(r->finish_reason) : (r->cancelled ? "cancelled" : NULL);
 	rec.reject_reason = r->rejected ? kpi_reject_reason_name(r->reject_reason) : NULL;
+	rec.operation = r->admitted ? kpi_operation_name(r->operation) : NULL;
 	rec.token_writes = tok;
 	rec.n_token_writes = n_tok;
 
@@ -464,6 +465,7 @@ void assemble_event(struct assembler *a, const struct kpi_event *e)
 			r->has_id = true;
 			r->prompt = e->a;
 			r->max_tokens = e->b;
+			r->operation = e->c;
 			map_put(&a->by_id, e->pid, e->id, r);
 		} else {
 			r->rejected = true;

@@ -6,11 +6,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The probes do not say which endpoint a request came through
- * (/v1/chat/completions or /v1/completions): every request is labelled with
- * this gen_ai.operation.name.  One place to change it. */
-#define EXPORT_OPERATION_NAME "chat"
-
 struct export_ident {
 	char model[128];        /* GGUF general.name, else the model file's name */
 	int port;               /* lowest TCP port the process listens on; 0: none */

@@ -64,8 +64,10 @@ void otlp_item_fill(struct otlp_item *it, const struct kpi_request_record *r)
 	it->r.n_token_writes = 0;
 	snprintf(it->finish, sizeof(it->finish), "%s", r->finish_reason ? r->finish_reason : "");
 	snprintf(it->reject, sizeof(it->reject), "%s", r->reject_reason ? r->reject_reason : "");
+	snprintf(it->operation, sizeof(it->operation), "%s", r->operation ? r->operation : "");
 	it->r.finish_reason = NULL;
 	it->r.reject_reason = NULL;
+	it->r.operation = NULL;
 }
 
 /* A JSON string; bytes outside printable ASCII become \u00XX so that any
@@ -180,9 +182,16 @@ static void encode_request(FILE *out, const struct otlp_item *it, int64_t off, c
 		snprintf(err, sizeof(err), "%s", it->finish);
 	failed = (r->http_status != KPI_NULL && r->http_status >= 500) || !strcmp(it->finish, "error");
 
-	span_head(out, trace, root, NULL, EXPORT_OPERATION_NAME, it->id.model, 2, start, end, off);
+	/* the conventions' span name "{gen_ai.operation.name} {gen_ai.request.model}";
+	 * a request refused before admission has no known endpoint: no operation
+	 * attribute, and the HTTP conventions' name for an unknown route, "HTTP" */
+	if (it->operation[0])
+		span_head(out, trace, root, NULL, it->operation, it->id.model, 2, start, end, off);
+	else
+		span_head(out, trace, root, NULL, "HTTP", NULL, 2, start, end, off);
 	fputs(",\"attributes\":[", out);
-	attr_str(out, &first, "gen_ai.operation.name", EXPORT_OPERATION_NAME);
+	if (it->operation[0])
+		attr_str(out, &first, "gen_ai.operation.name", it->operation);
 	attr_str(out, &first, "gen_ai.system", "kpi-infer");
 	attr_str(out, &first, "gen_ai.request.model", it->id.model);
 	attr_int(out, &first, "gen_ai.usage.input_tokens", r->prompt_tokens);

@@ -30,6 +30,7 @@ int otlp_config_from_env(struct otlp_config *c, char *err, size_t errlen);
 struct otlp_item {
 	struct kpi_request_record r;    /* pointers cleared; strings below */
 	char finish[16], reject[32];
+	char operation[24];             /* gen_ai.operation.name; "" when not admitted */
 	struct export_ident id;
 };
 

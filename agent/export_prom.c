@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "daemon/kpi_reasons.h"
 #include "export_ident.h"
 #include "export_prom.h"
 
@@ -109,16 +110,25 @@ struct outcome {
 	uint64_t n;
 };
 
-struct target {
-	uint32_t pid;
-	struct export_ident id;
-	uint64_t last_seen;             /* CLOCK_MONOTONIC ns of the last record */
+/* The request series of one process and one gen_ai.operation.name (index:
+ * enum kpi_operation; KPI_OP_NONE holds requests refused before admission,
+ * rendered without the label). */
+struct opstats {
+	bool used;                      /* a request was counted: render the series */
 	struct hist ttft, tpot, phase[N_PHASES];
 	struct { char error[16]; struct hist h; } dur[PROM_MAX_ERRTYPES];
 	int n_dur;
 	struct outcome out[PROM_MAX_OUTCOMES];
 	int n_out;
-	uint64_t tokens_in, tokens_out, preemptions;
+	uint64_t tokens_in, tokens_out;
+};
+
+struct target {
+	uint32_t pid;
+	struct export_ident id;
+	uint64_t last_seen;             /* CLOCK_MONOTONIC ns of the last record */
+	struct opstats op[KPI_OP__COUNT];
+	uint64_t preemptions;
 	bool sampled;
 	int queue_depth, running;
 	int64_t kv_used, kv_free;
@@ -185,6 +195,15 @@ static void error_type(const struct kpi_request_record *r, char *out, size_t len
 		snprintf(out, len, "cancelled");
 }
 
+/* enum kpi_operation of a record's gen_ai.operation.name; KPI_OP_NONE if absent. */
+static int op_index(const char *operation)
+{
+	for (int k = 1; operation && k < KPI_OP__COUNT; k++)
+		if (!strcmp(operation, kpi_operation_name(k)))
+			return k;
+	return KPI_OP_NONE;
+}
+
 static void on_request(void *ctx, const struct kpi_request_record *r)
 {
 	struct prom_exporter *p = ctx;
@@ -195,9 +214,11 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 
 	error_type(r, err, sizeof(err));
 	pthread_mutex_lock(&p->lock);
-	struct target *t = target_of(p, r->pid);
-	t->id = *id;
-	t->last_seen = mono_ns();
+	struct target *tg = target_of(p, r->pid);
+	tg->id = *id;
+	tg->last_seen = mono_ns();
+	struct opstats *t = &tg->op[op_index(r->operation)];
+	t->used = true;
 	if (!err[0]) {
 		hist_add(&t->ttft, &b_ttft, r->ttft);
 		if (r->output_tokens != KPI_NULL && r->output_tokens > 1)
@@ -329,14 +350,15 @@ static void put_label(FILE *out, const char *name, const char *v, bool *first)
 	fputc('"', out);
 }
 
-/* with_op: the request metrics carry gen_ai_operation_name, gauges do not */
-static void put_target_labels(FILE *out, const struct target *t, bool with_op, bool *first)
+/* op: enum kpi_operation of a request series; gauges and requests refused
+ * before admission (KPI_OP_NONE) carry no gen_ai_operation_name */
+static void put_target_labels(FILE *out, const struct target *t, int op, bool *first)
 {
 	char port[16], pid[16];
 	snprintf(port, sizeof(port), "%d", t->id.port);
 	snprintf(pid, sizeof(pid), "%u", t->pid);
-	if (with_op)
-		put_label(out, "gen_ai_operation_name", EXPORT_OPERATION_NAME, first);
+	if (kpi_operation_name(op))
+		put_label(out, "gen_ai_operation_name", kpi_operation_name(op), first);
 	put_label(out, "gen_ai_request_model", t->id.model[0] ? t->id.model : "unknown", first);
 	put_label(out, "server_port", port, first);
 	put_label(out, "pid", pid, first);
@@ -347,13 +369,15 @@ static void family(FILE *out, const char *name, const char *type, const char *he
 	fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void put_hist(FILE *out, const struct prom_buckets *b, const struct target *t,
+static void put_hist(FILE *out, const struct prom_buckets *b, const struct target *t, int op,
 		     const struct hist *h, const char *error)
 {
 	uint64_t cum = 0;
 	char le[32], sum[32];
 	bool first;
 
+	if (!t->op[op].used || (op == KPI_OP_NONE && !h->count))
+		return;         /* no empty series for refused requests' missing values */
 	for (int k = 0; k <= b->n; k++) {
 		cum += h->counts[k];
 		if (k < b->n)
@@ -362,7 +386,7 @@ static void put_hist(FILE *out, const struct prom_buckets *b, const struct targe
 			snprintf(le, sizeof(le), "+Inf");
 		first = true;
 		fprintf(out, "%s_bucket{", b->name);
-		put_target_labels(out, t, true, &first);
+		put_target_labels(out, t, op, &first);
 		if (error && error[0])
 			put_label(out, "error_type", error, &first);
 		put_label(out, "le", le, &first);
@@ -372,7 +396,7 @@ static void put_hist(FILE *out, const struct prom_buckets *b, const struct targe
 	for (int k = 0; k < 2; k++) {
 		first = true;
 		fprintf(out, "%s_%s{", b->name, k ? "count" : "sum");
-		put_target_labels(out, t, true, &first);
+		put_target_labels(out, t, op, &first);
 		if (error && error[0])
 			put_label(out, "error_type", error, &first);
 		if (k)
@@ -388,7 +412,7 @@ static void put_gauge_line(FILE *out, const char *name, const struct target *t, 
 	bool first = true;
 	prom_format_double(val, sizeof(val), v);
 	fprintf(out, "%s{", name);
-	put_target_labels(out, t, false, &first);
+	put_target_labels(out, t, KPI_OP_NONE, &first);
 	fprintf(out, "} %s\n", val);
 }
 
@@ -410,32 +434,38 @@ int prom_render(struct prom_exporter *p, FILE *out)
 	pthread_mutex_lock(&p->lock);
 	evict_quiet(p, now);
 
+/* every (target, operation) pair: i the target, op its enum kpi_operation */
+#define FOR_OPS(p, i, op) \
+	for (int i = 0; i < (p)->n; i++) \
+		for (int op = 0; op < KPI_OP__COUNT; op++)
+
 	family(out, b_ttft.name, "histogram", b_ttft.help);
-	for (int i = 0; i < p->n; i++)
-		put_hist(out, &b_ttft, &p->t[i], &p->t[i].ttft, NULL);
+	FOR_OPS(p, i, op)
+		put_hist(out, &b_ttft, &p->t[i], op, &p->t[i].op[op].ttft, NULL);
 	family(out, b_tpot.name, "histogram", b_tpot.help);
-	for (int i = 0; i < p->n; i++)
-		put_hist(out, &b_tpot, &p->t[i], &p->t[i].tpot, NULL);
+	FOR_OPS(p, i, op)
+		put_hist(out, &b_tpot, &p->t[i], op, &p->t[i].op[op].tpot, NULL);
 	family(out, b_duration.name, "histogram", b_duration.help);
-	for (int i = 0; i < p->n; i++)
-		for (int k = 0; k < p->t[i].n_dur; k++)
-			put_hist(out, &b_duration, &p->t[i], &p->t[i].dur[k].h, p->t[i].dur[k].error);
+	FOR_OPS(p, i, op)
+		for (int k = 0; k < p->t[i].op[op].n_dur; k++)
+			put_hist(out, &b_duration, &p->t[i], op, &p->t[i].op[op].dur[k].h,
+				 p->t[i].op[op].dur[k].error);
 	for (int ph = 0; ph < N_PHASES; ph++) {
 		family(out, b_phase[ph].name, "histogram", b_phase[ph].help);
-		for (int i = 0; i < p->n; i++)
-			put_hist(out, &b_phase[ph], &p->t[i], &p->t[i].phase[ph], NULL);
+		FOR_OPS(p, i, op)
+			put_hist(out, &b_phase[ph], &p->t[i], op, &p->t[i].op[op].phase[ph], NULL);
 	}
 
 	family(out, "kpi_requests_total", "counter",
 	       "Requests completed or rejected, by HTTP status and finish reason.");
-	for (int i = 0; i < p->n; i++)
-		for (int k = 0; k < p->t[i].n_out; k++) {
-			const struct outcome *o = &p->t[i].out[k];
+	FOR_OPS(p, i, op)
+		for (int k = 0; k < p->t[i].op[op].n_out; k++) {
+			const struct outcome *o = &p->t[i].op[op].out[k];
 			char st[16];
 			snprintf(st, sizeof(st), "%d", o->status);
 			first = true;
 			fputs("kpi_requests_total{", out);
-			put_target_labels(out, &p->t[i], true, &first);
+			put_target_labels(out, &p->t[i], op, &first);
 			put_label(out, "http_response_status_code", st, &first);
 			if (o->finish[0])
 				put_label(out, "gen_ai_response_finish_reason", o->finish, &first);
@@ -445,15 +475,19 @@ int prom_render(struct prom_exporter *p, FILE *out)
 		}
 	family(out, "kpi_tokens_total", "counter",
 	       "Tokens processed, by gen_ai.token.type (input: prompt, output: generated).");
-	for (int i = 0; i < p->n; i++)
+	FOR_OPS(p, i, op) {
+		const struct opstats *s = &p->t[i].op[op];
+		if (!s->used || op == KPI_OP_NONE)
+			continue;       /* a refused request processed no tokens */
 		for (int k = 0; k < 2; k++) {
 			first = true;
 			fputs("kpi_tokens_total{", out);
-			put_target_labels(out, &p->t[i], true, &first);
+			put_target_labels(out, &p->t[i], op, &first);
 			put_label(out, "gen_ai_token_type", k ? "output" : "input", &first);
-			fprintf(out, "} %llu\n",
-				(unsigned long long)(k ? p->t[i].tokens_out : p->t[i].tokens_in));
+			fprintf(out, "} %llu\n", (unsigned long long)(k ? s->tokens_out : s->tokens_in));
 		}
+	}
+#undef FOR_OPS
 	family(out, "kpi_preemptions_total", "counter",
 	       "Sequences preempted by the scheduler (KV cache pressure).");
 	for (int i = 0; i < p->n; i++)

@@ -25,6 +25,9 @@ struct kpi_request_record {
 	int arrive_src;                 /* enum kpi_arrive_src, 0 = admit time */
 	const char *finish_reason;      /* stop | length | cancelled | error | NULL */
 	const char *reject_reason;      /* rejected only */
+	/* gen_ai.operation.name: text_completion | chat; NULL when not admitted
+	 * (a rejected request) or the probe did not say */
+	const char *operation;
 	/* token write times (sys_exit), first = the write of the first token;
 	 * valid only during the sink callback */
 	const uint64_t *token_writes;

@@ -212,7 +212,7 @@ static __always_inline int usdt_simple(__u32 type, __u64 id, int a, int b, int c
 
 SEC("usdt")
 int BPF_USDT(kpi_request_admitted, __u64 id, int fd, int prompt_tokens, int max_tokens,
-	     const char *request_id)
+	     const char *request_id, int operation)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct kpi_event *e = ev_new(KPI_EV_ADMIT, tgid, bpf_ktime_get_ns());
@@ -222,6 +222,7 @@ int BPF_USDT(kpi_request_admitted, __u64 id, int fd, int prompt_tokens, int max_
 	e->fd = fd;
 	e->a = prompt_tokens;
 	e->b = max_tokens;
+	e->c = operation;       /* enum kpi_operation */
 	bpf_probe_read_user_str(e->reqid, sizeof(e->reqid), request_id);
 	ev_send(e);
 	return 0;

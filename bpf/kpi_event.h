@@ -40,7 +40,9 @@ enum kpi_counter {
 };
 
 /* One ring-buffer record.  The header is common; the union member is chosen
- * by type.  a..e are the probe's integer arguments in declaration order. */
+ * by type.  a..d are the probe's integer arguments in declaration order (id,
+ * fd and the request-id string have their own fields); ADMIT: a prompt_tokens,
+ * b max_tokens, c operation (enum kpi_operation, daemon/kpi_reasons.h). */
 struct kpi_event {
 	unsigned int type;      /* enum kpi_event_type */
 	unsigned int pid;       /* tgid of the target */

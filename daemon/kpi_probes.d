@@ -3,8 +3,10 @@
  * request ids, and request_id strings are the x-request-id join key.
  * Probes fire per request and per batch step, never per token. */
 provider kpi {
-	/* parsed, tokenized and queued */
-	probe request__admitted(uint64_t id, int fd, int prompt_tokens, int max_tokens, const char *request_id);
+	/* parsed, tokenized and queued; operation: enum kpi_operation (daemon/kpi_reasons.h),
+	 * the endpoint it came through */
+	probe request__admitted(uint64_t id, int fd, int prompt_tokens, int max_tokens, const char *request_id,
+				int operation);
 	/* refused before queueing: HTTP status and a reason code (docs/probes.md) */
 	probe request__rejected(int fd, int status, int reason, const char *request_id);
 	/* entered the running set (again after a preemption) */

@@ -1,6 +1,8 @@
-/* kpi_reasons.h - why kpi-infer refused a request: the reason argument of the
- * kpi:request__rejected USDT probe. Shared by the daemon and the agent; the
- * numeric values are an ABI (append only). docs/probes.md lists them. */
+/* kpi_reasons.h - why kpi-infer refused a request (the reason argument of the
+ * kpi:request__rejected USDT probe) and which endpoint an admitted one came
+ * through (the operation argument of kpi:request__admitted). Shared by the
+ * daemon and the agent; the numeric values are an ABI (append only).
+ * docs/probes.md lists them. */
 #ifndef KPI_REASONS_H
 #define KPI_REASONS_H
 
@@ -31,6 +33,22 @@ static inline const char *kpi_reject_reason_name(int r)
 		"method_not_allowed", "timeout", "draining", "unsupported", "internal",
 	};
 	return r >= 0 && r < KPI_REJECT__COUNT ? names[r] : "unknown";
+}
+
+/* The endpoint of an admitted request, named as the OpenTelemetry GenAI
+ * semantic conventions' gen_ai.operation.name. */
+enum kpi_operation {
+	KPI_OP_NONE = 0,                  /* not known (never fired by the daemon) */
+	KPI_OP_TEXT_COMPLETION = 1,       /* POST /v1/completions */
+	KPI_OP_CHAT = 2,                  /* POST /v1/chat/completions */
+	KPI_OP__COUNT
+};
+
+/* gen_ai.operation.name of op; NULL for KPI_OP_NONE or an unknown value. */
+static inline const char *kpi_operation_name(int op)
+{
+	static const char *const names[KPI_OP__COUNT] = { NULL, "text_completion", "chat" };
+	return op >= 0 && op < KPI_OP__COUNT ? names[op] : NULL;
 }
 
 #endif

@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "kpi_probes.h"
+#include "daemon/kpi_reasons.h"
 
 #define MAX_CONNS 1024
 #define BUF 16384
@@ -95,7 +96,8 @@ static void handle_request(struct conn *c)
 		return;
 	}
 	c->id = next_id++;
-	KPI_REQUEST_ADMITTED(c->id, c->fd, c->prompt, c->max_tokens, c->reqid);
+	KPI_REQUEST_ADMITTED(c->id, c->fd, c->prompt, c->max_tokens, c->reqid,
+			     strstr(c->buf, "/v1/chat/completions") ? KPI_OP_CHAT : KPI_OP_TEXT_COMPLETION);
 	c->state = C_QUEUED;
 }
 

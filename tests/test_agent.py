@@ -1,16 +1,14 @@
 """kpi-agent, for real: root, real BPF, real sockets, real SQLite.  The
 accuracy tests send >= 200 mixed requests plus a burst of 429s through a
 target the agent traces, stop the agent, and check every request's row."""
-import os, signal, sqlite3, stat, subprocess, tempfile, time
+import os, signal, sqlite3, stat, time
 
 import kpitest
 import agenttest as at
 
 
 def _tmp():
-    d = tempfile.mkdtemp(prefix="kpi-agent-test-")
-    kpitest.on_cleanup(lambda: subprocess.run(["rm", "-rf", d]))
-    return d
+    return kpitest.tmpdir("kpi-agent-test-")
 
 
 def test_agent_help_and_bad_flags():

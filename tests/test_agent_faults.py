@@ -111,9 +111,18 @@ def test_ringbuf_overflow():
     agent.wait_line(f"attached to pid {infer.pid}")
     agent.p.send_signal(signal.SIGSTOP)
     try:
-        # ~7 300 events fit in 1 MiB (144 bytes each); every streamed token is one
+        # ~7 300 events fit in 1 MiB (144 bytes each); every streamed token is
+        # one: flood until the clients have received three rings' worth
         load = ft.Load(infer.port, threads=4, max_tokens=(48, 64), tag="flood")
-        time.sleep(6 if ft.SOAK else 3)
+        want = (6 if ft.SOAK else 3) * (1 << 20) // 144
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            with load.lock:
+                got = sum(r.usage["completion_tokens"] for r in load.results
+                          if r.stream and r.usage and r.status == 200)
+            if got >= want:
+                break
+            time.sleep(0.1)
         flood = load.stop()
     finally:
         agent.p.send_signal(signal.SIGCONT)

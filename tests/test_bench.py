@@ -1,7 +1,7 @@
 """kpi-bench against a real kpi-infer: sane numbers, CSV ids that are the
 server's x-request-ids, SLO goodput on constructed cases, errors by status,
 Ctrl-C; and clear errors for every kind of bad command line."""
-import json, os, re, signal, tempfile, time
+import os, re, signal, time
 
 import kpitest
 import benchtest
@@ -11,9 +11,7 @@ MAIN_C = os.path.join(kpitest.ROOT, "tools", "kpi-bench", "main.c")
 
 
 def tmpdir():
-    d = tempfile.mkdtemp(prefix="kpi-bench-test-")
-    kpitest.on_cleanup(lambda: __import__("shutil").rmtree(d, True))
-    return d
+    return kpitest.tmpdir("kpi-bench-test-")
 
 
 def pct(values, p):

@@ -53,22 +53,37 @@ def test_fleet_prometheus_histogram_quantile_matches_trace():
     agent = _agent(db, daemon.p.pid, "--metrics", mport)
     assert any(f"serving metrics on http://127.0.0.1:{mport}/metrics" in l for l in agent.lines)
     prom = ft.Prometheus([f"127.0.0.1:{mport}"])
-    results = at.run_load(daemon.port, 200, threads=4, max_tokens=(1, 16))
-    results += at.burst(daemon.port, 40, max_tokens=24)
+    # both endpoints: /v1/completions (text_completion) and /v1/chat/completions (chat)
+    results, ops = ft.mixed_load(daemon.port, 200, threads=4, max_tokens=(1, 16))
+    burst, bops = ft.mixed_burst(daemon.port, 40, max_tokens=24)
+    results += burst
+    ops.update(bops)
     n429 = sum(1 for r in results if r.status == 429)
     assert n429, "the burst got no 429"
+    assert not [r for r in results if r.status not in (200, 429)], \
+        [(r.rid, r.status, r.error) for r in results if r.status not in (200, 429)]
+    client_ok = {op: sum(1 for r in results if r.status == 200 and ops[r.rid] == op)
+                 for op in ft.ENDPOINTS}
+    assert all(client_ok.values()), client_ok
 
     time.sleep(0.5)     # the agent records a request at its last write's sys_exit
     text = _scrape(mport)
     parsed = ft.parse_text(text)
     pid = daemon.p.pid
     n_ok = ft.series(parsed, TTFT + "_count", pid=pid)
-    assert len(n_ok) == 1, f"one TTFT series for pid {pid}: {n_ok}"
+    assert len(n_ok) == 2, f"one TTFT series per operation for pid {pid}: {n_ok}"
+    for op, n in client_ok.items():
+        assert ft.series(parsed, TTFT + "_count", pid=pid, gen_ai_operation_name=op) == [n], \
+            (op, ft.series(parsed, TTFT + "_count", pid=pid, gen_ai_operation_name=op), n)
     # Prometheus has the same numbers once it scraped after the load
     sel = f'{{job="kpi-agent",pid="{pid}"}}'
-    prom.wait_value(f"sum({TTFT}_count{sel})", n_ok[0])
-    prom.wait_value(f'sum(kpi_requests_total{{pid="{pid}",http_response_status_code="429"}})',
-                    n429)
+    prom.wait_value(f"sum({TTFT}_count{sel})", sum(n_ok))
+    by_op = {l.get("gen_ai_operation_name"): v for l, v in
+             prom.query(f"sum by (gen_ai_operation_name) ({TTFT}_count{sel})")}
+    assert by_op == {op: float(n) for op, n in client_ok.items()}, (by_op, client_ok)
+    # refused before admission (queue full): no endpoint known, no operation label
+    prom.wait_value(f'sum(kpi_requests_total{{pid="{pid}",http_response_status_code="429",'
+                    f'gen_ai_operation_name=""}})', n429)
     p99_prom = prom.scalar(f"histogram_quantile(0.99, sum by (le) ({TTFT}_bucket{sel}))")
     n_series = prom.scalar('count({job="kpi-agent"})')
     # every query of the shipped Grafana dashboard parses and runs here
@@ -83,7 +98,10 @@ def test_fleet_prometheus_histogram_quantile_matches_trace():
 
     rows = at.rows(db)
     ok = [r for r in rows.values() if r["pid"] == pid and _ok(r)]
-    assert len(ok) == n_ok[0], f"trace has {len(ok)} successful requests, histogram {n_ok[0]}"
+    assert len(ok) == sum(n_ok), f"trace has {len(ok)} successful requests, histogram {n_ok}"
+    for op, n in client_ok.items():
+        in_trace = sum(1 for r in ok if ops[r["request_id"]] == op)
+        assert in_trace == n, (op, in_trace, n)
     ttfts = sorted(r["ttft_ns"] / 1e9 for r in ok)
     # the rank histogram_quantile interpolates in: ceil-free, q * count
     p99_trace = at.pct(ttfts, 99)
@@ -94,23 +112,34 @@ def test_fleet_prometheus_histogram_quantile_matches_trace():
     assert abs(b_prom - b_trace) <= 1, (p99_prom, p99_trace)
 
     # counters agree with the trace too
-    out_tokens = sum(r["output_tokens"] or 0 for r in rows.values() if r["pid"] == pid)
-    got = ft.series(parsed, "kpi_tokens_total", pid=pid, gen_ai_token_type="output")
-    assert got == [out_tokens], (got, out_tokens)
-    by_status = {}
-    for r in rows.values():
-        by_status[r["http_status"]] = by_status.get(r["http_status"], 0) + 1
-    for st, n in by_status.items():
-        assert sum(ft.series(parsed, "kpi_requests_total", pid=pid,
-                             http_response_status_code=st)) == n, st
+    mine = [r for r in rows.values() if r["pid"] == pid]
+    for op in ft.ENDPOINTS:
+        out_tokens = sum(r["output_tokens"] or 0 for r in mine if ops[r["request_id"]] == op)
+        got = ft.series(parsed, "kpi_tokens_total", pid=pid, gen_ai_token_type="output",
+                        gen_ai_operation_name=op)
+        assert got == [out_tokens], (op, got, out_tokens)
+    assert not ft.series(parsed, "kpi_tokens_total", pid=pid, gen_ai_operation_name=None)
+    # by status and operation: an admitted request carries its endpoint's
+    # operation, a refused one (no reject_reason: admitted) none
+    by_key = {}
+    for r in mine:
+        k = (r["http_status"], None if r["reject_reason"] else ops[r["request_id"]])
+        by_key[k] = by_key.get(k, 0) + 1
+    assert (429, None) in by_key and (200, "chat") in by_key and (200, "text_completion") in by_key, by_key
+    for (st, op), n in by_key.items():
+        assert sum(ft.series(parsed, "kpi_requests_total", pid=pid, http_response_status_code=st,
+                             gen_ai_operation_name=op)) == n, (st, op, n)
+    assert sum(ft.series(parsed, "kpi_requests_total", pid=pid)) == len(mine)
     for ph in PHASES:
         cnt = ft.series(parsed, f"kpi_request_{'network_in' if ph == 'net_in' else 'network_out' if ph == 'net_out' else ph}_seconds_count", pid=pid)
-        want = sum(1 for r in rows.values() if r["pid"] == pid and r[ph + "_ns"] is not None)
-        assert cnt == [want], (ph, cnt, want)
+        want = sum(1 for r in mine if r[ph + "_ns"] is not None)
+        assert sum(cnt) == want, (ph, cnt, want)
     # labels of the conventions, with the model the daemon reports
-    labels = [dict(l) for (n, l), _ in parsed.items() if n == TTFT + "_count"][0]
-    assert labels == {"gen_ai_operation_name": "chat", "gen_ai_request_model": daemon.model,
-                      "server_port": str(daemon.port), "pid": str(pid)}, labels
+    labels = sorted((dict(l) for (n, l), _ in parsed.items() if n == TTFT + "_count"),
+                    key=lambda l: l["gen_ai_operation_name"])
+    assert labels == [{"gen_ai_operation_name": op, "gen_ai_request_model": daemon.model,
+                       "server_port": str(daemon.port), "pid": str(pid)}
+                      for op in ("chat", "text_completion")], labels
     assert ft.series(parsed, "kpi_queue_depth", pid=pid), "no queue depth gauge"
     assert ft.series(parsed, "kpi_agent_ringbuf_drops_total") == [0]
 
@@ -118,8 +147,9 @@ def test_fleet_prometheus_histogram_quantile_matches_trace():
 test_fleet_prometheus_histogram_quantile_matches_trace.timeout = 300
 
 
-def _check_spans(spans, rows, daemon, mono_to_wall):
-    """Every field of every request's spans against its SQLite row."""
+def _check_spans(spans, rows, daemon, mono_to_wall, ops):
+    """Every field of every request's spans against its SQLite row; ops: the
+    gen_ai.operation.name of each request id by the endpoint the client used."""
     roots = {}
     children = {}
     for res, scope, sp in spans:
@@ -138,7 +168,9 @@ def _check_spans(spans, rows, daemon, mono_to_wall):
     assert set(roots) == set(rows), (len(roots), len(rows))
     for rid, (sp, a) in roots.items():
         r = rows[rid]
-        assert sp["name"] == f"chat {daemon.model}", sp["name"]
+        # admitted: "{operation} {model}"; refused before admission: no endpoint known
+        op = None if r["reject_reason"] else ops[rid]
+        assert sp["name"] == (f"{op} {daemon.model}" if op else "HTTP"), (rid, sp["name"], op)
         assert sp["kind"] == 2
         start, end = int(sp["startTimeUnixNano"]), int(sp["endTimeUnixNano"])
         t0 = r["t_arrive_ns"] if r["t_arrive_ns"] is not None else r["t_admit_ns"]
@@ -146,10 +178,12 @@ def _check_spans(spans, rows, daemon, mono_to_wall):
         assert abs(start - (t0 + mono_to_wall)) < 5_000_000, (rid, start, t0 + mono_to_wall)
         if r["t_done_ns"] is not None:
             assert end - start == r["t_done_ns"] - t0
-        want = {"gen_ai.operation.name": "chat", "gen_ai.system": "kpi-infer",
+        want = {"gen_ai.system": "kpi-infer",
                 "gen_ai.request.model": daemon.model, "server.port": daemon.port,
                 "http.response.status_code": r["http_status"],
                 "http.request.header.x-request-id": [rid], "kpi.request_id": rid}
+        if op:
+            want["gen_ai.operation.name"] = op
         for k, col in (("gen_ai.usage.input_tokens", "prompt_tokens"),
                        ("gen_ai.usage.output_tokens", "output_tokens"),
                        ("kpi.preemptions", "preemptions"), ("kpi.itl_p50_ns", "itl_p50_ns"),
@@ -210,8 +244,10 @@ def test_fleet_otlp_spans_every_field():
     rx = ft.Receiver()
     agent = _agent(db, daemon.p.pid, "--otlp", f"http://127.0.0.1:{rx.port}",
                    env={"OTEL_BSP_SCHEDULE_DELAY": "200"})
-    results = at.run_load(daemon.port, 40, threads=4, max_tokens=(1, 12))
-    results += at.burst(daemon.port, 30, max_tokens=24)
+    results, ops = ft.mixed_load(daemon.port, 40, threads=4, max_tokens=(1, 12))
+    burst, bops = ft.mixed_burst(daemon.port, 30, max_tokens=24)
+    results += burst
+    ops.update(bops)
     assert agent.stop() == 0, agent.lines[-20:]
     # the trace is the source of truth: every row it has, the receiver has
     rows = {k: v for k, v in at.rows(db).items() if v["pid"] == daemon.p.pid}
@@ -220,7 +256,9 @@ def test_fleet_otlp_spans_every_field():
     assert f"otlp: {n} requests exported, 0 dropped" in "\n".join(agent.lines), agent.lines[-5:]
     assert set(rx.paths) == {"/v1/traces"}
     assert all(h.get("Content-Type") == "application/json" for h in rx.headers)
-    _check_spans(rx.spans(), rows, daemon, _mono_to_wall(db))
+    assert {a.get("gen_ai.operation.name") for _, _, sp in rx.spans() if "parentSpanId" not in sp
+            for a in [ft.attrs(sp["attributes"])]} == {"chat", "text_completion", None}
+    _check_spans(rx.spans(), rows, daemon, _mono_to_wall(db), ops)
 
 
 test_fleet_otlp_spans_every_field.timeout = 200

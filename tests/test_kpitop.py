@@ -1,7 +1,7 @@
 """kpitop: --once frames checked against percentiles computed here from the
 rows (synthetic traces and a real kpi-agent recording), its refusals, and the
 interactive screen under tmux (keys, filter, pause, replay, resize)."""
-import os, re, shutil, sqlite3, subprocess, sys, tempfile, time
+import os, re, shutil, sqlite3, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(__file__) + "/lib")
 import kpitest, tracetest  # noqa: E402
@@ -12,9 +12,7 @@ WIN = re.compile(r"^window \[(-?\d+), (-?\d+)\) monotonic ns; (\d+) requests")
 
 
 def tmp():
-    d = tempfile.mkdtemp(prefix="kpitop-test-")
-    kpitest.on_cleanup(lambda: shutil.rmtree(d, True))
-    return d
+    return kpitest.tmpdir("kpitop-test-")
 
 
 def once(db, *args):

@@ -1,7 +1,7 @@
 """kpi-report: findings on traces with a known cause (synthetic, and incidents
 reproduced for real and recorded by kpi-agent), its numbers against the
 rows, HTML/SVG output, refusals, and the percentile() SQLite extension."""
-import os, re, shutil, sqlite3, subprocess, sys, tempfile, time, xml.dom.minidom
+import os, re, shutil, sqlite3, subprocess, sys, time, xml.dom.minidom
 
 sys.path.insert(0, os.path.dirname(__file__) + "/lib")
 import kpitest, tracetest  # noqa: E402
@@ -11,9 +11,7 @@ FINDING = re.compile(r"^(\d+)\. \*\*(.+?)\*\* — phase: \*\*(.+?)\*\*; cause: \
 
 
 def tmp():
-    d = tempfile.mkdtemp(prefix="kpi-report-test-")
-    kpitest.on_cleanup(lambda: shutil.rmtree(d, True))
-    return d
+    return kpitest.tmpdir("kpi-report-test-")
 
 
 def report(db, *args):

@@ -500,6 +500,11 @@ def test_probes_fire_with_bpftrace():
     bt.wait_line("Attaching", 60)
     time.sleep(1)  # attach completes after the banner
     assert d.request("GET", "/nope")[0] == 404
+    # the endpoint rides on request__admitted: 2 (chat) here, 1 (text_completion) below
+    chat = d.request("POST", "/v1/chat/completions",
+                     dict(messages=[dict(role="user", content="x")], max_tokens=2,
+                          ignore_eos=True), headers={"x-request-id": "probe-chat"})
+    assert chat[0] == 200, chat
     body = dict(prompt="x", max_tokens=100, ignore_eos=True)
     threads = [threading.Thread(target=d.request, args=("POST", "/v1/completions", body))
                for _ in range(2)]
@@ -523,6 +528,10 @@ def test_probes_fire_with_bpftrace():
                   "response__end"]:
         bt.wait_line(f" {probe} ", 30)
     bt.wait_line("status=404 reason=9", 5)  # status and KPI_REJECT_NOT_FOUND
+    # enum kpi_operation (daemon/kpi_reasons.h): the chat request 2, the others 1
+    assert bt.wait_line("request_id=probe-chat ", 5).endswith(" operation=2"), bt.lines
+    admitted = [l for l in bt.lines if " request__admitted " in l and "probe-chat" not in l]
+    assert admitted and all(l.endswith(" operation=1") for l in admitted), admitted
 
 
 test_probes_fire_with_bpftrace.timeout = 180

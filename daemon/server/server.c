@@ -780,7 +780,8 @@ static void handle_generate(struct conn *c, const char *body, size_t len, bool c
 	S.n_waiting++;
 	S.n_active++;
 	if (KPI_REQUEST_ADMITTED_ENABLED())
-		KPI_REQUEST_ADMITTED(r->id, c->fd, n_prompt, max_tokens, r->rid);
+		KPI_REQUEST_ADMITTED(r->id, c->fd, n_prompt, max_tokens, r->rid,
+				     r->chat ? KPI_OP_CHAT : KPI_OP_TEXT_COMPLETION);
 	eth_submit(&S.eth, r->id, ids, n_prompt, &sp);
 	conn_update_events(c);
 }

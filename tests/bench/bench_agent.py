@@ -8,7 +8,7 @@ has exactly --max-tokens tokens) at the daemon's saturation concurrency. With
 the agent 'on', it is attached before the round starts and stopped after, so
 attach cost is outside the measured window; its CPU time (utime + stime from
 /proc) over the round is divided by the requests it recorded."""
-import argparse, json, os, signal, statistics, sys, tempfile, time
+import argparse, json, os, signal, sqlite3, statistics, sys, tempfile, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "lib"))
@@ -47,7 +47,19 @@ def one_round(url, pid, agent_on, args, tmp, i):
         # "stopped: N requests (N rejected), N events, N ring-buffer drops"
         w = stopped.replace(",", "").split()
         r.update(recorded=int(w[1]), events=int(w[5]), drops=int(w[7]), agent_cpu_s=c1 - c0)
+        # HTTP overhead: a 32-token prompt is one segment, so net_in (first
+        # segment in -> request__admitted) is last request byte -> admitted
+        with sqlite3.connect(db) as c:
+            r["net_in_ns"] = [v for (v,) in c.execute(
+                "SELECT net_in_ns FROM requests WHERE seq_id IS NOT NULL AND net_in_ns IS NOT NULL")]
     return r
+
+
+def pct(v, p):
+    v = sorted(v)
+    k = (len(v) - 1) * p / 100
+    lo = int(k)
+    return v[lo] + (v[min(lo + 1, len(v) - 1)] - v[lo]) * (k - lo)
 
 
 def med(rs, key):
@@ -95,6 +107,9 @@ def main():
     thr_off, thr_on = med(off, "requests_per_s"), med(on, "requests_per_s")
     p99_off, p99_on = med(off, "ttft_p99_ms"), med(on, "ttft_p99_ms")
     recorded = sum(r["recorded"] for r in on)
+    net_in = [v for r in on for v in r.pop("net_in_ns")]
+    http_us = {"n": len(net_in), "p50": pct(net_in, 50) / 1e3, "p99": pct(net_in, 99) / 1e3,
+               "max": max(net_in) / 1e3} if net_in else None
     cpu = sum(r["agent_cpu_s"] for r in on)
     summary = {
         "rounds": args.rounds, "requests_per_round": args.requests,
@@ -106,6 +121,7 @@ def main():
         "drops": sum(r["drops"] for r in on), "recorded": recorded,
         "requests_sent_on": args.requests * len(on),
         "agent_cpu_s_per_1000_requests": 1000 * cpu / max(recorded, 1),
+        "http_overhead_us": http_us,
         "rounds_detail": results,
     }
     with open(os.path.join(args.out, "agent.json"), "w") as f:
@@ -122,6 +138,11 @@ def main():
           f"{summary['requests_sent_on']} sent with the agent on; "
           f"agent CPU: {summary['agent_cpu_s_per_1000_requests']:.3f} s per 1000 requests "
           f"(= cores busy at 1000 requests/s).\n")
+    if http_us:
+        print(f"HTTP overhead (last request byte to kpi:request__admitted, the agent's net_in of "
+              f"one-segment requests, agent-on rounds): p50 {http_us['p50']:.0f} µs, "
+              f"p99 {http_us['p99']:.0f} µs, max {http_us['max']:.0f} µs over {http_us['n']} "
+              f"requests (target p99 <= 200 µs).\n")
 
 
 if __name__ == "__main__":

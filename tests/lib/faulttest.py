@@ -3,7 +3,7 @@ kpi-infer that can be SIGKILLed and restarted under a private executable name
 (so the agent's --exe matches only the test's daemons), continuous load from
 client threads that follows the daemon across restarts, a small tmpfs to fill,
 and the bookkeeping of what the client saw complete versus what the trace holds."""
-import json, os, shutil, signal, sqlite3, subprocess, tempfile, threading, time
+import json, os, shutil, signal, sqlite3, subprocess, threading, time
 
 import kpitest
 import agenttest
@@ -21,8 +21,7 @@ def require():
 
 
 def workdir():
-    d = tempfile.mkdtemp(prefix="kpi-faults-")
-    kpitest.on_cleanup(lambda: shutil.rmtree(d, True))
+    d = kpitest.tmpdir("kpi-faults-")
     os.chmod(d, 0o755)  # an unprivileged agent must reach its DB directory below
     return d
 
@@ -100,6 +99,7 @@ class Load:
                     "max_tokens": rnd.randint(*self.max_tokens), "temperature": 0}
             if stream:
                 body["stream"] = True
+                body["stream_options"] = {"include_usage": True}
             try:
                 conn.completion(res, body)
             except Exception as e:

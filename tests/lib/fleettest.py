@@ -1,7 +1,8 @@
 """Helpers for the fleet exporters' tests: a real Prometheus server on
 loopback (temp config and data dir, 1 s scrapes), an OTLP/HTTP JSON receiver
-written here (http.server in a thread), and Prometheus text parsing."""
-import json, os, shutil, subprocess, tempfile, threading, time, urllib.parse, urllib.request
+written here (http.server in a thread), Prometheus text parsing, and load over
+both OpenAI endpoints."""
+import json, os, random, shutil, subprocess, threading, time, urllib.parse, urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kpitest
@@ -9,10 +10,95 @@ import kpitest
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
 
-def tmpdir(prefix):
-    d = tempfile.mkdtemp(prefix=prefix)
-    kpitest.on_cleanup(lambda: shutil.rmtree(d, ignore_errors=True))
-    return d
+# gen_ai.operation.name of each endpoint (daemon/kpi_reasons.h enum kpi_operation)
+ENDPOINTS = {"text_completion": "/v1/completions", "chat": "/v1/chat/completions"}
+WORDS = ["the", "cat", "sat", "on", "a", "mat", "of", "red", "wool"]
+
+
+def _body(op, rnd, max_tokens, prompt_words=(2, 20)):
+    text = " ".join(rnd.choice(WORDS) for _ in range(rnd.randint(*prompt_words)))
+    body = {"max_tokens": rnd.randint(*max_tokens), "temperature": 0}
+    if op == "chat":
+        body["messages"] = [{"role": "user", "content": text}]
+    else:
+        body["prompt"] = text
+    return body
+
+
+def mixed_load(port, n, threads=4, seed=7, prefix="mix", max_tokens=(1, 16), keepalive=0.5):
+    """n requests alternating /v1/completions and /v1/chat/completions (streamed
+    or not, keep-alive or fresh connections) from `threads` client threads.
+    Returns (Results, {request id: gen_ai.operation.name})."""
+    import agenttest as at
+    out, ops, lock = [], {}, threading.Lock()
+    todo = list(range(n))
+
+    def worker(wid):
+        rnd = random.Random(seed * 1000 + wid)
+        conn = at.Conn(port)
+        while True:
+            with lock:
+                if not todo:
+                    break
+                i = todo.pop()
+            op = "chat" if i % 2 else "text_completion"
+            stream = rnd.random() < 0.5
+            res = at.Result(f"{prefix}-{i:05d}", stream)
+            body = _body(op, rnd, max_tokens)
+            if stream:
+                body["stream"] = True
+                body["stream_options"] = {"include_usage": True}
+            if rnd.random() >= keepalive:
+                conn.close()
+            try:
+                conn.completion(res, body, path=ENDPOINTS[op])
+            except Exception as e:  # recorded, the test decides
+                res.error = repr(e)
+                conn.close()
+            with lock:
+                out.append(res)
+                ops[res.rid] = op
+        conn.close()
+
+    ts = [threading.Thread(target=worker, args=(w,)) for w in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return out, ops
+
+
+def mixed_burst(port, n, prefix="mixburst", max_tokens=24):
+    """n requests at once on fresh connections, alternating the endpoints (to
+    overflow --max-queue).  Returns (Results, {request id: operation})."""
+    import agenttest as at
+    out, ops, lock = [], {}, threading.Lock()
+    go = threading.Event()
+
+    def one(i):
+        op = "chat" if i % 2 else "text_completion"
+        res = at.Result(f"{prefix}-{i:04d}", False)
+        body = _body(op, random.Random(i), (max_tokens, max_tokens), (6, 6))
+        go.wait()
+        try:
+            at.Conn(port).completion(res, body, path=ENDPOINTS[op])
+        except Exception as e:
+            res.error = repr(e)
+        with lock:
+            out.append(res)
+            ops[res.rid] = op
+
+    ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
+    for t in ts:
+        t.start()
+    time.sleep(0.05)
+    go.set()
+    for t in ts:
+        t.join()
+    return out, ops
+
+
+tmpdir = kpitest.tmpdir
 
 
 class Prometheus:
@@ -124,9 +210,10 @@ def _split_labels(body):
 
 
 def series(parsed, name, **want):
-    """Values of name whose labels include want."""
+    """Values of name whose labels include want (a want of None: the label is absent)."""
     return [v for (n, labels), v in parsed.items()
-            if n == name and all(dict(labels).get(k) == str(w) for k, w in want.items())]
+            if n == name and all(dict(labels).get(k) == (None if w is None else str(w))
+                                 for k, w in want.items())]
 
 
 class Receiver:

@@ -1,6 +1,6 @@
 """Shared helpers for kpiscope's python integration tests: real processes,
 real sockets, cleanup after every test, and skips that say why."""
-import http.client as httpclient, json, os, select, signal, socket, subprocess, time
+import http.client as httpclient, json, os, select, shutil, signal, socket, subprocess, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.join(ROOT, "build")
@@ -35,6 +35,13 @@ def cleanup():
             except subprocess.TimeoutExpired:
                 p.kill()
                 p.wait()
+
+
+def tmpdir(prefix="kpi-test-"):
+    """A fresh directory, removed after the test."""
+    d = tempfile.mkdtemp(prefix=prefix)
+    on_cleanup(lambda: shutil.rmtree(d, ignore_errors=True))
+    return d
 
 
 def require_root(what="this test"):

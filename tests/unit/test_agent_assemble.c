@@ -3,12 +3,14 @@
 #include <math.h>
 #include "tests/unit/check.h"
 #include "agent/assemble.h"
+#include "daemon/kpi_reasons.h"
 
 #define MAXREC 16
 static struct kpi_request_record got[MAXREC];
 static uint64_t got_tok[MAXREC][64];
 static int n_got, n_steps, n_samples;
 static struct kpi_sample_record last_sample;
+static int admit_op;    /* operation argument of the next KPI_EV_ADMIT (enum kpi_operation) */
 
 static void on_req(void *ctx, const struct kpi_request_record *r)
 {
@@ -27,6 +29,7 @@ static struct assembler *fresh(void)
 	struct assembler *a = assemble_new();
 	struct kpi_sink s = { .request = on_req, .step = on_step, .sample = on_sample };
 	n_got = n_steps = n_samples = 0;
+	admit_op = KPI_OP_CHAT;
 	assemble_add_sink(a, &s);
 	return a;
 }
@@ -43,6 +46,8 @@ static void ev(struct assembler *a, int type, uint64_t ts, uint64_t id, int fd, 
 	}
 	if (type == KPI_EV_RESP_END)
 		e.runq_ns = 4000;
+	if (type == KPI_EV_ADMIT)
+		e.c = admit_op;
 	if (rid)
 		snprintf(e.reqid, sizeof(e.reqid), "%s", rid);
 	assemble_event(a, &e);
@@ -90,6 +95,7 @@ static void streamed_request_phases(void)
 	CHECK(r->itl_max == 100 && r->itl_p50 == 90, "%lld %lld", (long long)r->itl_max, (long long)r->itl_p50);
 	CHECK(r->output_tokens == 4 && r->prompt_tokens == 12 && r->http_status == 200, "counts");
 	CHECK(!strcmp(r->finish_reason, "length"), "%s", r->finish_reason);
+	CHECK(r->operation && !strcmp(r->operation, "chat"), "%s", r->operation ? r->operation : "NULL");
 	CHECK(r->srtt_us == 30 && r->runq_ns == 3000, "srtt %lld runq %lld", (long long)r->srtt_us,
 	      (long long)r->runq_ns);
 	assemble_free(a);
@@ -111,6 +117,7 @@ static void rejected_request_row(void)
 	      r->decode == KPI_NULL, "phases");
 	CHECK(r->e2e == 70 && phase_sum(r) == 70, "%lld", (long long)r->e2e);
 	CHECK(r->ttft == KPI_NULL && r->output_tokens == KPI_NULL, "no ttft for a rejection");
+	CHECK(r->operation == NULL, "never admitted: no operation, got %s", r->operation);
 	assemble_free(a);
 }
 
@@ -122,6 +129,7 @@ static void keepalive_two_requests(void)
 		uint64_t b = 10000 * (uint64_t)(k + 1);
 		char rid[16];
 		snprintf(rid, sizeof(rid), "ka-%d", k);
+		admit_op = k ? KPI_OP_CHAT : KPI_OP_TEXT_COMPLETION;
 		ev(a, KPI_EV_ARRIVE, b, 0, 3, KPI_ARRIVE_TCP, 0, NULL);
 		ev(a, KPI_EV_ADMIT, b + 10, 100 + k, 3, 5, 1, rid);
 		ev(a, KPI_EV_SCHED, b + 20, 100 + k, -1, 0, 0, NULL);
@@ -134,6 +142,9 @@ static void keepalive_two_requests(void)
 	CHECK(got[1].t_arrive == 20000 && got[1].e2e == 40 && got[1].ttft == 40, "%lld %lld",
 	      (long long)got[1].t_arrive, (long long)got[1].e2e);
 	CHECK(got[1].tpot == KPI_NULL, "one token: no tpot");
+	CHECK(got[0].operation && !strcmp(got[0].operation, "text_completion") &&
+	      got[1].operation && !strcmp(got[1].operation, "chat"), "operation per request: %s %s",
+	      got[0].operation ? got[0].operation : "NULL", got[1].operation ? got[1].operation : "NULL");
 	assemble_free(a);
 }
 
@@ -141,6 +152,7 @@ static void keepalive_two_requests(void)
 static void out_of_order_marks_clamped(void)
 {
 	struct assembler *a = fresh();
+	admit_op = 99;          /* an operation this agent does not know: none */
 	ev(a, KPI_EV_ARRIVE, 500, 0, 4, KPI_ARRIVE_TCP, 0, NULL);
 	ev(a, KPI_EV_ADMIT, 600, 1, 4, 5, 3, "ooo");
 	ev(a, KPI_EV_SCHED, 590, 1, -1, 0, 0, NULL);
@@ -153,6 +165,7 @@ static void out_of_order_marks_clamped(void)
 	CHECK(r->queue == 0 && r->net_out == 0, "queue %lld net_out %lld", (long long)r->queue,
 	      (long long)r->net_out);
 	CHECK(phase_sum(r) == r->e2e && r->e2e == 300, "%lld", (long long)r->e2e);
+	CHECK(r->operation == NULL, "unknown operation 99 gave %s", r->operation);
 	struct assemble_stats st;
 	assemble_stats(a, &st);
 	CHECK(st.clamped == 1, "%llu", (unsigned long long)st.clamped);

@@ -10,9 +10,10 @@
 #include "tests/unit/check.h"
 #include "agent/export_otlp.h"
 
-static struct otlp_item item(const char *rid, uint32_t pid, int status)
+/* op: gen_ai.operation.name of an admitted request (a 429 is refused first) */
+static struct otlp_item item_op(const char *rid, uint32_t pid, int status, const char *op)
 {
-	struct kpi_request_record r = { .pid = pid };
+	struct kpi_request_record r = { .pid = pid, .operation = status == 429 ? NULL : op };
 	struct otlp_item it;
 	snprintf(r.request_id, sizeof(r.request_id), "%s", rid);
 	r.t_arrive = 1000;
@@ -44,6 +45,11 @@ static struct otlp_item item(const char *rid, uint32_t pid, int status)
 	snprintf(it.id.model, sizeof(it.id.model), "kpiscope-tiny-s1");
 	it.id.port = 8000;
 	return it;
+}
+
+static struct otlp_item item(const char *rid, uint32_t pid, int status)
+{
+	return item_op(rid, pid, status, "chat");
 }
 
 static char *encode(const struct otlp_item *items, size_t n)
@@ -115,8 +121,20 @@ static void encodes_request_and_phases(void)
 
 static void rejected_and_grouping_and_escaping(void)
 {
-	struct otlp_item it[3] = { item("a", 1, 429), item("b\"\\\x01\xff", 2, 200), item("c", 1, 200) };
+	struct otlp_item it[3] = { item("a", 1, 429), item("b\"\\\x01\xff", 2, 200),
+				   item_op("c", 1, 200, "text_completion") };
 	char *j = encode(it, 3);
+
+	/* the span name and gen_ai.operation.name follow the endpoint; the 429,
+	 * refused before admission, has no operation: the HTTP name, no attribute */
+	CHECK(count(j, "\"name\":\"chat kpiscope-tiny-s1\"") == 1, "%s", j);
+	CHECK(count(j, "\"name\":\"text_completion kpiscope-tiny-s1\"") == 1, "%s", j);
+	CHECK(count(j, "\"name\":\"HTTP\",\"kind\":2") == 1, "%s", j);
+	CHECK(count(j, "{\"key\":\"gen_ai.operation.name\",\"value\":{\"stringValue\":\"chat\"}}") == 1,
+	      "%s", j);
+	CHECK(count(j, "{\"key\":\"gen_ai.operation.name\",\"value\":{\"stringValue\":"
+		    "\"text_completion\"}}") == 1, "%s", j);
+	CHECK(count(j, "\"gen_ai.operation.name\"") == 2, "the 429 has none: %s", j);
 
 	CHECK(count(j, "\"resource\":") == 2, "one resource per pid: %s", j);
 	CHECK(strstr(j, "{\"key\":\"error.type\",\"value\":{\"stringValue\":\"429\"}}"), "429 error.type");

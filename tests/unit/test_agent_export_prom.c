@@ -22,6 +22,7 @@ static struct kpi_request_record req(const char *rid, int64_t ttft_ms, int statu
 	r.t_admit = r.t_arrive + r.net_in;
 	r.http_status = status;
 	r.finish_reason = fin;
+	r.operation = status >= 400 ? NULL : "chat";    /* refused before admission: none */
 	r.tpot = r.itl_p50 = r.itl_p99 = r.itl_max = r.preemptions = r.srtt_us = r.runq_ns = KPI_NULL;
 	r.t_sched = r.t_first = r.t_last = r.t_first_write = KPI_NULL;
 	r.queue = r.prefill = r.decode = KPI_NULL;
@@ -144,9 +145,10 @@ static void exposition_text(void)
 	char lab[256], line[512];
 	struct kpi_request_record r;
 
-	/* TTFTs 1 ms (on the first bound), 30 ms, 30 ms, 20 s (+Inf); one 429 */
+	/* chat TTFTs 1 ms (on the first bound), 30 ms, 20 s (+Inf); one
+	 * text_completion of 30 ms; one 429 refused before admission */
 	r = req("a", 1, 200, "stop");   s.request(s.ctx, &r);
-	r = req("b", 30, 200, "length"); s.request(s.ctx, &r);
+	r = req("b", 30, 200, "length"); r.operation = "text_completion"; s.request(s.ctx, &r);
 	r = req("c", 30, 200, "stop");  s.request(s.ctx, &r);
 	r = req("d", 20000, 200, "stop"); s.request(s.ctx, &r);
 	r = req("e", 0, 429, NULL);     s.request(s.ctx, &r);
@@ -155,51 +157,83 @@ static void exposition_text(void)
 	s.sample(s.ctx, &smp);
 	char *t = render(p);
 
+	char tlab[256], nlab[256];
 	snprintf(lab, sizeof(lab), "gen_ai_operation_name=\"chat\",gen_ai_request_model=\"unknown\","
 		 "server_port=\"0\",pid=\"%d\"", getpid());
+	snprintf(tlab, sizeof(tlab), "gen_ai_operation_name=\"text_completion\","
+		 "gen_ai_request_model=\"unknown\",server_port=\"0\",pid=\"%d\"", getpid());
+	/* the 429 came through no known endpoint: no operation label */
+	snprintf(nlab, sizeof(nlab), "gen_ai_request_model=\"unknown\",server_port=\"0\",pid=\"%d\"",
+		 getpid());
 	const char *h = "gen_ai_server_time_to_first_token_seconds";
 	CHECK(strstr(t, "# HELP gen_ai_server_time_to_first_token_seconds "), "no HELP");
 	CHECK(strstr(t, "# TYPE gen_ai_server_time_to_first_token_seconds histogram\n"), "no TYPE");
 	CHECK(strstr(t, "# TYPE kpi_requests_total counter\n"), "no counter TYPE");
 	CHECK(strstr(t, "# TYPE kpi_queue_depth gauge\n"), "no gauge TYPE");
 	struct { const char *le; double n; } cum[] = {
-		{ "0.001", 1 }, { "0.005", 1 }, { "0.02", 1 }, { "0.04", 3 }, { "10", 3 }, { "+Inf", 4 },
+		{ "0.001", 1 }, { "0.005", 1 }, { "0.02", 1 }, { "0.04", 2 }, { "10", 2 }, { "+Inf", 3 },
 	};
 	for (size_t i = 0; i < sizeof(cum) / sizeof(cum[0]); i++) {
 		snprintf(line, sizeof(line), "%s_bucket{%s,le=\"%s\"}", h, lab, cum[i].le);
 		CHECK(value_of(t, line) == cum[i].n, "%s = %g, want %g", line, value_of(t, line), cum[i].n);
 	}
 	snprintf(line, sizeof(line), "%s_count{%s}", h, lab);
-	CHECK(value_of(t, line) == 4, "%s = %g (the 429 is no success)", line, value_of(t, line));
+	CHECK(value_of(t, line) == 3, "%s = %g (the 429 is no success)", line, value_of(t, line));
 	snprintf(line, sizeof(line), "%s_sum{%s}", h, lab);
-	CHECK(fabs(value_of(t, line) - 20.061) < 1e-12, "%s = %.17g", line, value_of(t, line));
+	CHECK(fabs(value_of(t, line) - 20.031) < 1e-12, "%s = %.17g", line, value_of(t, line));
+	snprintf(line, sizeof(line), "%s_bucket{%s,le=\"0.02\"}", h, tlab);
+	CHECK(value_of(t, line) == 0, "%s = %g", line, value_of(t, line));
+	snprintf(line, sizeof(line), "%s_bucket{%s,le=\"0.04\"}", h, tlab);
+	CHECK(value_of(t, line) == 1, "%s = %g", line, value_of(t, line));
+	snprintf(line, sizeof(line), "%s_count{%s}", h, tlab);
+	CHECK(value_of(t, line) == 1, "%s = %g", line, value_of(t, line));
+	snprintf(line, sizeof(line), "%s_count{%s}", h, nlab);
+	CHECK(isnan(value_of(t, line)), "%s: no TTFT series for the refused request", line);
 
 	/* request duration: successes without error_type, the 429 with it */
 	snprintf(line, sizeof(line), "gen_ai_server_request_duration_seconds_count{%s}", lab);
-	CHECK(value_of(t, line) == 4, "%s", line);
+	CHECK(value_of(t, line) == 3, "%s", line);
+	snprintf(line, sizeof(line), "gen_ai_server_request_duration_seconds_count{%s}", tlab);
+	CHECK(value_of(t, line) == 1, "%s", line);
+	snprintf(line, sizeof(line), "gen_ai_server_request_duration_seconds_bucket{%s,error_type=\"429\","
+		 "le=\"0.01\"}", nlab);
+	CHECK(value_of(t, line) == 1, "%s = %g", line, value_of(t, line));
 	snprintf(line, sizeof(line), "gen_ai_server_request_duration_seconds_bucket{%s,error_type=\"429\","
 		 "le=\"0.01\"}", lab);
-	CHECK(value_of(t, line) == 1, "%s = %g", line, value_of(t, line));
+	CHECK(isnan(value_of(t, line)), "the 429 has no operation: %s", line);
 	/* phases: the 429 reached net_in and net_out only */
 	snprintf(line, sizeof(line), "kpi_request_network_in_seconds_count{%s}", lab);
-	CHECK(value_of(t, line) == 5, "%s", line);
+	CHECK(value_of(t, line) == 3, "%s", line);
+	snprintf(line, sizeof(line), "kpi_request_network_in_seconds_count{%s}", nlab);
+	CHECK(value_of(t, line) == 1, "%s", line);
+	snprintf(line, sizeof(line), "kpi_request_queue_seconds_count{%s}", nlab);
+	CHECK(isnan(value_of(t, line)), "%s: never queued", line);
 	snprintf(line, sizeof(line), "kpi_request_queue_seconds_count{%s}", lab);
-	CHECK(value_of(t, line) == 4, "%s", line);
+	CHECK(value_of(t, line) == 3, "%s", line);
 	snprintf(line, sizeof(line), "kpi_request_queue_seconds_bucket{%s,le=\"0.0025\"}", lab);
 	CHECK(value_of(t, line) == 0, "3 ms is above 2.5 ms: %s", line);
 	snprintf(line, sizeof(line), "kpi_request_queue_seconds_bucket{%s,le=\"0.005\"}", lab);
-	CHECK(value_of(t, line) == 4, "%s", line);
+	CHECK(value_of(t, line) == 3, "%s", line);
+	snprintf(line, sizeof(line), "kpi_request_queue_seconds_bucket{%s,le=\"0.005\"}", tlab);
+	CHECK(value_of(t, line) == 1, "%s", line);
 
 	snprintf(line, sizeof(line), "kpi_requests_total{%s,http_response_status_code=\"200\","
 		 "gen_ai_response_finish_reason=\"stop\"}", lab);
 	CHECK(value_of(t, line) == 3, "%s = %g", line, value_of(t, line));
+	snprintf(line, sizeof(line), "kpi_requests_total{%s,http_response_status_code=\"200\","
+		 "gen_ai_response_finish_reason=\"length\"}", tlab);
+	CHECK(value_of(t, line) == 1, "%s = %g", line, value_of(t, line));
 	snprintf(line, sizeof(line), "kpi_requests_total{%s,http_response_status_code=\"429\","
-		 "error_type=\"429\"}", lab);
+		 "error_type=\"429\"}", nlab);
 	CHECK(value_of(t, line) == 1, "%s", line);
 	snprintf(line, sizeof(line), "kpi_tokens_total{%s,gen_ai_token_type=\"output\"}", lab);
-	CHECK(value_of(t, line) == 20, "%s", line);
+	CHECK(value_of(t, line) == 15, "%s", line);
 	snprintf(line, sizeof(line), "kpi_tokens_total{%s,gen_ai_token_type=\"input\"}", lab);
-	CHECK(value_of(t, line) == 28, "%s", line);
+	CHECK(value_of(t, line) == 21, "%s", line);
+	snprintf(line, sizeof(line), "kpi_tokens_total{%s,gen_ai_token_type=\"output\"}", tlab);
+	CHECK(value_of(t, line) == 5, "%s", line);
+	snprintf(line, sizeof(line), "kpi_tokens_total{%s,gen_ai_token_type=\"input\"}", nlab);
+	CHECK(isnan(value_of(t, line)), "%s: a refused request processed no tokens", line);
 
 	char glab[200];
 	snprintf(glab, sizeof(glab), "gen_ai_request_model=\"unknown\",server_port=\"0\",pid=\"%d\"",
