@@ -14,6 +14,9 @@
 /* Batch rows per tile inside a matmul task: a tile of activations stays in
  * L2 while the task's weight rows are reused across it. */
 #define MM_TILE 24
+/* Token-wise ops (embed, norm) on at most this many tokens run on the
+ * calling thread: cheaper than a pool region (wake-up and barrier). */
+#define TOK_SERIAL_MAX 32
 
 struct backend {
 	const struct model *m;
@@ -57,24 +60,40 @@ struct mm_seg {
 struct mm_job {
 	struct mm_seg seg[3];
 	int n_seg, chunk, n_tasks;
+	bool swiglu; /* two segments (gate, up) of equal rows: each task does the same rows of both, then SwiGLU */
 	const float *x;
 	int ldx, nb;
 };
 
+static void mm_rows(const struct mm_job *j, const struct mm_seg *sg, int o0, int o1)
+{
+	for (int b0 = 0; b0 < j->nb; b0 += MM_TILE) {
+		int nb = j->nb - b0 < MM_TILE ? j->nb - b0 : MM_TILE;
+		matmul_rows(sg->y + (size_t)b0 * sg->ldy, sg->ldy, sg->w->data, sg->w->type,
+			    j->x + (size_t)b0 * j->ldx, j->ldx, (int)sg->w->cols, nb, o0, o1, sg->accumulate);
+	}
+}
+
 static void mm_task(void *arg, int task, int thread)
 {
 	struct mm_job *j = arg;
+	if (j->swiglu) {
+		int rows = (int)j->seg[0].w->rows, o0 = task * j->chunk;
+		int o1 = o0 + j->chunk < rows ? o0 + j->chunk : rows;
+		mm_rows(j, &j->seg[0], o0, o1);
+		mm_rows(j, &j->seg[1], o0, o1);
+		for (int b = 0; b < j->nb; b++)
+			swiglu(j->seg[0].y + (size_t)b * j->seg[0].ldy + o0,
+			       j->seg[1].y + (size_t)b * j->seg[1].ldy + o0, o1 - o0);
+		return;
+	}
 	int s = 0;
 	while (s + 1 < j->n_seg && task >= j->seg[s + 1].first_task)
 		s++;
 	const struct mm_seg *sg = &j->seg[s];
 	int o0 = (task - sg->first_task) * j->chunk;
 	int o1 = o0 + j->chunk < sg->w->rows ? o0 + j->chunk : (int)sg->w->rows;
-	for (int b0 = 0; b0 < j->nb; b0 += MM_TILE) {
-		int nb = j->nb - b0 < MM_TILE ? j->nb - b0 : MM_TILE;
-		matmul_rows(sg->y + (size_t)b0 * sg->ldy, sg->ldy, sg->w->data, sg->w->type,
-			    j->x + (size_t)b0 * j->ldx, j->ldx, (int)sg->w->cols, nb, o0, o1, sg->accumulate);
-	}
+	mm_rows(j, sg, o0, o1);
 }
 
 /* Y_s = X W_s^T for up to three weight matrices sharing the input X. */
@@ -83,7 +102,9 @@ static void matmul_par(struct backend *b, const float *x, int ldx, int nb, int n
 		       const struct mtensor *w1, float *y1, int ldy1,
 		       const struct mtensor *w2, float *y2, int ldy2, bool accumulate)
 {
-	struct mm_job j = { .x = x, .ldx = ldx, .nb = nb, .n_seg = n_seg };
+	struct mm_job j = { .x = x, .ldx = ldx, .nb = nb, .n_seg = n_seg,
+			    /* gate and up (into h1, h3) get SwiGLU fused in */
+			    .swiglu = n_seg == 2 && y0 == b->h1 && y1 == b->h3 };
 	const struct mtensor *ws[3] = { w0, w1, w2 };
 	float *ys[3] = { y0, y1, y2 };
 	int ldys[3] = { ldy0, ldy1, ldy2 };
@@ -99,6 +120,12 @@ static void matmul_par(struct backend *b, const float *x, int ldx, int nb, int n
 		j.seg[s] = (struct mm_seg){ ws[s], ys[s], ldys[s], accumulate, j.n_tasks };
 		j.n_tasks += (int)((ws[s]->rows + chunk - 1) / chunk);
 	}
+	if (j.swiglu) {
+		/* half the chunk: a task's rows of gate and of up together */
+		chunk = ((chunk / 2) + 3) & ~3;
+		j.chunk = chunk;
+		j.n_tasks = (int)((w0->rows + chunk - 1) / chunk);
+	}
 	pool_run(b->pool, mm_task, &j, j.n_tasks);
 }
 
@@ -106,6 +133,7 @@ struct attn_job {
 	struct backend *b;
 	struct kv_layer_view view;
 	const struct backend_batch *batch;
+	const struct model_layer *layer;
 };
 
 static void attn_task(void *arg, int task, int thread)
@@ -119,7 +147,44 @@ static void attn_task(void *arg, int task, int thread)
 			b->tok_pos[t], b->scores + (size_t)thread * b->group * b->ctx);
 }
 
-enum tok_op { TOK_EMBED, TOK_NORM, TOK_SWIGLU };
+/* Rotates token t's queries and key, and stores its key and value in the
+ * cache, for KV heads [g0, g1). */
+static void rope_store(struct backend *b, const struct attn_job *j, int t, int g0, int g1)
+{
+	const float *cs = b->rope_cs + (size_t)b->tok_pos[t] * b->hd;
+	int pos = b->tok_pos[t], bs = b->block_size;
+	int32_t blk = j->batch->block_tables[b->tok_seq[t]][pos / bs];
+	rope(b->q + (size_t)t * b->q_dim + (size_t)g0 * b->group * b->hd, (g1 - g0) * b->group, b->hd, cs);
+	rope(b->k + (size_t)t * b->kv_dim + (size_t)g0 * b->hd, g1 - g0, b->hd, cs);
+	for (int g = g0; g < g1; g++) {
+		size_t off = kv_offset(&j->view, blk, g, pos % bs);
+		memcpy(j->view.k + off, b->k + (size_t)t * b->kv_dim + g * b->hd, sizeof(float) * b->hd);
+		memcpy(j->view.v + off, b->v + (size_t)t * b->kv_dim + g * b->hd, sizeof(float) * b->hd);
+	}
+}
+
+/* The whole attention of KV head g (task) for every token in one region: its
+ * rows of Q, K and V, RoPE, the cache write, then attention. Every output is
+ * the same fixed-order computation as the unfused path. */
+static void attn_fused_task(void *arg, int task, int thread)
+{
+	struct attn_job *j = arg;
+	struct backend *b = j->b;
+	const struct model_layer *L = j->layer;
+	int g = task, T = j->batch->n_tokens, qr = b->group * b->hd;
+	struct mm_job mj = { .n_seg = 1, .x = b->xb, .ldx = b->dim, .nb = T };
+	struct mm_seg sq = { &L->wq, b->q, b->q_dim, false, 0 }, sk = { &L->wk, b->k, b->kv_dim, false, 0 },
+		      sv = { &L->wv, b->v, b->kv_dim, false, 0 };
+	mm_rows(&mj, &sq, g * qr, (g + 1) * qr);
+	mm_rows(&mj, &sk, g * b->hd, (g + 1) * b->hd);
+	mm_rows(&mj, &sv, g * b->hd, (g + 1) * b->hd);
+	for (int t = 0; t < T; t++)
+		rope_store(b, j, t, g, g + 1);
+	for (int t = 0; t < T; t++)
+		attn_task(arg, t * b->n_kv + g, thread);
+}
+
+enum tok_op { TOK_EMBED, TOK_NORM };
 
 struct tok_job {
 	struct backend *b;
@@ -153,9 +218,6 @@ static void tok_task(void *arg, int task, int thread)
 			rmsnorm(b->xb + (size_t)t * b->dim, b->x + (size_t)t * b->dim, j->norm_w, b->dim,
 				b->m->norm_eps);
 			break;
-		case TOK_SWIGLU:
-			swiglu(b->h1 + (size_t)t * b->ffn, b->h3 + (size_t)t * b->ffn, b->ffn);
-			break;
 		}
 	}
 }
@@ -163,9 +225,15 @@ static void tok_task(void *arg, int task, int thread)
 static void tok_par(struct backend *b, enum tok_op op, const struct backend_batch *batch,
 		    const float *norm_w, int n_tokens)
 {
+	struct tok_job j = { b, op, batch, norm_w, n_tokens, n_tokens };
+	/* a few tokens cost less than waking the pool: run them here */
+	if (n_tokens <= TOK_SERIAL_MAX) {
+		tok_task(&j, 0, 0);
+		return;
+	}
 	int per = n_tokens / (pool_threads(b->pool) * 4);
 	per = per < 1 ? 1 : per;
-	struct tok_job j = { b, op, batch, norm_w, n_tokens, per };
+	j.per_task = per;
 	pool_run(b->pool, tok_task, &j, (n_tokens + per - 1) / per);
 }
 
@@ -276,34 +344,31 @@ static int cpu_forward(struct backend *b, const struct backend_batch *bt, char *
 			}
 		}
 
+	/* one region per KV head fuses Q/K/V and attention when the heads split
+	 * evenly enough over the threads */
+	int nt = pool_threads(b->pool);
+	bool fuse_attn = b->n_kv % nt == 0 || b->n_kv >= 4 * nt;
 	tok_par(b, TOK_EMBED, bt, NULL, T);
 	for (int l = 0; l < m->info.n_layers; l++) {
 		const struct model_layer *L = &m->layers[l];
 		struct attn_job aj = { b, { b->kcache + l * b->layer_floats, b->vcache + l * b->layer_floats,
-					    b->n_kv, b->hd, bs }, bt };
-		/* attention: norm, q/k/v in one pass, rotate, cache, attend, project */
+					    b->n_kv, b->hd, bs }, bt, L };
+		/* attention: norm, q/k/v, rotate, cache, attend, project */
 		tok_par(b, TOK_NORM, bt, L->attn_norm.data, T);
-		matmul_par(b, b->xb, b->dim, T, 3, &L->wq, b->q, b->q_dim, &L->wk, b->k, b->kv_dim,
-			   &L->wv, b->v, b->kv_dim, false);
-		for (int t = 0; t < T; t++) {
-			const float *cs = b->rope_cs + (size_t)b->tok_pos[t] * b->hd;
-			rope(b->q + (size_t)t * b->q_dim, b->n_heads, b->hd, cs);
-			rope(b->k + (size_t)t * b->kv_dim, b->n_kv, b->hd, cs);
-			int pos = b->tok_pos[t];
-			int32_t blk = bt->block_tables[b->tok_seq[t]][pos / bs];
-			for (int g = 0; g < b->n_kv; g++) {
-				size_t off = kv_offset(&aj.view, blk, g, pos % bs);
-				memcpy(aj.view.k + off, b->k + (size_t)t * b->kv_dim + g * b->hd, sizeof(float) * b->hd);
-				memcpy(aj.view.v + off, b->v + (size_t)t * b->kv_dim + g * b->hd, sizeof(float) * b->hd);
-			}
+		if (fuse_attn) {
+			pool_run(b->pool, attn_fused_task, &aj, b->n_kv);
+		} else {
+			matmul_par(b, b->xb, b->dim, T, 3, &L->wq, b->q, b->q_dim, &L->wk, b->k, b->kv_dim,
+				   &L->wv, b->v, b->kv_dim, false);
+			for (int t = 0; t < T; t++)
+				rope_store(b, &aj, t, 0, b->n_kv);
+			pool_run(b->pool, attn_task, &aj, T * b->n_kv);
 		}
-		pool_run(b->pool, attn_task, &aj, T * b->n_kv);
 		matmul_par(b, b->att, b->q_dim, T, 1, &L->wo, b->x, b->dim, NULL, NULL, 0, NULL, NULL, 0, true);
-		/* feed-forward: norm, gate and up in one pass, SwiGLU, down */
+		/* feed-forward: norm, gate and up in one pass with SwiGLU, down */
 		tok_par(b, TOK_NORM, bt, L->ffn_norm.data, T);
 		matmul_par(b, b->xb, b->dim, T, 2, &L->w_gate, b->h1, b->ffn, &L->w_up, b->h3, b->ffn,
-			   NULL, NULL, 0, false);
-		tok_par(b, TOK_SWIGLU, bt, NULL, T);
+			   NULL, NULL, 0, false); /* SwiGLU fused: h1 = silu(h1) * h3 */
 		matmul_par(b, b->h1, b->ffn, T, 1, &L->w_down, b->x, b->dim, NULL, NULL, 0, NULL, NULL, 0, true);
 	}
 	/* logits for the last token of each sequence that samples */

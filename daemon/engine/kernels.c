@@ -50,15 +50,40 @@ static inline float hsum8(__m256 v)
 	return _mm_cvtss_f32(lo);
 }
 
-/* Batch rows per micro-kernel: 3 fills AVX2's 16 ymm registers (12
- * accumulators + 3 inputs + 1 weight); with AVX-512VL's 32, 6 (24 + 6 + 1). */
-#ifndef PF_DIST
-#define PF_DIST 4096 /* bytes ahead in each weight row stream; measured best of 256..16K */
+/* The matmul vector: 16 lanes with AVX-512 (32 registers: 4 x 6
+ * accumulators + 4 weights + 1 input), else 8 lanes of AVX2 (16 registers:
+ * 4 x 3 accumulators, the weights read from L1 as FMA operands). Each output
+ * accumulates column i in lane i % VL whatever the batch, so every
+ * micro-kernel shape gives the same bits. */
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_NTA /* the stream is read once per step: keep it out of L2/L3 */
 #endif
-#ifdef __AVX512VL__
+#ifndef B1_ROWS
+#define B1_ROWS 4 /* weight rows per block with one batch row: measured 1, 2, 4 alike */
+#endif
+#ifndef PF_ROWS
+#define PF_ROWS 4 /* rows ahead in the one-sequence weight stream (the next block): measured best of 2..16 */
+#endif
+#ifdef __AVX512F__
 #define MB 6
+#define VL 16
+typedef __m512 vf;
+#define vzero() _mm512_setzero_ps()
+#define vload(p) _mm512_loadu_ps(p)
+#define vload_h(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define vhsum(v) _mm512_reduce_add_ps(v)
+#define in_reg(v) __asm__("" : "+v"(v)) /* no reload folded into each FMA */
 #else
 #define MB 3
+#define VL 8
+typedef __m256 vf;
+#define vzero() _mm256_setzero_ps()
+#define vload(p) _mm256_loadu_ps(p)
+#define vload_h(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define vhsum(v) hsum8(v)
+#define in_reg(v) ((void)0) /* 12 accumulators leave too few registers */
 #endif
 
 /* R weight rows x B batch rows; R, B, F16 are constants after inlining, so
@@ -67,32 +92,49 @@ static inline __attribute__((always_inline)) void
 mk(float *y, int ldy, const void *w, const int F16, const float *x, int ldx, int cols, int o, int b,
    const int R, const int B, bool accumulate)
 {
-	__m256 a[4][MB];
+	vf a[4][MB];
 	for (int r = 0; r < R; r++)
 		for (int j = 0; j < B; j++)
-			a[r][j] = _mm256_setzero_ps();
+			a[r][j] = vzero();
 	const float *xr[MB];
 	for (int j = 0; j < B; j++)
 		xr[j] = x + (size_t)(b + j) * ldx;
 	const uint16_t *wh = (const uint16_t *)w + (size_t)o * cols;
 	const float *wf = (const float *)w + (size_t)o * cols;
 	int i = 0;
-	for (; i + 8 <= cols; i += 8) {
-		__m256 xv[MB];
-		for (int j = 0; j < B; j++)
-			xv[j] = _mm256_loadu_ps(xr[j] + i);
-		for (int r = 0; r < R; r++) {
-			if (F16 && B == 1 && (i & 31) == 0) /* a weight stream: fetch ahead of the prefetcher */
-				_mm_prefetch((const char *)(wh + (size_t)r * cols + i) + PF_DIST, _MM_HINT_T0);
-			__m256 wv = F16 ? _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(wh + (size_t)r * cols + i)))
-					: _mm256_loadu_ps(wf + (size_t)r * cols + i);
-			for (int j = 0; j < B; j++)
-				a[r][j] = _mm256_fmadd_ps(wv, xv[j], a[r][j]);
+	for (; i + VL <= cols; i += VL) {
+		if (B == 1) {
+			vf xv = vload(xr[0] + i);
+			for (int r = 0; r < R; r++) {
+				/* a weight stream: fetch the same line of the row
+				 * PF_ROWS rows on, ahead of the hardware prefetcher
+				 * (which does not follow 4 interleaved row streams) */
+				if (F16 && (i & 31) == 0)
+					_mm_prefetch((const char *)(wh + (size_t)(r + PF_ROWS) * cols + i), PF_HINT);
+				vf wv = F16 ? vload_h(wh + (size_t)r * cols + i) : vload(wf + (size_t)r * cols + i);
+				a[r][0] = vfma(wv, xv, a[r][0]);
+			}
+		} else {
+			/* R weight and then B input vectors loaded once each into
+			 * registers for R x B FMAs: in_reg keeps the compiler
+			 * from folding a reload into every FMA, which made the
+			 * loop load-bound (1.4x slower at 16 sequences) */
+			vf wv[4];
+			for (int r = 0; r < R; r++) {
+				wv[r] = F16 ? vload_h(wh + (size_t)r * cols + i) : vload(wf + (size_t)r * cols + i);
+				in_reg(wv[r]);
+			}
+			for (int j = 0; j < B; j++) {
+				vf xv = vload(xr[j] + i);
+				in_reg(xv);
+				for (int r = 0; r < R; r++)
+					a[r][j] = vfma(wv[r], xv, a[r][j]);
+			}
 		}
 	}
 	for (int r = 0; r < R; r++)
 		for (int j = 0; j < B; j++) {
-			float s = hsum8(a[r][j]);
+			float s = vhsum(a[r][j]);
 			for (int t = i; t < cols; t++)
 				s = fmaf(F16 ? f16_to_f32(wh[(size_t)r * cols + t]) : wf[(size_t)r * cols + t],
 					 xr[j][t], s);
@@ -114,36 +156,43 @@ mk(float *y, int ldy, const void *w, const int F16, const float *x, int ldx, int
  * instead of costing a conversion (on the FMA ports) per use. Conversion is
  * exact, so the sums are the same bits as the direct F16 path. */
 #define WROWS_MAX_COLS 16384 /* 256 KiB of stack; wider rows take the direct path */
+#ifndef PF_BATCH_BYTES
+#define PF_BATCH_BYTES 16384 /* weight bytes fetched ahead by the batched path: measured best of 8K..64K */
+#endif
 
 void matmul_rows(float *y, int ldy, const void *w, uint32_t wtype, const float *x, int ldx,
 		 int cols, int nb, int o0, int o1, bool accumulate)
 {
 	if (wtype == GGML_F16 && nb > 1 && cols <= WROWS_MAX_COLS) {
 		float wrows[4 * cols] __attribute__((aligned(64)));
+		/* the first PF_BATCH_BYTES: the stream below starts that far ahead */
+		const char *first = (const char *)((const uint16_t *)w + (size_t)o0 * cols);
+		size_t total = (size_t)(o1 - o0) * cols * 2;
+		for (size_t off = 0; off < total && off < PF_BATCH_BYTES; off += 64)
+			_mm_prefetch(first + off, _MM_HINT_T0);
 		for (int o = o0; o < o1; o += 4) {
 			int R = o1 - o < 4 ? o1 - o : 4;
 			const uint16_t *src = (const uint16_t *)w + (size_t)o * cols;
 			int n = R * cols, i = 0;
-			for (; i + 8 <= n; i += 8)
+			/* fetch PF_BATCH_BYTES ahead in the task's contiguous
+			 * rows, one line per line converted (a burst per block
+			 * leaves the loads below waiting on DRAM) */
+			for (; i + 8 <= n; i += 8) {
+				if ((i & 31) == 0)
+					_mm_prefetch((const char *)(src + i) + PF_BATCH_BYTES, _MM_HINT_T0);
 				_mm256_storeu_ps(wrows + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
+			}
 			for (; i < n; i++)
 				wrows[i] = f16_to_f32(src[i]);
-			/* fetch the next block's rows while this one computes: the
-			 * conversion above then finds them in cache instead of stalling */
-			if (o + 4 < o1) {
-				const char *next = (const char *)(src + (size_t)R * cols);
-				size_t bytes = (size_t)(o1 - o - 4 < 4 ? o1 - o - 4 : 4) * cols * 2;
-				for (size_t off = 0; off < bytes; off += 64)
-					_mm_prefetch(next + off, _MM_HINT_T0);
-			}
 			/* rows o..o+R of y are rows 0..R of this block: shift y by o */
 			matmul_rows(y + o, ldy, wrows, GGML_F32, x, ldx, cols, nb, 0, R, accumulate);
 		}
 		return;
 	}
 	const int f16 = wtype == GGML_F16;
-	for (int o = o0; o < o1; o += 4) {
-		int R = o1 - o < 4 ? o1 - o : 4;
+	const int RB = nb == 1 ? B1_ROWS : 4;
+	for (int o = o0; o < o1; o += RB) {
+		int R = o1 - o < RB ? o1 - o : RB;
 		for (int b = 0; b < nb; b += MB) {
 			int B = nb - b < MB ? nb - b : MB;
 			switch (R * 8 + B) {
