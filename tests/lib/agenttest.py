@@ -222,10 +222,21 @@ class Conn:
         return res
 
 
+def completion_request(rnd, max_tokens, prompt_words):
+    """A /v1/completions request of random words: (path, body)."""
+    return "/v1/completions", {
+        "prompt": " ".join(rnd.choice(["the", "cat", "sat", "on", "a", "mat", "of", "red", "wool"])
+                           for _ in range(rnd.randint(*prompt_words))),
+        "max_tokens": rnd.randint(*max_tokens), "temperature": 0}
+
+
 def run_load(port, n, threads=6, seed=1, prefix="acc", max_tokens=(1, 24), keepalive=0.5,
-             prompt_words=(2, 20)):
+             prompt_words=(2, 20), request=None):
     """n mixed requests (streamed or not, keep-alive or fresh connections) from
-    `threads` client threads.  Returns the list of Results."""
+    `threads` client threads; request(i, rnd) -> (path, body) makes request i
+    (default: completion_request).  Returns the list of Results."""
+    if request is None:
+        request = lambda i, rnd: completion_request(rnd, max_tokens, prompt_words)  # noqa: E731
     out, lock = [], threading.Lock()
     todo = list(range(n))
     sys.setswitchinterval(0.0002)   # a woken client thread gets the GIL quickly
@@ -240,17 +251,14 @@ def run_load(port, n, threads=6, seed=1, prefix="acc", max_tokens=(1, 24), keepa
                 i = todo.pop()
             stream = rnd.random() < 0.5
             res = Result(f"{prefix}-{i:05d}", stream)
-            body = {"prompt": " ".join(rnd.choice(["the", "cat", "sat", "on", "a", "mat", "of",
-                                                    "red", "wool"])
-                                       for _ in range(rnd.randint(*prompt_words))),
-                    "max_tokens": rnd.randint(*max_tokens), "temperature": 0}
+            path, body = request(i, rnd)
             if stream:
                 body["stream"] = True
                 body["stream_options"] = {"include_usage": True}
             if rnd.random() >= keepalive:
                 conn.close()
             try:
-                conn.completion(res, body)
+                conn.completion(res, body, path=path)
             except Exception as e:  # recorded, the test decides
                 res.error = repr(e)
                 conn.close()
@@ -266,16 +274,22 @@ def run_load(port, n, threads=6, seed=1, prefix="acc", max_tokens=(1, 24), keepa
     return out
 
 
-def burst(port, n, prefix="burst", max_tokens=32):
-    """n requests at once on fresh connections (to overflow --max-queue)."""
+def burst(port, n, prefix="burst", max_tokens=32, request=None):
+    """n requests at once on fresh connections (to overflow --max-queue);
+    request(i, rnd) -> (path, body) makes request i (default: one short
+    completion)."""
+    if request is None:
+        request = lambda i, rnd: ("/v1/completions",  # noqa: E731
+                                  {"prompt": "the cat sat on the mat", "max_tokens": max_tokens})
     out, lock = [], threading.Lock()
     go = threading.Event()
 
     def one(i):
         res = Result(f"{prefix}-{i:04d}", False)
+        path, body = request(i, random.Random(i))
         go.wait()
         try:
-            Conn(port).completion(res, {"prompt": "the cat sat on the mat", "max_tokens": max_tokens})
+            Conn(port).completion(res, body, path=path)
         except Exception as e:
             res.error = repr(e)
         with lock:

@@ -2,7 +2,7 @@
 loopback (temp config and data dir, 1 s scrapes), an OTLP/HTTP JSON receiver
 written here (http.server in a thread), Prometheus text parsing, and load over
 both OpenAI endpoints."""
-import json, os, random, shutil, subprocess, threading, time, urllib.parse, urllib.request
+import json, os, shutil, subprocess, threading, time, urllib.parse, urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kpitest
@@ -25,77 +25,32 @@ def _body(op, rnd, max_tokens, prompt_words=(2, 20)):
     return body
 
 
+def _op(i):
+    return "chat" if i % 2 else "text_completion"
+
+
+def _ops(results):
+    """{request id: operation}: ids end with the request's index."""
+    return {r.rid: _op(int(r.rid.rsplit("-", 1)[1])) for r in results}
+
+
 def mixed_load(port, n, threads=4, seed=7, prefix="mix", max_tokens=(1, 16), keepalive=0.5):
     """n requests alternating /v1/completions and /v1/chat/completions (streamed
     or not, keep-alive or fresh connections) from `threads` client threads.
     Returns (Results, {request id: gen_ai.operation.name})."""
     import agenttest as at
-    out, ops, lock = [], {}, threading.Lock()
-    todo = list(range(n))
-
-    def worker(wid):
-        rnd = random.Random(seed * 1000 + wid)
-        conn = at.Conn(port)
-        while True:
-            with lock:
-                if not todo:
-                    break
-                i = todo.pop()
-            op = "chat" if i % 2 else "text_completion"
-            stream = rnd.random() < 0.5
-            res = at.Result(f"{prefix}-{i:05d}", stream)
-            body = _body(op, rnd, max_tokens)
-            if stream:
-                body["stream"] = True
-                body["stream_options"] = {"include_usage": True}
-            if rnd.random() >= keepalive:
-                conn.close()
-            try:
-                conn.completion(res, body, path=ENDPOINTS[op])
-            except Exception as e:  # recorded, the test decides
-                res.error = repr(e)
-                conn.close()
-            with lock:
-                out.append(res)
-                ops[res.rid] = op
-        conn.close()
-
-    ts = [threading.Thread(target=worker, args=(w,)) for w in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return out, ops
+    out = at.run_load(port, n, threads=threads, seed=seed, prefix=prefix, keepalive=keepalive,
+                      request=lambda i, rnd: (ENDPOINTS[_op(i)], _body(_op(i), rnd, max_tokens)))
+    return out, _ops(out)
 
 
 def mixed_burst(port, n, prefix="mixburst", max_tokens=24):
     """n requests at once on fresh connections, alternating the endpoints (to
     overflow --max-queue).  Returns (Results, {request id: operation})."""
     import agenttest as at
-    out, ops, lock = [], {}, threading.Lock()
-    go = threading.Event()
-
-    def one(i):
-        op = "chat" if i % 2 else "text_completion"
-        res = at.Result(f"{prefix}-{i:04d}", False)
-        body = _body(op, random.Random(i), (max_tokens, max_tokens), (6, 6))
-        go.wait()
-        try:
-            at.Conn(port).completion(res, body, path=ENDPOINTS[op])
-        except Exception as e:
-            res.error = repr(e)
-        with lock:
-            out.append(res)
-            ops[res.rid] = op
-
-    ts = [threading.Thread(target=one, args=(i,)) for i in range(n)]
-    for t in ts:
-        t.start()
-    time.sleep(0.05)
-    go.set()
-    for t in ts:
-        t.join()
-    return out, ops
+    out = at.burst(port, n, prefix=prefix, request=lambda i, rnd: (
+        ENDPOINTS[_op(i)], _body(_op(i), rnd, (max_tokens, max_tokens), (6, 6))))
+    return out, _ops(out)
 
 
 tmpdir = kpitest.tmpdir
