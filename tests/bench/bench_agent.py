@@ -30,9 +30,10 @@ def one_round(url, pid, agent_on, args, tmp, i):
         agent = at.start_agent(db, "--flush-ms", 200, pid=pid)
         c0 = cpu_s(agent.pid)
     out = os.path.join(tmp, f"r{i}.json")
+    csv_path = os.path.join(tmp, f"r{i}.csv")
     p = bt.kpi_bench("--url", url, "--concurrency", args.concurrency, "--requests", args.requests,
                      "--prompt-len", 32, "--max-tokens", args.max_tokens, "--ignore-eos",
-                     "--temperature", 0, "--seed", i, "--json", out, timeout=600)
+                     "--temperature", 0, "--seed", i, "--json", out, "--csv", csv_path, timeout=600)
     if p.returncode != 0:
         raise SystemExit(f"kpi-bench failed: {p.stderr[-800:]}")
     with open(out) as f:
@@ -52,6 +53,12 @@ def one_round(url, pid, agent_on, args, tmp, i):
         with sqlite3.connect(db) as c:
             r["net_in_ns"] = [v for (v,) in c.execute(
                 "SELECT net_in_ns FROM requests WHERE seq_id IS NOT NULL AND net_in_ns IS NOT NULL")]
+            agent_ttft = dict(c.execute(
+                "SELECT request_id, ttft_ns FROM requests WHERE ttft_ns IS NOT NULL"))
+        # accuracy: the client's TTFT minus the agent's, per request (joined on x-request-id)
+        r["ttft_gap_ms"] = [float(row["ttft_ms"]) - agent_ttft[row["request_id"]] / 1e6
+                            for row in bt.read_csv(csv_path)
+                            if row["ttft_ms"] and row["request_id"] in agent_ttft]
     return r
 
 
@@ -108,6 +115,9 @@ def main():
     p99_off, p99_on = med(off, "ttft_p99_ms"), med(on, "ttft_p99_ms")
     recorded = sum(r["recorded"] for r in on)
     net_in = [v for r in on for v in r.pop("net_in_ns")]
+    gaps = [v for r in on for v in r.pop("ttft_gap_ms")]
+    accuracy = {"n": len(gaps), "p50_ms": pct(gaps, 50), "p99_ms": pct(gaps, 99),
+                "min_ms": min(gaps), "max_ms": max(gaps)} if gaps else None
     http_us = {"n": len(net_in), "p50": pct(net_in, 50) / 1e3, "p99": pct(net_in, 99) / 1e3,
                "max": max(net_in) / 1e3} if net_in else None
     cpu = sum(r["agent_cpu_s"] for r in on)
@@ -122,6 +132,7 @@ def main():
         "requests_sent_on": args.requests * len(on),
         "agent_cpu_s_per_1000_requests": 1000 * cpu / max(recorded, 1),
         "http_overhead_us": http_us,
+        "ttft_client_minus_agent": accuracy,
         "rounds_detail": results,
     }
     with open(os.path.join(args.out, "agent.json"), "w") as f:
@@ -138,6 +149,12 @@ def main():
           f"{summary['requests_sent_on']} sent with the agent on; "
           f"agent CPU: {summary['agent_cpu_s_per_1000_requests']:.3f} s per 1000 requests "
           f"(= cores busy at 1000 requests/s).\n")
+    if accuracy:
+        print(f"Accuracy, client TTFT (kpi-bench) minus agent TTFT, per request joined on "
+              f"x-request-id, agent-on rounds: p50 {accuracy['p50_ms']:.3f} ms, p99 "
+              f"{accuracy['p99_ms']:.3f} ms, min {accuracy['min_ms']:.3f} ms, max "
+              f"{accuracy['max_ms']:.3f} ms over {accuracy['n']} requests (a negative gap would "
+              f"mean the agent saw the first token after the client did).\n")
     if http_us:
         print(f"HTTP overhead (last request byte to kpi:request__admitted, the agent's net_in of "
               f"one-segment requests, agent-on rounds): p50 {http_us['p50']:.0f} µs, "
