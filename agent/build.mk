@@ -56,3 +56,10 @@ $(AGENT_TESTS): $(BUILD)/tests/%: $(OBJ)/tests/unit/%.o $(AGENT_OBJS)
 
 # Keep the BPF object: bpftool and people (bpftool prog, llvm-objdump) use it.
 .SECONDARY: $(BUILD)/bpf/kpi.bpf.o
+
+# SQLite ingest rate of the writer (make bench: tests/bench/bench_store.py).
+PROGRAMS += $(BUILD)/store-bench
+$(OBJ)/tests/bench/store_bench.o: $(AGENT_GEN)
+$(BUILD)/store-bench: $(OBJ)/tests/bench/store_bench.o $(AGENT_OBJS)
+	$(call msg,LD,$@)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(AGENT_LDLIBS)
