@@ -34,6 +34,15 @@ static int set_times(struct kpi_cupti_conv *cv, struct kpi_gpu_rec *out, uint64_
 	return 1;
 }
 
+/* Every activity kind names where it ran the same way; CUPTI's record
+ * structs differ, so this is a macro over their common field names. */
+#define SET_IDS(out, r) do { \
+	(out)->correlation_id = (r)->correlationId; \
+	(out)->device_id = (r)->deviceId; \
+	(out)->context_id = (r)->contextId; \
+	(out)->stream_id = (r)->streamId; \
+} while (0)
+
 int kpi_cupti_convert(struct kpi_cupti_conv *cv, const CUpti_Activity *rec,
 		      struct kpi_gpu_rec *out, uint32_t *new_name_id)
 {
@@ -47,10 +56,7 @@ int kpi_cupti_convert(struct kpi_cupti_conv *cv, const CUpti_Activity *rec,
 		if (!set_times(cv, out, k->start, k->end))
 			return 0;
 		out->kind = KPI_GPU_REC_KERNEL;
-		out->correlation_id = k->correlationId;
-		out->device_id = k->deviceId;
-		out->context_id = k->contextId;
-		out->stream_id = k->streamId;
+		SET_IDS(out, k);
 		out->grid_x = (uint32_t)k->gridX;
 		out->grid_y = (uint32_t)k->gridY;
 		out->grid_z = (uint32_t)k->gridZ;
@@ -74,10 +80,7 @@ int kpi_cupti_convert(struct kpi_cupti_conv *cv, const CUpti_Activity *rec,
 		out->kind = KPI_GPU_REC_MEMCPY;
 		out->copy_kind = m->copyKind;
 		out->bytes = m->bytes;
-		out->correlation_id = m->correlationId;
-		out->device_id = m->deviceId;
-		out->context_id = m->contextId;
-		out->stream_id = m->streamId;
+		SET_IDS(out, m);
 		break;
 	}
 	case CUPTI_ACTIVITY_KIND_MEMSET: {
@@ -86,10 +89,7 @@ int kpi_cupti_convert(struct kpi_cupti_conv *cv, const CUpti_Activity *rec,
 			return 0;
 		out->kind = KPI_GPU_REC_MEMSET;
 		out->bytes = m->bytes;
-		out->correlation_id = m->correlationId;
-		out->device_id = m->deviceId;
-		out->context_id = m->contextId;
-		out->stream_id = m->streamId;
+		SET_IDS(out, m);
 		break;
 	}
 	default:
