@@ -1,9 +1,12 @@
-/* cpu_backend.c - the forward pass on CPU: weights read in place from the
- * mmap'd GGUF, one pass over them per step for the whole batch (each matmul
- * is split by rows over the worker pool), paged K/V in one F32 pool. */
+/* cpu_backend.c - the forward pass on CPU: matmul weights repacked once at
+ * create into panels (kernels.h), one pass over them per step for the whole
+ * batch (each matmul is split by panels over the worker pool), paged K/V in
+ * one F32 pool. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "daemon/engine/backend.h"
 #include "daemon/engine/gguf.h"
@@ -18,8 +21,17 @@
  * calling thread: cheaper than a pool region (wake-up and barrier). */
 #define TOK_SERIAL_MAX 32
 
+/* A layer's matrices as matmul_rows reads them. */
+struct packed_layer {
+	struct packed_mat wq, wk, wv, wo, w_gate, w_up, w_down;
+};
+
 struct backend {
 	const struct model *m;
+	struct packed_layer *pl; /* [n_layers] */
+	struct packed_mat output;
+	void *packed;            /* every packed matrix, one allocation */
+	size_t packed_bytes;
 	struct pool *pool;
 	int kv_blocks, block_size, max_tokens, max_seqs;
 	int dim, q_dim, kv_dim, ffn, hd, n_heads, n_kv, group, ctx, vocab;
@@ -50,7 +62,7 @@ size_t backend_kv_bytes_per_token(const struct model *m)
 /* ---- parallel jobs ----------------------------------------------------- */
 
 struct mm_seg {
-	const struct mtensor *w;
+	const struct packed_mat *w;
 	float *y;
 	int ldy;
 	bool accumulate;
@@ -69,8 +81,8 @@ static void mm_rows(const struct mm_job *j, const struct mm_seg *sg, int o0, int
 {
 	for (int b0 = 0; b0 < j->nb; b0 += MM_TILE) {
 		int nb = j->nb - b0 < MM_TILE ? j->nb - b0 : MM_TILE;
-		matmul_rows(sg->y + (size_t)b0 * sg->ldy, sg->ldy, sg->w->data, sg->w->type,
-			    j->x + (size_t)b0 * j->ldx, j->ldx, (int)sg->w->cols, nb, o0, o1, sg->accumulate);
+		matmul_rows(sg->y + (size_t)b0 * sg->ldy, sg->ldy, sg->w, j->x + (size_t)b0 * j->ldx, j->ldx,
+			    nb, o0, o1, sg->accumulate);
 	}
 }
 
@@ -98,23 +110,24 @@ static void mm_task(void *arg, int task, int thread)
 
 /* Y_s = X W_s^T for up to three weight matrices sharing the input X. */
 static void matmul_par(struct backend *b, const float *x, int ldx, int nb, int n_seg,
-		       const struct mtensor *w0, float *y0, int ldy0,
-		       const struct mtensor *w1, float *y1, int ldy1,
-		       const struct mtensor *w2, float *y2, int ldy2, bool accumulate)
+		       const struct packed_mat *w0, float *y0, int ldy0,
+		       const struct packed_mat *w1, float *y1, int ldy1,
+		       const struct packed_mat *w2, float *y2, int ldy2, bool accumulate)
 {
 	struct mm_job j = { .x = x, .ldx = ldx, .nb = nb, .n_seg = n_seg,
 			    /* gate and up (into h1, h3) get SwiGLU fused in */
 			    .swiglu = n_seg == 2 && y0 == b->h1 && y1 == b->h3 };
-	const struct mtensor *ws[3] = { w0, w1, w2 };
+	const struct packed_mat *ws[3] = { w0, w1, w2 };
 	float *ys[3] = { y0, y1, y2 };
 	int ldys[3] = { ldy0, ldy1, ldy2 };
 	int64_t rows = 0;
 	for (int s = 0; s < n_seg; s++)
 		rows += ws[s]->rows;
-	/* ~8 tasks per thread for balance on a shared machine, rows a multiple of 4 */
+	/* ~8 tasks per thread for balance on a shared machine, whole panels */
 	int chunk = (int)(rows / (pool_threads(b->pool) * 8));
-	chunk = chunk < 16 ? 16 : chunk > 128 ? 128 : chunk;
-	chunk = (chunk + 3) & ~3;
+	chunk = chunk > 128 ? 128 : chunk;
+	chunk = (chunk + KPI_PANEL - 1) / KPI_PANEL * KPI_PANEL;
+	chunk = chunk < KPI_PANEL ? KPI_PANEL : chunk;
 	j.chunk = chunk;
 	for (int s = 0; s < n_seg; s++) {
 		j.seg[s] = (struct mm_seg){ ws[s], ys[s], ldys[s], accumulate, j.n_tasks };
@@ -122,7 +135,7 @@ static void matmul_par(struct backend *b, const float *x, int ldx, int nb, int n
 	}
 	if (j.swiglu) {
 		/* half the chunk: a task's rows of gate and of up together */
-		chunk = ((chunk / 2) + 3) & ~3;
+		chunk = (chunk / 2 + KPI_PANEL - 1) / KPI_PANEL * KPI_PANEL;
 		j.chunk = chunk;
 		j.n_tasks = (int)((w0->rows + chunk - 1) / chunk);
 	}
@@ -133,7 +146,7 @@ struct attn_job {
 	struct backend *b;
 	struct kv_layer_view view;
 	const struct backend_batch *batch;
-	const struct model_layer *layer;
+	const struct packed_layer *layer;
 };
 
 static void attn_task(void *arg, int task, int thread)
@@ -170,7 +183,7 @@ static void attn_fused_task(void *arg, int task, int thread)
 {
 	struct attn_job *j = arg;
 	struct backend *b = j->b;
-	const struct model_layer *L = j->layer;
+	const struct packed_layer *L = j->layer;
 	int g = task, T = j->batch->n_tokens, qr = b->group * b->hd;
 	struct mm_job mj = { .n_seg = 1, .x = b->xb, .ldx = b->dim, .nb = T };
 	struct mm_seg sq = { &L->wq, b->q, b->q_dim, false, 0 }, sk = { &L->wk, b->k, b->kv_dim, false, 0 },
@@ -237,6 +250,76 @@ static void tok_par(struct backend *b, enum tok_op op, const struct backend_batc
 	pool_run(b->pool, tok_task, &j, (n_tokens + per - 1) / per);
 }
 
+/* ---- packed weights ---------------------------------------------------- */
+
+struct pack_job {
+	struct backend *b;
+	const struct mtensor **src; /* [n] */
+	struct packed_mat **dst;
+	size_t *off;
+};
+
+static void pack_task(void *arg, int task, int thread)
+{
+	struct pack_job *j = arg;
+	const struct mtensor *t = j->src[task];
+	pack_matrix(j->dst[task], (char *)j->b->packed + j->off[task], t->data, t->type, (int)t->rows,
+		    (int)t->cols);
+	/* the mapped source is not read again: give its pages back (a hint on a
+	 * read-only file mapping; a later read would fault them in again) */
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t lo = ((uintptr_t)t->data + pg - 1) & ~(uintptr_t)(pg - 1);
+	uintptr_t hi = ((uintptr_t)t->data + (size_t)t->rows * t->cols * (t->type == GGML_F16 ? 2 : 4)) &
+		       ~(uintptr_t)(pg - 1);
+	if (hi > lo && t != &j->b->m->tok_embd)
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+}
+
+/* Repacks every matmul weight (kernels.h) into one allocation. */
+static int pack_weights(struct backend *b, char *err, size_t errlen)
+{
+	const struct model *m = b->m;
+	int nl = m->info.n_layers, n = nl * 7 + 1;
+	const struct mtensor **src = calloc(n, sizeof(*src));
+	struct packed_mat **dst = calloc(n, sizeof(*dst));
+	size_t *off = calloc(n, sizeof(*off));
+	b->pl = calloc(nl, sizeof(*b->pl));
+	if (!src || !dst || !off || !b->pl)
+		goto oom;
+	for (int l = 0; l < nl; l++) {
+		const struct model_layer *ML = &m->layers[l];
+		struct packed_layer *P = &b->pl[l];
+		const struct mtensor *s7[7] = { &ML->wq, &ML->wk, &ML->wv, &ML->wo, &ML->w_gate, &ML->w_up,
+						&ML->w_down };
+		struct packed_mat *d7[7] = { &P->wq, &P->wk, &P->wv, &P->wo, &P->w_gate, &P->w_up, &P->w_down };
+		for (int k = 0; k < 7; k++) {
+			src[l * 7 + k] = s7[k];
+			dst[l * 7 + k] = d7[k];
+		}
+	}
+	src[n - 1] = &m->output;
+	dst[n - 1] = &b->output;
+	for (int k = 0; k < n; k++) {
+		off[k] = b->packed_bytes;
+		b->packed_bytes += (pack_bytes(src[k]->type, (int)src[k]->rows, (int)src[k]->cols) + 63) & ~(size_t)63;
+	}
+	b->packed = aligned_alloc(64, b->packed_bytes);
+	if (!b->packed)
+		goto oom;
+	struct pack_job j = { b, src, dst, off };
+	pool_run(b->pool, pack_task, &j, n);
+	free(src);
+	free(dst);
+	free(off);
+	return 0;
+oom:
+	snprintf(err, errlen, "out of memory repacking the weights (%zu MiB)", b->packed_bytes >> 20);
+	free(src);
+	free(dst);
+	free(off);
+	return -1;
+}
+
 /* ---- create / destroy -------------------------------------------------- */
 
 static void cpu_destroy(struct backend *b)
@@ -257,6 +340,8 @@ static void cpu_destroy(struct backend *b)
 	free(b->h3);
 	free(b->xl);
 	free(b->scores);
+	free(b->pl);
+	free(b->packed);
 	free(b->tok_seq);
 	free(b->tok_pos);
 	free(b->lrow_tok);
@@ -319,6 +404,10 @@ static struct backend *cpu_create(const struct backend_params *p, char *err, siz
 		return NULL;
 	}
 	rope_table(b->rope_cs, b->ctx, b->hd, m->rope_base);
+	if (pack_weights(b, err, errlen)) {
+		cpu_destroy(b);
+		return NULL;
+	}
 	return b;
 }
 
@@ -350,11 +439,12 @@ static int cpu_forward(struct backend *b, const struct backend_batch *bt, char *
 	bool fuse_attn = b->n_kv % nt == 0 || b->n_kv >= 4 * nt;
 	tok_par(b, TOK_EMBED, bt, NULL, T);
 	for (int l = 0; l < m->info.n_layers; l++) {
-		const struct model_layer *L = &m->layers[l];
+		const struct model_layer *ML = &m->layers[l];
+		const struct packed_layer *L = &b->pl[l];
 		struct attn_job aj = { b, { b->kcache + l * b->layer_floats, b->vcache + l * b->layer_floats,
 					    b->n_kv, b->hd, bs }, bt, L };
 		/* attention: norm, q/k/v, rotate, cache, attend, project */
-		tok_par(b, TOK_NORM, bt, L->attn_norm.data, T);
+		tok_par(b, TOK_NORM, bt, ML->attn_norm.data, T);
 		if (fuse_attn) {
 			pool_run(b->pool, attn_fused_task, &aj, b->n_kv);
 		} else {
@@ -366,7 +456,7 @@ static int cpu_forward(struct backend *b, const struct backend_batch *bt, char *
 		}
 		matmul_par(b, b->att, b->q_dim, T, 1, &L->wo, b->x, b->dim, NULL, NULL, 0, NULL, NULL, 0, true);
 		/* feed-forward: norm, gate and up in one pass with SwiGLU, down */
-		tok_par(b, TOK_NORM, bt, L->ffn_norm.data, T);
+		tok_par(b, TOK_NORM, bt, ML->ffn_norm.data, T);
 		matmul_par(b, b->xb, b->dim, T, 2, &L->w_gate, b->h1, b->ffn, &L->w_up, b->h3, b->ffn,
 			   NULL, NULL, 0, false); /* SwiGLU fused: h1 = silu(h1) * h3 */
 		matmul_par(b, b->h1, b->ffn, T, 1, &L->w_down, b->x, b->dim, NULL, NULL, 0, NULL, NULL, 0, true);
@@ -383,7 +473,7 @@ static int cpu_forward(struct backend *b, const struct backend_batch *bt, char *
 			rows = bt->logits_row[s] + 1;
 	}
 	if (rows)
-		matmul_par(b, b->xl, b->dim, rows, 1, &m->output, bt->logits, b->vocab, NULL, NULL, 0, NULL,
+		matmul_par(b, b->xl, b->dim, rows, 1, &b->output, bt->logits, b->vocab, NULL, NULL, 0, NULL,
 			   NULL, 0, false);
 	return 0;
 }

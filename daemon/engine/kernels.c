@@ -1,6 +1,6 @@
-/* kernels.c - matmul micro-kernels (4 weight rows x 3 batch rows of
- * accumulators, so each weight load feeds three sequences), RMSNorm, RoPE,
- * SwiGLU and paged attention. */
+/* kernels.c - matmul over weights repacked into column-interleaved panels
+ * (one vector load = one input's weights for 16 outputs, broadcast against
+ * up to 12 batch rows), RMSNorm, RoPE, SwiGLU and paged attention. */
 #include "daemon/engine/kernels.h"
 
 #include <math.h>
@@ -41,7 +41,63 @@ float f16_to_f32(uint16_t h)
 
 /* ---- matmul ------------------------------------------------------------ */
 
+size_t pack_bytes(uint32_t type, int rows, int cols)
+{
+	size_t panels = ((size_t)rows + KPI_PANEL - 1) / KPI_PANEL;
+	return panels * KPI_PANEL * (size_t)cols * (type == GGML_F16 ? 2 : 4);
+}
+
+void pack_matrix(struct packed_mat *p, void *dst, const void *w, uint32_t type, int rows, int cols)
+{
+	int panels = (rows + KPI_PANEL - 1) / KPI_PANEL;
+	for (int pn = 0; pn < panels; pn++)
+		for (int r = 0; r < KPI_PANEL; r++) {
+			int o = pn * KPI_PANEL + r;
+			size_t at = (size_t)pn * KPI_PANEL * cols + r;
+			for (int i = 0; i < cols; i++, at += KPI_PANEL) {
+				size_t from = (size_t)o * cols + i;
+				if (type == GGML_F16)
+					((uint16_t *)dst)[at] = o < rows ? ((const uint16_t *)w)[from] : 0;
+				else
+					((float *)dst)[at] = o < rows ? ((const float *)w)[from] : 0;
+			}
+		}
+	*p = (struct packed_mat){ dst, type, rows, cols };
+}
+
 #ifdef KPI_AVX2
+/* 16 lanes with AVX-512 (32 registers), else 8 lanes of AVX2 (16). Output o
+ * of a panel lives in lane o % VL of vector o / VL, and sums its inputs in
+ * order with one FMA per input whatever the micro-kernel shape: batching,
+ * row splits and threading never change a bit. */
+#ifndef PF_BYTES
+#define PF_BYTES 2048 /* fetch this far ahead in each panel's stream: measured best of 1K..8K */
+#endif
+#ifdef __AVX512F__
+#define VL 16
+typedef __m512 vf;
+#define vzero() _mm512_setzero_ps()
+#define vload(p) _mm512_loadu_ps(p)
+#define vload_h(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
+#define vbcast(p) _mm512_set1_ps(*(p))
+#define vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define vadd(a, b) _mm512_add_ps(a, b)
+#define RMAX 4  /* panels per micro-kernel */
+#define BMAX 12 /* batch rows per micro-kernel: 12 x 2 accumulators */
+#else
+#define VL 8
+typedef __m256 vf;
+#define vzero() _mm256_setzero_ps()
+#define vload(p) _mm256_loadu_ps(p)
+#define vload_h(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+#define vbcast(p) _mm256_broadcast_ss(p)
+#define vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
+#define vadd(a, b) _mm256_add_ps(a, b)
+#define RMAX 1 /* 4 accumulators a batch row, 4 weight registers */
+#define BMAX 2
+#endif
+#define NV (KPI_PANEL / VL)
+
 static inline float hsum8(__m256 v)
 {
 	__m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -50,187 +106,139 @@ static inline float hsum8(__m256 v)
 	return _mm_cvtss_f32(lo);
 }
 
-/* The matmul vector: 16 lanes with AVX-512 (32 registers: 4 x 6
- * accumulators + 4 weights + 1 input), else 8 lanes of AVX2 (16 registers:
- * 4 x 3 accumulators, the weights read from L1 as FMA operands). Each output
- * accumulates column i in lane i % VL whatever the batch, so every
- * micro-kernel shape gives the same bits. */
-#ifndef PF_HINT
-#define PF_HINT _MM_HINT_NTA /* the stream is read once per step: keep it out of L2/L3 */
-#endif
-#ifndef B1_ROWS
-#define B1_ROWS 4 /* weight rows per block with one batch row: measured 1, 2, 4 alike */
-#endif
-#ifndef PF_ROWS
-#define PF_ROWS 4 /* rows ahead in the one-sequence weight stream (the next block): measured best of 2..16 */
-#endif
-#ifdef __AVX512F__
-#define MB 6
-#define VL 16
-typedef __m512 vf;
-#define vzero() _mm512_setzero_ps()
-#define vload(p) _mm512_loadu_ps(p)
-#define vload_h(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
-#define vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
-#define vhsum(v) _mm512_reduce_add_ps(v)
-#define in_reg(v) __asm__("" : "+v"(v)) /* no reload folded into each FMA */
-#else
-#define MB 3
-#define VL 8
-typedef __m256 vf;
-#define vzero() _mm256_setzero_ps()
-#define vload(p) _mm256_loadu_ps(p)
-#define vload_h(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
-#define vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
-#define vhsum(v) hsum8(v)
-#define in_reg(v) ((void)0) /* 12 accumulators leave too few registers */
-#endif
-
-/* R weight rows x B batch rows; R, B, F16 are constants after inlining, so
- * the accumulators live in registers. */
-static inline __attribute__((always_inline)) void
-mk(float *y, int ldy, const void *w, const int F16, const float *x, int ldx, int cols, int o, int b,
-   const int R, const int B, bool accumulate)
+/* Stores lanes [lo, hi) of a (added onto d when accumulating). */
+static inline void store_part(float *d, vf a, int lo, int hi, bool accumulate)
 {
-	vf a[4][MB];
-	for (int r = 0; r < R; r++)
+	if (lo == 0 && hi == VL) {
+		if (accumulate)
+			a = vadd(vload(d), a);
+#ifdef __AVX512F__
+		_mm512_storeu_ps(d, a);
+#else
+		_mm256_storeu_ps(d, a);
+#endif
+		return;
+	}
+	float t[VL];
+#ifdef __AVX512F__
+	_mm512_storeu_ps(t, a);
+#else
+	_mm256_storeu_ps(t, a);
+#endif
+	for (int l = lo; l < hi; l++)
+		d[l] = accumulate ? d[l] + t[l] : t[l];
+}
+
+/* R panels from pn x B batch rows from b, outputs stored for rows [o0, o1)
+ * only; R, B and F16 are constants after inlining, so the accumulators live
+ * in registers and the inner loop is R * NV weight loads, B broadcasts and
+ * R * NV * B FMAs, with no horizontal sums. */
+static inline __attribute__((always_inline)) void
+mk(float *y, int ldy, const struct packed_mat *w, const int F16, int pn, const float *x, int ldx, int b,
+   int o0, int o1, const int R, const int B, bool accumulate)
+{
+	const int cols = w->cols;
+	const size_t ps = (size_t)KPI_PANEL * cols; /* elements per panel */
+	const uint16_t *wh = (const uint16_t *)w->data + (size_t)pn * ps;
+	const float *wf = (const float *)w->data + (size_t)pn * ps;
+	const float *xr = x + (size_t)b * ldx;
+	vf a[RMAX * NV][BMAX];
+	for (int r = 0; r < R * NV; r++)
 		for (int j = 0; j < B; j++)
 			a[r][j] = vzero();
-	const float *xr[MB];
-	for (int j = 0; j < B; j++)
-		xr[j] = x + (size_t)(b + j) * ldx;
-	const uint16_t *wh = (const uint16_t *)w + (size_t)o * cols;
-	const float *wf = (const float *)w + (size_t)o * cols;
-	int i = 0;
-	for (; i + VL <= cols; i += VL) {
-		if (B == 1) {
-			vf xv = vload(xr[0] + i);
-			for (int r = 0; r < R; r++) {
-				/* a weight stream: fetch the same line of the row
-				 * PF_ROWS rows on, ahead of the hardware prefetcher
-				 * (which does not follow 4 interleaved row streams) */
-				if (F16 && (i & 31) == 0)
-					_mm_prefetch((const char *)(wh + (size_t)(r + PF_ROWS) * cols + i), PF_HINT);
-				vf wv = F16 ? vload_h(wh + (size_t)r * cols + i) : vload(wf + (size_t)r * cols + i);
-				a[r][0] = vfma(wv, xv, a[r][0]);
-			}
-		} else {
-			/* R weight and then B input vectors loaded once each into
-			 * registers for R x B FMAs: in_reg keeps the compiler
-			 * from folding a reload into every FMA, which made the
-			 * loop load-bound (1.4x slower at 16 sequences) */
-			vf wv[4];
-			for (int r = 0; r < R; r++) {
-				wv[r] = F16 ? vload_h(wh + (size_t)r * cols + i) : vload(wf + (size_t)r * cols + i);
-				in_reg(wv[r]);
-			}
-			for (int j = 0; j < B; j++) {
-				vf xv = vload(xr[j] + i);
-				in_reg(xv);
-				for (int r = 0; r < R; r++)
-					a[r][j] = vfma(wv[r], xv, a[r][j]);
-			}
+	for (int i = 0; i < cols; i++) {
+		vf wv[RMAX * NV];
+		for (int p = 0; p < R; p++) {
+			size_t at = p * ps + (size_t)i * KPI_PANEL;
+			/* one line a step for F16 (64 bytes of a 32-row panel), two for F32 */
+			_mm_prefetch((const char *)(F16 ? (const void *)(wh + at) : (const void *)(wf + at)) + PF_BYTES,
+				     _MM_HINT_T0);
+			if (!F16)
+				_mm_prefetch((const char *)(wf + at) + PF_BYTES + 64, _MM_HINT_T0);
+			for (int v = 0; v < NV; v++)
+				wv[p * NV + v] = F16 ? vload_h(wh + at + v * VL) : vload(wf + at + v * VL);
+		}
+		for (int j = 0; j < B; j++) {
+			vf xv = vbcast(xr + (size_t)j * ldx + i);
+			for (int r = 0; r < R * NV; r++)
+				a[r][j] = vfma(wv[r], xv, a[r][j]);
 		}
 	}
-	for (int r = 0; r < R; r++)
-		for (int j = 0; j < B; j++) {
-			float s = vhsum(a[r][j]);
-			for (int t = i; t < cols; t++)
-				s = fmaf(F16 ? f16_to_f32(wh[(size_t)r * cols + t]) : wf[(size_t)r * cols + t],
-					 xr[j][t], s);
-			float *dst = y + (size_t)(b + j) * ldy + o + r;
-			*dst = accumulate ? *dst + s : s;
+	for (int p = 0; p < R; p++) {
+		int base = (pn + p) * KPI_PANEL;
+		int lo = o0 > base ? o0 - base : 0, hi = o1 - base < KPI_PANEL ? o1 - base : KPI_PANEL;
+		for (int v = 0; v < NV; v++) {
+			int vlo = lo - v * VL, vhi = hi - v * VL;
+			vlo = vlo < 0 ? 0 : vlo;
+			vhi = vhi > VL ? VL : vhi;
+			if (vhi <= vlo)
+				continue;
+			for (int j = 0; j < B; j++)
+				store_part(y + (size_t)(b + j) * ldy + base + v * VL, a[p * NV + v][j], vlo, vhi,
+					   accumulate);
 		}
+	}
 }
 
 #define MK_CASE(R, B)                                                                           \
-	case (R) * 8 + (B):                                                                     \
+	case (R) * 16 + (B):                                                                    \
 		if (f16)                                                                        \
-			mk(y, ldy, w, 1, x, ldx, cols, o, b, R, B, accumulate);                 \
+			mk(y, ldy, w, 1, pn, x, ldx, b, o0, o1, R, B, accumulate);              \
 		else                                                                            \
-			mk(y, ldy, w, 0, x, ldx, cols, o, b, R, B, accumulate);                 \
+			mk(y, ldy, w, 0, pn, x, ldx, b, o0, o1, R, B, accumulate);              \
 		break;
 
-/* With several batch rows, each block of 4 F16 weight rows is converted once
- * into an F32 copy on the stack that then feeds every batch block from L1,
- * instead of costing a conversion (on the FMA ports) per use. Conversion is
- * exact, so the sums are the same bits as the direct F16 path. */
-#define WROWS_MAX_COLS 16384 /* 256 KiB of stack; wider rows take the direct path */
-#ifndef PF_BATCH_BYTES
-#define PF_BATCH_BYTES 16384 /* weight bytes fetched ahead by the batched path: measured best of 8K..64K */
-#endif
-
-void matmul_rows(float *y, int ldy, const void *w, uint32_t wtype, const float *x, int ldx,
-		 int cols, int nb, int o0, int o1, bool accumulate)
+void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, int ldx, int nb, int o0,
+		 int o1, bool accumulate)
 {
-	if (wtype == GGML_F16 && nb > 1 && cols <= WROWS_MAX_COLS) {
-		float wrows[4 * cols] __attribute__((aligned(64)));
-		/* the first PF_BATCH_BYTES: the stream below starts that far ahead */
-		const char *first = (const char *)((const uint16_t *)w + (size_t)o0 * cols);
-		size_t total = (size_t)(o1 - o0) * cols * 2;
-		for (size_t off = 0; off < total && off < PF_BATCH_BYTES; off += 64)
-			_mm_prefetch(first + off, _MM_HINT_T0);
-		for (int o = o0; o < o1; o += 4) {
-			int R = o1 - o < 4 ? o1 - o : 4;
-			const uint16_t *src = (const uint16_t *)w + (size_t)o * cols;
-			int n = R * cols, i = 0;
-			/* fetch PF_BATCH_BYTES ahead in the task's contiguous
-			 * rows, one line per line converted (a burst per block
-			 * leaves the loads below waiting on DRAM) */
-			for (; i + 8 <= n; i += 8) {
-				if ((i & 31) == 0)
-					_mm_prefetch((const char *)(src + i) + PF_BATCH_BYTES, _MM_HINT_T0);
-				_mm256_storeu_ps(wrows + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + i))));
-			}
-			for (; i < n; i++)
-				wrows[i] = f16_to_f32(src[i]);
-			/* rows o..o+R of y are rows 0..R of this block: shift y by o */
-			matmul_rows(y + o, ldy, wrows, GGML_F32, x, ldx, cols, nb, 0, R, accumulate);
-		}
-		return;
-	}
-	const int f16 = wtype == GGML_F16;
-	const int RB = nb == 1 ? B1_ROWS : 4;
-	for (int o = o0; o < o1; o += RB) {
-		int R = o1 - o < RB ? o1 - o : RB;
-		for (int b = 0; b < nb; b += MB) {
-			int B = nb - b < MB ? nb - b : MB;
-			switch (R * 8 + B) {
-				MK_CASE(1, 1) MK_CASE(1, 2) MK_CASE(1, 3)
-				MK_CASE(2, 1) MK_CASE(2, 2) MK_CASE(2, 3)
-				MK_CASE(3, 1) MK_CASE(3, 2) MK_CASE(3, 3)
-				MK_CASE(4, 1) MK_CASE(4, 2) MK_CASE(4, 3)
-#if MB == 6
-				MK_CASE(1, 4) MK_CASE(1, 5) MK_CASE(1, 6)
-				MK_CASE(2, 4) MK_CASE(2, 5) MK_CASE(2, 6)
-				MK_CASE(3, 4) MK_CASE(3, 5) MK_CASE(3, 6)
-				MK_CASE(4, 4) MK_CASE(4, 5) MK_CASE(4, 6)
+	const int f16 = w->type == GGML_F16;
+	/* panels per micro-kernel: several while the batch is too small to hide
+	 * FMA latency (8 chains a core), one when batch rows give the chains */
+	const int rr = nb <= 2 ? RMAX : nb <= BMAX / 2 && RMAX > 1 ? 2 : 1;
+	const int p1 = (o1 + KPI_PANEL - 1) / KPI_PANEL;
+	for (int pn = o0 / KPI_PANEL; pn < p1;) {
+		int left = p1 - pn, R = left >= rr ? rr : left >= 2 && rr >= 2 ? 2 : 1;
+		/* batch rows in passes of at most bmax, split evenly */
+		int bmax = R == 1 ? BMAX : R == 2 ? BMAX / 2 : BMAX / 6;
+		int passes = (nb + bmax - 1) / bmax;
+		for (int q = 0, b = 0; q < passes; q++) {
+			int B = (nb - b) / (passes - q);
+			switch (R * 16 + B) {
+				MK_CASE(1, 1) MK_CASE(1, 2)
+#ifdef __AVX512F__
+				MK_CASE(1, 3) MK_CASE(1, 4) MK_CASE(1, 5) MK_CASE(1, 6)
+				MK_CASE(1, 7) MK_CASE(1, 8) MK_CASE(1, 9) MK_CASE(1, 10)
+				MK_CASE(1, 11) MK_CASE(1, 12)
+				MK_CASE(2, 1) MK_CASE(2, 2) MK_CASE(2, 3) MK_CASE(2, 4)
+				MK_CASE(2, 5) MK_CASE(2, 6)
+				MK_CASE(4, 1) MK_CASE(4, 2)
 #endif
 			}
+			b += B;
 		}
+		pn += R;
 	}
 }
 #else
-/* Scalar fallback: the same contract (fixed per-output order). */
-void matmul_rows(float *y, int ldy, const void *w, uint32_t wtype, const float *x, int ldx,
-		 int cols, int nb, int o0, int o1, bool accumulate)
+/* Scalar fallback: the same layout and contract (fixed per-output order). */
+void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, int ldx, int nb, int o0,
+		 int o1, bool accumulate)
 {
-	for (int o = o0; o < o1; o++)
+	for (int o = o0; o < o1; o++) {
+		size_t base = (size_t)(o / KPI_PANEL) * KPI_PANEL * w->cols + o % KPI_PANEL;
 		for (int b = 0; b < nb; b++) {
 			const float *xr = x + (size_t)b * ldx;
 			float s = 0;
-			if (wtype == GGML_F16) {
-				const uint16_t *wr = (const uint16_t *)w + (size_t)o * cols;
-				for (int i = 0; i < cols; i++)
-					s += f16_to_f32(wr[i]) * xr[i];
-			} else {
-				const float *wr = (const float *)w + (size_t)o * cols;
-				for (int i = 0; i < cols; i++)
-					s += wr[i] * xr[i];
+			for (int i = 0; i < w->cols; i++) {
+				size_t at = base + (size_t)i * KPI_PANEL;
+				float wi = w->type == GGML_F16 ? f16_to_f32(((const uint16_t *)w->data)[at])
+							       : ((const float *)w->data)[at];
+				s += wi * xr[i];
 			}
 			float *dst = y + (size_t)b * ldy + o;
 			*dst = accumulate ? *dst + s : s;
 		}
+	}
 }
 #endif
 

@@ -11,12 +11,31 @@
 
 float f16_to_f32(uint16_t h);
 
+/* A weight matrix W (rows, cols) repacked for matmul_rows: panels of
+ * KPI_PANEL consecutive output rows, each stored input by input
+ * (panel[i][KPI_PANEL]), rows padded to whole panels with zeros. One vector
+ * load then holds one input's weights for 16 outputs, broadcast against
+ * every batch row, and each output sums its inputs in order in one lane. */
+#define KPI_PANEL 32
+struct packed_mat {
+	const void *data;
+	uint32_t type; /* GGML_F32 or GGML_F16, as the source */
+	int rows, cols;
+};
+
+/* Bytes pack_matrix writes for a (rows, cols) matrix of this type. */
+size_t pack_bytes(uint32_t type, int rows, int cols);
+/* Repacks W (row-major, GGML_F32 or GGML_F16) into dst (pack_bytes of it,
+ * 64-byte aligned for speed) and describes it in p. */
+void pack_matrix(struct packed_mat *p, void *dst, const void *w, uint32_t type, int rows, int cols);
+
 /* Y[b][o] (+)= sum_i W[o][i] * X[b][i] for rows o in [o0, o1), all nb batch
- * rows. W is (rows, cols) F32 or F16 (wtype = GGML_F32/GGML_F16), X is
- * (nb, ldx), Y is (nb, ldy). Each output is one fixed-order sum whatever nb,
- * o0 or o1 are: batching and threading never change a result bit. */
-void matmul_rows(float *y, int ldy, const void *w, uint32_t wtype, const float *x, int ldx,
-		 int cols, int nb, int o0, int o1, bool accumulate);
+ * rows. X is (nb, ldx), Y is (nb, ldy). Each output is one fixed-order sum
+ * whatever nb, o0 or o1 are: batching and threading never change a result
+ * bit. Row ranges that start or end inside a panel compute the whole panel
+ * and store only their rows, so split work on panel boundaries. */
+void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, int ldx, int nb, int o0,
+		 int o1, bool accumulate);
 
 /* out = x / rms(x) * weight, over n elements. */
 void rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
