@@ -1,7 +1,7 @@
 /* cpu_backend.c - the forward pass on CPU: matmul weights repacked once at
  * create into panels (kernels.h), one pass over them per step for the whole
  * batch (each matmul is split by panels over the worker pool), paged K/V in
- * one F32 pool. */
+ * one F16 pool. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,8 +36,8 @@ struct backend {
 	int kv_blocks, block_size, max_tokens, max_seqs;
 	int dim, q_dim, kv_dim, ffn, hd, n_heads, n_kv, group, ctx, vocab;
 
-	float *kcache, *vcache; /* (n_layers, kv_blocks, n_kv, block_size, hd) */
-	size_t layer_floats;    /* floats of one layer's K (or V) pool */
+	uint16_t *kcache, *vcache; /* F16 (n_layers, kv_blocks, n_kv, block_size, hd) */
+	size_t layer_elems;        /* elements of one layer's K (or V) pool */
 	float *rope_cs;         /* (ctx, hd / 2, 2) */
 
 	/* scratch, sized for max_tokens at create */
@@ -56,7 +56,7 @@ struct backend {
 
 size_t backend_kv_bytes_per_token(const struct model *m)
 {
-	return (size_t)2 * m->info.n_layers * m->info.n_kv_heads * m->info.head_dim * sizeof(float);
+	return (size_t)2 * m->info.n_layers * m->info.n_kv_heads * m->info.head_dim * sizeof(uint16_t);
 }
 
 /* ---- parallel jobs ----------------------------------------------------- */
@@ -171,8 +171,8 @@ static void rope_store(struct backend *b, const struct attn_job *j, int t, int g
 	rope(b->k + (size_t)t * b->kv_dim + (size_t)g0 * b->hd, g1 - g0, b->hd, cs);
 	for (int g = g0; g < g1; g++) {
 		size_t off = kv_offset(&j->view, blk, g, pos % bs);
-		memcpy(j->view.k + off, b->k + (size_t)t * b->kv_dim + g * b->hd, sizeof(float) * b->hd);
-		memcpy(j->view.v + off, b->v + (size_t)t * b->kv_dim + g * b->hd, sizeof(float) * b->hd);
+		f32_to_f16_row(j->view.k + off, b->k + (size_t)t * b->kv_dim + g * b->hd, b->hd);
+		f32_to_f16_row(j->view.v + off, b->v + (size_t)t * b->kv_dim + g * b->hd, b->hd);
 	}
 }
 
@@ -374,11 +374,11 @@ static struct backend *cpu_create(const struct backend_params *p, char *err, siz
 		cpu_destroy(b);
 		return NULL;
 	}
-	b->layer_floats = (size_t)p->kv_blocks * b->n_kv * p->block_size * b->hd;
-	size_t kv_floats = b->layer_floats * mi->n_layers;
+	b->layer_elems = (size_t)p->kv_blocks * b->n_kv * p->block_size * b->hd;
+	size_t kv_elems = b->layer_elems * mi->n_layers;
 	/* calloc of this size maps fresh zero pages: the pool costs RSS only as used */
-	b->kcache = calloc(kv_floats, sizeof(float));
-	b->vcache = calloc(kv_floats, sizeof(float));
+	b->kcache = calloc(kv_elems, sizeof(uint16_t));
+	b->vcache = calloc(kv_elems, sizeof(uint16_t));
 	size_t T = p->max_tokens;
 	b->rope_cs = malloc(sizeof(float) * b->ctx * b->hd);
 	b->x = malloc(sizeof(float) * T * b->dim);
@@ -399,7 +399,7 @@ static struct backend *cpu_create(const struct backend_params *p, char *err, siz
 	    !b->lrow_tok) {
 		snprintf(err, errlen,
 			 "out of memory allocating the KV pool (%zu MiB) and scratch for %d tokens: lower --kv-blocks or --max-batched-tokens",
-			 kv_floats * 2 * sizeof(float) >> 20, p->max_tokens);
+			 kv_elems * 2 * sizeof(uint16_t) >> 20, p->max_tokens);
 		cpu_destroy(b);
 		return NULL;
 	}
@@ -441,7 +441,7 @@ static int cpu_forward(struct backend *b, const struct backend_batch *bt, char *
 	for (int l = 0; l < m->info.n_layers; l++) {
 		const struct model_layer *ML = &m->layers[l];
 		const struct packed_layer *L = &b->pl[l];
-		struct attn_job aj = { b, { b->kcache + l * b->layer_floats, b->vcache + l * b->layer_floats,
+		struct attn_job aj = { b, { b->kcache + l * b->layer_elems, b->vcache + l * b->layer_elems,
 					    b->n_kv, b->hd, bs }, bt, L };
 		/* attention: norm, q/k/v, rotate, cache, attend, project */
 		tok_par(b, TOK_NORM, bt, ML->attn_norm.data, T);
@@ -482,10 +482,9 @@ static void cpu_kv_copy(struct backend *b, int32_t dst, int32_t src)
 {
 	size_t blk = (size_t)b->n_kv * b->block_size * b->hd;
 	for (int l = 0; l < b->m->info.n_layers; l++) {
-		memcpy(b->kcache + l * b->layer_floats + dst * blk, b->kcache + l * b->layer_floats + src * blk,
-		       blk * sizeof(float));
-		memcpy(b->vcache + l * b->layer_floats + dst * blk, b->vcache + l * b->layer_floats + src * blk,
-		       blk * sizeof(float));
+		uint16_t *k = b->kcache + l * b->layer_elems, *v = b->vcache + l * b->layer_elems;
+		memcpy(k + dst * blk, k + src * blk, blk * sizeof(uint16_t));
+		memcpy(v + dst * blk, v + src * blk, blk * sizeof(uint16_t));
 	}
 }
 

@@ -288,36 +288,124 @@ void swiglu(float *h1, const float *h3, int n)
 
 /* ---- attention --------------------------------------------------------- */
 
-static inline float dot(const float *a, const float *b, int n)
+uint16_t f32_to_f16(float f)
+{
+	uint32_t x;
+	memcpy(&x, &f, 4);
+	uint32_t sign = (x >> 16) & 0x8000, exp = (x >> 23) & 0xff, man = x & 0x7fffff;
+	if (exp == 0xff) /* inf, nan (quiet) */
+		return (uint16_t)(sign | 0x7c00 | (man ? 0x200 | (man >> 13) : 0));
+	int e = (int)exp - 127 + 15;
+	if (e >= 31)
+		return (uint16_t)(sign | 0x7c00);
+	if (e <= 0) { /* subnormal or zero: shift the implicit 1 in, round to even */
+		if (e < -10)
+			return (uint16_t)sign;
+		man |= 0x800000;
+		int shift = 14 - e;
+		uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
+		h += rem > half || (rem == half && (h & 1));
+		return (uint16_t)(sign | h);
+	}
+	uint32_t h = ((uint32_t)e << 10) | (man >> 13), rem = man & 0x1fff;
+	h += rem > 0x1000 || (rem == 0x1000 && (h & 1)); /* a carry into the exponent is right */
+	return (uint16_t)(sign | h);
+}
+
+void f32_to_f16_row(uint16_t *dst, const float *src, int n)
+{
+	int i = 0;
+#ifdef KPI_AVX2
+	for (; i + 8 <= n; i += 8)
+		_mm_storeu_si128((__m128i *)(dst + i),
+				 _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+	for (; i < n; i++)
+		dst[i] = f32_to_f16(src[i]);
+}
+
+#ifdef KPI_AVX2
+#define load8h(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
+
+/* Blocks of the pool are scattered: the hardware prefetcher stops at each
+ * block's end, so fetch the next one (n F16 values) while this one computes. */
+static inline void prefetch_block(const uint16_t *p, int n)
+{
+	for (int off = 0; off < n * 2; off += 64)
+		_mm_prefetch((const char *)p + off, _MM_HINT_T0);
+}
+#endif
+
+/* a . b with b in F16 */
+static inline float dot_h(const float *a, const uint16_t *b, int n)
 {
 #ifdef KPI_AVX2
 	if (n % 16 == 0) {
 		__m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
 		for (int i = 0; i < n; i += 16) {
-			s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-			s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+			s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), load8h(b + i), s0);
+			s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), load8h(b + i + 8), s1);
 		}
 		return hsum8(_mm256_add_ps(s0, s1));
 	}
 #endif
 	float s = 0;
 	for (int i = 0; i < n; i++)
-		s += a[i] * b[i];
+		s += a[i] * f16_to_f32(b[i]);
 	return s;
 }
 
-static inline void axpy(float *y, float a, const float *x, int n)
+/* y += a * x with x in F16 */
+static inline void axpy_h(float *y, float a, const uint16_t *x, int n)
 {
 #ifdef KPI_AVX2
 	if (n % 8 == 0) {
 		__m256 av = _mm256_set1_ps(a);
 		for (int i = 0; i < n; i += 8)
-			_mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+			_mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, load8h(x + i), _mm256_loadu_ps(y + i)));
 		return;
 	}
 #endif
 	for (int i = 0; i < n; i++)
-		y[i] += a * x[i];
+		y[i] += a * f16_to_f32(x[i]);
+}
+
+/* s[j] = exp(s[j] - mx), returns the sum. 8 lanes at a time: exp by range
+ * reduction to 2^k * p(r), |r| <= ln2/2, p the Cephes expf polynomial
+ * (relative error about 1e-7, as libm's), so softmax does not call libm
+ * per score. */
+static float exp_sum(float *s, int n, float mx)
+{
+	int j = 0;
+	float sum = 0;
+#ifdef KPI_AVX2
+	__m256 acc = _mm256_setzero_ps(), m = _mm256_set1_ps(mx);
+	const __m256 log2e = _mm256_set1_ps(1.44269504089f), ln2hi = _mm256_set1_ps(0.693359375f),
+		     ln2lo = _mm256_set1_ps(-2.12194440e-4f), lo = _mm256_set1_ps(-87.0f);
+	for (; j + 8 <= n; j += 8) {
+		__m256 x = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), m), lo);
+		__m256 k = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+		__m256 r = _mm256_fnmadd_ps(k, ln2hi, x);
+		r = _mm256_fnmadd_ps(k, ln2lo, r);
+		__m256 p = _mm256_set1_ps(1.9875691500e-4f);
+		p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+		p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+		p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+		p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+		p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+		p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+		__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+		__m256 v = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+		_mm256_storeu_ps(s + j, v);
+		acc = _mm256_add_ps(acc, v);
+	}
+	sum = hsum8(acc);
+#endif
+	for (; j < n; j++) {
+		s[j] = expf(s[j] - mx);
+		sum += s[j];
+	}
+	return sum;
 }
 
 void attention_paged(float *out, const float *q, int n_q, const struct kv_layer_view *c, int g,
@@ -327,13 +415,15 @@ void attention_paged(float *out, const float *q, int n_q, const struct kv_layer_
 	float scale = 1.0f / sqrtf((float)hd);
 	/* scores[h * n + j] = q_h . k_j / sqrt(hd), block by block */
 	for (int j0 = 0; j0 < n; j0 += bs) {
-		const float *kb = c->k + kv_offset(c, block_table[j0 / bs], g, 0);
+		const uint16_t *kb = c->k + kv_offset(c, block_table[j0 / bs], g, 0);
 		int m = n - j0 < bs ? n - j0 : bs, t = 0;
 #ifdef KPI_AVX2
 		/* 8 keys at a time: 8 accumulators reduced together, one
 		 * horizontal reduction per 8 scores instead of one per score */
+		if (j0 + bs < n) /* the next block's keys, while this one computes */
+			prefetch_block(c->k + kv_offset(c, block_table[j0 / bs + 1], g, 0), bs * hd);
 		if (hd % 8 == 0)
-			for (; t + 8 <= m; t += 8)
+			for (; t + 8 <= m; t += 8) {
 				for (int h = 0; h < n_q; h++) {
 					const float *qh = q + (size_t)h * hd;
 					__m256 acc[8];
@@ -342,7 +432,7 @@ void attention_paged(float *out, const float *q, int n_q, const struct kv_layer_
 					for (int i = 0; i < hd; i += 8) {
 						__m256 qv = _mm256_loadu_ps(qh + i);
 						for (int k = 0; k < 8; k++)
-							acc[k] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kb + (size_t)(t + k) * hd + i), acc[k]);
+							acc[k] = _mm256_fmadd_ps(qv, load8h(kb + (size_t)(t + k) * hd + i), acc[k]);
 					}
 					__m256 s01 = _mm256_hadd_ps(acc[0], acc[1]), s23 = _mm256_hadd_ps(acc[2], acc[3]);
 					__m256 s45 = _mm256_hadd_ps(acc[4], acc[5]), s67 = _mm256_hadd_ps(acc[6], acc[7]);
@@ -352,20 +442,17 @@ void attention_paged(float *out, const float *q, int n_q, const struct kv_layer_
 					_mm256_storeu_ps(scores + (size_t)h * n + j0 + t,
 							 _mm256_mul_ps(sum, _mm256_set1_ps(scale)));
 				}
+			}
 #endif
 		for (; t < m; t++)
 			for (int h = 0; h < n_q; h++)
-				scores[(size_t)h * n + j0 + t] = dot(q + (size_t)h * hd, kb + (size_t)t * hd, hd) * scale;
+				scores[(size_t)h * n + j0 + t] = dot_h(q + (size_t)h * hd, kb + (size_t)t * hd, hd) * scale;
 	}
 	for (int h = 0; h < n_q; h++) {
-		float *s = scores + (size_t)h * n, mx = s[0], sum = 0;
+		float *s = scores + (size_t)h * n, mx = s[0];
 		for (int j = 1; j < n; j++)
 			mx = s[j] > mx ? s[j] : mx;
-		for (int j = 0; j < n; j++) {
-			s[j] = expf(s[j] - mx);
-			sum += s[j];
-		}
-		float inv = 1.0f / sum;
+		float inv = 1.0f / exp_sum(s, n, mx);
 		for (int j = 0; j < n; j++)
 			s[j] *= inv;
 		memset(out + (size_t)h * hd, 0, sizeof(float) * hd);
@@ -381,13 +468,15 @@ void attention_paged(float *out, const float *q, int n_q, const struct kv_layer_
 					acc[k] = _mm256_setzero_ps();
 				const float *ph = scores + (size_t)h * n;
 				for (int j0 = 0; j0 < n; j0 += bs) {
-					const float *vb = c->v + kv_offset(c, block_table[j0 / bs], g, 0) + c0;
+					const uint16_t *vb = c->v + kv_offset(c, block_table[j0 / bs], g, 0) + c0;
 					int m = n - j0 < bs ? n - j0 : bs;
+					if (h == 0 && c0 == 0 && j0 + bs < n)
+						prefetch_block(c->v + kv_offset(c, block_table[j0 / bs + 1], g, 0), bs * hd);
 					for (int t = 0; t < m; t++) {
 						__m256 pv = _mm256_set1_ps(ph[j0 + t]);
-						const float *vr = vb + (size_t)t * hd;
+						const uint16_t *vr = vb + (size_t)t * hd;
 						for (int k = 0; k < 8; k++)
-							acc[k] = _mm256_fmadd_ps(pv, _mm256_loadu_ps(vr + 8 * k), acc[k]);
+							acc[k] = _mm256_fmadd_ps(pv, load8h(vr + 8 * k), acc[k]);
 					}
 				}
 				for (int k = 0; k < 8; k++)
@@ -397,10 +486,10 @@ void attention_paged(float *out, const float *q, int n_q, const struct kv_layer_
 	}
 #endif
 	for (int j0 = 0; j0 < n; j0 += bs) {
-		const float *vb = c->v + kv_offset(c, block_table[j0 / bs], g, 0);
+		const uint16_t *vb = c->v + kv_offset(c, block_table[j0 / bs], g, 0);
 		int m = n - j0 < bs ? n - j0 : bs;
 		for (int t = 0; t < m; t++)
 			for (int h = 0; h < n_q; h++)
-				axpy(out + (size_t)h * hd, scores[(size_t)h * n + j0 + t], vb + (size_t)t * hd, hd);
+				axpy_h(out + (size_t)h * hd, scores[(size_t)h * n + j0 + t], vb + (size_t)t * hd, hd);
 	}
 }

@@ -10,6 +10,9 @@
 #include <stdint.h>
 
 float f16_to_f32(uint16_t h);
+/* Round to nearest even, as the F16C instruction does. */
+uint16_t f32_to_f16(float f);
+void f32_to_f16_row(uint16_t *dst, const float *src, int n);
 
 /* A weight matrix W (rows, cols) repacked for matmul_rows: panels of
  * KPI_PANEL consecutive output rows, each stored input by input
@@ -51,10 +54,12 @@ void rope(float *x, int n_heads, int head_dim, const float *cs);
 /* h1 = silu(h1) * h3 */
 void swiglu(float *h1, const float *h3, int n);
 
-/* Paged KV cache of one layer: block b holds, for each KV head g, block_size
- * positions of head_dim floats: k[((b * n_kv_heads + g) * block_size + slot) * head_dim]. */
+/* Paged KV cache of one layer, F16 elements (half the bytes each decode
+ * step reads; the CUDA backend stores the same): block b holds, for each KV
+ * head g, block_size positions of head_dim values:
+ * k[((b * n_kv_heads + g) * block_size + slot) * head_dim]. */
 struct kv_layer_view {
-	float *k, *v;
+	uint16_t *k, *v;
 	int n_kv_heads, head_dim, block_size;
 };
 

@@ -69,20 +69,20 @@ static void test_paged_equals_contiguous(void)
 			perm[j] = t;
 		}
 		size_t pool_floats = (size_t)pool_blocks * n_kv * bs * hd;
-		float *pk = malloc(sizeof(float) * pool_floats), *pv = malloc(sizeof(float) * pool_floats);
+		uint16_t *pk = malloc(sizeof(uint16_t) * pool_floats), *pv = malloc(sizeof(uint16_t) * pool_floats);
 		for (size_t i = 0; i < pool_floats; i++)
-			pk[i] = pv[i] = NAN; /* unwritten slots must never be read */
+			pk[i] = pv[i] = 0x7e00; /* NaN: unwritten slots must never be read */
 		float *ck = malloc(sizeof(float) * n_pos * n_kv * hd), *cv = malloc(sizeof(float) * n_pos * n_kv * hd);
 		struct kv_layer_view view = { pk, pv, n_kv, hd, bs };
 		for (int j = 0; j < n_pos; j++)
 			for (int g = 0; g < n_kv; g++)
 				for (int i = 0; i < hd; i++) {
-					float kk = frand() * 2, vv = frand();
-					ck[((size_t)j * n_kv + g) * hd + i] = kk;
-					cv[((size_t)j * n_kv + g) * hd + i] = vv;
+					/* the cache holds F16: the reference reads the same values */
 					size_t off = kv_offset(&view, perm[j / bs], g, j % bs) + i;
-					pk[off] = kk;
-					pv[off] = vv;
+					pk[off] = f32_to_f16(frand() * 2);
+					pv[off] = f32_to_f16(frand());
+					ck[((size_t)j * n_kv + g) * hd + i] = f16_to_f32(pk[off]);
+					cv[((size_t)j * n_kv + g) * hd + i] = f16_to_f32(pv[off]);
 				}
 		float *q = malloc(sizeof(float) * n_heads * hd), *ref = malloc(sizeof(float) * n_heads * hd);
 		float *out = malloc(sizeof(float) * n_heads * hd), *scores = malloc(sizeof(float) * group * n_pos);
@@ -161,6 +161,32 @@ static void test_matmul_matches_naive_and_is_batch_invariant(void)
 	}
 }
 
+/* F32 -> F16 for the KV cache: exact on every F16 value, ties to even, the
+ * vector row path equal to the scalar one (which the fallback build uses). */
+static void test_f16_store_rounding(void)
+{
+	for (uint32_t h = 0; h < 0x10000; h++) {
+		if ((h & 0x7c00) == 0x7c00 && (h & 0x3ff))
+			continue; /* NaN payloads */
+		CHECK(f32_to_f16(f16_to_f32((uint16_t)h)) == h, "round trip of 0x%04x", h);
+		/* the midpoint to the next value up in magnitude rounds to the even one */
+		if ((h & 0x7fff) < 0x7bff) {
+			double a = f16_to_f32((uint16_t)h), b = f16_to_f32((uint16_t)(h + 1));
+			uint16_t even = (h & 1) ? (uint16_t)(h + 1) : (uint16_t)h;
+			CHECK(f32_to_f16((float)((a + b) / 2)) == even, "tie between 0x%04x and 0x%04x", h, h + 1);
+		}
+	}
+	float src[1000];
+	uint16_t row[1000];
+	for (int i = 0; i < 1000; i++)
+		src[i] = frand() * (i % 7 == 0 ? 1e-5f : i % 5 == 0 ? 6e4f : 4.0f);
+	f32_to_f16_row(row, src, 1000);
+	for (int i = 0; i < 1000; i++)
+		CHECK(row[i] == f32_to_f16(src[i]), "row[%d] of %g: 0x%04x vs 0x%04x", i, src[i], row[i],
+		      f32_to_f16(src[i]));
+	CHECK(f32_to_f16(1e6f) == 0x7c00 && f32_to_f16(-1e6f) == 0xfc00, "overflow to infinity");
+}
+
 static void test_rmsnorm_rope(void)
 {
 	float x[8] = { 1, 2, 3, 4, -1, -2, -3, -4 }, w[8] = { 1, 1, 1, 1, 2, 2, 2, 2 }, out[8];
@@ -186,6 +212,7 @@ int main(void)
 {
 	RUN(test_paged_equals_contiguous);
 	RUN(test_matmul_matches_naive_and_is_batch_invariant);
+	RUN(test_f16_store_rounding);
 	RUN(test_rmsnorm_rope);
 	return CHECK_DONE();
 }

@@ -75,6 +75,11 @@ static void ref_forward(const struct model *m, const int32_t *tok, int n, double
 			ref_matvec(Vv + (size_t)t * nkv * hd, &ly->wv, xb);
 			ref_rope(q, nh, hd, t, m->rope_base);
 			ref_rope(K + (size_t)t * nkv * hd, nkv, hd, t, m->rope_base);
+			/* the KV cache stores F16: so does the reference */
+			for (int i = 0; i < nkv * hd; i++) {
+				K[(size_t)t * nkv * hd + i] = f16_to_f32(f32_to_f16((float)K[(size_t)t * nkv * hd + i]));
+				Vv[(size_t)t * nkv * hd + i] = f16_to_f32(f32_to_f16((float)Vv[(size_t)t * nkv * hd + i]));
+			}
 			for (int h = 0; h < nh; h++) {
 				int g = h / (nh / nkv);
 				double mx = -1e300, sum = 0;
