@@ -4,10 +4,12 @@ without the agent attached, in interleaved rounds (off on on off off on ...)
 against one daemon; ring-buffer drops and the agent's CPU time per request.
 
 Each round runs kpi-bench (closed loop, streaming, ignore_eos so every answer
-has exactly --max-tokens tokens) at the daemon's saturation concurrency. With
-the agent 'on', it is attached before the round starts and stopped after, so
-attach cost is outside the measured window; its CPU time (utime + stime from
-/proc) over the round is divided by the requests it recorded."""
+has exactly --max-tokens tokens) at the daemon's saturation concurrency, for
+as many requests as last about 4 s (1 s with --quick) at the rate a warm-up
+measured. With the agent 'on', it is attached before the round starts and
+stopped after, so attach cost is outside the measured window; its CPU time
+(every thread's, from /proc/PID/task/*/schedstat) over the round is divided
+by the requests it recorded."""
 import argparse, json, os, signal, sqlite3, statistics, sys, tempfile, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -18,9 +20,13 @@ import benchtest as bt  # noqa: E402
 
 
 def cpu_s(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU time of every thread of pid, in seconds, from schedstat (ns: the
+    clock-tick counts of /proc/PID/stat are too coarse for a short round)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total / 1e9
 
 
 def one_round(url, pid, agent_on, args, tmp, i):
@@ -80,7 +86,7 @@ def main():
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     args.rounds = 2 if args.quick else 6
-    args.requests = 60 if args.quick else 300
+    round_s = 1.0 if args.quick else 4.0  # each round lasts about this long
     args.concurrency = 16
     args.max_tokens = 16
     os.makedirs(args.out, exist_ok=True)
@@ -96,6 +102,14 @@ def main():
     try:
         server, url = bt.start_server("--max-seqs", "32")
         bt.kpi_bench("--url", url, "--concurrency", 8, "--requests", 32, "--max-tokens", 8)
+        # size the rounds by time: a warm-up at the measured load gives the rate
+        warm = os.path.join(tmp, "warm.json")
+        bt.kpi_bench("--url", url, "--concurrency", args.concurrency, "--requests", 200,
+                     "--prompt-len", 32, "--max-tokens", args.max_tokens, "--ignore-eos",
+                     "--temperature", 0, "--json", warm)
+        with open(warm) as f:
+            rate = json.load(f)["throughput"]["requests_per_s"]
+        args.requests = max(200, int(rate * round_s))
         order = []
         for k in range(args.rounds):
             order += [False, True] if k % 2 == 0 else [True, False]
