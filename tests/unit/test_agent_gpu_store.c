@@ -6,6 +6,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 #include "tests/unit/check.h"
+#include "tests/unit/sql_util.h"
 #include "agent/gpu_store.h"
 #include "agent/store.h"
 #include "kpi_schema.h"
@@ -19,24 +20,6 @@ static void setup(void)
 		if (!mkdtemp(dir))
 			abort();
 	}
-}
-
-static int64_t q(const char *path, const char *sql)
-{
-	sqlite3 *db;
-	sqlite3_stmt *s;
-	int64_t v = -1;
-	if (sqlite3_open(path, &db) != SQLITE_OK)
-		return -2;
-	if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK) {
-		if (sqlite3_step(s) == SQLITE_ROW)
-			v = sqlite3_column_type(s, 0) == SQLITE_NULL ? -3 : sqlite3_column_int64(s, 0);
-		sqlite3_finalize(s);
-	} else {
-		v = -4;
-	}
-	sqlite3_close(db);
-	return v;
 }
 
 /* A database written by a version-1 agent, with a request and a step in it,

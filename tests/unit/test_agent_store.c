@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 #include "tests/unit/check.h"
+#include "tests/unit/sql_util.h"
 #include "agent/store.h"
 
 static char dir[64];
@@ -16,22 +17,6 @@ static void setup(void)
 		if (!mkdtemp(dir))
 			abort();
 	}
-}
-
-static int64_t q(const char *path, const char *sql)
-{
-	sqlite3 *db;
-	sqlite3_stmt *s;
-	int64_t v = -1;
-	if (sqlite3_open(path, &db) != SQLITE_OK)
-		return -2;
-	if (sqlite3_prepare_v2(db, sql, -1, &s, NULL) == SQLITE_OK) {
-		if (sqlite3_step(s) == SQLITE_ROW)
-			v = sqlite3_column_int64(s, 0);
-		sqlite3_finalize(s);
-	}
-	sqlite3_close(db);
-	return v;
 }
 
 static void creates_dirs_and_modes(void)
