@@ -3,7 +3,7 @@
 the default 10s window). Each run computes and renders N frames in one process
 (kpitop --once --frames N); windows of 10s, 1m and 5m are measured in
 interleaved rounds, and the median and spread over rounds are reported."""
-import argparse, json, os, re, statistics, subprocess, sys
+import json, os, re, statistics, subprocess, sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -16,14 +16,7 @@ LINE = re.compile(r"frames (\d+) median_ms ([\d.]+) p10_ms ([\d.]+) p90_ms ([\d.
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench"))
-    ap.add_argument("--quick", action="store_true", help="100,000 requests, fewer rounds")
-    a = ap.parse_args()
-    if not os.path.exists(KPITOP):
-        sys.exit("build/kpitop is not built: run make")
-    n = 100_000 if a.quick else 1_000_000
-    db = gen_trace.ensure(os.path.join(a.out, f"trace_{n // 1000}k.db"), n)
+    a, n, db = gen_trace.bench_setup(__doc__, KPITOP)
     rounds, frames = (3, 30) if a.quick else (7, 100)
     windows = ["10s", "1m", "5m"]
     res = {w: [] for w in windows}

@@ -3,7 +3,7 @@
 incident and the baseline picked automatically (the most work: a pass over
 the whole trace serves the search for both). Markdown and HTML runs interleave; median and spread of the
 wall time and of the CPU time are reported."""
-import argparse, json, os, resource, statistics, subprocess, sys, time
+import json, os, resource, statistics, subprocess, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -19,14 +19,7 @@ def cpu_s():
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", default=os.path.join(ROOT, "build", "bench"))
-    ap.add_argument("--quick", action="store_true", help="100,000 requests, fewer rounds")
-    a = ap.parse_args()
-    if not os.path.exists(REPORT):
-        sys.exit("build/kpi-report is not built: run make")
-    n = 100_000 if a.quick else 1_000_000
-    db = gen_trace.ensure(os.path.join(a.out, f"trace_{n // 1000}k.db"), n)
+    a, n, db = gen_trace.bench_setup(__doc__, REPORT)
     rounds = 3 if a.quick else 7
     fmts = ["md", "html"]
     wall = {f: [] for f in fmts}

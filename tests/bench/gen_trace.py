@@ -43,6 +43,21 @@ def ensure(path, requests, rate=100.0, incident="queue", seed=1, log=sys.stderr)
     return path
 
 
+def bench_setup(description, binary):
+    """The command line and trace every bench over a generated trace shares:
+    --out and --quick parsed, the tool under test checked, the trace of 1M
+    requests (100k with --quick) made once under --out. Returns (args, n, db)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--out", default=os.path.join(root, "build", "bench"))
+    ap.add_argument("--quick", action="store_true", help="100,000 requests, fewer rounds")
+    a = ap.parse_args()
+    if not os.path.exists(binary):
+        sys.exit(f"build/{os.path.basename(binary)} is not built: run make")
+    n = 100_000 if a.quick else 1_000_000
+    return a, n, ensure(os.path.join(a.out, f"trace_{n // 1000}k.db"), n)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--requests", type=int, default=1_000_000, help="how many requests (default 1000000)")
