@@ -131,7 +131,7 @@ static void cuda_destroy(struct backend *b)
 
 static int upload(struct dtensor *d, const struct mtensor *t, char *err, size_t errlen, const char *name)
 {
-	size_t n = (size_t)t->rows * t->cols, bytes = n * (t->type == GGML_F16 ? 2 : 4);
+	size_t bytes = mtensor_bytes(t);
 	d->type = t->type;
 	d->rows = (int)t->rows;
 	d->cols = (int)t->cols;

@@ -5,8 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "daemon/engine/backend.h"
 #include "daemon/engine/gguf.h"
@@ -265,14 +263,9 @@ static void pack_task(void *arg, int task, int thread)
 	const struct mtensor *t = j->src[task];
 	pack_matrix(j->dst[task], (char *)j->b->packed + j->off[task], t->data, t->type, (int)t->rows,
 		    (int)t->cols);
-	/* the mapped source is not read again: give its pages back (a hint on a
-	 * read-only file mapping; a later read would fault them in again) */
-	long pg = sysconf(_SC_PAGESIZE);
-	uintptr_t lo = ((uintptr_t)t->data + pg - 1) & ~(uintptr_t)(pg - 1);
-	uintptr_t hi = ((uintptr_t)t->data + (size_t)t->rows * t->cols * (t->type == GGML_F16 ? 2 : 4)) &
-		       ~(uintptr_t)(pg - 1);
-	if (hi > lo && t != &j->b->m->tok_embd)
-		madvise((void *)lo, hi - lo, MADV_DONTNEED);
+	/* the source is not read again (the embedding table is, per token) */
+	if (t != &j->b->m->tok_embd)
+		model_release_pages(t);
 }
 
 /* Repacks every matmul weight (kernels.h) into one allocation. */

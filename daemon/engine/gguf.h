@@ -19,6 +19,12 @@ enum gguf_type {
 /* ggml tensor types this engine reads. */
 enum ggml_type { GGML_F32 = 0, GGML_F16 = 1 };
 
+/* Bytes of one element of a type this engine reads. */
+static inline size_t ggml_type_bytes(uint32_t type)
+{
+	return type == GGML_F16 ? 2 : 4;
+}
+
 struct gguf_str {
 	const char *s; /* not NUL-terminated: points into the mapping */
 	uint64_t n;

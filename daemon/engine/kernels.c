@@ -44,7 +44,7 @@ float f16_to_f32(uint16_t h)
 size_t pack_bytes(uint32_t type, int rows, int cols)
 {
 	size_t panels = ((size_t)rows + KPI_PANEL - 1) / KPI_PANEL;
-	return panels * KPI_PANEL * (size_t)cols * (type == GGML_F16 ? 2 : 4);
+	return panels * KPI_PANEL * (size_t)cols * ggml_type_bytes(type);
 }
 
 void pack_matrix(struct packed_mat *p, void *dst, const void *w, uint32_t type, int rows, int cols)

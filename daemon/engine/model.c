@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include "daemon/engine/gguf.h"
 
@@ -508,12 +509,12 @@ struct model *model_load(const char *path, char *err, size_t errlen)
 	    load_tensor(g, path, "output_norm.weight", 1, dim, false, &m->output_norm, &bytes, err, errlen) ||
 	    load_tensor(g, path, "output.weight", nv, dim, true, &m->output, &bytes, err, errlen))
 		goto fail;
-	bytes -= (size_t)m->tok_embd.rows * m->tok_embd.cols * (m->tok_embd.type == GGML_F16 ? 2 : 4);
+	bytes -= mtensor_bytes(&m->tok_embd);
 	if (!m->output.data) { /* tied embeddings */
 		m->output = m->tok_embd;
-		bytes += (size_t)nv * dim * (m->tok_embd.type == GGML_F16 ? 2 : 4);
+		bytes += mtensor_bytes(&m->tok_embd);
 	}
-	bytes += (size_t)dim * (m->tok_embd.type == GGML_F16 ? 2 : 4); /* one embedding row per token */
+	bytes += (size_t)dim * ggml_type_bytes(m->tok_embd.type); /* one embedding row per token */
 	m->layers = calloc(mi->n_layers, sizeof(*m->layers));
 	for (int l = 0; l < mi->n_layers; l++) {
 		struct model_layer *L = &m->layers[l];
@@ -538,6 +539,22 @@ struct model *model_load(const char *path, char *err, size_t errlen)
 fail:
 	model_free(m);
 	return NULL;
+}
+
+size_t mtensor_bytes(const struct mtensor *t)
+{
+	return (size_t)t->rows * t->cols * ggml_type_bytes(t->type);
+}
+
+void model_release_pages(const struct mtensor *t)
+{
+	/* every tensor points into the read-only file mapping of gguf_open,
+	 * where MADV_DONTNEED drops page-table entries, never data */
+	uintptr_t pg = (uintptr_t)sysconf(_SC_PAGESIZE);
+	uintptr_t lo = ((uintptr_t)t->data + pg - 1) & ~(pg - 1);
+	uintptr_t hi = ((uintptr_t)t->data + mtensor_bytes(t)) & ~(pg - 1);
+	if (hi > lo)
+		madvise((void *)lo, hi - lo, MADV_DONTNEED);
 }
 
 void model_free(struct model *m)

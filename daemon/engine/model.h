@@ -64,6 +64,13 @@ struct model {
 struct model *model_load(const char *path, char *err, size_t errlen);
 void model_free(struct model *m);
 
+/* Bytes of t's data. */
+size_t mtensor_bytes(const struct mtensor *t);
+/* Hands back this process's pages of t's data (the whole pages inside it) to
+ * the mapped file, for a backend that keeps its own copy: a later read
+ * faults them in again from the page cache, so nothing is lost. */
+void model_release_pages(const struct mtensor *t);
+
 int tokenizer_encode(const struct tokenizer *t, const char *text, size_t len, int32_t *out, int max);
 int tokenizer_piece(const struct tokenizer *t, int32_t id, char *buf, size_t buflen);
 int32_t tokenizer_lookup(const struct tokenizer *t, const char *s, size_t n);
