@@ -78,6 +78,7 @@ void pack_matrix(struct packed_mat *p, void *dst, const void *w, uint32_t type, 
 typedef __m512 vf;
 #define vzero() _mm512_setzero_ps()
 #define vload(p) _mm512_loadu_ps(p)
+#define vstore(p, v) _mm512_storeu_ps(p, v)
 #define vload_h(p) _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i *)(p)))
 #define vbcast(p) _mm512_set1_ps(*(p))
 #define vfma(a, b, c) _mm512_fmadd_ps(a, b, c)
@@ -89,6 +90,7 @@ typedef __m512 vf;
 typedef __m256 vf;
 #define vzero() _mm256_setzero_ps()
 #define vload(p) _mm256_loadu_ps(p)
+#define vstore(p, v) _mm256_storeu_ps(p, v)
 #define vload_h(p) _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(p)))
 #define vbcast(p) _mm256_broadcast_ss(p)
 #define vfma(a, b, c) _mm256_fmadd_ps(a, b, c)
@@ -110,21 +112,11 @@ static inline float hsum8(__m256 v)
 static inline void store_part(float *d, vf a, int lo, int hi, bool accumulate)
 {
 	if (lo == 0 && hi == VL) {
-		if (accumulate)
-			a = vadd(vload(d), a);
-#ifdef __AVX512F__
-		_mm512_storeu_ps(d, a);
-#else
-		_mm256_storeu_ps(d, a);
-#endif
+		vstore(d, accumulate ? vadd(vload(d), a) : a);
 		return;
 	}
 	float t[VL];
-#ifdef __AVX512F__
-	_mm512_storeu_ps(t, a);
-#else
-	_mm256_storeu_ps(t, a);
-#endif
+	vstore(t, a);
 	for (int l = lo; l < hi; l++)
 		d[l] = accumulate ? d[l] + t[l] : t[l];
 }
@@ -198,7 +190,8 @@ void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, 
 	const int p1 = (o1 + KPI_PANEL - 1) / KPI_PANEL;
 	for (int pn = o0 / KPI_PANEL; pn < p1;) {
 		int left = p1 - pn, R = left >= rr ? rr : left >= 2 && rr >= 2 ? 2 : 1;
-		/* batch rows in passes of at most bmax, split evenly */
+		/* batch rows in passes of at most bmax, split evenly: 2 panels hold
+		 * as many accumulators as 1; 4 panels also need 8 weight registers */
 		int bmax = R == 1 ? BMAX : R == 2 ? BMAX / 2 : BMAX / 6;
 		int passes = (nb + bmax - 1) / bmax;
 		for (int q = 0, b = 0; q < passes; q++) {

@@ -103,18 +103,6 @@ static void test_paged_equals_contiguous(void)
 	printf("     max abs diff %.3g over 300 shapes\n", worst);
 }
 
-static uint16_t to_f16(float f)
-{
-	/* exact for the values used: multiples of 1/256 in [-1, 1] */
-	uint16_t h = 0;
-	if (f == 0)
-		return 0;
-	uint32_t x;
-	memcpy(&x, &f, 4);
-	h = (uint16_t)(((x >> 16) & 0x8000) | ((((x >> 23) & 0xff) - 112) << 10) | ((x >> 13) & 0x3ff));
-	return h;
-}
-
 static void test_matmul_matches_naive_and_is_batch_invariant(void)
 {
 	for (int trial = 0; trial < 60; trial++) {
@@ -125,7 +113,7 @@ static void test_matmul_matches_naive_and_is_batch_invariant(void)
 		uint16_t *wh = malloc(sizeof(uint16_t) * rows * cols);
 		for (int i = 0; i < rows * cols; i++) {
 			wf[i] = (float)(irand(512) - 256) / 256.0f;
-			wh[i] = to_f16(wf[i]);
+			wh[i] = f32_to_f16(wf[i]); /* exact: multiples of 1/256 in [-1, 1] */
 			CHECK(f16_to_f32(wh[i]) == wf[i], "f16 round trip of %g", wf[i]);
 		}
 		float *x = malloc(sizeof(float) * nb * cols), *y = malloc(sizeof(float) * nb * rows);
