@@ -510,14 +510,16 @@ void assemble_event(struct assembler *a, const struct kpi_event *e)
 			r->t_resp_start = e->ts;
 		break;
 	case KPI_EV_WRITE:
-		if ((r = by_conn(a, e))) {
-			if (r->n_writes == r->cap_writes) {
+		if ((r = by_conn(a, e)) && e->a > 0 && e->a <= KPI_WRITE_BATCH) {
+			size_t n = (size_t)e->a;
+			if (r->n_writes + n > r->cap_writes) {
 				r->cap_writes = r->cap_writes ? r->cap_writes * 2 : 16;
 				r->writes = realloc(r->writes, r->cap_writes * sizeof(uint64_t));
 				if (!r->writes)
 					abort();
 			}
-			r->writes[r->n_writes++] = e->ts;
+			memcpy(r->writes + r->n_writes, e->writes, n * sizeof(uint64_t));
+			r->n_writes += n;
 		}
 		break;
 	case KPI_EV_RESP_END:

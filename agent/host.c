@@ -1,7 +1,10 @@
 /* host.c - privilege check, tracefs mount and kernel feature probes; the
  * agent picks its program flavours (tracepoint / raw_tp) from the result. */
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
 #include <linux/bpf.h>
 #include <stdio.h>
 #include <string.h>
@@ -92,6 +95,42 @@ static bool probe_raw_tp(void)
 	return true;
 }
 
+/* bpf_task_storage_get on the current task (bpf_get_current_task_btf). */
+static bool probe_task_storage(void)
+{
+	static const enum bpf_prog_type types[] = { BPF_PROG_TYPE_TRACEPOINT,
+						    BPF_PROG_TYPE_RAW_TRACEPOINT };
+
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+		if (libbpf_probe_bpf_helper(types[i], BPF_FUNC_task_storage_get, NULL) <= 0 ||
+		    libbpf_probe_bpf_helper(types[i], BPF_FUNC_get_current_task_btf, NULL) <= 0)
+			return false;
+	return true;
+}
+
+/* KPI_AGENT_DISABLE=raw_tp,sched_info,...: behave as on a kernel without
+ * them, so the fallback flavours can be tested on a kernel that has all. */
+static void disable_named(struct host_features *f, const char *list)
+{
+	static const struct { const char *name; size_t off; } names[] = {
+		{ "syscall_tp", offsetof(struct host_features, syscall_tp) },
+		{ "raw_tp", offsetof(struct host_features, raw_tp) },
+		{ "tcp_probe_tp", offsetof(struct host_features, tcp_probe_tp) },
+		{ "sched_tp", offsetof(struct host_features, sched_tp) },
+		{ "task_storage", offsetof(struct host_features, task_storage) },
+		{ "sched_info", offsetof(struct host_features, sched_info) },
+	};
+	char buf[256], *save = NULL;
+
+	if (!list)
+		return;
+	snprintf(buf, sizeof(buf), "%s", list);
+	for (char *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save))
+		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+			if (!strcmp(w, names[i].name))
+				*(bool *)((char *)f + names[i].off) = false;
+}
+
 void host_probe_features(struct host_features *f)
 {
 	f->syscall_tp = exists(TRACEFS "/events/syscalls/sys_enter_read/id") &&
@@ -100,4 +139,8 @@ void host_probe_features(struct host_features *f)
 	f->sched_tp = exists(TRACEFS "/events/sched/sched_switch/id");
 	f->uprobe = exists("/sys/bus/event_source/devices/uprobe/type");
 	f->raw_tp = probe_raw_tp();
+	f->task_storage = probe_task_storage();
+	/* CONFIG_SCHED_INFO: the scheduler keeps each thread's run-queue delay */
+	f->sched_info = exists("/proc/self/schedstat");
+	disable_named(f, getenv("KPI_AGENT_DISABLE"));
 }

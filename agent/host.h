@@ -12,6 +12,11 @@ struct host_features {
 	bool tcp_probe_tp;  /* tcp:tcp_probe tracepoint exists */
 	bool sched_tp;      /* sched:sched_switch tracepoint exists */
 	bool uprobe;        /* uprobe PMU exists (USDT needs it) */
+	bool task_storage;  /* tracepoint and raw_tp programs may keep state in
+			     * a task's local storage */
+	bool sched_info;    /* the scheduler keeps each thread's run-queue
+			     * delay (CONFIG_SCHED_INFO): with raw_tp and task
+			     * storage, sched_switch alone measures it */
 };
 
 /* 0 when root or holding CAP_BPF + CAP_PERFMON; else -1 and a message

@@ -313,6 +313,13 @@ static int handle_event(void *ctx, void *data, size_t size)
 
 /* ---- attaching to targets ---------------------------------------------------------- */
 
+/* Run-queue delay from one raw_tp program reading the scheduler's own
+ * timestamps; otherwise the sched tracepoints, which need the targets' tids. */
+static bool sched_raw(const struct agent *ag)
+{
+	return ag->feat.raw_tp && ag->feat.sched_info && ag->feat.task_storage;
+}
+
 /* Ports and threads change while a target runs: refreshed at every rescan. */
 static void target_refresh(struct agent *ag, pid_t pid)
 {
@@ -323,7 +330,7 @@ static void target_refresh(struct agent *ag, pid_t pid)
 	for (int i = 0; i < n; i++)
 		bpf_map__update_elem(ag->skel->maps.target_ports, &ports[i], sizeof(ports[i]), &one,
 				     sizeof(one), BPF_ANY);
-	if (!ag->feat.raw_tp) {
+	if (!sched_raw(ag)) {
 		static pid_t tids[8192];
 		__u32 tgid = (__u32)pid;
 		n = target_threads(pid, tids, 8192);
@@ -398,12 +405,15 @@ static int target_attach(struct agent *ag, pid_t pid)
 	return 0;
 }
 
-/* Removes every BPF map entry that belongs to pid. */
+/* Removes every BPF map entry that belongs to pid.  Write times the kernel
+ * still holds for pid's connections go to the assembler first: the target
+ * is gone, so no response__end or close will send them. */
 static void forget_maps(struct agent *ag, pid_t pid)
 {
 	__u32 key = (__u32)pid;
 	__u64 k, next, *prev = NULL;
 	int fd = bpf_map__fd(ag->skel->maps.conns);
+	struct kpi_conn conn;
 
 	bpf_map__delete_elem(ag->skel->maps.targets, &key, sizeof(key), 0);
 	bpf_map__delete_elem(ag->skel->maps.runq_total, &key, sizeof(key), 0);
@@ -416,9 +426,19 @@ static void forget_maps(struct agent *ag, pid_t pid)
 		k = next;
 		prev = &k;
 	}
-	for (int i = 0; i < n; i++)
+	for (int i = 0; i < n; i++) {
+		if (bpf_map_lookup_elem(fd, &doomed[i], &conn) == 0 && conn.n_writes &&
+		    conn.n_writes <= KPI_WRITE_BATCH) {
+			struct kpi_event e = { .type = KPI_EV_WRITE, .pid = (__u32)pid,
+					       .ts = conn.writes[conn.n_writes - 1],
+					       .fd = (int)(__u32)doomed[i], .a = conn.n_writes,
+					       .bytes = conn.bytes };
+			memcpy(e.writes, conn.writes, sizeof(e.writes));
+			assemble_event(ag->asm_, &e);
+		}
 		bpf_map_delete_elem(fd, &doomed[i]);
-	if (!ag->feat.raw_tp) {
+	}
+	if (!sched_raw(ag)) {
 		__u32 tk, tnext, *tprev = NULL, tgid;
 		int tfd = bpf_map__fd(ag->skel->maps.target_tids);
 		__u32 tdoomed[8192];
@@ -515,7 +535,7 @@ static void choose_programs(struct agent *ag)
 {
 	struct kpi_bpf *s = ag->skel;
 	struct bpf_program *p;
-	bool sys_tp = ag->feat.syscall_tp, sched_raw = ag->feat.raw_tp;
+	bool sys_tp = ag->feat.syscall_tp, sched_rawtp = sched_raw(ag);
 
 	bpf_object__for_each_program(p, s->obj) {
 		const char *sec = bpf_program__section_name(p);
@@ -525,13 +545,21 @@ static void choose_programs(struct agent *ag)
 		else if (!strcmp(sec, "raw_tp/sys_enter") || !strcmp(sec, "raw_tp/sys_exit"))
 			load = !sys_tp && ag->feat.raw_tp;
 		else if (!strncmp(sec, "raw_tp/sched_", 13))
-			load = sched_raw;
+			load = sched_rawtp;
 		else if (!strncmp(sec, "tracepoint/sched/", 17))
-			load = !sched_raw && ag->feat.sched_tp;
+			load = !sched_rawtp && ag->feat.sched_tp;
 		else if (!strcmp(sec, "tracepoint/tcp/tcp_probe"))
 			load = ag->feat.tcp_probe_tp;
 		bpf_program__set_autoload(p, load);
 	}
+	/* the flavour not taken is dead code the verifier drops; its map is
+	 * not created, which is what a kernel without task storage needs */
+	s->rodata->task_storage = ag->feat.task_storage;
+	bpf_map__set_autocreate(s->maps.sys_task, ag->feat.task_storage);
+	bpf_map__set_autocreate(s->maps.runq_seen, sched_rawtp);
+	bpf_map__set_autocreate(s->maps.sys_args, !ag->feat.task_storage);
+	bpf_map__set_autocreate(s->maps.runq_start, !sched_rawtp);
+	bpf_map__set_autocreate(s->maps.target_tids, !sched_rawtp);
 	s->rodata->nr_read = SYS_read;
 	s->rodata->nr_readv = SYS_readv;
 	s->rodata->nr_write = SYS_write;
@@ -542,9 +570,11 @@ static void choose_programs(struct agent *ag)
 	s->rodata->nr_sendto = SYS_sendto;
 	s->rodata->nr_sendmsg = SYS_sendmsg;
 	if (env.verbose)
-		fprintf(stderr, "kpi-agent: syscalls via %s, run queue via %s, tcp arrival %s\n",
+		fprintf(stderr, "kpi-agent: syscalls via %s (%s), run queue via %s, tcp arrival %s\n",
 			sys_tp ? "tracepoints" : "raw_tp sys_enter/sys_exit",
-			sched_raw ? "raw_tp" : ag->feat.sched_tp ? "tracepoints" : "(off: no sched tracepoints)",
+			ag->feat.task_storage ? "task storage" : "hash",
+			sched_rawtp ? "raw_tp sched_switch (sched_info)"
+			: ag->feat.sched_tp ? "tracepoints" : "(off: no sched tracepoints)",
 			ag->feat.tcp_probe_tp ? "via tcp:tcp_probe" : "off (read() time is used)");
 }
 

@@ -3,11 +3,19 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <limits.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
+#include <linux/inet_diag.h>
+#include <linux/netlink.h>
+#include <linux/sock_diag.h>
 #include "targets.h"
+
+#define TCP_LISTEN_STATE 10     /* TCP_LISTEN, include/net/tcp_states.h */
 
 static bool is_number(const char *s)
 {
@@ -138,13 +146,85 @@ static int socket_inodes(pid_t pid, unsigned long *ino, int max)
 	return n;
 }
 
-int target_listen_ports(pid_t pid, uint16_t *ports, int max)
+/* Keep port if its socket inode is one of pid's; no duplicates. */
+static void add_port(uint16_t *ports, int *n, int max, unsigned port, unsigned long inode,
+		     const unsigned long *ino, int n_ino)
 {
-	static unsigned long ino[4096];
-	int n_ino = socket_inodes(pid, ino, 4096), n = 0;
-	const char *files[] = { "tcp", "tcp6" };
+	for (int i = 0; i < n_ino; i++) {
+		if (ino[i] != inode)
+			continue;
+		for (int k = 0; k < *n; k++)
+			if (ports[k] == port)
+				return;
+		if (*n < max)
+			ports[(*n)++] = (uint16_t)port;
+		return;
+	}
+}
 
-	for (int f = 0; f < 2 && n_ino; f++) {
+/* Listening TCP sockets of the agent's network namespace, from
+ * NETLINK_SOCK_DIAG: asked for TCP_LISTEN only, the kernel walks its
+ * listening hash alone.  (/proc/net/tcp walks every bucket of the established
+ * table as well, which is milliseconds of kernel time a scan on a host with a
+ * large table, and the agent rescans twice a second.)  -1 when netlink
+ * diagnostics are not available. */
+static int diag_listen_ports(uint16_t *ports, int max, const unsigned long *ino, int n_ino)
+{
+	static const int families[] = { AF_INET, AF_INET6 };
+	int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG), n = 0;
+
+	if (fd < 0)
+		return -1;
+	for (int f = 0; f < 2; f++) {
+		struct {
+			struct nlmsghdr nlh;
+			struct inet_diag_req_v2 r;
+		} req = {
+			.nlh = { .nlmsg_len = sizeof(req), .nlmsg_type = SOCK_DIAG_BY_FAMILY,
+				 .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP },
+			.r = { .sdiag_family = (__u8)families[f], .sdiag_protocol = IPPROTO_TCP,
+			       .idiag_states = 1u << TCP_LISTEN_STATE },
+		};
+		long buf[8192 / sizeof(long)];
+		bool done = false;
+
+		if (send(fd, &req, sizeof(req), 0) != (ssize_t)sizeof(req))
+			goto fail;
+		while (!done) {
+			ssize_t len = recv(fd, buf, sizeof(buf), 0);
+			struct nlmsghdr *h = (struct nlmsghdr *)buf;
+
+			if (len <= 0)
+				goto fail;
+			for (; NLMSG_OK(h, len); h = NLMSG_NEXT(h, len)) {
+				struct inet_diag_msg *m = NLMSG_DATA(h);
+				if (h->nlmsg_type == NLMSG_DONE) {
+					done = true;
+					break;
+				}
+				if (h->nlmsg_type == NLMSG_ERROR)
+					goto fail;
+				add_port(ports, &n, max, ntohs(m->id.idiag_sport), m->idiag_inode,
+					 ino, n_ino);
+			}
+		}
+	}
+	close(fd);
+	return n;
+fail:
+	close(fd);
+	return -1;
+}
+
+/* The same from pid's /proc/PID/net/tcp{,6}, which shows pid's own network
+ * namespace. */
+static int proc_listen_ports(pid_t pid, uint16_t *ports, int max, const unsigned long *ino,
+			     int n_ino)
+{
+	const char *files[] = { "tcp", "tcp6" };
+	int n = 0;
+
+	for (int f = 0; f < 2; f++) {
 		char path[64], line[512];
 		FILE *fp;
 
@@ -152,7 +232,7 @@ int target_listen_ports(pid_t pid, uint16_t *ports, int max)
 		fp = fopen(path, "r");
 		if (!fp)
 			continue;
-		while (fgets(line, sizeof(line), fp) && n < max) {
+		while (fgets(line, sizeof(line), fp)) {
 			char local[128];
 			unsigned st, port;
 			unsigned long inode;
@@ -160,23 +240,38 @@ int target_listen_ports(pid_t pid, uint16_t *ports, int max)
 			/* sl local rem st tx:rx tr:when retrnsmt uid timeout inode */
 			if (sscanf(line, " %*d: %127s %*s %x %*s %*s %*s %*u %*u %lu", local, &st, &inode) != 3)
 				continue;
-			if (st != 0x0A)     /* TCP_LISTEN */
+			if (st != TCP_LISTEN_STATE)
 				continue;
 			colon = strrchr(local, ':');
-			if (!colon || sscanf(colon + 1, "%x", &port) != 1)
-				continue;
-			for (int i = 0; i < n_ino; i++)
-				if (ino[i] == inode) {
-					bool dup = false;
-					for (int k = 0; k < n; k++)
-						dup |= ports[k] == port;
-					if (!dup)
-						ports[n++] = (uint16_t)port;
-					break;
-				}
+			if (colon && sscanf(colon + 1, "%x", &port) == 1)
+				add_port(ports, &n, max, port, inode, ino, n_ino);
 		}
 		fclose(fp);
 	}
+	return n;
+}
+
+static bool same_netns(pid_t pid)
+{
+	char path[64];
+	struct stat mine, theirs;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", pid);
+	return !stat("/proc/self/ns/net", &mine) && !stat(path, &theirs) &&
+	       mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
+}
+
+int target_listen_ports(pid_t pid, uint16_t *ports, int max)
+{
+	static unsigned long ino[4096];
+	int n_ino = socket_inodes(pid, ino, 4096), n = -1;
+
+	if (!n_ino)
+		return 0;
+	if (same_netns(pid))
+		n = diag_listen_ports(ports, max, ino, n_ino);
+	if (n < 0)
+		n = proc_listen_ports(pid, ports, max, ino, n_ino);
 	return n;
 }
 

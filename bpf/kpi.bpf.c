@@ -54,18 +54,12 @@ struct {
 	__type(value, __u32);
 } target_tids SEC(".maps");
 
-struct conn {
-	__u64 sk;       /* struct sock *, 0 when the fd is not a socket */
-	__u8 busy;      /* a request is in progress on this connection */
-	__u8 is_sock;
-};
-
 /* (tgid << 32 | fd) -> connection state. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, KPI_MAX_CONNS);
 	__type(key, __u64);
-	__type(value, struct conn);
+	__type(value, struct kpi_conn);
 } conns SEC(".maps");
 
 /* first_ts: arrival of the first data segment not yet consumed by a read.
@@ -91,8 +85,20 @@ struct sys_arg {
 	int kind;
 };
 
-/* pid_tgid -> fd of the read/write in progress (LRU: a thread that dies in
- * a syscall never reaches its exit handler). */
+/* The read/write in progress on a thread, from sys_enter to sys_exit: in the
+ * thread's task storage where the kernel allows it to tracing programs (a
+ * pointer off the task, and gone with the thread), else in an LRU hash keyed
+ * by pid_tgid (LRU: a thread that dies in a syscall never reaches its exit
+ * handler).  The agent sets task_storage and creates only the map in use. */
+const volatile bool task_storage = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sys_arg);
+} sys_task SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -309,6 +315,29 @@ int BPF_USDT(kpi_response_start, __u64 id, int fd)
 	return 0;
 }
 
+/* Sends the write times c holds as one WRITE event (they go ahead of the
+ * event that ends the request, so the agent has them all by then). */
+static __always_inline void writes_send(__u32 tgid, int fd, struct kpi_conn *c)
+{
+	__u32 n = c->n_writes;
+	struct kpi_event *e;
+
+	if (!n)
+		return;
+	c->n_writes = 0;
+	if (n > KPI_WRITE_BATCH)
+		n = KPI_WRITE_BATCH;
+	e = ev_new(KPI_EV_WRITE, tgid, c->writes[(n - 1) & (KPI_WRITE_BATCH - 1)]);
+	if (!e)
+		return;
+	e->fd = fd;
+	e->a = n;
+	e->bytes = c->bytes;
+	c->bytes = 0;
+	__builtin_memcpy(e->writes, c->writes, sizeof(c->writes));
+	ev_send(e);
+}
+
 /* The response is complete: the connection goes idle, so the next data
  * segment or read on it starts a new request (keep-alive). */
 SEC("usdt")
@@ -317,11 +346,13 @@ int BPF_USDT(kpi_response_end, __u64 id, int fd, int http_status)
 	__u64 ts = bpf_ktime_get_ns();
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 key = conn_key(tgid, fd);
-	struct conn *c = bpf_map_lookup_elem(&conns, &key);
+	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
 	struct kpi_event *e;
 
-	if (c)
+	if (c) {
+		writes_send(tgid, fd, c);
 		c->busy = 0;
+	}
 	e = ev_new(KPI_EV_RESP_END, tgid, ts);
 	if (!e)
 		return 0;
@@ -364,18 +395,46 @@ int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
 static __always_inline int sys_enter(int fd, int kind)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
-	struct sys_arg a = { .fd = fd, .kind = kind };
+	struct sys_arg a = { .fd = fd, .kind = kind }, *p;
 
 	if (!is_target(pt >> 32))
 		return 0;
-	bpf_map_update_elem(&sys_args, &pt, &a, BPF_ANY);
+	if (task_storage) {
+		p = bpf_task_storage_get(&sys_task, bpf_get_current_task_btf(), 0,
+					 BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (p)
+			*p = a;
+	} else {
+		bpf_map_update_elem(&sys_args, &pt, &a, BPF_ANY);
+	}
 	return 0;
+}
+
+/* Takes (and clears) the read/write sys_enter noted on this thread. */
+static __always_inline bool sys_taken(__u64 pt, struct sys_arg *out)
+{
+	struct sys_arg *p;
+
+	if (task_storage) {
+		p = bpf_task_storage_get(&sys_task, bpf_get_current_task_btf(), 0, 0);
+		if (!p || !p->kind)
+			return false;
+		*out = *p;
+		p->kind = 0;
+		return true;
+	}
+	p = bpf_map_lookup_elem(&sys_args, &pt);
+	if (!p)
+		return false;
+	*out = *p;
+	bpf_map_delete_elem(&sys_args, &pt);
+	return true;
 }
 
 static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
 {
 	__u64 key = conn_key(tgid, fd);
-	struct conn *c = bpf_map_lookup_elem(&conns, &key);
+	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
 	struct sk_state *s;
 	struct kpi_event *e;
 	__u64 arrive = now;
@@ -383,7 +442,7 @@ static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
 	int src = KPI_ARRIVE_READ;
 
 	if (!c) {
-		struct conn n = {};
+		struct kpi_conn n = {};
 		n.sk = fd_to_sk(fd);
 		n.is_sock = n.sk != 0;
 		if (bpf_map_update_elem(&conns, &key, &n, BPF_NOEXIST) && n.is_sock)
@@ -422,40 +481,39 @@ static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
 	ev_send(e);
 }
 
+/* Per-token writes are kept in the connection and sent in batches. */
 static __always_inline void write_done(__u32 tgid, int fd, long ret, __u64 now)
 {
 	__u64 key = conn_key(tgid, fd);
-	struct conn *c = bpf_map_lookup_elem(&conns, &key);
-	struct kpi_event *e;
+	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
+	__u32 n;
 
 	if (!c || !c->busy)
 		return;
-	e = ev_new(KPI_EV_WRITE, tgid, now);
-	if (!e)
-		return;
-	e->fd = fd;
-	e->bytes = ret;
-	ev_send(e);
+	n = c->n_writes;
+	if (n >= KPI_WRITE_BATCH) {     /* only if two threads raced here */
+		writes_send(tgid, fd, c);
+		n = 0;
+	}
+	c->writes[n & (KPI_WRITE_BATCH - 1)] = now;
+	c->bytes += ret;
+	c->n_writes = n + 1;
+	if (n + 1 == KPI_WRITE_BATCH)
+		writes_send(tgid, fd, c);
 }
 
 static __always_inline int sys_exit(long ret)
 {
-	__u64 now = bpf_ktime_get_ns();
-	__u64 pt = bpf_get_current_pid_tgid();
-	struct sys_arg *a = bpf_map_lookup_elem(&sys_args, &pt);
-	int fd, kind;
+	__u64 pt = bpf_get_current_pid_tgid(), now;
+	struct sys_arg a;
 
-	if (!a)
+	if (!sys_taken(pt, &a) || ret <= 0)
 		return 0;
-	fd = a->fd;
-	kind = a->kind;
-	bpf_map_delete_elem(&sys_args, &pt);
-	if (ret <= 0)
-		return 0;
-	if (kind == SYS_READ)
-		read_done(pt >> 32, fd, ret, now);
+	now = bpf_ktime_get_ns();
+	if (a.kind == SYS_READ)
+		read_done(pt >> 32, a.fd, ret, now);
 	else
-		write_done(pt >> 32, fd, ret, now);
+		write_done(pt >> 32, a.fd, ret, now);
 	return 0;
 }
 
@@ -463,7 +521,7 @@ static __always_inline int sys_close(int fd)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 key;
-	struct conn *c;
+	struct kpi_conn *c;
 
 	if (!is_target(tgid))
 		return 0;
@@ -473,6 +531,7 @@ static __always_inline int sys_close(int fd)
 		return 0;
 	if (c->sk)
 		bpf_map_delete_elem(&socks, &c->sk);
+	writes_send(tgid, fd, c);
 	if (c->busy) {
 		struct kpi_event *e = ev_new(KPI_EV_CLOSE, tgid, bpf_ktime_get_ns());
 		if (e) {
@@ -539,57 +598,76 @@ int BPF_PROG(kpi_raw_sys_exit, struct pt_regs *regs, long ret)
 
 /* ---- sched: run-queue delay of the targets' threads ------------------- */
 
-static __always_inline void runq_mark(__u32 tgid, __u32 tid)
+static __always_inline void runq_add(__u32 tgid, __u64 delta)
 {
-	__u64 ts;
+	__u64 *tot = bpf_map_lookup_elem(&runq_total, &tgid);
 
-	if (!tid || !is_target(tgid))
-		return;
-	ts = bpf_ktime_get_ns();
+	if (tot)
+		__sync_fetch_and_add(tot, delta);
+	else
+		bpf_map_update_elem(&runq_total, &tgid, &delta, BPF_NOEXIST);
+}
+
+/* raw_tp flavour: the scheduler's own accounting (CONFIG_SCHED_INFO) adds
+ * every wait on a run queue to the thread's sched_info.run_delay, the figure
+ * /proc/PID/task/TID/schedstat reports.  When a target thread leaves the CPU
+ * its run_delay is complete up to now; what it grew since the thread last
+ * left (kept in the thread's task storage) is added to its process's total.
+ * One program on sched_switch, no wake-up program and no map update per
+ * waiting thread; every other switch on the machine costs a helper call and
+ * one lookup. */
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, __u64);
+} runq_seen SEC(".maps");
+
+SEC("raw_tp/sched_switch")
+int BPF_PROG(kpi_raw_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;    /* current is prev */
+	struct task_struct *t;
+	__u64 *seen, delay;
+
+	if (!is_target(tgid))
+		return 0;
+	t = bpf_get_current_task_btf();
+	delay = BPF_CORE_READ(t, sched_info.run_delay);
+	seen = bpf_task_storage_get(&runq_seen, t, 0, 0);
+	if (!seen) {
+		/* first switch seen: only waits from here on count */
+		bpf_task_storage_get(&runq_seen, t, &delay, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		return 0;
+	}
+	if (delay > *seen)
+		runq_add(tgid, delay - *seen);
+	*seen = delay;
+	return 0;
+}
+
+/* Tracepoint flavour, for kernels without raw_tp or sched_info: marks a
+ * target thread when it becomes runnable and takes the time it waited when
+ * it is switched in.  Tracepoints see tids, not tgids: target_tids maps them. */
+static __always_inline void runq_mark(__u32 tid)
+{
+	__u64 ts = bpf_ktime_get_ns();
+
 	bpf_map_update_elem(&runq_start, &tid, &ts, BPF_ANY);
 }
 
 static __always_inline void runq_take(__u32 tgid, __u32 tid)
 {
 	__u64 *start = bpf_map_lookup_elem(&runq_start, &tid);
-	__u64 delta, *tot;
+	__u64 delta;
 
 	if (!start)
 		return;
 	delta = bpf_ktime_get_ns() - *start;
 	bpf_map_delete_elem(&runq_start, &tid);
-	tot = bpf_map_lookup_elem(&runq_total, &tgid);
-	if (tot) {
-		__sync_fetch_and_add(tot, delta);
-	} else {
-		bpf_map_update_elem(&runq_total, &tgid, &delta, BPF_NOEXIST);
-	}
+	runq_add(tgid, delta);
 }
 
-SEC("raw_tp/sched_wakeup")
-int BPF_PROG(kpi_raw_wakeup, struct task_struct *p)
-{
-	runq_mark(BPF_CORE_READ(p, tgid), BPF_CORE_READ(p, pid));
-	return 0;
-}
-
-SEC("raw_tp/sched_wakeup_new")
-int BPF_PROG(kpi_raw_wakeup_new, struct task_struct *p)
-{
-	runq_mark(BPF_CORE_READ(p, tgid), BPF_CORE_READ(p, pid));
-	return 0;
-}
-
-SEC("raw_tp/sched_switch")
-int BPF_PROG(kpi_raw_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
-{
-	if (BPF_CORE_READ(prev, __state) == TASK_RUNNING)
-		runq_mark(BPF_CORE_READ(prev, tgid), BPF_CORE_READ(prev, pid));
-	runq_take(BPF_CORE_READ(next, tgid), BPF_CORE_READ(next, pid));
-	return 0;
-}
-
-/* Tracepoint flavour: sees tids only, so it looks them up in target_tids. */
 static __always_inline __u32 tgid_of_tid(__u32 tid)
 {
 	__u32 *t = bpf_map_lookup_elem(&target_tids, &tid);
@@ -599,18 +677,16 @@ static __always_inline __u32 tgid_of_tid(__u32 tid)
 SEC("tracepoint/sched/sched_wakeup")
 int kpi_tp_wakeup(struct trace_event_raw_sched_wakeup_template *ctx)
 {
-	__u32 tgid = tgid_of_tid(ctx->pid);
-	if (tgid)
-		runq_mark(tgid, ctx->pid);
+	if (ctx->pid && tgid_of_tid(ctx->pid))
+		runq_mark(ctx->pid);
 	return 0;
 }
 
 SEC("tracepoint/sched/sched_wakeup_new")
 int kpi_tp_wakeup_new(struct trace_event_raw_sched_wakeup_template *ctx)
 {
-	__u32 tgid = tgid_of_tid(ctx->pid);
-	if (tgid)
-		runq_mark(tgid, ctx->pid);
+	if (ctx->pid && tgid_of_tid(ctx->pid))
+		runq_mark(ctx->pid);
 	return 0;
 }
 
@@ -619,8 +695,8 @@ int kpi_tp_switch(struct trace_event_raw_sched_switch *ctx)
 {
 	__u32 prev = tgid_of_tid(ctx->prev_pid), next = tgid_of_tid(ctx->next_pid);
 
-	if (prev && ctx->prev_state == TASK_RUNNING)
-		runq_mark(prev, ctx->prev_pid);
+	if (prev && ctx->prev_pid && ctx->prev_state == TASK_RUNNING)
+		runq_mark(ctx->prev_pid);
 	if (next)
 		runq_take(next, ctx->next_pid);
 	return 0;

@@ -6,6 +6,7 @@
 #define KPI_REQID_LEN   64      /* x-request-id bytes kept (NUL included) */
 #define KPI_MAX_TARGETS 64
 #define KPI_MAX_CONNS   65536   /* tracked (pid, fd) connections */
+#define KPI_WRITE_BATCH 8       /* write times one WRITE event carries */
 
 enum kpi_event_type {
 	KPI_EV_ARRIVE = 1,      /* first bytes of a request read on a connection */
@@ -20,7 +21,8 @@ enum kpi_event_type {
 	KPI_EV_CANCEL,          /* USDT request__cancelled */
 	KPI_EV_RESP_START,      /* USDT response__start */
 	KPI_EV_RESP_END,        /* USDT response__end */
-	KPI_EV_WRITE,           /* sys_exit of a write/send on a connection with a request */
+	KPI_EV_WRITE,           /* sys_exit times of writes/sends on a connection with a
+				 * request, batched in the kernel (see writes[]) */
 	KPI_EV_CLOSE,           /* close() of a connection that had a request in progress */
 	KPI_EV_TYPE_MAX,
 };
@@ -54,9 +56,30 @@ struct kpi_event {
 	unsigned long long ts2; /* ARRIVE: sys_exit time of the read */
 	unsigned long long runq_ns; /* cumulative run-queue delay of the target */
 	long long bytes;        /* WRITE / ARRIVE: bytes moved */
-	char reqid[KPI_REQID_LEN]; /* ADMIT / REJECT: x-request-id */
+	union {
+		char reqid[KPI_REQID_LEN]; /* ADMIT / REJECT: x-request-id */
+		/* WRITE: the sys_exit times of `a` (1..KPI_WRITE_BATCH) writes in
+		 * order; ts is the last of them.  One event per token write cost a
+		 * ring-buffer record and an agent wake-up share per token; the
+		 * kernel keeps them in the connection until the batch is full,
+		 * the response ends or the connection closes. */
+		unsigned long long writes[KPI_WRITE_BATCH];
+	};
 };
 
+/* Value of the BPF `conns` map, keyed (tgid << 32 | fd).  The agent reads it
+ * when a target exits, to take the write times no response__end will send. */
+struct kpi_conn {
+	unsigned long long sk;  /* struct sock *, 0 when the fd is not a socket */
+	unsigned char busy;     /* a request is in progress on this connection */
+	unsigned char is_sock;
+	unsigned char n_writes; /* write times waiting in writes[] */
+	unsigned char pad[5];
+	long long bytes;        /* bytes those writes moved */
+	unsigned long long writes[KPI_WRITE_BATCH]; /* sys_exit times not yet sent */
+};
+
+_Static_assert(sizeof(struct kpi_conn) == 88, "kpi_conn ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_event) == 136, "kpi_event ABI changed: update both sides");
 
 #endif

@@ -136,8 +136,12 @@ def test_agent_accuracy_on_kpi_infer():
     got = at.rows(db)
     m = at.check_accuracy(results, got)
     print(f"     {m}")
-    # the agent's queue/prefill/decode distributions against the daemon's own
+    # the agent found the daemon's listening port (tcp_probe is filtered on
+    # it): only tcp_probe gives a connection's smoothed RTT
     served = [got[r.rid] for r in results if r.status == 200]
+    with_rtt = sum(1 for r in served if r["srtt_us"])
+    assert with_rtt >= 0.9 * len(served), f"only {with_rtt} of {len(served)} rows have srtt_us"
+    # the agent's queue/prefill/decode distributions against the daemon's own
     problems = []
     for col, name in (("queue_ns", "vllm:request_queue_time_seconds"),
                       ("prefill_ns", "vllm:request_prefill_time_seconds"),
@@ -160,3 +164,78 @@ def test_agent_accuracy_on_kpi_infer():
 
 
 test_agent_accuracy_on_kpi_infer.timeout = 400
+
+
+def _run_delay_ns(pid):
+    """The kernel's own run-queue delay of every thread of pid (schedstat)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[1])
+        except (OSError, IndexError):
+            pass
+    return total
+
+
+def _runq_matches_schedstat(disable):
+    kpitest.require_root("kpi-agent")
+    at.require_built(at.INFER)
+    import subprocess, sys
+    import servertest
+    d = _tmp()
+    db = os.path.join(d, "runq.db")
+    daemon = servertest.Daemon("--max-seqs", 4)
+    pid = daemon.p.pid
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        os.sched_setaffinity(int(tid), {0})
+    hog = subprocess.Popen([sys.executable, "-c",
+                            "import os\nos.sched_setaffinity(0, {0})\nwhile True: pass"])
+    kpitest.on_cleanup(hog.kill)
+    agent = at.start_agent(db, "--flush-ms", 100, "-v", pid=pid, disable=disable)
+    flavour = [l for l in agent.lines if "run queue via" in l]
+    before = _run_delay_ns(pid)
+    results = at.run_load(daemon.port, 40, threads=2, max_tokens=(8, 16))
+    assert all(r.status == 200 for r in results), [r.status for r in results]
+    after = _run_delay_ns(pid)
+    end = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    # the sample that covers the end of the load: written within a second
+    deadline = time.monotonic() + 10
+    with sqlite3.connect(db, timeout=5) as c:
+        while not c.execute("SELECT 1 FROM samples WHERE pid = ? AND t_ns > ?",
+                            (pid, end)).fetchone():
+            assert time.monotonic() < deadline, "no sample after the load"
+            time.sleep(0.1)
+        agent_ns = c.execute("SELECT TOTAL(runq_ns) FROM samples WHERE pid = ?",
+                             (pid,)).fetchone()[0]
+        per_req = c.execute("SELECT count(*) FROM requests WHERE runq_ns > 0").fetchone()[0]
+    hog.kill()
+    assert agent.stop() == 0, agent.lines[-20:]
+    at.check_accuracy(results, at.rows(db), ttft_p99_ms=1000)
+    kernel_ns = after - before
+    print(f"     {flavour[-1].split(', ')[1] if flavour else ''}: "
+          f"kernel {kernel_ns / 1e6:.1f} ms, agent {agent_ns / 1e6:.1f} ms, "
+          f"{per_req} of {len(results)} requests with runq_ns > 0")
+    assert kernel_ns > 20e6, f"the busy loop delayed the daemon only {kernel_ns / 1e6:.1f} ms"
+    # the agent's window runs on to the sample after the load: idle wake-ups
+    # of the daemon's threads can add a little there
+    assert 0.8 * kernel_ns <= agent_ns <= 1.2 * kernel_ns + 5e6, (agent_ns, kernel_ns)
+    assert per_req >= len(results) // 2, per_req
+
+
+def test_agent_runq_matches_schedstat():
+    """runq_ns against /proc/PID/task/*/schedstat: the daemon and a busy loop
+    share one CPU, so the daemon's threads wait for it; the agent's per-second
+    samples must add up to the run-queue delay the kernel reports."""
+    _runq_matches_schedstat(None)
+
+
+def test_agent_runq_tracepoint_flavour():
+    """The same as the agent runs where the kernel lets tracing programs keep
+    no task storage: sched tracepoints for the run queue, a hash map from
+    sys_enter to sys_exit.  Every request's row is checked as well."""
+    _runq_matches_schedstat("task_storage")
+
+
+test_agent_runq_matches_schedstat.timeout = 120
+test_agent_runq_tracepoint_flavour.timeout = 120

@@ -27,14 +27,16 @@ class Target:
         self.exe = TARGET
 
 
-def start_agent(db, *args, pid=None, wait=True):
+def start_agent(db, *args, pid=None, wait=True, disable=None):
     """kpi-agent writing db; with pid it traces only that process and returns
-    once it printed 'attached to pid N'."""
+    once it printed 'attached to pid N'.  disable: kernel features the agent
+    acts as if it lacked (KPI_AGENT_DISABLE), to test its fallbacks."""
     require_built(AGENT)
     argv = [AGENT, "--db", db, *map(str, args)]
     if pid:
         argv += ["--pid", str(pid)]
-    a = kpitest.Proc(argv)
+    env = dict(os.environ, KPI_AGENT_DISABLE=disable) if disable else None
+    a = kpitest.Proc(argv, env=env)
     if pid and wait:
         a.wait_line(f"attached to pid {pid}", timeout=60)
     return a

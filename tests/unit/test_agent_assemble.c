@@ -48,6 +48,10 @@ static void ev(struct assembler *a, int type, uint64_t ts, uint64_t id, int fd, 
 		e.runq_ns = 4000;
 	if (type == KPI_EV_ADMIT)
 		e.c = admit_op;
+	if (type == KPI_EV_WRITE) {    /* one write a batch */
+		e.a = 1;
+		e.writes[0] = ts;
+	}
 	if (rid)
 		snprintf(e.reqid, sizeof(e.reqid), "%s", rid);
 	assemble_event(a, &e);

@@ -19,6 +19,10 @@ static void ev(struct assembler *a, int type, uint64_t ts, uint64_t id, int fd, 
 {
 	struct kpi_event e = { .type = (unsigned)type, .pid = 7, .ts = ts, .id = id, .fd = fd,
 			       .a = x, .b = y };
+	if (type == KPI_EV_WRITE) {    /* one write a batch */
+		e.a = 1;
+		e.writes[0] = ts;
+	}
 	if (rid)
 		snprintf(e.reqid, sizeof(e.reqid), "%s", rid);
 	assemble_event(a, &e);
