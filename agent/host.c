@@ -95,17 +95,10 @@ static bool probe_raw_tp(void)
 	return true;
 }
 
-/* bpf_task_storage_get on the current task (bpf_get_current_task_btf). */
-static bool probe_task_storage(void)
+/* Whether programs of type t may call both helpers. */
+static bool helpers(enum bpf_prog_type t, enum bpf_func_id a, enum bpf_func_id b)
 {
-	static const enum bpf_prog_type types[] = { BPF_PROG_TYPE_TRACEPOINT,
-						    BPF_PROG_TYPE_RAW_TRACEPOINT };
-
-	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
-		if (libbpf_probe_bpf_helper(types[i], BPF_FUNC_task_storage_get, NULL) <= 0 ||
-		    libbpf_probe_bpf_helper(types[i], BPF_FUNC_get_current_task_btf, NULL) <= 0)
-			return false;
-	return true;
+	return libbpf_probe_bpf_helper(t, a, NULL) > 0 && libbpf_probe_bpf_helper(t, b, NULL) > 0;
 }
 
 /* KPI_AGENT_DISABLE=raw_tp,sched_info,...: behave as on a kernel without
@@ -118,6 +111,7 @@ static void disable_named(struct host_features *f, const char *list)
 		{ "tcp_probe_tp", offsetof(struct host_features, tcp_probe_tp) },
 		{ "sched_tp", offsetof(struct host_features, sched_tp) },
 		{ "task_storage", offsetof(struct host_features, task_storage) },
+		{ "task_regs", offsetof(struct host_features, task_regs) },
 		{ "sched_info", offsetof(struct host_features, sched_info) },
 	};
 	char buf[256], *save = NULL;
@@ -139,7 +133,10 @@ void host_probe_features(struct host_features *f)
 	f->sched_tp = exists(TRACEFS "/events/sched/sched_switch/id");
 	f->uprobe = exists("/sys/bus/event_source/devices/uprobe/type");
 	f->raw_tp = probe_raw_tp();
-	f->task_storage = probe_task_storage();
+	f->task_storage = helpers(BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_FUNC_task_storage_get,
+				  BPF_FUNC_get_current_task_btf);
+	f->task_regs = helpers(BPF_PROG_TYPE_TRACEPOINT, BPF_FUNC_task_pt_regs,
+			       BPF_FUNC_get_current_task_btf);
 	/* CONFIG_SCHED_INFO: the scheduler keeps each thread's run-queue delay */
 	f->sched_info = exists("/proc/self/schedstat");
 	disable_named(f, getenv("KPI_AGENT_DISABLE"));

@@ -12,8 +12,10 @@ struct host_features {
 	bool tcp_probe_tp;  /* tcp:tcp_probe tracepoint exists */
 	bool sched_tp;      /* sched:sched_switch tracepoint exists */
 	bool uprobe;        /* uprobe PMU exists (USDT needs it) */
-	bool task_storage;  /* tracepoint and raw_tp programs may keep state in
-			     * a task's local storage */
+	bool task_storage;  /* raw_tp programs may keep state in a task's local
+			     * storage */
+	bool task_regs;     /* tracepoint programs may read the current task's
+			     * saved user registers (bpf_task_pt_regs) */
 	bool sched_info;    /* the scheduler keeps each thread's run-queue
 			     * delay (CONFIG_SCHED_INFO): with raw_tp and task
 			     * storage, sched_switch alone measures it */

@@ -536,11 +536,16 @@ static void choose_programs(struct agent *ag)
 	struct kpi_bpf *s = ag->skel;
 	struct bpf_program *p;
 	bool sys_tp = ag->feat.syscall_tp, sched_rawtp = sched_raw(ag);
+	bool exit_regs = sys_tp && ag->feat.task_regs;
 
 	bpf_object__for_each_program(p, s->obj) {
 		const char *sec = bpf_program__section_name(p);
 		bool load = true;
-		if (!strncmp(sec, "tracepoint/syscalls/", 20))
+		if (!strcmp(sec, "tracepoint/syscalls/sys_enter_close"))
+			load = sys_tp;
+		else if (!strncmp(sec, "tracepoint/syscalls/sys_enter_", 30))
+			load = sys_tp && !exit_regs;    /* the exit reads the fd itself */
+		else if (!strncmp(sec, "tracepoint/syscalls/", 20))
 			load = sys_tp;
 		else if (!strcmp(sec, "raw_tp/sys_enter") || !strcmp(sec, "raw_tp/sys_exit"))
 			load = !sys_tp && ag->feat.raw_tp;
@@ -552,12 +557,11 @@ static void choose_programs(struct agent *ag)
 			load = ag->feat.tcp_probe_tp;
 		bpf_program__set_autoload(p, load);
 	}
-	/* the flavour not taken is dead code the verifier drops; its map is
-	 * not created, which is what a kernel without task storage needs */
-	s->rodata->task_storage = ag->feat.task_storage;
-	bpf_map__set_autocreate(s->maps.sys_task, ag->feat.task_storage);
+	/* maps only the other flavour uses are not created: a kernel without
+	 * task storage could not create runq_seen */
+	s->rodata->exit_regs = exit_regs;
+	bpf_map__set_autocreate(s->maps.sys_args, !exit_regs);
 	bpf_map__set_autocreate(s->maps.runq_seen, sched_rawtp);
-	bpf_map__set_autocreate(s->maps.sys_args, !ag->feat.task_storage);
 	bpf_map__set_autocreate(s->maps.runq_start, !sched_rawtp);
 	bpf_map__set_autocreate(s->maps.target_tids, !sched_rawtp);
 	s->rodata->nr_read = SYS_read;
@@ -570,9 +574,9 @@ static void choose_programs(struct agent *ag)
 	s->rodata->nr_sendto = SYS_sendto;
 	s->rodata->nr_sendmsg = SYS_sendmsg;
 	if (env.verbose)
-		fprintf(stderr, "kpi-agent: syscalls via %s (%s), run queue via %s, tcp arrival %s\n",
-			sys_tp ? "tracepoints" : "raw_tp sys_enter/sys_exit",
-			ag->feat.task_storage ? "task storage" : "hash",
+		fprintf(stderr, "kpi-agent: syscalls via %s, run queue via %s, tcp arrival %s\n",
+			exit_regs ? "sys_exit tracepoints (fd from saved registers)"
+			: sys_tp ? "sys_enter/sys_exit tracepoints" : "raw_tp sys_enter/sys_exit",
 			sched_rawtp ? "raw_tp sched_switch (sched_info)"
 			: ag->feat.sched_tp ? "tracepoints" : "(off: no sched tracepoints)",
 			ag->feat.tcp_probe_tp ? "via tcp:tcp_probe" : "off (read() time is used)");

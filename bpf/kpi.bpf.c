@@ -85,20 +85,9 @@ struct sys_arg {
 	int kind;
 };
 
-/* The read/write in progress on a thread, from sys_enter to sys_exit: in the
- * thread's task storage where the kernel allows it to tracing programs (a
- * pointer off the task, and gone with the thread), else in an LRU hash keyed
- * by pid_tgid (LRU: a thread that dies in a syscall never reaches its exit
- * handler).  The agent sets task_storage and creates only the map in use. */
-const volatile bool task_storage = false;
-
-struct {
-	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
-	__uint(map_flags, BPF_F_NO_PREALLOC);
-	__type(key, int);
-	__type(value, struct sys_arg);
-} sys_task SEC(".maps");
-
+/* pid_tgid -> fd of the read/write in progress, from sys_enter to sys_exit,
+ * where sys_exit cannot read it from the task's registers (see sys_exit_regs;
+ * LRU: a thread that dies in a syscall never reaches its exit handler). */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
@@ -366,27 +355,32 @@ int BPF_USDT(kpi_response_end, __u64 id, int fd, int http_status)
 
 /* ---- TCP: first data segment of a request, smoothed RTT ---------------- */
 
+/* A segment reached a socket whose local port is a target's: note the first
+ * data segment not yet consumed by a read, and the smoothed RTT. */
+static __always_inline void tcp_seen(__u64 sk, __u32 data_len, __u32 srtt_us)
+{
+	struct sk_state *s = bpf_map_lookup_elem(&socks, &sk), init = {};
+
+	if (s) {
+		s->srtt_us = srtt_us;
+		if (data_len && !s->first_ts)
+			s->first_ts = bpf_ktime_get_ns();
+		return;
+	}
+	if (!data_len)
+		return;
+	init.first_ts = bpf_ktime_get_ns();
+	init.srtt_us = srtt_us;
+	bpf_map_update_elem(&socks, &sk, &init, BPF_NOEXIST);
+}
+
 SEC("tracepoint/tcp/tcp_probe")
 int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
 {
 	__u16 port = ctx->sport;
-	__u64 sk = (__u64)ctx->skaddr;
-	struct sk_state *s, init = {};
 
-	if (!bpf_map_lookup_elem(&target_ports, &port))
-		return 0;
-	s = bpf_map_lookup_elem(&socks, &sk);
-	if (s) {
-		s->srtt_us = ctx->srtt;
-		if (ctx->data_len && !s->first_ts)
-			s->first_ts = bpf_ktime_get_ns();
-		return 0;
-	}
-	if (!ctx->data_len)
-		return 0;
-	init.first_ts = bpf_ktime_get_ns();
-	init.srtt_us = ctx->srtt;
-	bpf_map_update_elem(&socks, &sk, &init, BPF_NOEXIST);
+	if (bpf_map_lookup_elem(&target_ports, &port))
+		tcp_seen((__u64)ctx->skaddr, ctx->data_len, ctx->srtt);
 	return 0;
 }
 
@@ -395,40 +389,12 @@ int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
 static __always_inline int sys_enter(int fd, int kind)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
-	struct sys_arg a = { .fd = fd, .kind = kind }, *p;
+	struct sys_arg a = { .fd = fd, .kind = kind };
 
 	if (!is_target(pt >> 32))
 		return 0;
-	if (task_storage) {
-		p = bpf_task_storage_get(&sys_task, bpf_get_current_task_btf(), 0,
-					 BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (p)
-			*p = a;
-	} else {
-		bpf_map_update_elem(&sys_args, &pt, &a, BPF_ANY);
-	}
+	bpf_map_update_elem(&sys_args, &pt, &a, BPF_ANY);
 	return 0;
-}
-
-/* Takes (and clears) the read/write sys_enter noted on this thread. */
-static __always_inline bool sys_taken(__u64 pt, struct sys_arg *out)
-{
-	struct sys_arg *p;
-
-	if (task_storage) {
-		p = bpf_task_storage_get(&sys_task, bpf_get_current_task_btf(), 0, 0);
-		if (!p || !p->kind)
-			return false;
-		*out = *p;
-		p->kind = 0;
-		return true;
-	}
-	p = bpf_map_lookup_elem(&sys_args, &pt);
-	if (!p)
-		return false;
-	*out = *p;
-	bpf_map_delete_elem(&sys_args, &pt);
-	return true;
 }
 
 static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
@@ -502,18 +468,47 @@ static __always_inline void write_done(__u32 tgid, int fd, long ret, __u64 now)
 		writes_send(tgid, fd, c);
 }
 
+static __always_inline void sys_done(__u32 tgid, int fd, int kind, long ret)
+{
+	__u64 now = bpf_ktime_get_ns();
+
+	if (kind == SYS_READ)
+		read_done(tgid, fd, ret, now);
+	else
+		write_done(tgid, fd, ret, now);
+}
+
+/* sys_exit after a sys_enter noted the fd. */
 static __always_inline int sys_exit(long ret)
 {
-	__u64 pt = bpf_get_current_pid_tgid(), now;
-	struct sys_arg a;
+	__u64 pt = bpf_get_current_pid_tgid();
+	struct sys_arg *a = bpf_map_lookup_elem(&sys_args, &pt);
+	struct sys_arg arg;
 
-	if (!sys_taken(pt, &a) || ret <= 0)
+	if (!a)
 		return 0;
-	now = bpf_ktime_get_ns();
-	if (a.kind == SYS_READ)
-		read_done(pt >> 32, a.fd, ret, now);
-	else
-		write_done(pt >> 32, a.fd, ret, now);
+	arg = *a;
+	bpf_map_delete_elem(&sys_args, &pt);
+	if (ret > 0)
+		sys_done(pt >> 32, arg.fd, arg.kind, ret);
+	return 0;
+}
+
+/* sys_exit alone: the registers the task entered the syscall with are still
+ * saved on its kernel stack (bpf_task_pt_regs), the fd in the first
+ * argument's.  No sys_enter program and no map entry per syscall: a
+ * streamed token's send costs one program run instead of two. */
+const volatile bool exit_regs = false;
+
+static __always_inline int sys_exit_regs(long ret, int kind)
+{
+	__u64 pt = bpf_get_current_pid_tgid();
+	struct pt_regs *regs;
+
+	if (ret <= 0 || !is_target(pt >> 32))
+		return 0;
+	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
+	sys_done(pt >> 32, (int)PT_REGS_PARM1_CORE_SYSCALL(regs), kind, ret);
 	return 0;
 }
 
@@ -543,14 +538,15 @@ static __always_inline int sys_close(int fd)
 	return 0;
 }
 
-/* Tracepoint flavour: one program per syscall (syscalls:sys_{enter,exit}_*). */
+/* Tracepoint flavour: one program per syscall (syscalls:sys_{enter,exit}_*);
+ * with exit_regs the agent loads only the exit ones. */
 #define SYS_TP(name, kind)                                                        \
 	SEC("tracepoint/syscalls/sys_enter_" #name)                               \
 	int kpi_enter_##name(struct trace_event_raw_sys_enter *ctx)               \
 	{ return sys_enter((int)ctx->args[0], kind); }                            \
 	SEC("tracepoint/syscalls/sys_exit_" #name)                                \
 	int kpi_exit_##name(struct trace_event_raw_sys_exit *ctx)                 \
-	{ return sys_exit(ctx->ret); }
+	{ return exit_regs ? sys_exit_regs(ctx->ret, kind) : sys_exit(ctx->ret); }
 
 SYS_TP(read, SYS_READ)
 SYS_TP(readv, SYS_READ)

@@ -231,10 +231,10 @@ def test_agent_runq_matches_schedstat():
 
 
 def test_agent_runq_tracepoint_flavour():
-    """The same as the agent runs where the kernel lets tracing programs keep
-    no task storage: sched tracepoints for the run queue, a hash map from
-    sys_enter to sys_exit.  Every request's row is checked as well."""
-    _runq_matches_schedstat("task_storage")
+    """The same as the agent runs where the kernel gives tracing programs no
+    task storage and no saved registers: sched tracepoints for the run queue,
+    a hash map from sys_enter to sys_exit.  Every request's row is checked."""
+    _runq_matches_schedstat("task_storage,task_regs")
 
 
 test_agent_runq_matches_schedstat.timeout = 120
