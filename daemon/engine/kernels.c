@@ -273,11 +273,6 @@ void rope(float *x, int n_heads, int head_dim, const float *cs)
 	}
 }
 
-void swiglu(float *h1, const float *h3, int n)
-{
-	for (int i = 0; i < n; i++)
-		h1[i] = h1[i] / (1.0f + expf(-h1[i])) * h3[i];
-}
 
 /* ---- attention --------------------------------------------------------- */
 
@@ -363,32 +358,60 @@ static inline void axpy_h(float *y, float a, const uint16_t *x, int n)
 		y[i] += a * f16_to_f32(x[i]);
 }
 
-/* s[j] = exp(s[j] - mx), returns the sum. 8 lanes at a time: exp by range
- * reduction to 2^k * p(r), |r| <= ln2/2, p the Cephes expf polynomial
- * (relative error about 1e-7, as libm's), so softmax does not call libm
- * per score. */
+#ifdef KPI_AVX2
+/* exp of 8 lanes, x clamped to [-87, 88]: range reduction to 2^k * p(r),
+ * |r| <= ln2/2, p the Cephes expf polynomial (relative error about 1e-7, as
+ * libm's), so softmax and SwiGLU do not call libm per element. */
+static inline __m256 exp8(__m256 x)
+{
+	const __m256 log2e = _mm256_set1_ps(1.44269504089f), ln2hi = _mm256_set1_ps(0.693359375f),
+		     ln2lo = _mm256_set1_ps(-2.12194440e-4f);
+	x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+	__m256 k = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+	__m256 r = _mm256_fnmadd_ps(k, ln2hi, x);
+	r = _mm256_fnmadd_ps(k, ln2lo, r);
+	__m256 p = _mm256_set1_ps(1.9875691500e-4f);
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+	p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+	p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+	/* 2^k in two halves: k = 128 (x near 88) would overflow one exponent */
+	__m256i ki = _mm256_cvtps_epi32(k), k1 = _mm256_srai_epi32(ki, 1);
+	__m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23));
+	__m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(
+		_mm256_add_epi32(_mm256_sub_epi32(ki, k1), _mm256_set1_epi32(127)), 23));
+	return _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+}
+#endif
+
+/* h1 = silu(h1) * h3 = h1 / (1 + exp(-h1)) * h3 */
+void swiglu(float *h1, const float *h3, int n)
+{
+	int i = 0;
+#ifdef KPI_AVX2
+	const __m256 one = _mm256_set1_ps(1.0f);
+	for (; i + 8 <= n; i += 8) {
+		__m256 x = _mm256_loadu_ps(h1 + i);
+		__m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), x));
+		_mm256_storeu_ps(h1 + i, _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(one, e)),
+						       _mm256_loadu_ps(h3 + i)));
+	}
+#endif
+	for (; i < n; i++)
+		h1[i] = h1[i] / (1.0f + expf(-h1[i])) * h3[i];
+}
+
+/* s[j] = exp(s[j] - mx), returns the sum. */
 static float exp_sum(float *s, int n, float mx)
 {
 	int j = 0;
 	float sum = 0;
 #ifdef KPI_AVX2
 	__m256 acc = _mm256_setzero_ps(), m = _mm256_set1_ps(mx);
-	const __m256 log2e = _mm256_set1_ps(1.44269504089f), ln2hi = _mm256_set1_ps(0.693359375f),
-		     ln2lo = _mm256_set1_ps(-2.12194440e-4f), lo = _mm256_set1_ps(-87.0f);
 	for (; j + 8 <= n; j += 8) {
-		__m256 x = _mm256_max_ps(_mm256_sub_ps(_mm256_loadu_ps(s + j), m), lo);
-		__m256 k = _mm256_round_ps(_mm256_mul_ps(x, log2e), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-		__m256 r = _mm256_fnmadd_ps(k, ln2hi, x);
-		r = _mm256_fnmadd_ps(k, ln2lo, r);
-		__m256 p = _mm256_set1_ps(1.9875691500e-4f);
-		p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-		p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-		p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-		p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-		p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-		p = _mm256_fmadd_ps(p, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
-		__m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
-		__m256 v = _mm256_mul_ps(p, _mm256_castsi256_ps(e));
+		__m256 v = exp8(_mm256_sub_ps(_mm256_loadu_ps(s + j), m));
 		_mm256_storeu_ps(s + j, v);
 		acc = _mm256_add_ps(acc, v);
 	}

@@ -68,6 +68,59 @@ def one_round(url, pid, agent_on, args, tmp, i):
     return r
 
 
+def bpf_programs():
+    """run_cnt / run_time_ns of the loaded kpi-agent programs, by id."""
+    p = kpitest.run(["bpftool", "prog", "show", "--json"])
+    if p.returncode != 0:
+        return {}
+    return {prog["id"]: prog for prog in json.loads(p.stdout)
+            if prog.get("name", "").startswith(("kpi_", "bpf_usdt"))}
+
+
+def bpf_cost_round(url, pid, args, tmp):
+    """One more agent-on round with kernel.bpf_stats_enabled, outside the
+    ratios (the counting itself costs two clock reads per program run): the
+    in-kernel time of every program per request, a cost that the machine's
+    noise does not blur."""
+    path = "/proc/sys/kernel/bpf_stats_enabled"
+    with open(path) as f:
+        was = f.read().strip()
+    agent = at.start_agent(os.path.join(tmp, "stats.db"), "--flush-ms", 200, pid=pid)
+    c0 = cpu_s(agent.pid)
+    try:
+        with open(path, "w") as f:
+            f.write("1")
+        before = bpf_programs()
+        p = bt.kpi_bench("--url", url, "--concurrency", args.concurrency, "--requests",
+                         args.requests, "--prompt-len", 32, "--max-tokens", args.max_tokens,
+                         "--ignore-eos", "--temperature", 0, "--json",
+                         os.path.join(tmp, "stats.json"), timeout=600)
+        after = bpf_programs()
+    finally:
+        with open(path, "w") as f:
+            f.write(was)
+    c1 = cpu_s(agent.pid)
+    assert agent.stop() == 0, agent.lines[-10:]
+    if p.returncode != 0 or not after:
+        return None
+    progs = []
+    for i, a in after.items():
+        b = before.get(i, {})
+        n = a.get("run_cnt", 0) - b.get("run_cnt", 0)
+        t = a.get("run_time_ns", 0) - b.get("run_time_ns", 0)
+        if n:
+            progs.append({"name": a["name"], "runs_per_request": n / args.requests,
+                          "ns_per_run": t / n, "us_per_request": t / args.requests / 1e3})
+    progs.sort(key=lambda x: -x["us_per_request"])
+    return {"requests": args.requests, "programs": progs,
+            "bpf_us_per_request": sum(x["us_per_request"] for x in progs),
+            "agent_cpu_us_per_request": (c1 - c0) / args.requests * 1e6}
+
+
+def spread(v):
+    return (statistics.median(v), min(v), max(v)) if v else None
+
+
 def pct(v, p):
     v = sorted(v)
     k = (len(v) - 1) * p / 100
@@ -120,9 +173,17 @@ def main():
                   f"p99 TTFT {r['ttft_p99_ms']:.1f} ms" +
                   (f", {r['drops']} drops, {r['agent_cpu_s']:.2f} s CPU" if on else ""),
                   file=sys.stderr, flush=True)
+        cost = bpf_cost_round(url, server.pid, args, tmp)
     finally:
         kpitest.cleanup()
         kpitest.run(["rm", "-rf", tmp])
+    # the rounds come in pairs (off on, on off, ...): the ratio within a pair
+    # is less exposed to the machine's drift than the ratio of the medians
+    paired_thr, paired_p99 = [], []
+    for k in range(0, len(results) - 1, 2):
+        on_r, off_r = sorted(results[k:k + 2], key=lambda r: not r["agent"])
+        paired_thr.append(on_r["requests_per_s"] / off_r["requests_per_s"])
+        paired_p99.append(on_r["ttft_p99_ms"] / off_r["ttft_p99_ms"])
     off = [r for r in results if not r["agent"]]
     on = [r for r in results if r["agent"]]
     thr_off, thr_on = med(off, "requests_per_s"), med(on, "requests_per_s")
@@ -140,6 +201,8 @@ def main():
         "concurrency": args.concurrency, "max_tokens": args.max_tokens,
         "throughput_off": thr_off, "throughput_on": thr_on,
         "throughput_ratio": thr_on[0] / thr_off[0],
+        "throughput_ratio_paired": spread(paired_thr),
+        "ttft_p99_ratio_paired": spread(paired_p99),
         "ttft_p99_ms_off": p99_off, "ttft_p99_ms_on": p99_on,
         "ttft_p99_ratio": p99_on[0] / p99_off[0],
         "drops": sum(r["drops"] for r in on), "recorded": recorded,
@@ -148,7 +211,16 @@ def main():
         "http_overhead_us": http_us,
         "ttft_client_minus_agent": accuracy,
         "rounds_detail": results,
+        "bpf_cost": cost,
     }
+    if cost:
+        # what the agent's CPU (in-kernel programs + its own process) takes
+        # from the machine at the throughput measured with it on: the loss
+        # the ratios would show on a machine without noise
+        cores = os.cpu_count() or 1
+        summary["cpu_share_at_load"] = ((cost["bpf_us_per_request"] +
+                                         cost["agent_cpu_us_per_request"]) * 1e-6 *
+                                        thr_on[0] / cores)
     with open(os.path.join(args.out, "agent.json"), "w") as f:
         json.dump(summary, f, indent=1)
     fmt = lambda t: f"{t[0]:.2f} ({t[1]:.2f}–{t[2]:.2f})"
@@ -159,6 +231,22 @@ def main():
     print("| | agent off | agent on | on/off |\n|---|---|---|---|")
     print(f"| throughput, req/s | {fmt(thr_off)} | {fmt(thr_on)} | {summary['throughput_ratio']:.3f} |")
     print(f"| p99 TTFT, ms | {fmt(p99_off)} | {fmt(p99_on)} | {summary['ttft_p99_ratio']:.3f} |")
+    fmt3 = lambda t: f"{t[0]:.3f} ({t[1]:.3f}–{t[2]:.3f})"
+    if paired_thr:
+        print(f"\nWithin each off/on pair of rounds (median, min–max over {len(paired_thr)} pairs): "
+              f"throughput on/off {fmt3(summary['throughput_ratio_paired'])}, p99 TTFT on/off "
+              f"{fmt3(summary['ttft_p99_ratio_paired'])}.")
+    if cost:
+        top = ", ".join(f"{x['name']} {x['runs_per_request']:.1f}×{x['ns_per_run']:.0f} ns"
+                        for x in cost["programs"][:5])
+        print(f"\nIn-kernel cost (kernel.bpf_stats_enabled, one extra agent-on round of "
+              f"{cost['requests']} requests): {cost['bpf_us_per_request']:.1f} µs of BPF programs "
+              f"per request (largest: {top}); agent process "
+              f"{cost['agent_cpu_us_per_request']:.1f} µs per request. At the {thr_on[0]:.0f} "
+              f"requests/s measured with the agent on that is "
+              f"{100 * summary['cpu_share_at_load']:.2f}% of this machine's "
+              f"{os.cpu_count()} CPUs: the throughput loss to expect without the noise "
+              f"(tracepoint entry and uprobe trap costs are not in these counts).")
     print(f"\nring-buffer drops: {summary['drops']}; requests recorded: {recorded} of "
           f"{summary['requests_sent_on']} sent with the agent on; "
           f"agent CPU: {summary['agent_cpu_s_per_1000_requests']:.3f} s per 1000 requests "
