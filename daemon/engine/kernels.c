@@ -127,7 +127,7 @@ static inline void store_part(float *d, vf a, int lo, int hi, bool accumulate)
  * R * NV * B FMAs, with no horizontal sums. */
 static inline __attribute__((always_inline)) void
 mk(float *y, int ldy, const struct packed_mat *w, const int F16, int pn, const float *x, int ldx, int b,
-   int o0, int o1, const int R, const int B, bool accumulate)
+   int o0, int o1, const int R, const int B, bool accumulate, size_t pf)
 {
 	const int cols = w->cols;
 	const size_t ps = (size_t)KPI_PANEL * cols; /* elements per panel */
@@ -143,10 +143,10 @@ mk(float *y, int ldy, const struct packed_mat *w, const int F16, int pn, const f
 		for (int p = 0; p < R; p++) {
 			size_t at = p * ps + (size_t)i * KPI_PANEL;
 			/* one line a step for F16 (64 bytes of a 32-row panel), two for F32 */
-			_mm_prefetch((const char *)(F16 ? (const void *)(wh + at) : (const void *)(wf + at)) + PF_BYTES,
+			_mm_prefetch((const char *)(F16 ? (const void *)(wh + at) : (const void *)(wf + at)) + pf,
 				     _MM_HINT_T0);
 			if (!F16)
-				_mm_prefetch((const char *)(wf + at) + PF_BYTES + 64, _MM_HINT_T0);
+				_mm_prefetch((const char *)(wf + at) + pf + 64, _MM_HINT_T0);
 			for (int v = 0; v < NV; v++)
 				wv[p * NV + v] = F16 ? vload_h(wh + at + v * VL) : vload(wf + at + v * VL);
 		}
@@ -175,9 +175,9 @@ mk(float *y, int ldy, const struct packed_mat *w, const int F16, int pn, const f
 #define MK_CASE(R, B)                                                                           \
 	case (R) * 16 + (B):                                                                    \
 		if (f16)                                                                        \
-			mk(y, ldy, w, 1, pn, x, ldx, b, o0, o1, R, B, accumulate);              \
+			mk(y, ldy, w, 1, pn, x, ldx, b, o0, o1, R, B, accumulate, pf);          \
 		else                                                                            \
-			mk(y, ldy, w, 0, pn, x, ldx, b, o0, o1, R, B, accumulate);              \
+			mk(y, ldy, w, 0, pn, x, ldx, b, o0, o1, R, B, accumulate, pf);          \
 		break;
 
 void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, int ldx, int nb, int o0,
@@ -196,6 +196,11 @@ void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, 
 		int passes = (nb + bmax - 1) / bmax;
 		for (int q = 0, b = 0; q < passes; q++) {
 			int B = (nb - b) / (passes - q);
+			/* the last of several passes reads the panel from cache: it
+			 * fetches the next panel instead, so the first pass there
+			 * does not wait on memory */
+			size_t pf = q == passes - 1 && passes > 1 && pn + R < p1
+				    ? (size_t)R * KPI_PANEL * w->cols * (f16 ? 2 : 4) : PF_BYTES;
 			switch (R * 16 + B) {
 				MK_CASE(1, 1) MK_CASE(1, 2)
 #ifdef __AVX512F__
