@@ -99,7 +99,7 @@ struct req {
 	int fd;
 	uint64_t id;
 	bool has_id, admitted, rejected, finished, cancelled;
-	uint64_t t_arrive, t_read, t_admit, t_sched, t_first, t_last, t_resp_start, t_resp_end;
+	uint64_t t_arrive, t_read, t_admit, t_sched, t_first, t_last, t_resp_end;
 	int arrive_src, srtt_us;
 	uint64_t runq0, runq1;
 	int prompt, max_tokens, operation, output_tokens, finish_reason, http_status, reject_reason, preemptions;
@@ -504,10 +504,6 @@ void assemble_event(struct assembler *a, const struct kpi_event *e)
 	case KPI_EV_STEP_BEGIN:
 	case KPI_EV_STEP_END:
 		on_step(a, e);
-		break;
-	case KPI_EV_RESP_START:
-		if ((r = by_conn(a, e)) && !r->t_resp_start)
-			r->t_resp_start = e->ts;
 		break;
 	case KPI_EV_WRITE:
 		if ((r = by_conn(a, e)) && e->a > 0 && e->a <= KPI_WRITE_BATCH) {

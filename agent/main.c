@@ -27,7 +27,7 @@
 #define SAMPLE_NS  1000000000ull
 
 /* USDT probe name -> its handler, in kpi_probes.d order. */
-#define N_USDT 11
+#define N_USDT 10
 
 struct target {
 	pid_t pid;
@@ -273,7 +273,6 @@ static const struct {
 	P("request__preempted", kpi_request_preempted),
 	P("request__finished", kpi_request_finished),
 	P("request__cancelled", kpi_request_cancelled),
-	P("response__start", kpi_response_start),
 	P("response__end", kpi_response_end),
 #undef P
 };

@@ -291,19 +291,6 @@ int BPF_USDT(kpi_request_cancelled, __u64 id)
 	return usdt_simple(KPI_EV_CANCEL, id, 0, 0, 0);
 }
 
-SEC("usdt")
-int BPF_USDT(kpi_response_start, __u64 id, int fd)
-{
-	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct kpi_event *e = ev_new(KPI_EV_RESP_START, tgid, bpf_ktime_get_ns());
-	if (!e)
-		return 0;
-	e->id = id;
-	e->fd = fd;
-	ev_send(e);
-	return 0;
-}
-
 /* Sends the write times c holds as one WRITE event (they go ahead of the
  * event that ends the request, so the agent has them all by then). */
 static __always_inline void writes_send(__u32 tgid, int fd, struct kpi_conn *c)

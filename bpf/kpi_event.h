@@ -19,7 +19,9 @@ enum kpi_event_type {
 	KPI_EV_PREEMPT,         /* USDT request__preempted */
 	KPI_EV_FINISH,          /* USDT request__finished */
 	KPI_EV_CANCEL,          /* USDT request__cancelled */
-	KPI_EV_RESP_START,      /* USDT response__start */
+	KPI_EV_RESP_START,      /* no longer sent: nothing used the time of USDT
+				 * response__start, and its uprobe trap cost a
+				 * microsecond a request; the number stays taken */
 	KPI_EV_RESP_END,        /* USDT response__end */
 	KPI_EV_WRITE,           /* sys_exit times of writes/sends on a connection with a
 				 * request, batched in the kernel (see writes[]) */

@@ -75,7 +75,6 @@ static void streamed_request_phases(void)
 	ev(a, KPI_EV_ADMIT, 1100, 9, 7, 12, 4, "req-a");
 	ev(a, KPI_EV_SCHED, 1300, 9, -1, 0, 0, NULL);
 	ev(a, KPI_EV_FIRST, 2000, 9, -1, 0, 0, NULL);
-	ev(a, KPI_EV_RESP_START, 2005, 9, 7, 0, 0, NULL);
 	ev(a, KPI_EV_WRITE, 1990, 0, 7, 0, 0, NULL);  /* a 100-continue before the token */
 	ev(a, KPI_EV_WRITE, 2010, 0, 7, 0, 0, NULL);
 	ev(a, KPI_EV_WRITE, 2110, 0, 7, 0, 0, NULL);
@@ -110,7 +109,6 @@ static void rejected_request_row(void)
 	struct assembler *a = fresh();
 	ev(a, KPI_EV_ARRIVE, 100, 0, 5, KPI_ARRIVE_READ, 0, NULL);
 	ev(a, KPI_EV_REJECT, 150, 0, 5, 429, 1, "busy-1");
-	ev(a, KPI_EV_RESP_START, 151, 0, 5, 0, 0, NULL);
 	ev(a, KPI_EV_WRITE, 170, 0, 5, 0, 0, NULL);
 	ev(a, KPI_EV_RESP_END, 171, 0, 5, 429, 0, NULL);
 	CHECK(n_got == 1, "%d", n_got);

@@ -41,7 +41,6 @@ static void exit_cases(void)
 	ev(a, KPI_EV_SCHED, 120, 1, -1, 0, 0, NULL);
 	ev(a, KPI_EV_FIRST, 150, 1, -1, 0, 0, NULL);
 	ev(a, KPI_EV_FINISH, 300, 1, -1, 4, 1, NULL);
-	ev(a, KPI_EV_RESP_START, 310, 1, 5, 0, 0, NULL);
 	ev(a, KPI_EV_WRITE, 320, 0, 5, 0, 0, NULL);
 	/* fd 6: streamed tokens written, not finished: cut off by the exit */
 	ev(a, KPI_EV_ARRIVE, 200, 0, 6, 0, 0, NULL);
