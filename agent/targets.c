@@ -27,6 +27,26 @@ static bool is_number(const char *s)
 	return true;
 }
 
+/* Calls fn(ctx, n) for every entry of dir whose name is a number (pids in
+ * /proc, fds in /proc/PID/fd, tids in /proc/PID/task) until fn returns false. */
+static void each_number(const char *dir, bool (*fn)(void *ctx, int n), void *ctx)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+
+	if (!d)
+		return;
+	while ((de = readdir(d)))
+		if (is_number(de->d_name) && !fn(ctx, atoi(de->d_name)))
+			break;
+	closedir(d);
+}
+
+/* A list of at most max ints being filled. */
+struct ints {
+	int *v, n, max;
+};
+
 int target_exe_path(pid_t pid, char *buf, size_t len)
 {
 	char link[64];
@@ -71,24 +91,28 @@ static bool matches(pid_t pid, const char *exe)
 	return !strcmp(comm, TARGET_DEFAULT_NAME);
 }
 
+struct scan {
+	struct ints out;
+	const char *exe;
+	pid_t self;
+};
+
+static bool scan_one(void *ctx, int pid)
+{
+	struct scan *sc = ctx;
+
+	if (pid != sc->self && matches(pid, sc->exe))
+		sc->out.v[sc->out.n++] = pid;
+	return sc->out.n < sc->out.max;
+}
+
 int targets_scan(const char *exe, pid_t *out, int max)
 {
-	DIR *d = opendir("/proc");
-	struct dirent *de;
-	int n = 0;
-	pid_t self = getpid();
+	struct scan sc = { .out = { out, 0, max }, .exe = exe, .self = getpid() };
 
-	if (!d)
-		return 0;
-	while ((de = readdir(d)) && n < max) {
-		if (!is_number(de->d_name))
-			continue;
-		pid_t pid = atoi(de->d_name);
-		if (pid != self && matches(pid, exe))
-			out[n++] = pid;
-	}
-	closedir(d);
-	return n;
+	if (max > 0)
+		each_number("/proc", scan_one, &sc);
+	return sc.out.n;
 }
 
 unsigned long long target_start_time(pid_t pid)
@@ -118,32 +142,37 @@ unsigned long long target_start_time(pid_t pid)
 	return st;
 }
 
+struct sock_inodes {
+	char dir[64];
+	unsigned long *ino;
+	int n, max;
+};
+
+static bool sock_inode(void *ctx, int fd)
+{
+	struct sock_inodes *si = ctx;
+	char link[96], target[128];
+	ssize_t len;
+
+	snprintf(link, sizeof(link), "%s/%d", si->dir, fd);
+	len = readlink(link, target, sizeof(target) - 1);
+	if (len > 0) {
+		target[len] = 0;
+		if (!strncmp(target, "socket:[", 8))
+			si->ino[si->n++] = strtoul(target + 8, NULL, 10);
+	}
+	return si->n < si->max;
+}
+
 /* Socket inodes open in pid. */
 static int socket_inodes(pid_t pid, unsigned long *ino, int max)
 {
-	char dir[64], link[PATH_MAX], target[128];
-	DIR *d;
-	struct dirent *de;
-	int n = 0;
+	struct sock_inodes si = { .ino = ino, .max = max };
 
-	snprintf(dir, sizeof(dir), "/proc/%d/fd", pid);
-	d = opendir(dir);
-	if (!d)
-		return 0;
-	while ((de = readdir(d)) && n < max) {
-		ssize_t len;
-		if (!is_number(de->d_name))
-			continue;
-		snprintf(link, sizeof(link), "%s/%s", dir, de->d_name);
-		len = readlink(link, target, sizeof(target) - 1);
-		if (len <= 0)
-			continue;
-		target[len] = 0;
-		if (!strncmp(target, "socket:[", 8))
-			ino[n++] = strtoul(target + 8, NULL, 10);
-	}
-	closedir(d);
-	return n;
+	snprintf(si.dir, sizeof(si.dir), "/proc/%d/fd", pid);
+	if (max > 0)
+		each_number(si.dir, sock_inode, &si);
+	return si.n;
 }
 
 /* Keep port if its socket inode is one of pid's; no duplicates. */
@@ -275,20 +304,21 @@ int target_listen_ports(pid_t pid, uint16_t *ports, int max)
 	return n;
 }
 
+static bool add_int(void *ctx, int n)
+{
+	struct ints *l = ctx;
+
+	l->v[l->n++] = n;
+	return l->n < l->max;
+}
+
 int target_threads(pid_t pid, pid_t *tids, int max)
 {
 	char dir[64];
-	DIR *d;
-	struct dirent *de;
-	int n = 0;
+	struct ints l = { tids, 0, max };
 
 	snprintf(dir, sizeof(dir), "/proc/%d/task", pid);
-	d = opendir(dir);
-	if (!d)
-		return 0;
-	while ((de = readdir(d)) && n < max)
-		if (is_number(de->d_name))
-			tids[n++] = atoi(de->d_name);
-	closedir(d);
-	return n;
+	if (max > 0)
+		each_number(dir, add_int, &l);
+	return l.n;
 }

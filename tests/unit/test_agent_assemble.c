@@ -3,6 +3,7 @@
 #include <math.h>
 #include "tests/unit/check.h"
 #include "agent/assemble.h"
+#include "tests/unit/event_util.h"
 #include "daemon/kpi_reasons.h"
 
 #define MAXREC 16
@@ -37,8 +38,7 @@ static struct assembler *fresh(void)
 static void ev(struct assembler *a, int type, uint64_t ts, uint64_t id, int fd, int x, int y,
 	       const char *rid)
 {
-	struct kpi_event e = { .type = (unsigned)type, .pid = 42, .ts = ts, .id = id, .fd = fd,
-			       .a = x, .b = y };
+	struct kpi_event e = mkev(42, type, ts, id, fd, x, y, rid);
 	if (type == KPI_EV_ARRIVE) {
 		e.ts2 = ts + 5;
 		e.srtt_us = 30;
@@ -48,12 +48,6 @@ static void ev(struct assembler *a, int type, uint64_t ts, uint64_t id, int fd, 
 		e.runq_ns = 4000;
 	if (type == KPI_EV_ADMIT)
 		e.c = admit_op;
-	if (type == KPI_EV_WRITE) {    /* one write a batch */
-		e.a = 1;
-		e.writes[0] = ts;
-	}
-	if (rid)
-		snprintf(e.reqid, sizeof(e.reqid), "%s", rid);
 	assemble_event(a, &e);
 }
 

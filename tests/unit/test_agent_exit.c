@@ -3,6 +3,7 @@
  * last write and no status; anything else -> no row, counted as cut off. */
 #include "tests/unit/check.h"
 #include "agent/assemble.h"
+#include "tests/unit/event_util.h"
 
 #define MAXREC 8
 static struct kpi_request_record got[MAXREC];
@@ -17,14 +18,7 @@ static void on_req(void *ctx, const struct kpi_request_record *r)
 static void ev(struct assembler *a, int type, uint64_t ts, uint64_t id, int fd, int x, int y,
 	       const char *rid)
 {
-	struct kpi_event e = { .type = (unsigned)type, .pid = 7, .ts = ts, .id = id, .fd = fd,
-			       .a = x, .b = y };
-	if (type == KPI_EV_WRITE) {    /* one write a batch */
-		e.a = 1;
-		e.writes[0] = ts;
-	}
-	if (rid)
-		snprintf(e.reqid, sizeof(e.reqid), "%s", rid);
+	struct kpi_event e = mkev(7, type, ts, id, fd, x, y, rid);
 	assemble_event(a, &e);
 }
 
