@@ -3,6 +3,7 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -22,6 +23,10 @@
 #include "privdrop.h"
 #include "store.h"
 #include "targets.h"
+
+#ifndef PIDFD_THREAD
+#define PIDFD_THREAD O_EXCL     /* linux/pidfd.h, Linux 6.9: a pidfd for one thread */
+#endif
 
 #define RESCAN_NS   500000000ull    /* look for new and exited targets */
 #define SAMPLE_NS  1000000000ull
@@ -341,12 +346,42 @@ static void target_refresh(struct agent *ag, pid_t pid)
 	}
 }
 
+/* The raw_tp run-queue program counts what each thread's run_delay grew
+ * since it last left the CPU; for the threads already running at attach,
+ * "since" starts at their run_delay now, given to their task storage through
+ * a pidfd (PIDFD_THREAD).  Where that fails a thread's first wait after the
+ * attach is not counted. */
+static void runq_prime(struct agent *ag, pid_t pid)
+{
+	static pid_t tids[8192];
+	int n = target_threads(pid, tids, 8192), map = bpf_map__fd(ag->skel->maps.runq_seen);
+
+	for (int i = 0; i < n; i++) {
+		char path[96];
+		unsigned long long run, delay;
+		FILE *f;
+		int fd = (int)syscall(SYS_pidfd_open, tids[i], PIDFD_THREAD);
+
+		if (fd < 0)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", pid, tids[i]);
+		f = fopen(path, "r");
+		if (f && fscanf(f, "%llu %llu", &run, &delay) == 2) {
+			__u64 v = delay;
+			bpf_map_update_elem(map, &fd, &v, BPF_ANY);
+		}
+		if (f)
+			fclose(f);
+		close(fd);
+	}
+}
+
 static int target_attach(struct agent *ag, pid_t pid)
 {
 	struct target *t;
 	char exe[PATH_MAX];
 	__u32 key = (__u32)pid;
-	__u8 one = 1;
+	__u64 since = now_ns();
 
 	if (ag->n_targets == KPI_MAX_TARGETS) {
 		fprintf(stderr, "kpi-agent: already tracing %d processes; pid %d is not traced\n",
@@ -363,7 +398,10 @@ static int target_attach(struct agent *ag, pid_t pid)
 	}
 	ag->n_targets++;
 	/* targets first: syscall handlers see the process from now on */
-	bpf_map__update_elem(ag->skel->maps.targets, &key, sizeof(key), &one, sizeof(one), BPF_ANY);
+	if (sched_raw(ag))
+		runq_prime(ag, pid);
+	bpf_map__update_elem(ag->skel->maps.targets, &key, sizeof(key), &since, sizeof(since),
+			     BPF_ANY);
 	target_refresh(ag, pid);
 	char missing[256] = "";
 	int n_links = 0;

@@ -29,12 +29,13 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-/* tgid -> 1: the processes we trace (written by the agent). */
+/* tgid -> the processes we trace, each with the CLOCK_MONOTONIC time the
+ * agent attached to it (written by the agent). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, KPI_MAX_TARGETS);
 	__type(key, __u32);
-	__type(value, __u8);
+	__type(value, __u64);
 } targets SEC(".maps");
 
 /* Local TCP ports the targets listen on (host order): filters tcp_probe. */
@@ -596,6 +597,8 @@ static __always_inline void runq_add(__u32 tgid, __u64 delta)
  * /proc/PID/task/TID/schedstat reports.  When a target thread leaves the CPU
  * its run_delay is complete up to now; what it grew since the thread last
  * left (kept in the thread's task storage) is added to its process's total.
+ * The agent primes that storage with each thread's run_delay when it
+ * attaches; a thread without it started later and counts from its start.
  * One program on sched_switch, no wake-up program and no map update per
  * waiting thread; every other switch on the machine costs a helper call and
  * one lookup. */
@@ -610,18 +613,22 @@ SEC("raw_tp/sched_switch")
 int BPF_PROG(kpi_raw_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;    /* current is prev */
+	__u64 *since = bpf_map_lookup_elem(&targets, &tgid);
 	struct task_struct *t;
-	__u64 *seen, delay;
+	__u64 *seen, delay, init;
 
-	if (!is_target(tgid))
+	if (!since)
 		return 0;
 	t = bpf_get_current_task_btf();
 	delay = BPF_CORE_READ(t, sched_info.run_delay);
 	seen = bpf_task_storage_get(&runq_seen, t, 0, 0);
 	if (!seen) {
-		/* first switch seen: only waits from here on count */
-		bpf_task_storage_get(&runq_seen, t, &delay, BPF_LOCAL_STORAGE_GET_F_CREATE);
-		return 0;
+		/* not primed: started after the attach (all of its waits are
+		 * the target's), else missed by the agent (count from now) */
+		init = BPF_CORE_READ(t, start_time) > *since ? 0 : delay;
+		seen = bpf_task_storage_get(&runq_seen, t, &init, BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (!seen)
+			return 0;
 	}
 	if (delay > *seen)
 		runq_add(tgid, delay - *seen);
