@@ -343,32 +343,29 @@ int BPF_USDT(kpi_response_end, __u64 id, int fd, int http_status)
 
 /* ---- TCP: first data segment of a request, smoothed RTT ---------------- */
 
-/* A segment reached a socket whose local port is a target's: note the first
- * data segment not yet consumed by a read, and the smoothed RTT. */
-static __always_inline void tcp_seen(__u64 sk, __u32 data_len, __u32 srtt_us)
-{
-	struct sk_state *s = bpf_map_lookup_elem(&socks, &sk), init = {};
-
-	if (s) {
-		s->srtt_us = srtt_us;
-		if (data_len && !s->first_ts)
-			s->first_ts = bpf_ktime_get_ns();
-		return;
-	}
-	if (!data_len)
-		return;
-	init.first_ts = bpf_ktime_get_ns();
-	init.srtt_us = srtt_us;
-	bpf_map_update_elem(&socks, &sk, &init, BPF_NOEXIST);
-}
-
+/* A data segment reached a socket whose local port is a target's: note the
+ * first one not yet consumed by a read, and the smoothed RTT.  Pure ACKs
+ * (most segments: one per token the daemon sends) carry no request and are
+ * left at once; the RTT read with the request's own segment is current. */
 SEC("tracepoint/tcp/tcp_probe")
 int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
 {
 	__u16 port = ctx->sport;
+	__u64 sk = (__u64)ctx->skaddr;
+	struct sk_state *s, init = {};
 
-	if (bpf_map_lookup_elem(&target_ports, &port))
-		tcp_seen((__u64)ctx->skaddr, ctx->data_len, ctx->srtt);
+	if (!ctx->data_len || !bpf_map_lookup_elem(&target_ports, &port))
+		return 0;
+	s = bpf_map_lookup_elem(&socks, &sk);
+	if (s) {
+		s->srtt_us = ctx->srtt;
+		if (!s->first_ts)
+			s->first_ts = bpf_ktime_get_ns();
+		return 0;
+	}
+	init.first_ts = bpf_ktime_get_ns();
+	init.srtt_us = ctx->srtt;
+	bpf_map_update_elem(&socks, &sk, &init, BPF_NOEXIST);
 	return 0;
 }
 
