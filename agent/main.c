@@ -100,7 +100,11 @@ static const char usage[] =
 "\n"
 "Needs root, or CAP_BPF + CAP_PERFMON. Prints 'attached to pid N' for each\n"
 "target and 'detached from pid N' when one exits. SIGINT/SIGTERM flush the\n"
-"trace and exit 0. Queries: docs/queries.md.\n";
+"trace and exit 0. Queries: docs/queries.md.\n"
+"\n"
+"KPI_AGENT_DISABLE=name,... makes the agent act as if the kernel lacked these\n"
+"features (syscall_tp, raw_tp, tcp_probe_tp, sched_tp, task_storage, task_regs,\n"
+"sched_info), to exercise its fallbacks; docs/agent.md.\n";
 
 static void die_usage(const char *fmt, ...)
 {
