@@ -119,10 +119,17 @@ static void disable_named(struct host_features *f, const char *list)
 	if (!list)
 		return;
 	snprintf(buf, sizeof(buf), "%s", list);
-	for (char *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save))
+	for (char *w = strtok_r(buf, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+		bool known = false;
 		for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
-			if (!strcmp(w, names[i].name))
+			if (!strcmp(w, names[i].name)) {
 				*(bool *)((char *)f + names[i].off) = false;
+				known = true;
+			}
+		if (!known)
+			fprintf(stderr, "kpi-agent: KPI_AGENT_DISABLE: no feature '%s' (see --help); "
+				"ignored\n", w);
+	}
 }
 
 void host_probe_features(struct host_features *f)
