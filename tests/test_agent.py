@@ -170,18 +170,6 @@ def test_agent_accuracy_on_kpi_infer():
 test_agent_accuracy_on_kpi_infer.timeout = 400
 
 
-def _run_delay_ns(pid):
-    """The kernel's own run-queue delay of every thread of pid (schedstat)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-                total += int(f.read().split()[1])
-        except (OSError, IndexError):
-            pass
-    return total
-
-
 def _runq_matches_schedstat(disable):
     kpitest.require_root("kpi-agent")
     at.require_built(at.INFER)
@@ -198,10 +186,10 @@ def _runq_matches_schedstat(disable):
     kpitest.on_cleanup(hog.kill)
     agent = at.start_agent(db, "--flush-ms", 100, "-v", pid=pid, disable=disable)
     flavour = [l for l in agent.lines if "run queue via" in l]
-    before = _run_delay_ns(pid)
+    before = kpitest.schedstat_ns(pid, kpitest.SCHED_RUN_DELAY)
     results = at.run_load(daemon.port, 40, threads=2, max_tokens=(8, 16))
     assert all(r.status == 200 for r in results), [r.status for r in results]
-    after = _run_delay_ns(pid)
+    after = kpitest.schedstat_ns(pid, kpitest.SCHED_RUN_DELAY)
     end = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     # the sample that covers the end of the load: written within a second
     deadline = time.monotonic() + 10

@@ -200,7 +200,7 @@ void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, 
 			 * fetches the next panel instead, so the first pass there
 			 * does not wait on memory */
 			size_t pf = q == passes - 1 && passes > 1 && pn + R < p1
-				    ? (size_t)R * KPI_PANEL * w->cols * (f16 ? 2 : 4) : PF_BYTES;
+				    ? (size_t)R * KPI_PANEL * w->cols * ggml_type_bytes(w->type) : PF_BYTES;
 			switch (R * 16 + B) {
 				MK_CASE(1, 1) MK_CASE(1, 2)
 #ifdef __AVX512F__

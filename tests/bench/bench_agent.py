@@ -22,11 +22,15 @@ import benchtest as bt  # noqa: E402
 def cpu_s(pid):
     """CPU time of every thread of pid, in seconds, from schedstat (ns: the
     clock-tick counts of /proc/PID/stat are too coarse for a short round)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-            total += int(f.read().split()[0])
-    return total / 1e9
+    return kpitest.schedstat_ns(pid, kpitest.SCHED_CPU) / 1e9
+
+
+def load(url, args, n, json_path, *extra):
+    """The measured workload: kpi-bench closed loop at the saturation
+    concurrency, n streamed requests of exactly --max-tokens tokens."""
+    return bt.kpi_bench("--url", url, "--concurrency", args.concurrency, "--requests", n,
+                        "--prompt-len", 32, "--max-tokens", args.max_tokens, "--ignore-eos",
+                        "--temperature", 0, "--json", json_path, *extra, timeout=600)
 
 
 def one_round(url, pid, agent_on, args, tmp, i):
@@ -37,9 +41,7 @@ def one_round(url, pid, agent_on, args, tmp, i):
         c0 = cpu_s(agent.pid)
     out = os.path.join(tmp, f"r{i}.json")
     csv_path = os.path.join(tmp, f"r{i}.csv")
-    p = bt.kpi_bench("--url", url, "--concurrency", args.concurrency, "--requests", args.requests,
-                     "--prompt-len", 32, "--max-tokens", args.max_tokens, "--ignore-eos",
-                     "--temperature", 0, "--seed", i, "--json", out, "--csv", csv_path, timeout=600)
+    p = load(url, args, args.requests, out, "--seed", i, "--csv", csv_path)
     if p.returncode != 0:
         raise SystemExit(f"kpi-bench failed: {p.stderr[-800:]}")
     with open(out) as f:
@@ -91,10 +93,7 @@ def bpf_cost_round(url, pid, args, tmp):
         with open(path, "w") as f:
             f.write("1")
         before = bpf_programs()
-        p = bt.kpi_bench("--url", url, "--concurrency", args.concurrency, "--requests",
-                         args.requests, "--prompt-len", 32, "--max-tokens", args.max_tokens,
-                         "--ignore-eos", "--temperature", 0, "--json",
-                         os.path.join(tmp, "stats.json"), timeout=600)
+        p = load(url, args, args.requests, os.path.join(tmp, "stats.json"))
         after = bpf_programs()
     finally:
         with open(path, "w") as f:
@@ -129,8 +128,7 @@ def pct(v, p):
 
 
 def med(rs, key):
-    v = [r[key] for r in rs]
-    return statistics.median(v), min(v), max(v)
+    return spread([r[key] for r in rs])
 
 
 def main():
@@ -157,9 +155,7 @@ def main():
         bt.kpi_bench("--url", url, "--concurrency", 8, "--requests", 32, "--max-tokens", 8)
         # size the rounds by time: a warm-up at the measured load gives the rate
         warm = os.path.join(tmp, "warm.json")
-        bt.kpi_bench("--url", url, "--concurrency", args.concurrency, "--requests", 200,
-                     "--prompt-len", 32, "--max-tokens", args.max_tokens, "--ignore-eos",
-                     "--temperature", 0, "--json", warm)
+        load(url, args, 200, warm)
         with open(warm) as f:
             rate = json.load(f)["throughput"]["requests_per_s"]
         args.requests = max(200, int(rate * round_s))

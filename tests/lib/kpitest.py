@@ -44,6 +44,23 @@ def tmpdir(prefix="kpi-test-"):
     return d
 
 
+SCHED_CPU, SCHED_RUN_DELAY = 0, 1   # fields of /proc/PID/task/TID/schedstat
+
+
+def schedstat_ns(pid, field):
+    """A /proc/PID/task/TID/schedstat field (SCHED_CPU: time on a CPU,
+    SCHED_RUN_DELAY: time waiting on a run queue) summed over pid's threads,
+    in ns; threads that exit while it reads are left out."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[field])
+        except (OSError, IndexError):
+            pass
+    return total
+
+
 def require_root(what="this test"):
     if os.geteuid() != 0:
         raise Skip(f"{what} needs root (BPF); run make test as root")
