@@ -470,11 +470,8 @@ static void forget_maps(struct agent *ag, pid_t pid)
 	for (int i = 0; i < n; i++) {
 		if (bpf_map_lookup_elem(fd, &doomed[i], &conn) == 0 && conn.n_writes &&
 		    conn.n_writes <= KPI_WRITE_BATCH) {
-			struct kpi_event e = { .type = KPI_EV_WRITE, .pid = (__u32)pid,
-					       .ts = conn.writes[conn.n_writes - 1],
-					       .fd = (int)(__u32)doomed[i], .a = conn.n_writes,
-					       .bytes = conn.bytes };
-			memcpy(e.writes, conn.writes, sizeof(e.writes));
+			struct kpi_event e = { 0 };
+			kpi_write_event_fill(&e, (__u32)pid, (int)(__u32)doomed[i], &conn, conn.n_writes);
 			assemble_event(ag->asm_, &e);
 		}
 		bpf_map_delete_elem(fd, &doomed[i]);
@@ -572,6 +569,12 @@ static void gpu_flush(struct agent *ag, uint64_t now, bool final)
 
 /* ---- program selection --------------------------------------------------------------- */
 
+static bool is_write_syscall(const char *name)
+{
+	return !strcmp(name, "write") || !strcmp(name, "writev") || !strcmp(name, "sendto") ||
+	       !strcmp(name, "sendmsg");
+}
+
 static void choose_programs(struct agent *ag)
 {
 	struct kpi_bpf *s = ag->skel;
@@ -585,7 +588,8 @@ static void choose_programs(struct agent *ag)
 		if (!strcmp(sec, "tracepoint/syscalls/sys_enter_close"))
 			load = sys_tp;
 		else if (!strncmp(sec, "tracepoint/syscalls/sys_enter_", 30))
-			load = sys_tp && !exit_regs;    /* the exit reads the fd itself */
+			/* a read's exit reads the fd itself; a write's time is its entry */
+			load = sys_tp && (!exit_regs || is_write_syscall(sec + 30));
 		else if (!strncmp(sec, "tracepoint/syscalls/", 20))
 			load = sys_tp;
 		else if (!strcmp(sec, "raw_tp/sys_enter") || !strcmp(sec, "raw_tp/sys_exit"))
@@ -601,7 +605,9 @@ static void choose_programs(struct agent *ag)
 	/* maps only the other flavour uses are not created: a kernel without
 	 * task storage could not create runq_seen */
 	s->rodata->exit_regs = exit_regs;
-	bpf_map__set_autocreate(s->maps.sys_args, !exit_regs);
+	s->rodata->sys_in_task = ag->feat.task_storage;
+	bpf_map__set_autocreate(s->maps.sys_task, ag->feat.task_storage);
+	bpf_map__set_autocreate(s->maps.sys_args, !ag->feat.task_storage);
 	bpf_map__set_autocreate(s->maps.runq_seen, sched_rawtp);
 	bpf_map__set_autocreate(s->maps.runq_start, !sched_rawtp);
 	bpf_map__set_autocreate(s->maps.target_tids, !sched_rawtp);
@@ -616,7 +622,7 @@ static void choose_programs(struct agent *ag)
 	s->rodata->nr_sendmsg = SYS_sendmsg;
 	if (env.verbose)
 		fprintf(stderr, "kpi-agent: syscalls via %s, run queue via %s, tcp arrival %s\n",
-			exit_regs ? "sys_exit tracepoints (fd from saved registers)"
+			exit_regs ? "sys_exit tracepoints for reads (fd from saved registers), enter/exit for writes"
 			: sys_tp ? "sys_enter/sys_exit tracepoints" : "raw_tp sys_enter/sys_exit",
 			sched_rawtp ? "raw_tp sched_switch (sched_info)"
 			: ag->feat.sched_tp ? "tracepoints" : "(off: no sched tracepoints)",

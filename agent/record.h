@@ -28,7 +28,7 @@ struct kpi_request_record {
 	/* gen_ai.operation.name: text_completion | chat; NULL when not admitted
 	 * (a rejected request) or the probe did not say */
 	const char *operation;
-	/* token write times (sys_exit), first = the write of the first token;
+	/* token write times (sys_enter), first = the write of the first token;
 	 * valid only during the sink callback */
 	const uint64_t *token_writes;
 	size_t n_token_writes;

@@ -84,17 +84,32 @@ enum { SYS_READ = 1, SYS_WRITE = 2 };
 struct sys_arg {
 	int fd;
 	int kind;
+	__u64 ts;       /* sys_enter time */
 };
 
-/* pid_tgid -> fd of the read/write in progress, from sys_enter to sys_exit,
- * where sys_exit cannot read it from the task's registers (see sys_exit_regs;
- * LRU: a thread that dies in a syscall never reaches its exit handler). */
+/* pid_tgid -> fd and entry time of the read/write in progress, from sys_enter
+ * to sys_exit: for every write (its time is its entry, see write_done), and
+ * for reads where sys_exit cannot read the fd from the task's registers (see
+ * sys_exit_regs).  LRU: a thread that dies in a syscall never reaches its
+ * exit handler. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);
 	__type(key, __u64);
 	__type(value, struct sys_arg);
 } sys_args SEC(".maps");
+
+/* The same in the thread's own storage where the kernel has task storage
+ * (sys_in_task): no hash insert and delete per syscall, and nothing to age
+ * out when a thread dies. kind 0: no syscall in progress. */
+const volatile bool sys_in_task = false;
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct sys_arg);
+} sys_task SEC(".maps");
 
 /* tid -> time it became runnable (LRU for the same reason). */
 struct {
@@ -304,15 +319,12 @@ static __always_inline void writes_send(__u32 tgid, int fd, struct kpi_conn *c)
 	c->n_writes = 0;
 	if (n > KPI_WRITE_BATCH)
 		n = KPI_WRITE_BATCH;
-	e = ev_new(KPI_EV_WRITE, tgid, c->writes[(n - 1) & (KPI_WRITE_BATCH - 1)]);
-	if (!e)
-		return;
-	e->fd = fd;
-	e->a = n;
-	e->bytes = c->bytes;
+	e = ev_new(KPI_EV_WRITE, tgid, 0);
+	if (e) {
+		kpi_write_event_fill(e, tgid, fd, c, n);
+		ev_send(e);
+	}
 	c->bytes = 0;
-	__builtin_memcpy(e->writes, c->writes, sizeof(c->writes));
-	ev_send(e);
 }
 
 /* The response is complete: the connection goes idle, so the next data
@@ -374,10 +386,17 @@ int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
 static __always_inline int sys_enter(int fd, int kind)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
-	struct sys_arg a = { .fd = fd, .kind = kind };
+	struct sys_arg a = { .fd = fd, .kind = kind, .ts = bpf_ktime_get_ns() };
 
 	if (!is_target(pt >> 32))
 		return 0;
+	if (sys_in_task) {
+		struct sys_arg *t = bpf_task_storage_get(&sys_task, bpf_get_current_task_btf(), 0,
+							 BPF_LOCAL_STORAGE_GET_F_CREATE);
+		if (t)
+			*t = a;
+		return 0;
+	}
 	bpf_map_update_elem(&sys_args, &pt, &a, BPF_ANY);
 	return 0;
 }
@@ -432,7 +451,11 @@ static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
 	ev_send(e);
 }
 
-/* Per-token writes are kept in the connection and sent in batches. */
+/* Per-token writes are kept in the connection and sent in batches.  A
+ * write's time is its entry, when the daemon hands the bytes to the kernel:
+ * they reach a local client inside the call, and a writer preempted there
+ * (or doing softirq work) returns after the client has read them, so the
+ * exit time would put the agent's first token after the client's. */
 static __always_inline void write_done(__u32 tgid, int fd, long ret, __u64 now)
 {
 	__u64 key = conn_key(tgid, fd);
@@ -453,36 +476,43 @@ static __always_inline void write_done(__u32 tgid, int fd, long ret, __u64 now)
 		writes_send(tgid, fd, c);
 }
 
-static __always_inline void sys_done(__u32 tgid, int fd, int kind, long ret)
+/* A read or write that moved ret > 0 bytes, entered at t_enter (reads: 0). */
+static __always_inline void sys_done(__u32 tgid, int fd, int kind, long ret, __u64 t_enter)
 {
-	__u64 now = bpf_ktime_get_ns();
-
 	if (kind == SYS_READ)
-		read_done(tgid, fd, ret, now);
+		read_done(tgid, fd, ret, bpf_ktime_get_ns());
 	else
-		write_done(tgid, fd, ret, now);
+		write_done(tgid, fd, ret, t_enter);
 }
 
 /* sys_exit after a sys_enter noted the fd. */
 static __always_inline int sys_exit(long ret)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
-	struct sys_arg *a = bpf_map_lookup_elem(&sys_args, &pt);
-	struct sys_arg arg;
+	struct sys_arg *a, arg;
 
-	if (!a)
-		return 0;
-	arg = *a;
-	bpf_map_delete_elem(&sys_args, &pt);
+	if (sys_in_task) {
+		a = bpf_task_storage_get(&sys_task, bpf_get_current_task_btf(), 0, 0);
+		if (!a || !a->kind)
+			return 0;
+		arg = *a;
+		a->kind = 0;
+	} else {
+		a = bpf_map_lookup_elem(&sys_args, &pt);
+		if (!a)
+			return 0;
+		arg = *a;
+		bpf_map_delete_elem(&sys_args, &pt);
+	}
 	if (ret > 0)
-		sys_done(pt >> 32, arg.fd, arg.kind, ret);
+		sys_done(pt >> 32, arg.fd, arg.kind, ret, arg.ts);
 	return 0;
 }
 
-/* sys_exit alone: the registers the task entered the syscall with are still
- * saved on its kernel stack (bpf_task_pt_regs), the fd in the first
- * argument's.  No sys_enter program and no map entry per syscall: a
- * streamed token's send costs one program run instead of two. */
+/* sys_exit alone, for reads: the registers the task entered the syscall with
+ * are still saved on its kernel stack (bpf_task_pt_regs), the fd in the first
+ * argument's.  No sys_enter program and no map entry per read.  Writes need
+ * their entry time and keep both programs. */
 const volatile bool exit_regs = false;
 
 static __always_inline int sys_exit_regs(long ret, int kind)
@@ -493,7 +523,7 @@ static __always_inline int sys_exit_regs(long ret, int kind)
 	if (ret <= 0 || !is_target(pt >> 32))
 		return 0;
 	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	sys_done(pt >> 32, (int)PT_REGS_PARM1_CORE_SYSCALL(regs), kind, ret);
+	sys_done(pt >> 32, (int)PT_REGS_PARM1_CORE_SYSCALL(regs), kind, ret, 0);
 	return 0;
 }
 
@@ -524,14 +554,14 @@ static __always_inline int sys_close(int fd)
 }
 
 /* Tracepoint flavour: one program per syscall (syscalls:sys_{enter,exit}_*);
- * with exit_regs the agent loads only the exit ones. */
+ * with exit_regs the agent loads the reads' exit ones only. */
 #define SYS_TP(name, kind)                                                        \
 	SEC("tracepoint/syscalls/sys_enter_" #name)                               \
 	int kpi_enter_##name(struct trace_event_raw_sys_enter *ctx)               \
 	{ return sys_enter((int)ctx->args[0], kind); }                            \
 	SEC("tracepoint/syscalls/sys_exit_" #name)                                \
 	int kpi_exit_##name(struct trace_event_raw_sys_exit *ctx)                 \
-	{ return exit_regs ? sys_exit_regs(ctx->ret, kind) : sys_exit(ctx->ret); }
+	{ return exit_regs && kind == SYS_READ ? sys_exit_regs(ctx->ret, kind) : sys_exit(ctx->ret); }
 
 SYS_TP(read, SYS_READ)
 SYS_TP(readv, SYS_READ)

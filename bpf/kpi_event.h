@@ -23,7 +23,7 @@ enum kpi_event_type {
 				 * response__start, and its uprobe trap cost a
 				 * microsecond a request; the number stays taken */
 	KPI_EV_RESP_END,        /* USDT response__end */
-	KPI_EV_WRITE,           /* sys_exit times of writes/sends on a connection with a
+	KPI_EV_WRITE,           /* sys_enter times of writes/sends on a connection with a
 				 * request, batched in the kernel (see writes[]) */
 	KPI_EV_CLOSE,           /* close() of a connection that had a request in progress */
 	KPI_EV_TYPE_MAX,
@@ -60,7 +60,7 @@ struct kpi_event {
 	long long bytes;        /* WRITE / ARRIVE: bytes moved */
 	union {
 		char reqid[KPI_REQID_LEN]; /* ADMIT / REJECT: x-request-id */
-		/* WRITE: the sys_exit times of `a` (1..KPI_WRITE_BATCH) writes in
+		/* WRITE: the sys_enter times of `a` (1..KPI_WRITE_BATCH) writes in
 		 * order; ts is the last of them.  One event per token write cost a
 		 * ring-buffer record and an agent wake-up share per token; the
 		 * kernel keeps them in the connection until the batch is full,
@@ -78,10 +78,27 @@ struct kpi_conn {
 	unsigned char n_writes; /* write times waiting in writes[] */
 	unsigned char pad[5];
 	long long bytes;        /* bytes those writes moved */
-	unsigned long long writes[KPI_WRITE_BATCH]; /* sys_exit times not yet sent */
+	unsigned long long writes[KPI_WRITE_BATCH]; /* sys_enter times not yet sent */
 };
 
 _Static_assert(sizeof(struct kpi_conn) == 88, "kpi_conn ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_event) == 136, "kpi_event ABI changed: update both sides");
+
+/* The WRITE event for the n (1..KPI_WRITE_BATCH) write times c holds, timed at
+ * the last of them.  The kernel sends it when the batch fills, the response
+ * ends or the connection closes; the agent builds the same one from the map
+ * for a target that exits first.  Other fields are the caller's (zeroed). */
+static inline __attribute__((always_inline)) void
+kpi_write_event_fill(struct kpi_event *e, unsigned int pid, int fd, const struct kpi_conn *c,
+		     unsigned int n)
+{
+	e->type = KPI_EV_WRITE;
+	e->pid = pid;
+	e->ts = c->writes[(n - 1) & (KPI_WRITE_BATCH - 1)];
+	e->fd = fd;
+	e->a = (int)n;
+	e->bytes = c->bytes;
+	__builtin_memcpy(e->writes, c->writes, sizeof(c->writes));
+}
 
 #endif

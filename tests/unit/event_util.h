@@ -13,9 +13,9 @@ static struct kpi_event mkev(unsigned pid, int type, uint64_t ts, uint64_t id, i
 {
 	struct kpi_event e = { .type = (unsigned)type, .pid = pid, .ts = ts, .id = id, .fd = fd,
 			       .a = x, .b = y };
-	if (type == KPI_EV_WRITE) {    /* one write a batch */
-		e.a = 1;
-		e.writes[0] = ts;
+	if (type == KPI_EV_WRITE) {    /* one write a batch, built as the kernel builds it */
+		struct kpi_conn c = { .n_writes = 1, .writes = { ts } };
+		kpi_write_event_fill(&e, pid, fd, &c, 1);
 	}
 	if (rid)
 		snprintf(e.reqid, sizeof(e.reqid), "%s", rid);
