@@ -386,10 +386,11 @@ int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
 static __always_inline int sys_enter(int fd, int kind)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
-	struct sys_arg a = { .fd = fd, .kind = kind, .ts = bpf_ktime_get_ns() };
+	struct sys_arg a = { .fd = fd, .kind = kind };
 
 	if (!is_target(pt >> 32))
 		return 0;
+	a.ts = bpf_ktime_get_ns();
 	if (sys_in_task) {
 		struct sys_arg *t = bpf_task_storage_get(&sys_task, bpf_get_current_task_btf(), 0,
 							 BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -456,7 +457,7 @@ static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
  * they reach a local client inside the call, and a writer preempted there
  * (or doing softirq work) returns after the client has read them, so the
  * exit time would put the agent's first token after the client's. */
-static __always_inline void write_done(__u32 tgid, int fd, long ret, __u64 now)
+static __always_inline void write_done(__u32 tgid, int fd, long ret, __u64 t_enter)
 {
 	__u64 key = conn_key(tgid, fd);
 	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
@@ -469,7 +470,7 @@ static __always_inline void write_done(__u32 tgid, int fd, long ret, __u64 now)
 		writes_send(tgid, fd, c);
 		n = 0;
 	}
-	c->writes[n & (KPI_WRITE_BATCH - 1)] = now;
+	c->writes[n & (KPI_WRITE_BATCH - 1)] = t_enter;
 	c->bytes += ret;
 	c->n_writes = n + 1;
 	if (n + 1 == KPI_WRITE_BATCH)
