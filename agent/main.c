@@ -328,6 +328,22 @@ static bool sched_raw(const struct agent *ag)
 	return ag->feat.raw_tp && ag->feat.sched_info && ag->feat.task_storage;
 }
 
+struct thread_ctx {
+	struct agent *ag;
+	pid_t pid;
+};
+
+/* target_tids: tid -> tgid, for the sched tracepoint flavour */
+static bool add_target_tid(void *ctx, int tid)
+{
+	struct thread_ctx *c = ctx;
+	__u32 key = (__u32)tid, tgid = (__u32)c->pid;
+
+	bpf_map__update_elem(c->ag->skel->maps.target_tids, &key, sizeof(key), &tgid,
+			     sizeof(tgid), BPF_ANY);
+	return true;
+}
+
 /* Ports and threads change while a target runs: refreshed at every rescan. */
 static void target_refresh(struct agent *ag, pid_t pid)
 {
@@ -338,16 +354,30 @@ static void target_refresh(struct agent *ag, pid_t pid)
 	for (int i = 0; i < n; i++)
 		bpf_map__update_elem(ag->skel->maps.target_ports, &ports[i], sizeof(ports[i]), &one,
 				     sizeof(one), BPF_ANY);
-	if (!sched_raw(ag)) {
-		static pid_t tids[8192];
-		__u32 tgid = (__u32)pid;
-		n = target_threads(pid, tids, 8192);
-		for (int i = 0; i < n; i++) {
-			__u32 tid = (__u32)tids[i];
-			bpf_map__update_elem(ag->skel->maps.target_tids, &tid, sizeof(tid), &tgid,
-					     sizeof(tgid), BPF_ANY);
-		}
+	if (!sched_raw(ag))
+		target_each_thread(pid, add_target_tid, &(struct thread_ctx){ ag, pid });
+}
+
+static bool prime_thread(void *ctx, int tid)
+{
+	struct thread_ctx *c = ctx;
+	char path[96];
+	unsigned long long run, delay;
+	FILE *f;
+	int fd = (int)syscall(SYS_pidfd_open, tid, PIDFD_THREAD);
+
+	if (fd < 0)
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", c->pid, tid);
+	f = fopen(path, "r");
+	if (f && fscanf(f, "%llu %llu", &run, &delay) == 2) {
+		__u64 v = delay;
+		bpf_map_update_elem(bpf_map__fd(c->ag->skel->maps.runq_seen), &fd, &v, BPF_ANY);
 	}
+	if (f)
+		fclose(f);
+	close(fd);
+	return true;
 }
 
 /* The raw_tp run-queue program counts what each thread's run_delay grew
@@ -357,27 +387,7 @@ static void target_refresh(struct agent *ag, pid_t pid)
  * attach is not counted. */
 static void runq_prime(struct agent *ag, pid_t pid)
 {
-	static pid_t tids[8192];
-	int n = target_threads(pid, tids, 8192), map = bpf_map__fd(ag->skel->maps.runq_seen);
-
-	for (int i = 0; i < n; i++) {
-		char path[96];
-		unsigned long long run, delay;
-		FILE *f;
-		int fd = (int)syscall(SYS_pidfd_open, tids[i], PIDFD_THREAD);
-
-		if (fd < 0)
-			continue;
-		snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", pid, tids[i]);
-		f = fopen(path, "r");
-		if (f && fscanf(f, "%llu %llu", &run, &delay) == 2) {
-			__u64 v = delay;
-			bpf_map_update_elem(map, &fd, &v, BPF_ANY);
-		}
-		if (f)
-			fclose(f);
-		close(fd);
-	}
+	target_each_thread(pid, prime_thread, &(struct thread_ctx){ ag, pid });
 }
 
 static int target_attach(struct agent *ag, pid_t pid)
@@ -446,50 +456,65 @@ static int target_attach(struct agent *ag, pid_t pid)
 	return 0;
 }
 
-/* Removes every BPF map entry that belongs to pid.  Write times the kernel
- * still holds for pid's connections go to the assembler first: the target
- * is gone, so no response__end or close will send them. */
+/* Walks map fd and deletes the entries for which gone(ctx, key, value)
+ * returns true.  The next key is taken before the current one is deleted:
+ * a hash map's walk from a key that no longer exists starts over. */
+static void map_prune(int fd, size_t key_size, size_t value_size,
+		      bool (*gone)(void *ctx, const void *key, const void *value), void *ctx)
+{
+	_Alignas(8) unsigned char k[2][16], v[128];
+	int cur = 0, more;
+
+	if (key_size > sizeof(k[0]) || value_size > sizeof(v))
+		abort(); /* a map this walk was not sized for: a bug, caught by the tests */
+	more = bpf_map_get_next_key(fd, NULL, k[cur]) == 0;
+	while (more) {
+		more = bpf_map_get_next_key(fd, k[cur], k[!cur]) == 0;
+		if (bpf_map_lookup_elem(fd, k[cur], v) == 0 && gone(ctx, k[cur], v))
+			bpf_map_delete_elem(fd, k[cur]);
+		cur = !cur;
+	}
+}
+
+/* conns: (pid << 32 | fd) -> connection.  Write times the kernel still holds
+ * go to the assembler first: the target is gone, so no response__end or close
+ * will send them. */
+static bool conn_of_pid(void *ctx, const void *key, const void *value)
+{
+	struct thread_ctx *c = ctx;
+	const struct kpi_conn *conn = value;
+	__u64 k = *(const __u64 *)key;
+
+	if ((k >> 32) != (__u32)c->pid)
+		return false;
+	if (conn->n_writes && conn->n_writes <= KPI_WRITE_BATCH) {
+		struct kpi_event e = { 0 };
+		kpi_write_event_fill(&e, (__u32)c->pid, (int)(__u32)k, conn, conn->n_writes);
+		assemble_event(c->ag->asm_, &e);
+	}
+	return true;
+}
+
+/* target_tids: tid -> tgid */
+static bool tid_of_pid(void *ctx, const void *key, const void *value)
+{
+	(void)key;
+	return *(const __u32 *)value == (__u32)((struct thread_ctx *)ctx)->pid;
+}
+
+/* Removes every BPF map entry that belongs to pid. */
 static void forget_maps(struct agent *ag, pid_t pid)
 {
+	struct thread_ctx c = { ag, pid };
 	__u32 key = (__u32)pid;
-	__u64 k, next, *prev = NULL;
-	int fd = bpf_map__fd(ag->skel->maps.conns);
-	struct kpi_conn conn;
 
 	bpf_map__delete_elem(ag->skel->maps.targets, &key, sizeof(key), 0);
 	bpf_map__delete_elem(ag->skel->maps.runq_total, &key, sizeof(key), 0);
-	/* deleting while walking restarts the walk; collect first */
-	__u64 doomed[4096];
-	int n = 0;
-	while (bpf_map_get_next_key(fd, prev, &next) == 0 && n < 4096) {
-		if ((next >> 32) == (__u32)pid)
-			doomed[n++] = next;
-		k = next;
-		prev = &k;
-	}
-	for (int i = 0; i < n; i++) {
-		if (bpf_map_lookup_elem(fd, &doomed[i], &conn) == 0 && conn.n_writes &&
-		    conn.n_writes <= KPI_WRITE_BATCH) {
-			struct kpi_event e = { 0 };
-			kpi_write_event_fill(&e, (__u32)pid, (int)(__u32)doomed[i], &conn, conn.n_writes);
-			assemble_event(ag->asm_, &e);
-		}
-		bpf_map_delete_elem(fd, &doomed[i]);
-	}
-	if (!sched_raw(ag)) {
-		__u32 tk, tnext, *tprev = NULL, tgid;
-		int tfd = bpf_map__fd(ag->skel->maps.target_tids);
-		__u32 tdoomed[8192];
-		n = 0;
-		while (bpf_map_get_next_key(tfd, tprev, &tnext) == 0 && n < 8192) {
-			if (bpf_map_lookup_elem(tfd, &tnext, &tgid) == 0 && tgid == (__u32)pid)
-				tdoomed[n++] = tnext;
-			tk = tnext;
-			tprev = &tk;
-		}
-		for (int i = 0; i < n; i++)
-			bpf_map_delete_elem(tfd, &tdoomed[i]);
-	}
+	map_prune(bpf_map__fd(ag->skel->maps.conns), sizeof(__u64), sizeof(struct kpi_conn),
+		  conn_of_pid, &c);
+	if (!sched_raw(ag))
+		map_prune(bpf_map__fd(ag->skel->maps.target_tids), sizeof(__u32), sizeof(__u32),
+			  tid_of_pid, &c);
 }
 
 static void target_detach(struct agent *ag, int idx, bool announce)

@@ -304,21 +304,10 @@ int target_listen_ports(pid_t pid, uint16_t *ports, int max)
 	return n;
 }
 
-static bool add_int(void *ctx, int n)
-{
-	struct ints *l = ctx;
-
-	l->v[l->n++] = n;
-	return l->n < l->max;
-}
-
-int target_threads(pid_t pid, pid_t *tids, int max)
+void target_each_thread(pid_t pid, bool (*fn)(void *ctx, int tid), void *ctx)
 {
 	char dir[64];
-	struct ints l = { tids, 0, max };
 
 	snprintf(dir, sizeof(dir), "/proc/%d/task", pid);
-	if (max > 0)
-		each_number(dir, add_int, &l);
-	return l.n;
+	each_number(dir, fn, ctx);
 }

@@ -19,7 +19,7 @@ unsigned long long target_start_time(pid_t pid);
 int target_exe_path(pid_t pid, char *buf, size_t len);
 /* TCP ports pid listens on (host order).  Returns the count. */
 int target_listen_ports(pid_t pid, uint16_t *ports, int max);
-/* Thread ids of pid.  Returns the count. */
-int target_threads(pid_t pid, pid_t *tids, int max);
+/* Calls fn(ctx, tid) for each thread of pid until fn returns false. */
+void target_each_thread(pid_t pid, bool (*fn)(void *ctx, int tid), void *ctx);
 
 #endif

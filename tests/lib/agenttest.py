@@ -307,6 +307,32 @@ def burst(port, n, prefix="burst", max_tokens=32, request=None):
     return out
 
 
+def bpf_map_keys(owner, name):
+    """Keys of the BPF map called name that process owner holds open, found
+    through its fds' fdinfo (map_id) and read with bpftool.  Integer keys
+    come back as ints (little-endian when bpftool prints raw bytes)."""
+    import subprocess
+    ids = set()
+    for fd in os.listdir(f"/proc/{owner}/fdinfo"):
+        try:
+            with open(f"/proc/{owner}/fdinfo/{fd}") as f:
+                m = re.search(r"^map_id:\s*(\d+)", f.read(), re.M)
+        except OSError:
+            continue
+        if m:
+            ids.add(m.group(1))
+
+    def bpftool(*args):
+        return json.loads(subprocess.run(["bpftool", "-j", "map", *args], check=True,
+                                         capture_output=True, text=True).stdout)
+    for i in sorted(ids):
+        if bpftool("show", "id", i).get("name") == name:
+            keys = [e["key"] for e in bpftool("dump", "id", i)]
+            return [k if isinstance(k, int) else int.from_bytes(bytes(int(b, 16) for b in k),
+                                                                 "little") for k in keys]
+    raise AssertionError(f"pid {owner} holds no BPF map named {name!r}")
+
+
 def rows(db):
     c = sqlite3.connect(db)
     c.row_factory = sqlite3.Row
