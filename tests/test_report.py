@@ -55,6 +55,22 @@ def test_synthetic_incidents_first_finding():
         assert "picked automatically: the quietest comparable window before the incident" in md, md
 
 
+def test_short_trace_finds_its_incident():
+    """A trace of a minute (make demo records 30 s): buckets shorter than 10 s,
+    so the incident stands out and a baseline of its length exists before it."""
+    d = tmp()
+    db = os.path.join(d, "short.db")
+    tracetest.generate(db, duration_s=60, rate=10, incidents=[tracetest.Incident("queue", 35, 40)], seed=3)
+    md = report(db)
+    first = findings(md)[0]
+    assert "queue growth with no rejections" in first[2], f"{first}\n{md}"
+    m = re.search(r"Incident window\*\*: \S+ (\d\d:\d\d:\d\d) → \S+ (\d\d:\d\d:\d\d) \(([^;]+);", md)
+    start = time.strftime("%H:%M:%S", time.gmtime(tracetest.WALL0 / 1e9 + 35))
+    end = time.strftime("%H:%M:%S", time.gmtime(tracetest.WALL0 / 1e9 + 40))
+    assert m and m.group(1) <= start and m.group(2) >= end, (m and m.groups(), start, end)
+    assert "buckets" in md and "picked automatically: the quietest comparable window" in md, md
+
+
 def test_numbers_match_rows():
     d = tmp()
     db = os.path.join(d, "q.db")

@@ -104,15 +104,22 @@ static void test_open_refusals(void)
 	unlink(p);
 }
 
-static void test_open_schema_and_window(void)
+/* A fresh store with the agent's schema, or NULL when the DDL is not found. */
+static char *schema_db(void)
 {
 	FILE *f = fopen("schema/001_init.sql", "r");
-	if (!f) SKIP("schema/001_init.sql not found: run from the repository root");
+	if (!f) return NULL;
 	static char sql[16384];
 	size_t n = fread(sql, 1, sizeof(sql) - 1, f);
 	fclose(f);
 	sql[n] = 0;
-	char *p = tmpdb(sql);
+	return tmpdb(sql);
+}
+
+static void test_open_schema_and_window(void)
+{
+	char *p = schema_db();
+	if (!p) SKIP("schema/001_init.sql not found: run from the repository root");
 	sqlite3 *db;
 	sqlite3_open(p, &db);
 	/* 100 finished requests, TTFT 1..100 ms, one every 100 ms */
@@ -133,7 +140,7 @@ static void test_open_schema_and_window(void)
 	int64_t a, b;
 	CHECK(trace_span(t, &a, &b) && a == 100 * NS_PER_MS && b == 10 * NS_PER_S, "span %lld..%lld", (long long)a, (long long)b);
 	struct trace_window w;
-	CHECK(!trace_window_stats(t, 0, 11 * NS_PER_S, &w), "window: %s", trace_errmsg(t));
+	CHECK(!trace_window_stats(t, 0, 11 * NS_PER_S, false, &w), "window: %s", trace_errmsg(t));
 	CHECK(w.requests == 101 && w.rejected == 1 && w.done == 100, "%d %d %d", w.requests, w.rejected, w.done);
 	CHECK_NEAR(w.m[TM_TTFT].p99, 99.01 * NS_PER_MS, 1);
 	CHECK_NEAR(w.m[TM_TTFT].p50, 50.5 * NS_PER_MS, 1);
@@ -145,6 +152,55 @@ static void test_open_schema_and_window(void)
 	unlink(p);
 }
 
+/* A burst arrives in a 1-second window and queues after it: a live view of
+ * the window sees only its own samples, a report on those requests follows
+ * them until they were served. */
+static void test_window_while_served(void)
+{
+	char *p = schema_db();
+	if (!p) SKIP("schema/001_init.sql not found: run from the repository root");
+	sqlite3 *db;
+	sqlite3_open(p, &db);
+	/* 20 requests arrive at 1.0 .. 1.95 s, the last done at 5.325 s */
+	for (int i = 0; i < 20; i++) {
+		char q[512];
+		int64_t arr = NS_PER_S + i * 50 * NS_PER_MS, done = arr + NS_PER_S + i * 125 * NS_PER_MS;
+		snprintf(q, sizeof(q), "INSERT INTO requests (request_id, pid, wall_ns, t_arrive_ns, t_done_ns, "
+			 "ttft_ns, e2e_ns, output_tokens, http_status) VALUES ('b%d', 1, %lld, %lld, %lld, %lld, "
+			 "%lld, 10, 200)", i, (long long)(1000LL * NS_PER_S + arr), (long long)arr, (long long)done,
+			 (long long)(done - arr) / 2, (long long)(done - arr));
+		sqlite3_exec(db, q, NULL, NULL, NULL);
+	}
+	/* one sample a second at 0.5 .. 9.5 s; the queue is deep at 2.5 and 3.5 */
+	for (int s = 0; s < 10; s++) {
+		char q[512];
+		snprintf(q, sizeof(q), "INSERT INTO samples (pid, wall_ns, t_ns, queue_depth, running, "
+			 "requests_per_s, output_tokens_per_s, preemptions, rejections, errors, drops) "
+			 "VALUES (1, %lld, %lld, %d, 4, 0, 0, 0, 0, 0, 0)",
+			 (long long)(1000LL * NS_PER_S + s * NS_PER_S + NS_PER_S / 2),
+			 (long long)(s * NS_PER_S + NS_PER_S / 2), s == 2 || s == 3 ? 16 - s : 0);
+		sqlite3_exec(db, q, NULL, NULL, NULL);
+	}
+	sqlite3_close(db);
+	char err[512];
+	struct trace *t = trace_open(p, err, sizeof(err));
+	CHECK(t, "open: %s", err);
+	struct trace_window w;
+	CHECK(!trace_window_stats(t, NS_PER_S, 2 * NS_PER_S, false, &w), "window: %s", trace_errmsg(t));
+	CHECK(w.requests == 20 && w.samples == 1 && w.queue_depth_max == 0, "live: %d requests, %d samples, "
+	      "queue max %d", w.requests, w.samples, w.queue_depth_max);
+	CHECK(!trace_window_stats(t, NS_PER_S, 2 * NS_PER_S, true, &w), "window: %s", trace_errmsg(t));
+	/* served until 5.325 s: samples 1.5 .. 5.5, the last the one after it */
+	CHECK(w.served_to_ns == NS_PER_S + 19 * 50 * NS_PER_MS + NS_PER_S + 19 * 125 * NS_PER_MS,
+	      "served to %lld", (long long)w.served_to_ns);
+	CHECK(w.samples == 5 && w.queue_depth_max == 14, "while served: %d samples, queue max %d",
+	      w.samples, w.queue_depth_max);
+	CHECK_NEAR(w.req_per_s, 20, 1e-9);
+	CHECK_NEAR(w.out_tok_per_s, 200, 1e-9);
+	trace_close(t);
+	unlink(p);
+}
+
 int main(void)
 {
 	RUN(test_pct_matches_sort);
@@ -152,5 +208,6 @@ int main(void)
 	RUN(test_parse_duration);
 	RUN(test_open_refusals);
 	RUN(test_open_schema_and_window);
+	RUN(test_window_while_served);
 	return CHECK_DONE();
 }

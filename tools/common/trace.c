@@ -169,7 +169,7 @@ struct trace *trace_open(const char *path, char *err, size_t errlen)
 	if (prep(t, &t->q_window,
 		 "SELECT ttft_ns, tpot_ns, itl_p50_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, "
 		 "decode_ns, net_out_ns, runq_ns, itl_p99_ns, itl_max_ns, prompt_tokens, "
-		 "output_tokens, http_status, finish_reason, preemptions "
+		 "output_tokens, http_status, finish_reason, preemptions, t_done_ns "
 		 "FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2", err, errlen) ||
 	    prep(t, &t->q_samples,
 		 "SELECT pid, t_ns, queue_depth, running, kv_usage, requests_per_s, "
@@ -293,7 +293,8 @@ static void dist_fill(struct trace_dist *d, struct vec *a, struct vec *hi_tail, 
 
 static int col_null(sqlite3_stmt *st, int c) { return sqlite3_column_type(st, c) == SQLITE_NULL; }
 
-int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, struct trace_window *w)
+int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, bool while_served,
+		       struct trace_window *w)
 {
 	memset(w, 0, sizeof(*w));
 	w->from_ns = from_ns;
@@ -310,6 +311,8 @@ int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, struct t
 	int rc;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		w->requests++;
+		if (!col_null(st, 17) && sqlite3_column_int64(st, 17) > w->served_to_ns)
+			w->served_to_ns = sqlite3_column_int64(st, 17);
 		int status = col_null(st, 14) ? 0 : sqlite3_column_int(st, 14);
 		const char *fin = (const char *)sqlite3_column_text(st, 15);
 		if (status == 429) {
@@ -368,10 +371,13 @@ int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, struct t
 	struct { int pid, q, r; double kv; } last[16];
 	int nlast = 0;
 	double sreq = 0, stok = 0;
+	w->samples_to_ns = to_ns;
+	if (while_served && w->served_to_ns + NS_PER_S >= to_ns)
+		w->samples_to_ns = w->served_to_ns + NS_PER_S + 1;
 	st = t->q_samples;
 	sqlite3_reset(st);
 	sqlite3_bind_int64(st, 1, from_ns);
-	sqlite3_bind_int64(st, 2, to_ns);
+	sqlite3_bind_int64(st, 2, w->samples_to_ns);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		w->samples++;
 		int pid = sqlite3_column_int(st, 0);
@@ -406,7 +412,7 @@ int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, struct t
 	}
 	double secs = (double)(to_ns - from_ns) / NS_PER_S;
 	if (secs <= 0) secs = 1;
-	if (w->samples) {
+	if (w->samples && !while_served) {
 		/* each sample counts one second's completions */
 		w->req_per_s = sreq / secs;
 		w->out_tok_per_s = stok / secs;

@@ -4,6 +4,7 @@
 #define KPI_TRACE_H
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "schema/trace_path.h"
@@ -40,8 +41,8 @@ struct trace_dist {
 };
 
 /* Everything a window [from_ns, to_ns) of the monotonic clock holds. Requests
- * belong to the window they arrived in; rates come from the agent's
- * once-a-second samples when there are any, else from the requests. */
+ * belong to the window they arrived in. Samples and rates: see
+ * trace_window_stats. */
 struct trace_window {
 	int64_t from_ns, to_ns;
 	int requests;               /* rows that arrived in the window */
@@ -60,7 +61,9 @@ struct trace_window {
 	/* phases of the median and of the p99 request by e2e (nearest row) */
 	int64_t phase_p50[PH_N], phase_p99[PH_N];
 	int64_t e2e_p50_row, e2e_p99_row;
-	/* from samples */
+	int64_t served_to_ns;       /* when the last of those requests finished (0: none) */
+	/* from samples in [from_ns, samples_to_ns) */
+	int64_t samples_to_ns;
 	int samples;
 	int queue_depth, running;   /* latest, summed over targets */
 	double kv_usage;            /* latest, max over targets; -1: unknown */
@@ -113,7 +116,15 @@ int64_t trace_mono_to_wall(const struct trace *t, int64_t mono_ns);
 int64_t trace_wall_to_mono(const struct trace *t, int64_t wall_ns);
 
 /* ---- queries ------------------------------------------------------------- */
-int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, struct trace_window *w);
+/* The requests that arrived in [from_ns, to_ns) and the agent's samples.
+ * Live views (while_served false) take the samples inside the window and
+ * their rates (completions per second), falling back to the requests' when
+ * there are none.  A report on what those requests went through (while_served
+ * true) takes the samples on until the last of them finished (and the one
+ * after, which covers the second before it: a burst that arrived in a short
+ * window queues after it), and rates from the requests themselves. */
+int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, bool while_served,
+		       struct trace_window *w);
 
 /* nb buckets over [from_ns, to_ns). Returns 0 or -1. */
 int trace_series(struct trace *t, int64_t from_ns, int64_t to_ns, int nb, struct trace_point *out);

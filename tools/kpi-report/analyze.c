@@ -45,14 +45,20 @@ static double rows_p99(struct ttft_rows *tr, int64_t from, int64_t to, size_t *c
 	return pct_select_i64(tr->scratch, b - a, 99);
 }
 
-/* The worst stretch of p99 TTFT: 10-second buckets around the worst one
- * whose p99 is at least half-way from the typical bucket to the worst. */
-static int detect_incident(struct report *r, struct ttft_rows *tr, int64_t *from, int64_t *to)
+/* The worst stretch of p99 TTFT: buckets around the worst one whose p99 is
+ * at least half-way from the typical bucket to the worst.  Buckets are 10 s
+ * (at most 600); a trace shorter than 12 of them is cut into 12, each at
+ * least a second, so that a short run (make demo's 30 s) has a typical
+ * bucket to stand out from.  *bucket_ns: the length used. */
+static int detect_incident(struct report *r, struct ttft_rows *tr, int64_t *from, int64_t *to,
+			   int64_t *bucket_ns)
 {
 	int64_t span = r->last_ns + 1 - r->first_ns;
-	int nb = (int)(span / (10 * NS_PER_S));
+	int64_t blen = span < 12 * 10 * NS_PER_S ? span / 12 : 10 * NS_PER_S;
+	if (blen < NS_PER_S) return 0;
+	int nb = (int)(span / blen);
 	if (nb > 600) nb = 600;
-	if (nb < 12) return 0;
+	*bucket_ns = span / nb;
 	double *p = calloc((size_t)nb, sizeof(double)), *v = calloc((size_t)nb, sizeof(double));
 	int64_t *start = calloc((size_t)nb + 1, sizeof(int64_t));
 	int found = 0;
@@ -115,7 +121,7 @@ static int search_baseline(struct ttft_rows *tr, int64_t lo, int64_t hi, int64_t
 
 static int load_window(struct report *r, struct rp_window *w)
 {
-	if (trace_window_stats(r->t, w->from_ns, w->to_ns, &w->w)) return -1;
+	if (trace_window_stats(r->t, w->from_ns, w->to_ns, true, &w->w)) return -1;
 	if (trace_step_stats(r->t, w->from_ns, w->to_ns, 512, &w->steps)) return -1;
 	w->valid = 1;
 	return 0;
@@ -272,6 +278,10 @@ static void findings(struct report *r)
 	int64_t rej = i->samples ? i->rejections : i->rejected;
 	double secs = (double)(r->inc.to_ns - r->inc.from_ns) / NS_PER_S;
 	double bsecs = (double)(r->base.to_ns - r->base.from_ns) / NS_PER_S;
+	/* what samples count is per second of the span they cover, which runs
+	 * on until the window's requests were served (trace_window_stats) */
+	double ssecs = (double)(i->samples_to_ns - r->inc.from_ns) / NS_PER_S;
+	double bssecs = (double)(b->samples_to_ns - r->base.from_ns) / NS_PER_S;
 
 	/* 1. queue growth with no rejections */
 	double qshare = tt->inc > tt->base ? tt->share[1] : 0;
@@ -282,7 +292,7 @@ static void findings(struct report *r)
 			 "(admission control missing or too lax)");
 		snprintf(f->evidence, sizeof(f->evidence),
 			 "queue wait is %.0f%% of the p99 TTFT increase; queue depth peaked at %d (baseline %d); "
-			 "p99 queue wait %s (baseline %s); 0 rejections (HTTP 429) in the window; %.1f req/s "
+			 "p99 queue wait %s (baseline %s); 0 rejections (HTTP 429) in the window; %.1f arrivals/s "
 			 "(baseline %.1f)", qshare * 100, i->queue_depth_max, b->queue_depth_max,
 			 trace_fmt_dur(s1, 16, i->m[TM_QUEUE].p99), trace_fmt_dur(s2, 16, b->m[TM_QUEUE].p99),
 			 i->req_per_s, b->req_per_s);
@@ -293,8 +303,8 @@ static void findings(struct report *r)
 	/* 2. KV pool exhaustion */
 	int64_t pre = i->preemptions > i->preempted ? i->preemptions : i->preempted;
 	int64_t bpre = b->preemptions > b->preempted ? b->preemptions : b->preempted;
-	double bpre_rate = bsecs > 0 ? bpre / bsecs : 0;
-	if ((pre > 0 && pre / secs > 2 * bpre_rate) || (i->kv_usage_max >= 0.98 && b->kv_usage_max < 0.98)) {
+	double bpre_rate = bssecs > 0 ? bpre / bssecs : 0;
+	if ((pre > 0 && pre / ssecs > 2 * bpre_rate) || (i->kv_usage_max >= 0.98 && b->kv_usage_max < 0.98)) {
 		static const int ph[] = { PH_QUEUE, PH_DECODE, PH_PREFILL };
 		if ((f = add_finding(r, "KV cache pool exhaustion", top_phase(ee, ph, 3), 3 + (pre > 0), 2))) {
 			snprintf(f->title, sizeof(f->title), "KV cache exhausted: %lld preemptions; requests wait "
@@ -328,11 +338,14 @@ static void findings(struct report *r)
 
 	/* 4. run-queue delay of the engine's threads: the process's summed
 	 * runnable-but-waiting time (samples), and per request while in flight */
-	double rq = i->samples && secs > 0 ? (double)i->runq_ns / (secs * NS_PER_S) : 0;
-	double brq = b->samples && bsecs > 0 ? (double)b->runq_ns / (bsecs * NS_PER_S) : 0;
-	/* more arrivals keep more threads busy, and busy threads wait more:
-	 * only a rise beyond what the load explains points at another tenant */
-	double arr = secs > 0 ? i->requests / secs : 0, barr = bsecs > 0 ? b->requests / bsecs : 0;
+	double rq = i->samples && ssecs > 0 ? (double)i->runq_ns / (ssecs * NS_PER_S) : 0;
+	double brq = b->samples && bssecs > 0 ? (double)b->runq_ns / (bssecs * NS_PER_S) : 0;
+	/* more work keeps more threads busy, and busy threads wait more: only a
+	 * rise beyond what the load explains points at another tenant.  The load
+	 * is tokens (prompt + output) per second, not requests: a burst of long
+	 * prompts is more work per request than the traffic before it */
+	double arr = secs > 0 ? (double)(i->prompt_tokens + i->output_tokens) / secs : 0;
+	double barr = bsecs > 0 ? (double)(b->prompt_tokens + b->output_tokens) / bsecs : 0;
 	double load = barr > 0 ? fmax(1, arr / barr) : 1;
 	int by_samples = rq >= 0.05 && rq >= 2 * brq * load;
 	int by_req = i->runq_share >= 0.05 && i->runq_share >= 2 * b->runq_share * load;
@@ -345,7 +358,7 @@ static void findings(struct report *r)
 				 "(run-queue delay stretches %s)", f->phase);
 			snprintf(f->evidence, sizeof(f->evidence),
 				 "the daemon's threads waited runnable %.0f ms per second (baseline %.0f ms) at %.1fx "
-				 "the baseline's arrival rate; while a request was in flight, %.2f of the daemon's "
+				 "the baseline's tokens per second; while a request was in flight, %.2f of the daemon's "
 				 "threads waited for a CPU on average (baseline %.2f); mean run-queue delay per request "
 				 "%s (baseline %s), mean e2e %s (baseline %s)",
 				 rq * 1000, brq * 1000, barr > 0 ? arr / barr : 0, i->runq_share, b->runq_share,
@@ -390,14 +403,16 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 		   int have_to, int64_t base_from, int64_t base_to, int have_base, char *err, size_t errlen)
 {
 	char a[40], b[40];
+	int64_t bucket;
 	/* incident window */
 	if (have_from || have_to) {
 		if (!have_to) to = r->last_ns + 1;
 		if (!have_from) from = to - DEFAULT_INCIDENT;
 		snprintf(r->inc_how, sizeof(r->inc_how), "as given");
-	} else if (detect_incident(r, tr, &from, &to)) {
+	} else if (detect_incident(r, tr, &from, &to, &bucket)) {
 		snprintf(r->inc_how, sizeof(r->inc_how), "picked automatically: the stretch where p99 TTFT "
-			 "stayed at least half-way up to its worst 10-second value");
+			 "stayed at least half-way up to its worst value over %s buckets",
+			 trace_fmt_dur(a, sizeof(a), (double)bucket));
 	} else {
 		to = r->last_ns + 1;
 		from = to - DEFAULT_INCIDENT;
@@ -443,7 +458,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 				 "%d finished requests, the one with the lowest p99 TTFT (%s)",
 				 ncand, min_n, trace_fmt_dur(a, sizeof(a), p99));
 		} else if (from - r->first_ns >= 2 * NS_PER_S &&
-			   trace_window_stats(r->t, r->first_ns, from, &r->base.w) == 0 && r->base.w.done >= min_n) {
+			   trace_window_stats(r->t, r->first_ns, from, true, &r->base.w) == 0 && r->base.w.done >= min_n) {
 			bf = r->first_ns;
 			len = from - r->first_ns;
 			snprintf(r->base_how, sizeof(r->base_how), "picked automatically: the whole trace before "

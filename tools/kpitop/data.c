@@ -24,7 +24,7 @@ int kt_sample(struct kt_data *d)
 	}
 	if (d->live) d->to_ns = d->last_ns + 1;
 	int64_t from = d->to_ns - d->window_ns;
-	if (trace_window_stats(d->tr, from, d->to_ns, &d->win)) return -1;
+	if (trace_window_stats(d->tr, from, d->to_ns, false, &d->win)) return -1;
 	/* sparklines cover a minute, or the window when it is longer */
 	int64_t span = d->window_ns > 60 * NS_PER_S ? d->window_ns : 60 * NS_PER_S;
 	d->spark_from_ns = d->to_ns - span;
