@@ -267,19 +267,26 @@ test_interactive_monochrome_sigterm_restores_terminal.timeout = 60
 
 def test_make_demo_pipeline():
     """tools/demo.sh (make demo) end to end, shortened: it prints a frame, the
-    trace's path and the commands, and leaves no process behind."""
+    trace's path and the commands, the kpi-report it suggests explains the
+    burst, and it leaves no process behind."""
     kpitest.require_root("make demo's kpi-agent")
     for p in (tracetest.AGENT, tracetest.INFER, tracetest.BENCH, KPITOP):
         tracetest.require(p, "make")
     d = tmp()
     p = run_tool(["bash", os.path.join(tracetest.ROOT, "tools", "demo.sh")], timeout=240,
-                 env={"DEMO_DIR": d, "DEMO_SECONDS": "8"})
+                 env={"DEMO_DIR": d, "DEMO_SECONDS": "16"})
     assert p.returncode == 0, f"demo exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
     db = os.path.join(d, "trace.db")
     assert f"the trace: {db}" in p.stdout and "kpitop --once" in p.stdout, p.stdout
     assert "sqlite3 " + db in p.stdout and ".load build/libkpi_sqlite" in p.stdout, p.stdout
     lat, win = parse(p.stdout)
     assert win[2] > 10 and lat["TTFT"][4] > 10, p.stdout
+    # the report the demo points to, with no window given: it finds the burst
+    assert f"kpi-report --db {db}" in p.stdout, p.stdout
+    r = run_tool([tracetest.REPORT, "--db", db])
+    assert r.returncode == 0, f"kpi-report exited {r.returncode}: {r.stderr}"
+    first = re.search(r"^1\. \*\*.+?\*\* — phase: \*\*(.+?)\*\*; cause: \*\*(.+?)\*\*", r.stdout, re.M)
+    assert first and first.group(1) == "queue", r.stdout
     # everything it started is gone: no process inherited its DEMO_DIR
     left = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
