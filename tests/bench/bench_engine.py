@@ -25,7 +25,7 @@ def run(args, timeout=1800):
                            f"{p.stderr.strip()[-500:]}")
     doc = json.loads(p.stdout.strip().splitlines()[-1])
     print(f"{args[0]} {' '.join(map(str, args[1:]))} -> "
-          f"{ {k: v for k, v in doc.items() if k in ('tok_s', 'gbs', 'gbs_best', 'req_s')} } "
+          f"{ {k: v for k, v in doc.items() if k in ('tok_s', 'gbs', 'gbs_best', 'req_s', 'gflops', 'gflops_best')} } "
           f"({time.monotonic() - t0:.1f}s)", file=sys.stderr, flush=True)
     return doc
 
@@ -72,10 +72,11 @@ def main():
         models[preset] = os.path.join(tmp, f"{preset}.gguf")
         run(["make", "--out", models[preset], "--preset", preset])
 
-    bw, decode, pre = [], {}, {}
+    bw, peak, decode, pre = [], [], {}, {}
     try:
         for r in range(rounds):
             bw.append(run(["bandwidth", "--mib", bw_mib] + thr)["gbs_best"])
+            peak.append(run(["fma"] + thr)["gflops_best"])
             for preset in ("tiny", "small"):
                 for s in seqs[preset]:
                     d = run(["decode", "--model", models[preset], "--seqs", s, "--prompt", prompt,
@@ -84,6 +85,7 @@ def main():
                 p = run(["prefill", "--model", models[preset], "--prompt", prefill[preset]] + thr)
                 pre.setdefault(preset, []).append(p)
             bw.append(run(["bandwidth", "--mib", bw_mib] + thr)["gbs_best"])
+            peak.append(run(["fma"] + thr)["gflops_best"])
         bursts_out = {"continuous": [], "static": []}
         for r in range(bursts):
             for mode in ("continuous", "static"):
@@ -97,19 +99,30 @@ def main():
                 os.unlink(m)
         os.rmdir(tmp)
 
-    bw_a = agg(bw)
-    res = dict(quick=q, rounds=rounds, prompt=prompt, gen=gen, bandwidth_gbs=bw_a,
+    bw_a, peak_a = agg(bw), agg(peak)
+    res = dict(quick=q, rounds=rounds, prompt=prompt, gen=gen, bandwidth_gbs=bw_a, fma_gflops=peak_a,
                threads=decode[("tiny", 1)][0]["threads"], decode={}, prefill={}, burst={})
     for (preset, s), runs in sorted(decode.items()):
         one = agg([x["tok_s"] for x in decode[(preset, 1)]])
         tok = agg([x["tok_s"] for x in runs])
         gbs = agg([x["gbs"] for x in runs])
+        step = agg([x["step_ms"] for x in runs])
+        # the roofline: the step can go no faster than its bytes at the
+        # measured bandwidth, nor than its arithmetic at the FMA peak
+        roof_ms = max(runs[0]["bytes_per_step"] / (bw_a["median"] * 1e9),
+                      runs[0]["flops_per_step"] / (peak_a["median"] * 1e9)) * 1e3
         res["decode"][f"{preset}/{s}"] = dict(
-            preset=preset, seqs=s, tok_s=tok, gbs=gbs,
-            step_ms=agg([x["step_ms"] for x in runs]),
-            weight_bytes=runs[0]["weight_bytes"],
+            preset=preset, seqs=s, tok_s=tok, gbs=gbs, step_ms=step,
+            gflops=agg([x["gflops"] for x in runs]),
+            weight_bytes=runs[0]["weight_bytes"], bytes_per_step=runs[0]["bytes_per_step"],
+            flops_per_step=runs[0]["flops_per_step"],
             bw_fraction=gbs["median"] / bw_a["median"] if bw_a else None,
+            roofline_ms=roof_ms, roofline_fraction=roof_ms / step["median"],
             speedup_vs_1=tok["median"] / one["median"])
+    for key, d in res["decode"].items():
+        # what the roofline allows against the one sequence measured
+        one = res["decode"][f"{d['preset']}/1"]
+        d["speedup_ceiling"] = d["seqs"] * one["step_ms"]["median"] / d["roofline_ms"]
     for preset, runs in pre.items():
         res["prefill"][preset] = dict(prompt=prefill[preset], tok_s=agg([x["tok_s"] for x in runs]))
     for mode, runs in bursts_out.items():
@@ -127,13 +140,19 @@ def main():
     print(f"{res['threads']} threads; median (min-max) over {rounds} interleaved round(s); "
           f"decode: prompt {prompt}, {gen} generated tokens per sequence, timed after every "
           f"sequence's first token. Memory-read bandwidth in the same run: "
-          f"{cell(bw_a, '{:.2f}')} GB/s.\n")
-    print("| preset | seqs | aggregate tok/s | x vs 1 seq | ms/step | weight+KV GB/s | of read bw |")
-    print("|---|---|---|---|---|---|---|")
+          f"{cell(bw_a, '{:.2f}')} GB/s; FMA peak of all threads: {cell(peak_a)} GFLOP/s. "
+          f"Roofline: the step time its weight+KV bytes at that bandwidth or its arithmetic at "
+          f"that peak allow, whichever is longer; the ceiling is the x vs 1 seq that step time "
+          f"would give.\n")
+    print("| preset | seqs | aggregate tok/s | x vs 1 seq | ms/step | weight+KV GB/s | of read bw "
+          "| GFLOP/s | of roofline | ceiling |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for key, d in res["decode"].items():
         print(f"| {d['preset']} | {d['seqs']} | {cell(d['tok_s'])} | {d['speedup_vs_1']:.1f}x | "
               f"{cell(d['step_ms'], '{:.2f}')} | {cell(d['gbs'], '{:.2f}')} | "
-              f"{100 * d['bw_fraction']:.0f}% |")
+              f"{100 * d['bw_fraction']:.0f}% | {cell(d['gflops'])} | "
+              + (f"{100 * d['roofline_fraction']:.0f}% | {d['speedup_ceiling']:.1f}x |"
+                 if d["roofline_fraction"] <= 1 else "- | - (weights in cache) |"))
     print()
     print("| preset | prefill tokens | prefill tok/s |")
     print("|---|---|---|")
@@ -150,7 +169,9 @@ def main():
           f"**{100 * res['decode']['small/1']['bw_fraction']:.0f}%** of the measured bandwidth "
           f"(target >= 90%); 16 sequences give "
           f"**{res['decode']['small/16']['speedup_vs_1']:.1f}x** one sequence's tok/s "
-          f"(target >= 8x).\n")
+          f"(target >= 8x; this machine's roofline allows "
+          f"{res['decode']['small/16']['speedup_ceiling']:.1f}x, and the step reaches "
+          f"{100 * res['decode']['small/16']['roofline_fraction']:.0f}% of it).\n")
 
 
 if __name__ == "__main__":

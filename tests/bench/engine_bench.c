@@ -35,13 +35,15 @@ static void usage(FILE *f)
 		"modes:\n"
 		"  make       --out PATH --preset tiny|small [--seed N]   write a model\n"
 		"  bandwidth  [--mib N] [--threads N]                    memory-read GB/s\n"
+		"  fma        [--threads N]                              FMA peak GFLOP/s, the\n"
+		"             engine's vector width, every thread\n"
 		"  decode     --model PATH --seqs N [--prompt N] [--gen N] aggregate decode tok/s\n"
 		"  prefill    --model PATH [--prompt N]                  prefill tok/s\n"
 		"  burst      --model PATH [--requests N] [--prompt N] [--mean N] [--max N]\n"
 		"             [--batching continuous|static] [--seqs N]  requests/s\n"
 		"options:\n"
 		"  --threads N   worker threads (default: online CPUs)\n"
-		"  --reps N      repetitions inside one run (bandwidth; default 3)\n"
+		"  --reps N      repetitions inside one run (bandwidth, fma; default 3)\n"
 		"  -h, --help    this text\n");
 }
 
@@ -111,6 +113,65 @@ static int run_bandwidth(int mib, int threads, int reps)
 	       mib, pool_threads(p), best, sum / reps, j.sums[0]);
 	pool_destroy(p);
 	free(buf);
+	return 0;
+}
+
+/* ---- FMA peak ---------------------------------------------------------- */
+
+/* The arithmetic ceiling a compute-bound step is measured against: 12
+ * independent chains of fused multiply-adds (enough to cover FMA latency on
+ * two pipes) at the vector width the engine's kernels are compiled for, one
+ * task per thread. */
+#define FMA_CHAINS 12
+#define FMA_ITERS 20000000L
+#if defined(__AVX512F__)
+#define FMA_WIDTH 16
+typedef __m512 fvec;
+#define FV_SET(v) _mm512_set1_ps(v)
+#define FV_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#elif defined(__AVX2__) && defined(__FMA__)
+#define FMA_WIDTH 8
+typedef __m256 fvec;
+#define FV_SET(v) _mm256_set1_ps(v)
+#define FV_FMA(a, b, c) _mm256_fmadd_ps(a, b, c)
+#else
+#define FMA_WIDTH 1
+typedef float fvec;
+#define FV_SET(v) (v)
+#define FV_FMA(a, b, c) fmaf(a, b, c)
+#endif
+
+static void fma_task(void *arg, int task, int thread)
+{
+	fvec x[FMA_CHAINS], m = FV_SET(1.0000001f), c = FV_SET(1e-7f);
+	(void)task;
+	for (int i = 0; i < FMA_CHAINS; i++)
+		x[i] = FV_SET((float)i);
+	for (long k = 0; k < FMA_ITERS; k++)
+		for (int i = 0; i < FMA_CHAINS; i++)
+			x[i] = FV_FMA(x[i], m, c);
+	float s = 0;
+	for (int i = 0; i < FMA_CHAINS; i++)
+		s += ((const float *)&x[i])[0];
+	((float *)arg)[thread & 255] += s; /* keeps the chains alive */
+}
+
+static int run_fma(int threads, int reps)
+{
+	struct pool *p = pool_create(threads);
+	float sink[256] = { 0 };
+	int n = pool_threads(p);
+	double best = 0, sum = 0;
+	for (int r = 0; r < reps; r++) {
+		double t0 = now();
+		pool_run(p, fma_task, sink, n);
+		double gf = 2.0 * FMA_WIDTH * FMA_CHAINS * FMA_ITERS * n / (now() - t0) / 1e9;
+		best = gf > best ? gf : best;
+		sum += gf;
+	}
+	printf("{\"mode\":\"fma\",\"threads\":%d,\"width\":%d,\"gflops_best\":%.2f,"
+	       "\"gflops_mean\":%.2f,\"sink\":%.1f}\n", n, FMA_WIDTH, best, sum / reps, (double)sink[0]);
+	pool_destroy(p);
 	return 0;
 }
 
@@ -193,11 +254,26 @@ static int run_decode(const char *model, int seqs, int prompt, int gen, int thre
 	double wbytes = m ? (double)m->weight_bytes : 0;
 	double avg_ctx = prompt + 1 + gen / 2.0;
 	double bytes_per_step = wbytes + seqs * avg_ctx * kv_tok;
+	/* arithmetic per decode step: a multiply-add per matmul weight per
+	 * sequence, and attention's QK and PV over the average context */
+	double flops_per_step = 0;
+	if (m) {
+		const struct model_info *i = &m->info;
+		double params = (double)m->output.rows * m->output.cols;
+		for (int l = 0; l < i->n_layers; l++) {
+			const struct model_layer *L = &m->layers[l];
+			const struct mtensor *w[] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+			for (size_t k = 0; k < sizeof(w) / sizeof(w[0]); k++)
+				params += (double)w[k]->rows * w[k]->cols;
+		}
+		flops_per_step = seqs * (2 * params + 4.0 * i->n_layers * i->n_heads * i->head_dim * avg_ctx);
+	}
 	printf("{\"mode\":\"decode\",\"seqs\":%d,\"prompt\":%d,\"gen\":%d,\"threads\":%d,\"tokens\":%ld,"
 	       "\"steps\":%ld,\"seconds\":%.4f,\"tok_s\":%.2f,\"step_ms\":%.3f,\"weight_bytes\":%.0f,"
-	       "\"bytes_per_step\":%.0f,\"gbs\":%.3f}\n",
+	       "\"bytes_per_step\":%.0f,\"gbs\":%.3f,\"flops_per_step\":%.0f,\"gflops\":%.2f}\n",
 	       seqs, prompt, gen, threads, toks, steps, dt, toks / dt, dt / steps * 1e3, wbytes,
-	       bytes_per_step, bytes_per_step * steps / dt / 1e9);
+	       bytes_per_step, bytes_per_step * steps / dt / 1e9, flops_per_step,
+	       flops_per_step * steps / dt / 1e9);
 	model_free(m);
 	free(pr);
 	free(ev);
@@ -329,6 +405,8 @@ int main(int argc, char **argv)
 		threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
 	if (!strcmp(mode, "bandwidth"))
 		return run_bandwidth(mib, threads, reps < 1 ? 1 : reps);
+	if (!strcmp(mode, "fma"))
+		return run_fma(threads, reps < 1 ? 1 : reps);
 	if (!strcmp(mode, "make")) {
 		char err[512];
 		if (!out) {
@@ -342,6 +420,10 @@ int main(int argc, char **argv)
 		printf("{\"mode\":\"make\",\"out\":\"%s\",\"preset\":\"%s\"}\n", out, preset);
 		return 0;
 	}
+	if (strcmp(mode, "decode") && strcmp(mode, "prefill") && strcmp(mode, "burst")) {
+		fprintf(stderr, "engine-bench: unknown mode '%s' (see --help)\n", mode);
+		return 2;
+	}
 	if (!model) {
 		fprintf(stderr, "engine-bench %s: --model PATH is required\n", mode);
 		return 2;
@@ -350,8 +432,5 @@ int main(int argc, char **argv)
 		return run_decode(model, seqs, prompt, gen, threads);
 	if (!strcmp(mode, "prefill"))
 		return run_prefill(model, prompt, threads);
-	if (!strcmp(mode, "burst"))
-		return run_burst(model, requests, prompt, mean, maxlen, batching, seqs, threads);
-	fprintf(stderr, "engine-bench: unknown mode '%s' (see --help)\n", mode);
-	return 2;
+	return run_burst(model, requests, prompt, mean, maxlen, batching, seqs, threads);
 }
