@@ -124,6 +124,12 @@ def test_refusals_say_what_to_do():
     for args, rc, words in cases:
         p = run_tool([REPORT, "--db", db, *args])
         assert p.returncode == rc and words in p.stderr, (args, p.returncode, p.stderr)
+    # ten seconds of steady load: too short for buckets, nothing before or after
+    short = os.path.join(d, "short.db")
+    tracetest.generate(short, duration_s=10, rate=5)
+    p = run_tool([REPORT, "--db", short])
+    assert p.returncode == 1 and "the trace holds only" in p.stderr and "record longer" in p.stderr, \
+        (p.returncode, p.stderr)
     p = run_tool([REPORT, "--db", os.path.join(d, "none.db")])
     assert p.returncode == 1 and "none.db" in p.stderr and "kpi-agent" in p.stderr, p.stderr
     h = run_tool([REPORT, "--help"])

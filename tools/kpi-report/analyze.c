@@ -469,6 +469,14 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 				 "window before it had %d finished requests; of the %d later windows of the same "
 				 "length, the one with the lowest p99 TTFT (%s)", min_n, ncand,
 				 trace_fmt_dur(a, sizeof(a), p99));
+		} else if (!have_from && !have_to && from <= r->first_ns) {
+			/* the fallback window is the whole trace: nothing is left to compare with */
+			snprintf(err, errlen, "nothing to compare: the trace holds only %s (%s to %s) and no "
+				 "stretch of it stood out; record longer, or pass --from/--to and --baseline FROM..TO",
+				 trace_fmt_dur(a, sizeof(a), (double)(r->last_ns + 1 - r->first_ns)),
+				 trace_fmt_time(r->t, b, sizeof(b), r->first_ns, 1),
+				 trace_fmt_time(r->t, a + 20, 20, r->last_ns, 1));
+			return -1;
 		} else {
 			snprintf(err, errlen, "no baseline: no other window of %s in the trace has %d finished "
 				 "requests; pass --baseline FROM..TO", trace_fmt_dur(a, sizeof(a), (double)len), min_n);
