@@ -180,7 +180,8 @@ def _slot_address(pid, exe):
 def test_kpi_infer_publishes_its_step():
     """kpi-infer exports kpi_cupti_step_slot (cupti/kpi_step.h) with its magic
     and version, for libkpi_cupti.so's dlsym; while the forward pass runs
-    (a uprobe on matmul_rows) the slot holds the step of the enclosing
+    (a uprobe on matmul_rows_fetch, which every matmul of the CPU backend
+    goes through) the slot holds the step of the enclosing
     step__begin, and 0 between steps."""
     import struct
     kpitest.require_root("reading kpi-infer's memory and attaching bpftrace")
@@ -193,7 +194,7 @@ def test_kpi_infer_publishes_its_step():
         magic, version, step = struct.unpack("<IIQ", mem.read(16))
     assert (magic, version, step) == (0x6b706973, 1, 0), (hex(magic), version, step)
     script = ('usdt:./build/kpi-infer:kpi:step__begin { printf("begin %lu\\n", arg0); }\n'
-              'uprobe:./build/kpi-infer:matmul_rows { $s = *(uint64 *)ADDR; '
+              'uprobe:./build/kpi-infer:matmul_rows_fetch { $s = *(uint64 *)ADDR; '
               'if (@seen[$s] == 0) { @seen[$s] = 1; printf("slot %lu\\n", $s); } }\n'
               ).replace("ADDR", str(addr + 8))
     bt = kpitest.Proc(["bpftrace", "-B", "line", "-p", str(d.p.pid), "-e", script], cwd=kpitest.ROOT)

@@ -18,6 +18,15 @@
 /* Token-wise ops (embed, norm) on at most this many tokens run on the
  * calling thread: cheaper than a pool region (wake-up and barrier). */
 #define TOK_SERIAL_MAX 32
+/* From this many tokens a fused head's Q/K/V projections are compute-bound
+ * and fetch the head's cached K/V into L2 as they go, at most this much of
+ * it (what L2 keeps until attention reads it). */
+#ifndef FETCH_MIN_TOKENS
+#define FETCH_MIN_TOKENS 8
+#endif
+#ifndef FETCH_MAX_BYTES
+#define FETCH_MAX_BYTES (512 << 10)
+#endif
 
 /* A layer's matrices as matmul_rows reads them. */
 struct packed_layer {
@@ -47,6 +56,8 @@ struct backend {
 	float *h1, *h3;/* (T, ffn) */
 	float *xl;     /* (max_seqs, dim) normed last hidden of sequences wanting logits */
 	float *scores; /* (threads, group * ctx) */
+	const char **fetch_ptr; /* (threads, fetch_max) K/V segments a fused head fetches */
+	int fetch_max;
 	int *tok_seq;  /* (T) sequence index of each token */
 	int *tok_pos;  /* (T) */
 	int *lrow_tok; /* (max_seqs) token index of each logits row */
@@ -75,12 +86,13 @@ struct mm_job {
 	int ldx, nb;
 };
 
-static void mm_rows(const struct mm_job *j, const struct mm_seg *sg, int o0, int o1)
+static void mm_rows(const struct mm_job *j, const struct mm_seg *sg, int o0, int o1,
+		    struct fetch_list *side)
 {
 	for (int b0 = 0; b0 < j->nb; b0 += MM_TILE) {
 		int nb = j->nb - b0 < MM_TILE ? j->nb - b0 : MM_TILE;
-		matmul_rows(sg->y + (size_t)b0 * sg->ldy, sg->ldy, sg->w, j->x + (size_t)b0 * j->ldx, j->ldx,
-			    nb, o0, o1, sg->accumulate);
+		matmul_rows_fetch(sg->y + (size_t)b0 * sg->ldy, sg->ldy, sg->w, j->x + (size_t)b0 * j->ldx,
+				  j->ldx, nb, o0, o1, sg->accumulate, side);
 	}
 }
 
@@ -90,8 +102,8 @@ static void mm_task(void *arg, int task, int thread)
 	if (j->swiglu) {
 		int rows = (int)j->seg[0].w->rows, o0 = task * j->chunk;
 		int o1 = o0 + j->chunk < rows ? o0 + j->chunk : rows;
-		mm_rows(j, &j->seg[0], o0, o1);
-		mm_rows(j, &j->seg[1], o0, o1);
+		mm_rows(j, &j->seg[0], o0, o1, NULL);
+		mm_rows(j, &j->seg[1], o0, o1, NULL);
 		for (int b = 0; b < j->nb; b++)
 			swiglu(j->seg[0].y + (size_t)b * j->seg[0].ldy + o0,
 			       j->seg[1].y + (size_t)b * j->seg[1].ldy + o0, o1 - o0);
@@ -103,7 +115,7 @@ static void mm_task(void *arg, int task, int thread)
 	const struct mm_seg *sg = &j->seg[s];
 	int o0 = (task - sg->first_task) * j->chunk;
 	int o1 = o0 + j->chunk < sg->w->rows ? o0 + j->chunk : (int)sg->w->rows;
-	mm_rows(j, sg, o0, o1);
+	mm_rows(j, sg, o0, o1, NULL);
 }
 
 /* Y_s = X W_s^T for up to three weight matrices sharing the input X. */
@@ -186,9 +198,27 @@ static void attn_fused_task(void *arg, int task, int thread)
 	struct mm_job mj = { .n_seg = 1, .x = b->xb, .ldx = b->dim, .nb = T };
 	struct mm_seg sq = { &L->wq, b->q, b->q_dim, false, 0 }, sk = { &L->wk, b->k, b->kv_dim, false, 0 },
 		      sv = { &L->wv, b->v, b->kv_dim, false, 0 };
-	mm_rows(&mj, &sq, g * qr, (g + 1) * qr);
-	mm_rows(&mj, &sk, g * b->hd, (g + 1) * b->hd);
-	mm_rows(&mj, &sv, g * b->hd, (g + 1) * b->hd);
+	struct fetch_list fl = { 0 }, *side = NULL;
+	if (T >= FETCH_MIN_TOKENS) {
+		/* the projections are compute-bound at this batch: they fetch the
+		 * head's cached K/V for the attention that follows */
+		side = &fl;
+		fl.ptr = b->fetch_ptr + (size_t)thread * b->fetch_max;
+		fl.len = (int)((size_t)b->block_size * b->hd * sizeof(uint16_t)) & ~63;
+		for (int t = 0; t < T && fl.n + 2 <= b->fetch_max; t++) {
+			if (t + 1 < T && b->tok_seq[t + 1] == b->tok_seq[t])
+				continue; /* the sequence's last token reads every block */
+			const int32_t *bt = j->batch->block_tables[b->tok_seq[t]];
+			int nblk = b->tok_pos[t] / b->block_size + 1;
+			for (int k = 0; k < 2; k++)
+				for (int n = 0; n < nblk && fl.n < b->fetch_max; n++)
+					fl.ptr[fl.n++] = (const char *)((k ? j->view.v : j->view.k) +
+									kv_offset(&j->view, bt[n], g, 0));
+		}
+	}
+	mm_rows(&mj, &sq, g * qr, (g + 1) * qr, side);
+	mm_rows(&mj, &sk, g * b->hd, (g + 1) * b->hd, side);
+	mm_rows(&mj, &sv, g * b->hd, (g + 1) * b->hd, side);
 	for (int t = 0; t < T; t++)
 		rope_store(b, j, t, g, g + 1);
 	for (int t = 0; t < T; t++)
@@ -333,6 +363,7 @@ static void cpu_destroy(struct backend *b)
 	free(b->h3);
 	free(b->xl);
 	free(b->scores);
+	free(b->fetch_ptr);
 	free(b->pl);
 	free(b->packed);
 	free(b->tok_seq);
@@ -384,12 +415,14 @@ static struct backend *cpu_create(const struct backend_params *p, char *err, siz
 	b->h3 = malloc(sizeof(float) * T * b->ffn);
 	b->xl = malloc(sizeof(float) * p->max_seqs * b->dim);
 	b->scores = malloc(sizeof(float) * pool_threads(b->pool) * b->group * b->ctx);
+	b->fetch_max = (int)(FETCH_MAX_BYTES / ((size_t)b->block_size * b->hd * sizeof(uint16_t))) + 2;
+	b->fetch_ptr = malloc(sizeof(*b->fetch_ptr) * pool_threads(b->pool) * b->fetch_max);
 	b->tok_seq = malloc(sizeof(int) * T);
 	b->tok_pos = malloc(sizeof(int) * T);
 	b->lrow_tok = malloc(sizeof(int) * p->max_seqs);
 	if (!b->kcache || !b->vcache || !b->rope_cs || !b->x || !b->xb || !b->q || !b->k || !b->v ||
 	    !b->att || !b->h1 || !b->h3 || !b->xl || !b->scores || !b->tok_seq || !b->tok_pos ||
-	    !b->lrow_tok) {
+	    !b->lrow_tok || !b->fetch_ptr) {
 		snprintf(err, errlen,
 			 "out of memory allocating the KV pool (%zu MiB) and scratch for %d tokens: lower --kv-blocks or --max-batched-tokens",
 			 kv_elems * 2 * sizeof(uint16_t) >> 20, p->max_tokens);

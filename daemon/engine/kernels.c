@@ -127,7 +127,7 @@ static inline void store_part(float *d, vf a, int lo, int hi, bool accumulate)
  * R * NV * B FMAs, with no horizontal sums. */
 static inline __attribute__((always_inline)) void
 mk(float *y, int ldy, const struct packed_mat *w, const int F16, int pn, const float *x, int ldx, int b,
-   int o0, int o1, const int R, const int B, bool accumulate, size_t pf)
+   int o0, int o1, const int R, const int B, bool accumulate, size_t pf, struct fetch_list *side)
 {
 	const int cols = w->cols;
 	const size_t ps = (size_t)KPI_PANEL * cols; /* elements per panel */
@@ -140,6 +140,13 @@ mk(float *y, int ldy, const struct packed_mat *w, const int F16, int pn, const f
 			a[r][j] = vzero();
 	for (int i = 0; i < cols; i++) {
 		vf wv[RMAX * NV];
+		if (side && side->i < side->n) {
+			_mm_prefetch(side->ptr[side->i] + side->off, _MM_HINT_T1);
+			if ((side->off += 64) >= side->len) {
+				side->off = 0;
+				side->i++;
+			}
+		}
 		for (int p = 0; p < R; p++) {
 			size_t at = p * ps + (size_t)i * KPI_PANEL;
 			/* one line a step for F16 (64 bytes of a 32-row panel), two for F32 */
@@ -175,13 +182,13 @@ mk(float *y, int ldy, const struct packed_mat *w, const int F16, int pn, const f
 #define MK_CASE(R, B)                                                                           \
 	case (R) * 16 + (B):                                                                    \
 		if (f16)                                                                        \
-			mk(y, ldy, w, 1, pn, x, ldx, b, o0, o1, R, B, accumulate, pf);          \
+			mk(y, ldy, w, 1, pn, x, ldx, b, o0, o1, R, B, accumulate, pf, side);    \
 		else                                                                            \
-			mk(y, ldy, w, 0, pn, x, ldx, b, o0, o1, R, B, accumulate, pf);          \
+			mk(y, ldy, w, 0, pn, x, ldx, b, o0, o1, R, B, accumulate, pf, side);    \
 		break;
 
-void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, int ldx, int nb, int o0,
-		 int o1, bool accumulate)
+void matmul_rows_fetch(float *y, int ldy, const struct packed_mat *w, const float *x, int ldx, int nb,
+		       int o0, int o1, bool accumulate, struct fetch_list *side)
 {
 	const int f16 = w->type == GGML_F16;
 	/* panels per micro-kernel: several while the batch is too small to hide
@@ -218,10 +225,12 @@ void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, 
 	}
 }
 #else
-/* Scalar fallback: the same layout and contract (fixed per-output order). */
-void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, int ldx, int nb, int o0,
-		 int o1, bool accumulate)
+/* Scalar fallback: the same layout and contract (fixed per-output order);
+ * no prefetching. */
+void matmul_rows_fetch(float *y, int ldy, const struct packed_mat *w, const float *x, int ldx, int nb,
+		       int o0, int o1, bool accumulate, struct fetch_list *side)
 {
+	(void)side;
 	for (int o = o0; o < o1; o++) {
 		size_t base = (size_t)(o / KPI_PANEL) * KPI_PANEL * w->cols + o % KPI_PANEL;
 		for (int b = 0; b < nb; b++) {
@@ -239,6 +248,12 @@ void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, 
 	}
 }
 #endif
+
+void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, int ldx, int nb, int o0,
+		 int o1, bool accumulate)
+{
+	matmul_rows_fetch(y, ldy, w, x, ldx, nb, o0, o1, accumulate, NULL);
+}
 
 /* ---- elementwise ------------------------------------------------------- */
 

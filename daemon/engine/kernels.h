@@ -32,6 +32,15 @@ size_t pack_bytes(uint32_t type, int rows, int cols);
  * 64-byte aligned for speed) and describes it in p. */
 void pack_matrix(struct packed_mat *p, void *dst, const void *w, uint32_t type, int rows, int cols);
 
+/* Lines of another stream that a compute-bound matmul fetches into L2 while
+ * it computes, one line per input column: n segments of len bytes (a
+ * multiple of 64) at ptr[0..n).  i and off are the cursor. */
+struct fetch_list {
+	const char **ptr;
+	int n, len;
+	int i, off;
+};
+
 /* Y[b][o] (+)= sum_i W[o][i] * X[b][i] for rows o in [o0, o1), all nb batch
  * rows. X is (nb, ldx), Y is (nb, ldy). Each output is one fixed-order sum
  * whatever nb, o0 or o1 are: batching and threading never change a result
@@ -39,6 +48,9 @@ void pack_matrix(struct packed_mat *p, void *dst, const void *w, uint32_t type, 
  * and store only their rows, so split work on panel boundaries. */
 void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, int ldx, int nb, int o0,
 		 int o1, bool accumulate);
+/* The same, fetching side's lines as it goes (side NULL: matmul_rows). */
+void matmul_rows_fetch(float *y, int ldy, const struct packed_mat *w, const float *x, int ldx, int nb,
+		       int o0, int o1, bool accumulate, struct fetch_list *side);
 
 /* out = x / rms(x) * weight, over n elements. */
 void rmsnorm(float *out, const float *x, const float *weight, int n, float eps);

@@ -141,6 +141,19 @@ static void test_matmul_matches_naive_and_is_batch_invariant(void)
 				      nb, b, o, got, y1[o]);
 			}
 		}
+		/* a second stream fetched on the side changes no bit; the cursor
+		 * moves a line per input column and stops at the stream's end */
+		const char *segs[3] = { (const char *)x, (const char *)x + 256, (const char *)y1 };
+		struct fetch_list side = { segs, 3, 128, 0, 0 };
+		float *y2 = malloc(sizeof(float) * nb * rows);
+		matmul_rows_fetch(y2, rows, w, x, cols, nb, 0, rows, false, &side);
+		CHECK(memcmp(y, y2, sizeof(float) * nb * rows) == 0, "fetching on the side changed y");
+		CHECK(side.i <= 3 && (side.i < 3 || side.off == 0), "cursor past the end: %d/%d", side.i, side.off);
+#if defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)
+		int lines = side.i * 2 + side.off / 64;
+		CHECK(lines == 6 || (cols < 6 && lines >= cols), "cols %d: %d lines fetched", cols, lines);
+#endif
+		free(y2);
 		/* accumulate adds onto y */
 		matmul_rows(y, rows, w, x, cols, nb, 0, rows, true);
 		for (int o = 0; o < rows; o++)
