@@ -5,10 +5,7 @@ import os, re, shutil, sqlite3, subprocess, sys, time, xml.dom.minidom
 
 sys.path.insert(0, os.path.dirname(__file__) + "/lib")
 import kpitest, tracetest  # noqa: E402
-from tracetest import REPORT, EXT, run_tool  # noqa: E402
-
-FINDING = re.compile(r"^(\d+)\. \*\*(.+?)\*\* — phase: \*\*(.+?)\*\*; cause: \*\*(.+?)\*\*\.", re.M)
-
+from tracetest import REPORT, EXT, run_tool, report_findings as findings  # noqa: E402
 
 def tmp():
     return kpitest.tmpdir("kpi-report-test-")
@@ -19,12 +16,6 @@ def report(db, *args):
     p = run_tool([REPORT, "--db", db, *args])
     assert p.returncode == 0, f"kpi-report exited {p.returncode}: {p.stderr}"
     return p.stdout
-
-
-def findings(md):
-    f = FINDING.findall(md)
-    assert f, f"no findings in:\n{md}"
-    return [(title, phase, cause) for _, title, phase, cause in f]
 
 
 EXPECT = {  # incident kind -> (phase, words of the cause)

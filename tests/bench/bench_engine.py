@@ -121,8 +121,8 @@ def main():
             speedup_vs_1=tok["median"] / one["median"])
     for key, d in res["decode"].items():
         # what the roofline allows against the one sequence measured
-        one = res["decode"][f"{d['preset']}/1"]
-        d["speedup_ceiling"] = d["seqs"] * one["step_ms"]["median"] / d["roofline_ms"]
+        single = res["decode"][f"{d['preset']}/1"]
+        d["speedup_ceiling"] = d["seqs"] * single["step_ms"]["median"] / d["roofline_ms"]
     for preset, runs in pre.items():
         res["prefill"][preset] = dict(prompt=prefill[preset], tok_s=agg([x["tok_s"] for x in runs]))
     for mode, runs in bursts_out.items():

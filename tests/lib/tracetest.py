@@ -1,7 +1,7 @@
 """Helpers for the trace tools' tests (kpitop, kpi-report): build trace stores
 with schema/001_init.sql and known synthetic traffic, read real ones, and
 compute reference percentiles independently of the C code."""
-import math, os, random, signal, sqlite3, subprocess, time
+import math, os, random, re, signal, sqlite3, subprocess, time
 
 import kpitest
 
@@ -242,6 +242,16 @@ class Recording:
         rc = self.agent.stop(signal.SIGINT)
         assert rc == 0, f"kpi-agent exited {rc}:\n" + "\n".join(self.agent.lines[-20:])
         self.daemon.stop()
+
+
+REPORT_FINDING = re.compile(r"^(\d+)\. \*\*(.+?)\*\* — phase: \*\*(.+?)\*\*; cause: \*\*(.+?)\*\*\.", re.M)
+
+
+def report_findings(md):
+    """kpi-report's findings in its markdown, in order: (title, phase, cause)."""
+    f = REPORT_FINDING.findall(md)
+    assert f, f"no findings in:\n{md}"
+    return [(title, phase, cause) for _, title, phase, cause in f]
 
 
 def run_tool(argv, timeout=120, env=None):
