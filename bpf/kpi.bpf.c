@@ -10,7 +10,11 @@
 
 #define S_IFMT   0170000
 #define S_IFSOCK 0140000
-#define TASK_RUNNING 0
+/* sched_switch's prev_state: the reportable states are one bit each below
+ * TASK_REPORT_MAX (0x100); a preempted task reads TASK_REPORT_MAX (with
+ * TASK_RUNNING before 5.18), "R+" in the trace.  Still runnable = none of
+ * the low bits set, preempted or not. */
+#define TASK_REPORT_STATES 0xff
 
 char LICENSE[] SEC("license") = "GPL";
 
@@ -713,7 +717,7 @@ int kpi_tp_switch(struct trace_event_raw_sched_switch *ctx)
 {
 	__u32 prev = tgid_of_tid(ctx->prev_pid), next = tgid_of_tid(ctx->next_pid);
 
-	if (prev && ctx->prev_pid && ctx->prev_state == TASK_RUNNING)
+	if (prev && ctx->prev_pid && !(ctx->prev_state & TASK_REPORT_STATES))
 		runq_mark(ctx->prev_pid);
 	if (next)
 		runq_take(next, ctx->next_pid);

@@ -239,7 +239,8 @@ def _runq_matches_schedstat(disable):
     assert kernel_ns > 20e6, f"the busy loop delayed the daemon only {kernel_ns / 1e6:.1f} ms"
     # the agent's window runs on to the sample after the load: idle wake-ups
     # of the daemon's threads can add a little there
-    assert 0.9 * kernel_ns <= agent_ns <= 1.1 * kernel_ns + 5e6, (agent_ns, kernel_ns)
+    # (a preempted thread missed would show as a shortfall: keep it tight)
+    assert 0.97 * kernel_ns <= agent_ns <= 1.1 * kernel_ns + 5e6, (agent_ns, kernel_ns)
     assert per_req >= len(results) // 2, per_req
 
 
