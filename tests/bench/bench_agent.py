@@ -10,7 +10,7 @@ measured. With the agent 'on', it is attached before the round starts and
 stopped after, so attach cost is outside the measured window; its CPU time
 (every thread's, from /proc/PID/task/*/schedstat) over the round is divided
 by the requests it recorded."""
-import argparse, json, os, signal, sqlite3, statistics, sys, tempfile, time
+import argparse, json, os, resource, signal, sqlite3, statistics, sys, tempfile, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "lib"))
@@ -68,6 +68,58 @@ def one_round(url, pid, agent_on, args, tmp, i):
                             for row in bt.read_csv(csv_path)
                             if row["ttft_ms"] and row["request_id"] in agent_ttft]
     return r
+
+
+def children_cpu_s():
+    """CPU time of the waited-for children (kpi-bench runs), user + system:
+    the kernel scales the two so that they add up to the scheduler's exact
+    runtime."""
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def cpu_round(url, pid, agent_on, args, tmp, i):
+    """CPU time per request of the daemon, the load generator and the agent,
+    against a daemon with --threads 1: with no pool worker polling for its
+    next job, every CPU ns the daemon spends is work, so what the agent adds
+    shows as more CPU per request (its programs run in the context of the
+    task that hits the probe, uprobe traps and tracepoint dispatch
+    included), not as a throughput difference lost in the noise."""
+    agent = None
+    if agent_on:
+        agent = at.start_agent(os.path.join(tmp, f"cpu{i}.db"), "--flush-ms", 200, pid=pid)
+        a0 = cpu_s(agent.pid)
+    d0, g0 = cpu_s(pid), children_cpu_s()
+    p = load(url, args, args.cpu_requests, os.path.join(tmp, f"cpu{i}.json"), "--seed", i)
+    d1, g1 = cpu_s(pid), children_cpu_s()
+    if p.returncode != 0:
+        raise SystemExit(f"kpi-bench failed: {p.stderr[-800:]}")
+    n = args.cpu_requests
+    r = {"agent": agent_on, "daemon_us": (d1 - d0) / n * 1e6, "client_us": (g1 - g0) / n * 1e6,
+         "agent_us": 0.0}
+    if agent:
+        r["agent_us"] = (cpu_s(agent.pid) - a0) / n * 1e6
+        assert agent.stop() == 0, agent.lines[-10:]
+    return r
+
+
+def cpu_cost(rs):
+    """Per off/on pair: the CPU the agent adds to a request (the daemon's,
+    the load generator's and its own process's), and that as a share of the
+    daemon's own CPU per request without it."""
+    added, share = [], []
+    for k in range(0, len(rs) - 1, 2):
+        on_r, off_r = sorted(rs[k:k + 2], key=lambda r: not r["agent"])
+        a = (on_r["daemon_us"] - off_r["daemon_us"] + on_r["client_us"] - off_r["client_us"] +
+             on_r["agent_us"])
+        added.append(a)
+        share.append(a / off_r["daemon_us"])
+    off = [r for r in rs if not r["agent"]]
+    on = [r for r in rs if r["agent"]]
+    return {"daemon_us_off": med(off, "daemon_us"), "daemon_us_on": med(on, "daemon_us"),
+            "client_us_off": med(off, "client_us"), "client_us_on": med(on, "client_us"),
+            "agent_us": med(on, "agent_us"), "added_us_paired": spread(added),
+            "added_share_paired": spread(share), "rounds_detail": rs}
 
 
 def bpf_programs():
@@ -170,6 +222,19 @@ def main():
                   (f", {r['drops']} drops, {r['agent_cpu_s']:.2f} s CPU" if on else ""),
                   file=sys.stderr, flush=True)
         cost = bpf_cost_round(url, server.pid, args, tmp)
+        server.stop()
+        # the same workload against a daemon whose engine runs on its own
+        # thread: CPU per request, agent off and on, in pairs
+        server1, url1 = bt.start_server("--max-seqs", "32", "--threads", "1")
+        load(url1, args, 100, os.path.join(tmp, "warm1.json"))
+        args.cpu_requests = args.requests
+        cpu_rs = []
+        for i, on in enumerate(order):
+            r = cpu_round(url1, server1.pid, on, args, tmp, i)
+            cpu_rs.append(r)
+            print(f"cpu round {i}: agent {'on ' if on else 'off'} daemon {r['daemon_us']:.0f} "
+                  f"µs, client {r['client_us']:.0f} µs, agent {r['agent_us']:.1f} µs a request",
+                  file=sys.stderr, flush=True)
     finally:
         kpitest.cleanup()
         kpitest.run(["rm", "-rf", tmp])
@@ -208,6 +273,7 @@ def main():
         "ttft_client_minus_agent": accuracy,
         "rounds_detail": results,
         "bpf_cost": cost,
+        "cpu_per_request": dict(cpu_cost(cpu_rs), requests=args.cpu_requests, threads=1),
     }
     if cost:
         # what the agent's CPU (in-kernel programs + its own process) takes
@@ -241,8 +307,20 @@ def main():
               f"{cost['agent_cpu_us_per_request']:.1f} µs per request. At the {thr_on[0]:.0f} "
               f"requests/s measured with the agent on that is "
               f"{100 * summary['cpu_share_at_load']:.2f}% of this machine's "
-              f"{os.cpu_count()} CPUs: the throughput loss to expect without the noise "
-              f"(tracepoint entry and uprobe trap costs are not in these counts).")
+              f"{os.cpu_count()} CPUs (tracepoint dispatch and uprobe traps are not in "
+              f"these counts; the CPU rounds below have them).")
+    cc = summary["cpu_per_request"]
+    pc = lambda t: f"{100 * t[0]:.2f}% ({100 * t[1]:.2f}–{100 * t[2]:.2f}%)"
+    print(f"\nCPU per request, the same workload against a daemon with --threads 1 (its "
+          f"CPU time is then all work, no pool worker polling), {cc['requests']} requests a "
+          f"round, {len(order)} rounds interleaved: daemon {fmt(cc['daemon_us_off'])} µs with "
+          f"the agent off, {fmt(cc['daemon_us_on'])} µs on; load generator "
+          f"{fmt(cc['client_us_off'])} off, {fmt(cc['client_us_on'])} on; agent process "
+          f"{fmt(cc['agent_us'])} µs. Within each off/on pair the agent adds "
+          f"{fmt(cc['added_us_paired'])} µs a request (daemon + load generator + agent), "
+          f"{pc(cc['added_share_paired'])} of the daemon's own CPU per request: the "
+          f"throughput loss to expect where the daemon's CPUs are the bottleneck, every "
+          f"in-kernel cost included (target <= 1%).")
     print(f"\nring-buffer drops: {summary['drops']}; requests recorded: {recorded} of "
           f"{summary['requests_sent_on']} sent with the agent on; "
           f"agent CPU: {summary['agent_cpu_s_per_1000_requests']:.3f} s per 1000 requests "
