@@ -83,7 +83,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="bench-client-")
     t_start = time.monotonic()
     try:
-        model = benchtest.tiny_model()
+        model = benchtest.preset_model()
         servers = {}
         for mode in ("continuous", "static"):
             _, servers[mode] = benchtest.start_server("--batching", mode, "--max-seqs", str(MAX_SEQS),

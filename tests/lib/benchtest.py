@@ -19,23 +19,24 @@ def require_built(need_server=True):
         raise kpitest.Skip("build/kpi-infer is not built (daemon/ does not link yet); run make")
 
 
-def tiny_model():
-    """A tiny-preset GGUF, generated once per process (deterministic)."""
+def preset_model(preset="tiny"):
+    """A GGUF of the preset (tiny unless told), generated once per process
+    (deterministic)."""
     global _model_dir
     if _model_dir is None:
         _model_dir = tempfile.mkdtemp(prefix="kpi-bench-model-")
         import atexit
         atexit.register(shutil.rmtree, _model_dir, True)
-    path = os.path.join(_model_dir, "m.gguf")
+    path = os.path.join(_model_dir, f"{preset}.gguf")
     if not os.path.exists(path):
-        kpitest.run([INFER, "--make-model", path, "--preset", "tiny"], timeout=120, check=True)
+        kpitest.run([INFER, "--make-model", path, "--preset", preset], timeout=120, check=True)
     return path
 
 
 def start_server(*extra, model=None):
     """kpi-infer on a free port; returns (Proc, base URL). Stopped by cleanup."""
     port = kpitest.free_port()
-    p = kpitest.Proc([INFER, "--model", model or tiny_model(), "--port", str(port), *extra])
+    p = kpitest.Proc([INFER, "--model", model or preset_model(), "--port", str(port), *extra])
     p.wait_line("listening on http://", timeout=60)
     return p, f"http://127.0.0.1:{port}"
 
