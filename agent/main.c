@@ -458,15 +458,18 @@ static int target_attach(struct agent *ag, pid_t pid)
 
 /* Walks map fd and deletes the entries for which gone(ctx, key, value)
  * returns true.  The next key is taken before the current one is deleted:
- * a hash map's walk from a key that no longer exists starts over. */
-static void map_prune(int fd, size_t key_size, size_t value_size,
-		      bool (*gone)(void *ctx, const void *key, const void *value), void *ctx)
+ * a hash map's walk from a key that no longer exists starts over.  Called
+ * through map_prune(), which checks at compile time that the map's key and
+ * value types fit its buffers. */
+#define PRUNE_KEY_MAX 16
+#define PRUNE_VALUE_MAX 128
+
+static void map_prune_walk(int fd, bool (*gone)(void *ctx, const void *key, const void *value),
+			   void *ctx)
 {
-	_Alignas(8) unsigned char k[2][16], v[128];
+	_Alignas(8) unsigned char k[2][PRUNE_KEY_MAX], v[PRUNE_VALUE_MAX];
 	int cur = 0, more;
 
-	if (key_size > sizeof(k[0]) || value_size > sizeof(v))
-		abort(); /* a map this walk was not sized for: a bug, caught by the tests */
 	more = bpf_map_get_next_key(fd, NULL, k[cur]) == 0;
 	while (more) {
 		more = bpf_map_get_next_key(fd, k[cur], k[!cur]) == 0;
@@ -475,6 +478,12 @@ static void map_prune(int fd, size_t key_size, size_t value_size,
 		cur = !cur;
 	}
 }
+
+#define map_prune(fd, key_t, value_t, gone, ctx) do {                                      \
+	_Static_assert(sizeof(key_t) <= PRUNE_KEY_MAX && sizeof(value_t) <= PRUNE_VALUE_MAX, \
+		       "map_prune: " #key_t " -> " #value_t " does not fit its buffers");   \
+	map_prune_walk(fd, gone, ctx);                                                     \
+} while (0)
 
 /* conns: (pid << 32 | fd) -> connection.  Write times the kernel still holds
  * go to the assembler first: the target is gone, so no response__end or close
@@ -510,11 +519,9 @@ static void forget_maps(struct agent *ag, pid_t pid)
 
 	bpf_map__delete_elem(ag->skel->maps.targets, &key, sizeof(key), 0);
 	bpf_map__delete_elem(ag->skel->maps.runq_total, &key, sizeof(key), 0);
-	map_prune(bpf_map__fd(ag->skel->maps.conns), sizeof(__u64), sizeof(struct kpi_conn),
-		  conn_of_pid, &c);
+	map_prune(bpf_map__fd(ag->skel->maps.conns), __u64, struct kpi_conn, conn_of_pid, &c);
 	if (!sched_raw(ag))
-		map_prune(bpf_map__fd(ag->skel->maps.target_tids), sizeof(__u32), sizeof(__u32),
-			  tid_of_pid, &c);
+		map_prune(bpf_map__fd(ag->skel->maps.target_tids), __u32, __u32, tid_of_pid, &c);
 }
 
 static void target_detach(struct agent *ag, int idx, bool announce)

@@ -78,7 +78,8 @@ def test_agent_store_layout_and_views():
 def test_agent_follows_targets_that_come_and_go():
     kpitest.require_root("kpi-agent")
     d = _tmp()
-    agent = at.start_agent(os.path.join(d, "t.db"), "--exe", at.TARGET)
+    db = os.path.join(d, "t.db")
+    agent = at.start_agent(db, "--exe", at.TARGET)
     agent.wait_line("writing ")
     for _ in range(2):
         t = at.Target()
@@ -89,8 +90,12 @@ def test_agent_follows_targets_that_come_and_go():
         c = at.Conn(t.port)
         c.completion(at.Result(f"life{t.pid}-open", False), {"prompt": "hi", "max_tokens": 2})
         # the client can have the last byte before the target's response__end
-        # fires; a request killed before that is not complete, so let it fire
-        time.sleep(0.2)
+        # fires; a request killed before that is not complete: wait for its row
+        deadline = time.monotonic() + 10
+        while not sqlite3.connect(db, timeout=5).execute(
+                "SELECT 1 FROM requests WHERE request_id = ?", (f"life{t.pid}-open",)).fetchone():
+            assert time.monotonic() < deadline, f"life{t.pid}-open was not recorded"
+            time.sleep(0.05)
         mine = lambda: [k for k in at.bpf_map_keys(agent.pid, "conns") if k >> 32 == t.pid]
         assert mine(), "no conns entry for the open connection"
         t.proc.stop(signal.SIGKILL)
@@ -98,7 +103,7 @@ def test_agent_follows_targets_that_come_and_go():
         assert not mine(), f"conns entries left for pid {t.pid}: {mine()}"
         c.close()
     assert agent.stop() == 0
-    n = sqlite3.connect(os.path.join(d, "t.db")).execute(
+    n = sqlite3.connect(db).execute(
         "SELECT count(*) FROM requests WHERE request_id LIKE 'life%'").fetchone()[0]
     assert n == 12, n
 
