@@ -677,13 +677,14 @@ static struct conn *conn_get(struct loop *L)
 	return c;
 }
 
-static void request_start(struct loop *L, long idx, bool warm)
+/* Starts request idx at time now (the clock read that allowed it). */
+static void request_start(struct loop *L, long idx, bool warm, double now)
 {
 	struct conn *c = conn_get(L);
 	c->idx = idx;
 	c->warm = warm;
 	c->retried = false;
-	c->t_start = mono();
+	c->t_start = now;
 	c->t_first = c->t_last = 0;
 	c->chunks = 0;
 	c->prompt_tokens = c->completion_tokens = -1;
@@ -900,12 +901,16 @@ static void conn_event(struct loop *L, struct conn *c, uint32_t ev)
 
 /* ---- the run --------------------------------------------------------------- */
 
-static bool may_issue(struct loop *L, double now)
+/* Whether a measured request may start; *now is read afresh, so that one
+ * started after a batch of events is not let through by the clock of the
+ * loop turn, and becomes the request's start time. */
+static bool may_issue(struct loop *L, double *now)
 {
 	const struct config *cfg = L->cfg;
 	if (cfg->requests && L->issued >= cfg->requests)
 		return false;
-	if (cfg->duration && now - L->t0 >= cfg->duration)
+	*now = mono();
+	if (cfg->duration && *now - L->t0 >= cfg->duration)
 		return false;
 	return true;
 }
@@ -925,7 +930,7 @@ static double schedule(struct loop *L, double now)
 	if (!L->measuring) {
 		long wconc = cfg->mode == MODE_CONCURRENCY ? cfg->concurrency : 64;
 		while (L->warm_issued < cfg->warmup && L->in_flight < wconc)
-			request_start(L, -1 - L->warm_issued, true);
+			request_start(L, -1 - L->warm_issued, true, mono());
 		if (L->warm_done < cfg->warmup)
 			return -1;
 		L->measuring = true;
@@ -935,19 +940,19 @@ static double schedule(struct loop *L, double now)
 
 	switch (cfg->mode) {
 	case MODE_CONCURRENCY:
-		while (L->in_flight < cfg->concurrency && may_issue(L, now))
-			request_start(L, L->issued, false);
+		while (L->in_flight < cfg->concurrency && may_issue(L, &now))
+			request_start(L, L->issued, false, now);
 		break;
 	case MODE_BURST:
-		while (may_issue(L, now))
-			request_start(L, L->issued, false);
+		while (may_issue(L, &now))
+			request_start(L, L->issued, false, now);
 		break;
 	case MODE_RATE:
-		while (L->next_arrival <= now && may_issue(L, now)) {
-			request_start(L, L->issued, false);
+		while (L->next_arrival <= now && may_issue(L, &now)) {
+			request_start(L, L->issued, false, now);
 			L->next_arrival += rng_exp(&L->arrivals, 1.0 / cfg->rate);
 		}
-		if (may_issue(L, now))
+		if (may_issue(L, &now))
 			return L->next_arrival - now;
 		break;
 	}
@@ -1039,8 +1044,8 @@ int main(int argc, char **argv)
 		double now = mono();
 		if (interrupted)
 			break;
-		double due = schedule(&L, now);
-		if (L.measuring && L.in_flight == 0 && !may_issue(&L, mono()))
+		double due = schedule(&L, now), t;
+		if (L.measuring && L.in_flight == 0 && !may_issue(&L, &t))
 			break;
 		double wait = next_progress - now;
 		if (due >= 0 && due < wait)
