@@ -108,14 +108,21 @@ def cpu_round(url, pid, agent_on, args, n, tmp, i):
     return r
 
 
+def off_on_pairs(rs):
+    """The rounds run in pairs (off on, on off, ...): (on, off) of each, whose
+    ratio or difference is less exposed to the machine's drift than those of
+    the medians."""
+    for k in range(0, len(rs) - 1, 2):
+        yield sorted(rs[k:k + 2], key=lambda r: not r["agent"])
+
+
 def cpu_cost(rs):
     """Per off/on pair: the CPU the agent adds to a request on the target's
     side (the target's and its own process's), and with the co-located load
     generator's added too (its reads and segments are traced, then filtered
     out)."""
     added, served = [], []
-    for k in range(0, len(rs) - 1, 2):
-        on_r, off_r = sorted(rs[k:k + 2], key=lambda r: not r["agent"])
+    for on_r, off_r in off_on_pairs(rs):
         served.append(on_r["target_us"] - off_r["target_us"] + on_r["agent_us"])
         added.append(served[-1] + on_r["client_us"] - off_r["client_us"])
     off = [r for r in rs if not r["agent"]]
@@ -258,11 +265,8 @@ def main():
     finally:
         kpitest.cleanup()
         kpitest.run(["rm", "-rf", tmp])
-    # the rounds come in pairs (off on, on off, ...): the ratio within a pair
-    # is less exposed to the machine's drift than the ratio of the medians
     paired_thr, paired_p99 = [], []
-    for k in range(0, len(results) - 1, 2):
-        on_r, off_r = sorted(results[k:k + 2], key=lambda r: not r["agent"])
+    for on_r, off_r in off_on_pairs(results):
         paired_thr.append(on_r["requests_per_s"] / off_r["requests_per_s"])
         paired_p99.append(on_r["ttft_p99_ms"] / off_r["ttft_p99_ms"])
     off = [r for r in results if not r["agent"]]
