@@ -402,7 +402,7 @@ static void findings(struct report *r)
 static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int have_from, int64_t to,
 		   int have_to, int64_t base_from, int64_t base_to, int have_base, char *err, size_t errlen)
 {
-	char a[40], b[40];
+	char a[40], b[40], c[40], d[40];
 	int64_t bucket;
 	/* incident window */
 	if (have_from || have_to) {
@@ -427,7 +427,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 	if (to <= r->first_ns || from > r->last_ns) {
 		snprintf(err, errlen, "no requests arrived between %s and %s; the trace spans %s to %s",
 			 trace_fmt_time(r->t, a, sizeof(a), from, 1), trace_fmt_time(r->t, b, sizeof(b), to, 1),
-			 trace_fmt_time(r->t, a + 20, 20, r->first_ns, 1), trace_fmt_time(r->t, b + 20, 20, r->last_ns, 1));
+			 trace_fmt_time(r->t, c, sizeof(c), r->first_ns, 1), trace_fmt_time(r->t, d, sizeof(d), r->last_ns, 1));
 		return -1;
 	}
 	if (from < r->first_ns) from = r->first_ns;
@@ -437,7 +437,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 	if (r->inc.w.requests == 0) {
 		snprintf(err, errlen, "no requests arrived between %s and %s; the trace spans %s to %s",
 			 trace_fmt_time(r->t, a, sizeof(a), from, 1), trace_fmt_time(r->t, b, sizeof(b), to, 1),
-			 trace_fmt_time(r->t, a + 20, 20, r->first_ns, 1), trace_fmt_time(r->t, b + 20, 20, r->last_ns, 1));
+			 trace_fmt_time(r->t, c, sizeof(c), r->first_ns, 1), trace_fmt_time(r->t, d, sizeof(d), r->last_ns, 1));
 		return -1;
 	}
 
@@ -475,7 +475,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 				 "stretch of it stood out; record longer, or pass --from/--to and --baseline FROM..TO",
 				 trace_fmt_dur(a, sizeof(a), (double)(r->last_ns + 1 - r->first_ns)),
 				 trace_fmt_time(r->t, b, sizeof(b), r->first_ns, 1),
-				 trace_fmt_time(r->t, a + 20, 20, r->last_ns, 1));
+				 trace_fmt_time(r->t, c, sizeof(c), r->last_ns, 1));
 			return -1;
 		} else {
 			snprintf(err, errlen, "no baseline: no other window of %s in the trace has %d finished "
