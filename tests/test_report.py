@@ -7,6 +7,7 @@ sys.path.insert(0, os.path.dirname(__file__) + "/lib")
 import kpitest, tracetest  # noqa: E402
 from tracetest import REPORT, EXT, run_tool, report_findings as findings  # noqa: E402
 
+
 def tmp():
     return kpitest.tmpdir("kpi-report-test-")
 
