@@ -155,11 +155,17 @@ class Tmux:
                               capture_output=True, text=True).stdout
 
     def wait(self, pred, what, timeout=10):
+        """The first whole frame that satisfies pred.  tmux may parse one of kpitop's
+        frames in several reads, so a single capture can show the new header above the
+        old rows; a frame counts only once a second capture right after it is the same."""
         deadline = time.monotonic() + timeout
         while True:
             s = self.screen()
             if pred(s):
-                return s
+                time.sleep(0.02)
+                if self.screen() == s:
+                    return s
+                continue
             if time.monotonic() > deadline:
                 raise AssertionError(f"screen never showed {what}:\n{s}")
             time.sleep(0.1)
@@ -192,8 +198,10 @@ def test_interactive_keys_filter_pause_replay_resize():
     t.keys("/", "Escape")
     t.wait(lambda s: "filter:" not in s and "req-" in s, "the filter cleared")
     # scrolling: End moves the list past the first page, Home brings it back
-    first_id = lambda s: re.search(r"^ (live-\d+|req-\d+) ", s, re.M).group(1)
-    top = first_id(t.screen())
+    def first_id(s):
+        m = re.search(r"^ (live-\d+|req-\d+) ", s, re.M)
+        return m and m.group(1)
+    top = first_id(t.wait(lambda s: first_id(s), "a request row"))
     t.keys("End")
     s = t.wait(lambda s: first_id(s) != top, "the list scrolled to its end")
     assert "req-" in first_id(s)
@@ -214,7 +222,7 @@ def test_interactive_keys_filter_pause_replay_resize():
     t.wait(lambda s: "window 10s" in s, "the 10s window")
     # replay: left leaves live mode and moves back one window; right moves forward
     span = re.compile(r"window 10s\s+(\d\d:\d\d:\d\d) → (\d\d:\d\d:\d\d)")
-    end0 = span.search(t.screen()).group(2)
+    end0 = span.search(t.wait(lambda s: span.search(s), "the 10s window's span")).group(2)
     t.keys("Left")
     s = t.wait(lambda s: "replay" in s, "replay mode")
     end1 = span.search(s).group(2)
