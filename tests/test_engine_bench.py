@@ -1,7 +1,7 @@
 """build/engine-bench, the tool behind the engine benchmark: the FLOPs and
 bytes it charges a decode step follow the model's shapes, the FMA peak mode
 reports a rate at the kernels' vector width, bad command lines are refused."""
-import json, os, subprocess
+import json, math, os, subprocess
 
 import kpitest
 
@@ -38,6 +38,44 @@ def test_decode_step_flops_follow_the_shapes():
     assert abs(j["gflops"] - rate) <= rate * 0.0001 / j["seconds"] + 0.01, (j["gflops"], rate)
     # every weight is read once a step: F16 matmuls, F32 norms, the embedding row
     assert j["weight_bytes"] >= 2 * params, (j["weight_bytes"], params)
+
+
+def test_burst_counts_the_rows_each_scheduler_computes():
+    d = kpitest.tmpdir("engine-bench-test-")
+    model = os.path.join(d, "tiny.gguf")
+    rc, out, err = bench("make", "--out", model, "--preset", "tiny")
+    assert rc == 0, err
+    requests, prompt, seqs = 12, 8, 4
+    runs = {}
+    for mode in ("continuous", "static"):
+        rc, out, err = bench("burst", "--model", model, "--batching", mode, "--seqs", seqs,
+                             "--requests", requests, "--prompt", prompt, "--mean", 6, "--max", 24,
+                             "--threads", 1)
+        assert rc == 0, err
+        j = runs[mode] = json.loads(out.strip().splitlines()[-1])
+        assert j["finished"] == requests and j["tokens"] == j["want_tokens"], j
+        assert j["preemptions"] == 0 and j["prompt_tokens"] == requests * prompt, j
+    # continuous computes each prompt token once and one decode row for every
+    # token after a request's first (which the prompt's last row samples)
+    c, s = runs["continuous"], runs["static"]
+    assert c["rows"] == c["prompt_tokens"] + c["tokens"] - requests, c
+    # static: each batch of `seqs` from the queue's head prefills, then runs one row
+    # per member (padding for the finished ones) until its longest member ends
+    lens = burst_lengths(requests, 6, 24)
+    assert sum(lens) == s["tokens"] == c["tokens"], (lens, s, c)
+    want = sum(len(b) * prompt + len(b) * (max(b) - 1)
+               for b in (lens[i:i + seqs] for i in range(0, requests, seqs)))
+    assert s["rows"] == want > c["rows"], (s["rows"], want, c["rows"])
+
+
+def burst_lengths(n, mean, cap):
+    """engine-bench burst's output lengths: capped exponential from its LCG."""
+    rng, out = 12345, []
+    for _ in range(n):
+        rng = (rng * 6364136223846793005 + 1442695040888963407) % 2**64
+        u = ((rng >> 11) + 0.5) * 2.0**-53
+        out.append(min(max(math.ceil(-math.log(u) * mean), 1), cap))
+    return out
 
 
 def test_fma_peak_at_the_kernels_width():

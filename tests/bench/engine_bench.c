@@ -196,11 +196,23 @@ static void make_prompt(int32_t *p, int n, int salt, const struct model_info *mi
 }
 
 /* Drives steps until no work; returns generated tokens. */
-static long drain(struct engine *e, struct engine_event *ev, int max_ev, int *finished)
+/* Steps until the engine is idle; returns the tokens sampled.  rows, when
+ * given, adds up the rows every forward pass computed: prefill and decode
+ * tokens, static batching's padding rows included. */
+static long drain(struct engine *e, struct engine_event *ev, int max_ev, int *finished, long *rows)
 {
 	long toks = 0;
+	struct engine_stats st;
+	engine_stats(e, &st);
+	uint64_t steps = st.steps;
 	while (engine_has_work(e)) {
 		int n = engine_step(e, ev, max_ev);
+		if (rows) {
+			engine_stats(e, &st);
+			if (st.steps != steps)
+				*rows += st.last_step_tokens;
+			steps = st.steps;
+		}
 		for (int i = 0; i < n; i++) {
 			if (ev[i].kind == ENGINE_EV_TOKEN)
 				toks++;
@@ -241,7 +253,7 @@ static int run_decode(const char *model, int seqs, int prompt, int gen, int thre
 	struct engine_stats st0, st1;
 	engine_stats(e, &st0);
 	double t0 = now();
-	long toks = drain(e, ev, max_ev, NULL);
+	long toks = drain(e, ev, max_ev, NULL, NULL);
 	double dt = now() - t0;
 	engine_stats(e, &st1);
 	long steps = (long)(st1.steps - st0.steps);
@@ -299,7 +311,7 @@ static int run_prefill(const char *model, int prompt, int threads)
 			return 1;
 		}
 		double t0 = now();
-		drain(e, ev, 64, NULL);
+		drain(e, ev, 64, NULL, NULL);
 		double dt = now() - t0;
 		best = dt < best ? dt : best;
 	}
@@ -338,16 +350,19 @@ static int run_burst(const char *model, int requests, int prompt, int mean, int 
 		}
 	}
 	int finished = 0;
-	long toks = drain(e, ev, max_ev, &finished);
+	long rows = 0;
+	long toks = drain(e, ev, max_ev, &finished, &rows);
 	double dt = now() - t0;
 	struct engine_stats st;
 	engine_stats(e, &st);
 	printf("{\"mode\":\"burst\",\"batching\":\"%s\",\"requests\":%d,\"finished\":%d,\"prompt\":%d,"
 	       "\"mean\":%d,\"max\":%d,\"seqs\":%d,\"threads\":%d,\"tokens\":%ld,\"want_tokens\":%ld,"
-	       "\"seconds\":%.3f,\"req_s\":%.3f,\"tok_s\":%.2f,\"steps\":%llu,\"preemptions\":%llu}\n",
+	       "\"seconds\":%.3f,\"req_s\":%.3f,\"tok_s\":%.2f,\"steps\":%llu,\"rows\":%ld,"
+	       "\"prompt_tokens\":%llu,\"preemptions\":%llu}\n",
 	       batching == ENGINE_BATCH_STATIC ? "static" : "continuous", requests, finished, prompt, mean,
 	       maxlen, seqs, threads, toks, want, dt, finished / dt, toks / dt,
-	       (unsigned long long)st.steps, (unsigned long long)st.preemptions);
+	       (unsigned long long)st.steps, rows, (unsigned long long)st.prompt_tokens,
+	       (unsigned long long)st.preemptions);
 	free(pr);
 	free(ev);
 	engine_destroy(e);
