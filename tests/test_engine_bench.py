@@ -18,11 +18,15 @@ def bench(*args):
     return p.returncode, p.stdout, p.stderr
 
 
-def test_decode_step_flops_follow_the_shapes():
-    d = kpitest.tmpdir("engine-bench-test-")
-    model = os.path.join(d, "tiny.gguf")
+def tiny_model():
+    model = os.path.join(kpitest.tmpdir("engine-bench-test-"), "tiny.gguf")
     rc, out, err = bench("make", "--out", model, "--preset", "tiny")
     assert rc == 0, err
+    return model
+
+
+def test_decode_step_flops_follow_the_shapes():
+    model = tiny_model()
     seqs, prompt, gen = 3, 8, 4
     rc, out, err = bench("decode", "--model", model, "--seqs", seqs, "--prompt", prompt, "--gen", gen,
                          "--threads", 1)
@@ -41,10 +45,7 @@ def test_decode_step_flops_follow_the_shapes():
 
 
 def test_burst_counts_the_rows_each_scheduler_computes():
-    d = kpitest.tmpdir("engine-bench-test-")
-    model = os.path.join(d, "tiny.gguf")
-    rc, out, err = bench("make", "--out", model, "--preset", "tiny")
-    assert rc == 0, err
+    model = tiny_model()
     requests, prompt, seqs = 12, 8, 4
     runs = {}
     for mode in ("continuous", "static"):
