@@ -1,6 +1,7 @@
 /* assemble.c - request assembly: one struct req per request in flight, found
  * by connection (pid, fd) for socket events and by (pid, id) for engine
  * events; completed at response__end (or close) and handed to the sinks. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "assemble.h"
@@ -107,12 +108,19 @@ struct req {
 	size_t n_writes, cap_writes;
 };
 
+/* Distinct processes a target waited behind within one sample; more than
+ * that in one second are summed in the sample's rest entry. */
+#define RUNQ_BY_SLOTS 32
+
 struct pidstate {
 	uint32_t pid;
 	int64_t kv_used, kv_free;
-	uint64_t last_t, last_runq, last_drops;
+	uint64_t last_t, last_runq, last_runq_self, last_runq_idle, last_drops;
 	bool sampled;
 	int completed, out_tokens, preemptions, rejections, errors;
+	struct kpi_runq_by runq_by[RUNQ_BY_SLOTS];
+	int n_runq_by;
+	uint64_t runq_by_rest;
 };
 
 struct assembler {
@@ -431,6 +439,90 @@ static void on_step(struct assembler *a, const struct kpi_event *e)
 	free(s);
 }
 
+/* The name of process pid, for the raw_tp flavour's RUNQ_BY events, which
+ * carry no comm: read once per process and sample, within a flush interval of
+ * the wait; "?" when the process has exited since. */
+static void proc_comm(uint32_t pid, char *out, size_t len)
+{
+	char path[32];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%u/comm", pid);
+	snprintf(out, len, "?");
+	if (!(f = fopen(path, "re")))
+		return;
+	if (fgets(out, (int)len, f))
+		out[strcspn(out, "\n")] = 0;
+	fclose(f);
+}
+
+static void runq_by_add(struct pidstate *ps, uint32_t pid, const char *comm, uint64_t ns)
+{
+	int i;
+
+	for (i = 0; i < ps->n_runq_by; i++)
+		if (ps->runq_by[i].pid == pid)  /* by process: the comm of its first thread seen */
+			break;
+	if (i == RUNQ_BY_SLOTS) {
+		/* full: the smallest so far goes to the rest, unless this wait
+		 * is smaller still (a process that keeps delaying the target
+		 * keeps its slot) */
+		int min = 0;
+		for (int k = 1; k < RUNQ_BY_SLOTS; k++)
+			if (ps->runq_by[k].ns < ps->runq_by[min].ns)
+				min = k;
+		if (ns < ps->runq_by[min].ns) {
+			ps->runq_by_rest += ns;
+			return;
+		}
+		ps->runq_by_rest += ps->runq_by[min].ns;
+		i = min;
+	} else if (i == ps->n_runq_by) {
+		ps->n_runq_by++;
+	} else {
+		ps->runq_by[i].ns += ns;
+		return;
+	}
+	ps->runq_by[i] = (struct kpi_runq_by){ .pid = pid, .ns = ns };
+	if (comm[0])
+		snprintf(ps->runq_by[i].comm, sizeof(ps->runq_by[i].comm), "%.*s",
+			 (int)sizeof(ps->runq_by[i].comm) - 1, comm);
+	else
+		proc_comm(pid, ps->runq_by[i].comm, sizeof(ps->runq_by[i].comm));
+}
+
+static void on_runq_by(struct assembler *a, const struct kpi_event *e)
+{
+	struct pidstate *ps = pidstate(a, e->pid);
+	if (ps)
+		runq_by_add(ps, (uint32_t)e->a, e->reqid, e->runq_ns);
+}
+
+static int runq_by_cmp(const void *x, const void *y)
+{
+	const struct kpi_runq_by *a = x, *b = y;
+	return a->ns < b->ns ? 1 : a->ns > b->ns ? -1 : (a->pid > b->pid) - (a->pid < b->pid);
+}
+
+/* The sample's share of the waits behind other processes: the largest
+ * KPI_RUNQ_BY_MAX, then one entry for the rest. */
+static void runq_by_take(struct pidstate *ps, struct kpi_sample_record *s)
+{
+	uint64_t rest = ps->runq_by_rest;
+
+	qsort(ps->runq_by, (size_t)ps->n_runq_by, sizeof(ps->runq_by[0]), runq_by_cmp);
+	for (int i = 0; i < ps->n_runq_by; i++) {
+		if (i < KPI_RUNQ_BY_MAX)
+			s->runq_by[s->n_runq_by++] = ps->runq_by[i];
+		else
+			rest += ps->runq_by[i].ns;
+	}
+	if (rest)
+		s->runq_by[s->n_runq_by++] = (struct kpi_runq_by){ .pid = KPI_RUNQ_BY_REST, .ns = rest };
+	ps->n_runq_by = 0;
+	ps->runq_by_rest = 0;
+}
+
 void assemble_event(struct assembler *a, const struct kpi_event *e)
 {
 	struct req *r;
@@ -504,6 +596,9 @@ void assemble_event(struct assembler *a, const struct kpi_event *e)
 	case KPI_EV_STEP_BEGIN:
 	case KPI_EV_STEP_END:
 		on_step(a, e);
+		break;
+	case KPI_EV_RUNQ_BY:
+		on_runq_by(a, e);
 		break;
 	case KPI_EV_WRITE:
 		if ((r = by_conn(a, e)) && e->a > 0 && e->a <= KPI_WRITE_BATCH) {
@@ -627,7 +722,7 @@ static void count_fn(void *ctx, const struct kpi_inflight_record *r)
 }
 
 void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
-		     const uint64_t *runq_total, int n, uint64_t drops)
+		     const struct kpi_runq *runq, int n, uint64_t drops)
 {
 	for (int i = 0; i < n; i++) {
 		struct pidstate *ps = pidstate(a, pids[i]);
@@ -641,7 +736,11 @@ void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 			/* the first call only sets the baseline */
 			ps->sampled = true;
 			ps->last_t = now;
-			ps->last_runq = runq_total[i];
+			ps->last_runq = runq[i].total;
+			ps->last_runq_self = runq[i].self;
+			ps->last_runq_idle = runq[i].idle;
+			ps->n_runq_by = 0;
+			ps->runq_by_rest = 0;
 			/* drops since the previous sample of any pid still count: a
 			 * ring that overflowed before this pid's first sample (the
 			 * agent was stopped right after attaching) is not hidden */
@@ -665,12 +764,18 @@ void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 		s.rejections = ps->rejections;
 		s.errors = ps->errors;
 		s.drops = drops - ps->last_drops;
-		s.runq_ns = runq_total[i] - ps->last_runq;
+		s.runq_ns = runq[i].total - ps->last_runq;
+		s.runq_self_ns = runq[i].self - ps->last_runq_self;
+		if (runq[i].idle > ps->last_runq_idle)
+			runq_by_add(ps, 0, "(idle)", runq[i].idle - ps->last_runq_idle);
+		runq_by_take(ps, &s);
 		for (int k = 0; k < a->n_sinks; k++)
 			if (a->sinks[k].sample)
 				a->sinks[k].sample(a->sinks[k].ctx, &s);
 		ps->last_t = now;
-		ps->last_runq = runq_total[i];
+		ps->last_runq = runq[i].total;
+		ps->last_runq_self = runq[i].self;
+		ps->last_runq_idle = runq[i].idle;
 		ps->last_drops = drops;
 		ps->completed = ps->out_tokens = ps->preemptions = ps->rejections = ps->errors = 0;
 	}

@@ -18,10 +18,12 @@ void assemble_event(struct assembler *a, const struct kpi_event *e);
  * but whose response__end never fired (t_done = the last write, http_status
  * NULL), drops the others (cut off by the exit). */
 void assemble_forget_pid(struct assembler *a, uint32_t pid);
-/* One sample per pid in pids[] covering (last sample, now]. runq_total[i]
- * is pid i's cumulative run-queue ns; drops the agent-wide drops so far. */
+/* One sample per pid in pids[] covering (last sample, now]. runq[i] is pid
+ * i's cumulative run-queue delay (BPF runq_total); drops the agent-wide
+ * drops so far.  The RUNQ_BY events since the last sample name the other
+ * processes in it. */
 void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
-		     const uint64_t *runq_total, int n, uint64_t drops);
+		     const struct kpi_runq *runq, int n, uint64_t drops);
 /* Calls fn for every request in flight. */
 void assemble_foreach_inflight(struct assembler *a,
 			       void (*fn)(void *ctx, const struct kpi_inflight_record *r), void *ctx);

@@ -304,9 +304,9 @@ static uint64_t read_counter(struct agent *ag, __u32 idx)
 	return sum;
 }
 
-static uint64_t runq_total(struct agent *ag, __u32 pid)
+static struct kpi_runq runq_total(struct agent *ag, __u32 pid)
 {
-	__u64 v = 0;
+	struct kpi_runq v = { 0 };
 	bpf_map__lookup_elem(ag->skel->maps.runq_total, &pid, sizeof(pid), &v, sizeof(v), 0);
 	return v;
 }
@@ -641,6 +641,7 @@ static void choose_programs(struct agent *ag)
 	bpf_map__set_autocreate(s->maps.sys_task, ag->feat.task_storage);
 	bpf_map__set_autocreate(s->maps.sys_args, !ag->feat.task_storage);
 	bpf_map__set_autocreate(s->maps.runq_seen, sched_rawtp);
+	bpf_map__set_autocreate(s->maps.runq_last, sched_rawtp);
 	bpf_map__set_autocreate(s->maps.runq_start, !sched_rawtp);
 	bpf_map__set_autocreate(s->maps.target_tids, !sched_rawtp);
 	s->rodata->nr_read = SYS_read;
@@ -711,7 +712,7 @@ static void flush(struct agent *ag, uint64_t now, bool final)
 static void sample(struct agent *ag, uint64_t now)
 {
 	uint32_t pids[KPI_MAX_TARGETS];
-	uint64_t runq[KPI_MAX_TARGETS];
+	struct kpi_runq runq[KPI_MAX_TARGETS];
 	int n = 0;
 
 	for (int i = 0; i < ag->n_targets; i++) {
@@ -721,6 +722,10 @@ static void sample(struct agent *ag, uint64_t now)
 		runq[n] = runq_total(ag, pids[n]);
 		n++;
 	}
+	/* the kernel counts a wait in runq_total before it sends the wait's
+	 * RUNQ_BY event: read the totals first, then the events, so that the
+	 * sample's named waits are those its totals hold */
+	ring_buffer__consume(ag->rb);
 	assemble_sample(ag->asm_, now, pids, runq, n, read_counter(ag, KPI_CNT_DROPS));
 }
 

@@ -41,6 +41,16 @@ struct kpi_step_record {
 	int prefill_tokens, decode_seqs, kv_used, kv_free;
 };
 
+/* Run-queue delay of a target's threads in one sample that ended when a task
+ * of another process left the CPU: the processes it waited behind most. */
+#define KPI_RUNQ_BY_MAX  8
+#define KPI_RUNQ_BY_REST UINT32_MAX     /* pid of the entry that sums the rest */
+struct kpi_runq_by {
+	uint32_t pid;                   /* 0: an idle CPU (or unknown: a wait begun before the attach) */
+	char comm[16];                  /* of the first of its threads seen */
+	uint64_t ns;
+};
+
 struct kpi_sample_record {
 	uint32_t pid;
 	uint64_t t;
@@ -50,6 +60,9 @@ struct kpi_sample_record {
 	double requests_per_s, output_tokens_per_s;
 	int preemptions, rejections, errors;
 	uint64_t drops, runq_ns;
+	uint64_t runq_self_ns;          /* part of runq_ns behind the target's own threads */
+	int n_runq_by;                  /* the rest of runq_ns, largest first */
+	struct kpi_runq_by runq_by[KPI_RUNQ_BY_MAX + 1];
 };
 
 struct kpi_inflight_record {

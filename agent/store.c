@@ -28,8 +28,8 @@ struct vec {
 
 struct trace_store {
 	sqlite3 *db;
-	sqlite3_stmt *ins_req, *ins_step, *ins_sample, *ins_token, *ins_inflight, *del_inflight,
-		*set_meta;
+	sqlite3_stmt *ins_req, *ins_step, *ins_sample, *ins_runq_by, *ins_token, *ins_inflight,
+		*del_inflight, *set_meta;
 	bool token_detail;
 	int64_t run_id, mono_to_wall;
 	struct vec reqs, steps, samples;
@@ -246,7 +246,10 @@ struct trace_store *trace_store_open(const char *path, bool token_detail, char *
 	    prepare(st, &st->ins_sample,
 		    "INSERT INTO samples(pid, run_id, wall_ns, t_ns, queue_depth, running, kv_used, kv_free, "
 		    "kv_usage, requests_per_s, output_tokens_per_s, preemptions, rejections, errors, drops, "
-		    "runq_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", err, errlen) ||
+		    "runq_ns, runq_self_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", err, errlen) ||
+	    prepare(st, &st->ins_runq_by,
+		    "INSERT INTO runq_by(pid, run_id, wall_ns, t_ns, other_pid, other_comm, runq_ns) "
+		    "VALUES (?,?,?,?,?,?,?)", err, errlen) ||
 	    prepare(st, &st->ins_token,
 		    "INSERT INTO tokens(request_id, pid, idx, t_write_ns) VALUES (?,?,?,?)", err, errlen) ||
 	    prepare(st, &st->ins_inflight,
@@ -435,7 +438,25 @@ static int write_sample(struct trace_store *st, const struct kpi_sample_record *
 	sqlite3_bind_int(s, 14, x->errors);
 	sqlite3_bind_int64(s, 15, (int64_t)x->drops);
 	sqlite3_bind_int64(s, 16, (int64_t)x->runq_ns);
-	return step_done(st, s);
+	sqlite3_bind_int64(s, 17, (int64_t)x->runq_self_ns);
+	if (step_done(st, s))
+		return -1;
+	s = st->ins_runq_by;
+	for (int i = 0; i < x->n_runq_by; i++) {
+		const struct kpi_runq_by *b = &x->runq_by[i];
+		sqlite3_bind_int64(s, 1, x->pid);
+		sqlite3_bind_int64(s, 2, st->run_id);
+		sqlite3_bind_int64(s, 3, (int64_t)x->t + st->mono_to_wall);
+		sqlite3_bind_int64(s, 4, (int64_t)x->t);
+		if (b->pid != KPI_RUNQ_BY_REST) {
+			sqlite3_bind_int64(s, 5, b->pid);
+			sqlite3_bind_text(s, 6, b->comm, -1, SQLITE_STATIC);
+		}
+		sqlite3_bind_int64(s, 7, (int64_t)b->ns);
+		if (step_done(st, s))
+			return -1;
+	}
+	return 0;
 }
 
 struct inflight_ctx {
@@ -532,8 +553,8 @@ fail:
 
 void trace_store_close(struct trace_store *st)
 {
-	sqlite3_stmt **stmts[] = { &st->ins_req, &st->ins_step, &st->ins_sample, &st->ins_token,
-				   &st->ins_inflight, &st->del_inflight, &st->set_meta };
+	sqlite3_stmt **stmts[] = { &st->ins_req, &st->ins_step, &st->ins_sample, &st->ins_runq_by,
+				   &st->ins_token, &st->ins_inflight, &st->del_inflight, &st->set_meta };
 
 	if (!st)
 		return;

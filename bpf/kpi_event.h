@@ -26,6 +26,10 @@ enum kpi_event_type {
 	KPI_EV_WRITE,           /* sys_enter times of writes/sends on a connection with a
 				 * request, batched in the kernel (see writes[]) */
 	KPI_EV_CLOSE,           /* close() of a connection that had a request in progress */
+	KPI_EV_RUNQ_BY,         /* a target thread's run-queue wait that ended when another
+				 * process's task left the CPU (see struct kpi_runq): a = that
+				 * process's tgid, runq_ns = the wait, reqid = the task's comm
+				 * (empty from the raw_tp flavour: the agent reads /proc) */
 	KPI_EV_TYPE_MAX,
 };
 
@@ -81,8 +85,21 @@ struct kpi_conn {
 	unsigned long long writes[KPI_WRITE_BATCH]; /* sys_enter times not yet sent */
 };
 
+/* Value of the BPF `runq_total` map, keyed by tgid: run-queue delay of the
+ * target's threads, ns, since the attach.  Of it, self: the waits that ended
+ * when another thread of the same process left the CPU; idle: those that
+ * ended when the idle task did (a wake-up onto an idle CPU, or a thread
+ * pulled to one).  Those two are only summed; each of the rest is a RUNQ_BY
+ * event. */
+struct kpi_runq {
+	unsigned long long total;
+	unsigned long long self;
+	unsigned long long idle;
+};
+
 _Static_assert(sizeof(struct kpi_conn) == 88, "kpi_conn ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_event) == 136, "kpi_event ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_runq) == 24, "kpi_runq ABI changed: update both sides");
 
 /* The WRITE event for the n (1..KPI_WRITE_BATCH) write times c holds, timed at
  * the last of them.  The kernel sends it when the batch fills, the response

@@ -231,9 +231,12 @@ def _runq_matches_schedstat(disable):
                             (pid, end)).fetchone():
             assert time.monotonic() < deadline, "no sample after the load"
             time.sleep(0.1)
-        agent_ns = c.execute("SELECT TOTAL(runq_ns) FROM samples WHERE pid = ?",
-                             (pid,)).fetchone()[0]
+        agent_ns, self_ns = c.execute("SELECT TOTAL(runq_ns), TOTAL(runq_self_ns) FROM samples "
+                                      "WHERE pid = ?", (pid,)).fetchone()
         per_req = c.execute("SELECT count(*) FROM requests WHERE runq_ns > 0").fetchone()[0]
+        by = c.execute("SELECT other_pid, other_comm, TOTAL(runq_ns) AS ns FROM runq_by WHERE pid = ? "
+                       "GROUP BY other_pid ORDER BY ns DESC", (pid,)).fetchall()
+    hog_comm = open(f"/proc/{hog.pid}/comm").read().strip()
     hog.kill()
     assert agent.stop() == 0, agent.lines[-20:]
     at.check_accuracy(results, at.rows(db), ttft_p99_ms=1000)
@@ -247,6 +250,15 @@ def _runq_matches_schedstat(disable):
     # (a preempted thread missed would show as a shortfall: keep it tight)
     assert 0.97 * kernel_ns <= agent_ns <= 1.1 * kernel_ns + 5e6, (agent_ns, kernel_ns)
     assert per_req >= len(results) // 2, per_req
+    # who the daemon waited behind: its own threads (all on the hog's CPU) and
+    # the hog; the two parts add up to the whole (a wait whose event comes in
+    # after the last sample's totals were read may be missing)
+    other_ns = sum(ns for _, _, ns in by)
+    print(f"     behind its own threads {self_ns / 1e6:.1f} ms, behind others "
+          + ", ".join(f"{comm or 'rest'} ({p}) {ns / 1e6:.1f} ms" for p, comm, ns in by[:3]))
+    assert abs(self_ns + other_ns - agent_ns) <= 0.01 * agent_ns + 1e6, (self_ns, other_ns, agent_ns)
+    assert by and by[0][0] == hog.pid and by[0][1] == hog_comm, (hog.pid, hog_comm, by)
+    assert by[0][2] >= 0.8 * other_ns and self_ns > 0, (by, self_ns)
 
 
 def test_agent_runq_matches_schedstat():

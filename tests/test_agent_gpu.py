@@ -136,7 +136,8 @@ test_agent_attaches_to_libkpi_cupti_cpu_run.timeout = 180
 
 def test_agent_migrates_v1_trace():
     """kpi-agent --db on a trace written by a version-1 agent migrates it to
-    version 2 in place: rows kept, GPU table and columns added."""
+    the latest version in place: rows kept, GPU table and columns (version 2)
+    and the run-queue attribution (version 3) added."""
     kpitest.require_root("running kpi-agent")
     if not os.access(AGENT, os.X_OK):
         raise kpitest.Skip("kpi-agent is not built (run make)")
@@ -154,13 +155,16 @@ def test_agent_migrates_v1_trace():
     p = kpitest.run([AGENT, "--db", db, "--exe", "/bin/true", "--duration", "1"], timeout=60)
     assert p.returncode == 0, p.stderr
     con = sqlite3.connect(db)
-    assert con.execute("PRAGMA user_version").fetchone()[0] == 2
+    latest = max(int(f[:3]) for f in os.listdir(os.path.join(kpitest.ROOT, "schema")) if f[:3].isdigit())
+    assert latest >= 3 and con.execute("PRAGMA user_version").fetchone()[0] == latest
     assert con.execute("SELECT e2e_ns, prefill_gpu_ns, decode_gpu_ns FROM requests "
                        "WHERE request_id = 'old-1'").fetchone() == (1234, None, None)
     cols = {r[1] for r in con.execute("PRAGMA table_info(gpu_kernels)")}
     for c in ("pid", "step_id", "name", "start_ns", "end_ns", "device", "stream", "grid_x", "block_x"):
         assert c in cols, (c, cols)
     assert "gpu_busy_ns" in {r[1] for r in con.execute("PRAGMA table_info(steps)")}
+    assert "runq_self_ns" in {r[1] for r in con.execute("PRAGMA table_info(samples)")}
+    assert {"other_pid", "other_comm", "runq_ns"} <= {r[1] for r in con.execute("PRAGMA table_info(runq_by)")}
 
 
 def _slot_address(pid, exe):

@@ -161,7 +161,8 @@ def test_sqlite_extension_percentile():
 
 def real_incident(infer_args, baseline, incident, hog=None):
     """Baseline load, then the incident's load (with an optional CPU hog
-    running); returns the report of the incident's window and its findings."""
+    running); returns the report of the incident's window, its findings and
+    the hogs' pids."""
     d = tmp()
     db = os.path.join(d, "trace.db")
     rec = tracetest.Recording(db, *infer_args)
@@ -182,12 +183,12 @@ def real_incident(infer_args, baseline, incident, hog=None):
         h.stop()
     rec.stop()
     md = report(db, "--from", f"@{t0:.3f}", "--to", f"@{t1:.3f}")
-    return md, findings(md)
+    return md, findings(md), [h.p.pid for h in hogs]
 
 
 def test_real_burst_builds_a_queue():
     small = ["--prompt-len", "32", "--max-tokens", "16", "--ignore-eos", "--seed", "5"]
-    md, f = real_incident(["--max-seqs", "4", "--max-queue", "1000"],
+    md, f, _ = real_incident(["--max-seqs", "4", "--max-queue", "1000"],
                           ["--duration", "20", "--rate", "2", *small],
                           ["--burst", "--requests", "150", *small])
     assert f[0][1] == "queue" and "queue growth with no rejections" in f[0][2], f"{f[0]}\n{md}"
@@ -198,7 +199,7 @@ test_real_burst_builds_a_queue.timeout = 240
 
 def test_real_kv_pool_too_small():
     load = ["--prompt-len", "64", "--max-tokens", "64", "--ignore-eos", "--seed", "6"]
-    md, f = real_incident(["--kv-blocks", "12", "--block-size", "16", "--max-seqs", "8"],
+    md, f, _ = real_incident(["--kv-blocks", "12", "--block-size", "16", "--max-seqs", "8"],
                           ["--duration", "30", "--concurrency", "1", *load],
                           ["--duration", "15", "--concurrency", "6", *load])
     assert "KV cache pool exhaustion" in f[0][2], f"{f[0]}\n{md}"
@@ -212,9 +213,14 @@ def test_real_cpu_hog_beside_the_engine():
     if (os.cpu_count() or 1) < 1 or not shutil.which("taskset"):
         raise kpitest.Skip("taskset (util-linux) is needed to pin the hog beside the engine")
     load = ["--prompt-len", "48", "--max-tokens", "24", "--ignore-eos", "--rate", "3", "--seed", "7"]
-    md, f = real_incident(["--threads", "1"], ["--duration", "20", *load], ["--duration", "15", *load], hog="0")
+    md, f, hogs = real_incident(["--threads", "1"], ["--duration", "20", *load], ["--duration", "15", *load],
+                                hog="0")
     assert "run-queue delay" in f[0][2], f"{f[0]}\n{md}"
     assert f[0][1] in ("prefill", "decode"), f[0]
+    # it names what the engine waited behind: one of the two busy loops
+    m = re.search(r"behind (\S+) \(pid (\d+)\)", f[0][0])
+    assert m and int(m.group(2)) in hogs, (f[0], hogs)
+    assert f"move {m.group(1)} (pid {m.group(2)}) off the engine's CPUs" in md, md
 
 
 test_real_cpu_hog_beside_the_engine.timeout = 240
@@ -229,6 +235,12 @@ def test_docs_queries_pure_sql_matches_extension():
     d = tmp()
     db = os.path.join(d, "t.db")
     tracetest.generate(db, duration_s=180, rate=10, incidents=[tracetest.Incident("queue", 100, 130)])
+    # the synthetic trace is version 1: migrate it as kpi-agent would
+    with sqlite3.connect(db) as c:
+        sdir = os.path.join(tracetest.ROOT, "schema")
+        for f in sorted(os.listdir(sdir)):
+            if f[:3].isdigit() and int(f[:3]) > 1:
+                c.executescript(open(os.path.join(sdir, f)).read())
     text = open(os.path.join(tracetest.ROOT, "docs", "queries.md")).read()
     load = os.path.splitext(EXT)[0]
 

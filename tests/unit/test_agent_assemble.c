@@ -51,6 +51,13 @@ static void ev(struct assembler *a, int type, uint64_t ts, uint64_t id, int fd, 
 	assemble_event(a, &e);
 }
 
+static void runq_by(struct assembler *a, uint32_t other, const char *comm, uint64_t ns)
+{
+	struct kpi_event e = mkev(42, KPI_EV_RUNQ_BY, 1, 0, -1, (int)other, 0, comm);
+	e.runq_ns = ns;
+	assemble_event(a, &e);
+}
+
 static int64_t phase_sum(const struct kpi_request_record *r)
 {
 	int64_t p[5] = { r->net_in, r->queue, r->prefill, r->decode, r->net_out }, s = 0;
@@ -203,7 +210,7 @@ static void inflight_states_and_samples(void)
 	struct assembler *a = fresh();
 	struct states s = { 0 };
 	uint32_t pid = 42;
-	uint64_t runq = 0;
+	struct kpi_runq runq = { 0 };
 
 	assemble_sample(a, 1000000000ull, &pid, &runq, 1, 0);
 	ev(a, KPI_EV_ARRIVE, 10, 0, 1, 1, 0, NULL);
@@ -222,12 +229,44 @@ static void inflight_states_and_samples(void)
 	CHECK(s.arriving == 1 && s.queued == 1 && s.prefill == 1 && s.decode == 1 && s.writing == 0,
 	      "%d %d %d %d", s.arriving, s.queued, s.prefill, s.decode);
 	CHECK(n_steps == 1, "%d", n_steps);
-	runq = 5000;
+	/* waits behind other processes, summed by process, largest first */
+	runq_by(a, 77, "hog", 2000);
+	runq_by(a, 0, "swapper/1", 500);
+	runq_by(a, 77, "hog", 1000);
+	runq = (struct kpi_runq){ .total = 5000, .self = 1500 };
 	assemble_sample(a, 2000000000ull, &pid, &runq, 1, 3);
 	CHECK(n_samples == 1, "%d", n_samples);
 	CHECK(last_sample.queue_depth == 1 && last_sample.running == 2 && last_sample.drops == 3 &&
-	      last_sample.runq_ns == 5000, "q %d r %d d %llu", last_sample.queue_depth,
-	      last_sample.running, (unsigned long long)last_sample.drops);
+	      last_sample.runq_ns == 5000 && last_sample.runq_self_ns == 1500, "q %d r %d d %llu",
+	      last_sample.queue_depth, last_sample.running, (unsigned long long)last_sample.drops);
+	CHECK(last_sample.n_runq_by == 2 && last_sample.runq_by[0].pid == 77 &&
+	      !strcmp(last_sample.runq_by[0].comm, "hog") && last_sample.runq_by[0].ns == 3000 &&
+	      last_sample.runq_by[1].pid == 0 && last_sample.runq_by[1].ns == 500,
+	      "%d by: %u %s %llu", last_sample.n_runq_by, last_sample.runq_by[0].pid,
+	      last_sample.runq_by[0].comm, (unsigned long long)last_sample.runq_by[0].ns);
+	/* the next second: more processes than a sample names, the smallest summed
+	 * into the rest (the slots the assembler keeps overflow into it too) */
+	uint64_t want_rest = 0;
+	for (int i = 1; i <= 40; i++) {
+		char comm[16];
+		snprintf(comm, sizeof(comm), "p%d", i);
+		runq_by(a, 1000 + (uint32_t)i, comm, (uint64_t)i * 10);
+		if (i <= 40 - KPI_RUNQ_BY_MAX)
+			want_rest += (uint64_t)i * 10;
+	}
+	runq = (struct kpi_runq){ .total = 5000 + 8200, .self = 1500 };
+	assemble_sample(a, 3000000000ull, &pid, &runq, 1, 3);
+	CHECK(last_sample.runq_ns == 8200 && last_sample.runq_self_ns == 0, "%llu",
+	      (unsigned long long)last_sample.runq_ns);
+	CHECK(last_sample.n_runq_by == KPI_RUNQ_BY_MAX + 1, "%d", last_sample.n_runq_by);
+	uint64_t named = 0;
+	for (int i = 0; i < last_sample.n_runq_by; i++)
+		named += last_sample.runq_by[i].ns;
+	CHECK(named == 8200, "%llu named", (unsigned long long)named);
+	CHECK(last_sample.runq_by[0].pid == 1040 && last_sample.runq_by[0].ns == 400 &&
+	      last_sample.runq_by[KPI_RUNQ_BY_MAX].pid == KPI_RUNQ_BY_REST &&
+	      last_sample.runq_by[KPI_RUNQ_BY_MAX].ns == want_rest, "first %u rest %llu",
+	      last_sample.runq_by[0].pid, (unsigned long long)last_sample.runq_by[KPI_RUNQ_BY_MAX].ns);
 	assemble_forget_pid(a, 42);
 	memset(&s, 0, sizeof(s));
 	assemble_foreach_inflight(a, count_state, &s);

@@ -104,16 +104,34 @@ static void test_open_refusals(void)
 	unlink(p);
 }
 
-/* A fresh store with the agent's schema, or NULL when the DDL is not found. */
-static char *schema_db(void)
+/* A fresh store with the agent's schema up to version `upto` (each file's
+ * DDL sets its user_version), or NULL when the DDL is not found. */
+static char *schema_db_v(int upto)
 {
-	FILE *f = fopen("schema/001_init.sql", "r");
-	if (!f) return NULL;
-	static char sql[16384];
-	size_t n = fread(sql, 1, sizeof(sql) - 1, f);
-	fclose(f);
+	static const char *const files[] = { "schema/001_init.sql", "schema/002_gpu.sql",
+					     "schema/003_runq_by.sql" };
+	static char sql[32768];
+	size_t n = 0;
+	for (int i = 0; i < upto && i < (int)(sizeof(files) / sizeof(*files)); i++) {
+		FILE *f = fopen(files[i], "r");
+		if (!f) return NULL;
+		n += fread(sql + n, 1, sizeof(sql) - 1 - n, f);
+		fclose(f);
+	}
 	sql[n] = 0;
 	return tmpdb(sql);
+}
+
+static char *schema_db(void) { return schema_db_v(1); }
+
+/* The rows written: the store as the tools open it. */
+static struct trace *close_and_open(sqlite3 *db, const char *path)
+{
+	char err[512];
+	sqlite3_close(db);
+	struct trace *t = trace_open(path, err, sizeof(err));
+	CHECK(t, "open: %s", err);
+	return t;
 }
 
 static void test_open_schema_and_window(void)
@@ -133,10 +151,7 @@ static void test_open_schema_and_window(void)
 	}
 	sqlite3_exec(db, "INSERT INTO requests (request_id, pid, wall_ns, t_arrive_ns, http_status, reject_reason) "
 		     "VALUES ('rej', 1, 1000000000000, 5000000000, 429, 'queue_full')", NULL, NULL, NULL);
-	sqlite3_close(db);
-	char err[512];
-	struct trace *t = trace_open(p, err, sizeof(err));
-	CHECK(t, "open: %s", err);
+	struct trace *t = close_and_open(db, p);
 	int64_t a, b;
 	CHECK(trace_span(t, &a, &b) && a == 100 * NS_PER_MS && b == 10 * NS_PER_S, "span %lld..%lld", (long long)a, (long long)b);
 	struct trace_window w;
@@ -145,6 +160,7 @@ static void test_open_schema_and_window(void)
 	CHECK_NEAR(w.m[TM_TTFT].p99, 99.01 * NS_PER_MS, 1);
 	CHECK_NEAR(w.m[TM_TTFT].p50, 50.5 * NS_PER_MS, 1);
 	int64_t at;
+	char err[512];
 	CHECK(!trace_parse_time(t, "-1s", &at, err, sizeof(err)) && at == 9 * NS_PER_S, "-1s: %s", err);
 	CHECK(!trace_parse_time(t, "@1001", &at, err, sizeof(err)) && at == NS_PER_S, "@1001 -> %lld", (long long)at);
 	CHECK(trace_parse_time(t, "yesterday", &at, err, sizeof(err)) == -1 && strstr(err, "'yesterday'"), "%s", err);
@@ -181,10 +197,7 @@ static void test_window_while_served(void)
 			 (long long)(s * NS_PER_S + NS_PER_S / 2), s == 2 || s == 3 ? 16 - s : 0);
 		sqlite3_exec(db, q, NULL, NULL, NULL);
 	}
-	sqlite3_close(db);
-	char err[512];
-	struct trace *t = trace_open(p, err, sizeof(err));
-	CHECK(t, "open: %s", err);
+	struct trace *t = close_and_open(db, p);
 	struct trace_window w;
 	CHECK(!trace_window_stats(t, NS_PER_S, 2 * NS_PER_S, false, &w), "window: %s", trace_errmsg(t));
 	CHECK(w.requests == 20 && w.samples == 1 && w.queue_depth_max == 0, "live: %d requests, %d samples, "
@@ -197,6 +210,64 @@ static void test_window_while_served(void)
 	      w.samples, w.queue_depth_max);
 	CHECK_NEAR(w.req_per_s, 20, 1e-9);
 	CHECK_NEAR(w.out_tok_per_s, 200, 1e-9);
+	/* a version-1 trace does not say behind whom the threads waited */
+	CHECK(w.runq_self_ns == -1 && w.n_runq_by == 0, "v1: self %lld, %d named",
+	      (long long)w.runq_self_ns, w.n_runq_by);
+	trace_close(t);
+	unlink(p);
+}
+
+/* Version 3: the part of the run-queue delay behind the daemon's own threads
+ * and the processes behind which the rest was spent, over the window's
+ * samples, largest first, the "rest" rows (other_pid NULL) left out. */
+static void test_window_runq_by(void)
+{
+	char *p = schema_db_v(3);
+	if (!p) SKIP("schema/*.sql not found: run from the repository root");
+	sqlite3 *db;
+	sqlite3_open(p, &db);
+	/* samples at 0.5 .. 4.5 s: 100 ms of wait each, 30 behind the daemon */
+	for (int s = 0; s < 5; s++) {
+		char q[512];
+		int64_t t = s * NS_PER_S + NS_PER_S / 2;
+		snprintf(q, sizeof(q), "INSERT INTO samples (pid, wall_ns, t_ns, queue_depth, running, "
+			 "requests_per_s, output_tokens_per_s, preemptions, rejections, errors, drops, runq_ns, "
+			 "runq_self_ns) VALUES (1, %lld, %lld, 0, 1, 0, 0, 0, 0, 0, 0, %lld, %lld)",
+			 (long long)(1000LL * NS_PER_S + t), (long long)t, 100 * NS_PER_MS, 30 * NS_PER_MS);
+		sqlite3_exec(db, q, NULL, NULL, NULL);
+		/* hog 40, idle 5, kworker 20 in samples 1..3 only, the rest 5 (NULL) */
+		static const struct { int pid; const char *comm; int ms; } by[] = {
+			{ 4242, "hog", 40 }, { 0, "(idle)", 5 }, { 77, "kworker/0:1", 20 }, { -1, NULL, 5 },
+		};
+		for (size_t k = 0; k < sizeof(by) / sizeof(*by); k++) {
+			if (by[k].pid == 77 && (s < 1 || s > 3))
+				continue;
+			char pid[16] = "NULL", comm[32] = "NULL";
+			if (by[k].pid >= 0) {
+				snprintf(pid, sizeof(pid), "%d", by[k].pid);
+				snprintf(comm, sizeof(comm), "'%s'", by[k].comm);
+			}
+			snprintf(q, sizeof(q), "INSERT INTO runq_by (pid, wall_ns, t_ns, other_pid, other_comm, "
+				 "runq_ns) VALUES (1, %lld, %lld, %s, %s, %lld)", (long long)(1000LL * NS_PER_S + t),
+				 (long long)t, pid, comm, (long long)by[k].ms * NS_PER_MS);
+			sqlite3_exec(db, q, NULL, NULL, NULL);
+		}
+	}
+	struct trace *t = close_and_open(db, p);
+	struct trace_window w;
+	/* samples 1.5, 2.5, 3.5 */
+	CHECK(!trace_window_stats(t, NS_PER_S, 4 * NS_PER_S, false, &w), "window: %s", trace_errmsg(t));
+	CHECK(w.samples == 3 && w.runq_ns == 300 * NS_PER_MS && w.runq_self_ns == 90 * NS_PER_MS,
+	      "%d samples, runq %lld, self %lld", w.samples, (long long)w.runq_ns, (long long)w.runq_self_ns);
+	CHECK(w.n_runq_by == 3, "%d named", w.n_runq_by);
+	CHECK(w.runq_by[0].pid == 4242 && !strcmp(w.runq_by[0].comm, "hog") && w.runq_by[0].ns == 120 * NS_PER_MS,
+	      "first %d %s %lld", w.runq_by[0].pid, w.runq_by[0].comm, (long long)w.runq_by[0].ns);
+	CHECK(w.runq_by[1].pid == 77 && w.runq_by[1].ns == 60 * NS_PER_MS && w.runq_by[2].pid == 0 &&
+	      w.runq_by[2].ns == 15 * NS_PER_MS, "then %d %lld, %d %lld", w.runq_by[1].pid,
+	      (long long)w.runq_by[1].ns, w.runq_by[2].pid, (long long)w.runq_by[2].ns);
+	/* the last sample only: the kworker is gone */
+	CHECK(!trace_window_stats(t, 4 * NS_PER_S, 5 * NS_PER_S, false, &w), "window: %s", trace_errmsg(t));
+	CHECK(w.n_runq_by == 2 && w.runq_by[0].pid == 4242 && w.runq_by[1].pid == 0, "%d named", w.n_runq_by);
 	trace_close(t);
 	unlink(p);
 }
@@ -209,5 +280,6 @@ int main(void)
 	RUN(test_open_refusals);
 	RUN(test_open_schema_and_window);
 	RUN(test_window_while_served);
+	RUN(test_window_runq_by);
 	return CHECK_DONE();
 }

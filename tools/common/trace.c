@@ -40,6 +40,9 @@ static int vec_push(struct vec *a, int64_t x)
 	return 0;
 }
 
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
 enum { V_ITL_P99 = TM_N, V_ITL_MAX, V_ROW_E2E, V_ROW_PH0, V_N = V_ROW_PH0 + PH_N };
 
 struct trace {
@@ -47,7 +50,7 @@ struct trace {
 	char *path;
 	int64_t mono_to_wall;
 	sqlite3_stmt *q_window, *q_samples, *q_series_req, *q_inflight, *q_replay, *q_recent,
-		*q_slowest, *q_steps;
+		*q_slowest, *q_steps, *q_runq_by;
 	struct vec v[V_N];
 	struct vec col_t, col_v;
 	struct trace_row *rows;
@@ -171,10 +174,14 @@ struct trace *trace_open(const char *path, char *err, size_t errlen)
 		 "decode_ns, net_out_ns, runq_ns, itl_p99_ns, itl_max_ns, prompt_tokens, "
 		 "output_tokens, http_status, finish_reason, preemptions, t_done_ns "
 		 "FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2", err, errlen) ||
-	    prep(t, &t->q_samples,
-		 "SELECT pid, t_ns, queue_depth, running, kv_usage, requests_per_s, "
-		 "output_tokens_per_s, preemptions, rejections, errors, drops, runq_ns "
-		 "FROM samples WHERE t_ns >= ?1 AND t_ns < ?2 ORDER BY t_ns", err, errlen) ||
+	    (snprintf(sql, sizeof(sql), "SELECT pid, t_ns, queue_depth, running, kv_usage, requests_per_s, "
+		      "output_tokens_per_s, preemptions, rejections, errors, drops, runq_ns, %s "
+		      "FROM samples WHERE t_ns >= ?1 AND t_ns < ?2 ORDER BY t_ns",
+		      ver >= 3 ? "runq_self_ns" : "NULL") < 0 || prep(t, &t->q_samples, sql, err, errlen)) ||
+	    (ver >= 3 && prep(t, &t->q_runq_by,
+		 "SELECT other_pid, other_comm, SUM(runq_ns) AS ns FROM runq_by "
+		 "WHERE t_ns >= ?1 AND t_ns < ?2 AND other_pid IS NOT NULL "
+		 "GROUP BY other_pid ORDER BY ns DESC, other_pid LIMIT " STR(TRACE_RUNQ_BY_MAX), err, errlen)) ||
 	    prep(t, &t->q_series_req,
 		 "SELECT t_arrive_ns, ttft_ns, e2e_ns FROM requests "
 		 "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2", err, errlen) ||
@@ -219,6 +226,7 @@ void trace_close(struct trace *t)
 	sqlite3_finalize(t->q_recent);
 	sqlite3_finalize(t->q_slowest);
 	sqlite3_finalize(t->q_steps);
+	sqlite3_finalize(t->q_runq_by);
 	sqlite3_finalize(t->q_column);
 	sqlite3_finalize(t->q_rows);
 	for (int i = 0; i < t->nscalar; i++) sqlite3_finalize(t->scalar_st[i]);
@@ -371,6 +379,8 @@ int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, bool whi
 	struct { int pid, q, r; double kv; } last[16];
 	int nlast = 0;
 	double sreq = 0, stok = 0;
+	int64_t self_ns = 0;
+	bool self_known = false;
 	w->samples_to_ns = to_ns;
 	if (while_served && w->served_to_ns + NS_PER_S >= to_ns)
 		w->samples_to_ns = w->served_to_ns + NS_PER_S + 1;
@@ -403,8 +413,25 @@ int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, bool whi
 		w->sample_errors += sqlite3_column_int64(st, 9);
 		w->drops += sqlite3_column_int64(st, 10);
 		w->runq_ns += sqlite3_column_int64(st, 11);
+		if (!col_null(st, 12))
+			self_ns += sqlite3_column_int64(st, 12), self_known = true;
 	}
 	if (rc != SQLITE_DONE) return -1;
+	w->runq_self_ns = self_known ? self_ns : -1;
+	w->n_runq_by = 0;
+	if ((st = t->q_runq_by)) {
+		sqlite3_reset(st);
+		sqlite3_bind_int64(st, 1, from_ns);
+		sqlite3_bind_int64(st, 2, w->samples_to_ns);
+		while ((rc = sqlite3_step(st)) == SQLITE_ROW && w->n_runq_by < TRACE_RUNQ_BY_MAX) {
+			struct trace_runq_by *b = &w->runq_by[w->n_runq_by++];
+			const unsigned char *comm = sqlite3_column_text(st, 1);
+			b->pid = sqlite3_column_int(st, 0);
+			snprintf(b->comm, sizeof(b->comm), "%s", comm ? (const char *)comm : "?");
+			b->ns = sqlite3_column_int64(st, 2);
+		}
+		if (rc != SQLITE_DONE && rc != SQLITE_ROW) return -1;
+	}
 	for (int i = 0; i < nlast; i++) {
 		w->queue_depth += last[i].q;
 		w->running += last[i].r;

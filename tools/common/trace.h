@@ -10,12 +10,14 @@
 #include "schema/trace_path.h"
 
 /* Schema versions this reader accepts: 2 (schema/002_gpu.sql) only adds GPU
- * tables and columns that the readers do not need. */
+ * tables and columns that the readers do not need; 3 (003_runq_by.sql) adds
+ * what the daemon's threads waited behind, read where the trace has it. */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 2
+#define TRACE_SCHEMA_VERSION 3
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 
+#define TRACE_RUNQ_BY_MAX 3
 #define NS_PER_MS 1000000LL
 #define NS_PER_S 1000000000LL
 
@@ -70,6 +72,17 @@ struct trace_window {
 	int queue_depth_max, running_max;
 	double kv_usage_max;
 	int64_t preemptions, rejections, sample_errors, drops, runq_ns;
+	/* of runq_ns: the part behind the daemon's own threads (-1: the trace
+	 * does not say, written before schema version 3), and the processes
+	 * behind which most of the rest was spent, largest first (pid 0: an
+	 * idle CPU the thread moved to) */
+	int64_t runq_self_ns;
+	struct trace_runq_by {
+		int pid;
+		char comm[16];
+		int64_t ns;
+	} runq_by[TRACE_RUNQ_BY_MAX];
+	int n_runq_by;
 };
 
 /* One bucket of a timeline. */

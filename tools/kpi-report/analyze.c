@@ -269,6 +269,35 @@ static const char *top_phase(const struct rp_attr *e2e, const int *phases, int n
 	return trace_phase_name[best];
 }
 
+/* What the daemon's threads waited behind in window i, as a clause for the
+ * evidence (empty when the trace does not say: written before schema
+ * version 3).  Returns the other process that held the CPU for most of the
+ * wait, when it held it longer than the daemon's own threads did. */
+static const struct trace_runq_by *runq_culprit(const struct trace_window *i, char *out, size_t len)
+{
+	const struct trace_runq_by *top = NULL;
+	size_t n;
+
+	out[0] = 0;
+	if (i->runq_self_ns < 0 || i->runq_ns <= 0)
+		return NULL;
+	n = (size_t)snprintf(out, len, "; of that wait, %.0f%% ended when another of the daemon's threads "
+			     "left the CPU", 100.0 * (double)i->runq_self_ns / (double)i->runq_ns);
+	for (int k = 0; k < i->n_runq_by && n < len; k++) {
+		const struct trace_runq_by *b = &i->runq_by[k];
+		double share = 100.0 * (double)b->ns / (double)i->runq_ns;
+		if (share < 1)
+			break;
+		if (b->pid > 0)
+			n += (size_t)snprintf(out + n, len - n, ", %.0f%% when %s (pid %d) did", share, b->comm, b->pid);
+		else
+			n += (size_t)snprintf(out + n, len - n, ", %.0f%% on an idle CPU it moved to", share);
+		if (!top && b->pid > 0)
+			top = b;
+	}
+	return top && top->ns > i->runq_self_ns ? top : NULL;
+}
+
 static void findings(struct report *r)
 {
 	const struct trace_window *i = &r->inc.w, *b = &r->base.w;
@@ -354,18 +383,36 @@ static void findings(struct report *r)
 		double strength = fmax(rq, i->runq_share);
 		if ((f = add_finding(r, "engine run-queue delay (CPU contention)", top_phase(ee, ph, 2),
 				     2.5 + fmin(strength, 0.49), 4))) {
-			snprintf(f->title, sizeof(f->title), "CPU contention: the engine's threads wait to run "
-				 "(run-queue delay stretches %s)", f->phase);
+			char who[384];
+			const struct trace_runq_by *other = runq_culprit(i, who, sizeof(who));
+			double self = i->runq_self_ns >= 0 && i->runq_ns > 0 ? (double)i->runq_self_ns / i->runq_ns : 0;
+			if (other)
+				snprintf(f->title, sizeof(f->title), "CPU contention: the engine's threads wait to run "
+					 "behind %s (pid %d) (run-queue delay stretches %s)", other->comm, other->pid,
+					 f->phase);
+			else if (self >= 0.5)
+				snprintf(f->title, sizeof(f->title), "CPU contention within the daemon: its own threads "
+					 "wait for each other (run-queue delay stretches %s)", f->phase);
+			else
+				snprintf(f->title, sizeof(f->title), "CPU contention: the engine's threads wait to run "
+					 "(run-queue delay stretches %s)", f->phase);
 			snprintf(f->evidence, sizeof(f->evidence),
 				 "the daemon's threads waited runnable %.0f ms per second (baseline %.0f ms) at %.1fx "
 				 "the baseline's tokens per second; while a request was in flight, %.2f of the daemon's "
 				 "threads waited for a CPU on average (baseline %.2f); mean run-queue delay per request "
-				 "%s (baseline %s), mean e2e %s (baseline %s)",
+				 "%s (baseline %s), mean e2e %s (baseline %s)%s",
 				 rq * 1000, brq * 1000, barr > 0 ? arr / barr : 0, i->runq_share, b->runq_share,
 				 trace_fmt_dur(s1, 16, i->m[TM_RUNQ].mean), trace_fmt_dur(s2, 16, b->m[TM_RUNQ].mean),
-				 trace_fmt_dur(s3, 16, i->m[TM_E2E].mean), trace_fmt_dur(s4, 16, b->m[TM_E2E].mean));
-			snprintf(f->action, sizeof(f->action), "find what shares the engine's CPUs (runqlat, top -H) "
-				 "and pin the engine to cores of its own, or move the other load away");
+				 trace_fmt_dur(s3, 16, i->m[TM_E2E].mean), trace_fmt_dur(s4, 16, b->m[TM_E2E].mean), who);
+			if (other)
+				snprintf(f->action, sizeof(f->action), "move %s (pid %d) off the engine's CPUs, or pin "
+					 "the engine to cores of its own (taskset, a cpuset)", other->comm, other->pid);
+			else if (self >= 0.5)
+				snprintf(f->action, sizeof(f->action), "give kpi-infer as many CPUs as it runs threads, "
+					 "or fewer --threads than the CPUs it may use");
+			else
+				snprintf(f->action, sizeof(f->action), "find what shares the engine's CPUs (runqlat, "
+					 "top -H) and pin the engine to cores of its own, or move the other load away");
 		}
 	}
 
