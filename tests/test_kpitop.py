@@ -54,6 +54,14 @@ def check_against_rows(db_path, out):
             assert tracetest.close_to(shown[k], want), f"{name} p{p}: kpitop {shown[k]} vs rows {want}"
         if vals:
             assert tracetest.close_to(shown[3], max(vals)), f"{name} max {shown[3]} vs {max(vals)}"
+    # cpu wait: the daemon's run-queue delay per sample second in the window
+    runq = db.execute("SELECT TOTAL(runq_ns), count(*) FROM samples WHERE t_ns >= ? AND t_ns < ?",
+                      (frm, to)).fetchone()
+    m = re.search(r"cpu wait (\d+)ms/s", out)
+    if runq[1]:
+        assert m and abs(int(m.group(1)) - runq[0] / runq[1] / 1e6) <= 0.5 + 1e-9, (m and m.group(0), runq)
+    else:
+        assert not m, out
     p50s = [r[3] for r in ok if r[3] is not None]
     p99s = [r[4] for r in ok if r[4] is not None]
     if p50s:
@@ -75,6 +83,28 @@ def test_once_matches_rows_synthetic():
     assert "replay" in out and "live-" not in out
     live = once(db)
     assert "live" in live and "live-0" in live and "queued" in live, live
+
+
+def test_once_cpu_wait_names_who():
+    """On a version-3 trace the cpu-wait meter says behind whom most of the
+    wait was spent: the daemon's own threads or the process named first."""
+    d = tmp()
+    db = os.path.join(d, "t.db")
+    tracetest.generate(db, duration_s=60, rate=5)
+    c = sqlite3.connect(db)
+    tracetest.migrate(c)
+    for self_ms, other_ms, want in ((20, 90, "(stress-ng 75%)"), (70, 40, "(own threads 58%)")):
+        c.execute("DELETE FROM runq_by")
+        c.execute("UPDATE samples SET runq_ns = ?, runq_self_ns = ?", ((self_ms + other_ms + 10) * 10**6,
+                                                                       self_ms * 10**6))
+        for pid, wall, t in c.execute("SELECT pid, wall_ns, t_ns FROM samples").fetchall():
+            c.executemany("INSERT INTO runq_by (pid, wall_ns, t_ns, other_pid, other_comm, runq_ns) "
+                          "VALUES (?, ?, ?, ?, ?, ?)", [(pid, wall, t, 0, "(idle)", 10**7),
+                                                        (pid, wall, t, 999, "stress-ng", other_ms * 10**6)])
+        c.commit()
+        out = once(db, "--window", "10s")
+        assert f"cpu wait {self_ms + other_ms + 10}ms/s {want}" in out, out
+    c.close()
 
 
 def test_once_matches_rows_real_agent():

@@ -237,10 +237,7 @@ def test_docs_queries_pure_sql_matches_extension():
     tracetest.generate(db, duration_s=180, rate=10, incidents=[tracetest.Incident("queue", 100, 130)])
     # the synthetic trace is version 1: migrate it as kpi-agent would
     with sqlite3.connect(db) as c:
-        sdir = os.path.join(tracetest.ROOT, "schema")
-        for f in sorted(os.listdir(sdir)):
-            if f[:3].isdigit() and int(f[:3]) > 1:
-                c.executescript(open(os.path.join(sdir, f)).read())
+        tracetest.migrate(c)
     text = open(os.path.join(tracetest.ROOT, "docs", "queries.md")).read()
     load = os.path.splitext(EXT)[0]
 

@@ -36,6 +36,17 @@ def pct(values, p):
     return v[lo] + (v[hi] - v[lo]) * (ix - lo)
 
 
+def migrate(db):
+    """Applies schema/NNN_*.sql after version 1 to an open connection, as
+    kpi-agent does to an older trace; returns the version reached."""
+    sdir = os.path.join(ROOT, "schema")
+    files = sorted(f for f in os.listdir(sdir) if f[:3].isdigit())
+    for f in files:
+        if int(f[:3]) > 1:
+            db.executescript(open(os.path.join(sdir, f)).read())
+    return int(files[-1][:3])
+
+
 def new_store(path):
     if os.path.exists(path):
         os.unlink(path)
