@@ -47,6 +47,35 @@ def test_synthetic_incidents_first_finding():
         assert "picked automatically: the quietest comparable window before the incident" in md, md
 
 
+def test_cpu_finding_says_behind_whom():
+    """On a version-3 trace the CPU-contention finding names what the daemon
+    waited behind: another process, or its own threads; a version-1 trace
+    keeps the generic title and action."""
+    d = tmp()
+    base = os.path.join(d, "cpu.db")
+    tracetest.generate(base, duration_s=900, rate=10, incidents=[tracetest.Incident("cpu", 600, 660)], seed=3)
+    md = report(base)
+    assert findings(md)[0][0].startswith("CPU contention: the engine's threads wait to run (run-queue"), md
+    assert "find what shares the engine's CPUs" in md, md
+    for self_share, title, action in (
+            (0.1, "behind stress-ng (pid 999)", "move stress-ng (pid 999) off the engine's CPUs"),
+            (0.8, "CPU contention within the daemon: its own threads wait for each other",
+             "fewer --threads than the CPUs it may use")):
+        db = os.path.join(d, f"cpu-{self_share}.db")
+        with sqlite3.connect(base) as src, sqlite3.connect(db) as c:
+            src.backup(c)     # the trace is in WAL mode: a file copy would miss rows
+            tracetest.migrate(c)
+            c.execute("UPDATE samples SET runq_self_ns = CAST(runq_ns * ? AS INTEGER)", (self_share,))
+            c.execute("INSERT INTO runq_by (pid, run_id, wall_ns, t_ns, other_pid, other_comm, runq_ns) "
+                      "SELECT pid, run_id, wall_ns, t_ns, 999, 'stress-ng', runq_ns - runq_self_ns "
+                      "FROM samples")
+        md = report(db)
+        first = findings(md)[0]
+        assert title in first[0] and action in md, f"{self_share}: {first}\n{md}"
+        share = round(100 * self_share)
+        assert f"of that wait, {share}% ended when another of the daemon's threads left the CPU" in md, md
+
+
 def test_short_trace_finds_its_incident():
     """A trace of a minute (make demo records 30 s): buckets shorter than 10 s,
     so the incident stands out and a baseline of its length exists before it."""
