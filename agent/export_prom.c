@@ -123,12 +123,17 @@ struct opstats {
 	uint64_t tokens_in, tokens_out;
 };
 
+/* Behind whom the daemon's threads waited for a CPU (the `behind` label). */
+enum { RUNQ_BEHIND_OWN, RUNQ_BEHIND_IDLE, RUNQ_BEHIND_OTHER };
+static const char *const runq_behind[] = { "own_threads", "idle_cpu", "other_processes" };
+
 struct target {
 	uint32_t pid;
 	struct export_ident id;
 	uint64_t last_seen;             /* CLOCK_MONOTONIC ns of the last record */
 	struct opstats op[KPI_OP__COUNT];
 	uint64_t preemptions;
+	uint64_t runq_ns[3];            /* by RUNQ_BEHIND_* */
 	bool sampled;
 	int queue_depth, running;
 	int64_t kv_used, kv_free;
@@ -278,6 +283,14 @@ static void on_sample(void *ctx, const struct kpi_sample_record *s)
 	t->kv_usage = s->kv_usage;
 	if (s->preemptions > 0)
 		t->preemptions += (uint64_t)s->preemptions;
+	uint64_t idle = 0;
+	for (int k = 0; k < s->n_runq_by; k++)
+		if (s->runq_by[k].pid == 0)
+			idle += s->runq_by[k].ns;
+	t->runq_ns[RUNQ_BEHIND_OWN] += s->runq_self_ns;
+	t->runq_ns[RUNQ_BEHIND_IDLE] += idle;
+	if (s->runq_ns > s->runq_self_ns + idle)
+		t->runq_ns[RUNQ_BEHIND_OTHER] += s->runq_ns - s->runq_self_ns - idle;
 	if (s->drops > p->ringbuf_drops)
 		p->ringbuf_drops = s->drops;    /* agent-wide and cumulative */
 	pthread_mutex_unlock(&p->lock);
@@ -492,6 +505,21 @@ int prom_render(struct prom_exporter *p, FILE *out)
 	       "Sequences preempted by the scheduler (KV cache pressure).");
 	for (int i = 0; i < p->n; i++)
 		put_gauge_line(out, "kpi_preemptions_total", &p->t[i], (double)p->t[i].preemptions);
+
+	family(out, "kpi_run_queue_wait_seconds_total", "counter",
+	       "Time the daemon's threads waited runnable for a CPU, summed over its threads, by "
+	       "what held the CPU when the wait ended: own_threads (the daemon's), idle_cpu (a "
+	       "wake-up's own latency), other_processes.");
+	for (int i = 0; i < p->n; i++)
+		for (int k = 0; k < 3; k++) {
+			char val[32];
+			bool first = true;
+			prom_format_double(val, sizeof(val), (double)p->t[i].runq_ns[k] / 1e9);
+			fputs("kpi_run_queue_wait_seconds_total{", out);
+			put_target_labels(out, &p->t[i], KPI_OP_NONE, &first);
+			put_label(out, "behind", runq_behind[k], &first);
+			fprintf(out, "} %s\n", val);
+		}
 
 	family(out, "kpi_queue_depth", "gauge", "Requests admitted and waiting for a batch slot.");
 	for (int i = 0; i < p->n; i++)

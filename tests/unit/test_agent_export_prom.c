@@ -152,9 +152,14 @@ static void exposition_text(void)
 	r = req("c", 30, 200, "stop");  s.request(s.ctx, &r);
 	r = req("d", 20000, 200, "stop"); s.request(s.ctx, &r);
 	r = req("e", 0, 429, NULL);     s.request(s.ctx, &r);
+	/* 250 ms of run-queue wait: 100 behind its own threads, 50 on idle CPUs */
 	struct kpi_sample_record smp = { .pid = (uint32_t)getpid(), .queue_depth = 3, .running = 2,
-					 .kv_used = 10, .kv_free = 30, .kv_usage = 0.25, .drops = 7 };
+					 .kv_used = 10, .kv_free = 30, .kv_usage = 0.25, .drops = 7,
+					 .runq_ns = 250000000, .runq_self_ns = 100000000, .n_runq_by = 3,
+					 .runq_by = { { 4242, "hog", 80000000 }, { 0, "(idle)", 50000000 },
+						      { KPI_RUNQ_BY_REST, "", 20000000 } } };
 	s.sample(s.ctx, &smp);
+	s.sample(s.ctx, &smp);  /* a counter: the second sample adds to the first */
 	char *t = render(p);
 
 	char tlab[256], nlab[256];
@@ -245,6 +250,14 @@ static void exposition_text(void)
 	snprintf(line, sizeof(line), "kpi_kv_cache_usage_ratio{%s}", glab);
 	CHECK(value_of(t, line) == 0.25, "%s", line);
 	CHECK(value_of(t, "kpi_agent_ringbuf_drops_total") == 7, "drops");
+	CHECK(strstr(t, "# TYPE kpi_run_queue_wait_seconds_total counter\n"), "no run-queue TYPE");
+	static const struct { const char *behind; double s; } rq[] = {
+		{ "own_threads", 0.2 }, { "idle_cpu", 0.1 }, { "other_processes", 0.2 },
+	};
+	for (size_t i = 0; i < sizeof(rq) / sizeof(rq[0]); i++) {
+		snprintf(line, sizeof(line), "kpi_run_queue_wait_seconds_total{%s,behind=\"%s\"}", glab, rq[i].behind);
+		CHECK(fabs(value_of(t, line) - rq[i].s) < 1e-12, "%s = %g, want %g", line, value_of(t, line), rq[i].s);
+	}
 
 	/* every sample line's family was typed before it; buckets never decrease */
 	double prev = -1;
