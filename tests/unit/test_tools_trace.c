@@ -211,7 +211,7 @@ static void test_window_while_served(void)
 	CHECK_NEAR(w.req_per_s, 20, 1e-9);
 	CHECK_NEAR(w.out_tok_per_s, 200, 1e-9);
 	/* a version-1 trace does not say behind whom the threads waited */
-	CHECK(w.runq_self_ns == -1 && w.n_runq_by == 0, "v1: self %lld, %d named",
+	CHECK(w.runq_self_ns == -1 && w.n_runq_by == 0 && !trace_runq_culprit(&w), "v1: self %lld, %d named",
 	      (long long)w.runq_self_ns, w.n_runq_by);
 	trace_close(t);
 	unlink(p);
@@ -265,6 +265,10 @@ static void test_window_runq_by(void)
 	CHECK(w.runq_by[1].pid == 77 && w.runq_by[1].ns == 60 * NS_PER_MS && w.runq_by[2].pid == 0 &&
 	      w.runq_by[2].ns == 15 * NS_PER_MS, "then %d %lld, %d %lld", w.runq_by[1].pid,
 	      (long long)w.runq_by[1].ns, w.runq_by[2].pid, (long long)w.runq_by[2].ns);
+	/* hog 120 ms against 90 behind the daemon's own threads */
+	CHECK(trace_runq_culprit(&w) == &w.runq_by[0], "the hog is the culprit");
+	w.runq_self_ns = 121 * NS_PER_MS;
+	CHECK(!trace_runq_culprit(&w), "no culprit when the own threads held the CPU longer");
 	/* the last sample only: the kworker is gone */
 	CHECK(!trace_window_stats(t, 4 * NS_PER_S, 5 * NS_PER_S, false, &w), "window: %s", trace_errmsg(t));
 	CHECK(w.n_runq_by == 2 && w.runq_by[0].pid == 4242 && w.runq_by[1].pid == 0, "%d named", w.n_runq_by);

@@ -450,6 +450,16 @@ int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, bool whi
 	return 0;
 }
 
+const struct trace_runq_by *trace_runq_culprit(const struct trace_window *w)
+{
+	if (w->runq_self_ns < 0)
+		return NULL;
+	for (int k = 0; k < w->n_runq_by; k++)
+		if (w->runq_by[k].pid > 0)      /* 0: an idle CPU, not a process */
+			return w->runq_by[k].ns > w->runq_self_ns ? &w->runq_by[k] : NULL;
+	return NULL;
+}
+
 int trace_series(struct trace *t, int64_t from_ns, int64_t to_ns, int nb, struct trace_point *out)
 {
 	if (nb <= 0 || to_ns <= from_ns) return -1;

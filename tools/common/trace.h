@@ -139,6 +139,11 @@ int64_t trace_wall_to_mono(const struct trace *t, int64_t wall_ns);
 int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, bool while_served,
 		       struct trace_window *w);
 
+/* The other process behind which w's threads waited longest, when it held
+ * them longer than the daemon's own threads did; NULL otherwise, and when
+ * the trace does not say (before schema version 3). */
+const struct trace_runq_by *trace_runq_culprit(const struct trace_window *w);
+
 /* nb buckets over [from_ns, to_ns). Returns 0 or -1. */
 int trace_series(struct trace *t, int64_t from_ns, int64_t to_ns, int nb, struct trace_point *out);
 

@@ -271,16 +271,14 @@ static const char *top_phase(const struct rp_attr *e2e, const int *phases, int n
 
 /* What the daemon's threads waited behind in window i, as a clause for the
  * evidence (empty when the trace does not say: written before schema
- * version 3).  Returns the other process that held the CPU for most of the
- * wait, when it held it longer than the daemon's own threads did. */
-static const struct trace_runq_by *runq_culprit(const struct trace_window *i, char *out, size_t len)
+ * version 3). */
+static void runq_behind(const struct trace_window *i, char *out, size_t len)
 {
-	const struct trace_runq_by *top = NULL;
 	size_t n;
 
 	out[0] = 0;
 	if (i->runq_self_ns < 0 || i->runq_ns <= 0)
-		return NULL;
+		return;
 	n = (size_t)snprintf(out, len, "; of that wait, %.0f%% ended when another of the daemon's threads "
 			     "left the CPU", 100.0 * (double)i->runq_self_ns / (double)i->runq_ns);
 	for (int k = 0; k < i->n_runq_by && n < len; k++) {
@@ -292,10 +290,7 @@ static const struct trace_runq_by *runq_culprit(const struct trace_window *i, ch
 			n += (size_t)snprintf(out + n, len - n, ", %.0f%% when %s (pid %d) did", share, b->comm, b->pid);
 		else
 			n += (size_t)snprintf(out + n, len - n, ", %.0f%% on an idle CPU it moved to", share);
-		if (!top && b->pid > 0)
-			top = b;
 	}
-	return top && top->ns > i->runq_self_ns ? top : NULL;
 }
 
 static void findings(struct report *r)
@@ -384,7 +379,8 @@ static void findings(struct report *r)
 		if ((f = add_finding(r, "engine run-queue delay (CPU contention)", top_phase(ee, ph, 2),
 				     2.5 + fmin(strength, 0.49), 4))) {
 			char who[384];
-			const struct trace_runq_by *other = runq_culprit(i, who, sizeof(who));
+			const struct trace_runq_by *other = trace_runq_culprit(i);
+			runq_behind(i, who, sizeof(who));
 			double self = i->runq_self_ns >= 0 && i->runq_ns > 0 ? (double)i->runq_self_ns / i->runq_ns : 0;
 			if (other)
 				snprintf(f->title, sizeof(f->title), "CPU contention: the engine's threads wait to run "

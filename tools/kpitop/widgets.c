@@ -135,14 +135,11 @@ static void meters_draw(struct canvas *c, int y, int w, int h)
 		 * behind whom most of it (traces of schema version 3) */
 		double ms = (double)mw.runq_ns / NS_PER_MS / mw.samples;
 		x = meter(c, y, x, "cpu wait", ms >= 50 ? CC_WARN : CC_VALUE, "%.0fms/s", ms);
-		const struct trace_runq_by *top = NULL;
-		for (int k = 0; k < mw.n_runq_by && !top; k++)
-			if (mw.runq_by[k].pid > 0) top = &mw.runq_by[k];
-		if (mw.runq_ns > 0 && mw.runq_self_ns >= 0) {
-			int64_t ns = top && top->ns > mw.runq_self_ns ? top->ns : mw.runq_self_ns;
-			x += canvas_text(c, y, x - 2, -1, CC_DIM, 0, "(%s %.0f%%)", ns == mw.runq_self_ns ?
-					 "own threads" : top->comm, 100.0 * (double)ns / (double)mw.runq_ns) + 1;
-		}
+		const struct trace_runq_by *other = trace_runq_culprit(&mw);
+		if (mw.runq_ns > 0 && mw.runq_self_ns >= 0)
+			x += canvas_text(c, y, x - 2, -1, CC_DIM, 0, "(%s %.0f%%)",
+					 other ? other->comm : "own threads",
+					 100.0 * (double)(other ? other->ns : mw.runq_self_ns) / (double)mw.runq_ns) + 1;
 	}
 	if (!mw_data) canvas_text(c, y, x, -1, CC_WARN, 0, "(no data in the store yet)");
 	else if (mw_span[0]) canvas_text(c, y, x, -1, CC_WARN, 0, "%s", mw_span);
