@@ -195,7 +195,6 @@ static void make_prompt(int32_t *p, int n, int salt, const struct model_info *mi
 		p[i] = 3 + (int32_t)((i * 31 + salt * 17) % (mi->vocab_size - 3));
 }
 
-/* Drives steps until no work; returns generated tokens. */
 /* Steps until the engine is idle; returns the tokens sampled.  rows, when
  * given, adds up the rows every forward pass computed: prefill and decode
  * tokens, static batching's padding rows included. */

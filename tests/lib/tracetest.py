@@ -36,15 +36,23 @@ def pct(values, p):
     return v[lo] + (v[hi] - v[lo]) * (ix - lo)
 
 
-def migrate(db):
-    """Applies schema/NNN_*.sql after version 1 to an open connection, as
-    kpi-agent does to an older trace; returns the version reached."""
+def schema_files():
+    """schema/NNN_*.sql, the agent's migrations, in version order."""
     sdir = os.path.join(ROOT, "schema")
-    files = sorted(f for f in os.listdir(sdir) if f[:3].isdigit())
-    for f in files:
-        if int(f[:3]) > 1:
-            db.executescript(open(os.path.join(sdir, f)).read())
-    return int(files[-1][:3])
+    return [os.path.join(sdir, f) for f in sorted(os.listdir(sdir)) if f[:3].isdigit()]
+
+
+def schema_version():
+    """The version kpi-agent writes: its newest migration's number."""
+    return int(os.path.basename(schema_files()[-1])[:3])
+
+
+def migrate(db):
+    """Applies the migrations after version 1 to an open connection, as
+    kpi-agent does to an older trace."""
+    for f in schema_files():
+        if int(os.path.basename(f)[:3]) > 1:
+            db.executescript(open(f).read())
 
 
 def new_store(path):
