@@ -624,11 +624,11 @@ int BPF_PROG(kpi_raw_sys_exit, struct pt_regs *regs, long ret)
 
 /* Adds one wait of a target thread to its process's total.  The wait ended
  * when `by` left the CPU: the process's own threads and the idle task are
- * summed here (an event per wake-up onto an idle CPU doubled this program's
- * cost on a quiet machine), anything else goes to the agent as a RUNQ_BY
- * event, so that a report can name what the engine waited behind (the same
- * attribution as runqslower's prev task: the task that ran last, not every
- * task that ran during the wait). */
+ * summed here (on a quiet machine nearly every wake-up ends a short wait
+ * behind the idle task: no event for those); anything else goes to the agent
+ * as a RUNQ_BY event, so that a report can name what the engine waited
+ * behind (the same attribution as runqslower's prev task: the task that ran
+ * last, not every task that ran during the wait). */
 static __always_inline void runq_add(__u32 tgid, __u64 delta, const struct runq_by *by)
 {
 	struct kpi_runq *tot = bpf_map_lookup_elem(&runq_total, &tgid);
