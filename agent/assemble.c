@@ -766,8 +766,9 @@ void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 		s.drops = drops - ps->last_drops;
 		s.runq_ns = runq[i].total - ps->last_runq;
 		s.runq_self_ns = runq[i].self - ps->last_runq_self;
-		if (runq[i].idle > ps->last_runq_idle)
-			runq_by_add(ps, 0, "(idle)", runq[i].idle - ps->last_runq_idle);
+		s.runq_idle_ns = runq[i].idle - ps->last_runq_idle;
+		if (s.runq_idle_ns)
+			runq_by_add(ps, 0, "(idle)", s.runq_idle_ns);
 		runq_by_take(ps, &s);
 		for (int k = 0; k < a->n_sinks; k++)
 			if (a->sinks[k].sample)

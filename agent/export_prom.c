@@ -283,14 +283,10 @@ static void on_sample(void *ctx, const struct kpi_sample_record *s)
 	t->kv_usage = s->kv_usage;
 	if (s->preemptions > 0)
 		t->preemptions += (uint64_t)s->preemptions;
-	uint64_t idle = 0;
-	for (int k = 0; k < s->n_runq_by; k++)
-		if (s->runq_by[k].pid == 0)
-			idle += s->runq_by[k].ns;
 	t->runq_ns[RUNQ_BEHIND_OWN] += s->runq_self_ns;
-	t->runq_ns[RUNQ_BEHIND_IDLE] += idle;
-	if (s->runq_ns > s->runq_self_ns + idle)
-		t->runq_ns[RUNQ_BEHIND_OTHER] += s->runq_ns - s->runq_self_ns - idle;
+	t->runq_ns[RUNQ_BEHIND_IDLE] += s->runq_idle_ns;
+	if (s->runq_ns > s->runq_self_ns + s->runq_idle_ns)
+		t->runq_ns[RUNQ_BEHIND_OTHER] += s->runq_ns - s->runq_self_ns - s->runq_idle_ns;
 	if (s->drops > p->ringbuf_drops)
 		p->ringbuf_drops = s->drops;    /* agent-wide and cumulative */
 	pthread_mutex_unlock(&p->lock);

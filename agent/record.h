@@ -61,6 +61,7 @@ struct kpi_sample_record {
 	int preemptions, rejections, errors;
 	uint64_t drops, runq_ns;
 	uint64_t runq_self_ns;          /* part of runq_ns behind the target's own threads */
+	uint64_t runq_idle_ns;          /* ... behind the idle task (also runq_by's pid 0) */
 	int n_runq_by;                  /* the rest of runq_ns, largest first */
 	struct kpi_runq_by runq_by[KPI_RUNQ_BY_MAX + 1];
 };

@@ -229,11 +229,11 @@ static void inflight_states_and_samples(void)
 	CHECK(s.arriving == 1 && s.queued == 1 && s.prefill == 1 && s.decode == 1 && s.writing == 0,
 	      "%d %d %d %d", s.arriving, s.queued, s.prefill, s.decode);
 	CHECK(n_steps == 1, "%d", n_steps);
-	/* waits behind other processes, summed by process, largest first */
+	/* waits behind other processes, summed by process, largest first; those
+	 * behind the idle task come summed in the totals, named pid 0 */
 	runq_by(a, 77, "hog", 2000);
-	runq_by(a, 0, "swapper/1", 500);
 	runq_by(a, 77, "hog", 1000);
-	runq = (struct kpi_runq){ .total = 5000, .self = 1500 };
+	runq = (struct kpi_runq){ .total = 5000, .self = 1500, .idle = 500 };
 	assemble_sample(a, 2000000000ull, &pid, &runq, 1, 3);
 	CHECK(n_samples == 1, "%d", n_samples);
 	CHECK(last_sample.queue_depth == 1 && last_sample.running == 2 && last_sample.drops == 3 &&
@@ -241,7 +241,8 @@ static void inflight_states_and_samples(void)
 	      last_sample.queue_depth, last_sample.running, (unsigned long long)last_sample.drops);
 	CHECK(last_sample.n_runq_by == 2 && last_sample.runq_by[0].pid == 77 &&
 	      !strcmp(last_sample.runq_by[0].comm, "hog") && last_sample.runq_by[0].ns == 3000 &&
-	      last_sample.runq_by[1].pid == 0 && last_sample.runq_by[1].ns == 500,
+	      last_sample.runq_by[1].pid == 0 && last_sample.runq_by[1].ns == 500 &&
+	      !strcmp(last_sample.runq_by[1].comm, "(idle)") && last_sample.runq_idle_ns == 500,
 	      "%d by: %u %s %llu", last_sample.n_runq_by, last_sample.runq_by[0].pid,
 	      last_sample.runq_by[0].comm, (unsigned long long)last_sample.runq_by[0].ns);
 	/* the next second: more processes than a sample names, the smallest summed
@@ -254,9 +255,9 @@ static void inflight_states_and_samples(void)
 		if (i <= 40 - KPI_RUNQ_BY_MAX)
 			want_rest += (uint64_t)i * 10;
 	}
-	runq = (struct kpi_runq){ .total = 5000 + 8200, .self = 1500 };
+	runq = (struct kpi_runq){ .total = 5000 + 8200, .self = 1500, .idle = 500 };
 	assemble_sample(a, 3000000000ull, &pid, &runq, 1, 3);
-	CHECK(last_sample.runq_ns == 8200 && last_sample.runq_self_ns == 0, "%llu",
+	CHECK(last_sample.runq_ns == 8200 && last_sample.runq_self_ns == 0 && last_sample.runq_idle_ns == 0, "%llu",
 	      (unsigned long long)last_sample.runq_ns);
 	CHECK(last_sample.n_runq_by == KPI_RUNQ_BY_MAX + 1, "%d", last_sample.n_runq_by);
 	uint64_t named = 0;

@@ -155,7 +155,8 @@ static void exposition_text(void)
 	/* 250 ms of run-queue wait: 100 behind its own threads, 50 on idle CPUs */
 	struct kpi_sample_record smp = { .pid = (uint32_t)getpid(), .queue_depth = 3, .running = 2,
 					 .kv_used = 10, .kv_free = 30, .kv_usage = 0.25, .drops = 7,
-					 .runq_ns = 250000000, .runq_self_ns = 100000000, .n_runq_by = 3,
+					 .runq_ns = 250000000, .runq_self_ns = 100000000,
+					 .runq_idle_ns = 50000000, .n_runq_by = 3,
 					 .runq_by = { { 4242, "hog", 80000000 }, { 0, "(idle)", 50000000 },
 						      { KPI_RUNQ_BY_REST, "", 20000000 } } };
 	s.sample(s.ctx, &smp);
