@@ -47,7 +47,7 @@ DEB_PKGS := build-essential clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev 
 	pkg-config python3 tmux iproute2 procps bpftrace libclang-rt-14-dev \
 	prometheus
 
-.PHONY: all deps test demo bench clean
+.PHONY: all deps test demo bench clean check-layout
 all:
 
 deps:
@@ -77,8 +77,13 @@ include $(sort $(wildcard */build.mk */*/build.mk))
 
 all: deps $(PROGRAMS) $(UNIT_TESTS)
 
+# Fails on an #include that crosses the arrows between the folders
+# (docs/architecture.md), naming the file and the line.
+check-layout:
+	$(Q)$(PYTHON) tests/check_layout.py
+
 # T=substring selects tests by name.
-test: all
+test: all check-layout
 	$(Q)$(PYTHON) tests/run.py $(if $(T),--filter '$(T)')
 
 demo: all

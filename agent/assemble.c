@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "assemble.h"
-#include "daemon/kpi_reasons.h"
+#include "abi/kpi_reasons.h"
 
 /* ---- a small open-addressing map (k1, k2) -> pointer -------------------- */
 
@@ -224,17 +224,6 @@ static int cmp_u64(const void *x, const void *y)
 	return a < b ? -1 : a > b;
 }
 
-static const char *finish_name(int reason)
-{
-	switch (reason) {
-	case 1: return "stop";
-	case 2: return "length";
-	case 3: return "cancelled";
-	case 4: return "error";
-	default: return NULL;
-	}
-}
-
 static int64_t opt(uint64_t t)
 {
 	return t ? (int64_t)t : KPI_NULL;
@@ -358,7 +347,7 @@ static void req_complete(struct assembler *a, struct req *r)
 	rec.srtt_us = r->srtt_us ? r->srtt_us : KPI_NULL;
 	rec.runq_ns = r->runq0 && r->runq1 >= r->runq0 ? (int64_t)(r->runq1 - r->runq0) : KPI_NULL;
 	rec.arrive_src = r->arrive_src;
-	rec.finish_reason = r->finished ? finish_name(r->finish_reason) : (r->cancelled ? "cancelled" : NULL);
+	rec.finish_reason = r->finished ? kpi_finish_reason_name(r->finish_reason) : (r->cancelled ? "cancelled" : NULL);
 	rec.reject_reason = r->rejected ? kpi_reject_reason_name(r->reject_reason) : NULL;
 	rec.operation = r->admitted ? kpi_operation_name(r->operation) : NULL;
 	rec.token_writes = tok;

@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "daemon/kpi_reasons.h"
+#include "abi/kpi_reasons.h"
 #include "export_ident.h"
 #include "export_prom.h"
 

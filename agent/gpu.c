@@ -141,7 +141,7 @@ static int target_attach(struct agent_gpu *g, struct gpu_target *t)
 			continue;
 		}
 		fprintf(stderr, "kpi-agent: pid %d: cannot attach to kpi_cupti:%s in %s (%s); its GPU "
-			"kernels are not recorded: is %s from this build (cupti/kpi_cupti_probes.d)?\n",
+			"kernels are not recorded: is %s from this build (abi/kpi_cupti_probes.d)?\n",
 			t->pid, probe[i], t->lib, strerror(errno), GPU_LIB_NAME);
 		target_unlink(t);
 		return -1;

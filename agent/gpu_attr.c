@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include "gpu_attr.h"
-#include "cupti/kpi_gpu_split.h"
+#include "abi/kpi_gpu_split.h"
 
 #define N_BUCKETS (1u << 14)
 

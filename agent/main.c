@@ -439,7 +439,7 @@ static int target_attach(struct agent *ag, pid_t pid)
 	if (n_links < N_USDT && (!t->links[0] || !t->links[N_USDT - 1] || missing[0] == 0)) {
 		/* without admitted/response__end there is no request to record */
 		fprintf(stderr, "kpi-agent: pid %d (%s) is not traced: %s; is it a kpi-infer built with "
-			"its USDT probes (daemon/kpi_probes.d)?\n", pid, exe,
+			"its USDT probes (abi/kpi_probes.d)?\n", pid, exe,
 			missing[0] ? "its kpi probes are missing" : "attaching failed");
 		t->failed = true;
 		for (int k = 0; k < N_USDT; k++) {

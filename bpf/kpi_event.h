@@ -3,7 +3,8 @@
 #ifndef KPI_EVENT_H
 #define KPI_EVENT_H
 
-#define KPI_REQID_LEN   64      /* x-request-id bytes kept (NUL included) */
+#include "abi/kpi_request_id.h"
+
 #define KPI_MAX_TARGETS 64
 #define KPI_MAX_CONNS   65536   /* tracked (pid, fd) connections */
 #define KPI_WRITE_BATCH 8       /* write times one WRITE event carries */
@@ -50,7 +51,7 @@ enum kpi_counter {
 /* One ring-buffer record.  The header is common; the union member is chosen
  * by type.  a..d are the probe's integer arguments in declaration order (id,
  * fd and the request-id string have their own fields); ADMIT: a prompt_tokens,
- * b max_tokens, c operation (enum kpi_operation, daemon/kpi_reasons.h). */
+ * b max_tokens, c operation (enum kpi_operation, abi/kpi_reasons.h). */
 struct kpi_event {
 	unsigned int type;      /* enum kpi_event_type */
 	unsigned int pid;       /* tgid of the target */

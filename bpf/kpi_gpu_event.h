@@ -4,8 +4,8 @@
 #ifndef KPI_GPU_EVENT_H
 #define KPI_GPU_EVENT_H
 
-#include "../cupti/kpi_cupti_abi.h"
-#include "../daemon/kpi_step_seq.h"
+#include "abi/kpi_cupti_abi.h"
+#include "abi/kpi_step_seq.h"
 
 /* step__seqs entries per ring-buffer event; a step with more sequences (the
  * daemon allows 4096) arrives as several chunks, KPI_STEP_SEQS_CHUNKS at most */

@@ -1,5 +1,5 @@
 # cupti/build.mk - libkpi_cupti.so (CUDA_INJECTION64_PATH library), its USDT
-# probes (cupti/kpi_cupti_probes.d) and the unit tests tests/unit/test_cupti_*.c.
+# probes (abi/kpi_cupti_probes.d) and the unit tests tests/unit/test_cupti_*.c.
 # The parts without CUDA (clock, step log, names, token split) build everywhere.
 
 CUPTI_CORE_OBJS := $(OBJ)/cupti/clock.o $(OBJ)/cupti/steplog.o $(OBJ)/cupti/names.o
@@ -21,11 +21,11 @@ PROGRAMS += $(CUPTI_LIB)
 $(CUPTI_CUDA_OBJS) $(OBJ)/tests/unit/test_cupti_convert.o: \
 	CFLAGS += -fPIC -fvisibility=hidden -isystem $(CUDA_HOME)/include
 
-$(BUILD)/include/kpi_cupti_probes.h: cupti/kpi_cupti_probes.d | deps
+$(BUILD)/include/kpi_cupti_probes.h: abi/kpi_cupti_probes.d | deps
 	$(call msg,DTRACE,$@)
 	@mkdir -p $(@D)
 	$(Q)$(DTRACE) -h -s $< -o $@
-$(OBJ)/cupti/kpi_cupti_probes.o: cupti/kpi_cupti_probes.d | deps
+$(OBJ)/cupti/kpi_cupti_probes.o: abi/kpi_cupti_probes.d | deps
 	$(call msg,DTRACE,$@)
 	@mkdir -p $(@D)
 	$(Q)$(DTRACE) -G -s $< -o $@

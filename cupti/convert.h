@@ -7,7 +7,7 @@
 #include <cupti_activity.h>
 
 #include "cupti/clock.h"
-#include "cupti/kpi_cupti_abi.h"
+#include "abi/kpi_cupti_abi.h"
 #include "cupti/names.h"
 #include "cupti/steplog.h"
 

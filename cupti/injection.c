@@ -16,7 +16,7 @@
 
 #include "kpi_cupti_probes.h"
 #include "cupti/convert.h"
-#include "cupti/kpi_step.h"
+#include "abi/kpi_step.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -388,11 +388,11 @@ static void find_host_step(void)
 	}
 	if (s)
 		say("%s in the host has magic %#x version %u, expected %#x version %u: "
-		    "rebuild the host with this cupti/kpi_step.h; records carry step 0",
+		    "rebuild the host with this abi/kpi_step.h; records carry step 0",
 		    KPI_CUPTI_STEP_SYMBOL, s->magic, s->version, KPI_CUPTI_STEP_MAGIC,
 		    KPI_CUPTI_STEP_VERSION);
 	else if (g.verbose)
-		say("the host exports no %s (see cupti/kpi_step.h): records carry step 0",
+		say("the host exports no %s (see abi/kpi_step.h): records carry step 0",
 		    KPI_CUPTI_STEP_SYMBOL);
 }
 

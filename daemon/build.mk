@@ -9,11 +9,11 @@ DAEMON_LDLIBS := -ljansson $(LDLIBS_COMMON)
 
 # dtrace -h: the probe macros and their *_ENABLED() semaphores;
 # dtrace -G: the object that defines the semaphores.
-$(BUILD)/include/kpi_probes.h: daemon/kpi_probes.d | deps
+$(BUILD)/include/kpi_probes.h: abi/kpi_probes.d | deps
 	$(call msg,DTRACE,$@)
 	@mkdir -p $(@D)
 	$(Q)$(DTRACE) -h -s $< -o $@
-$(OBJ)/daemon/kpi_probes.o: daemon/kpi_probes.d | deps
+$(OBJ)/daemon/kpi_probes.o: abi/kpi_probes.d | deps
 	$(call msg,DTRACE,$@)
 	@mkdir -p $(@D)
 	$(Q)$(DTRACE) -G -s $< -o $@
@@ -23,7 +23,7 @@ $(ENGINE_SRCS:%.c=$(OBJ)/%.o) $(SERVER_OBJS) $(OBJ)/daemon/server/main.o: | $(BU
 
 ifneq ($(wildcard daemon/server/main.c),)
 PROGRAMS += $(BUILD)/kpi-infer
-# The step slot is exported so that libkpi_cupti.so finds it (cupti/kpi_step.h).
+# The step slot is exported so that libkpi_cupti.so finds it (abi/kpi_step.h).
 $(BUILD)/kpi-infer: $(OBJ)/daemon/server/main.o $(SERVER_OBJS) $(ENGINE_OBJS) $(DAEMON_CUDA_OBJS)
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ -Wl,--export-dynamic-symbol=kpi_cupti_step_slot \

@@ -8,18 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "abi/kpi_reasons.h" /* enum kpi_finish_reason: why a sequence ended */
+
 enum engine_batching { ENGINE_BATCH_CONTINUOUS = 0, ENGINE_BATCH_STATIC = 1 };
 enum engine_backend_kind { ENGINE_BACKEND_CPU = 0, ENGINE_BACKEND_CUDA = 1 };
-
-/* Why a sequence ended; the numeric values are the ABI of the
- * kpi:request__finished probe and of the trace's finish_reason column. */
-enum finish_reason {
-	FINISH_NONE = 0,
-	FINISH_STOP = 1,      /* EOS token or a stop string */
-	FINISH_LENGTH = 2,    /* max_tokens or the context limit */
-	FINISH_CANCELLED = 3, /* client went away */
-	FINISH_ERROR = 4,
-};
 
 struct engine_config {
 	const char *model_path;  /* GGUF file */
@@ -60,7 +52,7 @@ struct engine_event {
 	uint64_t id;           /* the id given to engine_submit */
 	int32_t token;         /* ENGINE_EV_TOKEN */
 	bool first;            /* ENGINE_EV_TOKEN: the request's first output token */
-	enum finish_reason reason; /* ENGINE_EV_FINISHED */
+	enum kpi_finish_reason reason; /* ENGINE_EV_FINISHED */
 	int n_output;          /* ENGINE_EV_FINISHED: tokens generated */
 };
 
@@ -97,7 +89,7 @@ int engine_submit(struct engine *e, uint64_t id, const int32_t *prompt, int n_pr
 
 /* Ends a queued or running request now, freeing its blocks; its
  * ENGINE_EV_FINISHED (with reason) comes from the next engine_step. */
-void engine_finish(struct engine *e, uint64_t id, enum finish_reason reason);
+void engine_finish(struct engine *e, uint64_t id, enum kpi_finish_reason reason);
 
 /* True when there is work for engine_step. */
 bool engine_has_work(const struct engine *e);

@@ -18,7 +18,7 @@ CREATE TABLE IF NOT EXISTS gpu_kernels (
 	block_x       INTEGER, block_y INTEGER, block_z INTEGER,
 	bytes         INTEGER,              -- memcpy / memset only
 	copy_kind     INTEGER,              -- memcpy: CUPTI's kind (1 HtoD, 2 DtoH, 8 DtoD)
-	flags         INTEGER NOT NULL DEFAULT 0  -- kpi_gpu_rec flags (cupti/kpi_cupti_abi.h)
+	flags         INTEGER NOT NULL DEFAULT 0  -- kpi_gpu_rec flags (abi/kpi_cupti_abi.h)
 );
 CREATE INDEX IF NOT EXISTS gpu_kernels_step ON gpu_kernels(pid, step_id);
 CREATE INDEX IF NOT EXISTS gpu_kernels_start ON gpu_kernels(start_ns);

@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "kpi_probes.h"
-#include "daemon/kpi_reasons.h"
+#include "abi/kpi_reasons.h"
 
 #define MAX_CONNS 1024
 #define BUF 16384

@@ -36,15 +36,17 @@ def run_unit(path, tally, timeout):
     except subprocess.TimeoutExpired:
         tally.report("FAIL", suite, f"timed out after {timeout}s")
         return
-    seen = 0
+    own_fails = 0
     for line in p.stdout.splitlines():
         m = LINE.match(line)
         if m:
-            seen += 1
+            own_fails += m.group(1) == "FAIL"
             tally.report(m.group(1), f"{suite}.{m.group(2)}", m.group(3) or "")
         elif line.strip():
             print(f"     {line}")
-    if p.returncode != 0 and (seen == 0 or tally.failed == 0):
+    # A non-zero exit is a failure of its own unless this suite already named
+    # one; a signal (a crash after some passes) always is, whatever came before.
+    if p.returncode < 0 or (p.returncode != 0 and own_fails == 0):
         tally.report("FAIL", suite, f"exit {p.returncode}: {p.stderr.strip()[-600:]}")
     elif p.returncode != 0 and p.stderr.strip():
         print(p.stderr.strip()[-2000:])

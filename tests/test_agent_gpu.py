@@ -183,7 +183,7 @@ def _slot_address(pid, exe):
 
 
 def test_kpi_infer_publishes_its_step():
-    """kpi-infer exports kpi_cupti_step_slot (cupti/kpi_step.h) with its magic
+    """kpi-infer exports kpi_cupti_step_slot (abi/kpi_step.h) with its magic
     and version, for libkpi_cupti.so's dlsym; while the forward pass runs
     (a uprobe on matmul_rows_fetch, which every matmul of the CPU backend
     goes through) the slot holds the step of the enclosing

@@ -216,7 +216,7 @@ def test_cupti_records_inside_their_steps_bpftrace():
     assert "state 1 listener attached" in outs[1], outs[1][-3000:]
     assert recs, "no kernel records:\n" + outs[1][-3000:]
     if all(r[3] & 2 for r in recs):
-        raise kpitest.Skip("the engine publishes no step yet (cupti/kpi_step.h): records carry step 0")
+        raise kpitest.Skip("the engine publishes no step yet (abi/kpi_step.h): records carry step 0")
     stepped = [r for r in recs if r[0] in begin and r[0] in end]
     assert stepped, f"no record matched a traced step ({len(recs)} records)"
     slack = 20000  # ns: calibration error is well under 1 µs; launches and syncs cost more

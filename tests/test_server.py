@@ -49,7 +49,7 @@ def test_help_lists_every_flag():
 def test_usdt_notes_in_binary():
     st.require_binary()
     notes = kpitest.run(["readelf", "-n", st.KPI_INFER], check=True).stdout
-    probes_d = open(os.path.join(kpitest.ROOT, "daemon", "kpi_probes.d")).read()
+    probes_d = open(os.path.join(kpitest.ROOT, "abi", "kpi_probes.d")).read()
     names = re.findall(r"probe\s+(\w+)\s*\(", probes_d)
     assert len(names) >= 11, names
     for n in names:
@@ -528,7 +528,7 @@ def test_probes_fire_with_bpftrace():
                   "response__end"]:
         bt.wait_line(f" {probe} ", 30)
     bt.wait_line("status=404 reason=9", 5)  # status and KPI_REJECT_NOT_FOUND
-    # enum kpi_operation (daemon/kpi_reasons.h): the chat request 2, the others 1
+    # enum kpi_operation (abi/kpi_reasons.h): the chat request 2, the others 1
     assert bt.wait_line("request_id=probe-chat ", 5).endswith(" operation=2"), bt.lines
     admitted = [l for l in bt.lines if " request__admitted " in l and "probe-chat" not in l]
     assert admitted and all(l.endswith(" operation=1") for l in admitted), admitted

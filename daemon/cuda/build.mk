@@ -22,7 +22,7 @@ $(OBJ)/daemon/cuda/cuda_backend.o $(OBJ)/daemon/cuda/attn_check.o: CFLAGS += -is
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++ -pthread
 
 DAEMON_CUDA_OBJS := $(CUDA_OBJS)
-# export the engine's step slot (cupti/kpi_step.h) so libkpi_cupti.so finds it
+# export the engine's step slot (abi/kpi_step.h) so libkpi_cupti.so finds it
 # with dlsym; harmless while the engine defines none.
 DAEMON_CUDA_LDLIBS := $(CUDA_LDLIBS) -Wl,--export-dynamic-symbol=kpi_cupti_step_slot
 # daemon/build.mk expanded kpi-infer's prerequisites before this fragment was read.

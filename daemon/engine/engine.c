@@ -13,11 +13,11 @@
 #include "daemon/engine/kv.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/sample.h"
-#include "daemon/kpi_step_seq.h"
-#include "cupti/kpi_step.h"
+#include "abi/kpi_step_seq.h"
+#include "abi/kpi_step.h"
 #include "kpi_probes.h"
 
-/* The batch step libkpi_cupti.so ties GPU launches to (cupti/kpi_step.h); one
+/* The batch step libkpi_cupti.so ties GPU launches to (abi/kpi_step.h); one
  * store at each end of the forward pass, whether the library is loaded or not. */
 KPI_CUPTI_STEP_DEFINE();
 
@@ -381,7 +381,7 @@ int engine_submit(struct engine *e, uint64_t id, const int32_t *prompt, int n_pr
 }
 
 static void push_event(struct engine *e, enum engine_event_kind kind, const struct seq *s, int32_t token,
-		       bool first, enum finish_reason reason)
+		       bool first, enum kpi_finish_reason reason)
 {
 	/* ev_cap >= 4 * max_seqs + 2 * live: a step cannot overflow it */
 	e->ev[e->ev_n++] = (struct engine_event){ kind, s->id, token, first, reason, s->n_out };
@@ -396,7 +396,7 @@ static void static_member_done(struct engine *e)
 }
 
 /* Removes s from its list, frees its blocks and reports it finished. */
-static void seq_finish(struct engine *e, struct seq *s, enum finish_reason reason)
+static void seq_finish(struct engine *e, struct seq *s, enum kpi_finish_reason reason)
 {
 	kv_table_release(&e->kv, &s->bt);
 	list_remove(s->state == SEQ_RUNNING ? &e->running : &e->waiting, s);
@@ -408,7 +408,7 @@ static void seq_finish(struct engine *e, struct seq *s, enum finish_reason reaso
 	seq_free(s);
 }
 
-void engine_finish(struct engine *e, uint64_t id, enum finish_reason reason)
+void engine_finish(struct engine *e, uint64_t id, enum kpi_finish_reason reason)
 {
 	struct seq_list *lists[2] = { &e->running, &e->waiting };
 	for (int i = 0; i < 2; i++)
@@ -467,7 +467,7 @@ static void seq_preempt(struct engine *e, struct seq *s)
 	s->preempted_at = e->st.steps + 1;
 	list_push_head(&e->waiting, s);
 	e->st.preemptions++;
-	push_event(e, ENGINE_EV_PREEMPTED, s, -1, false, FINISH_NONE);
+	push_event(e, ENGINE_EV_PREEMPTED, s, -1, false, KPI_FINISH_NONE);
 	KPI_REQUEST_PREEMPTED(s->id);
 }
 
@@ -559,7 +559,7 @@ static int schedule(struct engine *e)
 		list_remove(&e->waiting, s);
 		s->state = SEQ_RUNNING;
 		list_insert_by_arrival(&e->running, s);
-		push_event(e, ENGINE_EV_SCHEDULED, s, -1, false, FINISH_NONE);
+		push_event(e, ENGINE_EV_SCHEDULED, s, -1, false, KPI_FINISH_NONE);
 		KPI_REQUEST_SCHEDULED(s->id);
 		batch_add(e, &n, &budget, s, take);
 	}
@@ -628,7 +628,7 @@ static void step_run(struct engine *e)
 	if (rc) {
 		fprintf(stderr, "kpi-infer: forward pass failed: %s\n", err);
 		for (int i = 0; i < n; i++)
-			seq_finish(e, e->b_seq[i], FINISH_ERROR);
+			seq_finish(e, e->b_seq[i], KPI_FINISH_ERROR);
 		return;
 	}
 
@@ -649,13 +649,13 @@ static void step_run(struct engine *e)
 		s->n_out++;
 		e->st.generation_tokens++;
 		bool first = s->n_out == 1;
-		push_event(e, ENGINE_EV_TOKEN, s, tok, first, FINISH_NONE);
+		push_event(e, ENGINE_EV_TOKEN, s, tok, first, KPI_FINISH_NONE);
 		if (first)
 			KPI_REQUEST_FIRST_TOKEN(s->id);
 		if (tok == e->model->info.eos_id && !s->sp.ignore_eos)
-			seq_finish(e, s, FINISH_STOP);
+			seq_finish(e, s, KPI_FINISH_STOP);
 		else if (s->n_out >= s->max_out || seq_known(s) >= ctx)
-			seq_finish(e, s, FINISH_LENGTH);
+			seq_finish(e, s, KPI_FINISH_LENGTH);
 	}
 }
 

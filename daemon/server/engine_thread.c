@@ -16,7 +16,7 @@ struct eth_cmd {
 	int32_t *prompt;
 	int n_prompt;
 	struct sampling_params sp;
-	enum finish_reason reason;
+	enum kpi_finish_reason reason;
 };
 
 uint64_t eth_now_ns(void)
@@ -59,7 +59,7 @@ void eth_submit(struct engine_thread *t, uint64_t id, int32_t *prompt, int n_pro
 	push_cmd(t, &c);
 }
 
-void eth_finish(struct engine_thread *t, uint64_t id, enum finish_reason reason)
+void eth_finish(struct engine_thread *t, uint64_t id, enum kpi_finish_reason reason)
 {
 	struct eth_cmd c = { .kind = CMD_FINISH, .id = id, .reason = reason };
 	push_cmd(t, &c);

@@ -47,7 +47,7 @@ void eth_stop(struct engine_thread *t);
 /* Takes ownership of prompt (malloc'd). */
 void eth_submit(struct engine_thread *t, uint64_t id, int32_t *prompt, int n_prompt,
 		const struct sampling_params *sp);
-void eth_finish(struct engine_thread *t, uint64_t id, enum finish_reason reason);
+void eth_finish(struct engine_thread *t, uint64_t id, enum kpi_finish_reason reason);
 
 /* Moves the pending events into *out (caller frees with free(), and each
  * err); returns their count. */

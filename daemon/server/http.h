@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#include "bpf/kpi_event.h"
+#include "abi/kpi_request_id.h"
 #include "daemon/server/sbuf.h"
 
 #define HTTP_MAX_HEAD 16384    /* request line + headers */

@@ -128,12 +128,11 @@ void metrics_render(const struct metrics *m, const struct engine_stats *st,
 	gauge(out, "vllm:generation_tokens_total", "Number of generation tokens processed.",
 	      "counter", labels, (double)st->generation_tokens);
 
-	static const char *const reasons[5] = { NULL, "stop", "length", "abort", "error" };
 	sbuf_printf(out, "# HELP vllm:request_success_total Count of finished requests by "
 		    "finish reason.\n# TYPE vllm:request_success_total counter\n");
-	for (int r = 1; r < 5; r++)
+	for (int r = KPI_FINISH_STOP; r < KPI_FINISH__COUNT; r++)
 		sbuf_printf(out, "vllm:request_success_total{%s,finished_reason=\"%s\"} %llu\n",
-			    labels, reasons[r], (unsigned long long)m->success[r]);
+			    labels, kpi_finish_reason_wire(r), (unsigned long long)m->success[r]);
 
 	for (int i = 0; i < MH__COUNT; i++)
 		render_hist(&m->h[i], labels, out);

@@ -26,7 +26,7 @@ enum metrics_hist {
 
 struct metrics {
 	struct histogram h[MH__COUNT];
-	uint64_t success[5];         /* by enum finish_reason */
+	uint64_t success[KPI_FINISH__COUNT]; /* by enum kpi_finish_reason */
 	uint64_t http_status[600];   /* responses by status code */
 	uint64_t rejected_total;
 	uint64_t connections_total;

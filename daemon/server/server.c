@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "kpi_probes.h"
-#include "daemon/kpi_reasons.h"
+#include "abi/kpi_reasons.h"
 #include "daemon/server/api.h"
 #include "daemon/server/engine_thread.h"
 #include "daemon/server/http.h"
@@ -192,7 +192,7 @@ static void conn_close(struct conn *c)
 		/* the client went away mid-request: free its sequence at once */
 		if (KPI_REQUEST_CANCELLED_ENABLED())
 			KPI_REQUEST_CANCELLED(r->id);
-		eth_finish(&S.eth, r->id, FINISH_CANCELLED);
+		eth_finish(&S.eth, r->id, KPI_FINISH_CANCELLED);
 		r->conn = NULL;
 		c->req = NULL;
 	}
@@ -378,16 +378,6 @@ static void reject(struct conn *c, int status, int reason, const char *msg, bool
 
 /* ---- streaming output ---------------------------------------------------- */
 
-static const char *finish_name(enum finish_reason r)
-{
-	switch (r) {
-	case FINISH_STOP: return "stop";
-	case FINISH_LENGTH: return "length";
-	case FINISH_CANCELLED: return "abort";
-	default: return "error";
-	}
-}
-
 /* The fields every body and chunk starts with; whole: a non-stream body. */
 static void chunk_prefix(struct sbuf *b, struct req *r, bool whole)
 {
@@ -496,7 +486,7 @@ static void on_token(struct req *r, const struct eth_event *ev, bool last)
 		      &emit)) {
 		r->text.len = r->emitted + emit; /* drop the stop string and anything after */
 		r->stopped = true;
-		eth_finish(&S.eth, r->id, FINISH_STOP);
+		eth_finish(&S.eth, r->id, KPI_FINISH_STOP);
 	}
 	if (!r->stream || last)
 		return; /* the last token rides in the final write (on_finished) */
@@ -511,8 +501,8 @@ static void on_token(struct req *r, const struct eth_event *ev, bool last)
 static void finish_metrics(struct req *r, const struct eth_event *ev)
 {
 	uint64_t t = ev->t_ns;
-	enum finish_reason reason = r->stopped ? FINISH_STOP : ev->ev.reason;
-	if (reason >= FINISH_STOP && reason <= FINISH_ERROR)
+	enum kpi_finish_reason reason = r->stopped ? KPI_FINISH_STOP : ev->ev.reason;
+	if (reason >= KPI_FINISH_STOP && reason <= KPI_FINISH_ERROR)
 		S.m.success[reason]++;
 	metrics_observe(&S.m, MH_E2E, (double)(t - r->t_arrive) / 1e9);
 	metrics_observe(&S.m, MH_PROMPT_TOKENS, r->n_prompt);
@@ -538,8 +528,8 @@ static void on_finished(struct req *r, const struct eth_event *ev)
 		return;
 	if (!r->stopped)
 		utf8_stream_flush(&r->u8, &r->text); /* held-back stop prefixes go out too */
-	const char *finish = finish_name(r->stopped ? FINISH_STOP : ev->ev.reason);
-	if (ev->ev.reason == FINISH_ERROR && !r->stream && !r->stopped) {
+	const char *finish = kpi_finish_reason_wire(r->stopped ? KPI_FINISH_STOP : ev->ev.reason);
+	if (ev->ev.reason == KPI_FINISH_ERROR && !r->stream && !r->stopped) {
 		reject(c, 500, KPI_REJECT_INTERNAL, "the engine failed while generating", false,
 		       NULL);
 		return;

@@ -10,7 +10,7 @@ import kpitest
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 
 
-# gen_ai.operation.name of each endpoint (daemon/kpi_reasons.h enum kpi_operation)
+# gen_ai.operation.name of each endpoint (abi/kpi_reasons.h enum kpi_operation)
 ENDPOINTS = {"text_completion": "/v1/completions", "chat": "/v1/chat/completions"}
 WORDS = ["the", "cat", "sat", "on", "a", "mat", "of", "red", "wool"]
 

@@ -4,7 +4,7 @@
 #include "tests/unit/check.h"
 #include "agent/assemble.h"
 #include "tests/unit/event_util.h"
-#include "daemon/kpi_reasons.h"
+#include "abi/kpi_reasons.h"
 
 #define MAXREC 16
 static struct kpi_request_record got[MAXREC];

@@ -12,7 +12,7 @@
 #include <unistd.h>
 
 #include "tests/unit/check.h"
-#include "cupti/kpi_step.h"
+#include "abi/kpi_step.h"
 
 KPI_CUPTI_STEP_DEFINE();
 

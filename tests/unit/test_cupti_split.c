@@ -1,10 +1,10 @@
 /* test_cupti_split.c - a step's GPU busy time and its token-share split across
- * the step's sequences (cupti/kpi_gpu_split.h, used by the agent too). */
+ * the step's sequences (abi/kpi_gpu_split.h, used by the agent too). */
 #include <math.h>
 #include <stdint.h>
 
 #include "tests/unit/check.h"
-#include "cupti/kpi_gpu_split.h"
+#include "abi/kpi_gpu_split.h"
 
 static void test_busy_union(void)
 {

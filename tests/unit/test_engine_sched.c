@@ -15,7 +15,7 @@ enum { MAXR = 64, MAXOUT = 48 };
 struct run {
 	int32_t out[MAXR][MAXOUT];
 	int n_out[MAXR];
-	enum finish_reason reason[MAXR];
+	enum kpi_finish_reason reason[MAXR];
 	int scheduled[MAXR], preempted[MAXR], firsts[MAXR], finished[MAXR];
 	int max_step_tokens, max_step_seqs;
 	struct engine_stats end;
@@ -104,7 +104,7 @@ static void test_budget_and_limits(void)
 	CHECK(base.max_step_seqs == 6, "max seqs reached (%d)", base.max_step_seqs);
 	CHECK(base.end.preemptions == 0, "no preemption with a big pool");
 	for (int r = 0; r < 16; r++) {
-		CHECK(base.reason[r] == FINISH_LENGTH, "ignore_eos runs to max_tokens");
+		CHECK(base.reason[r] == KPI_FINISH_LENGTH, "ignore_eos runs to max_tokens");
 		CHECK(base.n_out[r] == 8 + (r * 11) % (MAXOUT - 8), "request %d: %d tokens", r, base.n_out[r]);
 	}
 	engine_destroy(e);
@@ -218,14 +218,14 @@ static void test_cancel_frees_blocks(void)
 	engine_stats(e, &st);
 	CHECK(st.kv_blocks_used == 4 && st.running == 1 && st.waiting == 1, "used %d running %d waiting %d",
 	      st.kv_blocks_used, st.running, st.waiting);
-	engine_finish(e, 1, FINISH_CANCELLED);
-	engine_finish(e, 2, FINISH_CANCELLED);
-	engine_finish(e, 99, FINISH_CANCELLED); /* unknown: ignored */
+	engine_finish(e, 1, KPI_FINISH_CANCELLED);
+	engine_finish(e, 2, KPI_FINISH_CANCELLED);
+	engine_finish(e, 99, KPI_FINISH_CANCELLED); /* unknown: ignored */
 	engine_stats(e, &st);
 	CHECK(st.kv_blocks_used == 0 && st.running == 0 && st.waiting == 0, "blocks freed at once");
 	CHECK(engine_has_work(e), "the finish events are still to be reported");
 	int k = engine_step(e, ev, 64);
-	CHECK(k == 2 && ev[0].kind == ENGINE_EV_FINISHED && ev[0].reason == FINISH_CANCELLED && ev[1].id == 2,
+	CHECK(k == 2 && ev[0].kind == ENGINE_EV_FINISHED && ev[0].reason == KPI_FINISH_CANCELLED && ev[1].id == 2,
 	      "%d events", k);
 	CHECK(!engine_has_work(e), "idle");
 	engine_destroy(e);
@@ -291,7 +291,7 @@ static void test_eos_stops(void)
 			if (ev[i].kind == ENGINE_EV_TOKEN)
 				last[ev[i].id] = ev[i].token;
 			if (ev[i].kind == ENGINE_EV_FINISHED)
-				CHECK(ev[i].reason == (last[ev[i].id] == 2 ? FINISH_STOP : FINISH_LENGTH),
+				CHECK(ev[i].reason == (last[ev[i].id] == 2 ? KPI_FINISH_STOP : KPI_FINISH_LENGTH),
 				      "request %llu: reason %d after token %d", (unsigned long long)ev[i].id, ev[i].reason,
 				      last[ev[i].id]);
 		}

@@ -24,7 +24,7 @@ static void test_render(void)
 	struct metrics m;
 	metrics_init(&m);
 	metrics_observe(&m, MH_E2E, 0.4);
-	m.success[FINISH_LENGTH] = 3;
+	m.success[KPI_FINISH_LENGTH] = 3;
 	m.http_status[429] = 2;
 	struct engine_stats st = { .running = 2, .waiting = 1, .kv_blocks_total = 100,
 				   .kv_blocks_used = 25, .kv_blocks_free = 75, .preemptions = 4 };

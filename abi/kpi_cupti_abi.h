@@ -26,7 +26,7 @@ enum kpi_gpu_rec_flags {
 };
 
 struct kpi_gpu_rec {
-	uint64_t step;           /* host batch step at launch (cupti/kpi_step.h); 0: none */
+	uint64_t step;           /* host batch step at launch (abi/kpi_step.h); 0: none */
 	uint64_t start_ns;       /* CLOCK_MONOTONIC */
 	uint64_t end_ns;         /* CLOCK_MONOTONIC */
 	uint64_t bytes;          /* memcpy, memset: bytes; kernel: 0 */

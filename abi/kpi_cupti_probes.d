@@ -1,5 +1,5 @@
 /* kpi_cupti_probes.d - every USDT probe of libkpi_cupti.so (provider "kpi_cupti").
- * Records are struct kpi_gpu_rec (cupti/kpi_cupti_abi.h), sent in batches of at
+ * Records are struct kpi_gpu_rec (abi/kpi_cupti_abi.h), sent in batches of at
  * most KPI_CUPTI_BATCH_MAX; arguments are documented in docs/cupti.md. */
 provider kpi_cupti {
 	/* n records of rec_size bytes at recs (CLOCK_MONOTONIC times); seq counts batches */

@@ -1,10 +1,55 @@
-/* kpi_reasons.h - why kpi-infer refused a request (the reason argument of the
- * kpi:request__rejected USDT probe) and which endpoint an admitted one came
- * through (the operation argument of kpi:request__admitted). Shared by the
- * daemon and the agent; the numeric values are an ABI (append only).
- * docs/probes.md lists them. */
+/* kpi_reasons.h - why a request ended (the finish_reason argument of
+ * kpi:request__finished), why kpi-infer refused one (the reason argument of
+ * kpi:request__rejected) and which endpoint an admitted one came through (the
+ * operation argument of kpi:request__admitted), each with its one names table.
+ * Shared by the daemon, the agent and the tools; the numeric values are an ABI
+ * (append only). docs/probes.md lists them. */
 #ifndef KPI_REASONS_H
 #define KPI_REASONS_H
+
+enum kpi_finish_reason {
+	KPI_FINISH_NONE = 0,
+	KPI_FINISH_STOP = 1,      /* EOS token or a stop string */
+	KPI_FINISH_LENGTH = 2,    /* max_tokens or the context limit */
+	KPI_FINISH_CANCELLED = 3, /* client went away */
+	KPI_FINISH_ERROR = 4,     /* the engine failed the sequence */
+	KPI_FINISH__COUNT
+};
+
+/* Each finish reason under the two names it goes by: the trace's
+ * (requests.finish_reason, kpi-agent's labels) and the wire's (OpenAI's
+ * finish_reason field and vLLM's finished_reason label, which call a
+ * cancelled sequence "abort"). */
+struct kpi_finish_names {
+	const char *trace;
+	const char *wire;
+};
+
+static inline const struct kpi_finish_names *kpi_finish_names(int r)
+{
+	static const struct kpi_finish_names names[KPI_FINISH__COUNT] = {
+		{ NULL, NULL },
+		{ "stop", "stop" },
+		{ "length", "length" },
+		{ "cancelled", "abort" },
+		{ "error", "error" },
+	};
+	static const struct kpi_finish_names unknown = { NULL, NULL };
+	return r > KPI_FINISH_NONE && r < KPI_FINISH__COUNT ? &names[r] : &unknown;
+}
+
+/* The trace's name of r; NULL for KPI_FINISH_NONE or an unknown value. */
+static inline const char *kpi_finish_reason_name(int r)
+{
+	return kpi_finish_names(r)->trace;
+}
+
+/* The OpenAI / vLLM name of r; "error" for any value outside the table. */
+static inline const char *kpi_finish_reason_wire(int r)
+{
+	const char *n = kpi_finish_names(r)->wire;
+	return n ? n : "error";
+}
 
 enum kpi_reject_reason {
 	KPI_REJECT_NONE = 0,

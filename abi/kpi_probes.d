@@ -3,7 +3,7 @@
  * request ids, and request_id strings are the x-request-id join key.
  * Probes fire per request and per batch step, never per token. */
 provider kpi {
-	/* parsed, tokenized and queued; operation: enum kpi_operation (daemon/kpi_reasons.h),
+	/* parsed, tokenized and queued; operation: enum kpi_operation (abi/kpi_reasons.h),
 	 * the endpoint it came through */
 	probe request__admitted(uint64_t id, int fd, int prompt_tokens, int max_tokens, const char *request_id,
 				int operation);
@@ -13,7 +13,7 @@ provider kpi {
 	probe request__scheduled(uint64_t id);
 	probe step__begin(uint64_t step, int prefill_tokens, int decode_seqs, int kv_used, int kv_free);
 	/* right after step__begin: the step's n sequences, entries = struct kpi_step_seq[n]
-	 * (daemon/kpi_step_seq.h); prepared only while someone listens */
+	 * (abi/kpi_step_seq.h); prepared only while someone listens */
 	probe step__seqs(uint64_t step, int n, const void *entries);
 	probe step__end(uint64_t step);
 	probe request__first_token(uint64_t id);
