@@ -1,100 +1,34 @@
 /* assemble.c - request assembly: one struct req per request in flight, found
  * by connection (pid, fd) for socket events and by (pid, id) for engine
  * events; completed at response__end (or close) and handed to the sinks. */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <uthash.h>
 #include "assemble.h"
 #include "abi/kpi_reasons.h"
-
-/* ---- a small open-addressing map (k1, k2) -> pointer -------------------- */
-
-struct slot {
-	uint64_t k1, k2;
-	void *v;        /* NULL: empty; TOMB: deleted */
-};
-
-#define TOMB ((void *)1)
-
-struct map {
-	struct slot *s;
-	size_t cap, used;   /* used counts live + tombstones */
-};
-
-static uint64_t mix(uint64_t a, uint64_t b)
-{
-	uint64_t h = a * 0x9E3779B97F4A7C15ull ^ (b + 0x632BE59BD9B4E019ull + (a << 6) + (a >> 2));
-	h ^= h >> 33;
-	h *= 0xff51afd7ed558ccdull;
-	h ^= h >> 33;
-	return h;
-}
-
-static void map_put(struct map *m, uint64_t k1, uint64_t k2, void *v);
-
-static void map_grow(struct map *m)
-{
-	struct map n = { calloc(m->cap ? m->cap * 2 : 256, sizeof(struct slot)), m->cap ? m->cap * 2 : 256, 0 };
-
-	if (!n.s)
-		abort();
-	for (size_t i = 0; i < m->cap; i++)
-		if (m->s[i].v && m->s[i].v != TOMB)
-			map_put(&n, m->s[i].k1, m->s[i].k2, m->s[i].v);
-	free(m->s);
-	*m = n;
-}
-
-static struct slot *map_find(const struct map *m, uint64_t k1, uint64_t k2)
-{
-	if (!m->cap)
-		return NULL;
-	for (size_t i = mix(k1, k2) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-		struct slot *s = &m->s[i];
-		if (!s->v)
-			return NULL;
-		if (s->v != TOMB && s->k1 == k1 && s->k2 == k2)
-			return s;
-	}
-}
-
-static void *map_get(const struct map *m, uint64_t k1, uint64_t k2)
-{
-	struct slot *s = map_find(m, k1, k2);
-	return s ? s->v : NULL;
-}
-
-static void map_put(struct map *m, uint64_t k1, uint64_t k2, void *v)
-{
-	struct slot *s = map_find(m, k1, k2);
-
-	if (s) {
-		s->v = v;
-		return;
-	}
-	if ((m->used + 1) * 4 >= m->cap * 3)
-		map_grow(m);
-	for (size_t i = mix(k1, k2) & (m->cap - 1);; i = (i + 1) & (m->cap - 1)) {
-		s = &m->s[i];
-		if (!s->v || s->v == TOMB) {
-			if (!s->v)
-				m->used++;
-			*s = (struct slot){ k1, k2, v };
-			return;
-		}
-	}
-}
-
-static void map_del(struct map *m, uint64_t k1, uint64_t k2, void *only)
-{
-	struct slot *s = map_find(m, k1, k2);
-	if (s && (!only || s->v == only))
-		s->v = TOMB;
-}
+#include "schema/pct.h"
 
 /* ---- state -------------------------------------------------------------- */
 
+/* Keys of the in-flight tables (uthash hashes their bytes: padding zeroed). */
+struct conn_key {
+	uint32_t pid;
+	int32_t fd;
+};
+
+struct id_key {
+	uint32_t pid;
+	uint32_t _pad;
+	uint64_t id;    /* the daemon's request id, or a step id */
+};
+
 struct req {
+	UT_hash_handle hh_conn, hh_id;
+	struct conn_key ck;     /* valid while in_conn */
+	struct id_key ik;       /* valid while in_id */
+	bool in_conn, in_id;
 	char reqid[KPI_REQID_LEN];
 	uint32_t pid;
 	int fd;
@@ -123,10 +57,17 @@ struct pidstate {
 	uint64_t runq_by_rest;
 };
 
+/* A batch step between its begin and end. */
+struct step {
+	UT_hash_handle hh;
+	struct id_key key;      /* (pid, step id) */
+	struct kpi_step_record rec;
+};
+
 struct assembler {
-	struct map by_conn;     /* (pid, fd) -> req */
-	struct map by_id;       /* (pid, id) -> req */
-	struct map steps;       /* (pid, step) -> struct kpi_step_record */
+	struct req *by_conn;    /* (pid, fd) -> req, hh_conn */
+	struct req *by_id;      /* (pid, id) -> req, hh_id */
+	struct step *steps;     /* (pid, step) -> step */
 	struct kpi_sink sinks[ASSEMBLE_MAX_SINKS];
 	int n_sinks;
 	struct pidstate pids[KPI_MAX_TARGETS];
@@ -146,27 +87,28 @@ static void req_free(struct req *r)
 	free(r);
 }
 
+static void req_unlink(struct assembler *a, struct req *r);
+
 void assemble_free(struct assembler *a)
 {
+	struct req *r, *tmp;
+	struct step *s, *stmp;
+
 	if (!a)
 		return;
-	/* a req is in by_conn, by_id or both: free each once */
-	for (size_t i = 0; i < a->by_id.cap; i++) {
-		struct req *r = a->by_id.s[i].v;
-		if (r && (void *)r != TOMB) {
-			map_del(&a->by_conn, r->pid, (uint64_t)r->fd, r);
-			req_free(r);
-		}
+	/* a req is in by_conn, by_id or both: unlinking frees it from both */
+	HASH_ITER(hh_conn, a->by_conn, r, tmp) {
+		req_unlink(a, r);
+		req_free(r);
 	}
-	for (size_t i = 0; i < a->by_conn.cap; i++)
-		if (a->by_conn.s[i].v && a->by_conn.s[i].v != TOMB)
-			req_free(a->by_conn.s[i].v);
-	for (size_t i = 0; i < a->steps.cap; i++)
-		if (a->steps.s[i].v && a->steps.s[i].v != TOMB)
-			free(a->steps.s[i].v);
-	free(a->by_conn.s);
-	free(a->by_id.s);
-	free(a->steps.s);
+	HASH_ITER(hh_id, a->by_id, r, tmp) {
+		req_unlink(a, r);
+		req_free(r);
+	}
+	HASH_ITER(hh, a->steps, s, stmp) {
+		HASH_DEL(a->steps, s);
+		free(s);
+	}
 	free(a);
 }
 
@@ -194,6 +136,62 @@ static struct pidstate *pidstate(struct assembler *a, uint32_t pid)
 	return &a->pids[a->n_pids++];
 }
 
+static struct req *find_conn(struct assembler *a, uint32_t pid, int fd)
+{
+	struct conn_key k = { .pid = pid, .fd = fd };
+	struct req *r;
+
+	HASH_FIND(hh_conn, a->by_conn, &k, sizeof(k), r);
+	return r;
+}
+
+static struct req *find_id(struct assembler *a, uint32_t pid, uint64_t id)
+{
+	struct id_key k = { .pid = pid, .id = id };
+	struct req *r;
+
+	HASH_FIND(hh_id, a->by_id, &k, sizeof(k), r);
+	return r;
+}
+
+static void conn_unlink(struct assembler *a, struct req *r)
+{
+	if (r->in_conn)
+		HASH_DELETE(hh_conn, a->by_conn, r);
+	r->in_conn = false;
+}
+
+static void id_unlink(struct assembler *a, struct req *r)
+{
+	if (r->in_id)
+		HASH_DELETE(hh_id, a->by_id, r);
+	r->in_id = false;
+}
+
+/* r becomes the request of its connection; one that held it before is no
+ * longer found by connection (its caller has ended it). */
+static void conn_link(struct assembler *a, struct req *r)
+{
+	struct req *old = find_conn(a, r->pid, r->fd);
+
+	if (old)
+		conn_unlink(a, old);
+	r->ck = (struct conn_key){ .pid = r->pid, .fd = r->fd };
+	HASH_ADD(hh_conn, a->by_conn, ck, sizeof(r->ck), r);
+	r->in_conn = true;
+}
+
+static void id_link(struct assembler *a, struct req *r)
+{
+	struct req *old = find_id(a, r->pid, r->id);
+
+	if (old)
+		id_unlink(a, old);
+	r->ik = (struct id_key){ .pid = r->pid, .id = r->id };
+	HASH_ADD(hh_id, a->by_id, ik, sizeof(r->ik), r);
+	r->in_id = true;
+}
+
 static struct req *req_new(struct assembler *a, uint32_t pid, int fd, uint64_t t_arrive)
 {
 	struct req *r = calloc(1, sizeof(*r));
@@ -204,16 +202,14 @@ static struct req *req_new(struct assembler *a, uint32_t pid, int fd, uint64_t t
 	r->fd = fd;
 	r->t_arrive = t_arrive;
 	if (fd >= 0)
-		map_put(&a->by_conn, pid, (uint64_t)fd, r);
+		conn_link(a, r);
 	return r;
 }
 
 static void req_unlink(struct assembler *a, struct req *r)
 {
-	if (r->fd >= 0)
-		map_del(&a->by_conn, r->pid, (uint64_t)r->fd, r);
-	if (r->has_id)
-		map_del(&a->by_id, r->pid, r->id, r);
+	conn_unlink(a, r);
+	id_unlink(a, r);
 }
 
 /* ---- completion ------------------------------------------------------------ */
@@ -328,16 +324,20 @@ static void req_complete(struct assembler *a, struct req *r)
 			rec.tpot = (int64_t)(m[4] - m[3]) / (r->output_tokens - 1);
 	}
 	if (n_tok > 1) {
-		uint64_t *gap = malloc((n_tok - 1) * sizeof(uint64_t));
+		/* ns gaps are exact in a double up to 104 days */
+		double *gap = malloc((n_tok - 1) * sizeof(double));
 		if (!gap)
 			abort();
 		for (size_t i = 1; i < n_tok; i++)
-			gap[i - 1] = tok[i] - tok[i - 1];
-		qsort(gap, n_tok - 1, sizeof(uint64_t), cmp_u64);
+			gap[i - 1] = (double)(tok[i] - tok[i - 1]);
 		size_t n = n_tok - 1;
-		rec.itl_p50 = (int64_t)gap[(n - 1) / 2];
-		rec.itl_p99 = (int64_t)gap[(size_t)((double)(n - 1) * 0.99 + 0.5)];
-		rec.itl_max = (int64_t)gap[n - 1];
+		/* the one percentile definition of the trace (schema/pct.h) */
+		rec.itl_p50 = llround(pct_select_f64(gap, n, 50));
+		rec.itl_p99 = llround(pct_select_f64(gap, n, 99));
+		rec.itl_max = 0;
+		for (size_t i = 0; i < n; i++)
+			if ((int64_t)gap[i] > rec.itl_max)
+				rec.itl_max = (int64_t)gap[i];
 		free(gap);
 	}
 	rec.prompt_tokens = r->admitted ? r->prompt : KPI_NULL;
@@ -386,48 +386,45 @@ static void req_end(struct assembler *a, struct req *r)
 	}
 }
 
-/* ---- events ------------------------------------------------------------------ */
+/* ---- events: one handler per record type (bpf/kpi_event.h) ---------------- */
 
-static struct req *by_conn(struct assembler *a, const struct kpi_event *e)
+static void on_step_begin(struct assembler *a, const struct kpi_ev_step_begin *e)
 {
-	return e->fd >= 0 ? map_get(&a->by_conn, e->pid, (uint64_t)e->fd) : NULL;
-}
+	struct id_key k = { .pid = e->h.pid, .id = e->step };
+	struct pidstate *ps = pidstate(a, e->h.pid);
+	struct step *s;
 
-static struct req *by_id(struct assembler *a, const struct kpi_event *e)
-{
-	return map_get(&a->by_id, e->pid, e->id);
-}
-
-static void on_step(struct assembler *a, const struct kpi_event *e)
-{
-	struct kpi_step_record *s;
-	struct pidstate *ps = pidstate(a, e->pid);
-
-	if (e->type == KPI_EV_STEP_BEGIN) {
-		s = malloc(sizeof(*s));
-		if (!s)
+	HASH_FIND(hh, a->steps, &k, sizeof(k), s);
+	if (!s) {
+		if (!(s = calloc(1, sizeof(*s))))
 			abort();
-		*s = (struct kpi_step_record){ .pid = e->pid, .step_id = e->id, .t_start = e->ts,
-			.prefill_tokens = e->a, .decode_seqs = e->b, .kv_used = e->c, .kv_free = e->d };
-		free(map_get(&a->steps, e->pid, e->id));
-		map_put(&a->steps, e->pid, e->id, s);
-		if (ps) {
-			ps->kv_used = e->c;
-			ps->kv_free = e->d;
-		}
-		return;
+		s->key = k;
+		HASH_ADD(hh, a->steps, key, sizeof(s->key), s);
 	}
-	s = map_get(&a->steps, e->pid, e->id);
+	s->rec = (struct kpi_step_record){ .pid = e->h.pid, .step_id = e->step, .t_start = e->h.ts,
+		.prefill_tokens = e->prefill_tokens, .decode_seqs = e->decode_seqs,
+		.kv_used = e->kv_used, .kv_free = e->kv_free };
+	if (ps) {
+		ps->kv_used = e->kv_used;
+		ps->kv_free = e->kv_free;
+	}
+}
+
+static void on_step_end(struct assembler *a, const struct kpi_ev_step_end *e)
+{
+	struct id_key k = { .pid = e->h.pid, .id = e->step };
+	struct step *s;
+
+	HASH_FIND(hh, a->steps, &k, sizeof(k), s);
 	if (!s)
 		return;
-	s->t_end = e->ts;
+	s->rec.t_end = e->h.ts;
 	for (int i = 0; i < a->n_sinks; i++)
 		if (a->sinks[i].step)
-			a->sinks[i].step(a->sinks[i].ctx, s);
-	map_del(&a->steps, e->pid, e->id, NULL);
+			a->sinks[i].step(a->sinks[i].ctx, &s->rec);
+	HASH_DEL(a->steps, s);
 	free(s);
 }
-
 /* The name of process pid, for the raw_tp flavour's RUNQ_BY events, which
  * carry no comm: read once per process and sample, within a flush interval of
  * the wait; "?" when the process has exited since. */
@@ -480,11 +477,16 @@ static void runq_by_add(struct pidstate *ps, uint32_t pid, const char *comm, uin
 		proc_comm(pid, ps->runq_by[i].comm, sizeof(ps->runq_by[i].comm));
 }
 
-static void on_runq_by(struct assembler *a, const struct kpi_event *e)
+static void on_runq_by(struct assembler *a, const struct kpi_ev_runq_by *e)
 {
-	struct pidstate *ps = pidstate(a, e->pid);
-	if (ps)
-		runq_by_add(ps, (uint32_t)e->a, e->reqid, e->runq_ns);
+	struct pidstate *ps = pidstate(a, e->h.pid);
+	char comm[sizeof(e->comm) + 1];
+
+	if (!ps)
+		return;
+	memcpy(comm, e->comm, sizeof(e->comm));
+	comm[sizeof(e->comm)] = 0;
+	runq_by_add(ps, e->by_tgid, comm, e->wait_ns);
 }
 
 static int runq_by_cmp(const void *x, const void *y)
@@ -512,123 +514,176 @@ static void runq_by_take(struct pidstate *ps, struct kpi_sample_record *s)
 	ps->runq_by_rest = 0;
 }
 
-void assemble_event(struct assembler *a, const struct kpi_event *e)
+static void on_arrive(struct assembler *a, const struct kpi_ev_arrive *e)
 {
-	struct req *r;
+	struct req *r = find_conn(a, e->h.pid, e->fd);
 
-	a->st.events++;
-	switch (e->type) {
-	case KPI_EV_ARRIVE:
-		r = by_conn(a, e);
-		if (r)  /* previous request on this connection never ended cleanly */
+	if (r)  /* previous request on this connection never ended cleanly */
+		req_end(a, r);
+	r = req_new(a, e->h.pid, e->fd, e->h.ts);
+	r->t_read = e->t_read;
+	r->arrive_src = (int)e->src;
+	r->srtt_us = (int)e->srtt_us;
+	r->runq0 = e->runq_ns;
+}
+
+/* The request an ADMIT or REJECT names: the connection's, unless none was
+ * seen arriving (attached mid-request, or a drop) or it was already decided. */
+static struct req *req_at_admission(struct assembler *a, uint32_t pid, int fd, uint64_t ts,
+				    const char *reqid)
+{
+	struct req *r = fd >= 0 ? find_conn(a, pid, fd) : NULL;
+
+	if (!r || r->admitted || r->rejected) {
+		if (r)
 			req_end(a, r);
-		r = req_new(a, e->pid, e->fd, e->ts);
-		r->t_read = e->ts2;
-		r->arrive_src = e->a;
-		r->srtt_us = (int)e->srtt_us;
-		r->runq0 = e->runq_ns;
-		break;
-	case KPI_EV_ADMIT:
-	case KPI_EV_REJECT:
-		r = by_conn(a, e);
-		if (!r || r->admitted || r->rejected) {
-			/* no arrival seen (attached mid-request, or a drop) */
-			if (r)
-				req_end(a, r);
-			r = req_new(a, e->pid, e->fd, 0);
-		}
-		memcpy(r->reqid, e->reqid, sizeof(r->reqid));
-		r->reqid[KPI_REQID_LEN - 1] = 0;
-		r->t_admit = e->ts;
-		if (e->type == KPI_EV_ADMIT) {
-			r->admitted = true;
-			r->id = e->id;
-			r->has_id = true;
-			r->prompt = e->a;
-			r->max_tokens = e->b;
-			r->operation = e->c;
-			map_put(&a->by_id, e->pid, e->id, r);
-		} else {
-			r->rejected = true;
-			r->http_status = e->a;
-			r->reject_reason = e->b;
-		}
-		break;
+		r = req_new(a, pid, fd, 0);
+	}
+	memcpy(r->reqid, reqid, sizeof(r->reqid));
+	r->reqid[KPI_REQID_LEN - 1] = 0;
+	r->t_admit = ts;
+	return r;
+}
+
+static void on_admit(struct assembler *a, const struct kpi_ev_admit *e)
+{
+	struct req *r = req_at_admission(a, e->h.pid, e->fd, e->h.ts, e->reqid);
+
+	r->admitted = true;
+	r->id = e->id;
+	r->has_id = true;
+	r->prompt = e->prompt_tokens;
+	r->max_tokens = e->max_tokens;
+	r->operation = e->operation;
+	id_link(a, r);
+}
+
+static void on_reject(struct assembler *a, const struct kpi_ev_reject *e)
+{
+	struct req *r = req_at_admission(a, e->h.pid, e->fd, e->h.ts, e->reqid);
+
+	r->rejected = true;
+	r->http_status = e->http_status;
+	r->reject_reason = e->reason;
+}
+
+/* SCHED, FIRST, PREEMPT, CANCEL: a mark on the request with that id. */
+static void on_req_mark(struct assembler *a, const struct kpi_ev_req *e)
+{
+	struct req *r = find_id(a, e->h.pid, e->id);
+	struct pidstate *ps;
+
+	if (!r)
+		return;
+	switch (e->h.type) {
 	case KPI_EV_SCHED:
-		if ((r = by_id(a, e)) && !r->t_sched)
-			r->t_sched = e->ts;
+		if (!r->t_sched)
+			r->t_sched = e->h.ts;
 		break;
 	case KPI_EV_FIRST:
-		if ((r = by_id(a, e)) && !r->t_first)
-			r->t_first = e->ts;
+		if (!r->t_first)
+			r->t_first = e->h.ts;
 		break;
 	case KPI_EV_PREEMPT:
-		if ((r = by_id(a, e))) {
-			r->preemptions++;
-			struct pidstate *ps = pidstate(a, e->pid);
-			if (ps)
-				ps->preemptions++;
-		}
-		break;
-	case KPI_EV_FINISH:
-		if ((r = by_id(a, e))) {
-			r->finished = true;
-			r->t_last = e->ts;
-			r->output_tokens = e->a;
-			r->finish_reason = e->b;
-		}
+		r->preemptions++;
+		if ((ps = pidstate(a, e->h.pid)))
+			ps->preemptions++;
 		break;
 	case KPI_EV_CANCEL:
-		if ((r = by_id(a, e)))
-			r->cancelled = true;
-		break;
-	case KPI_EV_STEP_BEGIN:
-	case KPI_EV_STEP_END:
-		on_step(a, e);
-		break;
-	case KPI_EV_RUNQ_BY:
-		on_runq_by(a, e);
-		break;
-	case KPI_EV_WRITE:
-		if ((r = by_conn(a, e)) && e->a > 0 && e->a <= KPI_WRITE_BATCH) {
-			size_t n = (size_t)e->a;
-			if (r->n_writes + n > r->cap_writes) {
-				r->cap_writes = r->cap_writes ? r->cap_writes * 2 : 16;
-				r->writes = realloc(r->writes, r->cap_writes * sizeof(uint64_t));
-				if (!r->writes)
-					abort();
-			}
-			memcpy(r->writes + r->n_writes, e->writes, n * sizeof(uint64_t));
-			r->n_writes += n;
-		}
-		break;
-	case KPI_EV_RESP_END:
-		r = by_conn(a, e);
-		if (!r && e->id)
-			r = by_id(a, e);
-		if (r) {
-			r->t_resp_end = e->ts;
-			r->http_status = e->a;
-			r->runq1 = e->runq_ns;
-			req_end(a, r);
-		}
-		break;
-	case KPI_EV_CLOSE:
-		if ((r = by_conn(a, e))) {
-			/* the connection went away before response__end: keep the
-			 * request findable by id so the engine's last events land */
-			map_del(&a->by_conn, r->pid, (uint64_t)r->fd, r);
-			r->fd = -1;
-			if (!r->has_id || r->finished)
-				req_end(a, r);
-			else
-				r->cancelled = true;
-		}
+		r->cancelled = true;
 		break;
 	}
+}
+
+static void on_finish(struct assembler *a, const struct kpi_ev_finish *e)
+{
+	struct req *r = find_id(a, e->h.pid, e->id);
+
+	if (!r)
+		return;
+	r->finished = true;
+	r->t_last = e->h.ts;
+	r->output_tokens = e->output_tokens;
+	r->finish_reason = e->finish_reason;
 	/* a request whose connection closed completes with its last engine event */
-	if ((e->type == KPI_EV_FINISH) && (r = by_id(a, e)) && r->fd < 0)
+	if (r->fd < 0)
 		req_end(a, r);
+}
+
+static void on_write(struct assembler *a, const struct kpi_ev_write *e)
+{
+	struct req *r = find_conn(a, e->h.pid, e->fd);
+	size_t n = e->n;
+
+	if (!r || n < 1 || n > KPI_WRITE_BATCH)
+		return;
+	if (r->n_writes + n > r->cap_writes) {
+		r->cap_writes = r->cap_writes ? r->cap_writes * 2 : 16;
+		r->writes = realloc(r->writes, r->cap_writes * sizeof(uint64_t));
+		if (!r->writes)
+			abort();
+	}
+	memcpy(r->writes + r->n_writes, e->writes, n * sizeof(uint64_t));
+	r->n_writes += n;
+}
+
+static void on_resp_end(struct assembler *a, const struct kpi_ev_resp_end *e)
+{
+	struct req *r = find_conn(a, e->h.pid, e->fd);
+
+	if (!r && e->id)
+		r = find_id(a, e->h.pid, e->id);
+	if (!r)
+		return;
+	r->t_resp_end = e->h.ts;
+	r->http_status = e->http_status;
+	r->runq1 = e->runq_ns;
+	req_end(a, r);
+}
+
+static void on_close(struct assembler *a, const struct kpi_ev_close *e)
+{
+	struct req *r = find_conn(a, e->h.pid, e->fd);
+
+	if (!r)
+		return;
+	/* the connection went away before response__end: keep the request
+	 * findable by id so the engine's last events land */
+	conn_unlink(a, r);
+	r->fd = -1;
+	if (!r->has_id || r->finished)
+		req_end(a, r);
+	else
+		r->cancelled = true;
+}
+
+int assemble_event(struct assembler *a, const void *rec, size_t size)
+{
+	const union kpi_event *e = rec;
+	unsigned int want;
+
+	if (size < sizeof(e->h) || !(want = kpi_event_size(e->h.type)) || size < want) {
+		a->st.malformed++;
+		return -1;
+	}
+	a->st.events++;
+	switch (e->h.type) {
+	case KPI_EV_ARRIVE: on_arrive(a, &e->arrive); break;
+	case KPI_EV_ADMIT: on_admit(a, &e->admit); break;
+	case KPI_EV_REJECT: on_reject(a, &e->reject); break;
+	case KPI_EV_SCHED:
+	case KPI_EV_FIRST:
+	case KPI_EV_PREEMPT:
+	case KPI_EV_CANCEL: on_req_mark(a, &e->req); break;
+	case KPI_EV_FINISH: on_finish(a, &e->finish); break;
+	case KPI_EV_STEP_BEGIN: on_step_begin(a, &e->step_begin); break;
+	case KPI_EV_STEP_END: on_step_end(a, &e->step_end); break;
+	case KPI_EV_RUNQ_BY: on_runq_by(a, &e->runq_by); break;
+	case KPI_EV_WRITE: on_write(a, &e->write); break;
+	case KPI_EV_RESP_END: on_resp_end(a, &e->resp_end); break;
+	case KPI_EV_CLOSE: on_close(a, &e->close); break;
+	}
+	return 0;
 }
 
 /* The target exited before response__end fired.  A request is complete when
@@ -647,31 +702,35 @@ static bool req_written_out(const struct req *r)
 	return false;
 }
 
+/* Completes r if its client had all of it, else drops it. */
+static void req_forget(struct assembler *a, struct req *r)
+{
+	if (req_written_out(r)) {
+		a->st.exit_completed++;
+		req_complete(a, r);
+		return;
+	}
+	a->st.exit_cut++;
+	req_unlink(a, r);
+	req_free(r);
+}
+
 void assemble_forget_pid(struct assembler *a, uint32_t pid)
 {
-	struct map *ms[2] = { &a->by_conn, &a->by_id };
+	struct req *r, *tmp;
+	struct step *s, *stmp;
 
-	for (int k = 0; k < 2; k++)
-		for (size_t i = 0; i < ms[k]->cap; i++) {
-			struct req *r = ms[k]->s[i].v;
-			if (r && (void *)r != TOMB && r->pid == pid) {
-				if (req_written_out(r)) {
-					a->st.exit_completed++;
-					req_complete(a, r);
-					continue;
-				}
-				a->st.exit_cut++;
-				req_unlink(a, r);
-				req_free(r);
-			}
-		}
-	for (size_t i = 0; i < a->steps.cap; i++) {
-		struct kpi_step_record *s = a->steps.s[i].v;
-		if (s && (void *)s != TOMB && s->pid == pid) {
-			a->steps.s[i].v = TOMB;
+	HASH_ITER(hh_conn, a->by_conn, r, tmp)
+		if (r->pid == pid)
+			req_forget(a, r);
+	HASH_ITER(hh_id, a->by_id, r, tmp)
+		if (r->pid == pid)
+			req_forget(a, r);
+	HASH_ITER(hh, a->steps, s, stmp)
+		if (s->rec.pid == pid) {
+			HASH_DEL(a->steps, s);
 			free(s);
 		}
-	}
 	for (int i = 0; i < a->n_pids; i++)
 		if (a->pids[i].pid == pid) {
 			a->pids[i] = a->pids[--a->n_pids];
@@ -787,15 +846,12 @@ static void visit(struct req *r, void (*fn)(void *, const struct kpi_inflight_re
 void assemble_foreach_inflight(struct assembler *a,
 			       void (*fn)(void *ctx, const struct kpi_inflight_record *r), void *ctx)
 {
-	for (size_t i = 0; i < a->by_conn.cap; i++) {
-		struct req *r = a->by_conn.s[i].v;
-		if (r && (void *)r != TOMB)
-			visit(r, fn, ctx);
-	}
+	struct req *r, *tmp;
+
+	HASH_ITER(hh_conn, a->by_conn, r, tmp)
+		visit(r, fn, ctx);
 	/* requests whose connection is gone are only in by_id */
-	for (size_t i = 0; i < a->by_id.cap; i++) {
-		struct req *r = a->by_id.s[i].v;
-		if (r && (void *)r != TOMB && r->fd < 0)
+	HASH_ITER(hh_id, a->by_id, r, tmp)
+		if (r->fd < 0)
 			visit(r, fn, ctx);
-	}
 }

@@ -13,7 +13,9 @@ struct assembler *assemble_new(void);
 void assemble_free(struct assembler *a);
 /* Records go to every sink added, in order. */
 int assemble_add_sink(struct assembler *a, const struct kpi_sink *sink);
-void assemble_event(struct assembler *a, const struct kpi_event *e);
+/* One ring-buffer record of size bytes (bpf/kpi_event.h): -1, and counted
+ * as malformed, when it is shorter than its type's struct or of no known type. */
+int assemble_event(struct assembler *a, const void *rec, size_t size);
 /* The target exited: records its requests that were finished and written out
  * but whose response__end never fired (t_done = the last write, http_status
  * NULL), drops the others (cut off by the exit). */
@@ -30,6 +32,7 @@ void assemble_foreach_inflight(struct assembler *a,
 
 struct assemble_stats {
 	uint64_t events, requests, rejected, orphans, clamped;
+	uint64_t malformed;                  /* records of no known type, or cut short */
 	uint64_t exit_completed, exit_cut;   /* requests in flight when their target exited */
 };
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);

@@ -314,8 +314,8 @@ static struct kpi_runq runq_total(struct agent *ag, __u32 pid)
 static int handle_event(void *ctx, void *data, size_t size)
 {
 	struct agent *ag = ctx;
-	if (size >= sizeof(struct kpi_event))
-		assemble_event(ag->asm_, data);
+
+	assemble_event(ag->asm_, data, size);  /* counts a malformed one */
 	return 0;
 }
 
@@ -497,9 +497,9 @@ static bool conn_of_pid(void *ctx, const void *key, const void *value)
 	if ((k >> 32) != (__u32)c->pid)
 		return false;
 	if (conn->n_writes && conn->n_writes <= KPI_WRITE_BATCH) {
-		struct kpi_event e = { 0 };
+		struct kpi_ev_write e = { 0 };
 		kpi_write_event_fill(&e, (__u32)c->pid, (int)(__u32)k, conn, conn->n_writes);
-		assemble_event(c->ag->asm_, &e);
+		assemble_event(c->ag->asm_, &e, sizeof(e));
 	}
 	return true;
 }

@@ -159,28 +159,27 @@ static __always_inline __u64 runq_of(__u32 tgid)
 	return v ? v->total : 0;
 }
 
-/* Reserve a zeroed event of `type`; counts a drop when the ring is full. */
-static __always_inline struct kpi_event *ev_new(__u32 type, __u32 tgid, __u64 ts)
-{
-	struct kpi_event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
-	if (!e) {
-		count(KPI_CNT_DROPS);
-		return NULL;
-	}
-	__builtin_memset(e, 0, sizeof(*e));
-	e->type = type;
-	e->pid = tgid;
-	e->ts = ts;
-	e->fd = -1;
-	return e;
-}
+/* Reserve a zeroed record of struct T (bpf/kpi_event.h) with its header
+ * filled; NULL, and a drop counted, when the ring is full. */
+#define EV_NEW(T, type_, tgid_, ts_) ({                                          \
+	struct T *e__ = bpf_ringbuf_reserve(&events, sizeof(struct T), 0);     \
+	if (e__) {                                                              \
+		__builtin_memset(e__, 0, sizeof(struct T));                     \
+		e__->h.type = (type_);                                          \
+		e__->h.pid = (tgid_);                                           \
+		e__->h.ts = (ts_);                                              \
+	} else {                                                                \
+		count(KPI_CNT_DROPS);                                           \
+	}                                                                       \
+	e__;                                                                    \
+})
 
 /* Wake the agent only once this much is waiting (0: every event). The agent
  * drains on its own clock, at least every --flush-ms: a wake-up per event
  * would put a context switch on the traced daemon's path for every token. */
 const volatile __u64 wakeup_bytes = 0;
 
-static __always_inline void ev_send(struct kpi_event *e)
+static __always_inline void ev_send(void *e)
 {
 	count(KPI_CNT_EVENTS);
 	__u64 waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
@@ -217,18 +216,14 @@ static __always_inline __u64 fd_to_sk(int fd)
 
 /* ---- USDT: request lifecycle ----------------------------------------- */
 
-static __always_inline int usdt_simple(__u32 type, __u64 id, int a, int b, int c)
+/* The probes whose one argument is the request id. */
+static __always_inline int usdt_req(__u32 type, __u64 id)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct kpi_event *e = ev_new(type, tgid, bpf_ktime_get_ns());
+	struct kpi_ev_req *e = EV_NEW(kpi_ev_req, type, tgid, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
 	e->id = id;
-	e->a = a;
-	e->b = b;
-	e->c = c;
-	if (type == KPI_EV_FINISH)
-		e->runq_ns = runq_of(tgid);
 	ev_send(e);
 	return 0;
 }
@@ -238,14 +233,14 @@ int BPF_USDT(kpi_request_admitted, __u64 id, int fd, int prompt_tokens, int max_
 	     const char *request_id, int operation)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct kpi_event *e = ev_new(KPI_EV_ADMIT, tgid, bpf_ktime_get_ns());
+	struct kpi_ev_admit *e = EV_NEW(kpi_ev_admit, KPI_EV_ADMIT, tgid, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
 	e->id = id;
 	e->fd = fd;
-	e->a = prompt_tokens;
-	e->b = max_tokens;
-	e->c = operation;       /* enum kpi_operation */
+	e->prompt_tokens = prompt_tokens;
+	e->max_tokens = max_tokens;
+	e->operation = operation;
 	bpf_probe_read_user_str(e->reqid, sizeof(e->reqid), request_id);
 	ev_send(e);
 	return 0;
@@ -255,12 +250,12 @@ SEC("usdt")
 int BPF_USDT(kpi_request_rejected, int fd, int status, int reason, const char *request_id)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct kpi_event *e = ev_new(KPI_EV_REJECT, tgid, bpf_ktime_get_ns());
+	struct kpi_ev_reject *e = EV_NEW(kpi_ev_reject, KPI_EV_REJECT, tgid, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
 	e->fd = fd;
-	e->a = status;
-	e->b = reason;
+	e->http_status = status;
+	e->reason = reason;
 	bpf_probe_read_user_str(e->reqid, sizeof(e->reqid), request_id);
 	ev_send(e);
 	return 0;
@@ -269,7 +264,7 @@ int BPF_USDT(kpi_request_rejected, int fd, int status, int reason, const char *r
 SEC("usdt")
 int BPF_USDT(kpi_request_scheduled, __u64 id)
 {
-	return usdt_simple(KPI_EV_SCHED, id, 0, 0, 0);
+	return usdt_req(KPI_EV_SCHED, id);
 }
 
 SEC("usdt")
@@ -277,14 +272,15 @@ int BPF_USDT(kpi_step_begin, __u64 step, int prefill_tokens, int decode_seqs, in
 	     int kv_free)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct kpi_event *e = ev_new(KPI_EV_STEP_BEGIN, tgid, bpf_ktime_get_ns());
+	struct kpi_ev_step_begin *e = EV_NEW(kpi_ev_step_begin, KPI_EV_STEP_BEGIN, tgid,
+					      bpf_ktime_get_ns());
 	if (!e)
 		return 0;
-	e->id = step;
-	e->a = prefill_tokens;
-	e->b = decode_seqs;
-	e->c = kv_used;
-	e->d = kv_free;
+	e->step = step;
+	e->prefill_tokens = prefill_tokens;
+	e->decode_seqs = decode_seqs;
+	e->kv_used = kv_used;
+	e->kv_free = kv_free;
 	ev_send(e);
 	return 0;
 }
@@ -292,31 +288,45 @@ int BPF_USDT(kpi_step_begin, __u64 step, int prefill_tokens, int decode_seqs, in
 SEC("usdt")
 int BPF_USDT(kpi_step_end, __u64 step)
 {
-	return usdt_simple(KPI_EV_STEP_END, step, 0, 0, 0);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_ev_step_end *e = EV_NEW(kpi_ev_step_end, KPI_EV_STEP_END, tgid, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->step = step;
+	ev_send(e);
+	return 0;
 }
 
 SEC("usdt")
 int BPF_USDT(kpi_request_first_token, __u64 id)
 {
-	return usdt_simple(KPI_EV_FIRST, id, 0, 0, 0);
+	return usdt_req(KPI_EV_FIRST, id);
 }
 
 SEC("usdt")
 int BPF_USDT(kpi_request_preempted, __u64 id)
 {
-	return usdt_simple(KPI_EV_PREEMPT, id, 0, 0, 0);
+	return usdt_req(KPI_EV_PREEMPT, id);
 }
 
 SEC("usdt")
 int BPF_USDT(kpi_request_finished, __u64 id, int output_tokens, int finish_reason)
 {
-	return usdt_simple(KPI_EV_FINISH, id, output_tokens, finish_reason, 0);
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_ev_finish *e = EV_NEW(kpi_ev_finish, KPI_EV_FINISH, tgid, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->id = id;
+	e->output_tokens = output_tokens;
+	e->finish_reason = finish_reason;
+	ev_send(e);
+	return 0;
 }
 
 SEC("usdt")
 int BPF_USDT(kpi_request_cancelled, __u64 id)
 {
-	return usdt_simple(KPI_EV_CANCEL, id, 0, 0, 0);
+	return usdt_req(KPI_EV_CANCEL, id);
 }
 
 /* Sends the write times c holds as one WRITE event (they go ahead of the
@@ -324,14 +334,14 @@ int BPF_USDT(kpi_request_cancelled, __u64 id)
 static __always_inline void writes_send(__u32 tgid, int fd, struct kpi_conn *c)
 {
 	__u32 n = c->n_writes;
-	struct kpi_event *e;
+	struct kpi_ev_write *e;
 
 	if (!n)
 		return;
 	c->n_writes = 0;
 	if (n > KPI_WRITE_BATCH)
 		n = KPI_WRITE_BATCH;
-	e = ev_new(KPI_EV_WRITE, tgid, 0);
+	e = EV_NEW(kpi_ev_write, KPI_EV_WRITE, tgid, 0);
 	if (e) {
 		kpi_write_event_fill(e, tgid, fd, c, n);
 		ev_send(e);
@@ -348,18 +358,18 @@ int BPF_USDT(kpi_response_end, __u64 id, int fd, int http_status)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 key = conn_key(tgid, fd);
 	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
-	struct kpi_event *e;
+	struct kpi_ev_resp_end *e;
 
 	if (c) {
 		writes_send(tgid, fd, c);
 		c->busy = 0;
 	}
-	e = ev_new(KPI_EV_RESP_END, tgid, ts);
+	e = EV_NEW(kpi_ev_resp_end, KPI_EV_RESP_END, tgid, ts);
 	if (!e)
 		return 0;
 	e->id = id;
 	e->fd = fd;
-	e->a = http_status;
+	e->http_status = http_status;
 	e->runq_ns = runq_of(tgid);
 	ev_send(e);
 	return 0;
@@ -419,7 +429,7 @@ static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
 	__u64 key = conn_key(tgid, fd);
 	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
 	struct sk_state *s;
-	struct kpi_event *e;
+	struct kpi_ev_arrive *e;
 	__u64 arrive = now;
 	__u32 srtt = 0;
 	int src = KPI_ARRIVE_READ;
@@ -452,12 +462,12 @@ static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
 		srtt = s->srtt_us;
 		s->first_ts = 0;
 	}
-	e = ev_new(KPI_EV_ARRIVE, tgid, arrive);
+	e = EV_NEW(kpi_ev_arrive, KPI_EV_ARRIVE, tgid, arrive);
 	if (!e)
 		return;
 	e->fd = fd;
-	e->a = src;
-	e->ts2 = now;
+	e->src = src;
+	e->t_read = now;
 	e->srtt_us = srtt;
 	e->bytes = ret;
 	e->runq_ns = runq_of(tgid);
@@ -556,7 +566,7 @@ static __always_inline int sys_close(int fd)
 		bpf_map_delete_elem(&socks, &c->sk);
 	writes_send(tgid, fd, c);
 	if (c->busy) {
-		struct kpi_event *e = ev_new(KPI_EV_CLOSE, tgid, bpf_ktime_get_ns());
+		struct kpi_ev_close *e = EV_NEW(kpi_ev_close, KPI_EV_CLOSE, tgid, bpf_ktime_get_ns());
 		if (e) {
 			e->fd = fd;
 			ev_send(e);
@@ -633,7 +643,7 @@ static __always_inline void runq_add(__u32 tgid, __u64 delta, const struct runq_
 {
 	struct kpi_runq *tot = bpf_map_lookup_elem(&runq_total, &tgid);
 	bool self = by->tgid == tgid, idle = by->tgid == 0;
-	struct kpi_event *e;
+	struct kpi_ev_runq_by *e;
 
 	if (!delta)
 		return;
@@ -647,11 +657,11 @@ static __always_inline void runq_add(__u32 tgid, __u64 delta, const struct runq_
 		struct kpi_runq v = { .total = delta, .self = self ? delta : 0, .idle = idle ? delta : 0 };
 		bpf_map_update_elem(&runq_total, &tgid, &v, BPF_NOEXIST);
 	}
-	if (self || idle || !(e = ev_new(KPI_EV_RUNQ_BY, tgid, bpf_ktime_get_ns())))
+	if (self || idle || !(e = EV_NEW(kpi_ev_runq_by, KPI_EV_RUNQ_BY, tgid, bpf_ktime_get_ns())))
 		return;
-	e->a = (int)by->tgid;
-	e->runq_ns = delta;
-	__builtin_memcpy(e->reqid, by->comm, sizeof(by->comm));
+	e->by_tgid = by->tgid;
+	e->wait_ns = delta;
+	__builtin_memcpy(e->comm, by->comm, sizeof(by->comm));
 	ev_send(e);
 }
 

@@ -1,5 +1,6 @@
 /* kpi_event.h - the event ABI between bpf/kpi.bpf.c and kpi-agent: fixed-size
- * plain types only, one struct per ring-buffer record, sizes pinned below. */
+ * plain types only, a common header and one struct per record type, sizes
+ * pinned below.  Contracts with the daemon (reasons, id length) are abi/'s. */
 #ifndef KPI_EVENT_H
 #define KPI_EVENT_H
 
@@ -28,9 +29,7 @@ enum kpi_event_type {
 				 * request, batched in the kernel (see writes[]) */
 	KPI_EV_CLOSE,           /* close() of a connection that had a request in progress */
 	KPI_EV_RUNQ_BY,         /* a target thread's run-queue wait that ended when another
-				 * process's task left the CPU (see struct kpi_runq): a = that
-				 * process's tgid, runq_ns = the wait, reqid = the task's comm
-				 * (empty from the raw_tp flavour: the agent reads /proc) */
+				 * process's task left the CPU (see struct kpi_runq) */
 	KPI_EV_TYPE_MAX,
 };
 
@@ -48,31 +47,156 @@ enum kpi_counter {
 	KPI_CNT_MAX,
 };
 
-/* One ring-buffer record.  The header is common; the union member is chosen
- * by type.  a..d are the probe's integer arguments in declaration order (id,
- * fd and the request-id string have their own fields); ADMIT: a prompt_tokens,
- * b max_tokens, c operation (enum kpi_operation, abi/kpi_reasons.h). */
-struct kpi_event {
+/* Common header of every ring-buffer record: the type says which struct
+ * below follows it; each is sent at its own size (kpi_event_size). */
+struct kpi_ev_hdr {
 	unsigned int type;      /* enum kpi_event_type */
 	unsigned int pid;       /* tgid of the target */
 	unsigned long long ts;  /* CLOCK_MONOTONIC ns (bpf_ktime_get_ns) */
-	unsigned long long id;  /* daemon request id / step id; 0 when none */
-	int fd;                 /* connection fd, -1 when none */
-	int a, b, c, d;         /* probe arguments (see agent/assemble.c) */
-	unsigned int srtt_us;   /* ARRIVE: smoothed RTT of the connection */
-	unsigned long long ts2; /* ARRIVE: sys_exit time of the read */
-	unsigned long long runq_ns; /* cumulative run-queue delay of the target */
-	long long bytes;        /* WRITE / ARRIVE: bytes moved */
-	union {
-		char reqid[KPI_REQID_LEN]; /* ADMIT / REJECT: x-request-id */
-		/* WRITE: the sys_enter times of `a` (1..KPI_WRITE_BATCH) writes in
-		 * order; ts is the last of them.  One event per token write cost a
-		 * ring-buffer record and an agent wake-up share per token; the
-		 * kernel keeps them in the connection until the batch is full,
-		 * the response ends or the connection closes. */
-		unsigned long long writes[KPI_WRITE_BATCH];
-	};
 };
+
+/* ARRIVE: the first bytes of a request read on a connection; ts is the
+ * arrival (the first data segment, or the read itself: src). */
+struct kpi_ev_arrive {
+	struct kpi_ev_hdr h;
+	int fd;
+	unsigned int src;               /* enum kpi_arrive_src */
+	unsigned long long t_read;      /* sys_exit time of the read */
+	long long bytes;                /* bytes that read returned */
+	unsigned long long runq_ns;     /* the target's cumulative run-queue delay */
+	unsigned int srtt_us;           /* smoothed RTT of the connection */
+	unsigned int _pad;
+};
+
+/* ADMIT: USDT request__admitted(id, fd, prompt_tokens, max_tokens, request_id, operation). */
+struct kpi_ev_admit {
+	struct kpi_ev_hdr h;
+	unsigned long long id;          /* the daemon's request id */
+	int fd;
+	int prompt_tokens;
+	int max_tokens;
+	int operation;                  /* enum kpi_operation (abi/kpi_reasons.h) */
+	char reqid[KPI_REQID_LEN];      /* x-request-id */
+};
+
+/* REJECT: USDT request__rejected(fd, status, reason, request_id). */
+struct kpi_ev_reject {
+	struct kpi_ev_hdr h;
+	int fd;
+	int http_status;
+	int reason;                     /* enum kpi_reject_reason (abi/kpi_reasons.h) */
+	int _pad;
+	char reqid[KPI_REQID_LEN];
+};
+
+/* SCHED, FIRST, PREEMPT, CANCEL: USDT probes whose one argument is the request id. */
+struct kpi_ev_req {
+	struct kpi_ev_hdr h;
+	unsigned long long id;
+};
+
+/* FINISH: USDT request__finished(id, output_tokens, finish_reason). */
+struct kpi_ev_finish {
+	struct kpi_ev_hdr h;
+	unsigned long long id;
+	int output_tokens;
+	int finish_reason;              /* enum kpi_finish_reason (abi/kpi_reasons.h) */
+};
+
+/* STEP_BEGIN: USDT step__begin(step, prefill_tokens, decode_seqs, kv_used, kv_free). */
+struct kpi_ev_step_begin {
+	struct kpi_ev_hdr h;
+	unsigned long long step;
+	int prefill_tokens;
+	int decode_seqs;
+	int kv_used;                    /* KV blocks */
+	int kv_free;
+};
+
+/* STEP_END: USDT step__end(step). */
+struct kpi_ev_step_end {
+	struct kpi_ev_hdr h;
+	unsigned long long step;
+};
+
+/* RESP_END: USDT response__end(id, fd, http_status). */
+struct kpi_ev_resp_end {
+	struct kpi_ev_hdr h;
+	unsigned long long id;          /* 0: a response with no engine request */
+	int fd;
+	int http_status;
+	unsigned long long runq_ns;     /* the target's cumulative run-queue delay */
+};
+
+/* WRITE: the sys_enter times of n (1..KPI_WRITE_BATCH) writes on a connection
+ * with a request, in order; h.ts is the last of them.  One event per token
+ * write cost a ring-buffer record and an agent wake-up share per token; the
+ * kernel keeps them in the connection until the batch is full, the response
+ * ends or the connection closes. */
+struct kpi_ev_write {
+	struct kpi_ev_hdr h;
+	int fd;
+	unsigned int n;
+	long long bytes;                /* bytes those writes moved */
+	unsigned long long writes[KPI_WRITE_BATCH];
+};
+
+/* CLOSE: close() of a connection that had a request in progress. */
+struct kpi_ev_close {
+	struct kpi_ev_hdr h;
+	int fd;
+	int _pad;
+};
+
+/* RUNQ_BY: one run-queue wait of a target thread that ended when another
+ * process's task left the CPU (see struct kpi_runq). */
+struct kpi_ev_runq_by {
+	struct kpi_ev_hdr h;
+	unsigned int by_tgid;           /* the other process */
+	unsigned int _pad;
+	unsigned long long wait_ns;
+	char comm[16];                  /* its task's comm; empty from the raw_tp
+					 * flavour (the agent reads /proc) */
+};
+
+/* Any record, for code that holds one whatever its type (the agent's tests,
+ * the WRITE it rebuilds from the map); the ring carries each at its own size. */
+union kpi_event {
+	struct kpi_ev_hdr h;
+	struct kpi_ev_arrive arrive;
+	struct kpi_ev_admit admit;
+	struct kpi_ev_reject reject;
+	struct kpi_ev_req req;
+	struct kpi_ev_finish finish;
+	struct kpi_ev_step_begin step_begin;
+	struct kpi_ev_step_end step_end;
+	struct kpi_ev_resp_end resp_end;
+	struct kpi_ev_write write;
+	struct kpi_ev_close close;
+	struct kpi_ev_runq_by runq_by;
+};
+
+/* The size a record of this type has in the ring; 0 for a type not sent. */
+static inline __attribute__((always_inline)) unsigned int kpi_event_size(unsigned int type)
+{
+	switch (type) {
+	case KPI_EV_ARRIVE: return sizeof(struct kpi_ev_arrive);
+	case KPI_EV_ADMIT: return sizeof(struct kpi_ev_admit);
+	case KPI_EV_REJECT: return sizeof(struct kpi_ev_reject);
+	case KPI_EV_SCHED:
+	case KPI_EV_FIRST:
+	case KPI_EV_PREEMPT:
+	case KPI_EV_CANCEL: return sizeof(struct kpi_ev_req);
+	case KPI_EV_FINISH: return sizeof(struct kpi_ev_finish);
+	case KPI_EV_STEP_BEGIN: return sizeof(struct kpi_ev_step_begin);
+	case KPI_EV_STEP_END: return sizeof(struct kpi_ev_step_end);
+	case KPI_EV_RESP_END: return sizeof(struct kpi_ev_resp_end);
+	case KPI_EV_WRITE: return sizeof(struct kpi_ev_write);
+	case KPI_EV_CLOSE: return sizeof(struct kpi_ev_close);
+	case KPI_EV_RUNQ_BY: return sizeof(struct kpi_ev_runq_by);
+	default: return 0;
+	}
+}
 
 /* Value of the BPF `conns` map, keyed (tgid << 32 | fd).  The agent reads it
  * when a target exits, to take the write times no response__end will send. */
@@ -99,22 +223,33 @@ struct kpi_runq {
 };
 
 _Static_assert(sizeof(struct kpi_conn) == 88, "kpi_conn ABI changed: update both sides");
-_Static_assert(sizeof(struct kpi_event) == 136, "kpi_event ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_hdr) == 16, "kpi_ev_hdr ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_arrive) == 56, "kpi_ev_arrive ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_admit) == 40 + KPI_REQID_LEN, "kpi_ev_admit ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_reject) == 32 + KPI_REQID_LEN, "kpi_ev_reject ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_req) == 24, "kpi_ev_req ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_finish) == 32, "kpi_ev_finish ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_step_begin) == 40, "kpi_ev_step_begin ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_step_end) == 24, "kpi_ev_step_end ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_resp_end) == 40, "kpi_ev_resp_end ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_write) == 32 + 8 * KPI_WRITE_BATCH, "kpi_ev_write ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_close) == 24, "kpi_ev_close ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_runq_by) == 48, "kpi_ev_runq_by ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_runq) == 24, "kpi_runq ABI changed: update both sides");
 
 /* The WRITE event for the n (1..KPI_WRITE_BATCH) write times c holds, timed at
  * the last of them.  The kernel sends it when the batch fills, the response
  * ends or the connection closes; the agent builds the same one from the map
- * for a target that exits first.  Other fields are the caller's (zeroed). */
+ * for a target that exits first. */
 static inline __attribute__((always_inline)) void
-kpi_write_event_fill(struct kpi_event *e, unsigned int pid, int fd, const struct kpi_conn *c,
+kpi_write_event_fill(struct kpi_ev_write *e, unsigned int pid, int fd, const struct kpi_conn *c,
 		     unsigned int n)
 {
-	e->type = KPI_EV_WRITE;
-	e->pid = pid;
-	e->ts = c->writes[(n - 1) & (KPI_WRITE_BATCH - 1)];
+	e->h.type = KPI_EV_WRITE;
+	e->h.pid = pid;
+	e->h.ts = c->writes[(n - 1) & (KPI_WRITE_BATCH - 1)];
 	e->fd = fd;
-	e->a = (int)n;
+	e->n = n;
 	e->bytes = c->bytes;
 	__builtin_memcpy(e->writes, c->writes, sizeof(c->writes));
 }

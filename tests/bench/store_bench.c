@@ -8,6 +8,7 @@
 
 #include "agent/assemble.h"
 #include "agent/store.h"
+#include "tests/unit/event_util.h"
 
 static double now_s(void)
 {
@@ -42,29 +43,27 @@ int main(int argc, char **argv)
 	uint64_t ts = 1000000;
 	for (long i = 0; i < n; i++) {
 		int fd = 10 + (int)(i % 64);
-		struct kpi_event e = { .type = KPI_EV_ARRIVE, .pid = 7, .ts = ts, .fd = fd };
-		assemble_event(a, &e);
-		e = (struct kpi_event){ .type = KPI_EV_ADMIT, .pid = 7, .ts = ts + 100, .id = i + 1,
-					.fd = fd, .a = 32, .b = tokens };
-		snprintf(e.reqid, sizeof(e.reqid), "bench-%ld", i);
-		assemble_event(a, &e);
-		e = (struct kpi_event){ .type = KPI_EV_SCHED, .pid = 7, .ts = ts + 200, .id = i + 1, .fd = -1 };
-		assemble_event(a, &e);
-		e = (struct kpi_event){ .type = KPI_EV_FIRST, .pid = 7, .ts = ts + 300, .id = i + 1, .fd = -1 };
-		assemble_event(a, &e);
+		union kpi_event e = mkev(7, KPI_EV_ARRIVE, ts, 0, fd, 0, 0, NULL);
+		char rid[32];
+		assemble_ev(a, e);
+		snprintf(rid, sizeof(rid), "bench-%ld", i);
+		e = mkev(7, KPI_EV_ADMIT, ts + 100, (uint64_t)i + 1, fd, 32, tokens, rid);
+		assemble_ev(a, e);
+		e = mkev(7, KPI_EV_SCHED, ts + 200, (uint64_t)i + 1, -1, 0, 0, NULL);
+		assemble_ev(a, e);
+		e = mkev(7, KPI_EV_FIRST, ts + 300, (uint64_t)i + 1, -1, 0, 0, NULL);
+		assemble_ev(a, e);
 		/* one write per token; the last one (with [DONE]) after the finish */
 		for (int k = 0; k < tokens - 1; k++) {
-			e = (struct kpi_event){ .type = KPI_EV_WRITE, .pid = 7, .ts = ts + 310 + 10 * k, .fd = fd };
-			assemble_event(a, &e);
+			e = mkev(7, KPI_EV_WRITE, ts + 310 + 10 * (uint64_t)k, 0, fd, 0, 0, NULL);
+			assemble_ev(a, e);
 		}
-		e = (struct kpi_event){ .type = KPI_EV_FINISH, .pid = 7, .ts = ts + 500, .id = i + 1, .fd = -1,
-					.a = tokens, .b = 2 };
-		assemble_event(a, &e);
-		e = (struct kpi_event){ .type = KPI_EV_WRITE, .pid = 7, .ts = ts + 510, .fd = fd };
-		assemble_event(a, &e);
-		e = (struct kpi_event){ .type = KPI_EV_RESP_END, .pid = 7, .ts = ts + 520, .id = i + 1, .fd = fd,
-					.a = 200 };
-		assemble_event(a, &e);
+		e = mkev(7, KPI_EV_FINISH, ts + 500, (uint64_t)i + 1, -1, tokens, 2, NULL);
+		assemble_ev(a, e);
+		e = mkev(7, KPI_EV_WRITE, ts + 510, 0, fd, 0, 0, NULL);
+		assemble_ev(a, e);
+		e = mkev(7, KPI_EV_RESP_END, ts + 520, (uint64_t)i + 1, fd, 200, 0, NULL);
+		assemble_ev(a, e);
 		ts += 1000;
 		if ((i + 1) % per_flush == 0 && trace_store_flush(s, a, ts, 5, err, sizeof(err))) {
 			fprintf(stderr, "store-bench: flush failed: %s\n", err);

@@ -18,8 +18,8 @@ static void on_req(void *ctx, const struct kpi_request_record *r)
 static void ev(struct assembler *a, int type, uint64_t ts, uint64_t id, int fd, int x, int y,
 	       const char *rid)
 {
-	struct kpi_event e = mkev(7, type, ts, id, fd, x, y, rid);
-	assemble_event(a, &e);
+	union kpi_event e = mkev(7, type, ts, id, fd, x, y, rid);
+	assemble_ev(a, e);
 }
 
 static void exit_cases(void)

@@ -7,6 +7,7 @@
 #include "tests/unit/check.h"
 #include "tests/unit/sql_util.h"
 #include "agent/store.h"
+#include "tests/unit/event_util.h"
 
 static char dir[64];
 
@@ -49,22 +50,24 @@ static void flush_writes_rows_and_inflight(void)
 	struct assembler *a = assemble_new();
 	struct kpi_sink sink = trace_store_sink(s);
 	assemble_add_sink(a, &sink);
-	struct kpi_event e[] = {
-		{ .type = KPI_EV_ARRIVE, .pid = 7, .ts = 100, .fd = 3 },
-		{ .type = KPI_EV_ADMIT, .pid = 7, .ts = 110, .id = 1, .fd = 3, .a = 4, .b = 2, .reqid = "one" },
-		{ .type = KPI_EV_SCHED, .pid = 7, .ts = 120, .id = 1, .fd = -1 },
-		{ .type = KPI_EV_FIRST, .pid = 7, .ts = 130, .id = 1, .fd = -1 },
-		{ .type = KPI_EV_WRITE, .pid = 7, .ts = 131, .fd = 3, .a = 1, .writes = { 131 } },
-		{ .type = KPI_EV_FINISH, .pid = 7, .ts = 140, .id = 1, .fd = -1, .a = 2, .b = 1 },
-		{ .type = KPI_EV_WRITE, .pid = 7, .ts = 141, .fd = 3, .a = 1, .writes = { 141 } },
-		{ .type = KPI_EV_RESP_END, .pid = 7, .ts = 142, .id = 1, .fd = 3, .a = 200 },
-		{ .type = KPI_EV_ARRIVE, .pid = 7, .ts = 150, .fd = 4 },
-		{ .type = KPI_EV_ADMIT, .pid = 7, .ts = 160, .id = 2, .fd = 4, .a = 4, .b = 2, .reqid = "two" },
-		{ .type = KPI_EV_STEP_BEGIN, .pid = 7, .ts = 161, .id = 5, .fd = -1, .a = 4, .b = 0, .c = 1, .d = 9 },
-		{ .type = KPI_EV_STEP_END, .pid = 7, .ts = 170, .id = 5, .fd = -1 },
+	union kpi_event e[] = {
+		mkev(7, KPI_EV_ARRIVE, 100, 0, 3, 0, 0, NULL),
+		mkev(7, KPI_EV_ADMIT, 110, 1, 3, 4, 2, "one"),
+		mkev(7, KPI_EV_SCHED, 120, 1, -1, 0, 0, NULL),
+		mkev(7, KPI_EV_FIRST, 130, 1, -1, 0, 0, NULL),
+		mkev(7, KPI_EV_WRITE, 131, 0, 3, 0, 0, NULL),
+		mkev(7, KPI_EV_FINISH, 140, 1, -1, 2, 1, NULL),
+		mkev(7, KPI_EV_WRITE, 141, 0, 3, 0, 0, NULL),
+		mkev(7, KPI_EV_RESP_END, 142, 1, 3, 200, 0, NULL),
+		mkev(7, KPI_EV_ARRIVE, 150, 0, 4, 0, 0, NULL),
+		mkev(7, KPI_EV_ADMIT, 160, 2, 4, 4, 2, "two"),
+		mkev(7, KPI_EV_STEP_BEGIN, 161, 5, -1, 4, 0, NULL),
+		mkev(7, KPI_EV_STEP_END, 170, 5, -1, 0, 0, NULL),
 	};
+	e[10].step_begin.kv_used = 1;
+	e[10].step_begin.kv_free = 9;
 	for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++)
-		assemble_event(a, &e[i]);
+		assemble_ev(a, e[i]);
 	CHECK(trace_store_pending(s) == 2, "%zu pending", trace_store_pending(s));
 	CHECK(trace_store_flush(s, a, 200, 5, err, sizeof(err)) == 0, "%s", err);
 	CHECK(trace_store_pending(s) == 0, "flushed");
@@ -75,10 +78,8 @@ static void flush_writes_rows_and_inflight(void)
 	      "inflight");
 	CHECK(q(path, "SELECT value FROM meta WHERE key = 'drops_total'") == 5, "drops in meta");
 	/* the next flush rewrites inflight: 'two' is gone once it completes */
-	struct kpi_event end[] = {
-		{ .type = KPI_EV_REJECT, .pid = 7, .ts = 300, .fd = 4, .a = 429, .b = 1, .reqid = "three" },
-	};
-	assemble_event(a, &end[0]);
+	union kpi_event end = mkev(7, KPI_EV_REJECT, 300, 0, 4, 429, 1, "three");
+	assemble_ev(a, end);
 	CHECK(trace_store_flush(s, a, 400, 5, err, sizeof(err)) == 0, "%s", err);
 	CHECK(q(path, "SELECT count(*) FROM inflight") == 1, "one in flight");
 	CHECK(q(path, "SELECT count(*) FROM requests") == 2, "two rows");

@@ -1,6 +1,7 @@
-/* pct.h - percentiles over plain arrays, one definition for every tool:
- * linear interpolation between the closest ranks, p in 0..100, exactly as
- * SQLite's percentile() extension and numpy's default compute it. */
+/* pct.h - the one percentile definition of the project: the trace's own
+ * columns (the agent's itl_p50/p99), every tool's summaries and the SQL
+ * percentile() all use it: linear interpolation between the closest ranks,
+ * p in 0..100, exactly as SQLite's percentile() extension and numpy's default. */
 #ifndef KPI_PCT_H
 #define KPI_PCT_H
 
