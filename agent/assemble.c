@@ -57,6 +57,16 @@ struct pidstate {
 	uint64_t runq_by_rest;
 };
 
+/* Requests completed or found orphaned lately, by (pid, id): an engine event
+ * for one of them (a finish the engine fires after the server ended the
+ * response on a stop string, the next event of an orphan) names no new
+ * orphan.  FIFO, RECENT_MAX entries. */
+#define RECENT_MAX 4096
+struct recent {
+	UT_hash_handle hh;
+	struct id_key key;
+};
+
 /* A batch step between its begin and end. */
 struct step {
 	UT_hash_handle hh;
@@ -68,6 +78,9 @@ struct assembler {
 	struct req *by_conn;    /* (pid, fd) -> req, hh_conn */
 	struct req *by_id;      /* (pid, id) -> req, hh_id */
 	struct step *steps;     /* (pid, step) -> step */
+	struct recent *recent;  /* (pid, id) of requests completed lately */
+	struct recent ring[RECENT_MAX];
+	size_t n_recent;        /* entries ever put in ring[] */
 	struct kpi_sink sinks[ASSEMBLE_MAX_SINKS];
 	int n_sinks;
 	struct pidstate pids[KPI_MAX_TARGETS];
@@ -109,6 +122,7 @@ void assemble_free(struct assembler *a)
 		HASH_DEL(a->steps, s);
 		free(s);
 	}
+	HASH_CLEAR(hh, a->recent);
 	free(a);
 }
 
@@ -123,6 +137,15 @@ int assemble_add_sink(struct assembler *a, const struct kpi_sink *sink)
 void assemble_stats(const struct assembler *a, struct assemble_stats *out)
 {
 	*out = a->st;
+}
+
+void assemble_losses(struct assembler *a, struct kpi_loss_record *l)
+{
+	l->total[KPI_LOSS_ORPHANS] = a->st.orphan_requests;
+	l->total[KPI_LOSS_CLAMPED] = a->st.clamped;
+	for (int i = 0; i < a->n_sinks; i++)
+		if (a->sinks[i].losses)
+			a->sinks[i].losses(a->sinks[i].ctx, l);
 }
 
 static struct pidstate *pidstate(struct assembler *a, uint32_t pid)
@@ -206,10 +229,37 @@ static struct req *req_new(struct assembler *a, uint32_t pid, int fd, uint64_t t
 	return r;
 }
 
+static void recent_add(struct assembler *a, const struct id_key *k)
+{
+	struct recent *slot = &a->ring[a->n_recent++ % RECENT_MAX];
+
+	if (a->n_recent > RECENT_MAX)
+		HASH_DEL(a->recent, slot);
+	slot->key = *k;
+	HASH_ADD(hh, a->recent, key, sizeof(slot->key), slot);
+}
+
 static void req_unlink(struct assembler *a, struct req *r)
 {
 	conn_unlink(a, r);
+	if (r->in_id)   /* remembered a while: the engine's last event may still come */
+		recent_add(a, &r->ik);
 	id_unlink(a, r);
+}
+
+/* An event named request (pid, id) and none is in flight: the request's
+ * admission was never seen (attached mid-request, or a drop), so it gets no
+ * row. Counted once per request, not per event. */
+static void orphan_event(struct assembler *a, uint32_t pid, uint64_t id)
+{
+	struct id_key k = { .pid = pid, .id = id };
+	struct recent *seen;
+
+	HASH_FIND(hh, a->recent, &k, sizeof(k), seen);
+	if (seen)
+		return;
+	a->st.orphan_requests++;
+	recent_add(a, &k);
 }
 
 /* ---- completion ------------------------------------------------------------ */
@@ -573,8 +623,10 @@ static void on_req_mark(struct assembler *a, const struct kpi_ev_req *e)
 	struct req *r = find_id(a, e->h.pid, e->id);
 	struct pidstate *ps;
 
-	if (!r)
+	if (!r) {
+		orphan_event(a, e->h.pid, e->id);
 		return;
+	}
 	switch (e->h.type) {
 	case KPI_EV_SCHED:
 		if (!r->t_sched)
@@ -599,8 +651,10 @@ static void on_finish(struct assembler *a, const struct kpi_ev_finish *e)
 {
 	struct req *r = find_id(a, e->h.pid, e->id);
 
-	if (!r)
+	if (!r) {
+		orphan_event(a, e->h.pid, e->id);
 		return;
+	}
 	r->finished = true;
 	r->t_last = e->h.ts;
 	r->output_tokens = e->output_tokens;
@@ -631,8 +685,8 @@ static void on_resp_end(struct assembler *a, const struct kpi_ev_resp_end *e)
 {
 	struct req *r = find_conn(a, e->h.pid, e->fd);
 
-	if (!r && e->id)
-		r = find_id(a, e->h.pid, e->id);
+	if (!r && e->id && !(r = find_id(a, e->h.pid, e->id)))
+		orphan_event(a, e->h.pid, e->id);
 	if (!r)
 		return;
 	r->t_resp_end = e->h.ts;

@@ -31,10 +31,16 @@ void assemble_foreach_inflight(struct assembler *a,
 			       void (*fn)(void *ctx, const struct kpi_inflight_record *r), void *ctx);
 
 struct assemble_stats {
-	uint64_t events, requests, rejected, orphans, clamped;
+	/* orphans: arrivals that became no request (a client that left, or a
+	 * request with no engine part, /health); orphan_requests: requests known
+	 * only from events after their admission (attached mid-request, a drop) */
+	uint64_t events, requests, rejected, orphans, orphan_requests, clamped;
 	uint64_t malformed;                  /* records of no known type, or cut short */
 	uint64_t exit_completed, exit_cut;   /* requests in flight when their target exited */
 };
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
+/* Fills in the causes the assembler counts (orphans, clamped) and hands l to
+ * every sink. */
+void assemble_losses(struct assembler *a, struct kpi_loss_record *l);
 
 #endif

@@ -144,7 +144,8 @@ struct prom_exporter {
 	pthread_mutex_t lock;
 	struct target t[PROM_MAX_TARGETS];
 	int n;
-	uint64_t ringbuf_drops, overflow;
+	uint64_t losses[KPI_LOSS__COUNT];      /* agent-wide running totals */
+	uint64_t overflow;
 	struct { void (*fn)(void *, FILE *); void *ctx; } coll[PROM_MAX_COLLECTORS];
 	int n_coll;
 };
@@ -287,8 +288,20 @@ static void on_sample(void *ctx, const struct kpi_sample_record *s)
 	t->runq_ns[RUNQ_BEHIND_IDLE] += s->runq_idle_ns;
 	if (s->runq_ns > s->runq_self_ns + s->runq_idle_ns)
 		t->runq_ns[RUNQ_BEHIND_OTHER] += s->runq_ns - s->runq_self_ns - s->runq_idle_ns;
-	if (s->drops > p->ringbuf_drops)
-		p->ringbuf_drops = s->drops;    /* agent-wide and cumulative */
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* The ledger's running totals, as they are: each only grows. (A sample's
+ * drops are the second's, and the same agent-wide figure in every target's
+ * sample: neither a maximum nor a sum of them is the total.) */
+static void on_losses(void *ctx, const struct kpi_loss_record *l)
+{
+	struct prom_exporter *p = ctx;
+
+	pthread_mutex_lock(&p->lock);
+	for (int c = 0; c < KPI_LOSS__COUNT; c++)
+		if (l->total[c] > p->losses[c])
+			p->losses[c] = l->total[c];
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -312,7 +325,8 @@ void prom_free(struct prom_exporter *p)
 
 struct kpi_sink prom_sink(struct prom_exporter *p)
 {
-	return (struct kpi_sink){ .ctx = p, .request = on_request, .sample = on_sample };
+	return (struct kpi_sink){ .ctx = p, .request = on_request, .sample = on_sample,
+				  .losses = on_losses };
 }
 
 void prom_add_collector(struct prom_exporter *p, void (*fn)(void *ctx, FILE *out), void *ctx)
@@ -533,7 +547,13 @@ int prom_render(struct prom_exporter *p, FILE *out)
 
 	family(out, "kpi_agent_ringbuf_drops_total", "counter",
 	       "BPF events lost because the ring buffer was full (grow --ringbuf-mb).");
-	fprintf(out, "kpi_agent_ringbuf_drops_total %llu\n", (unsigned long long)p->ringbuf_drops);
+	fprintf(out, "kpi_agent_ringbuf_drops_total %llu\n",
+		(unsigned long long)p->losses[KPI_LOSS_RINGBUF_DROPS]);
+	family(out, "kpi_agent_losses_total", "counter",
+	       "What the agent lost or could not see, by cause (docs/agent.md, \"Losses\").");
+	for (int c = 0; c < KPI_LOSS__COUNT; c++)
+		fprintf(out, "kpi_agent_losses_total{cause=\"%s\"} %llu\n", kpi_loss_name(c),
+			(unsigned long long)p->losses[c]);
 	family(out, "kpi_agent_series_overflow_total", "counter",
 	       "Records not counted because a process had too many distinct label values.");
 	fprintf(out, "kpi_agent_series_overflow_total %llu\n", (unsigned long long)p->overflow);

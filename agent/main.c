@@ -20,6 +20,7 @@
 #include "gpu.h"
 #include "host.h"
 #include "http_serve.h"
+#include "losses.h"
 #include "privdrop.h"
 #include "store.h"
 #include "targets.h"
@@ -266,6 +267,7 @@ struct agent {
 	struct bpf_link *global_links[64];   /* tracepoint / raw_tp programs */
 	int n_global_links;
 	struct agent_gpu *gpu;               /* NULL: GPU collection off */
+	struct loss_probe losses;            /* the kernel side's losses */
 };
 
 static const struct {
@@ -293,15 +295,7 @@ static struct bpf_program *usdt_prog(struct kpi_bpf *skel, int i)
 
 static uint64_t read_counter(struct agent *ag, __u32 idx)
 {
-	__u64 vals[1024];
-	uint64_t sum = 0;
-
-	if (ag->n_cpus > 1024 || bpf_map__lookup_elem(ag->skel->maps.counters, &idx, sizeof(idx),
-						       vals, sizeof(__u64) * ag->n_cpus, 0))
-		return 0;
-	for (int i = 0; i < ag->n_cpus; i++)
-		sum += vals[i];
-	return sum;
+	return losses_bpf_counter(&ag->losses, idx);
 }
 
 static struct kpi_runq runq_total(struct agent *ag, __u32 pid)
@@ -709,6 +703,31 @@ static void flush(struct agent *ag, uint64_t now, bool final)
 	}
 }
 
+/* The loss ledger's running totals, from the kernel side, the store and the
+ * assembler, to every sink (the trace's losses rows and meta, /metrics). */
+static void losses_sample(struct agent *ag, uint64_t now, struct kpi_loss_record *l)
+{
+	uint64_t shed_req, shed_rows;
+
+	*l = (struct kpi_loss_record){ .t = now };
+	losses_collect(&ag->losses, now, l);
+	trace_store_shed(ag->store, &shed_req, &shed_rows);
+	l->total[KPI_LOSS_SHED_ROWS] = shed_req + shed_rows;
+	assemble_losses(ag->asm_, l);
+}
+
+/* "losses: 3 ringbuf_drops, 1 orphans" or "losses: none" */
+static void losses_print(const struct kpi_loss_record *l)
+{
+	int n = 0;
+
+	printf("losses:");
+	for (int c = 0; c < KPI_LOSS__COUNT; c++)
+		if (l->total[c])
+			printf("%s %llu %s", n++ ? "," : "", (unsigned long long)l->total[c], kpi_loss_name(c));
+	printf("%s\n", n ? "" : " none");
+}
+
 static void sample(struct agent *ag, uint64_t now)
 {
 	uint32_t pids[KPI_MAX_TARGETS];
@@ -727,6 +746,8 @@ static void sample(struct agent *ag, uint64_t now)
 	 * sample's named waits are those its totals hold */
 	ring_buffer__consume(ag->rb);
 	assemble_sample(ag->asm_, now, pids, runq, n, read_counter(ag, KPI_CNT_DROPS));
+	struct kpi_loss_record l;
+	losses_sample(ag, now, &l);
 }
 
 int main(int argc, char **argv)
@@ -771,6 +792,7 @@ int main(int argc, char **argv)
 	ag.n_cpus = libbpf_num_possible_cpus();
 
 	ag.skel = kpi_bpf__open();
+	ag.losses = (struct loss_probe){ .skel = ag.skel, .n_cpus = ag.n_cpus };
 	if (!ag.skel) {
 		fprintf(stderr, "kpi-agent: cannot open the BPF object: %s\n", strerror(errno));
 		return 1;
@@ -875,8 +897,11 @@ int main(int argc, char **argv)
 				next_flush = now + (uint64_t)env.flush_ms * 1000000ull;
 		}
 	}
-	/* everything already in the ring is written before exit */
+	/* everything already in the ring is written before exit, with the
+	 * ledger's final totals */
 	ring_buffer__consume(ag.rb);
+	struct kpi_loss_record lost;
+	losses_sample(&ag, now_ns(), &lost);
 	flush(&ag, now_ns(), true);
 	gpu_flush(&ag, now_ns(), true);
 	rc = 0;
@@ -892,6 +917,7 @@ int main(int argc, char **argv)
 		       "shed while the database could not be written; %zu rows unwritten\n",
 		       (unsigned long long)st.exit_completed, (unsigned long long)st.exit_cut,
 		       (unsigned long long)shed_req, trace_store_pending(ag.store));
+		losses_print(&lost);
 		char gpu_said[512];
 		agent_gpu_summary(ag.gpu, gpu_said, sizeof(gpu_said));
 		if (gpu_said[0])

@@ -74,6 +74,37 @@ struct kpi_inflight_record {
 	int output_writes;
 };
 
+/* What the agent lost or could not see, by cause (schema/004_losses.sql says
+ * what each means; docs/agent.md where each is counted). */
+enum kpi_loss {
+	KPI_LOSS_RINGBUF_DROPS,         /* events the ring buffer had no room for */
+	KPI_LOSS_CONN_UNTRACKED,        /* connections not tracked: conns table full */
+	KPI_LOSS_ORPHANS,               /* requests seen only after their admission: no row */
+	KPI_LOSS_CLAMPED,               /* requests with a mark out of order, clamped */
+	KPI_LOSS_MAP_EVICTIONS,         /* entries evicted from the socks / sys_args tables */
+	KPI_LOSS_BEFORE_ATTACH,         /* connections to a target's port before its attach */
+	KPI_LOSS_SHED_ROWS,             /* rows dropped while the trace could not be written */
+	KPI_LOSS_RETENTION_ROWS,        /* rows removed by retention */
+	KPI_LOSS__COUNT
+};
+
+/* The cause's name in the trace (losses.cause, meta loss_<name>_total) and in
+ * /metrics (kpi_agent_losses_total{cause="<name>"}). */
+static inline const char *kpi_loss_name(int cause)
+{
+	static const char *const names[KPI_LOSS__COUNT] = {
+		"ringbuf_drops", "conn_untracked", "orphans", "clamped", "map_evictions",
+		"before_attach", "shed_rows", "retention_rows",
+	};
+	return cause >= 0 && cause < KPI_LOSS__COUNT ? names[cause] : "unknown";
+}
+
+/* The running totals of every cause since the agent started, at t. */
+struct kpi_loss_record {
+	uint64_t t;
+	uint64_t total[KPI_LOSS__COUNT];
+};
+
 /* A consumer of records.  Callbacks run on the agent's main thread, must not
  * block, and copy what they keep. */
 struct kpi_sink {
@@ -81,6 +112,7 @@ struct kpi_sink {
 	void (*request)(void *ctx, const struct kpi_request_record *r);
 	void (*step)(void *ctx, const struct kpi_step_record *s);
 	void (*sample)(void *ctx, const struct kpi_sample_record *s);
+	void (*losses)(void *ctx, const struct kpi_loss_record *l);
 };
 
 #endif

@@ -26,13 +26,21 @@ struct vec {
 	size_t n, cap, size;
 };
 
+/* One losses row: n losses of one cause in the second that ended at t. */
+struct pending_loss {
+	uint64_t t;
+	int cause;      /* enum kpi_loss */
+	uint64_t n;
+};
+
 struct trace_store {
 	sqlite3 *db;
 	sqlite3_stmt *ins_req, *ins_step, *ins_sample, *ins_runq_by, *ins_token, *ins_inflight,
-		*del_inflight, *set_meta;
+		*del_inflight, *set_meta, *ins_loss;
 	bool token_detail;
 	int64_t run_id, mono_to_wall;
-	struct vec reqs, steps, samples;
+	struct vec reqs, steps, samples, losses;
+	struct kpi_loss_record loss_seen;       /* totals last queued as rows */
 	size_t max_backlog;             /* per queue; more is shed while writes fail */
 	uint64_t shed_reqs, shed_rows;  /* requests, and steps + samples, shed so far */
 };
@@ -194,6 +202,7 @@ struct trace_store *trace_store_open(const char *path, bool token_detail, char *
 	st->reqs.size = sizeof(struct pending_req);
 	st->steps.size = sizeof(struct kpi_step_record);
 	st->samples.size = sizeof(struct kpi_sample_record);
+	st->losses.size = sizeof(struct pending_loss);
 	if (make_dirs(path, err, errlen))
 		goto fail;
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
@@ -257,7 +266,9 @@ struct trace_store *trace_store_open(const char *path, bool token_detail, char *
 		    "t_first_ns, prompt_tokens, output_writes, updated_ns) VALUES (?,?,?,?,?,?,?,?,?,?)",
 		    err, errlen) ||
 	    prepare(st, &st->del_inflight, "DELETE FROM inflight", err, errlen) ||
-	    prepare(st, &st->set_meta, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", err, errlen))
+	    prepare(st, &st->set_meta, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", err, errlen) ||
+	    prepare(st, &st->ins_loss, "INSERT INTO losses(run_id, wall_ns, t_ns, cause, n) VALUES (?,?,?,?,?)",
+		    err, errlen))
 		goto fail;
 	/* a previous agent's in-flight view is stale */
 	sqlite3_step(st->del_inflight);
@@ -320,6 +331,26 @@ static void sink_step(void *ctx, const struct kpi_step_record *s)
 	*(struct kpi_step_record *)vec_push(&st->steps) = *s;
 }
 
+/* Each cause that grew since the last record becomes a row; the totals go to
+ * meta at the next flush. A loss row shed for a full backlog is itself a
+ * shed row, counted as such. */
+static void sink_losses(void *ctx, const struct kpi_loss_record *l)
+{
+	struct trace_store *st = ctx;
+
+	for (int c = 0; c < KPI_LOSS__COUNT; c++) {
+		uint64_t d = l->total[c] > st->loss_seen.total[c] ? l->total[c] - st->loss_seen.total[c] : 0;
+		if (!d)
+			continue;
+		if (st->losses.n >= st->max_backlog) {
+			st->shed_rows++;
+			continue;
+		}
+		*(struct pending_loss *)vec_push(&st->losses) = (struct pending_loss){ l->t, c, d };
+	}
+	st->loss_seen = *l;
+}
+
 static void sink_sample(void *ctx, const struct kpi_sample_record *s)
 {
 	struct trace_store *st = ctx;
@@ -333,12 +364,12 @@ static void sink_sample(void *ctx, const struct kpi_sample_record *s)
 struct kpi_sink trace_store_sink(struct trace_store *st)
 {
 	return (struct kpi_sink){ .ctx = st, .request = sink_request, .step = sink_step,
-				  .sample = sink_sample };
+				  .sample = sink_sample, .losses = sink_losses };
 }
 
 size_t trace_store_pending(const struct trace_store *st)
 {
-	return st->reqs.n + st->steps.n + st->samples.n;
+	return st->reqs.n + st->steps.n + st->samples.n + st->losses.n;
 }
 
 /* ---- flush --------------------------------------------------------------------------- */
@@ -492,12 +523,38 @@ static int set_meta(struct trace_store *st, const char *key, int64_t v)
 	return step_done(st, st->set_meta);
 }
 
+/* meta loss_<cause>_total for every cause, zeros included: a trace that says
+ * 0 was watched for that loss. */
+static int set_loss_meta(struct trace_store *st)
+{
+	char key[64];
+
+	for (int c = 0; c < KPI_LOSS__COUNT; c++) {
+		snprintf(key, sizeof(key), "loss_%s_total", kpi_loss_name(c));
+		if (set_meta(st, key, (int64_t)st->loss_seen.total[c]))
+			return -1;
+	}
+	return 0;
+}
+
+static int write_loss(struct trace_store *st, const struct pending_loss *l)
+{
+	sqlite3_stmt *s = st->ins_loss;
+
+	sqlite3_bind_int64(s, 1, st->run_id);
+	sqlite3_bind_int64(s, 2, (int64_t)l->t + st->mono_to_wall);
+	sqlite3_bind_int64(s, 3, (int64_t)l->t);
+	sqlite3_bind_text(s, 4, kpi_loss_name(l->cause), -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, 5, (int64_t)l->n);
+	return step_done(st, s);
+}
+
 static void drop_pending(struct trace_store *st)
 {
 	struct pending_req *p = st->reqs.p;
 	for (size_t i = 0; i < st->reqs.n; i++)
 		free(p[i].tokens);
-	st->reqs.n = st->steps.n = st->samples.n = 0;
+	st->reqs.n = st->steps.n = st->samples.n = st->losses.n = 0;
 }
 
 int trace_store_flush(struct trace_store *st, struct assembler *a, uint64_t now_mono,
@@ -520,6 +577,10 @@ int trace_store_flush(struct trace_store *st, struct assembler *a, uint64_t now_
 	for (size_t i = 0; i < st->samples.n; i++)
 		if (write_sample(st, (struct kpi_sample_record *)st->samples.p + i))
 			goto fail;
+	what = "insert into losses";
+	for (size_t i = 0; i < st->losses.n; i++)
+		if (write_loss(st, (struct pending_loss *)st->losses.p + i))
+			goto fail;
 	what = "rewrite inflight";
 	if (step_done(st, st->del_inflight))
 		goto fail;
@@ -532,7 +593,7 @@ int trace_store_flush(struct trace_store *st, struct assembler *a, uint64_t now_
 	    set_meta(st, "last_flush_wall_ns", (int64_t)now_mono + st->mono_to_wall) ||
 	    set_meta(st, "drops_total", (int64_t)drops) || set_meta(st, "run_id", st->run_id) ||
 	    set_meta(st, "shed_requests_total", (int64_t)st->shed_reqs) ||
-	    set_meta(st, "shed_rows_total", (int64_t)st->shed_rows))
+	    set_meta(st, "shed_rows_total", (int64_t)st->shed_rows) || set_loss_meta(st))
 		goto fail;
 	what = "COMMIT";
 	if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
@@ -554,7 +615,8 @@ fail:
 void trace_store_close(struct trace_store *st)
 {
 	sqlite3_stmt **stmts[] = { &st->ins_req, &st->ins_step, &st->ins_sample, &st->ins_runq_by,
-				   &st->ins_token, &st->ins_inflight, &st->del_inflight, &st->set_meta };
+				   &st->ins_token, &st->ins_inflight, &st->del_inflight, &st->set_meta,
+				   &st->ins_loss };
 
 	if (!st)
 		return;
@@ -575,5 +637,6 @@ void trace_store_close(struct trace_store *st)
 	free(st->reqs.p);
 	free(st->steps.p);
 	free(st->samples.p);
+	free(st->losses.p);
 	free(st);
 }

@@ -399,7 +399,8 @@ int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
 	}
 	init.first_ts = bpf_ktime_get_ns();
 	init.srtt_us = ctx->srtt;
-	bpf_map_update_elem(&socks, &sk, &init, BPF_NOEXIST);
+	if (!bpf_map_update_elem(&socks, &sk, &init, BPF_NOEXIST))
+		count(KPI_CNT_SOCKS_INS);
 	return 0;
 }
 
@@ -420,7 +421,12 @@ static __always_inline int sys_enter(int fd, int kind)
 			*t = a;
 		return 0;
 	}
-	bpf_map_update_elem(&sys_args, &pt, &a, BPF_ANY);
+	/* a thread has one entry: it is new unless the thread died in a
+	 * syscall's middle and its id was reused, or a syscall never exited */
+	if (!bpf_map_update_elem(&sys_args, &pt, &a, BPF_NOEXIST))
+		count(KPI_CNT_SYS_ARGS_INS);
+	else
+		bpf_map_update_elem(&sys_args, &pt, &a, BPF_ANY);
 	return 0;
 }
 
@@ -525,7 +531,8 @@ static __always_inline int sys_exit(long ret)
 		if (!a)
 			return 0;
 		arg = *a;
-		bpf_map_delete_elem(&sys_args, &pt);
+		if (!bpf_map_delete_elem(&sys_args, &pt))
+			count(KPI_CNT_SYS_ARGS_DEL);
 	}
 	if (ret > 0)
 		sys_done(pt >> 32, arg.fd, arg.kind, ret, arg.ts);
@@ -562,8 +569,8 @@ static __always_inline int sys_close(int fd)
 	c = bpf_map_lookup_elem(&conns, &key);
 	if (!c)
 		return 0;
-	if (c->sk)
-		bpf_map_delete_elem(&socks, &c->sk);
+	if (c->sk && !bpf_map_delete_elem(&socks, &c->sk))
+		count(KPI_CNT_SOCKS_DEL);
 	writes_send(tgid, fd, c);
 	if (c->busy) {
 		struct kpi_ev_close *e = EV_NEW(kpi_ev_close, KPI_EV_CLOSE, tgid, bpf_ktime_get_ns());

@@ -44,6 +44,12 @@ enum kpi_counter {
 	KPI_CNT_DROPS = 0,      /* ring buffer full: event lost */
 	KPI_CNT_EVENTS,         /* events submitted */
 	KPI_CNT_CONN_FULL,      /* conns map full: connection not tracked */
+	/* Entries put into and taken out of the LRU tables: what the kernel
+	 * evicted is inserted - deleted - still there (the agent counts those). */
+	KPI_CNT_SOCKS_INS,
+	KPI_CNT_SOCKS_DEL,
+	KPI_CNT_SYS_ARGS_INS,
+	KPI_CNT_SYS_ARGS_DEL,
 	KPI_CNT_MAX,
 };
 

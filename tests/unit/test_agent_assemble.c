@@ -194,6 +194,43 @@ static void cancelled_after_close(void)
 	assemble_free(a);
 }
 
+/* Losses the assembler counts: a request known only from events after its
+ * admission (a dropped ADMIT) is one orphan however many events name it; a
+ * finish that arrives after its request completed is late, not an orphan; a
+ * record cut short is malformed and not read. */
+static void orphans_and_malformed(void)
+{
+	struct assembler *a = fresh();
+	struct assemble_stats st;
+	struct kpi_loss_record l = { .t = 1 };
+
+	/* request 5: complete, then a late second finish */
+	ev(a, KPI_EV_ARRIVE, 100, 0, 3, KPI_ARRIVE_TCP, 0, NULL);
+	ev(a, KPI_EV_ADMIT, 110, 5, 3, 4, 4, "whole");
+	ev(a, KPI_EV_FINISH, 150, 5, -1, 1, 1, NULL);
+	ev(a, KPI_EV_RESP_END, 160, 5, 3, 200, 0, NULL);
+	ev(a, KPI_EV_FINISH, 161, 5, -1, 1, 1, NULL);
+	/* request 6: its ADMIT was dropped; four events name it */
+	ev(a, KPI_EV_ARRIVE, 200, 0, 4, KPI_ARRIVE_TCP, 0, NULL);
+	ev(a, KPI_EV_SCHED, 210, 6, -1, 0, 0, NULL);
+	ev(a, KPI_EV_FIRST, 220, 6, -1, 0, 0, NULL);
+	ev(a, KPI_EV_FINISH, 230, 6, -1, 2, 1, NULL);
+	ev(a, KPI_EV_RESP_END, 240, 6, 4, 200, 0, NULL);
+	CHECK(n_got == 1 && !strcmp(got[0].request_id, "whole"), "%d rows", n_got);
+	assemble_stats(a, &st);
+	CHECK(st.orphan_requests == 1, "orphans %llu, want 1", (unsigned long long)st.orphan_requests);
+	assemble_losses(a, &l);
+	CHECK(l.total[KPI_LOSS_ORPHANS] == 1 && l.total[KPI_LOSS_CLAMPED] == 0, "ledger");
+
+	union kpi_event e = mkev(42, KPI_EV_ADMIT, 300, 7, 5, 1, 1, "short");
+	CHECK(assemble_event(a, &e, sizeof(struct kpi_ev_hdr) + 8) == -1, "a short ADMIT was read");
+	e.h.type = 99;
+	CHECK(assemble_event(a, &e, sizeof(e)) == -1, "an unknown type was read");
+	assemble_stats(a, &st);
+	CHECK(st.malformed == 2 && n_got == 1, "malformed %llu", (unsigned long long)st.malformed);
+	assemble_free(a);
+}
+
 struct states { int arriving, queued, prefill, decode, writing; };
 static void count_state(void *ctx, const struct kpi_inflight_record *r)
 {
@@ -282,6 +319,7 @@ int main(void)
 	RUN(keepalive_two_requests);
 	RUN(out_of_order_marks_clamped);
 	RUN(cancelled_after_close);
+	RUN(orphans_and_malformed);
 	RUN(inflight_states_and_samples);
 	return CHECK_DONE();
 }

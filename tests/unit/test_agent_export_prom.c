@@ -161,6 +161,15 @@ static void exposition_text(void)
 						      { KPI_RUNQ_BY_REST, "", 20000000 } } };
 	s.sample(s.ctx, &smp);
 	s.sample(s.ctx, &smp);  /* a counter: the second sample adds to the first */
+	/* three seconds of ring-buffer drops, 3 + 4 + 5, as the ledger's running
+	 * totals: the counter is their total (12), not the worst second (5) */
+	static const uint64_t drops[] = { 3, 7, 12 };
+	for (int k = 0; k < 3; k++) {
+		struct kpi_loss_record l = { .t = (uint64_t)k };
+		l.total[KPI_LOSS_RINGBUF_DROPS] = drops[k];
+		l.total[KPI_LOSS_ORPHANS] = (uint64_t)k;
+		s.losses(s.ctx, &l);
+	}
 	char *t = render(p);
 
 	char tlab[256], nlab[256];
@@ -250,7 +259,12 @@ static void exposition_text(void)
 	CHECK(value_of(t, line) == 2, "%s", line);
 	snprintf(line, sizeof(line), "kpi_kv_cache_usage_ratio{%s}", glab);
 	CHECK(value_of(t, line) == 0.25, "%s", line);
-	CHECK(value_of(t, "kpi_agent_ringbuf_drops_total") == 7, "drops");
+	CHECK(value_of(t, "kpi_agent_ringbuf_drops_total") == 12, "drops %g, want the total 12",
+	      value_of(t, "kpi_agent_ringbuf_drops_total"));
+	CHECK(value_of(t, "kpi_agent_losses_total{cause=\"ringbuf_drops\"}") == 12, "losses: drops");
+	CHECK(value_of(t, "kpi_agent_losses_total{cause=\"orphans\"}") == 2, "losses: orphans");
+	CHECK(value_of(t, "kpi_agent_losses_total{cause=\"retention_rows\"}") == 0,
+	      "losses: every cause has a series, zero included");
 	CHECK(strstr(t, "# TYPE kpi_run_queue_wait_seconds_total counter\n"), "no run-queue TYPE");
 	static const struct { const char *behind; double s; } rq[] = {
 		{ "own_threads", 0.2 }, { "idle_cpu", 0.1 }, { "other_processes", 0.2 },

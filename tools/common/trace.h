@@ -13,7 +13,7 @@
  * tables and columns that the readers do not need; 3 (003_runq_by.sql) adds
  * what the daemon's threads waited behind, read where the trace has it. */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 3
+#define TRACE_SCHEMA_VERSION 4
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 
