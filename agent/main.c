@@ -22,6 +22,7 @@
 #include "http_serve.h"
 #include "losses.h"
 #include "privdrop.h"
+#include "retain.h"
 #include "store.h"
 #include "targets.h"
 
@@ -57,8 +58,11 @@ static struct env {
 	const char *otlp;        /* --otlp URL */
 	const char *user;        /* --user NAME (NULL: kpiscope when it exists) */
 	long max_backlog;        /* --max-backlog N */
+	int64_t retain_ns;       /* --retain DURATION; 0: for ever */
+	long max_db_mb;          /* --max-db-mb N; 0: no bound */
 } env = { .db = TRACE_STORE_DEFAULT_PATH, .flush_ms = 200, .ringbuf_mb = 16,
-	      .max_backlog = TRACE_STORE_DEFAULT_BACKLOG };
+	      .max_backlog = TRACE_STORE_DEFAULT_BACKLOG, .retain_ns = RETAIN_DEFAULT_KEEP_NS,
+	      .max_db_mb = RETAIN_DEFAULT_MAX_MB };
 
 static volatile sig_atomic_t exiting;
 
@@ -92,6 +96,11 @@ static const char usage[] =
 "  --max-backlog N    while the database cannot be written (disk full), keep at\n"
 "                     most N requests (and N steps, N samples) in memory; later\n"
 "                     ones are shed and counted (default 100000)\n"
+"  --retain DURATION  remove rows older than this (N followed by s, m, h or d;\n"
+"                     0 keeps everything) (default 14d)\n"
+"  --max-db-mb N      keep the trace's rows under N MiB, removing the oldest\n"
+"                     first (0: no bound) (default 4096); what retention removes\n"
+"                     is counted (meta loss_retention_rows_total)\n"
 "  -v, --verbose      say which programs were chosen; libbpf's debug output\n"
 "  -h, --help         this help\n"
 "\n"
@@ -129,6 +138,27 @@ static long parse_num(const char *flag, const char *s, long lo, long hi)
 	return v;
 }
 
+/* "30s", "15m", "12h", "14d" or "0" as ns. */
+static int64_t parse_duration(const char *flag, const char *s)
+{
+	static const struct { char unit; int64_t ns; } units[] = {
+		{ 's', 1000000000ll }, { 'm', 60000000000ll }, { 'h', 3600000000000ll },
+		{ 'd', 86400000000000ll },
+	};
+	char *end;
+	long v;
+
+	errno = 0;
+	v = strtol(s, &end, 10);
+	if (!errno && end != s && v == 0 && !*end)
+		return 0;
+	for (size_t i = 0; !errno && end != s && v > 0 && end[0] && !end[1] && i < 4; i++)
+		if (*end == units[i].unit && v <= INT64_MAX / units[i].ns)
+			return v * units[i].ns;
+	die_usage("%s wants a duration like 30s, 15m, 12h or 14d (or 0), got '%s'", flag, s);
+	return 0;
+}
+
 static void parse_args(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -144,6 +174,8 @@ static void parse_args(int argc, char **argv)
 		{ "otlp", required_argument, NULL, 'O' },
 		{ "user", required_argument, NULL, 'u' },
 		{ "max-backlog", required_argument, NULL, 'B' },
+		{ "retain", required_argument, NULL, 'R' },
+		{ "max-db-mb", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{},
 	};
@@ -205,6 +237,12 @@ static void parse_args(int argc, char **argv)
 			break;
 		case 'B':
 			env.max_backlog = parse_num("--max-backlog", optarg, 1, 100000000);
+			break;
+		case 'R':
+			env.retain_ns = parse_duration("--retain", optarg);
+			break;
+		case 'S':
+			env.max_db_mb = parse_num("--max-db-mb", optarg, 0, 1L << 30);
 			break;
 		case 'v':
 			env.verbose = true;
@@ -713,6 +751,7 @@ static void losses_sample(struct agent *ag, uint64_t now, struct kpi_loss_record
 	losses_collect(&ag->losses, now, l);
 	trace_store_shed(ag->store, &shed_req, &shed_rows);
 	l->total[KPI_LOSS_SHED_ROWS] = shed_req + shed_rows;
+	l->total[KPI_LOSS_RETENTION_ROWS] = trace_store_retained(ag->store);
 	assemble_losses(ag->asm_, l);
 }
 
@@ -816,6 +855,7 @@ int main(int argc, char **argv)
 		goto cleanup;
 	}
 	trace_store_set_max_backlog(ag.store, (size_t)env.max_backlog);
+	trace_store_set_retention(ag.store, env.retain_ns, (int64_t)env.max_db_mb << 20);
 	ag.gpu = agent_gpu_open(env.db, trace_store_run_id(ag.store), env.verbose, err, sizeof(err));
 	if (!ag.gpu)
 		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);

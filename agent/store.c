@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "retain.h"
 #include "store.h"
 #include "kpi_schema.h"
 
@@ -41,6 +42,8 @@ struct trace_store {
 	int64_t run_id, mono_to_wall;
 	struct vec reqs, steps, samples, losses;
 	struct kpi_loss_record loss_seen;       /* totals last queued as rows */
+	struct retainer ret;
+	uint64_t last_retain_err;
 	size_t max_backlog;             /* per queue; more is shed while writes fail */
 	uint64_t shed_reqs, shed_rows;  /* requests, and steps + samples, shed so far */
 };
@@ -217,7 +220,10 @@ struct trace_store *trace_store_open(const char *path, bool token_detail, char *
 		goto fail;
 	}
 	sqlite3_busy_timeout(st->db, 2000);
-	if (exec(st->db, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
+	/* auto_vacuum takes only on a new file (before its first table): a
+	 * trace made by an older agent keeps reusing its free pages instead */
+	if (exec(st->db, "PRAGMA auto_vacuum=INCREMENTAL; PRAGMA journal_mode=WAL; "
+		 "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;",
 		 err, errlen, "cannot switch the database to WAL mode"))
 		goto fail;
 	if (migrate(st->db, err, errlen))
@@ -270,6 +276,8 @@ struct trace_store *trace_store_open(const char *path, bool token_detail, char *
 	    prepare(st, &st->ins_loss, "INSERT INTO losses(run_id, wall_ns, t_ns, cause, n) VALUES (?,?,?,?,?)",
 		    err, errlen))
 		goto fail;
+	st->ret = (struct retainer){ .db = st->db, .keep_ns = RETAIN_DEFAULT_KEEP_NS,
+				     .max_bytes = (int64_t)RETAIN_DEFAULT_MAX_MB << 20 };
 	/* a previous agent's in-flight view is stale */
 	sqlite3_step(st->del_inflight);
 	sqlite3_reset(st->del_inflight);
@@ -557,6 +565,31 @@ static void drop_pending(struct trace_store *st)
 	st->reqs.n = st->steps.n = st->samples.n = st->losses.n = 0;
 }
 
+/* A retention round after a flush; its failure is said once a minute and
+ * leaves the trace as it was (the writer goes on). */
+static void retain(struct trace_store *st, uint64_t now_mono)
+{
+	char err[256];
+
+	if (!retain_round(&st->ret, (int64_t)now_mono + st->mono_to_wall, err, sizeof(err)))
+		return;
+	if (!st->last_retain_err || now_mono - st->last_retain_err >= 60000000000ull) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		st->last_retain_err = now_mono;
+	}
+}
+
+void trace_store_set_retention(struct trace_store *st, int64_t keep_ns, int64_t max_bytes)
+{
+	st->ret.keep_ns = keep_ns;
+	st->ret.max_bytes = max_bytes;
+}
+
+uint64_t trace_store_retained(const struct trace_store *st)
+{
+	return st->ret.removed;
+}
+
 int trace_store_flush(struct trace_store *st, struct assembler *a, uint64_t now_mono,
 		      uint64_t drops, char *err, size_t errlen)
 {
@@ -599,6 +632,7 @@ int trace_store_flush(struct trace_store *st, struct assembler *a, uint64_t now_
 	if (sqlite3_exec(st->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
 		goto fail;
 	drop_pending(st);
+	retain(st, now_mono);
 	return 0;
 fail:
 	fail(err, errlen, "writing the trace failed (%s: %s); %zu rows kept in memory for the next "

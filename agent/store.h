@@ -29,6 +29,12 @@ size_t trace_store_pending(const struct trace_store *st);
 void trace_store_set_max_backlog(struct trace_store *st, size_t rows);
 /* Requests, and steps + samples, shed because the backlog was full. */
 void trace_store_shed(const struct trace_store *st, uint64_t *requests, uint64_t *rows);
+/* Retention (agent/retain.h): rows older than keep_ns leave, and the oldest
+ * while the rows take more than max_bytes; 0 turns either off. The defaults
+ * are RETAIN_DEFAULT_*. Rounds run after each flush. */
+void trace_store_set_retention(struct trace_store *st, int64_t keep_ns, int64_t max_bytes);
+/* Rows retention removed so far. */
+uint64_t trace_store_retained(const struct trace_store *st);
 /* Final flush is the caller's job; this records the run's end and closes. */
 void trace_store_close(struct trace_store *st);
 /* The schema version this binary writes (highest NNN_*.sql). */

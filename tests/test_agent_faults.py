@@ -263,3 +263,125 @@ test_agent_sigkill.timeout = 600 if ft.SOAK else 60
 test_ringbuf_overflow.timeout = 300 if ft.SOAK else 60
 test_disk_full.timeout = 300 if ft.SOAK else 90
 test_least_privilege.timeout = 60
+
+
+def _meta(db, key):
+    rows = ft.query(db, "SELECT value FROM meta WHERE key = ?", key)
+    return int(rows[0][0]) if rows else None
+
+
+def test_retention_bounds_the_file():
+    """--max-db-mb 2 under streaming load with --token-detail, kpitop reading
+    the trace meanwhile: the file stays under 2 MiB every time it is looked at,
+    the newest requests are kept, and every request the client completed that
+    is gone was removed by retention and counted (meta, losses rows)."""
+    ft.require()
+    d = ft.workdir()
+    exe = ft.private_infer(d)
+    db = os.path.join(d, "db", "trace.db")
+    max_mb = 2
+    infer = ft.Infer(exe, d)
+    agent = _agent(db, "--pid", infer.pid, "--token-detail", "--flush-ms", 100,
+                   "--max-db-mb", max_mb)
+    agent.wait_line(f"attached to pid {infer.pid}")
+    load = ft.Load(infer.port, threads=3, max_tokens=(8, 24), prefix="ret")
+    sizes, tops, removed = [], 0, 0
+    deadline = time.monotonic() + 150
+    try:
+        # until retention has removed at least one and a half bounds' worth
+        # of rows (a row is well under 1 KiB, so this is several passes)
+        while time.monotonic() < deadline and removed < 3 * max_mb * 1024:
+            top = kpitest.run([os.path.join(kpitest.BIN, "kpitop"), "--db", db, "--once",
+                               "--window", "10s"], timeout=60)
+            assert top.returncode == 0, f"kpitop failed while retention ran:\n{top.stderr}"
+            tops += 1
+            sizes.append(os.path.getsize(db))
+            removed = _meta(db, "loss_retention_rows_total") or 0
+    finally:
+        flood = load.stop()
+    after = agenttest.run_load(infer.port, 20, threads=2, prefix="newest")
+    assert agent.stop() == 0, "\n".join(agent.lines[-20:])
+    sizes.append(os.path.getsize(db))
+    removed = _meta(db, "loss_retention_rows_total")
+    logged = ft.query(db, "SELECT coalesce(sum(n), 0) FROM losses WHERE cause = 'retention_rows'")[0][0]
+    ids = ft.db_ids(db)
+    done = ft.completed(flood)
+    gone = [r.rid for r in done if r.rid not in ids]
+    newest_missing = [r.rid for r in ft.completed(after) if r.rid not in ids]
+    check = ft.query(db, "PRAGMA integrity_check")[0][0]
+    ft.report("retention", max_db_mb=max_mb, max_file_bytes=max(sizes), looks=len(sizes),
+              kpitop_reads=tops, completed=len(done), gone=len(gone), removed_rows=removed)
+    assert removed and removed > 0, "retention removed nothing: the load never filled the bound"
+    assert max(sizes) <= max_mb << 20, f"the file grew to {max(sizes)} bytes, over {max_mb} MiB"
+    assert not newest_missing, f"the newest requests were removed: {newest_missing}"
+    assert gone, "no completed request was removed, yet rows were"
+    assert len(gone) <= removed, f"{len(gone)} requests gone but {removed} rows counted"
+    assert logged == removed, f"losses rows say {logged}, meta {removed}"
+    kept = [r for r in done if r.rid in ids]
+    assert kept and max(r.t_end for r in done if r.rid not in ids) <= max(r.t_end for r in kept), \
+        "retention removed the newest requests of the load"
+    assert check == "ok", check
+    assert any(f"{removed} retention_rows" in l for l in agent.lines), agent.lines[-5:]
+
+
+def test_losses_agree_everywhere():
+    """A forced loss (a 1 MiB ring with the agent stopped under load): the
+    totals in the trace's meta, its losses rows, the exit line and /metrics
+    are the same numbers, and they account for the requests the client
+    completed that have no row (each needs a drop, and each orphan is one)."""
+    ft.require()
+    d = ft.workdir()
+    exe = ft.private_infer(d)
+    db = os.path.join(d, "db", "trace.db")
+    infer = ft.Infer(exe, d)
+    port = kpitest.free_port()
+    agent = _agent(db, "--pid", infer.pid, "--ringbuf-mb", 1, "--flush-ms", 100,
+                   "--metrics", f"127.0.0.1:{port}")
+    agent.wait_line(f"attached to pid {infer.pid}")
+    load = ft.Load(infer.port, threads=4, max_tokens=(32, 48), prefix="lossy")
+    agent.p.send_signal(signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            with load.lock:
+                if len(load.results) >= 300:
+                    break
+            time.sleep(0.1)
+    finally:
+        agent.p.send_signal(signal.SIGCONT)
+    flood = load.stop()
+    # the next sample carries the totals; wait for /metrics to show a drop
+    metrics = {}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        body = kpitest.http_request(port, "GET", "/metrics")[2].decode()
+        metrics = {m.group(1): int(m.group(2)) for m in
+                   re.finditer(r'^kpi_agent_losses_total\{cause="(\w+)"\} (\d+)$', body, re.M)}
+        if metrics.get("ringbuf_drops"):
+            time.sleep(1.2)     # one more sample: nothing moves once the load stopped
+            body = kpitest.http_request(port, "GET", "/metrics")[2].decode()
+            metrics = {m.group(1): int(m.group(2)) for m in
+                       re.finditer(r'^kpi_agent_losses_total\{cause="(\w+)"\} (\d+)$', body, re.M)}
+            break
+        time.sleep(0.2)
+    assert agent.stop() == 0, "\n".join(agent.lines[-20:])
+    meta = {k[len("loss_"):-len("_total")]: int(v) for k, v in
+            ft.query(db, "SELECT key, value FROM meta WHERE key LIKE 'loss_%_total'")}
+    rows = dict(ft.query(db, "SELECT cause, sum(n) FROM losses GROUP BY cause"))
+    line = next((l for l in agent.lines if l.startswith("losses:")), "")
+    said = {m.group(2): int(m.group(1)) for m in re.finditer(r"(\d+) (\w+)", line)}
+    ids = ft.db_ids(db)
+    done = ft.completed(flood)
+    unrecorded = [r.rid for r in done if r.rid not in ids]
+    ft.report("losses_agree", completed=len(done), unrecorded=len(unrecorded), meta=meta,
+              metrics=metrics, exit_line=line)
+    drops = meta.get("ringbuf_drops", 0)
+    assert drops > 0, f"no drops with a 1 MiB ring and the agent stopped: {meta}"
+    assert {c: n for c, n in meta.items() if n} == said, f"meta {meta} vs exit line {line!r}"
+    assert {c: n for c, n in rows.items() if n} == {c: n for c, n in meta.items() if n}, \
+        f"losses rows {rows} vs meta {meta}"
+    assert metrics == meta, f"/metrics {metrics} vs meta {meta}"
+    assert unrecorded, "every request was recorded though events were dropped"
+    assert len(unrecorded) <= drops, f"{len(unrecorded)} requests missing, only {drops} drops"
+    assert meta.get("orphans", 0) <= len(unrecorded), \
+        f"{meta.get('orphans')} orphans counted but only {len(unrecorded)} requests missing"
