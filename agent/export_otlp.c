@@ -1,22 +1,28 @@
-/* export_otlp.c - OTLP/HTTP JSON trace export: the sink copies each request
- * into a bounded queue (never blocking the main loop); a sender thread
- * batches, encodes and POSTs, retrying with exponential backoff on the
- * answers the OTLP spec calls retryable, and counts every request it drops. */
+/* export_otlp.c - OTLP/HTTP trace export: the sink copies each request into a
+ * bounded queue (never blocking the main loop); a sender thread batches,
+ * encodes (export_otlp_json.c) and POSTs over one kept-alive libcurl
+ * connection (http or https), retrying with jittered exponential backoff (or
+ * the receiver's Retry-After) on the answers the OTLP spec calls retryable,
+ * and counts every request it drops and every span the receiver rejected. */
+#include <curl/curl.h>
 #include <errno.h>
-#include <netdb.h>
-#include <poll.h>
+#include <fcntl.h>
+#include <jansson.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include "export_otlp.h"
 
 #define OTLP_BACKOFF_MAX_MS 16000
+/* a longer Retry-After drops the batch rather than stall the sender that long */
+#define OTLP_RETRY_AFTER_MAX_MS 60000
+/* partial successes are logged at most this often (they are counted always) */
+#define OTLP_PARTIAL_LOG_MS 60000
 
 /* ---- configuration ------------------------------------------------------------------ */
 
@@ -41,10 +47,21 @@ static int env_int(const char *name, int *out, int lo, int hi, char *err, size_t
 int otlp_config_from_env(struct otlp_config *c, char *err, size_t errlen)
 {
 	const char *svc = getenv("OTEL_SERVICE_NAME");
+	const char *ca_var = "OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", *ca = getenv(ca_var);
 
 	*c = (struct otlp_config){ .max_queue = 2048, .max_batch = 512, .delay_ms = 5000,
 				   .timeout_ms = 10000, .max_attempts = 6, .backoff_ms = 500 };
 	snprintf(c->service_name, sizeof(c->service_name), "%s", svc && *svc ? svc : "kpi-infer");
+	/* the spec: the signal's own variable wins over the general one */
+	if (!ca || !*ca) {
+		ca_var = "OTEL_EXPORTER_OTLP_CERTIFICATE";
+		ca = getenv(ca_var);
+	}
+	if (ca && *ca && (size_t)snprintf(c->certificate, sizeof(c->certificate), "%s", ca) >=
+	    sizeof(c->certificate)) {
+		snprintf(err, errlen, "%s is longer than %zu bytes", ca_var, sizeof(c->certificate) - 1);
+		return -1;
+	}
 	if (env_int("OTEL_BSP_MAX_QUEUE_SIZE", &c->max_queue, 1, 1 << 20, err, errlen) ||
 	    env_int("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", &c->max_batch, 1, 1 << 20, err, errlen) ||
 	    env_int("OTEL_BSP_SCHEDULE_DELAY", &c->delay_ms, 1, 3600000, err, errlen) ||
@@ -55,237 +72,11 @@ int otlp_config_from_env(struct otlp_config *c, char *err, size_t errlen)
 	return 0;
 }
 
-/* ---- encoding ---------------------------------------------------------------------- */
-
-void otlp_item_fill(struct otlp_item *it, const struct kpi_request_record *r)
-{
-	it->r = *r;
-	it->r.token_writes = NULL;
-	it->r.n_token_writes = 0;
-	snprintf(it->finish, sizeof(it->finish), "%s", r->finish_reason ? r->finish_reason : "");
-	snprintf(it->reject, sizeof(it->reject), "%s", r->reject_reason ? r->reject_reason : "");
-	snprintf(it->operation, sizeof(it->operation), "%s", r->operation ? r->operation : "");
-	it->r.finish_reason = NULL;
-	it->r.reject_reason = NULL;
-	it->r.operation = NULL;
-}
-
-/* A JSON string; bytes outside printable ASCII become \u00XX so that any
- * x-request-id yields valid JSON. */
-static void json_str(FILE *out, const char *s)
-{
-	fputc('"', out);
-	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-		if (*p == '"' || *p == '\\')
-			fprintf(out, "\\%c", *p);
-		else if (*p < 0x20 || *p >= 0x7f)
-			fprintf(out, "\\u%04x", *p);
-		else
-			fputc(*p, out);
-	}
-	fputc('"', out);
-}
-
-static void hex(FILE *out, const uint8_t *b, int n)
-{
-	fputc('"', out);
-	for (int i = 0; i < n; i++)
-		fprintf(out, "%02x", b[i]);
-	fputc('"', out);
-}
-
-/* attributes are written as a list; *first tracks the comma */
-static void attr_str(FILE *out, bool *first, const char *k, const char *v)
-{
-	fprintf(out, "%s{\"key\":\"%s\",\"value\":{\"stringValue\":", *first ? "" : ",", k);
-	json_str(out, v);
-	fputs("}}", out);
-	*first = false;
-}
-
-static void attr_int(FILE *out, bool *first, const char *k, int64_t v)
-{
-	if (v == KPI_NULL)
-		return;
-	/* proto3 JSON: int64 as a string */
-	fprintf(out, "%s{\"key\":\"%s\",\"value\":{\"intValue\":\"%lld\"}}", *first ? "" : ",", k,
-		(long long)v);
-	*first = false;
-}
-
-static void attr_secs(FILE *out, bool *first, const char *k, int64_t ns)
-{
-	if (ns == KPI_NULL)
-		return;
-	fprintf(out, "%s{\"key\":\"%s\",\"value\":{\"doubleValue\":%.9f}}", *first ? "" : ",", k,
-		(double)ns / 1e9);
-	*first = false;
-}
-
-static void attr_str_array(FILE *out, bool *first, const char *k, const char *v)
-{
-	fprintf(out, "%s{\"key\":\"%s\",\"value\":{\"arrayValue\":{\"values\":[{\"stringValue\":",
-		*first ? "" : ",", k);
-	json_str(out, v);
-	fputs("}]}}}", out);
-	*first = false;
-}
-
-static int64_t first_set(int n, const int64_t *v)
-{
-	for (int i = 0; i < n; i++)
-		if (v[i] != KPI_NULL)
-			return v[i];
-	return KPI_NULL;
-}
-
-static void span_head(FILE *out, const uint8_t *trace, const uint8_t *span, const uint8_t *parent,
-		      const char *name_a, const char *name_b, int kind, int64_t start, int64_t end,
-		      int64_t off)
-{
-	fputs("{\"traceId\":", out);
-	hex(out, trace, 16);
-	fputs(",\"spanId\":", out);
-	hex(out, span, 8);
-	if (parent) {
-		fputs(",\"parentSpanId\":", out);
-		hex(out, parent, 8);
-	}
-	fputs(",\"name\":", out);
-	char name[256];
-	snprintf(name, sizeof(name), "%s%s%s", name_a, name_b ? " " : "", name_b ? name_b : "");
-	json_str(out, name);
-	fprintf(out, ",\"kind\":%d,\"startTimeUnixNano\":\"%lld\",\"endTimeUnixNano\":\"%lld\"",
-		kind, (long long)(start + off), (long long)(end + off));
-}
-
-static void encode_request(FILE *out, const struct otlp_item *it, int64_t off, const uint8_t *ids)
-{
-	const struct kpi_request_record *r = &it->r;
-	const uint8_t *trace = ids, *root = ids + 16;
-	bool first = true, failed;
-	char err[24] = "";
-
-	/* the root spans what was seen: arrival (else admission) to the last byte
-	 * (else the last mark reached) */
-	int64_t start = first_set(2, (const int64_t[]){ r->t_arrive, r->t_admit });
-	int64_t end = first_set(5, (const int64_t[]){ r->t_done, r->t_last, r->t_first, r->t_sched,
-						      r->t_admit });
-	if (start == KPI_NULL)
-		start = end;
-	if (end == KPI_NULL || end < start)
-		end = start;
-
-	if (r->http_status != KPI_NULL && r->http_status >= 400)
-		snprintf(err, sizeof(err), "%lld", (long long)r->http_status);
-	else if (!strcmp(it->finish, "error") || !strcmp(it->finish, "cancelled"))
-		snprintf(err, sizeof(err), "%s", it->finish);
-	failed = (r->http_status != KPI_NULL && r->http_status >= 500) || !strcmp(it->finish, "error");
-
-	/* the conventions' span name "{gen_ai.operation.name} {gen_ai.request.model}";
-	 * a request refused before admission has no known endpoint: no operation
-	 * attribute, and the HTTP conventions' name for an unknown route, "HTTP" */
-	if (it->operation[0])
-		span_head(out, trace, root, NULL, it->operation, it->id.model, 2, start, end, off);
-	else
-		span_head(out, trace, root, NULL, "HTTP", NULL, 2, start, end, off);
-	fputs(",\"attributes\":[", out);
-	if (it->operation[0])
-		attr_str(out, &first, "gen_ai.operation.name", it->operation);
-	attr_str(out, &first, "gen_ai.system", "kpi-infer");
-	attr_str(out, &first, "gen_ai.request.model", it->id.model);
-	attr_int(out, &first, "gen_ai.usage.input_tokens", r->prompt_tokens);
-	attr_int(out, &first, "gen_ai.usage.output_tokens", r->output_tokens);
-	if (it->finish[0])
-		attr_str_array(out, &first, "gen_ai.response.finish_reasons", it->finish);
-	attr_secs(out, &first, "gen_ai.server.time_to_first_token", r->ttft);
-	attr_secs(out, &first, "gen_ai.server.time_per_output_token", r->tpot);
-	attr_secs(out, &first, "gen_ai.server.request.duration", r->e2e);
-	if (it->id.port)
-		attr_int(out, &first, "server.port", it->id.port);
-	attr_int(out, &first, "http.response.status_code", r->http_status);
-	if (err[0])
-		attr_str(out, &first, "error.type", err);
-	attr_str_array(out, &first, "http.request.header.x-request-id", r->request_id);
-	attr_str(out, &first, "kpi.request_id", r->request_id);
-	if (it->reject[0])
-		attr_str(out, &first, "kpi.reject_reason", it->reject);
-	attr_int(out, &first, "kpi.preemptions", r->preemptions);
-	attr_int(out, &first, "kpi.itl_p50_ns", r->itl_p50);
-	attr_int(out, &first, "kpi.itl_p99_ns", r->itl_p99);
-	attr_int(out, &first, "kpi.itl_max_ns", r->itl_max);
-	attr_int(out, &first, "kpi.srtt_us", r->srtt_us);
-	attr_int(out, &first, "kpi.runq_ns", r->runq_ns);
-	fputs("]", out);
-	if (failed)
-		fprintf(out, ",\"status\":{\"code\":2,\"message\":\"%s\"}", err);
-	fputs("}", out);
-
-	/* children: the phases reached, contiguous by construction (a phase
-	 * lasts until the next mark reached), so each starts where the last ended */
-	static const char *const names[5] = { "net_in", "queue", "prefill", "decode", "net_out" };
-	const int64_t d[5] = { r->net_in, r->queue, r->prefill, r->decode, r->net_out };
-	int64_t at = start;
-	for (int k = 0; k < 5; k++) {
-		uint8_t span[8];
-		if (d[k] == KPI_NULL)
-			continue;
-		memcpy(span, root, 8);
-		span[7] ^= (uint8_t)(k + 1);    /* distinct from the root and each other */
-		span[0] ^= 0x80;
-		fputc(',', out);
-		span_head(out, trace, span, root, names[k], NULL, 1, at, at + d[k], off);
-		at += d[k];
-		first = true;
-		fputs(",\"attributes\":[", out);
-		attr_str(out, &first, "kpi.phase", names[k]);
-		fputs("]}", out);
-	}
-}
-
-void otlp_encode(FILE *out, const struct otlp_item *items, size_t n, int64_t realtime_off,
-		 const uint8_t *ids, const char *service_name, const char *host_name)
-{
-	bool *done = calloc(n ? n : 1, 1);
-	bool first_rs = true;
-
-	fputs("{\"resourceSpans\":[", out);
-	/* one resource per traced process */
-	for (size_t i = 0; i < n; i++) {
-		if (done && done[i])
-			continue;
-		uint32_t pid = items[i].r.pid;
-		bool first = true;
-		fputs(first_rs ? "" : ",", out);
-		first_rs = false;
-		fputs("{\"resource\":{\"attributes\":[", out);
-		attr_str(out, &first, "service.name", service_name);
-		attr_int(out, &first, "process.pid", pid);
-		attr_str(out, &first, "host.name", host_name);
-		fputs("]},\"scopeSpans\":[{\"scope\":{\"name\":\"kpi-agent\"},\"spans\":[", out);
-		bool first_span = true;
-		for (size_t k = i; k < n; k++) {
-			if (items[k].r.pid != pid || (done && done[k]))
-				continue;
-			if (done)
-				done[k] = true;
-			fputs(first_span ? "" : ",", out);
-			first_span = false;
-			encode_request(out, &items[k], realtime_off, ids + 24 * k);
-			if (!done)
-				break;
-		}
-		fputs("]}]}", out);
-	}
-	fputs("]}", out);
-	free(done);
-}
-
 /* ---- the queue and the sender ------------------------------------------------------------ */
 
 struct otlp_exporter {
 	struct otlp_config cfg;
-	char host[256], port[8], path[512], hostname[256];
+	char url[2048], hostname[256];
 	pthread_t thread;
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
@@ -293,8 +84,16 @@ struct otlp_exporter {
 	size_t head, len;
 	bool stopping, joined;
 	struct otlp_stats st;
+	/* the sender thread's alone from here on */
+	CURL *curl;                     /* one handle, so its connection is kept alive */
+	struct curl_slist *headers;
+	char curl_err[CURL_ERROR_SIZE];
+	char resp[16384];               /* the answer's body, cut to fit */
+	size_t resp_len;
+	unsigned seed;                  /* the backoff jitter's, from getrandom */
 	bool warned;
 	uint64_t last_drop_log;         /* mono ms */
+	uint64_t last_partial_log, rejected_unlogged;
 };
 
 static uint64_t mono_ms(void)
@@ -337,123 +136,98 @@ struct kpi_sink otlp_sink(struct otlp_exporter *e)
 	return (struct kpi_sink){ .ctx = e, .request = on_request };
 }
 
-/* Waits up to ms for fd to be ready for events; 1 ready, 0 timeout, -1 error. */
-static int wait_fd(int fd, short events, int ms)
+static size_t on_body(char *p, size_t size, size_t n, void *ctx)
 {
-	struct pollfd p = { .fd = fd, .events = events };
-	int r;
-	do
-		r = poll(&p, 1, ms);
-	while (r < 0 && errno == EINTR);
-	return r < 0 ? -1 : r;
+	struct otlp_exporter *e = ctx;
+	size_t len = size * n, room = sizeof(e->resp) - 1 - e->resp_len;
+
+	if (len < room)
+		room = len;
+	memcpy(e->resp + e->resp_len, p, room);
+	e->resp_len += room;
+	e->resp[e->resp_len] = 0;
+	return len;     /* the rest is read and let go: the connection stays usable */
 }
 
-/* One POST.  Returns the HTTP status, or -1 (no answer) with why in err. */
-static int post(struct otlp_exporter *e, const char *body, size_t len, char *err, size_t errlen)
+/* What one POST came to. */
+struct otlp_answer {
+	int status;             /* HTTP status; -1: none (err says why) */
+	bool retry;             /* another try may do better */
+	int64_t retry_after_ms; /* the receiver's Retry-After; 0: none */
+	char err[768];
+};
+
+/* curl errors that no retry mends: the URL or the TLS setup is wrong */
+static bool curl_config_error(CURLcode rc)
 {
-	struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
-	struct addrinfo *res, *ai;
-	uint64_t deadline = mono_ms() + (uint64_t)e->cfg.timeout_ms;
-	int fd = -1, rc, status = -1;
-	char head[1024], resp[4096];
-	size_t got = 0;
-
-	rc = getaddrinfo(e->host, e->port, &hints, &res);
-	if (rc) {
-		snprintf(err, errlen, "cannot resolve %s: %s", e->host, gai_strerror(rc));
-		return -1;
-	}
-	for (ai = res; ai && fd < 0; ai = ai->ai_next) {
-		fd = socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (fd < 0)
-			continue;
-		if (connect(fd, ai->ai_addr, ai->ai_addrlen) && errno != EINPROGRESS) {
-			snprintf(err, errlen, "connect to %s:%s: %s", e->host, e->port, strerror(errno));
-			close(fd);
-			fd = -1;
-			continue;
-		}
-		int soerr = 0;
-		socklen_t sl = sizeof(soerr);
-		if (wait_fd(fd, POLLOUT, e->cfg.timeout_ms) != 1 ||
-		    getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) || soerr) {
-			snprintf(err, errlen, "connect to %s:%s: %s", e->host, e->port,
-				 soerr ? strerror(soerr) : "timed out");
-			close(fd);
-			fd = -1;
-		}
-	}
-	freeaddrinfo(res);
-	if (fd < 0)
-		return -1;
-
-	int hl = snprintf(head, sizeof(head), "POST %s HTTP/1.1\r\nHost: %s:%s\r\n"
-			  "Content-Type: application/json\r\nContent-Length: %zu\r\n"
-			  "User-Agent: kpi-agent\r\nConnection: close\r\n\r\n",
-			  e->path, e->host, e->port, len);
-	const char *parts[2] = { head, body };
-	size_t lens[2] = { (size_t)hl, len };
-	for (int p = 0; p < 2; p++) {
-		size_t off = 0;
-		while (off < lens[p]) {
-			int left = (int)(deadline - mono_ms());
-			if (left <= 0 || wait_fd(fd, POLLOUT, left) != 1) {
-				snprintf(err, errlen, "sending to %s:%s timed out", e->host, e->port);
-				goto out;
-			}
-			ssize_t n = send(fd, parts[p] + off, lens[p] - off, MSG_NOSIGNAL);
-			if (n < 0 && (errno == EAGAIN || errno == EINTR))
-				continue;
-			if (n <= 0) {
-				snprintf(err, errlen, "sending to %s:%s: %s", e->host, e->port,
-					 strerror(errno));
-				goto out;
-			}
-			off += (size_t)n;
-		}
-	}
-	/* the status line is all we need */
-	while (got < sizeof(resp) - 1) {
-		int left = (int)(deadline - mono_ms());
-		if (left <= 0 || wait_fd(fd, POLLIN, left) != 1) {
-			snprintf(err, errlen, "no answer from %s:%s within %d ms", e->host, e->port,
-				 e->cfg.timeout_ms);
-			goto out;
-		}
-		ssize_t n = recv(fd, resp + got, sizeof(resp) - 1 - got, 0);
-		if (n < 0 && (errno == EAGAIN || errno == EINTR))
-			continue;
-		if (n <= 0)
-			break;
-		got += (size_t)n;
-		resp[got] = 0;
-		if (strstr(resp, "\r\n"))
-			break;
-	}
-	resp[got] = 0;
-	if (sscanf(resp, "HTTP/1.%*d %d", &status) != 1) {
-		snprintf(err, errlen, "%s:%s did not answer in HTTP", e->host, e->port);
-		status = -1;
-	} else {
-		snprintf(err, errlen, "%s:%s answered %d", e->host, e->port, status);
-	}
-out:
-	close(fd);
-	return status;
+	return rc == CURLE_UNSUPPORTED_PROTOCOL || rc == CURLE_URL_MALFORMAT ||
+	       rc == CURLE_PEER_FAILED_VERIFICATION || rc == CURLE_SSL_CACERT_BADFILE ||
+	       rc == CURLE_SSL_CERTPROBLEM;
 }
 
-/* OTLP/HTTP: 429, 502, 503, 504 and no answer at all are worth retrying. */
-static bool retryable(int status)
+/* One POST on the kept-alive connection; the answer's body is left in e->resp. */
+static void post(struct otlp_exporter *e, const char *body, size_t len, struct otlp_answer *a)
 {
-	return status < 0 || status == 429 || status == 502 || status == 503 || status == 504;
+	long status = 0;
+	curl_off_t retry_after = 0;
+	CURLcode rc;
+
+	e->resp_len = 0;
+	e->resp[0] = 0;
+	e->curl_err[0] = 0;
+	curl_easy_setopt(e->curl, CURLOPT_POSTFIELDS, body);
+	curl_easy_setopt(e->curl, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)len);
+	rc = curl_easy_perform(e->curl);
+	*a = (struct otlp_answer){ .status = -1 };
+	if (rc != CURLE_OK) {
+		a->retry = !curl_config_error(rc);
+		snprintf(a->err, sizeof(a->err), "%s%s", e->curl_err[0] ? e->curl_err : curl_easy_strerror(rc),
+			 rc == CURLE_PEER_FAILED_VERIFICATION ? " (set OTEL_EXPORTER_OTLP_CERTIFICATE to "
+			 "the CA file that signed the receiver's certificate)" : "");
+		return;
+	}
+	curl_easy_getinfo(e->curl, CURLINFO_RESPONSE_CODE, &status);
+	curl_easy_getinfo(e->curl, CURLINFO_RETRY_AFTER, &retry_after);
+	a->status = (int)status;
+	a->retry = status == 429 || status == 502 || status == 503 || status == 504;
+	a->retry_after_ms = (int64_t)retry_after * 1000;
+	snprintf(a->err, sizeof(a->err), "the receiver answered %d", a->status);
+	if (status / 100 != 2) {
+		/* the OTLP error body: a google.rpc.Status, whose message says why */
+		json_t *root = json_loadb(e->resp, e->resp_len, 0, NULL);
+		const char *msg = json_string_value(json_object_get(root, "message"));
+		if (msg && *msg)
+			snprintf(a->err, sizeof(a->err), "the receiver answered %d: %.600s", a->status, msg);
+		json_decref(root);
+	}
+}
+
+/* A 2xx answer's partialSuccess (ExportTraceServiceResponse in JSON): the spans
+ * the receiver dropped and why.  False when it has none to report. */
+static bool partial_success(const char *body, size_t len, long long *rejected, char *msg,
+			    size_t msglen)
+{
+	json_t *root = json_loadb(body, len, 0, NULL);
+	json_t *ps = json_object_get(root, "partialSuccess");
+	json_t *n = json_object_get(ps, "rejectedSpans");
+	const char *m = json_string_value(json_object_get(ps, "errorMessage"));
+
+	/* proto3 JSON writes int64 as a string; some receivers write a number */
+	*rejected = json_is_integer(n) ? (long long)json_integer_value(n) :
+		    json_is_string(n) ? strtoll(json_string_value(n), NULL, 10) : 0;
+	if (*rejected < 0)
+		*rejected = 0;
+	snprintf(msg, msglen, "%s", m ? m : "");
+	json_decref(root);
+	return *rejected > 0 || msg[0];
 }
 
 /* Sleeps ms unless stopping; returns true when stopping. */
-static bool nap(struct otlp_exporter *e, int ms)
+static bool nap(struct otlp_exporter *e, int64_t ms)
 {
 	struct timespec ts;
 	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
+	ts.tv_sec += (time_t)(ms / 1000);
 	ts.tv_nsec += (long)(ms % 1000) * 1000000l;
 	if (ts.tv_nsec >= 1000000000l) {
 		ts.tv_sec++;
@@ -467,13 +241,56 @@ static bool nap(struct otlp_exporter *e, int ms)
 	return s;
 }
 
+/* Counts a batch's fate and says so in the log, rate-limited. */
+static void account(struct otlp_exporter *e, size_t n, const struct otlp_answer *a)
+{
+	long long rejected = 0;
+	char msg[512] = "";
+	bool partial = a->status / 100 == 2 &&
+		       partial_success(e->resp, e->resp_len, &rejected, msg, sizeof(msg));
+	uint64_t now = mono_ms();
+
+	pthread_mutex_lock(&e->lock);
+	if (a->status / 100 == 2) {
+		e->st.exported += n;
+		e->st.batches++;
+		e->st.rejected_spans += (uint64_t)rejected;
+		if (e->warned) {
+			fprintf(stderr, "kpi-agent: OTLP export to %s works again\n", e->url);
+			e->warned = false;
+		}
+		e->rejected_unlogged += (uint64_t)rejected;
+		/* a receiver that rejects part of every batch must not flood the log */
+		if (partial && (!e->last_partial_log || now - e->last_partial_log >= OTLP_PARTIAL_LOG_MS)) {
+			fprintf(stderr, "kpi-agent: the OTLP receiver at %s rejected %llu spans since the "
+				"last such message (%llu in all; kpi_otlp_spans_rejected_total): %s\n",
+				e->url, (unsigned long long)e->rejected_unlogged,
+				(unsigned long long)e->st.rejected_spans, msg[0] ? msg : "(no message)");
+			e->last_partial_log = now;
+			e->rejected_unlogged = 0;
+		}
+	} else {
+		e->st.dropped_failed += n;
+		/* once per 10 s at most: an outage must not flood the agent's log */
+		if (!e->last_drop_log || now - e->last_drop_log >= 10000) {
+			fprintf(stderr, "kpi-agent: OTLP export dropped %zu requests (%llu so far; the "
+				"SQLite trace keeps them): %s%s\n", n,
+				(unsigned long long)e->st.dropped_failed, a->err,
+				a->retry ? "" : " (not retryable: check the URL and the receiver's log)");
+			e->last_drop_log = now;
+		}
+	}
+	pthread_mutex_unlock(&e->lock);
+}
+
 static void send_batch(struct otlp_exporter *e, const struct otlp_item *items, size_t n)
 {
 	uint8_t *ids = malloc(24 * n);
-	char *body = NULL, err[768];
+	char *body = NULL;
 	size_t len = 0;
 	FILE *f;
-	int status = -1, delay = e->cfg.backoff_ms;
+	struct otlp_answer a;
+	int delay = e->cfg.backoff_ms;
 
 	if (!ids || getrandom(ids, 24 * n, 0) != (ssize_t)(24 * n) || !(f = open_memstream(&body, &len))) {
 		free(ids);
@@ -487,50 +304,38 @@ static void send_batch(struct otlp_exporter *e, const struct otlp_item *items, s
 	free(ids);
 
 	for (int attempt = 1;; attempt++) {
-		status = post(e, body, len, err, sizeof(err));
+		post(e, body, len, &a);
 		pthread_mutex_lock(&e->lock);
 		e->st.posts++;
 		bool stopping = e->stopping;
 		pthread_mutex_unlock(&e->lock);
-		if (status >= 200 && status < 300)
+		if (a.status / 100 == 2 || !a.retry || attempt >= e->cfg.max_attempts || stopping)
 			break;
-		if (!retryable(status) || attempt >= e->cfg.max_attempts || stopping)
+		/* jitter: 75..100% of the delay, so agents restarted together spread out;
+		 * the receiver's Retry-After, when longer, is what it asked for */
+		int64_t wait = delay - (int)(rand_r(&e->seed) % (unsigned)(delay / 4 + 1));
+		if (a.retry_after_ms > OTLP_RETRY_AFTER_MAX_MS) {
+			size_t l = strlen(a.err);
+			snprintf(a.err + l, sizeof(a.err) - l, ", Retry-After %lld s: longer than %d s, "
+				 "not waited for", (long long)(a.retry_after_ms / 1000),
+				 OTLP_RETRY_AFTER_MAX_MS / 1000);
 			break;
+		}
+		if (a.retry_after_ms > wait)
+			wait = a.retry_after_ms;
 		if (!e->warned) {
-			fprintf(stderr, "kpi-agent: OTLP export to http://%s:%s%s failed (%s); "
-				"retrying with backoff, requests queue meanwhile (up to %d)\n",
-				e->host, e->port, e->path, err, e->cfg.max_queue);
+			fprintf(stderr, "kpi-agent: OTLP export to %s failed (%s); retrying with "
+				"backoff, requests queue meanwhile (up to %d)\n", e->url, a.err,
+				e->cfg.max_queue);
 			e->warned = true;
 		}
 		pthread_mutex_lock(&e->lock);
 		e->st.retries++;
 		pthread_mutex_unlock(&e->lock);
-		/* jitter: 75..100% of the delay, so agents restarted together spread out */
-		int sleep_ms = delay - (int)((unsigned)rand() % (unsigned)(delay / 4 + 1));
-		nap(e, sleep_ms);       /* stopping cuts it short: one last try, then give up */
+		nap(e, wait);   /* stopping cuts it short: one last try, then give up */
 		delay = delay * 2 > OTLP_BACKOFF_MAX_MS ? OTLP_BACKOFF_MAX_MS : delay * 2;
 	}
-	pthread_mutex_lock(&e->lock);
-	if (status >= 200 && status < 300) {
-		e->st.exported += n;
-		if (e->warned) {
-			fprintf(stderr, "kpi-agent: OTLP export to http://%s:%s%s works again\n",
-				e->host, e->port, e->path);
-			e->warned = false;
-		}
-	} else {
-		e->st.dropped_failed += n;
-		/* once per 10 s at most: an outage must not flood the agent's log */
-		uint64_t now = mono_ms();
-		if (!e->last_drop_log || now - e->last_drop_log >= 10000) {
-			fprintf(stderr, "kpi-agent: OTLP export dropped %zu requests (%llu so far; the "
-				"SQLite trace keeps them): %s%s\n", n,
-				(unsigned long long)e->st.dropped_failed, err,
-				retryable(status) ? "" : " (not retryable: check the URL and the receiver's log)");
-			e->last_drop_log = now;
-		}
-	}
-	pthread_mutex_unlock(&e->lock);
+	account(e, n, &a);
 	free(body);
 }
 
@@ -575,55 +380,97 @@ static void *sender_thread(void *arg)
 	return NULL;
 }
 
+/* Checks url and writes it to e->url with the signal path added when it has
+ * none, as for OTEL_EXPORTER_OTLP_ENDPOINT. */
 static int parse_url(struct otlp_exporter *e, const char *url, char *err, size_t errlen)
 {
-	const char *p, *slash, *colon;
+	static const char form[] = "expected http[s]://HOST[:PORT][/PATH]";
+	CURLU *u = curl_url();
+	char *scheme = NULL, *port = NULL, *path = NULL, *full = NULL;
+	const char *sep = strstr(url, "://");
+	CURLUcode rc;
+	int ret = -1;
 
-	if (strncmp(url, "http://", 7)) {
-		snprintf(err, errlen, "--otlp %s: only http:// URLs are supported (for TLS, send to an "
-			 "OpenTelemetry Collector on loopback, e.g. http://127.0.0.1:4318)", url);
+	if (!u) {
+		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
-	p = url + 7;
-	slash = strchr(p, '/');
-	size_t hl = slash ? (size_t)(slash - p) : strlen(p);
-	char hostport[256];
-	if (hl == 0 || hl >= sizeof(hostport)) {
-		snprintf(err, errlen, "--otlp %s: no host (expected http://HOST[:PORT][/PATH])", url);
+	/* curl would read http:///v1/traces as the host "v1" */
+	rc = sep && sep[3] == '/' ? CURLUE_NO_HOST : curl_url_set(u, CURLUPART_URL, url, 0);
+	if (!rc && !curl_url_get(u, CURLUPART_PORT, &port, 0) && atoi(port) == 0)
+		rc = CURLUE_BAD_PORT_NUMBER;
+	if (rc) {
+		snprintf(err, errlen, "--otlp %s: %s; %s", url,
+			 rc == CURLUE_BAD_PORT_NUMBER ? "bad port (1 to 65535)" :
+			 rc == CURLUE_NO_HOST ? "no host" : curl_url_strerror(rc), form);
+		goto out;
+	}
+	curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
+	if (!scheme || (strcmp(scheme, "http") && strcmp(scheme, "https"))) {
+		snprintf(err, errlen, "--otlp %s: only http:// and https:// URLs are supported "
+			 "(OTLP/HTTP)", url);
+		goto out;
+	}
+	if (curl_url_get(u, CURLUPART_PATH, &path, 0) || !strcmp(path, "/"))
+		curl_url_set(u, CURLUPART_PATH, "/v1/traces", 0);
+	if (curl_url_get(u, CURLUPART_URL, &full, 0) ||
+	    (size_t)snprintf(e->url, sizeof(e->url), "%s", full) >= sizeof(e->url)) {
+		snprintf(err, errlen, "--otlp %s: longer than %zu bytes", url, sizeof(e->url) - 1);
+		goto out;
+	}
+	ret = 0;
+out:
+	curl_free(scheme);
+	curl_free(port);
+	curl_free(path);
+	curl_free(full);
+	curl_url_cleanup(u);
+	return ret;
+}
+
+/* The easy handle every POST reuses. */
+static int curl_setup(struct otlp_exporter *e, char *err, size_t errlen)
+{
+	const char *ca = e->cfg.certificate;
+	int fd = ca[0] ? open(ca, O_RDONLY | O_CLOEXEC) : -1;
+
+	/* libcurl reads it at each new connection; say now if that will fail */
+	if (ca[0] && fd < 0) {
+		snprintf(err, errlen, "OTEL_EXPORTER_OTLP_CERTIFICATE %s: %s (it is read after the "
+			 "agent dropped privileges: make it readable by the --user account)", ca,
+			 strerror(errno));
 		return -1;
 	}
-	memcpy(hostport, p, hl);
-	hostport[hl] = 0;
-	if (hostport[0] == '[') {
-		char *rb = strchr(hostport, ']');
-		if (!rb) {
-			snprintf(err, errlen, "--otlp %s: unclosed [ in the host", url);
-			return -1;
-		}
-		*rb = 0;
-		snprintf(e->host, sizeof(e->host), "%s", hostport + 1);
-		colon = rb[1] == ':' ? rb + 1 : NULL;
-	} else {
-		char *c = strrchr(hostport, ':');
-		if (c)
-			*c = 0;
-		memcpy(e->host, hostport, sizeof(e->host));
-		colon = c;
+	if (fd >= 0)
+		close(fd);
+	e->curl = curl_easy_init();
+	e->headers = curl_slist_append(NULL, "Content-Type: application/json");
+	struct curl_slist *h = e->headers ? curl_slist_append(e->headers, "Expect:") : NULL;
+	if (!e->curl || !h) {
+		snprintf(err, errlen, "cannot set up libcurl (out of memory)");
+		return -1;
 	}
-	snprintf(e->port, sizeof(e->port), "80");
-	if (colon) {
-		char *end;
-		long v = strtol(colon + 1, &end, 10);
-		if (end == colon + 1 || *end || v < 1 || v > 65535) {
-			snprintf(err, errlen, "--otlp %s: bad port (expected 1..65535)", url);
-			return -1;
-		}
-		snprintf(e->port, sizeof(e->port), "%ld", v);
-	}
-	/* like OTEL_EXPORTER_OTLP_ENDPOINT: a bare collector address gets the
-	 * signal path */
-	snprintf(e->path, sizeof(e->path), "%s", slash && strcmp(slash, "/") ? slash : "/v1/traces");
+	/* no 100-continue round trip before a large batch: receivers answer at once */
+	e->headers = h;
+	curl_easy_setopt(e->curl, CURLOPT_URL, e->url);
+	curl_easy_setopt(e->curl, CURLOPT_POST, 1L);
+	curl_easy_setopt(e->curl, CURLOPT_HTTPHEADER, e->headers);
+	curl_easy_setopt(e->curl, CURLOPT_USERAGENT, "kpi-agent");
+	curl_easy_setopt(e->curl, CURLOPT_NOSIGNAL, 1L);        /* we are a thread */
+	curl_easy_setopt(e->curl, CURLOPT_TIMEOUT_MS, (long)e->cfg.timeout_ms);
+	curl_easy_setopt(e->curl, CURLOPT_WRITEFUNCTION, on_body);
+	curl_easy_setopt(e->curl, CURLOPT_WRITEDATA, e);
+	curl_easy_setopt(e->curl, CURLOPT_ERRORBUFFER, e->curl_err);
+	if (ca[0])
+		curl_easy_setopt(e->curl, CURLOPT_CAINFO, ca);
 	return 0;
+}
+
+static void curl_teardown(struct otlp_exporter *e)
+{
+	curl_easy_cleanup(e->curl);
+	curl_slist_free_all(e->headers);
+	curl_global_cleanup();
 }
 
 struct otlp_exporter *otlp_start(const char *url, const struct otlp_config *cfg,
@@ -635,7 +482,12 @@ struct otlp_exporter *otlp_start(const char *url, const struct otlp_config *cfg,
 		return NULL;
 	}
 	e->cfg = *cfg;
-	if (parse_url(e, url, err, errlen))
+	if (curl_global_init(CURL_GLOBAL_DEFAULT)) {
+		snprintf(err, errlen, "cannot initialise libcurl");
+		free(e);
+		return NULL;
+	}
+	if (parse_url(e, url, err, errlen) || curl_setup(e, err, errlen))
 		goto fail;
 	e->q = calloc((size_t)cfg->max_queue, sizeof(*e->q));
 	if (!e->q) {
@@ -644,6 +496,8 @@ struct otlp_exporter *otlp_start(const char *url, const struct otlp_config *cfg,
 	}
 	if (gethostname(e->hostname, sizeof(e->hostname)))
 		snprintf(e->hostname, sizeof(e->hostname), "unknown");
+	if (getrandom(&e->seed, sizeof(e->seed), 0) != sizeof(e->seed))
+		e->seed = (unsigned)getpid();
 	pthread_mutex_init(&e->lock, NULL);
 	pthread_cond_init(&e->cond, NULL);
 	int rc = pthread_create(&e->thread, NULL, sender_thread, e);
@@ -653,6 +507,7 @@ struct otlp_exporter *otlp_start(const char *url, const struct otlp_config *cfg,
 	}
 	return e;
 fail:
+	curl_teardown(e);
 	free(e->q);
 	free(e);
 	return NULL;
@@ -675,6 +530,7 @@ void otlp_free(struct otlp_exporter *e)
 	if (!e)
 		return;
 	otlp_stop_keep(e);
+	curl_teardown(e);
 	pthread_mutex_destroy(&e->lock);
 	pthread_cond_destroy(&e->cond);
 	free(e->q);
@@ -709,6 +565,12 @@ void otlp_prom_collect(void *ctx, FILE *out)
 	fprintf(out, "# HELP kpi_otlp_export_retries_total OTLP POSTs retried after a retryable "
 		"failure.\n# TYPE kpi_otlp_export_retries_total counter\n"
 		"kpi_otlp_export_retries_total %llu\n", (unsigned long long)s.retries);
+	fprintf(out, "# HELP kpi_otlp_batches_exported_total OTLP POSTs the receiver accepted.\n"
+		"# TYPE kpi_otlp_batches_exported_total counter\n"
+		"kpi_otlp_batches_exported_total %llu\n", (unsigned long long)s.batches);
+	fprintf(out, "# HELP kpi_otlp_spans_rejected_total Spans the receiver accepted a batch "
+		"without (its partialSuccess answer).\n# TYPE kpi_otlp_spans_rejected_total counter\n"
+		"kpi_otlp_spans_rejected_total %llu\n", (unsigned long long)s.rejected_spans);
 	fprintf(out, "# HELP kpi_otlp_queue_length Requests waiting for the OTLP sender.\n"
 		"# TYPE kpi_otlp_queue_length gauge\nkpi_otlp_queue_length %zu\n", len);
 }

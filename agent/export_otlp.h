@@ -1,8 +1,9 @@
 /* export_otlp.h - OpenTelemetry traces from the agent's records: one SERVER
  * span per request with a child span per phase, GenAI semantic-convention
- * attributes, OTLP/HTTP JSON.  A bounded queue and a sender thread keep the
- * main loop from ever waiting on the network; the SQLite store stays the
- * source of truth, so what cannot be sent is dropped and counted. */
+ * attributes, OTLP/HTTP JSON over http:// or https:// (libcurl).  A bounded
+ * queue and a sender thread keep the main loop from ever waiting on the
+ * network; the SQLite store stays the source of truth, so what cannot be sent
+ * is dropped and counted. */
 #ifndef KPI_EXPORT_OTLP_H
 #define KPI_EXPORT_OTLP_H
 
@@ -20,6 +21,10 @@ struct otlp_config {
 	int max_attempts;       /* tries per batch before it is dropped (6: ~30 s of backoff) */
 	int backoff_ms;         /* first retry delay, doubled each time up to 16 s (500) */
 	char service_name[128]; /* OTEL_SERVICE_NAME (kpi-infer) */
+	/* OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE, else OTEL_EXPORTER_OTLP_CERTIFICATE:
+	 * the CA file (PEM) that https:// receivers are verified against; "" = the
+	 * system's store */
+	char certificate[1024];
 };
 
 /* Defaults overridden by the environment; -1 with a message naming the bad
@@ -45,7 +50,7 @@ void otlp_item_fill(struct otlp_item *it, const struct kpi_request_record *r);
 
 struct otlp_exporter;
 
-/* url: http://HOST[:PORT][/PATH] (PATH defaults to /v1/traces). */
+/* url: http[s]://HOST[:PORT][/PATH] (PATH defaults to /v1/traces). */
 struct otlp_exporter *otlp_start(const char *url, const struct otlp_config *cfg,
 				 char *err, size_t errlen);
 struct kpi_sink otlp_sink(struct otlp_exporter *e);
@@ -60,6 +65,8 @@ struct otlp_stats {
 	uint64_t dropped_full;  /* queue full */
 	uint64_t dropped_failed;/* retries exhausted, a non-retryable answer, or shutdown */
 	uint64_t retries, posts, queued;
+	uint64_t batches;       /* POSTs the receiver accepted (2xx) */
+	uint64_t rejected_spans;/* spans a 2xx answer's partialSuccess said it rejected */
 };
 void otlp_stats(struct otlp_exporter *e, struct otlp_stats *out);
 /* A prom_add_collector() callback: the exporter's counters in Prometheus text. */

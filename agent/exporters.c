@@ -66,10 +66,11 @@ void exporters_stop(struct exporters *x)
 		otlp_stats(e, &s);
 		otlp_free(e);
 		printf("otlp: %llu requests exported, %llu dropped (%llu queue full, %llu export "
-		       "failed), %llu retries\n", (unsigned long long)s.exported,
+		       "failed), %llu retries, %llu spans rejected by the receiver\n",
+		       (unsigned long long)s.exported,
 		       (unsigned long long)(s.dropped_full + s.dropped_failed),
 		       (unsigned long long)s.dropped_full, (unsigned long long)s.dropped_failed,
-		       (unsigned long long)s.retries);
+		       (unsigned long long)s.retries, (unsigned long long)s.rejected_spans);
 	}
 	prom_free(x->prom);
 	x->prom = NULL;

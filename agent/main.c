@@ -84,10 +84,12 @@ static const char usage[] =
 "                     serve Prometheus /metrics there (a bare PORT binds\n"
 "                     127.0.0.1; default off); see docs/fleet.md\n"
 "  --otlp URL         export one OpenTelemetry span per request to an OTLP/HTTP\n"
-"                     JSON receiver, e.g. http://127.0.0.1:4318 (default off;\n"
+"                     JSON receiver, http:// or https://, e.g.\n"
+"                     http://127.0.0.1:4318 (default off;\n"
 "                     OTEL_BSP_MAX_QUEUE_SIZE, OTEL_BSP_MAX_EXPORT_BATCH_SIZE,\n"
-"                     OTEL_BSP_SCHEDULE_DELAY, OTEL_EXPORTER_OTLP_TIMEOUT and\n"
-"                     OTEL_SERVICE_NAME are honoured)\n"
+"                     OTEL_BSP_SCHEDULE_DELAY, OTEL_EXPORTER_OTLP_TIMEOUT,\n"
+"                     OTEL_EXPORTER_OTLP_CERTIFICATE and OTEL_SERVICE_NAME\n"
+"                     are honoured; docs/fleet.md)\n"
 "  --user NAME        after loading, run as this user with only CAP_BPF,\n"
 "                     CAP_PERFMON and CAP_SYS_PTRACE (and CAP_SYS_ADMIN where the\n"
 "                     kernel wants it for uprobes) (default: " PRIVDROP_DEFAULT_USER " when\n"
@@ -225,9 +227,9 @@ static void parse_args(int argc, char **argv)
 			break;
 		}
 		case 'O':
-			if (strncmp(optarg, "http://", 7))
-				die_usage("--otlp wants an http:// URL (OTLP/HTTP JSON), e.g. "
-					  "http://127.0.0.1:4318, got '%s'", optarg);
+			if (strncmp(optarg, "http://", 7) && strncmp(optarg, "https://", 8))
+				die_usage("--otlp wants an http:// or https:// URL (OTLP/HTTP JSON), "
+					  "e.g. http://127.0.0.1:4318, got '%s'", optarg);
 			env.otlp = optarg;
 			break;
 		case 'u':

@@ -292,6 +292,7 @@ def test_fleet_otlp_receiver_down_then_up():
     line = agent.wait_line("otlp: ")
     assert line.startswith(f"otlp: {want} requests exported, {int(full)} dropped "
                            f"({int(full)} queue full, 0 export failed)"), line
+    assert line.endswith(", 0 spans rejected by the receiver"), line
     got = {ft.attrs(sp["attributes"])["kpi.request_id"] for _, _, sp in rx.spans()
            if "parentSpanId" not in sp}
     sent = {r.rid for r in results}
@@ -301,30 +302,84 @@ def test_fleet_otlp_receiver_down_then_up():
 test_fleet_otlp_receiver_down_then_up.timeout = 200
 
 
+def test_fleet_otlp_https_keepalive():
+    """https:// verified against the receiver's self-signed certificate given
+    as OTEL_EXPORTER_OTLP_CERTIFICATE: every request's span arrives, the
+    batches share one kept-alive connection, a non-ASCII service name arrives
+    as it is.  Without that CA the certificate is refused and nothing is
+    retried: one try per batch, each dropped and counted."""
+    daemon = _daemon()
+    d = ft.tmpdir("kpi-fleet-")
+    cert, key = ft.self_signed(d)
+    rx = ft.Receiver(tls=(cert, key))
+    db = os.path.join(d, "trace.db")
+    agent = _agent(db, daemon.p.pid, "--otlp", f"https://127.0.0.1:{rx.port}",
+                   env={"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "4",
+                        "OTEL_EXPORTER_OTLP_CERTIFICATE": cert, "OTEL_SERVICE_NAME": "推理-café"})
+    results = at.run_load(daemon.port, 20, threads=1, max_tokens=(1, 4))
+    rx.wait_spans(lambda s: sum(1 for _, _, sp in s if "parentSpanId" not in sp) >= len(results),
+                  timeout=30)
+    assert agent.stop() == 0, agent.lines[-20:]
+    rows = {k: v for k, v in at.rows(db).items() if v["pid"] == daemon.p.pid}
+    n = len(rows)
+    assert f"otlp: {n} requests exported, 0 dropped (0 queue full, 0 export failed), 0 retries, " \
+           "0 spans rejected by the receiver" in "\n".join(agent.lines), agent.lines[-5:]
+    roots = {ft.attrs(sp["attributes"])["kpi.request_id"] for _, _, sp in rx.spans()
+             if "parentSpanId" not in sp}
+    assert roots == set(rows) and set(rx.paths) == {"/v1/traces"}, (len(roots), n)
+    assert {res["service.name"] for res, _, _ in rx.spans()} == {"推理-café"}
+    assert len(rx.bodies) >= n / 4 and rx.connections == 1, (len(rx.bodies), rx.connections)
+
+    # the system's CAs do not know the receiver's certificate
+    bodies = len(rx.bodies)
+    agent = _agent(db, daemon.p.pid, "--otlp", f"https://127.0.0.1:{rx.port}",
+                   env={"OTEL_BSP_SCHEDULE_DELAY": "100", "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "2"})
+    at.run_load(daemon.port, 6, threads=1, max_tokens=(1, 4), prefix="untrusted")
+    line = agent.wait_line("OTLP export dropped", timeout=30)
+    assert "certificate" in line and "OTEL_EXPORTER_OTLP_CERTIFICATE" in line \
+        and "not retryable" in line, line
+    assert agent.stop() == 0, agent.lines[-20:]
+    line = agent.wait_line("otlp: ")
+    assert line.startswith("otlp: 0 requests exported, 6 dropped (0 queue full, 6 export failed), "
+                           "0 retries"), line
+    assert len(rx.bodies) == bodies
+
+
+test_fleet_otlp_https_keepalive.timeout = 200
+
+
 def test_fleet_flags_say_what_is_wrong():
     """--metrics and --otlp mistakes are named before anything is loaded; a
     taken port is named after."""
     at.require_built(at.AGENT)
     for args, want in ((["--metrics", "host:port"], "--metrics 'host:port' is not ADDR:PORT"),
                        (["--metrics", "::1:9464"], "[ADDR]:PORT"),
-                       (["--otlp", "https://collector:4318"], "--otlp wants an http:// URL")):
+                       (["--otlp", "grpc://collector:4317"], "--otlp wants an http:// or https:// URL")):
         p = kpitest.run([at.AGENT, *args])
         assert p.returncode == 2 and want in p.stderr, (args, p.returncode, p.stderr)
         assert "Try 'kpi-agent --help'" in p.stderr
     h = kpitest.run([at.AGENT, "--help"]).stdout
-    assert "--metrics ADDR:PORT" in h and "--otlp URL" in h and "OTEL_BSP_MAX_QUEUE_SIZE" in h
+    assert "--metrics ADDR:PORT" in h and "--otlp URL" in h and "OTEL_BSP_MAX_QUEUE_SIZE" in h \
+        and "OTEL_EXPORTER_OTLP_CERTIFICATE" in h
     kpitest.require_root("kpi-agent")
+    # each agent below stops at its exporters, before it looks for targets;
+    # --pid (this test's) keeps it from ever scanning for every kpi-infer
+    me = ["--pid", str(os.getpid())]
     import socket
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen(1)
     port = s.getsockname()[1]
     d = ft.tmpdir("kpi-fleet-")
-    p = kpitest.run([at.AGENT, "--db", os.path.join(d, "t.db"), "--metrics", str(port),
+    p = kpitest.run([at.AGENT, *me, "--db", os.path.join(d, "t.db"), "--metrics", str(port),
                      "--duration", "5"], timeout=60)
     s.close()
     assert p.returncode == 1 and f"--metrics {port}: cannot listen on 127.0.0.1:{port}: Address already in use" \
         in p.stderr, (p.returncode, p.stderr)
-    p = kpitest.run([at.AGENT, "--db", os.path.join(d, "t.db"), "--otlp", "http://x"], timeout=60,
-                    env={**os.environ, "OTEL_BSP_MAX_QUEUE_SIZE": "0"})
+    p = kpitest.run([at.AGENT, *me, "--db", os.path.join(d, "t.db"), "--otlp", "http://x"],
+                    timeout=60, env={**os.environ, "OTEL_BSP_MAX_QUEUE_SIZE": "0"})
     assert p.returncode == 1 and "OTEL_BSP_MAX_QUEUE_SIZE wants an integer" in p.stderr, p.stderr
+    p = kpitest.run([at.AGENT, *me, "--db", os.path.join(d, "t.db"), "--otlp", "https://x"],
+                    timeout=60, env={**os.environ, "OTEL_EXPORTER_OTLP_CERTIFICATE": "/nonexistent.pem"})
+    assert p.returncode == 1 and "OTEL_EXPORTER_OTLP_CERTIFICATE /nonexistent.pem: No such file" \
+        in p.stderr, p.stderr

@@ -1,8 +1,8 @@
 """Helpers for the fleet exporters' tests: a real Prometheus server on
 loopback (temp config and data dir, 1 s scrapes), an OTLP/HTTP JSON receiver
-written here (http.server in a thread), Prometheus text parsing, and load over
-both OpenAI endpoints."""
-import json, os, shutil, subprocess, threading, time, urllib.parse, urllib.request
+written here (http.server in a thread, plain or TLS with a self-signed
+certificate), Prometheus text parsing, and load over both OpenAI endpoints."""
+import json, os, shutil, ssl, subprocess, threading, time, urllib.parse, urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import kpitest
@@ -171,17 +171,39 @@ def series(parsed, name, **want):
                                  for k, w in want.items())]
 
 
-class Receiver:
-    """An OTLP/HTTP JSON receiver: POST /v1/traces bodies are decoded and kept."""
+def self_signed(d, name="127.0.0.1"):
+    """A key and a self-signed certificate for the IP address name, made by
+    openssl(1) in d; returns (cert path, key path).  The certificate is its
+    own CA, readable by anyone (the agent reads it after dropping root)."""
+    cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    p = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                        "ec_paramgen_curve:P-256", "-nodes", "-days", "1", "-subj", f"/CN={name}",
+                        "-addext", f"subjectAltName=IP:{name}", "-keyout", key, "-out", cert],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    os.chmod(d, 0o755)
+    os.chmod(cert, 0o644)
+    return cert, key
 
-    def __init__(self, port=None, status=200):
+
+class Receiver:
+    """An OTLP/HTTP JSON receiver: POST /v1/traces bodies are decoded and kept;
+    with tls=(cert, key) it speaks https.  connections counts the TCP
+    connections it accepted (keep-alive shows as fewer than the POSTs)."""
+
+    def __init__(self, port=None, status=200, tls=None):
         self.port = port or kpitest.free_port()
         self.bodies, self.paths, self.headers = [], [], []
         self.status = status
+        self.connections = 0
         outer = self
 
         class H(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self):
+                outer.connections += 1
+                super().setup()
 
             def do_POST(self):
                 n = int(self.headers.get("Content-Length", "0"))
@@ -200,6 +222,10 @@ class Receiver:
                 pass
 
         self.srv = ThreadingHTTPServer(("127.0.0.1", self.port), H)
+        if tls:
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            ctx.load_cert_chain(*tls)
+            self.srv.socket = ctx.wrap_socket(self.srv.socket, server_side=True)
         self.thread = threading.Thread(target=self.srv.serve_forever, daemon=True)
         self.thread.start()
         kpitest.on_cleanup(self.stop)

@@ -1,11 +1,16 @@
-/* test_agent_export_otlp.c - the OTLP exporter without a network: the JSON
- * encoding of a request (ids, times, attributes, phase children, escaping),
- * the URL and environment checks, and the accounting when nothing listens:
- * every request is either queued-then-failed or dropped for a full queue. */
+/* test_agent_export_otlp.c - the OTLP exporter: the JSON encoding of a request
+ * (ids, times, attributes, phase children, escaping and UTF-8), the URL and
+ * environment checks, and the sender against a receiver on loopback written
+ * here: batches over one kept-alive connection, retries honouring Retry-After,
+ * answers not worth retrying, partial successes, and nothing listening. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 #include "tests/unit/check.h"
 #include "agent/export_otlp.h"
@@ -52,7 +57,7 @@ static struct otlp_item item(const char *rid, uint32_t pid, int status)
 	return item_op(rid, pid, status, "chat");
 }
 
-static char *encode(const struct otlp_item *items, size_t n)
+static char *encode_as(const struct otlp_item *items, size_t n, const char *service)
 {
 	uint8_t ids[24 * 4];
 	char *buf = NULL;
@@ -60,9 +65,14 @@ static char *encode(const struct otlp_item *items, size_t n)
 	for (size_t i = 0; i < sizeof(ids); i++)
 		ids[i] = (uint8_t)i;
 	FILE *f = open_memstream(&buf, &len);
-	otlp_encode(f, items, n, 1000000000000ll, ids, "kpi-infer", "host1");
+	otlp_encode(f, items, n, 1000000000000ll, ids, service, "host1");
 	fclose(f);
 	return buf;
+}
+
+static char *encode(const struct otlp_item *items, size_t n)
+{
+	return encode_as(items, n, "kpi-infer");
 }
 
 static int count(const char *s, const char *needle)
@@ -144,7 +154,7 @@ static void rejected_and_grouping_and_escaping(void)
 	/* the rejected request: net_in then net_out, contiguous */
 	CHECK(strstr(j, "\"name\":\"net_out\",\"kind\":1,\"startTimeUnixNano\":\"1000000001100\","
 		      "\"endTimeUnixNano\":\"1000000001150\""), "%s", j);
-	CHECK(strstr(j, "\"stringValue\":\"b\\\"\\\\\\u0001\\u00ff\""), "escaping: %s", j);
+	CHECK(strstr(j, "\"stringValue\":\"b\\\"\\\\\\u0001\\ufffd\""), "escaping: %s", j);
 	free(j);
 }
 
@@ -153,6 +163,26 @@ static void server_error_sets_status(void)
 	struct otlp_item it = item("x", 1, 500);
 	char *j = encode(&it, 1);
 	CHECK(strstr(j, ",\"status\":{\"code\":2,\"message\":\"500\"}}"), "%s", j);
+	free(j);
+}
+
+/* valid UTF-8 as it is, anything else U+FFFD: one per byte that starts no
+ * well-formed sequence */
+static void utf8_passes_invalid_bytes_become_fffd(void)
+{
+	struct otlp_config c;
+	char err[256];
+
+	setenv("OTEL_SERVICE_NAME", "推理-café 😀", 1);
+	CHECK(otlp_config_from_env(&c, err, sizeof(err)) == 0, "%s", err);
+	unsetenv("OTEL_SERVICE_NAME");
+	/* a stray byte, an overlong '/', a surrogate, a DEL, a sequence cut short */
+	struct otlp_item it = item("r\xff" "x\xc0\xaf" "\xed\xa0\x80" "\x7f" "é\xe6\xa8", 1, 200);
+	char *j = encode_as(&it, 1, c.service_name);
+	CHECK(strstr(j, "{\"key\":\"service.name\",\"value\":{\"stringValue\":\"推理-café 😀\"}}"),
+	      "%s", j);
+	CHECK(strstr(j, "{\"key\":\"kpi.request_id\",\"value\":{\"stringValue\":"
+		      "\"r\\ufffdx\\ufffd\\ufffd\\ufffd\\ufffd\\ufffd\\u007fé\\ufffd\\ufffd\"}}"), "%s", j);
 	free(j);
 }
 
@@ -173,9 +203,24 @@ static void config_and_url_errors(void)
 	unsetenv("OTEL_BSP_MAX_QUEUE_SIZE");
 	unsetenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE");
 
-	CHECK(!otlp_start("https://x:4318", &c, err, sizeof(err)) && strstr(err, "http://"), "%s", err);
+	CHECK(!otlp_start("ftp://x:4318", &c, err, sizeof(err)) && strstr(err, "https://"), "%s", err);
 	CHECK(!otlp_start("http://x:99999", &c, err, sizeof(err)) && strstr(err, "port"), "%s", err);
 	CHECK(!otlp_start("http:///v1/traces", &c, err, sizeof(err)) && strstr(err, "host"), "%s", err);
+	struct otlp_exporter *e = otlp_start("https://[::1]:4318", &c, err, sizeof(err));
+	CHECK(e, "https is supported: %s", err);
+	otlp_free(e);
+
+	/* the CA file: the traces variable wins; one that cannot be read is named */
+	setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", "/nonexistent/ca.pem", 1);
+	CHECK(otlp_config_from_env(&c, err, sizeof(err)) == 0 &&
+	      !strcmp(c.certificate, "/nonexistent/ca.pem"), "%s", c.certificate);
+	CHECK(!otlp_start("https://127.0.0.1:4318", &c, err, sizeof(err)) &&
+	      strstr(err, "OTEL_EXPORTER_OTLP_CERTIFICATE /nonexistent/ca.pem: No such file"), "%s", err);
+	setenv("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "/etc/hostname", 1);
+	CHECK(otlp_config_from_env(&c, err, sizeof(err)) == 0 && !strcmp(c.certificate, "/etc/hostname"),
+	      "%s", c.certificate);
+	unsetenv("OTEL_EXPORTER_OTLP_CERTIFICATE");
+	unsetenv("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE");
 }
 
 static void nothing_listening_every_request_accounted(void)
@@ -231,12 +276,274 @@ static void nothing_listening_every_request_accounted(void)
 	close(fd);
 }
 
+/* ---- a receiver on loopback: HTTP/1.1 keep-alive, one connection at a time (the
+ * exporter holds one), its answers taken in turn from a script, then 200 {} ---- */
+
+struct rx_answer {
+	int status;
+	const char *headers;    /* extra header lines, each ending in \r\n */
+	const char *body;
+};
+
+struct rx {
+	int fd, port;
+	pthread_t thread;
+	atomic_int stop;
+	const struct rx_answer *script;
+	int n_script;
+	pthread_mutex_t lock;
+	int accepts, posts;
+	uint64_t post_ms[32];   /* when each POST had arrived whole */
+	char buf[1 << 20];
+};
+
+static uint64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static void rx_answer(struct rx *x, int c)
+{
+	static const struct rx_answer ok = { 200, "", "{}" };
+	pthread_mutex_lock(&x->lock);
+	int k = x->posts++;
+	if (k < 32)
+		x->post_ms[k] = now_ms();
+	pthread_mutex_unlock(&x->lock);
+	const struct rx_answer *a = k < x->n_script ? &x->script[k] : &ok;
+	dprintf(c, "HTTP/1.1 %d Scripted\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
+		"%s\r\n%s", a->status, strlen(a->body), a->headers, a->body);
+}
+
+/* Serves requests on c until the client closes it or the test stops. */
+static void rx_serve(struct rx *x, int c)
+{
+	size_t got = 0;
+
+	x->buf[0] = 0;
+	while (!x->stop) {
+		char *end = memmem(x->buf, got, "\r\n\r\n", 4);
+		if (end) {
+			const char *cl = strcasestr(x->buf, "content-length:");
+			size_t need = (size_t)(end + 4 - x->buf) +
+				      (cl && cl < end ? strtoul(cl + 15, NULL, 10) : 0);
+			if (got >= need) {
+				rx_answer(x, c);
+				memmove(x->buf, x->buf + need, got - need);
+				got -= need;
+				x->buf[got] = 0;
+				continue;
+			}
+		}
+		struct pollfd p = { .fd = c, .events = POLLIN };
+		if (poll(&p, 1, 50) <= 0)
+			continue;
+		ssize_t n = recv(c, x->buf + got, sizeof(x->buf) - 1 - got, 0);
+		if (n <= 0)
+			return;
+		got += (size_t)n;
+		x->buf[got] = 0;
+	}
+}
+
+static void *rx_thread(void *arg)
+{
+	struct rx *x = arg;
+	while (!x->stop) {
+		struct pollfd p = { .fd = x->fd, .events = POLLIN };
+		if (poll(&p, 1, 50) <= 0)
+			continue;
+		int c = accept(x->fd, NULL, NULL);
+		if (c < 0)
+			continue;
+		pthread_mutex_lock(&x->lock);
+		x->accepts++;
+		pthread_mutex_unlock(&x->lock);
+		rx_serve(x, c);
+		close(c);
+	}
+	return NULL;
+}
+
+static struct rx *rx_start(const struct rx_answer *script, int n)
+{
+	struct rx *x = calloc(1, sizeof(*x));
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(a);
+
+	x->script = script;
+	x->n_script = n;
+	pthread_mutex_init(&x->lock, NULL);
+	x->fd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(bind(x->fd, (struct sockaddr *)&a, sizeof(a)) == 0 && listen(x->fd, 8) == 0, "listen");
+	getsockname(x->fd, (struct sockaddr *)&a, &sl);
+	x->port = ntohs(a.sin_port);
+	pthread_create(&x->thread, NULL, rx_thread, x);
+	return x;
+}
+
+/* Stops x; what it counted can be read after. */
+static void rx_stop(struct rx *x)
+{
+	x->stop = 1;
+	pthread_join(x->thread, NULL);
+	close(x->fd);
+}
+
+/* What the exporter did with a run of requests against a scripted receiver. */
+struct run {
+	struct otlp_stats st;
+	struct rx *x;           /* stopped: its counts are final; free it */
+	char log[8192];         /* the exporter's stderr */
+	char *prom;             /* its Prometheus text at the end; free it */
+	uint64_t took_ms;
+};
+
+/* Sends `requests` requests, one per batch, to a receiver answering `script`
+ * (then 200 {}), with max_attempts tries and a 20 ms first backoff; waits (5 s
+ * at most) until each is exported or dropped. */
+static struct run run_against(const struct rx_answer *script, int n_script, int max_attempts,
+			      int requests)
+{
+	struct run r = { .x = rx_start(script, n_script) };
+	struct otlp_item it = item("r", (uint32_t)getpid(), 200);
+	struct otlp_config c;
+	char err[256], url[64];
+	uint64_t t0 = now_ms();
+
+	otlp_config_from_env(&c, err, sizeof(err));
+	c.max_queue = 16;
+	c.max_batch = 1;
+	c.delay_ms = 10;
+	c.backoff_ms = 20;
+	c.timeout_ms = 5000;
+	c.max_attempts = max_attempts;
+	snprintf(url, sizeof(url), "http://127.0.0.1:%d", r.x->port);
+	struct otlp_exporter *e = otlp_start(url, &c, err, sizeof(err));
+	CHECK(e, "%s", err);
+	struct kpi_sink s = otlp_sink(e);
+
+	/* the log goes to a temporary file meanwhile */
+	FILE *tmp = tmpfile();
+	int saved = dup(2);
+	fflush(stderr);
+	dup2(fileno(tmp), 2);
+	it.r.finish_reason = "stop";
+	for (int i = 0; i < requests; i++)
+		s.request(s.ctx, &it.r);
+	do {
+		usleep(10000);
+		otlp_stats(e, &r.st);
+	} while (r.st.exported + r.st.dropped_failed < (uint64_t)requests && now_ms() < t0 + 5000);
+	r.took_ms = now_ms() - t0;
+	fflush(stderr);
+	dup2(saved, 2);
+	close(saved);
+	rewind(tmp);
+	r.log[fread(r.log, 1, sizeof(r.log) - 1, tmp)] = 0;
+	fclose(tmp);
+
+	size_t len = 0;
+	FILE *f = open_memstream(&r.prom, &len);
+	otlp_prom_collect(e, f);
+	fclose(f);
+	otlp_free(e);
+	rx_stop(r.x);
+	return r;
+}
+
+static void keepalive_batches_share_one_connection(void)
+{
+	struct run r = run_against(NULL, 0, 6, 5);
+
+	CHECK(r.st.exported == 5 && r.st.batches == 5 && r.st.posts == 5 && r.st.retries == 0,
+	      "exported %llu in %llu batches, %llu posts", (unsigned long long)r.st.exported,
+	      (unsigned long long)r.st.batches, (unsigned long long)r.st.posts);
+	CHECK(r.x->posts == 5 && r.x->accepts == 1, "%d POSTs over %d connections", r.x->posts,
+	      r.x->accepts);
+	CHECK(strstr(r.prom, "kpi_otlp_batches_exported_total 5\n") &&
+	      strstr(r.prom, "kpi_otlp_requests_exported_total 5\n"), "%s", r.prom);
+	free(r.prom);
+	free(r.x);
+}
+
+static void retry_honours_retry_after(void)
+{
+	static const struct rx_answer script[] = {
+		{ 502, "", "" },                        /* backoff: ~20 ms */
+		{ 503, "Retry-After: 1\r\n", "" },      /* the receiver's 1 s */
+	};
+	struct run r = run_against(script, 2, 6, 1);
+
+	CHECK(r.st.exported == 1 && r.st.retries == 2 && r.st.posts == 3 && r.st.batches == 1,
+	      "exported %llu, retries %llu, posts %llu", (unsigned long long)r.st.exported,
+	      (unsigned long long)r.st.retries, (unsigned long long)r.st.posts);
+	CHECK(strstr(r.log, "failed (the receiver answered 502); retrying with backoff") &&
+	      strstr(r.log, "works again"), "%s", r.log);
+	CHECK(r.x->posts == 3 && r.x->accepts == 1, "%d POSTs over %d connections", r.x->posts,
+	      r.x->accepts);
+	uint64_t backoff = r.x->post_ms[1] - r.x->post_ms[0], waited = r.x->post_ms[2] - r.x->post_ms[1];
+	CHECK(backoff < 500 && waited >= 980 && waited < 2000, "backoff %llu ms, Retry-After wait %llu ms",
+	      (unsigned long long)backoff, (unsigned long long)waited);
+	free(r.prom);
+	free(r.x);
+}
+
+static void failures_not_worth_retrying_drop_at_once(void)
+{
+	static const struct rx_answer script[] = {
+		{ 400, "", "{\"code\":3,\"message\":\"span 7: bad trace id\"}" },
+		{ 503, "", "" }, { 503, "", "" }, { 503, "", "" },     /* three tries, all failed */
+		{ 429, "Retry-After: 3600\r\n", "" },                 /* too long to wait for */
+	};
+	struct run r = run_against(script, 5, 3, 3);
+
+	CHECK(r.st.dropped_failed == 3 && r.st.exported == 0 && r.st.posts == 5 && r.st.retries == 2,
+	      "dropped %llu, posts %llu, retries %llu", (unsigned long long)r.st.dropped_failed,
+	      (unsigned long long)r.st.posts, (unsigned long long)r.st.retries);
+	CHECK(r.took_ms < 3000, "a 1 h Retry-After was waited for (%llu ms)",
+	      (unsigned long long)r.took_ms);
+	/* the first drop is logged with the receiver's reason; the next ones within 10 s are not */
+	CHECK(strstr(r.log, "dropped 1 requests (1 so far; the SQLite trace keeps them): the receiver "
+		     "answered 400: span 7: bad trace id (not retryable") && !strstr(r.log, "3 so far"),
+	      "%s", r.log);
+	free(r.prom);
+	free(r.x);
+}
+
+static void partial_success_counted_and_logged_once(void)
+{
+	static const struct rx_answer script[] = {
+		{ 200, "", "{\"partialSuccess\":{\"rejectedSpans\":\"4\",\"errorMessage\":\"spans too old\"}}" },
+		{ 200, "", "{\"partialSuccess\":{\"rejectedSpans\":2,\"errorMessage\":\"spans too old\"}}" },
+		{ 200, "", "{\"partialSuccess\":{}}" },
+	};
+	struct run r = run_against(script, 3, 6, 4);
+
+	CHECK(r.st.exported == 4 && r.st.batches == 4 && r.st.rejected_spans == 6 && r.st.retries == 0,
+	      "exported %llu, batches %llu, rejected %llu", (unsigned long long)r.st.exported,
+	      (unsigned long long)r.st.batches, (unsigned long long)r.st.rejected_spans);
+	CHECK(count(r.log, "spans too old") == 1 && strstr(r.log, "rejected 4 spans since the last "
+							       "such message (4 in all"), "%s", r.log);
+	CHECK(strstr(r.prom, "# TYPE kpi_otlp_spans_rejected_total counter\n"
+		     "kpi_otlp_spans_rejected_total 6\n"), "%s", r.prom);
+	free(r.prom);
+	free(r.x);
+}
+
 int main(void)
 {
 	RUN(encodes_request_and_phases);
 	RUN(rejected_and_grouping_and_escaping);
 	RUN(server_error_sets_status);
+	RUN(utf8_passes_invalid_bytes_become_fffd);
 	RUN(config_and_url_errors);
 	RUN(nothing_listening_every_request_accounted);
+	RUN(keepalive_batches_share_one_connection);
+	RUN(retry_honours_retry_after);
+	RUN(failures_not_worth_retrying_drop_at_once);
+	RUN(partial_success_counted_and_logged_once);
 	return CHECK_DONE();
 }
