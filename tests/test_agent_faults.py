@@ -111,8 +111,9 @@ def test_ringbuf_overflow():
     agent.wait_line(f"attached to pid {infer.pid}")
     agent.p.send_signal(signal.SIGSTOP)
     try:
-        # ~7 300 events fit in 1 MiB (144 bytes each); every streamed token is
-        # one: flood until the clients have received three rings' worth
+        # a streamed token costs at most a 144-byte share of the ring (a WRITE
+        # of 8 times is 96 bytes, the rest are 24-104 per request): flood
+        # until the clients have received three rings' worth at that rate
         load = ft.Load(infer.port, threads=4, max_tokens=(48, 64), tag="flood")
         want = (6 if ft.SOAK else 3) * (1 << 20) // 144
         deadline = time.monotonic() + 120
@@ -338,13 +339,14 @@ def test_losses_agree_everywhere():
     agent = _agent(db, "--pid", infer.pid, "--ringbuf-mb", 1, "--flush-ms", 100,
                    "--metrics", f"127.0.0.1:{port}")
     agent.wait_line(f"attached to pid {infer.pid}")
-    load = ft.Load(infer.port, threads=4, max_tokens=(32, 48), prefix="lossy")
+    load = ft.Load(infer.port, threads=4, max_tokens=(1, 8), prefix="lossy")
     agent.p.send_signal(signal.SIGSTOP)
     try:
-        deadline = time.monotonic() + 60
+        # a request is ~8 records of 24-104 bytes: 6000 fill a 1 MiB ring twice
+        deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             with load.lock:
-                if len(load.results) >= 300:
+                if len(load.results) >= 6000:
                     break
             time.sleep(0.1)
     finally:
