@@ -22,9 +22,10 @@ $(OBJ)/daemon/cuda/cuda_backend.o $(OBJ)/daemon/cuda/attn_check.o: CFLAGS += -is
 CUDA_LDLIBS := -L$(CUDA_HOME)/lib64 -lcudart_static -ldl -lrt -lstdc++ -pthread
 
 DAEMON_CUDA_OBJS := $(CUDA_OBJS)
-# export the engine's step slot (abi/kpi_step.h) so libkpi_cupti.so finds it
-# with dlsym; harmless while the engine defines none.
-DAEMON_CUDA_LDLIBS := $(CUDA_LDLIBS) -Wl,--export-dynamic-symbol=kpi_cupti_step_slot
+# The step slot libkpi_cupti.so reads (abi/kpi_step.h) is defined by the engine
+# (daemon/engine/engine.c) and exported by daemon/build.mk's link of kpi-infer,
+# with or without this backend: nothing to add here.
+DAEMON_CUDA_LDLIBS := $(CUDA_LDLIBS)
 # daemon/build.mk expanded kpi-infer's prerequisites before this fragment was read.
 ifneq ($(wildcard daemon/server/main.c),)
 $(BUILD)/kpi-infer: $(DAEMON_CUDA_OBJS)

@@ -2,6 +2,7 @@
  * create into panels (kernels.h), one pass over them per step for the whole
  * batch (each matmul is split by panels over the worker pool), paged K/V in
  * one F16 pool. */
+#include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,86 +71,95 @@ size_t backend_kv_bytes_per_token(const struct model *m)
 
 /* ---- parallel jobs ----------------------------------------------------- */
 
+/* One product of a matmul job: Y (nb, ldy) from the packed W. */
 struct mm_seg {
 	const struct packed_mat *w;
 	float *y;
 	int ldy;
-	bool accumulate;
-	int first_task; /* cumulative */
 };
 
-struct mm_job {
-	struct mm_seg seg[3];
-	int n_seg, chunk, n_tasks;
-	bool swiglu; /* two segments (gate, up) of equal rows: each task does the same rows of both, then SwiGLU */
+/* What a matmul job does after its products. */
+enum mm_epilogue {
+	MM_PLAIN,  /* nothing: each segment's Y is its product */
+	MM_SWIGLU, /* seg[0] gate, seg[1] up, equal rows: each task does the same rows of
+		    * both while they are in cache, then seg[0].y = silu(gate) * up */
+};
+
+/* Y_s (+)= X W_s^T for up to three weight matrices sharing the input X
+ * (nb, ldx); the segments used are those before the first NULL w. */
+struct matmul_job {
 	const float *x;
 	int ldx, nb;
+	struct mm_seg seg[3];
+	bool accumulate;
+	enum mm_epilogue epilogue;
 };
 
-static void mm_rows(const struct mm_job *j, const struct mm_seg *sg, int o0, int o1,
+/* A matmul_job split into pool tasks of chunk rows each. */
+struct mm_run {
+	const struct matmul_job *j;
+	int n_seg, chunk, n_tasks;
+	int first_task[3]; /* of each segment, cumulative */
+};
+
+static void mm_rows(const struct matmul_job *j, const struct mm_seg *sg, int o0, int o1,
 		    struct fetch_list *side)
 {
 	for (int b0 = 0; b0 < j->nb; b0 += MM_TILE) {
 		int nb = j->nb - b0 < MM_TILE ? j->nb - b0 : MM_TILE;
 		matmul_rows_fetch(sg->y + (size_t)b0 * sg->ldy, sg->ldy, sg->w, j->x + (size_t)b0 * j->ldx,
-				  j->ldx, nb, o0, o1, sg->accumulate, side);
+				  j->ldx, nb, o0, o1, j->accumulate, side);
 	}
 }
 
 static void mm_task(void *arg, int task, int thread)
 {
-	struct mm_job *j = arg;
-	if (j->swiglu) {
-		int rows = (int)j->seg[0].w->rows, o0 = task * j->chunk;
-		int o1 = o0 + j->chunk < rows ? o0 + j->chunk : rows;
-		mm_rows(j, &j->seg[0], o0, o1, NULL);
-		mm_rows(j, &j->seg[1], o0, o1, NULL);
+	const struct mm_run *r = arg;
+	const struct matmul_job *j = r->j;
+	if (j->epilogue == MM_SWIGLU) {
+		const struct mm_seg *gate = &j->seg[0], *up = &j->seg[1];
+		int rows = gate->w->rows, o0 = task * r->chunk;
+		int o1 = o0 + r->chunk < rows ? o0 + r->chunk : rows;
+		mm_rows(j, gate, o0, o1, NULL);
+		mm_rows(j, up, o0, o1, NULL);
 		for (int b = 0; b < j->nb; b++)
-			swiglu(j->seg[0].y + (size_t)b * j->seg[0].ldy + o0,
-			       j->seg[1].y + (size_t)b * j->seg[1].ldy + o0, o1 - o0);
+			swiglu(gate->y + (size_t)b * gate->ldy + o0, up->y + (size_t)b * up->ldy + o0, o1 - o0);
 		return;
 	}
 	int s = 0;
-	while (s + 1 < j->n_seg && task >= j->seg[s + 1].first_task)
+	while (s + 1 < r->n_seg && task >= r->first_task[s + 1])
 		s++;
 	const struct mm_seg *sg = &j->seg[s];
-	int o0 = (task - sg->first_task) * j->chunk;
-	int o1 = o0 + j->chunk < sg->w->rows ? o0 + j->chunk : (int)sg->w->rows;
+	int o0 = (task - r->first_task[s]) * r->chunk;
+	int o1 = o0 + r->chunk < sg->w->rows ? o0 + r->chunk : sg->w->rows;
 	mm_rows(j, sg, o0, o1, NULL);
 }
 
-/* Y_s = X W_s^T for up to three weight matrices sharing the input X. */
-static void matmul_par(struct backend *b, const float *x, int ldx, int nb, int n_seg,
-		       const struct packed_mat *w0, float *y0, int ldy0,
-		       const struct packed_mat *w1, float *y1, int ldy1,
-		       const struct packed_mat *w2, float *y2, int ldy2, bool accumulate)
+/* Runs j over the pool, split by whole panels of rows. */
+static void matmul_par(struct backend *b, const struct matmul_job *j)
 {
-	struct mm_job j = { .x = x, .ldx = ldx, .nb = nb, .n_seg = n_seg,
-			    /* gate and up (into h1, h3) get SwiGLU fused in */
-			    .swiglu = n_seg == 2 && y0 == b->h1 && y1 == b->h3 };
-	const struct packed_mat *ws[3] = { w0, w1, w2 };
-	float *ys[3] = { y0, y1, y2 };
-	int ldys[3] = { ldy0, ldy1, ldy2 };
+	struct mm_run r = { .j = j };
 	int64_t rows = 0;
-	for (int s = 0; s < n_seg; s++)
-		rows += ws[s]->rows;
+	while (r.n_seg < 3 && j->seg[r.n_seg].w)
+		rows += j->seg[r.n_seg++].w->rows;
+	assert(j->epilogue == MM_PLAIN || (r.n_seg == 2 && j->seg[0].w->rows == j->seg[1].w->rows));
 	/* ~8 tasks per thread for balance on a shared machine, whole panels */
 	int chunk = (int)(rows / (pool_threads(b->pool) * 8));
 	chunk = chunk > 128 ? 128 : chunk;
 	chunk = (chunk + KPI_PANEL - 1) / KPI_PANEL * KPI_PANEL;
 	chunk = chunk < KPI_PANEL ? KPI_PANEL : chunk;
-	j.chunk = chunk;
-	for (int s = 0; s < n_seg; s++) {
-		j.seg[s] = (struct mm_seg){ ws[s], ys[s], ldys[s], accumulate, j.n_tasks };
-		j.n_tasks += (int)((ws[s]->rows + chunk - 1) / chunk);
-	}
-	if (j.swiglu) {
+	if (j->epilogue == MM_SWIGLU) {
 		/* half the chunk: a task's rows of gate and of up together */
 		chunk = (chunk / 2 + KPI_PANEL - 1) / KPI_PANEL * KPI_PANEL;
-		j.chunk = chunk;
-		j.n_tasks = (int)((w0->rows + chunk - 1) / chunk);
+		r.n_tasks = (j->seg[0].w->rows + chunk - 1) / chunk;
+	} else {
+		for (int s = 0; s < r.n_seg; s++) {
+			r.first_task[s] = r.n_tasks;
+			r.n_tasks += (j->seg[s].w->rows + chunk - 1) / chunk;
+		}
 	}
-	pool_run(b->pool, mm_task, &j, j.n_tasks);
+	r.chunk = chunk;
+	pool_run(b->pool, mm_task, &r, r.n_tasks);
 }
 
 struct attn_job {
@@ -195,9 +205,9 @@ static void attn_fused_task(void *arg, int task, int thread)
 	struct backend *b = j->b;
 	const struct packed_layer *L = j->layer;
 	int g = task, T = j->batch->n_tokens, qr = b->group * b->hd;
-	struct mm_job mj = { .n_seg = 1, .x = b->xb, .ldx = b->dim, .nb = T };
-	struct mm_seg sq = { &L->wq, b->q, b->q_dim, false, 0 }, sk = { &L->wk, b->k, b->kv_dim, false, 0 },
-		      sv = { &L->wv, b->v, b->kv_dim, false, 0 };
+	struct matmul_job mj = { .x = b->xb, .ldx = b->dim, .nb = T };
+	struct mm_seg sq = { &L->wq, b->q, b->q_dim }, sk = { &L->wk, b->k, b->kv_dim },
+		      sv = { &L->wv, b->v, b->kv_dim };
 	struct fetch_list fl = { 0 }, *side = NULL;
 	if (T >= FETCH_MIN_TOKENS) {
 		/* the projections are compute-bound at this batch: they fetch the
@@ -474,18 +484,23 @@ static int cpu_forward(struct backend *b, const struct backend_batch *bt, char *
 		if (fuse_attn) {
 			pool_run(b->pool, attn_fused_task, &aj, b->n_kv);
 		} else {
-			matmul_par(b, b->xb, b->dim, T, 3, &L->wq, b->q, b->q_dim, &L->wk, b->k, b->kv_dim,
-				   &L->wv, b->v, b->kv_dim, false);
+			matmul_par(b, &(struct matmul_job){ .x = b->xb, .ldx = b->dim, .nb = T,
+							    .seg = { { &L->wq, b->q, b->q_dim },
+								     { &L->wk, b->k, b->kv_dim },
+								     { &L->wv, b->v, b->kv_dim } } });
 			for (int t = 0; t < T; t++)
 				rope_store(b, &aj, t, 0, b->n_kv);
 			pool_run(b->pool, attn_task, &aj, T * b->n_kv);
 		}
-		matmul_par(b, b->att, b->q_dim, T, 1, &L->wo, b->x, b->dim, NULL, NULL, 0, NULL, NULL, 0, true);
+		matmul_par(b, &(struct matmul_job){ .x = b->att, .ldx = b->q_dim, .nb = T,
+						    .seg = { { &L->wo, b->x, b->dim } }, .accumulate = true });
 		/* feed-forward: norm, gate and up in one pass with SwiGLU, down */
 		tok_par(b, TOK_NORM, bt, ML->ffn_norm.data, T);
-		matmul_par(b, b->xb, b->dim, T, 2, &L->w_gate, b->h1, b->ffn, &L->w_up, b->h3, b->ffn,
-			   NULL, NULL, 0, false); /* SwiGLU fused: h1 = silu(h1) * h3 */
-		matmul_par(b, b->h1, b->ffn, T, 1, &L->w_down, b->x, b->dim, NULL, NULL, 0, NULL, NULL, 0, true);
+		matmul_par(b, &(struct matmul_job){ .x = b->xb, .ldx = b->dim, .nb = T,
+						    .seg = { { &L->w_gate, b->h1, b->ffn }, { &L->w_up, b->h3, b->ffn } },
+						    .epilogue = MM_SWIGLU });
+		matmul_par(b, &(struct matmul_job){ .x = b->h1, .ldx = b->ffn, .nb = T,
+						    .seg = { { &L->w_down, b->x, b->dim } }, .accumulate = true });
 	}
 	/* logits for the last token of each sequence that samples */
 	int rows = 0;
@@ -499,8 +514,8 @@ static int cpu_forward(struct backend *b, const struct backend_batch *bt, char *
 			rows = bt->logits_row[s] + 1;
 	}
 	if (rows)
-		matmul_par(b, b->xl, b->dim, rows, 1, &b->output, bt->logits, b->vocab, NULL, NULL, 0, NULL,
-			   NULL, 0, false);
+		matmul_par(b, &(struct matmul_job){ .x = b->xl, .ldx = b->dim, .nb = rows,
+						    .seg = { { &b->output, bt->logits, b->vocab } } });
 	return 0;
 }
 
