@@ -5,7 +5,7 @@
 
 #include "record.h"
 
-#define ASSEMBLE_MAX_SINKS 4
+#define ASSEMBLE_MAX_SINKS 6
 
 struct assembler;
 

@@ -16,6 +16,8 @@
 #include <unistd.h>
 #include "kpi.skel.h"
 #include "assemble.h"
+#include "cost.h"
+#include "energy.h"
 #include "exporters.h"
 #include "gpu.h"
 #include "host.h"
@@ -60,9 +62,12 @@ static struct env {
 	long max_backlog;        /* --max-backlog N */
 	int64_t retain_ns;       /* --retain DURATION; 0: for ever */
 	long max_db_mb;          /* --max-db-mb N; 0: no bound */
+	const char *powercap_root; /* --powercap-root DIR */
+	double price_per_hour;   /* --price-per-hour USD; < 0: none */
 } env = { .db = TRACE_STORE_DEFAULT_PATH, .flush_ms = 200, .ringbuf_mb = 16,
 	      .max_backlog = TRACE_STORE_DEFAULT_BACKLOG, .retain_ns = RETAIN_DEFAULT_KEEP_NS,
-	      .max_db_mb = RETAIN_DEFAULT_MAX_MB };
+	      .max_db_mb = RETAIN_DEFAULT_MAX_MB, .powercap_root = ENERGY_POWERCAP_DEFAULT,
+	      .price_per_hour = -1 };
 
 static volatile sig_atomic_t exiting;
 
@@ -103,6 +108,14 @@ static const char usage[] =
 "  --max-db-mb N      keep the trace's rows under N MiB, removing the oldest\n"
 "                     first (0: no bound) (default 4096); what retention removes\n"
 "                     is counted (meta loss_retention_rows_total)\n"
+"  --price-per-hour USD\n"
+"                     the machine's (or GPU's) price an hour: each request's\n"
+"                     cost_usd, the idle cost, /metrics kpi_cost_usd_total\n"
+"                     (default: none, cost_usd NULL); docs/cost.md\n"
+"  --powercap-root DIR\n"
+"                     where the RAPL energy counters are (intel-rapl:* zones)\n"
+"                     (default " ENERGY_POWERCAP_DEFAULT "); GPUs are read\n"
+"                     through NVML where libnvidia-ml.so.1 exists\n"
 "  -v, --verbose      say which programs were chosen; libbpf's debug output\n"
 "  -h, --help         this help\n"
 "\n"
@@ -178,6 +191,8 @@ static void parse_args(int argc, char **argv)
 		{ "max-backlog", required_argument, NULL, 'B' },
 		{ "retain", required_argument, NULL, 'R' },
 		{ "max-db-mb", required_argument, NULL, 'S' },
+		{ "price-per-hour", required_argument, NULL, 'P' },
+		{ "powercap-root", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
 		{},
 	};
@@ -246,6 +261,18 @@ static void parse_args(int argc, char **argv)
 		case 'S':
 			env.max_db_mb = parse_num("--max-db-mb", optarg, 0, 1L << 30);
 			break;
+		case 'P':
+			errno = 0;
+			env.price_per_hour = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !(env.price_per_hour >= 0) ||
+			    env.price_per_hour > 1e9)
+				die_usage("--price-per-hour wants a price in USD (0 or more), got '%s'", optarg);
+			break;
+		case 'C':
+			if (!*optarg)
+				die_usage("--powercap-root wants a directory");
+			env.powercap_root = optarg;
+			break;
 		case 'v':
 			env.verbose = true;
 			break;
@@ -308,6 +335,7 @@ struct agent {
 	int n_global_links;
 	struct agent_gpu *gpu;               /* NULL: GPU collection off */
 	struct loss_probe losses;            /* the kernel side's losses */
+	struct agent_cost *cost;             /* NULL: cost and energy off */
 };
 
 static const struct {
@@ -787,6 +815,7 @@ static void sample(struct agent *ag, uint64_t now)
 	 * sample's named waits are those its totals hold */
 	ring_buffer__consume(ag->rb);
 	assemble_sample(ag->asm_, now, pids, runq, n, read_counter(ag, KPI_CNT_DROPS));
+	agent_cost_sample(ag->cost, now, pids, n);
 	struct kpi_loss_record l;
 	losses_sample(ag, now, &l);
 }
@@ -861,6 +890,10 @@ int main(int argc, char **argv)
 	ag.gpu = agent_gpu_open(env.db, trace_store_run_id(ag.store), env.verbose, err, sizeof(err));
 	if (!ag.gpu)
 		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
+	ag.cost = agent_cost_open(env.db, trace_store_run_id(ag.store), env.powercap_root,
+				  env.price_per_hour, err, sizeof(err));
+	if (!ag.cost)
+		fprintf(stderr, "kpi-agent: cost and energy will not be attributed: %s\n", err);
 	/* loaded and attached (the USDT probes attach with what is kept, as
 	 * they will for every kpi-infer that starts later); before any thread */
 	if (privdrop_own_db(&priv, env.db, err, sizeof(err)) ||
@@ -872,10 +905,15 @@ int main(int argc, char **argv)
 	ag.asm_ = assemble_new();
 	sink = trace_store_sink(ag.store);
 	assemble_add_sink(ag.asm_, &sink);
+	if (ag.cost) {
+		sink = agent_cost_sink(ag.cost);
+		assemble_add_sink(ag.asm_, &sink);
+	}
 	if (exporters_start(&exp, ag.asm_, env.metrics, env.otlp, err, sizeof(err))) {
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		goto cleanup;
 	}
+	agent_cost_metrics(ag.cost, exp.prom);
 	ag.rb = ring_buffer__new(bpf_map__fd(ag.skel->maps.events), handle_event, &ag, NULL);
 	if (!ag.rb) {
 		fprintf(stderr, "kpi-agent: cannot open the BPF ring buffer: %s\n", strerror(errno));
@@ -934,6 +972,7 @@ int main(int argc, char **argv)
 		if (now >= next_flush) {
 			flush(&ag, now, false);
 			gpu_flush(&ag, now, false);
+			agent_cost_flush(ag.cost, now, false);
 			next_flush += (uint64_t)env.flush_ms * 1000000ull;
 			if (next_flush <= now)
 				next_flush = now + (uint64_t)env.flush_ms * 1000000ull;
@@ -946,6 +985,7 @@ int main(int argc, char **argv)
 	losses_sample(&ag, now_ns(), &lost);
 	flush(&ag, now_ns(), true);
 	gpu_flush(&ag, now_ns(), true);
+	agent_cost_flush(ag.cost, now_ns(), true);
 	rc = 0;
 	{
 		struct assemble_stats st;
@@ -975,6 +1015,7 @@ cleanup:
 		bpf_link__destroy(ag.global_links[i]);
 	ring_buffer__free(ag.rb);
 	agent_gpu_close(ag.gpu);
+	agent_cost_close(ag.cost);
 	if (ag.store)
 		trace_store_close(ag.store);
 	assemble_free(ag.asm_);

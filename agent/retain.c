@@ -16,7 +16,8 @@
 #define RETAIN_FILL 0.9
 
 /* Tables whose rows carry their own wall_ns. */
-static const char *const wall_tables[] = { "requests", "steps", "samples", "runq_by", "losses" };
+static const char *const wall_tables[] = { "requests", "steps", "samples", "runq_by", "losses",
+					     "cost_samples", "energy_readings" };
 #define N_WALL_TABLES (sizeof(wall_tables) / sizeof(wall_tables[0]))
 
 static int64_t query_i64(sqlite3 *db, const char *sql, int64_t bind, bool has_bind, bool *null)

@@ -1,6 +1,6 @@
 # bpf/build.mk - the GPU-side BPF object (bpf/kpi_cupti.bpf.c -> kpi_cupti.skel.h)
-# used by agent/gpu.c; the generic .bpf.o and .skel.h rules are in agent/build.mk.
+# used by agent/gpu.c and agent/cost.c (its step__seqs program); the generic .bpf.o and .skel.h rules are in agent/build.mk.
 
 $(BUILD)/bpf/kpi_cupti.bpf.o: bpf/kpi_gpu_event.h abi/kpi_cupti_abi.h abi/kpi_step_seq.h
-$(OBJ)/agent/gpu.o: $(BUILD)/include/kpi_cupti.skel.h
+$(OBJ)/agent/gpu.o $(OBJ)/agent/cost.o: $(BUILD)/include/kpi_cupti.skel.h
 .SECONDARY: $(BUILD)/bpf/kpi_cupti.bpf.o

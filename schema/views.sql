@@ -83,3 +83,28 @@ SELECT strftime('%Y-%m-%d %H:%M', wall_ns / 60000000000 * 60, 'unixepoch') AS mi
 FROM requests WHERE e2e_ns > 0
 GROUP BY wall_ns / 60000000000
 ORDER BY 1;
+
+-- Cost and energy per wall-clock minute (docs/cost.md): the requests that
+-- arrived in the minute (their cost_usd and energy_j, attributed by token
+-- share of the batch steps they were in) and the idle line of the minute's
+-- sample intervals (time outside any step, plus steps the agent could not
+-- split). cost_usd + idle_cost_usd is what the minute cost; NULL: no price
+-- (cost) or no energy counter (energy).
+DROP VIEW IF EXISTS cost_per_minute;
+CREATE VIEW cost_per_minute AS
+WITH r AS (
+	SELECT wall_ns / 60000000000 AS m, COUNT(*) AS requests,
+	       TOTAL(output_tokens) AS output_tokens, SUM(cost_usd) AS cost_usd,
+	       SUM(energy_j) AS energy_j
+	FROM requests GROUP BY m
+), i AS (
+	SELECT wall_ns / 60000000000 AS m,
+	       SUM(idle_cost_usd + unattributed_ns * price_per_hour / 3.6e12) AS idle_cost_usd,
+	       SUM(idle_energy_uj + unattributed_energy_uj) / 1e6 AS idle_energy_j
+	FROM cost_samples GROUP BY m
+), m AS (SELECT m FROM r UNION SELECT m FROM i)
+SELECT strftime('%Y-%m-%d %H:%M', m.m * 60, 'unixepoch') AS minute,
+       COALESCE(r.requests, 0) AS requests, CAST(COALESCE(r.output_tokens, 0) AS INTEGER) AS output_tokens,
+       r.cost_usd, i.idle_cost_usd, r.energy_j, i.idle_energy_j
+FROM m LEFT JOIN r ON r.m = m.m LEFT JOIN i ON i.m = m.m
+ORDER BY m.m;

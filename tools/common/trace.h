@@ -11,9 +11,10 @@
 
 /* Schema versions this reader accepts: 2 (schema/002_gpu.sql) only adds GPU
  * tables and columns that the readers do not need; 3 (003_runq_by.sql) adds
- * what the daemon's threads waited behind, read where the trace has it. */
+ * what the daemon's threads waited behind, read where the trace has it; 5
+ * (005_cost.sql) cost and energy, read where the trace has them. */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 4
+#define TRACE_SCHEMA_VERSION 5
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 

@@ -1,0 +1,335 @@
+"""Cost and energy per request (issue 23, docs/cost.md), for real: root, real
+BPF, real kpi-infer under load, RAPL counters in a powercap directory this
+test writes and advances at known rates (wrap-arounds included)."""
+import ctypes, os, re, sqlite3, threading, time
+
+import kpitest
+import agenttest as at
+import faulttest as ft
+import servertest
+
+PKG_RANGE = 262143328850      # a real package zone's max_energy_range_uj
+DRAM_RANGE = 65712999613
+PKG_STEP, DRAM_STEP = 1000003, 100019   # µJ per 20 ms tick: ~50 W and ~5 W
+TICK = 0.02
+PRICE = 3.6                   # USD an hour: 1e-3 USD a second
+
+
+class Powercap:
+    """intel-rapl:0 (package-0) with its dram subzone intel-rapl:0:0, counters
+    advanced every TICK by a thread; every value written is remembered with
+    the unwrapped total it stands for."""
+
+    def __init__(self, d):
+        self.root = d
+        self.zones = {}
+        for name, sub, rng, step, start in (
+                ("package-0", "intel-rapl:0", PKG_RANGE, PKG_STEP, PKG_RANGE - 5 * PKG_STEP * 50),
+                ("dram", "intel-rapl:0/intel-rapl:0:0", DRAM_RANGE, DRAM_STEP,
+                 DRAM_RANGE - 3 * DRAM_STEP * 50)):
+            zd = os.path.join(d, sub)
+            os.makedirs(zd)
+            for f, v in (("name", name), ("max_energy_range_uj", rng)):
+                with open(os.path.join(zd, f), "w") as fh:
+                    fh.write(f"{v}\n")
+            path = os.path.join(zd, "energy_uj")
+            with open(path, "w") as fh:
+                fh.write(f"{start:020d}\n")
+            key = "dram-0" if name == "dram" else name
+            self.zones[key] = dict(path=path, range=rng, step=step, total=0, start=start,
+                                   seen={start: 0}, fd=os.open(path, os.O_WRONLY))
+        self.go = False
+        self.lock = threading.Lock()
+
+    def _tick(self):
+        for z in self.zones.values():
+            z["total"] += z["step"]
+            v = (z["start"] + z["total"]) % z["range"]
+            z["seen"][v] = z["total"]
+            # in place, fixed width: the agent keeps the file open and preads it
+            os.pwrite(z["fd"], f"{v:020d}\n".encode(), 0)
+
+    def _run(self):
+        nxt = time.monotonic()
+        while self.go:
+            nxt += TICK
+            with self.lock:
+                self._tick()
+            time.sleep(max(0, nxt - time.monotonic()))
+
+    def start(self):
+        self.go = True
+        self.t = threading.Thread(target=self._run, daemon=True)
+        self.t.start()
+
+    def stop(self):
+        self.go = False
+        self.t.join()
+
+    def unwrapped(self, domain, reading):
+        """The total a reading of the agent stands for (it must be a value written)."""
+        z = self.zones[domain]
+        assert reading in z["seen"], f"{domain}: the agent read {reading}, never written"
+        return z["seen"][reading]
+
+    def wrapped(self):
+        return {k: z["start"] + z["total"] >= z["range"] for k, z in self.zones.items()}
+
+
+def _rows(db, sql, *args):
+    c = sqlite3.connect(db)
+    c.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in c.execute(sql, args)]
+    finally:
+        c.close()
+
+
+def _window_sums(db, t0, t1):
+    """Energy (µJ) and cost of the cost_samples intervals ending in (t0, t1] and
+    of the requests that ended in it."""
+    iv = _rows(db, "SELECT * FROM cost_samples WHERE t_ns > ? AND t_ns <= ?", t0, t1)
+    rq = _rows(db, "SELECT energy_j, cost_usd, machine_ns, output_tokens, prompt_tokens "
+               "FROM requests WHERE t_done_ns > ? AND t_done_ns <= ? AND seq_id IS NOT NULL",
+               t0, t1)
+    return iv, rq
+
+
+def _uj(j):
+    return int(round(j * 1e6))
+
+
+def test_cost_attribution_exact_on_kpi_infer():
+    """Per window the requests' energy plus the idle line equals the counters'
+    delta to the µJ (wraps included); cost sums to price x duration; half the
+    batch size costs about twice as much per token."""
+    ft.require()
+    d = ft.workdir()
+    pc = Powercap(os.path.join(d, "powercap"))
+    db = os.path.join(d, "cost.db")
+    daemon = servertest.Daemon("--max-seqs", 8)
+    mport = kpitest.free_port()
+    pc.start()
+    agent = at.start_agent(db, "--flush-ms", 100, "--powercap-root", pc.root, "--price-per-hour",
+                           PRICE, "--metrics", f"127.0.0.1:{mport}", pid=daemon.p.pid)
+    said = [l for l in agent.lines if l.startswith("energy:")]
+    assert said and "rapl:package-0,dram-0" in said[0], agent.lines
+    marks = []
+    try:
+        time.sleep(2.2)
+        for threads in (4, 2, 1):
+            marks.append(time.monotonic_ns())
+            load = ft.Load(daemon.port, threads=threads, max_tokens=(24, 24), prefix=f"b{threads}-")
+            time.sleep(5)
+            res = load.stop()
+            assert len(ft.completed(res)) >= 3, f"{threads} threads: {len(res)} requests"
+            time.sleep(2.5)  # idle: steps end, a boundary sample falls in the gap
+        marks.append(time.monotonic_ns())
+        scrape1 = servertest.parse_metrics(kpitest.http_request(mport, "GET", "/metrics")[2].decode())
+        time.sleep(1.2)
+        scrape2 = servertest.parse_metrics(kpitest.http_request(mport, "GET", "/metrics")[2].decode())
+    finally:
+        pc.stop()
+    time.sleep(1.5)  # the agent reads the counters' final values at least once
+    assert agent.stop() == 0, agent.lines[-20:]
+    assert all(pc.wrapped().values()), f"the counters were meant to wrap: {pc.wrapped()}"
+
+    # every reading is a value the test wrote; the deltas are the test's own
+    rd = _rows(db, "SELECT * FROM energy_readings ORDER BY t_ns")
+    by_dom = {}
+    for r in rd:
+        by_dom.setdefault(r["domain"], []).append(r)
+    assert set(by_dom) == {"package-0", "dram-0"}, set(by_dom)
+    expect_total = 0
+    for dom, rows in by_dom.items():
+        assert rows[0]["delta_uj"] is None and all(r["delta_uj"] is not None for r in rows[1:])
+        for a, b in zip(rows, rows[1:]):
+            want = pc.unwrapped(dom, b["reading_uj"]) - pc.unwrapped(dom, a["reading_uj"])
+            assert b["delta_uj"] == want, (dom, a, b, want)
+        expect_total += pc.unwrapped(dom, rows[-1]["reading_uj"]) - pc.unwrapped(dom, rows[0]["reading_uj"])
+    t_first = min(r["t_ns"] for r in rd)
+
+    iv = _rows(db, "SELECT * FROM cost_samples ORDER BY t_ns")
+    delta_at = {}
+    for r in rd:
+        delta_at[r["t_ns"]] = delta_at.get(r["t_ns"], 0) + (r["delta_uj"] or 0)
+    for r in iv:
+        assert r["energy_uj"] == delta_at[r["t_ns"]], r
+        assert r["interval_ns"] == r["busy_ns"] + r["idle_ns"], r
+    assert sum(r["energy_uj"] for r in iv) == expect_total
+
+    reqs = _rows(db, "SELECT * FROM requests WHERE seq_id IS NOT NULL")
+    assert reqs and all(r["energy_j"] is not None and r["cost_usd"] is not None
+                        and r["machine_ns"] is not None for r in reqs), \
+        [r for r in reqs if r["energy_j"] is None][:3]
+    req_uj = sum(_uj(r["energy_j"]) for r in reqs)
+    idle_uj = sum(r["idle_energy_uj"] + r["unattributed_energy_uj"] for r in iv)
+    assert req_uj + idle_uj == expect_total, (req_uj, idle_uj, expect_total)
+
+    # per window: a load phase and the idle gap after it
+    mono = [t_first] + [max(r["t_ns"] for r in iv if r["t_ns"] <= m) for m in marks[1:]] + [iv[-1]["t_ns"]]
+    windows = []
+    for k in range(len(mono) - 1):
+        w_iv, w_rq = _window_sums(db, mono[k], mono[k + 1])
+        w_req = sum(_uj(r["energy_j"]) for r in w_rq)
+        w_idle = sum(r["idle_energy_uj"] + r["unattributed_energy_uj"] for r in w_iv)
+        w_counters = sum(delta_at[r["t_ns"]] for r in w_iv)
+        assert w_req + w_idle == w_counters, (k, w_req, w_idle, w_counters)
+        dur = sum(r["interval_ns"] for r in w_iv)
+        cost = sum(r["cost_usd"] for r in w_rq) + sum(r["idle_cost_usd"] for r in w_iv) \
+            + sum(r["unattributed_ns"] for r in w_iv) * PRICE / 3.6e12
+        tokens = sum(r["output_tokens"] or 0 for r in w_rq)
+        req_cost = sum(r["cost_usd"] for r in w_rq)
+        windows.append(dict(requests=len(w_rq), tokens=tokens, dur_s=dur / 1e9, cost=cost,
+                            energy_j=w_counters / 1e6, req_energy_j=w_req / 1e6,
+                            usd_per_mtok=cost / max(tokens, 1) * 1e6,
+                            req_usd_per_mtok=req_cost / max(tokens, 1) * 1e6,
+                            req_j_per_tok=w_req / 1e6 / max(tokens, 1)))
+
+    # cost: the requests plus idle is price x duration
+    dur_ns = iv[-1]["t_ns"] - t_first
+    assert sum(r["interval_ns"] for r in iv) == dur_ns
+    total = sum(r["cost_usd"] for r in reqs) + sum(r["idle_cost_usd"] for r in iv) + \
+        sum(r["unattributed_ns"] for r in iv) * PRICE / 3.6e12
+    assert abs(total - PRICE * dur_ns / 3.6e12) < 1e-9, (total, PRICE * dur_ns / 3.6e12)
+
+    # batch size and step time per window, from the steps
+    batch, tau = [], []
+    for k in range(len(windows)):
+        s = _rows(db, "SELECT avg(decode_seqs + (prefill_tokens > 0)) AS b, "
+                  "avg(t_end_ns - t_start_ns) AS tau FROM steps "
+                  "WHERE t_end_ns > ? AND t_end_ns <= ?", mono[k], mono[k + 1])
+        batch.append(s[0]["b"] or 0.0)
+        tau.append(s[0]["tau"] or 0.0)
+    unattr = sum(r["unattributed_ns"] for r in iv)
+    print(f"     counters {expect_total} µJ = requests {req_uj} + idle {idle_uj}; "
+          f"{len(reqs)} requests, {len(iv)} intervals, {dur_ns / 1e9:.3f} s, "
+          f"${total:.9f} = {PRICE} x {dur_ns / 3.6e12:.9f} h; unattributed {unattr / 1e6:.3f} ms")
+    for k, w in enumerate(windows):
+        print(f"     window {k}: batch {batch[k]:.2f}, step {tau[k] / 1e3:.0f} µs, " +
+              ", ".join(f"{a}={b:.6g}" if isinstance(b, float) else f"{a}={b}" for a, b in w.items()))
+    # the same price, half the batch: a step's time is shared by half as many
+    # sequences, so each token costs twice as much at the same step time (on a
+    # CPU a smaller batch also runs shorter steps: that factor is divided out)
+    ratio = windows[2]["req_usd_per_mtok"] / windows[1]["req_usd_per_mtok"]
+    total_ratio = windows[2]["usd_per_mtok"] / windows[1]["usd_per_mtok"]
+    bratio = batch[1] / batch[2]
+    at_same_step = ratio * tau[1] / tau[2]
+    print(f"     batch {batch[1]:.2f} -> {batch[2]:.2f} (x{1 / bratio:.2f}): requests' cost per "
+          f"token x{ratio:.2f}, x{at_same_step:.2f} at the same step time; the window's (idle "
+          f"included) x{total_ratio:.2f}")
+    assert 1.5 <= bratio <= 2.5, f"the 1-thread window was meant to halve the batch: {batch}"
+    assert 0.8 * bratio <= at_same_step <= 1.25 * bratio, (at_same_step, bratio, windows)
+    assert ratio > 1.0, (ratio, total_ratio)
+
+    # /metrics: counters a Prometheus can rate()
+    for dom in ("package-0", "dram-0"):
+        k = f'kpi_energy_joules_total{{domain="{dom}"}}'
+        assert k in scrape1 and scrape2[k] > scrape1[k] > 0, (k, scrape1.get(k), scrape2.get(k))
+    assert scrape2["kpi_cost_usd_total"] > scrape1["kpi_cost_usd_total"] > 0
+    assert abs((scrape2["kpi_cost_usd_total"] - scrape1["kpi_cost_usd_total"]) - PRICE / 3600 * 1.2) \
+        < PRICE / 3600 * 0.8
+    meta = dict((r["key"], r["value"]) for r in _rows(db, "SELECT key, value FROM meta"))
+    assert meta["energy_source"] == "rapl:package-0,dram-0", meta
+    assert float(meta["price_per_hour"]) == PRICE and "token share" in meta["cost_method"]
+    # the view, per minute: the requests' and idle cost add up to the intervals'
+    v = _rows(db, "SELECT * FROM cost_per_minute")
+    assert sum(r["requests"] for r in v) == len(_rows(db, "SELECT 1 FROM requests"))
+    assert abs(sum((r["cost_usd"] or 0) + (r["idle_cost_usd"] or 0) for r in v) - total) < 1e-9
+    assert abs(sum((r["energy_j"] or 0) + (r["idle_energy_j"] or 0) for r in v) - expect_total / 1e6) < 1e-6
+    totals = [l for l in agent.lines if l.startswith("cost: ") and "sampled" in l]
+    assert totals, agent.lines[-5:]
+    print(f"     {totals[0]}")
+
+
+test_cost_attribution_exact_on_kpi_infer.timeout = 300
+
+
+def test_cost_no_counters_leaves_nulls():
+    """No RAPL zone, no NVML: one line at start, meta says so, every energy
+    figure NULL (never 0); without a price cost_usd is NULL too, machine time
+    is still attributed."""
+    ft.require()
+    d = ft.workdir()
+    empty = os.path.join(d, "no-powercap")
+    os.makedirs(empty)
+    db = os.path.join(d, "none.db")
+    daemon = servertest.Daemon("--max-seqs", 4)
+    mport = kpitest.free_port()
+    agent = at.start_agent(db, "--flush-ms", 100, "--powercap-root", empty,
+                           "--metrics", f"127.0.0.1:{mport}", pid=daemon.p.pid)
+    said = [l for l in agent.lines if l.startswith("energy:")]
+    assert len(said) == 1 and said[0].startswith(f"energy: not measured (no RAPL zone under {empty}"), \
+        agent.lines
+    load = ft.Load(daemon.port, threads=2, max_tokens=(4, 8))
+    time.sleep(3)
+    load.stop()
+    time.sleep(2.2)
+    metrics = kpitest.http_request(mport, "GET", "/metrics")[2].decode()
+    assert agent.stop() == 0, agent.lines[-20:]
+    assert "kpi_energy_joules_total" not in metrics and "kpi_cost_usd_total" not in metrics
+    reqs = _rows(db, "SELECT energy_j, cost_usd, machine_ns FROM requests WHERE seq_id IS NOT NULL")
+    assert reqs and all(r["energy_j"] is None and r["cost_usd"] is None for r in reqs)
+    assert all(r["machine_ns"] is not None for r in reqs) and sum(r["machine_ns"] for r in reqs) > 0
+    iv = _rows(db, "SELECT * FROM cost_samples")
+    assert iv and all(r["energy_uj"] is None and r["idle_energy_uj"] is None and r["cost_usd"] is None
+                      for r in iv)
+    assert not _rows(db, "SELECT 1 FROM energy_readings")
+    meta = dict((r["key"], r["value"]) for r in _rows(db, "SELECT key, value FROM meta"))
+    assert meta["energy_source"].startswith("none: no RAPL zone under"), meta
+    assert "price_per_hour" not in meta
+    v = _rows(db, "SELECT * FROM cost_per_minute")
+    assert v and all(r["energy_j"] is None and r["cost_usd"] is None for r in v), v
+
+
+test_cost_no_counters_leaves_nulls.timeout = 120
+
+
+def _nvml():
+    try:
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError as e:
+        return None, f"no GPU: libnvidia-ml.so.1 cannot be loaded ({e})"
+    if lib.nvmlInit_v2() != 0:
+        return None, "no GPU: nvmlInit failed"
+    n = ctypes.c_uint()
+    if lib.nvmlDeviceGetCount_v2(ctypes.byref(n)) != 0 or not n.value:
+        return None, "no GPU: NVML sees no device"
+    return lib, None
+
+
+def test_cost_gpu_nvml_counter():
+    """On a GPU host: the agent reads each GPU's NVML energy counter (domain
+    gpuN) while kpi-infer runs make bench-gpu's CUDA work and load."""
+    lib, why = _nvml()
+    if not lib:
+        raise kpitest.Skip(why)
+    ft.require()
+    d = ft.workdir()
+    db = os.path.join(d, "gpu.db")
+    daemon = servertest.Daemon("--max-seqs", 8)
+    agent = at.start_agent(db, "--flush-ms", 100, "--price-per-hour", 2, pid=daemon.p.pid)
+    said = [l for l in agent.lines if l.startswith("energy:")]
+    assert said and "nvml:gpu0" in said[0], agent.lines
+    load = ft.Load(daemon.port, threads=4, max_tokens=(16, 32))
+    bench = None
+    if os.access(os.path.join(kpitest.BUILD, "cuda-attn-check"), os.X_OK):
+        bench = kpitest.Proc(["make", "-C", kpitest.ROOT, "bench-gpu"])
+    time.sleep(6)
+    load.stop()
+    if bench:
+        bench.wait(timeout=600)
+    time.sleep(2.2)
+    assert agent.stop() == 0, agent.lines[-20:]
+    rd = _rows(db, "SELECT * FROM energy_readings WHERE domain = 'gpu0' ORDER BY t_ns")
+    assert len(rd) >= 5 and sum(r["delta_uj"] or 0 for r in rd) > 0, rd[:3]
+    iv = _rows(db, "SELECT * FROM cost_samples")
+    reqs = _rows(db, "SELECT energy_j FROM requests WHERE seq_id IS NOT NULL")
+    req_uj = sum(_uj(r["energy_j"]) for r in reqs)
+    assert req_uj + sum(r["idle_energy_uj"] + r["unattributed_energy_uj"] for r in iv) == \
+        sum(r["energy_uj"] for r in iv)
+    gpu_j = sum(r["delta_uj"] or 0 for r in rd) / 1e6
+    print(f"     gpu0: {gpu_j:.3f} J over {len(rd)} readings, {len(reqs)} requests")
+
+
+test_cost_gpu_nvml_counter.timeout = 700
