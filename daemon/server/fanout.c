@@ -5,7 +5,6 @@
 
 #include <unistd.h>
 
-#include "kpi_probes.h"
 #include "abi/kpi_reasons.h"
 #include "daemon/server/openai.h"
 
