@@ -5,7 +5,7 @@
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Ivmlinux/$(ARCH) -Ibpf -I. \
 	-I/usr/include/$(shell gcc -dumpmachine) -Wall -Wno-unused-function
 AGENT_SRCS := $(filter-out agent/main.c,$(wildcard agent/*.c))
-AGENT_OBJS := $(AGENT_SRCS:%.c=$(OBJ)/%.o)
+AGENT_OBJS := $(AGENT_SRCS:%.c=$(OBJ)/%.o) $(OBJ)/schema/pct.o
 AGENT_LDLIBS := -lbpf -lelf -lz -lsqlite3 $(LDLIBS_COMMON)
 AGENT_GEN := $(BUILD)/include/kpi.skel.h $(BUILD)/include/kpi_schema.h
 

@@ -1,7 +1,7 @@
 /* test_tools_trace.c - the trace tools' shared layer: percentiles against a
  * naive sort, duration/time parsing, and trace_open's refusals. */
 #include "tests/unit/check.h"
-#include "tools/common/pct.h"
+#include "schema/pct.h"
 #include "tools/common/trace.h"
 
 #include <math.h>

@@ -1,7 +1,7 @@
 /* trace.c - read-only access to kpi-agent's trace store: every SQL statement
  * kpitop and kpi-report run lives here; range queries use the time indexes. */
 #include "tools/common/trace.h"
-#include "tools/common/pct.h"
+#include "schema/pct.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -2,7 +2,7 @@
  * how each percentile's change splits over phases, and the findings with
  * their evidence, strongest first. All data through tools/common/trace.h. */
 #include "tools/kpi-report/report.h"
-#include "tools/common/pct.h"
+#include "schema/pct.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -2,7 +2,7 @@
 # median(x) for the sqlite3 CLI (.load build/libkpi_sqlite). Position-
 # independent objects of its own, apart from the programs' objects.
 
-SQLITE_EXT_SRCS := tools/sqlite-ext/kpi_sqlite.c tools/common/pct.c
+SQLITE_EXT_SRCS := tools/sqlite-ext/kpi_sqlite.c schema/pct.c
 SQLITE_EXT_OBJS := $(SQLITE_EXT_SRCS:%.c=$(OBJ)/pic/%.o)
 PROGRAMS += $(BUILD)/libkpi_sqlite.so
 

@@ -1,12 +1,12 @@
 /* kpi_sqlite.c - SQLite loadable extension for ad-hoc trace queries in the
  * sqlite3 CLI: percentile(x, p) and median(x), with p from 0 to 100 and the
- * same interpolation as SQLite's own percentile extension (tools/common/pct.c).
+ * same interpolation as SQLite's own percentile extension (schema/pct.c).
  *   sqlite3 trace.db -cmd '.load build/libkpi_sqlite' \
  *     "SELECT percentile(ttft_ns, 99) / 1e6 FROM requests" */
 #include <sqlite3ext.h>
 SQLITE_EXTENSION_INIT1
 
-#include "tools/common/pct.h"
+#include "schema/pct.h"
 
 #include <stdlib.h>
 #include <string.h>

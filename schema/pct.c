@@ -1,6 +1,6 @@
 /* pct.c - percentiles by quickselect (O(n), no full sort), interpolated
  * between closest ranks: value at (n-1)*p/100, as SQLite's percentile(). */
-#include "tools/common/pct.h"
+#include "schema/pct.h"
 
 #include <math.h>
 #include <stddef.h>
