@@ -2,14 +2,20 @@
  * step's requests; incremental, so records that arrive late still add up. */
 #include <stdlib.h>
 #include <string.h>
+#include <uthash.h>
 #include "gpu_attr.h"
 #include "abi/kpi_gpu_split.h"
 
-#define N_BUCKETS (1u << 14)
+/* Key of both tables (uthash hashes its bytes: padding zeroed). */
+struct ent_key {
+	uint32_t pid;
+	uint32_t _pad;
+	uint64_t id;            /* step id, or request id */
+};
 
 struct step_ent {
-	uint32_t pid;
-	uint64_t step;
+	UT_hash_handle hh;
+	struct ent_key key;         /* (pid, step) */
 	struct kpi_step_seq *seqs;  /* the step's list, [n_total] */
 	uint32_t n_total, n_got;
 	struct kpi_gpu_span *spans;
@@ -20,32 +26,26 @@ struct step_ent {
 	bool have_busy;             /* busy was computed at least once */
 	bool dirty;                 /* busy not yet written */
 	uint64_t touched;
-	struct step_ent *hnext, *prev, *next;
 };
 
 struct req_ent {
-	uint32_t pid;
-	uint64_t id;
+	UT_hash_handle hh;
+	struct ent_key key;         /* (pid, request id) */
 	uint64_t prefill_ns, decode_ns;
 	bool dirty;
 	uint64_t touched;
-	struct req_ent *hnext, *prev, *next;
 };
 
+/* uthash keeps each table's entries in insertion order: settle, drain and
+ * forget walk them oldest first, and may delete the one they stand on. */
 struct gpu_attr {
-	struct step_ent *steps[N_BUCKETS], *step_list;
-	struct req_ent *reqs[N_BUCKETS], *req_list;
+	struct step_ent *steps;
+	struct req_ent *reqs;
 	uint32_t *tok;              /* split scratch */
 	uint64_t *share;
 	uint32_t cap_scratch;
 	struct gpu_attr_stats st;
 };
-
-static uint32_t hash(uint32_t pid, uint64_t k)
-{
-	uint64_t h = (k ^ ((uint64_t)pid << 32 | pid)) * 0x9e3779b97f4a7c15ull;
-	return (uint32_t)(h >> 40) & (N_BUCKETS - 1);
-}
 
 static void *xcalloc(size_t n, size_t size)
 {
@@ -70,38 +70,23 @@ struct gpu_attr *gpu_attr_new(void)
 
 /* ---- entries ---------------------------------------------------------- */
 
-static struct step_ent *step_get(struct gpu_attr *a, uint32_t pid, uint64_t step, bool create)
+static struct step_ent *step_get(struct gpu_attr *a, uint32_t pid, uint64_t step)
 {
-	uint32_t b = hash(pid, step);
-	for (struct step_ent *s = a->steps[b]; s; s = s->hnext)
-		if (s->pid == pid && s->step == step)
-			return s;
-	if (!create)
-		return NULL;
-	struct step_ent *s = xcalloc(1, sizeof(*s));
-	s->pid = pid;
-	s->step = step;
-	s->hnext = a->steps[b];
-	a->steps[b] = s;
-	s->next = a->step_list;
-	if (a->step_list)
-		a->step_list->prev = s;
-	a->step_list = s;
+	struct ent_key k = { .pid = pid, .id = step };
+	struct step_ent *s;
+
+	HASH_FIND(hh, a->steps, &k, sizeof(k), s);
+	if (s)
+		return s;
+	s = xcalloc(1, sizeof(*s));
+	s->key = k;
+	HASH_ADD(hh, a->steps, key, sizeof(s->key), s);
 	return s;
 }
 
 static void step_del(struct gpu_attr *a, struct step_ent *s)
 {
-	struct step_ent **pp = &a->steps[hash(s->pid, s->step)];
-	while (*pp != s)
-		pp = &(*pp)->hnext;
-	*pp = s->hnext;
-	if (s->prev)
-		s->prev->next = s->next;
-	else
-		a->step_list = s->next;
-	if (s->next)
-		s->next->prev = s->prev;
+	HASH_DEL(a->steps, s);
 	free(s->seqs);
 	free(s->spans);
 	free(s);
@@ -109,45 +94,35 @@ static void step_del(struct gpu_attr *a, struct step_ent *s)
 
 static struct req_ent *req_get(struct gpu_attr *a, uint32_t pid, uint64_t id)
 {
-	uint32_t b = hash(pid, id);
-	for (struct req_ent *r = a->reqs[b]; r; r = r->hnext)
-		if (r->pid == pid && r->id == id)
-			return r;
-	struct req_ent *r = xcalloc(1, sizeof(*r));
-	r->pid = pid;
-	r->id = id;
-	r->hnext = a->reqs[b];
-	a->reqs[b] = r;
-	r->next = a->req_list;
-	if (a->req_list)
-		a->req_list->prev = r;
-	a->req_list = r;
+	struct ent_key k = { .pid = pid, .id = id };
+	struct req_ent *r;
+
+	HASH_FIND(hh, a->reqs, &k, sizeof(k), r);
+	if (r)
+		return r;
+	r = xcalloc(1, sizeof(*r));
+	r->key = k;
+	HASH_ADD(hh, a->reqs, key, sizeof(r->key), r);
 	return r;
 }
 
 static void req_del(struct gpu_attr *a, struct req_ent *r)
 {
-	struct req_ent **pp = &a->reqs[hash(r->pid, r->id)];
-	while (*pp != r)
-		pp = &(*pp)->hnext;
-	*pp = r->hnext;
-	if (r->prev)
-		r->prev->next = r->next;
-	else
-		a->req_list = r->next;
-	if (r->next)
-		r->next->prev = r->prev;
+	HASH_DEL(a->reqs, r);
 	free(r);
 }
 
 void gpu_attr_free(struct gpu_attr *a)
 {
+	struct step_ent *s, *stmp;
+	struct req_ent *r, *rtmp;
+
 	if (!a)
 		return;
-	while (a->step_list)
-		step_del(a, a->step_list);
-	while (a->req_list)
-		req_del(a, a->req_list);
+	HASH_ITER(hh, a->steps, s, stmp)
+		step_del(a, s);
+	HASH_ITER(hh, a->reqs, r, rtmp)
+		req_del(a, r);
 	free(a->tok);
 	free(a->share);
 	free(a);
@@ -160,7 +135,7 @@ void gpu_attr_step_seqs(struct gpu_attr *a, uint32_t pid, uint64_t step, uint32_
 {
 	if (step == 0)
 		return;
-	struct step_ent *s = step_get(a, pid, step, true);
+	struct step_ent *s = step_get(a, pid, step);
 	s->touched = now;
 	if (first == 0 || s->n_total != n_total) {
 		s->seqs = xrealloc(s->seqs, (n_total ? n_total : 1) * sizeof(*s->seqs));
@@ -187,7 +162,7 @@ void gpu_attr_record(struct gpu_attr *a, uint32_t pid, const struct kpi_gpu_rec 
 		return;
 	}
 	a->st.records++;
-	struct step_ent *s = step_get(a, pid, r->step, true);
+	struct step_ent *s = step_get(a, pid, r->step);
 	s->touched = now;
 	if (s->n_spans == s->cap_spans) {
 		s->cap_spans = s->cap_spans ? 2 * s->cap_spans : 16;
@@ -212,7 +187,7 @@ static void split(struct gpu_attr *a, struct step_ent *s, uint64_t delta, uint64
 		a->tok[i] = s->seqs[i].n_tokens > 0 ? (uint32_t)s->seqs[i].n_tokens : 0;
 	kpi_gpu_split_by_tokens(delta, a->tok, (int)n, a->share);
 	for (uint32_t i = 0; i < n; i++) {
-		struct req_ent *r = req_get(a, s->pid, s->seqs[i].id);
+		struct req_ent *r = req_get(a, s->key.pid, s->seqs[i].id);
 		if (s->seqs[i].is_prefill)
 			r->prefill_ns += a->share[i];
 		else
@@ -225,7 +200,9 @@ static void split(struct gpu_attr *a, struct step_ent *s, uint64_t delta, uint64
 
 void gpu_attr_settle(struct gpu_attr *a)
 {
-	for (struct step_ent *s = a->step_list; s; s = s->next) {
+	struct step_ent *s, *tmp;
+
+	HASH_ITER(hh, a->steps, s, tmp) {
 		if (!s->changed)
 			continue;
 		s->changed = false;
@@ -249,10 +226,12 @@ void gpu_attr_drain(struct gpu_attr *a, uint64_t now,
 		    bool (*step_fn)(void *ctx, const struct gpu_attr_step *s),
 		    bool (*req_fn)(void *ctx, const struct gpu_attr_req *r), void *ctx)
 {
-	for (struct step_ent *s = a->step_list, *next; s; s = next) {
-		next = s->next;
+	struct step_ent *s, *stmp;
+	struct req_ent *r, *rtmp;
+
+	HASH_ITER(hh, a->steps, s, stmp) {
 		if (s->dirty && s->n_spans) {
-			struct gpu_attr_step o = { s->pid, s->step, s->busy };
+			struct gpu_attr_step o = { s->key.pid, s->key.id, s->busy };
 			if (step_fn(ctx, &o))
 				s->dirty = false;
 		}
@@ -264,10 +243,9 @@ void gpu_attr_drain(struct gpu_attr *a, uint64_t now,
 			step_del(a, s);
 		}
 	}
-	for (struct req_ent *r = a->req_list, *next; r; r = next) {
-		next = r->next;
+	HASH_ITER(hh, a->reqs, r, rtmp) {
 		if (r->dirty) {
-			struct gpu_attr_req o = { r->pid, r->id, r->prefill_ns, r->decode_ns };
+			struct gpu_attr_req o = { r->key.pid, r->key.id, r->prefill_ns, r->decode_ns };
 			if (req_fn(ctx, &o))
 				r->dirty = false;
 		}
@@ -281,16 +259,15 @@ void gpu_attr_drain(struct gpu_attr *a, uint64_t now,
 
 void gpu_attr_forget_pid(struct gpu_attr *a, uint32_t pid)
 {
-	for (struct step_ent *s = a->step_list, *next; s; s = next) {
-		next = s->next;
-		if (s->pid == pid)
+	struct step_ent *s, *stmp;
+	struct req_ent *r, *rtmp;
+
+	HASH_ITER(hh, a->steps, s, stmp)
+		if (s->key.pid == pid)
 			step_del(a, s);
-	}
-	for (struct req_ent *r = a->req_list, *next; r; r = next) {
-		next = r->next;
-		if (r->pid == pid)
+	HASH_ITER(hh, a->reqs, r, rtmp)
+		if (r->key.pid == pid)
 			req_del(a, r);
-	}
 }
 
 void gpu_attr_stats(const struct gpu_attr *a, struct gpu_attr_stats *out)

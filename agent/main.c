@@ -1,9 +1,8 @@
-/* main.c - kpi-agent: finds kpi-infer processes, attaches the BPF programs of
- * bpf/kpi.bpf.c to them, assembles one record per request, writes SQLite. */
+/* main.c - kpi-agent: flags, start-up checks, load, then the loop that drains
+ * the ring buffer into the assembler and SQLite; attach.c follows the targets. */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
@@ -11,13 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 #include "kpi.skel.h"
 #include "assemble.h"
 #include "cost.h"
 #include "energy.h"
+#include "attach.h"
 #include "exporters.h"
 #include "gpu.h"
 #include "host.h"
@@ -28,22 +27,8 @@
 #include "store.h"
 #include "targets.h"
 
-#ifndef PIDFD_THREAD
-#define PIDFD_THREAD O_EXCL     /* linux/pidfd.h, Linux 6.9: a pidfd for one thread */
-#endif
-
 #define RESCAN_NS   500000000ull    /* look for new and exited targets */
 #define SAMPLE_NS  1000000000ull
-
-/* USDT probe name -> its handler, in kpi_probes.d order. */
-#define N_USDT 10
-
-struct target {
-	pid_t pid;
-	unsigned long long start_time;
-	struct bpf_link *links[N_USDT];
-	bool failed;            /* attach failed: do not retry this process */
-};
 
 static struct env {
 	const char *db;
@@ -328,38 +313,13 @@ struct agent {
 	struct assembler *asm_;
 	struct trace_store *store;
 	struct host_features feat;
-	struct target targets[KPI_MAX_TARGETS];
-	int n_targets;
+	struct attach *at;                   /* the targets and the links */
 	int n_cpus;
-	struct bpf_link *global_links[64];   /* tracepoint / raw_tp programs */
-	int n_global_links;
 	struct agent_gpu *gpu;               /* NULL: GPU collection off */
 	struct loss_probe losses;            /* the kernel side's losses */
+	struct exporters exp;
 	struct agent_cost *cost;             /* NULL: cost and energy off */
 };
-
-static const struct {
-	const char *name;
-	size_t prog_off;
-} usdt_probes[N_USDT] = {
-#define P(probe, prog) { probe, offsetof(struct kpi_bpf, progs.prog) }
-	P("request__admitted", kpi_request_admitted),
-	P("request__rejected", kpi_request_rejected),
-	P("request__scheduled", kpi_request_scheduled),
-	P("step__begin", kpi_step_begin),
-	P("step__end", kpi_step_end),
-	P("request__first_token", kpi_request_first_token),
-	P("request__preempted", kpi_request_preempted),
-	P("request__finished", kpi_request_finished),
-	P("request__cancelled", kpi_request_cancelled),
-	P("response__end", kpi_response_end),
-#undef P
-};
-
-static struct bpf_program *usdt_prog(struct kpi_bpf *skel, int i)
-{
-	return *(struct bpf_program **)((char *)skel + usdt_probes[i].prog_off);
-}
 
 static uint64_t read_counter(struct agent *ag, __u32 idx)
 {
@@ -381,271 +341,7 @@ static int handle_event(void *ctx, void *data, size_t size)
 	return 0;
 }
 
-/* ---- attaching to targets ---------------------------------------------------------- */
-
-/* Run-queue delay from one raw_tp program reading the scheduler's own
- * timestamps; otherwise the sched tracepoints, which need the targets' tids. */
-static bool sched_raw(const struct agent *ag)
-{
-	return ag->feat.raw_tp && ag->feat.sched_info && ag->feat.task_storage;
-}
-
-struct thread_ctx {
-	struct agent *ag;
-	pid_t pid;
-};
-
-/* target_tids: tid -> tgid, for the sched tracepoint flavour */
-static bool add_target_tid(void *ctx, int tid)
-{
-	struct thread_ctx *c = ctx;
-	__u32 key = (__u32)tid, tgid = (__u32)c->pid;
-
-	bpf_map__update_elem(c->ag->skel->maps.target_tids, &key, sizeof(key), &tgid,
-			     sizeof(tgid), BPF_ANY);
-	return true;
-}
-
-/* Ports and threads change while a target runs: refreshed at every rescan. */
-static void target_refresh(struct agent *ag, pid_t pid)
-{
-	uint16_t ports[64];
-	__u8 one = 1;
-	int n = target_listen_ports(pid, ports, 64);
-
-	for (int i = 0; i < n; i++)
-		bpf_map__update_elem(ag->skel->maps.target_ports, &ports[i], sizeof(ports[i]), &one,
-				     sizeof(one), BPF_ANY);
-	if (!sched_raw(ag))
-		target_each_thread(pid, add_target_tid, &(struct thread_ctx){ ag, pid });
-}
-
-static bool prime_thread(void *ctx, int tid)
-{
-	struct thread_ctx *c = ctx;
-	char path[96];
-	unsigned long long run, delay;
-	FILE *f;
-	int fd = (int)syscall(SYS_pidfd_open, tid, PIDFD_THREAD);
-
-	if (fd < 0)
-		return true;
-	snprintf(path, sizeof(path), "/proc/%d/task/%d/schedstat", c->pid, tid);
-	f = fopen(path, "r");
-	if (f && fscanf(f, "%llu %llu", &run, &delay) == 2) {
-		__u64 v = delay;
-		bpf_map_update_elem(bpf_map__fd(c->ag->skel->maps.runq_seen), &fd, &v, BPF_ANY);
-	}
-	if (f)
-		fclose(f);
-	close(fd);
-	return true;
-}
-
-/* The raw_tp run-queue program counts what each thread's run_delay grew
- * since it last left the CPU; for the threads already running at attach,
- * "since" starts at their run_delay now, given to their task storage through
- * a pidfd (PIDFD_THREAD).  Where that fails a thread's first wait after the
- * attach is not counted. */
-static void runq_prime(struct agent *ag, pid_t pid)
-{
-	target_each_thread(pid, prime_thread, &(struct thread_ctx){ ag, pid });
-}
-
-static int target_attach(struct agent *ag, pid_t pid)
-{
-	struct target *t;
-	char exe[PATH_MAX];
-	__u32 key = (__u32)pid;
-	__u64 since = now_ns();
-
-	if (ag->n_targets == KPI_MAX_TARGETS) {
-		fprintf(stderr, "kpi-agent: already tracing %d processes; pid %d is not traced\n",
-			KPI_MAX_TARGETS, pid);
-		return -1;
-	}
-	t = &ag->targets[ag->n_targets];
-	memset(t, 0, sizeof(*t));
-	t->pid = pid;
-	t->start_time = target_start_time(pid);
-	if (!t->start_time || target_exe_path(pid, exe, sizeof(exe))) {
-		fprintf(stderr, "kpi-agent: pid %d: no such process (or it exited)\n", pid);
-		return -1;
-	}
-	ag->n_targets++;
-	/* targets first: syscall handlers see the process from now on */
-	if (sched_raw(ag))
-		runq_prime(ag, pid);
-	bpf_map__update_elem(ag->skel->maps.targets, &key, sizeof(key), &since, sizeof(since),
-			     BPF_ANY);
-	target_refresh(ag, pid);
-	char missing[256] = "";
-	int n_links = 0;
-	for (int i = 0; i < N_USDT; i++) {
-		t->links[i] = bpf_program__attach_usdt(usdt_prog(ag->skel, i), pid, exe, "kpi",
-						       usdt_probes[i].name, NULL);
-		if (t->links[i]) {
-			n_links++;
-			continue;
-		}
-		if (errno == ENOENT) {
-			/* a probe the build compiled out or never fires: the rest still work */
-			size_t l = strlen(missing);
-			snprintf(missing + l, sizeof(missing) - l, "%s%s", l ? ", " : "", usdt_probes[i].name);
-			continue;
-		}
-		fprintf(stderr, "kpi-agent: pid %d (%s): cannot attach USDT probe kpi:%s (%s)\n",
-			pid, exe, usdt_probes[i].name, strerror(errno));
-		break;
-	}
-	if (n_links < N_USDT && (!t->links[0] || !t->links[N_USDT - 1] || missing[0] == 0)) {
-		/* without admitted/response__end there is no request to record */
-		fprintf(stderr, "kpi-agent: pid %d (%s) is not traced: %s; is it a kpi-infer built with "
-			"its USDT probes (abi/kpi_probes.d)?\n", pid, exe,
-			missing[0] ? "its kpi probes are missing" : "attaching failed");
-		t->failed = true;
-		for (int k = 0; k < N_USDT; k++) {
-			bpf_link__destroy(t->links[k]);
-			t->links[k] = NULL;
-		}
-		bpf_map__delete_elem(ag->skel->maps.targets, &key, sizeof(key), 0);
-		return -1;
-	}
-	if (missing[0])
-		fprintf(stderr, "kpi-agent: pid %d has no call site for kpi:%s (those events will not "
-			"be seen)\n", pid, missing);
-	printf("attached to pid %d (%s)\n", pid, exe);
-	return 0;
-}
-
-/* Walks map fd and deletes the entries for which gone(ctx, key, value)
- * returns true.  The next key is taken before the current one is deleted:
- * a hash map's walk from a key that no longer exists starts over.  Called
- * through map_prune(), which checks at compile time that the map's key and
- * value types fit its buffers. */
-#define PRUNE_KEY_MAX 16
-#define PRUNE_VALUE_MAX 128
-
-static void map_prune_walk(int fd, bool (*gone)(void *ctx, const void *key, const void *value),
-			   void *ctx)
-{
-	_Alignas(8) unsigned char k[2][PRUNE_KEY_MAX], v[PRUNE_VALUE_MAX];
-	int cur = 0, more;
-
-	more = bpf_map_get_next_key(fd, NULL, k[cur]) == 0;
-	while (more) {
-		more = bpf_map_get_next_key(fd, k[cur], k[!cur]) == 0;
-		if (bpf_map_lookup_elem(fd, k[cur], v) == 0 && gone(ctx, k[cur], v))
-			bpf_map_delete_elem(fd, k[cur]);
-		cur = !cur;
-	}
-}
-
-#define map_prune(fd, key_t, value_t, gone, ctx) do {                                      \
-	_Static_assert(sizeof(key_t) <= PRUNE_KEY_MAX && sizeof(value_t) <= PRUNE_VALUE_MAX, \
-		       "map_prune: " #key_t " -> " #value_t " does not fit its buffers");   \
-	map_prune_walk(fd, gone, ctx);                                                     \
-} while (0)
-
-/* conns: (pid << 32 | fd) -> connection.  Write times the kernel still holds
- * go to the assembler first: the target is gone, so no response__end or close
- * will send them. */
-static bool conn_of_pid(void *ctx, const void *key, const void *value)
-{
-	struct thread_ctx *c = ctx;
-	const struct kpi_conn *conn = value;
-	__u64 k = *(const __u64 *)key;
-
-	if ((k >> 32) != (__u32)c->pid)
-		return false;
-	if (conn->n_writes && conn->n_writes <= KPI_WRITE_BATCH) {
-		struct kpi_ev_write e = { 0 };
-		kpi_write_event_fill(&e, (__u32)c->pid, (int)(__u32)k, conn, conn->n_writes);
-		assemble_event(c->ag->asm_, &e, sizeof(e));
-	}
-	return true;
-}
-
-/* target_tids: tid -> tgid */
-static bool tid_of_pid(void *ctx, const void *key, const void *value)
-{
-	(void)key;
-	return *(const __u32 *)value == (__u32)((struct thread_ctx *)ctx)->pid;
-}
-
-/* Removes every BPF map entry that belongs to pid. */
-static void forget_maps(struct agent *ag, pid_t pid)
-{
-	struct thread_ctx c = { ag, pid };
-	__u32 key = (__u32)pid;
-
-	bpf_map__delete_elem(ag->skel->maps.targets, &key, sizeof(key), 0);
-	bpf_map__delete_elem(ag->skel->maps.runq_total, &key, sizeof(key), 0);
-	map_prune(bpf_map__fd(ag->skel->maps.conns), __u64, struct kpi_conn, conn_of_pid, &c);
-	if (!sched_raw(ag))
-		map_prune(bpf_map__fd(ag->skel->maps.target_tids), __u32, __u32, tid_of_pid, &c);
-}
-
-static void target_detach(struct agent *ag, int idx, bool announce)
-{
-	struct target *t = &ag->targets[idx];
-
-	/* events already in the ring belong to completed requests: keep them */
-	ring_buffer__consume(ag->rb);
-	for (int i = 0; i < N_USDT; i++)
-		bpf_link__destroy(t->links[i]);
-	forget_maps(ag, t->pid);
-	assemble_forget_pid(ag->asm_, (uint32_t)t->pid);
-	if (announce && !t->failed)
-		printf("detached from pid %d\n", t->pid);
-	ag->targets[idx] = ag->targets[--ag->n_targets];
-}
-
-static bool wanted(pid_t pid)
-{
-	if (!env.n_pids)
-		return true;
-	for (int i = 0; i < env.n_pids; i++)
-		if (env.pids[i] == pid)
-			return true;
-	return false;
-}
-
-static void rescan(struct agent *ag)
-{
-	pid_t found[KPI_MAX_TARGETS];
-	int n;
-
-	for (int i = ag->n_targets - 1; i >= 0; i--) {
-		struct target *t = &ag->targets[i];
-		if (target_start_time(t->pid) != t->start_time)
-			target_detach(ag, i, true);
-		else if (!t->failed)
-			target_refresh(ag, t->pid);
-	}
-	if (env.n_pids) {
-		n = 0;
-		for (int i = 0; i < env.n_pids; i++)
-			if (target_start_time(env.pids[i]))
-				found[n++] = env.pids[i];
-	} else {
-		n = targets_scan(env.exe, found, KPI_MAX_TARGETS);
-	}
-	for (int i = 0; i < n; i++) {
-		bool known = false;
-		for (int k = 0; k < ag->n_targets && !known; k++)
-			known = ag->targets[k].pid == found[i];
-		if (!known && wanted(found[i]))
-			target_attach(ag, found[i]);
-	}
-	/* those that map libkpi_cupti.so also get their GPU kernels recorded */
-	pid_t live[KPI_MAX_TARGETS];
-	int n_live = 0;
-	for (int i = 0; i < ag->n_targets; i++)
-		if (!ag->targets[i].failed)
-			live[n_live++] = ag->targets[i].pid;
-	agent_gpu_sync(ag->gpu, live, n_live);
-}
+/* ---- writing -------------------------------------------------------------------------- */
 
 /* After the trace store's flush, so that the rows the GPU columns update exist. */
 static void gpu_flush(struct agent *ag, uint64_t now, bool final)
@@ -659,89 +355,6 @@ static void gpu_flush(struct agent *ag, uint64_t now, bool final)
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		last_err = now;
 	}
-}
-
-/* ---- program selection --------------------------------------------------------------- */
-
-static bool is_write_syscall(const char *name)
-{
-	return !strcmp(name, "write") || !strcmp(name, "writev") || !strcmp(name, "sendto") ||
-	       !strcmp(name, "sendmsg");
-}
-
-static void choose_programs(struct agent *ag)
-{
-	struct kpi_bpf *s = ag->skel;
-	struct bpf_program *p;
-	bool sys_tp = ag->feat.syscall_tp, sched_rawtp = sched_raw(ag);
-	bool exit_regs = sys_tp && ag->feat.task_regs;
-
-	bpf_object__for_each_program(p, s->obj) {
-		const char *sec = bpf_program__section_name(p);
-		bool load = true;
-		if (!strcmp(sec, "tracepoint/syscalls/sys_enter_close"))
-			load = sys_tp;
-		else if (!strncmp(sec, "tracepoint/syscalls/sys_enter_", 30))
-			/* a read's exit reads the fd itself; a write's time is its entry */
-			load = sys_tp && (!exit_regs || is_write_syscall(sec + 30));
-		else if (!strncmp(sec, "tracepoint/syscalls/", 20))
-			load = sys_tp;
-		else if (!strcmp(sec, "raw_tp/sys_enter") || !strcmp(sec, "raw_tp/sys_exit"))
-			load = !sys_tp && ag->feat.raw_tp;
-		else if (!strncmp(sec, "raw_tp/sched_", 13))
-			load = sched_rawtp;
-		else if (!strncmp(sec, "tracepoint/sched/", 17))
-			load = !sched_rawtp && ag->feat.sched_tp;
-		else if (!strcmp(sec, "tracepoint/tcp/tcp_probe"))
-			load = ag->feat.tcp_probe_tp;
-		bpf_program__set_autoload(p, load);
-	}
-	/* maps only the other flavour uses are not created: a kernel without
-	 * task storage could not create runq_seen */
-	s->rodata->exit_regs = exit_regs;
-	s->rodata->sys_in_task = ag->feat.task_storage;
-	bpf_map__set_autocreate(s->maps.sys_task, ag->feat.task_storage);
-	bpf_map__set_autocreate(s->maps.sys_args, !ag->feat.task_storage);
-	bpf_map__set_autocreate(s->maps.runq_seen, sched_rawtp);
-	bpf_map__set_autocreate(s->maps.runq_last, sched_rawtp);
-	bpf_map__set_autocreate(s->maps.runq_start, !sched_rawtp);
-	bpf_map__set_autocreate(s->maps.target_tids, !sched_rawtp);
-	s->rodata->nr_read = SYS_read;
-	s->rodata->nr_readv = SYS_readv;
-	s->rodata->nr_write = SYS_write;
-	s->rodata->nr_writev = SYS_writev;
-	s->rodata->nr_close = SYS_close;
-	s->rodata->nr_recvfrom = SYS_recvfrom;
-	s->rodata->nr_recvmsg = SYS_recvmsg;
-	s->rodata->nr_sendto = SYS_sendto;
-	s->rodata->nr_sendmsg = SYS_sendmsg;
-	if (env.verbose)
-		fprintf(stderr, "kpi-agent: syscalls via %s, run queue via %s, tcp arrival %s\n",
-			exit_regs ? "sys_exit tracepoints for reads (fd from saved registers), enter/exit for writes"
-			: sys_tp ? "sys_enter/sys_exit tracepoints" : "raw_tp sys_enter/sys_exit",
-			sched_rawtp ? "raw_tp sched_switch (sched_info)"
-			: ag->feat.sched_tp ? "tracepoints" : "(off: no sched tracepoints)",
-			ag->feat.tcp_probe_tp ? "via tcp:tcp_probe" : "off (read() time is used)");
-}
-
-/* Attaches every loaded non-USDT program (USDT ones attach per target). */
-static int attach_global(struct agent *ag)
-{
-	struct bpf_program *p;
-
-	bpf_object__for_each_program(p, ag->skel->obj) {
-		if (!bpf_program__autoload(p) || !strcmp(bpf_program__section_name(p), "usdt"))
-			continue;
-		struct bpf_link *l = bpf_program__attach(p);
-		if (!l) {
-			fprintf(stderr, "kpi-agent: cannot attach %s (%s): %s\n", bpf_program__name(p),
-				bpf_program__section_name(p), strerror(errno));
-			return -1;
-		}
-		if (ag->n_global_links < (int)(sizeof(ag->global_links) / sizeof(ag->global_links[0])))
-			ag->global_links[ag->n_global_links++] = l;
-	}
-	return 0;
 }
 
 static void flush(struct agent *ag, uint64_t now, bool final)
@@ -801,15 +414,10 @@ static void sample(struct agent *ag, uint64_t now)
 {
 	uint32_t pids[KPI_MAX_TARGETS];
 	struct kpi_runq runq[KPI_MAX_TARGETS];
-	int n = 0;
+	int n = attach_live_pids(ag->at, pids, KPI_MAX_TARGETS);
 
-	for (int i = 0; i < ag->n_targets; i++) {
-		if (ag->targets[i].failed)
-			continue;
-		pids[n] = (uint32_t)ag->targets[i].pid;
-		runq[n] = runq_total(ag, pids[n]);
-		n++;
-	}
+	for (int i = 0; i < n; i++)
+		runq[i] = runq_total(ag, pids[i]);
 	/* the kernel counts a wait in runq_total before it sends the wait's
 	 * RUNQ_BY event: read the totals first, then the events, so that the
 	 * sample's named waits are those its totals hold */
@@ -820,45 +428,190 @@ static void sample(struct agent *ag, uint64_t now)
 	losses_sample(ag, now, &l);
 }
 
+/* ---- start-up ------------------------------------------------------------------------- */
+
+/* Privileges, tracefs and the kernel's features: 0, or -1 with the message
+ * printed. */
+static int check_host(struct agent *ag, struct privdrop *priv)
+{
+	char err[512];
+	bool mounted;
+
+	if (host_check_privileges(err, sizeof(err)) ||
+	    privdrop_plan(priv, env.user, metrics_low_port(), err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		return -1;
+	}
+	if (host_ensure_tracefs(&mounted, err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		return -1;
+	}
+	if (mounted)
+		printf("mounted tracefs at /sys/kernel/tracing\n");
+	host_probe_features(&ag->feat);
+	if (!ag->feat.uprobe) {
+		fprintf(stderr, "kpi-agent: this kernel has no uprobe support (no "
+			"/sys/bus/event_source/devices/uprobe): USDT probes cannot be traced; "
+			"use a kernel built with CONFIG_UPROBE_EVENTS=y\n");
+		return -1;
+	}
+	if (!ag->feat.syscall_tp && !ag->feat.raw_tp) {
+		fprintf(stderr, "kpi-agent: this kernel has neither syscall tracepoints nor raw "
+			"tracepoints: socket reads and writes cannot be traced\n");
+		return -1;
+	}
+	return 0;
+}
+
+/* The trace store, the GPU side, the privilege drop, the assembler with its
+ * sinks and the ring buffer: everything between the global attach and the
+ * first target.  0, or -1 with the message printed. */
+static int open_outputs(struct agent *ag, struct privdrop *priv)
+{
+	char err[512], said[640];
+	struct kpi_sink sink;
+
+	ag->store = trace_store_open(env.db, env.token_detail, err, sizeof(err));
+	if (!ag->store) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		return -1;
+	}
+	trace_store_set_max_backlog(ag->store, (size_t)env.max_backlog);
+	trace_store_set_retention(ag->store, env.retain_ns, (int64_t)env.max_db_mb << 20);
+	ag->gpu = agent_gpu_open(env.db, trace_store_run_id(ag->store), env.verbose, err, sizeof(err));
+	if (!ag->gpu)
+		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
+	ag->cost = agent_cost_open(env.db, trace_store_run_id(ag->store), env.powercap_root,
+				   env.price_per_hour, err, sizeof(err));
+	if (!ag->cost)
+		fprintf(stderr, "kpi-agent: cost and energy will not be attributed: %s\n", err);
+	/* loaded and attached (the USDT probes attach with what is kept, as
+	 * they will for every kpi-infer that starts later); before any thread */
+	if (privdrop_own_db(priv, env.db, err, sizeof(err)) ||
+	    privdrop_apply(priv, said, sizeof(said), err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		return -1;
+	}
+	printf("%s\n", said);
+	ag->asm_ = assemble_new();
+	sink = trace_store_sink(ag->store);
+	assemble_add_sink(ag->asm_, &sink);
+	if (ag->cost) {
+		sink = agent_cost_sink(ag->cost);
+		assemble_add_sink(ag->asm_, &sink);
+	}
+	if (exporters_start(&ag->exp, ag->asm_, env.metrics, env.otlp, err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		return -1;
+	}
+	agent_cost_metrics(ag->cost, ag->exp.prom);
+	ag->rb = ring_buffer__new(bpf_map__fd(ag->skel->maps.events), handle_event, ag, NULL);
+	if (!ag->rb) {
+		fprintf(stderr, "kpi-agent: cannot open the BPF ring buffer: %s\n", strerror(errno));
+		return -1;
+	}
+	if (ag->gpu && agent_gpu_add_ring(ag->gpu, ag->rb, err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
+		agent_gpu_close(ag->gpu);
+		ag->gpu = NULL;
+	}
+	attach_set_consumers(ag->at, ag->rb, ag->asm_, ag->gpu);
+	return 0;
+}
+
+/* ---- the loop ------------------------------------------------------------------------- */
+
+/* Drains the ring, samples, rescans and flushes on their clocks until a
+ * signal or --duration.  0, or -1 when polling fails. */
+static int poll_loop(struct agent *ag)
+{
+	uint64_t start = now_ns(), next_flush, next_rescan, next_sample;
+	int r;
+
+	next_flush = start + (uint64_t)env.flush_ms * 1000000ull;
+	next_rescan = start + RESCAN_NS;
+	next_sample = start + SAMPLE_NS;
+	sample(ag, start);
+	while (!exiting) {
+		uint64_t now = now_ns(), wake = next_flush;
+		if (next_rescan < wake)
+			wake = next_rescan;
+		if (next_sample < wake)
+			wake = next_sample;
+		int timeout = wake > now ? (int)((wake - now) / 1000000ull) + 1 : 0;
+		r = ring_buffer__poll(ag->rb, timeout);
+		if (r < 0 && r != -EINTR) {
+			fprintf(stderr, "kpi-agent: polling the ring buffer failed: %s\n", strerror(-r));
+			return -1;
+		}
+		/* events are submitted without a wake-up until the ring fills up:
+		 * a poll that timed out has not read them */
+		ring_buffer__consume(ag->rb);
+		now = now_ns();
+		if (env.duration > 0 && now - start >= (uint64_t)(env.duration * 1e9))
+			break;
+		if (now >= next_sample) {
+			sample(ag, now);
+			next_sample += SAMPLE_NS;
+			if (next_sample <= now)
+				next_sample = now + SAMPLE_NS;
+		}
+		if (now >= next_rescan) {
+			attach_rescan(ag->at, now);
+			next_rescan = now + RESCAN_NS;
+		}
+		if (now >= next_flush) {
+			flush(ag, now, false);
+			gpu_flush(ag, now, false);
+			agent_cost_flush(ag->cost, now, false);
+			next_flush += (uint64_t)env.flush_ms * 1000000ull;
+			if (next_flush <= now)
+				next_flush = now + (uint64_t)env.flush_ms * 1000000ull;
+		}
+	}
+	return 0;
+}
+
+/* The exit lines: everything already in the ring is written first. */
+static void finish(struct agent *ag)
+{
+	struct assemble_stats st;
+	uint64_t shed_req, shed_rows;
+	char gpu_said[512];
+	struct kpi_loss_record lost;
+
+	/* with the ledger's final totals */
+	ring_buffer__consume(ag->rb);
+	losses_sample(ag, now_ns(), &lost);
+	flush(ag, now_ns(), true);
+	gpu_flush(ag, now_ns(), true);
+	agent_cost_flush(ag->cost, now_ns(), true);
+	assemble_stats(ag->asm_, &st);
+	trace_store_shed(ag->store, &shed_req, &shed_rows);
+	printf("stopped: %llu requests (%llu rejected), %llu events, %llu ring-buffer drops\n",
+	       (unsigned long long)st.requests, (unsigned long long)st.rejected,
+	       (unsigned long long)st.events, (unsigned long long)read_counter(ag, KPI_CNT_DROPS));
+	printf("at target exits: %llu finished requests recorded, %llu cut off; %llu requests "
+	       "shed while the database could not be written; %zu rows unwritten\n",
+	       (unsigned long long)st.exit_completed, (unsigned long long)st.exit_cut,
+	       (unsigned long long)shed_req, trace_store_pending(ag->store));
+	losses_print(&lost);
+	agent_gpu_summary(ag->gpu, gpu_said, sizeof(gpu_said));
+	if (gpu_said[0])
+		printf("%s\n", gpu_said);
+}
+
 int main(int argc, char **argv)
 {
 	struct agent ag = { 0 };
-	char err[512];
-	bool mounted;
-	int rc = 1, r;
-	uint64_t start, next_flush, next_rescan, next_sample;
-	struct kpi_sink sink;
-	struct exporters exp = { 0 };
 	struct privdrop priv;
-	char said[640];
+	int rc = 1, r;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	parse_args(argc, argv);
 	libbpf_set_print(libbpf_print);
-
-	if (host_check_privileges(err, sizeof(err)) ||
-	    privdrop_plan(&priv, env.user, metrics_low_port(), err, sizeof(err))) {
-		fprintf(stderr, "kpi-agent: %s\n", err);
+	if (check_host(&ag, &priv))
 		return 1;
-	}
-	if (host_ensure_tracefs(&mounted, err, sizeof(err))) {
-		fprintf(stderr, "kpi-agent: %s\n", err);
-		return 1;
-	}
-	if (mounted)
-		printf("mounted tracefs at /sys/kernel/tracing\n");
-	host_probe_features(&ag.feat);
-	if (!ag.feat.uprobe) {
-		fprintf(stderr, "kpi-agent: this kernel has no uprobe support (no "
-			"/sys/bus/event_source/devices/uprobe): USDT probes cannot be traced; "
-			"use a kernel built with CONFIG_UPROBE_EVENTS=y\n");
-		return 1;
-	}
-	if (!ag.feat.syscall_tp && !ag.feat.raw_tp) {
-		fprintf(stderr, "kpi-agent: this kernel has neither syscall tracepoints nor raw "
-			"tracepoints: socket reads and writes cannot be traced\n");
-		return 1;
-	}
 	ag.n_cpus = libbpf_num_possible_cpus();
 
 	ag.skel = kpi_bpf__open();
@@ -867,152 +620,42 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kpi-agent: cannot open the BPF object: %s\n", strerror(errno));
 		return 1;
 	}
+	ag.at = attach_new(ag.skel, &ag.feat, &(struct attach_want){
+		.pids = env.pids, .n_pids = env.n_pids, .exe = env.exe, .verbose = env.verbose });
+	if (!ag.at) {
+		fprintf(stderr, "kpi-agent: out of memory\n");
+		goto cleanup;
+	}
 	bpf_map__set_max_entries(ag.skel->maps.events, (__u32)env.ringbuf_mb << 20);
 	/* a quarter full wakes us early; otherwise we drain on the loop's clock */
 	ag.skel->rodata->wakeup_bytes = ((__u64)env.ringbuf_mb << 20) / 4;
-	choose_programs(&ag);
+	attach_choose_programs(ag.at);
 	r = kpi_bpf__load(ag.skel);
 	if (r) {
 		fprintf(stderr, "kpi-agent: loading the BPF programs failed (%s); run with -v for "
 			"the verifier's log\n", strerror(-r));
 		goto cleanup;
 	}
-	if (attach_global(&ag))
+	if (attach_global(ag.at) || open_outputs(&ag, &priv))
 		goto cleanup;
-
-	ag.store = trace_store_open(env.db, env.token_detail, err, sizeof(err));
-	if (!ag.store) {
-		fprintf(stderr, "kpi-agent: %s\n", err);
-		goto cleanup;
-	}
-	trace_store_set_max_backlog(ag.store, (size_t)env.max_backlog);
-	trace_store_set_retention(ag.store, env.retain_ns, (int64_t)env.max_db_mb << 20);
-	ag.gpu = agent_gpu_open(env.db, trace_store_run_id(ag.store), env.verbose, err, sizeof(err));
-	if (!ag.gpu)
-		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
-	ag.cost = agent_cost_open(env.db, trace_store_run_id(ag.store), env.powercap_root,
-				  env.price_per_hour, err, sizeof(err));
-	if (!ag.cost)
-		fprintf(stderr, "kpi-agent: cost and energy will not be attributed: %s\n", err);
-	/* loaded and attached (the USDT probes attach with what is kept, as
-	 * they will for every kpi-infer that starts later); before any thread */
-	if (privdrop_own_db(&priv, env.db, err, sizeof(err)) ||
-	    privdrop_apply(&priv, said, sizeof(said), err, sizeof(err))) {
-		fprintf(stderr, "kpi-agent: %s\n", err);
-		goto cleanup;
-	}
-	printf("%s\n", said);
-	ag.asm_ = assemble_new();
-	sink = trace_store_sink(ag.store);
-	assemble_add_sink(ag.asm_, &sink);
-	if (ag.cost) {
-		sink = agent_cost_sink(ag.cost);
-		assemble_add_sink(ag.asm_, &sink);
-	}
-	if (exporters_start(&exp, ag.asm_, env.metrics, env.otlp, err, sizeof(err))) {
-		fprintf(stderr, "kpi-agent: %s\n", err);
-		goto cleanup;
-	}
-	agent_cost_metrics(ag.cost, exp.prom);
-	ag.rb = ring_buffer__new(bpf_map__fd(ag.skel->maps.events), handle_event, &ag, NULL);
-	if (!ag.rb) {
-		fprintf(stderr, "kpi-agent: cannot open the BPF ring buffer: %s\n", strerror(errno));
-		goto cleanup;
-	}
-	if (ag.gpu && agent_gpu_add_ring(ag.gpu, ag.rb, err, sizeof(err))) {
-		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
-		agent_gpu_close(ag.gpu);
-		ag.gpu = NULL;
-	}
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	printf("writing %s (run %lld)\n", env.db, (long long)trace_store_run_id(ag.store));
 
-	rescan(&ag);
-	if (env.n_pids && !ag.n_targets) {
+	attach_rescan(ag.at, now_ns());
+	if (env.n_pids && !attach_count(ag.at)) {
 		fprintf(stderr, "kpi-agent: none of the --pid processes could be traced\n");
 		goto cleanup;
 	}
-	if (!ag.n_targets)
+	if (!attach_count(ag.at))
 		printf("waiting for %s to start\n", env.exe ? env.exe : TARGET_DEFAULT_NAME);
-
-	start = now_ns();
-	next_flush = start + (uint64_t)env.flush_ms * 1000000ull;
-	next_rescan = start + RESCAN_NS;
-	next_sample = start + SAMPLE_NS;
-	sample(&ag, start);
-	while (!exiting) {
-		uint64_t now = now_ns(), wake = next_flush;
-		if (next_rescan < wake)
-			wake = next_rescan;
-		if (next_sample < wake)
-			wake = next_sample;
-		int timeout = wake > now ? (int)((wake - now) / 1000000ull) + 1 : 0;
-		r = ring_buffer__poll(ag.rb, timeout);
-		if (r < 0 && r != -EINTR) {
-			fprintf(stderr, "kpi-agent: polling the ring buffer failed: %s\n", strerror(-r));
-			goto cleanup;
-		}
-		/* events are submitted without a wake-up until the ring fills up:
-		 * a poll that timed out has not read them */
-		ring_buffer__consume(ag.rb);
-		now = now_ns();
-		if (env.duration > 0 && now - start >= (uint64_t)(env.duration * 1e9))
-			break;
-		if (now >= next_sample) {
-			sample(&ag, now);
-			next_sample += SAMPLE_NS;
-			if (next_sample <= now)
-				next_sample = now + SAMPLE_NS;
-		}
-		if (now >= next_rescan) {
-			rescan(&ag);
-			next_rescan = now + RESCAN_NS;
-		}
-		if (now >= next_flush) {
-			flush(&ag, now, false);
-			gpu_flush(&ag, now, false);
-			agent_cost_flush(ag.cost, now, false);
-			next_flush += (uint64_t)env.flush_ms * 1000000ull;
-			if (next_flush <= now)
-				next_flush = now + (uint64_t)env.flush_ms * 1000000ull;
-		}
-	}
-	/* everything already in the ring is written before exit, with the
-	 * ledger's final totals */
-	ring_buffer__consume(ag.rb);
-	struct kpi_loss_record lost;
-	losses_sample(&ag, now_ns(), &lost);
-	flush(&ag, now_ns(), true);
-	gpu_flush(&ag, now_ns(), true);
-	agent_cost_flush(ag.cost, now_ns(), true);
+	if (poll_loop(&ag))
+		goto cleanup;
+	finish(&ag);
 	rc = 0;
-	{
-		struct assemble_stats st;
-		assemble_stats(ag.asm_, &st);
-		uint64_t shed_req, shed_rows;
-		trace_store_shed(ag.store, &shed_req, &shed_rows);
-		printf("stopped: %llu requests (%llu rejected), %llu events, %llu ring-buffer drops\n",
-		       (unsigned long long)st.requests, (unsigned long long)st.rejected,
-		       (unsigned long long)st.events, (unsigned long long)read_counter(&ag, KPI_CNT_DROPS));
-		printf("at target exits: %llu finished requests recorded, %llu cut off; %llu requests "
-		       "shed while the database could not be written; %zu rows unwritten\n",
-		       (unsigned long long)st.exit_completed, (unsigned long long)st.exit_cut,
-		       (unsigned long long)shed_req, trace_store_pending(ag.store));
-		losses_print(&lost);
-		char gpu_said[512];
-		agent_gpu_summary(ag.gpu, gpu_said, sizeof(gpu_said));
-		if (gpu_said[0])
-			printf("%s\n", gpu_said);
-	}
 cleanup:
-	exporters_stop(&exp);
-	for (int i = ag.n_targets - 1; i >= 0; i--) {
-		for (int k = 0; k < N_USDT; k++)
-			bpf_link__destroy(ag.targets[i].links[k]);
-	}
-	for (int i = 0; i < ag.n_global_links; i++)
-		bpf_link__destroy(ag.global_links[i]);
+	exporters_stop(&ag.exp);
+	attach_free(ag.at);
 	ring_buffer__free(ag.rb);
 	agent_gpu_close(ag.gpu);
 	agent_cost_close(ag.cost);

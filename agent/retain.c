@@ -15,10 +15,19 @@
  * written between two rounds never take it over. */
 #define RETAIN_FILL 0.9
 
-/* Tables whose rows carry their own wall_ns. */
+/* Tables whose rows carry their own wall_ns. Only requests has an index on
+ * it; the others are written in time order, so their first row by rowid is
+ * their oldest. (A request's row is written when it ends, so a long one can
+ * follow shorter ones that arrived after it.) */
 static const char *const wall_tables[] = { "requests", "steps", "samples", "runq_by", "losses",
 					     "cost_samples", "energy_readings" };
 #define N_WALL_TABLES (sizeof(wall_tables) / sizeof(wall_tables[0]))
+
+static const char *oldest_sql(const char *table)
+{
+	return strcmp(table, "requests") ? "SELECT wall_ns FROM %s ORDER BY rowid LIMIT 1"
+					 : "SELECT min(wall_ns) FROM %s";
+}
 
 static int64_t query_i64(sqlite3 *db, const char *sql, int64_t bind, bool has_bind, bool *null)
 {
@@ -92,9 +101,8 @@ static int exec_changes(sqlite3 *db, const char *sql, int64_t bind, int64_t *cha
 	return 0;
 }
 
-/* One batch of every table's rows from before cut (wall ns). Rows are
- * appended in time order, so the oldest are the first by rowid: the gate on
- * the first row keeps a table with nothing to remove from being scanned. */
+/* One batch of every table's rows from before cut (wall ns). The gate on the
+ * oldest row keeps a table with nothing to remove from being scanned. */
 static int remove_before(sqlite3 *db, int64_t cut, int64_t *removed)
 {
 	char sql[400];
@@ -102,7 +110,7 @@ static int remove_before(sqlite3 *db, int64_t cut, int64_t *removed)
 
 	for (size_t i = 0; i < N_WALL_TABLES; i++) {
 		const char *t = wall_tables[i];
-		snprintf(sql, sizeof(sql), "SELECT wall_ns FROM %s ORDER BY rowid LIMIT 1", t);
+		snprintf(sql, sizeof(sql), oldest_sql(t), t);
 		int64_t first = query_i64(db, sql, 0, false, &null);
 		if (null || first >= cut)
 			continue;

@@ -1,7 +1,8 @@
-/* pct.h - the one percentile definition of the project: the trace's own
- * columns (the agent's itl_p50/p99), every tool's summaries and the SQL
- * percentile() all use it: linear interpolation between the closest ranks,
- * p in 0..100, exactly as SQLite's percentile() extension and numpy's default. */
+/* pct.h - the definition of a percentile for the trace's columns and for
+ * every query and report over them (kpi-agent's ITL p50/p99 per request,
+ * kpitop, kpi-report, kpi-bench, the SQLite percentile() extension): linear
+ * interpolation between the closest ranks, p in 0..100, as numpy's default
+ * and SQLite's percentile() compute it. See docs/schema.md, "Percentiles". */
 #ifndef KPI_PCT_H
 #define KPI_PCT_H
 
@@ -17,7 +18,8 @@ double pct_select_f64(double *v, size_t n, double p);
 double pct_sorted_f64(const double *v, size_t n, double p);
 
 /* Nearest-rank index (0-based) of the pth percentile among n sorted values:
- * the row a "median request" or "p99 request" refers to. */
+ * for code that shows an actual row ("the p99 request"), not a value
+ * interpolated between two. */
 size_t pct_rank(size_t n, double p);
 
 #endif

@@ -138,7 +138,8 @@ test_agent_attaches_to_libkpi_cupti_cpu_run.timeout = 180
 def test_agent_migrates_v1_trace():
     """kpi-agent --db on a trace written by a version-1 agent migrates it to
     the latest version in place: rows kept, GPU table and columns (version 2)
-    and the run-queue attribution (version 3) added."""
+    and the run-queue attribution (version 3) added; a row older than
+    --retain's default is removed and counted."""
     kpitest.require_root("running kpi-agent")
     if not os.access(AGENT, os.X_OK):
         raise kpitest.Skip("kpi-agent is not built (run make)")
@@ -147,8 +148,12 @@ def test_agent_migrates_v1_trace():
         os.unlink(db)
     con = sqlite3.connect(db)
     con.executescript(open(os.path.join(kpitest.ROOT, "schema", "001_init.sql")).read())
+    # a row of an hour ago: inside --retain's default 14 days, so it stays
     con.execute("INSERT INTO requests(request_id, pid, seq_id, run_id, wall_ns, t_arrive_ns, e2e_ns) "
-                "VALUES ('old-1', 42, 1, 1, 5, 5, 1234)")
+                "VALUES ('old-1', 42, 1, 1, ?, 5, 1234)", (time.time_ns() - 3600 * 10**9,))
+    # and one of 1970: past --retain, removed and counted
+    con.execute("INSERT INTO requests(request_id, pid, seq_id, run_id, wall_ns, t_arrive_ns, e2e_ns) "
+                "VALUES ('ancient-2', 42, 2, 1, 5, 5, 99)")
     con.commit()
     assert con.execute("PRAGMA user_version").fetchone()[0] == 1
     con.close()
@@ -160,6 +165,8 @@ def test_agent_migrates_v1_trace():
     assert latest >= 3 and con.execute("PRAGMA user_version").fetchone()[0] == latest
     assert con.execute("SELECT e2e_ns, prefill_gpu_ns, decode_gpu_ns FROM requests "
                        "WHERE request_id = 'old-1'").fetchone() == (1234, None, None)
+    assert con.execute("SELECT count(*) FROM requests WHERE request_id = 'ancient-2'").fetchone()[0] == 0
+    assert con.execute("SELECT value FROM meta WHERE key = 'loss_retention_rows_total'").fetchone()[0] == 1
     cols = {r[1] for r in con.execute("PRAGMA table_info(gpu_kernels)")}
     for c in ("pid", "step_id", "name", "start_ns", "end_ns", "device", "stream", "grid_x", "block_x"):
         assert c in cols, (c, cols)

@@ -231,6 +231,39 @@ out:
 	return rc;
 }
 
+/* max_tokens (or max_completion_tokens), temperature, top_p and seed. */
+static int parse_sampling(json_t *root, bool chat, struct api_request *req, char *err,
+			  size_t errlen)
+{
+	double d;
+	bool present;
+	const char *mt = chat && json_object_get(root, "max_completion_tokens") ?
+		"max_completion_tokens" : "max_tokens";
+	if (get_number(root, mt, 1, 1e9, true, &d, &present, err, errlen))
+		return -1;
+	if (present)
+		req->max_tokens = (int)d;
+	if (get_number(root, "temperature", 0, 2, false, &d, &present, err, errlen))
+		return -1;
+	if (present)
+		req->temperature = (float)d;
+	if (get_number(root, "top_p", 0, 1, false, &d, &present, err, errlen))
+		return -1;
+	if (present) {
+		if (d <= 0)
+			return bad(err, errlen, "'top_p' must be greater than 0 and at most 1");
+		req->top_p = (float)d;
+	}
+	json_t *seed = json_object_get(root, "seed");
+	if (seed && !json_is_null(seed)) {
+		if (!json_is_integer(seed))
+			return bad(err, errlen, "'seed' must be an integer");
+		req->seed = (uint64_t)json_integer_value(seed);
+		req->has_seed = true;
+	}
+	return 0;
+}
+
 int api_request_parse(const char *body, size_t len, bool chat, struct api_request *req,
 		      bool *bad_json, char *err, size_t errlen)
 {
@@ -262,36 +295,10 @@ int api_request_parse(const char *body, size_t len, bool chat, struct api_reques
 	if (chat ? parse_messages(root, req, err, errlen) : parse_prompt(root, req, err, errlen))
 		goto out;
 
+	if (parse_sampling(root, chat, req, err, errlen))
+		goto out;
 	double d;
 	bool present;
-	const char *mt = chat && json_object_get(root, "max_completion_tokens") ?
-		"max_completion_tokens" : "max_tokens";
-	if (get_number(root, mt, 1, 1e9, true, &d, &present, err, errlen))
-		goto out;
-	if (present)
-		req->max_tokens = (int)d;
-	if (get_number(root, "temperature", 0, 2, false, &d, &present, err, errlen))
-		goto out;
-	if (present)
-		req->temperature = (float)d;
-	if (get_number(root, "top_p", 0, 1, false, &d, &present, err, errlen))
-		goto out;
-	if (present) {
-		if (d <= 0) {
-			bad(err, errlen, "'top_p' must be greater than 0 and at most 1");
-			goto out;
-		}
-		req->top_p = (float)d;
-	}
-	json_t *seed = json_object_get(root, "seed");
-	if (seed && !json_is_null(seed)) {
-		if (!json_is_integer(seed)) {
-			bad(err, errlen, "'seed' must be an integer");
-			goto out;
-		}
-		req->seed = (uint64_t)json_integer_value(seed);
-		req->has_seed = true;
-	}
 	if (get_number(root, "n", 1, 1, true, &d, &present, err, errlen)) {
 		snprintf(err, errlen, "'n' must be 1: one choice per request is supported");
 		goto out;

@@ -83,6 +83,35 @@ void eth_stats(struct engine_thread *t, struct engine_stats *st)
 	pthread_mutex_unlock(&t->mu);
 }
 
+/* Applies the I/O thread's commands in order; a refused submit becomes an
+ * ETH_EV_SUBMIT_FAILED event in *fails. Returns how many. */
+static size_t apply_cmds(struct engine_thread *t, struct eth_cmd *cmds, size_t n,
+			 struct eth_event **fails, size_t *fails_cap)
+{
+	size_t nfails = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct eth_cmd *c = &cmds[i];
+		if (c->kind == CMD_FINISH) {
+			engine_finish(t->e, c->id, c->reason);
+			continue;
+		}
+		char err[256] = "";
+		int rc = engine_submit(t->e, c->id, c->prompt, c->n_prompt, &c->sp, err,
+				       sizeof(err));
+		free(c->prompt);
+		if (rc < 0) {
+			*fails = grow(*fails, fails_cap, nfails + 1, sizeof(**fails));
+			(*fails)[nfails] = (struct eth_event){
+				.ev = { .kind = ETH_EV_SUBMIT_FAILED, .id = c->id },
+				.t_ns = eth_now_ns(),
+				.err = strdup(err[0] ? err : strerror(-rc)),
+			};
+			nfails++;
+		}
+	}
+	return nfails;
+}
+
 static void *engine_main(void *arg)
 {
 	struct engine_thread *t = arg;
@@ -113,27 +142,7 @@ static void *engine_main(void *arg)
 		cmds_cap = cap;
 		pthread_mutex_unlock(&t->mu);
 
-		nfails = 0;
-		for (size_t i = 0; i < n; i++) {
-			struct eth_cmd *c = &cmds[i];
-			if (c->kind == CMD_FINISH) {
-				engine_finish(t->e, c->id, c->reason);
-				continue;
-			}
-			char err[256] = "";
-			int rc = engine_submit(t->e, c->id, c->prompt, c->n_prompt, &c->sp, err,
-					       sizeof(err));
-			free(c->prompt);
-			if (rc < 0) {
-				fails = grow(fails, &fails_cap, nfails + 1, sizeof(*fails));
-				fails[nfails] = (struct eth_event){
-					.ev = { .kind = ETH_EV_SUBMIT_FAILED, .id = c->id },
-					.t_ns = eth_now_ns(),
-					.err = strdup(err[0] ? err : strerror(-rc)),
-				};
-				nfails++;
-			}
-		}
+		nfails = apply_cmds(t, cmds, n, &fails, &fails_cap);
 
 		int nev = 0;
 		uint64_t t0 = eth_now_ns(), t1 = t0;

@@ -89,34 +89,10 @@ static int parse_header(const char *name, size_t nlen, const char *v, size_t vle
 	return 0;
 }
 
-int http_parse_head(const char *buf, size_t len, struct http_request *req)
+/* The request line, method SP target SP HTTP/1.x, at buf[p..end). Returns
+ * the offset of the first header line, or -status. */
+static int parse_request_line(const char *buf, size_t p, size_t end, struct http_request *req)
 {
-	memset(req, 0, sizeof(*req));
-	req->content_length = -1;
-
-	/* RFC 9112 2.2: ignore empty lines before the request line */
-	size_t p = 0;
-	while (p < len && (buf[p] == '\r' || buf[p] == '\n'))
-		p++;
-	if (p > 64)
-		return fail(req, 400, "too many empty lines before the request line");
-	size_t end = head_end(buf, len, p);
-	if (!end) {
-		if (len > HTTP_MAX_HEAD)
-			return fail(req, 431, "request line and headers exceed 16384 bytes");
-		/* an early look at the request line catches garbage before the
-		 * client sends 16 KiB of it */
-		for (size_t i = p; i < len && buf[i] != '\n'; i++) {
-			unsigned char c = (unsigned char)buf[i];
-			if ((c < 0x20 && c != '\r' && c != '\t') || c == 0x7f)
-				return fail(req, 400, "control character in the request line");
-		}
-		return 0;
-	}
-	if (end > HTTP_MAX_HEAD)
-		return fail(req, 431, "request line and headers exceed 16384 bytes");
-
-	/* request line: method SP target SP HTTP/1.x */
 	size_t i = p;
 	while (i < end && is_tchar((unsigned char)buf[i]))
 		i++;
@@ -154,8 +130,12 @@ int http_parse_head(const char *buf, size_t len, struct http_request *req)
 		return fail(req, 505, "only HTTP/1.0 and HTTP/1.1 are supported");
 	req->minor = min - '0';
 	req->keep_alive = req->minor >= 1;
+	return (int)i;
+}
 
-	/* header fields */
+/* The header fields at buf[i..end), up to the blank line. Returns 0 or -status. */
+static int parse_headers(const char *buf, size_t i, size_t end, struct http_request *req)
+{
 	int nheaders = 0;
 	bool saw_te = false;
 	while (i < end) {
@@ -191,6 +171,41 @@ int http_parse_head(const char *buf, size_t len, struct http_request *req)
 			return r;
 		i = next;
 	}
+	return 0;
+}
+
+int http_parse_head(const char *buf, size_t len, struct http_request *req)
+{
+	memset(req, 0, sizeof(*req));
+	req->content_length = -1;
+
+	/* RFC 9112 2.2: ignore empty lines before the request line */
+	size_t p = 0;
+	while (p < len && (buf[p] == '\r' || buf[p] == '\n'))
+		p++;
+	if (p > 64)
+		return fail(req, 400, "too many empty lines before the request line");
+	size_t end = head_end(buf, len, p);
+	if (!end) {
+		if (len > HTTP_MAX_HEAD)
+			return fail(req, 431, "request line and headers exceed 16384 bytes");
+		/* an early look at the request line catches garbage before the
+		 * client sends 16 KiB of it */
+		for (size_t i = p; i < len && buf[i] != '\n'; i++) {
+			unsigned char c = (unsigned char)buf[i];
+			if ((c < 0x20 && c != '\r' && c != '\t') || c == 0x7f)
+				return fail(req, 400, "control character in the request line");
+		}
+		return 0;
+	}
+	if (end > HTTP_MAX_HEAD)
+		return fail(req, 431, "request line and headers exceed 16384 bytes");
+	int i = parse_request_line(buf, p, end, req);
+	if (i < 0)
+		return i;
+	int r = parse_headers(buf, (size_t)i, end, req);
+	if (r < 0)
+		return r;
 	if (req->chunked && req->content_length >= 0)
 		return fail(req, 400, "both Content-Length and Transfer-Encoding given");
 	if (req->chunked && req->minor == 0)
@@ -219,64 +234,103 @@ static ssize_t chunk_fail(struct http_chunked *st, int status, const char *why)
 	return -status;
 }
 
+/* The size line (CH_SIZE, CH_EXT, CH_SIZE_LF) meeting byte c; have: payload
+ * bytes so far. Returns 1 when c is consumed, 0 when the new state is to look
+ * at c again, or -status. */
+static ssize_t chunk_size_step(struct http_chunked *st, unsigned char c, size_t have,
+			       size_t max_body)
+{
+	switch (st->state) {
+	case CH_SIZE: {
+		int h = hexval(c);
+		if (h >= 0) {
+			if (++st->digits > 15)
+				return chunk_fail(st, 413, "chunk size too large");
+			st->size = st->size * 16 + (unsigned)h;
+			return 1;
+		}
+		if (st->digits == 0)
+			return chunk_fail(st, 400, "chunk size is not a hexadecimal number");
+		if (c == ';' || c == ' ' || c == '\t') {
+			st->state = CH_EXT;
+			st->line = 0;
+		} else if (c == '\r') {
+			st->state = CH_SIZE_LF;
+		} else if (c == '\n') {
+			st->state = CH_SIZE_LF;
+			return 0; /* handled there without consuming twice */
+		} else {
+			return chunk_fail(st, 400, "bad character after the chunk size");
+		}
+		return 1;
+	}
+	case CH_EXT:
+		if (c == '\n') {
+			st->state = CH_SIZE_LF;
+			return 0;
+		}
+		if (++st->line > 1024)
+			return chunk_fail(st, 400, "chunk extension too long");
+		if (c == '\r')
+			st->state = CH_SIZE_LF;
+		return 1;
+	default: /* CH_SIZE_LF */
+		if (c != '\n')
+			return chunk_fail(st, 400, "chunk size line not ended by CRLF");
+		if (have + st->size > max_body)
+			return chunk_fail(st, 413, "chunked body exceeds the body size limit");
+		if (st->size == 0) {
+			st->state = CH_TRAILER;
+			st->line = 0;
+		} else {
+			st->state = CH_DATA;
+		}
+		st->digits = 0;
+		return 1;
+	}
+}
+
+/* After a chunk's data (CH_DATA_CR, CH_DATA_LF) and the trailer (CH_TRAILER),
+ * meeting byte c; returns as chunk_size_step. */
+static ssize_t chunk_end_step(struct http_chunked *st, unsigned char c)
+{
+	switch (st->state) {
+	case CH_DATA_CR:
+		if (c == '\n') {
+			st->state = CH_DATA_LF;
+			return 0;
+		}
+		if (c != '\r')
+			return chunk_fail(st, 400, "chunk data longer than its size");
+		st->state = CH_DATA_LF;
+		return 1;
+	case CH_DATA_LF:
+		if (c != '\n')
+			return chunk_fail(st, 400, "chunk data not ended by CRLF");
+		st->state = CH_SIZE;
+		st->size = 0;
+		return 1;
+	default: /* CH_TRAILER: fields are read and ignored; an empty line ends the body */
+		if (c == '\n') {
+			if (st->line == 0) {
+				st->state = CH_DONE;
+				st->done = true;
+			}
+			st->line = 0;
+		} else if (c != '\r' || st->line > 0) {
+			if (++st->line > 4096)
+				return chunk_fail(st, 400, "chunked trailer too long");
+		}
+		return 1;
+	}
+}
+
 ssize_t http_chunked_feed(struct http_chunked *st, const char *in, size_t n, struct sbuf *out,
 			  size_t max_body)
 {
 	size_t i = 0;
 	while (i < n && st->state != CH_DONE) {
-		unsigned char c = (unsigned char)in[i];
-		switch (st->state) {
-		case CH_SIZE: {
-			int h = hexval(c);
-			if (h >= 0) {
-				if (++st->digits > 15)
-					return chunk_fail(st, 413, "chunk size too large");
-				st->size = st->size * 16 + (unsigned)h;
-				i++;
-				break;
-			}
-			if (st->digits == 0)
-				return chunk_fail(st, 400, "chunk size is not a hexadecimal number");
-			if (c == ';' || c == ' ' || c == '\t') {
-				st->state = CH_EXT;
-				st->line = 0;
-			} else if (c == '\r') {
-				st->state = CH_SIZE_LF;
-			} else if (c == '\n') {
-				st->state = CH_SIZE_LF;
-				continue; /* handled below without consuming twice */
-			} else {
-				return chunk_fail(st, 400, "bad character after the chunk size");
-			}
-			i++;
-			break;
-		}
-		case CH_EXT:
-			if (c == '\n') {
-				st->state = CH_SIZE_LF;
-				continue;
-			}
-			if (++st->line > 1024)
-				return chunk_fail(st, 400, "chunk extension too long");
-			if (c == '\r')
-				st->state = CH_SIZE_LF;
-			i++;
-			break;
-		case CH_SIZE_LF:
-			if (c != '\n')
-				return chunk_fail(st, 400, "chunk size line not ended by CRLF");
-			i++;
-			if (out->len + st->size > max_body)
-				return chunk_fail(st, 413, "chunked body exceeds the body size limit");
-			if (st->size == 0) {
-				st->state = CH_TRAILER;
-				st->line = 0;
-			} else {
-				st->state = CH_DATA;
-			}
-			st->digits = 0;
-			break;
-		case CH_DATA: {
+		if (st->state == CH_DATA) {
 			size_t take = n - i;
 			if (take > st->size)
 				take = (size_t)st->size;
@@ -285,40 +339,14 @@ ssize_t http_chunked_feed(struct http_chunked *st, const char *in, size_t n, str
 			st->size -= take;
 			if (st->size == 0)
 				st->state = CH_DATA_CR;
-			break;
+			continue;
 		}
-		case CH_DATA_CR:
-			if (c == '\n') {
-				st->state = CH_DATA_LF;
-				continue;
-			}
-			if (c != '\r')
-				return chunk_fail(st, 400, "chunk data longer than its size");
-			st->state = CH_DATA_LF;
-			i++;
-			break;
-		case CH_DATA_LF:
-			if (c != '\n')
-				return chunk_fail(st, 400, "chunk data not ended by CRLF");
-			st->state = CH_SIZE;
-			st->size = 0;
-			i++;
-			break;
-		case CH_TRAILER:
-			/* trailer fields are read and ignored; an empty line ends the body */
-			i++;
-			if (c == '\n') {
-				if (st->line == 0) {
-					st->state = CH_DONE;
-					st->done = true;
-				}
-				st->line = 0;
-			} else if (c != '\r' || st->line > 0) {
-				if (++st->line > 4096)
-					return chunk_fail(st, 400, "chunked trailer too long");
-			}
-			break;
-		}
+		unsigned char c = (unsigned char)in[i];
+		ssize_t k = st->state < CH_DATA ? chunk_size_step(st, c, out->len, max_body) :
+			chunk_end_step(st, c);
+		if (k < 0)
+			return k;
+		i += (size_t)k;
 	}
 	return (ssize_t)i;
 }

@@ -106,77 +106,69 @@ static long long int_flag(const char *flag, const char *s, long long lo, long lo
 	return v;
 }
 
-int main(int argc, char **argv)
+/* One of two words, a (0) or b (1), or exit 2 naming the flag. */
+static int choice_flag(const char *flag, const char *s, const char *a, const char *b)
 {
-	struct engine_config ec = {
-		.max_seqs = 64, .max_batched_tokens = 2048, .kv_blocks = 0, .block_size = 16,
-		.threads = 0, .batching = ENGINE_BATCH_CONTINUOUS, .backend = ENGINE_BACKEND_CPU,
-	};
-	struct server_config sc = {
-		.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20,
-		.request_timeout_s = 10, .idle_timeout_s = 60, .max_conns = 10000,
-	};
-	const char *model = NULL, *make_path = NULL, *preset = NULL, *cupti = NULL;
-	unsigned long long seed = 0;
-	bool seed_set = false;
+	if (!strcmp(s, a))
+		return 0;
+	if (!strcmp(s, b))
+		return 1;
+	fprintf(stderr, "kpi-infer: --%s expects %s or %s, got '%s'\n", flag, a, b, s);
+	exit(2);
+}
 
+/* What the flags say beyond the engine's and the server's configuration. */
+struct flags {
+	const char *model, *make_path, *preset, *cupti;
+	unsigned long long seed;
+	bool seed_set;
+};
+
+/* Fills ec, sc and f from argv. Returns -1 to go on, or main's exit status. */
+static int parse_flags(int argc, char **argv, struct engine_config *ec,
+		       struct server_config *sc, struct flags *f)
+{
 	int opt;
 	while ((opt = getopt_long(argc, argv, "h", options, NULL)) != -1) {
 		switch (opt) {
-		case OPT_MODEL: model = optarg; break;
-		case OPT_HOST: sc.host = optarg; break;
-		case OPT_PORT: sc.port = (int)int_flag("port", optarg, 1, 65535); break;
-		case OPT_MAX_SEQS: ec.max_seqs = (int)int_flag("max-seqs", optarg, 1, 4096); break;
+		case OPT_MODEL: f->model = optarg; break;
+		case OPT_HOST: sc->host = optarg; break;
+		case OPT_PORT: sc->port = (int)int_flag("port", optarg, 1, 65535); break;
+		case OPT_MAX_SEQS: ec->max_seqs = (int)int_flag("max-seqs", optarg, 1, 4096); break;
 		case OPT_MAX_BATCHED:
-			ec.max_batched_tokens = (int)int_flag("max-batched-tokens", optarg, 1, 1 << 24);
+			ec->max_batched_tokens = (int)int_flag("max-batched-tokens", optarg, 1, 1 << 24);
 			break;
-		case OPT_MAX_QUEUE: sc.max_queue = (int)int_flag("max-queue", optarg, 1, 1 << 24); break;
-		case OPT_KV_BLOCKS: ec.kv_blocks = (int)int_flag("kv-blocks", optarg, 1, 1 << 26); break;
-		case OPT_BLOCK_SIZE: ec.block_size = (int)int_flag("block-size", optarg, 1, 1024); break;
-		case OPT_THREADS: ec.threads = (int)int_flag("threads", optarg, 0, 1024); break;
+		case OPT_MAX_QUEUE: sc->max_queue = (int)int_flag("max-queue", optarg, 1, 1 << 24); break;
+		case OPT_KV_BLOCKS: ec->kv_blocks = (int)int_flag("kv-blocks", optarg, 1, 1 << 26); break;
+		case OPT_BLOCK_SIZE: ec->block_size = (int)int_flag("block-size", optarg, 1, 1024); break;
+		case OPT_THREADS: ec->threads = (int)int_flag("threads", optarg, 0, 1024); break;
 		case OPT_MAX_BODY:
-			sc.max_body = (size_t)int_flag("max-body", optarg, 1, 1LL << 30);
+			sc->max_body = (size_t)int_flag("max-body", optarg, 1, 1LL << 30);
 			break;
 		case OPT_REQ_TIMEOUT:
-			sc.request_timeout_s = (int)int_flag("request-timeout", optarg, 1, 86400);
+			sc->request_timeout_s = (int)int_flag("request-timeout", optarg, 1, 86400);
 			break;
 		case OPT_IDLE_TIMEOUT:
-			sc.idle_timeout_s = (int)int_flag("idle-timeout", optarg, 1, 86400);
+			sc->idle_timeout_s = (int)int_flag("idle-timeout", optarg, 1, 86400);
 			break;
-		case OPT_MAX_CONNS: sc.max_conns = (int)int_flag("max-conns", optarg, 1, 1 << 20); break;
+		case OPT_MAX_CONNS: sc->max_conns = (int)int_flag("max-conns", optarg, 1, 1 << 20); break;
 		case OPT_BACKEND:
-			if (!strcmp(optarg, "cpu")) {
-				ec.backend = ENGINE_BACKEND_CPU;
-			} else if (!strcmp(optarg, "cuda")) {
-				ec.backend = ENGINE_BACKEND_CUDA;
-			} else {
-				fprintf(stderr, "kpi-infer: --backend expects cpu or cuda, got '%s'\n", optarg);
-				return 2;
-			}
+			ec->backend = choice_flag("backend", optarg, "cpu", "cuda") ?
+				ENGINE_BACKEND_CUDA : ENGINE_BACKEND_CPU;
 			break;
 		case OPT_BATCHING:
-			if (!strcmp(optarg, "continuous")) {
-				ec.batching = ENGINE_BATCH_CONTINUOUS;
-			} else if (!strcmp(optarg, "static")) {
-				ec.batching = ENGINE_BATCH_STATIC;
-			} else {
-				fprintf(stderr, "kpi-infer: --batching expects continuous or static, got '%s'\n",
-					optarg);
-				return 2;
-			}
+			ec->batching = choice_flag("batching", optarg, "continuous", "static") ?
+				ENGINE_BATCH_STATIC : ENGINE_BATCH_CONTINUOUS;
 			break;
-		case OPT_CUPTI: cupti = optarg; break;
-		case OPT_MAKE_MODEL: make_path = optarg; break;
+		case OPT_CUPTI: f->cupti = optarg; break;
+		case OPT_MAKE_MODEL: f->make_path = optarg; break;
 		case OPT_PRESET:
-			if (strcmp(optarg, "tiny") && strcmp(optarg, "small")) {
-				fprintf(stderr, "kpi-infer: --preset expects tiny or small, got '%s'\n", optarg);
-				return 2;
-			}
-			preset = optarg;
+			choice_flag("preset", optarg, "tiny", "small");
+			f->preset = optarg;
 			break;
 		case OPT_SEED:
-			seed = (unsigned long long)int_flag("seed", optarg, 0, LLONG_MAX);
-			seed_set = true;
+			f->seed = (unsigned long long)int_flag("seed", optarg, 0, LLONG_MAX);
+			f->seed_set = true;
 			break;
 		case 'h':
 			fputs(usage, stdout);
@@ -191,26 +183,66 @@ int main(int argc, char **argv)
 			argv[optind]);
 		return 2;
 	}
+	return -1;
+}
 
+/* --make-model PATH: writes the model and exits. */
+static int make_model(const struct flags *f)
+{
 	char err[512];
-	if (make_path) {
-		if (model) {
-			fprintf(stderr, "kpi-infer: --make-model writes a model and exits; drop --model\n");
-			return 2;
-		}
-		if (model_make(make_path, preset ? preset : "tiny", seed, err, sizeof(err)) < 0) {
-			fprintf(stderr, "kpi-infer: %s\n", err);
-			return 1;
-		}
-		printf("wrote %s model (seed %llu) to %s\n", preset ? preset : "tiny", seed, make_path);
-		return 0;
+	const char *preset = f->preset ? f->preset : "tiny";
+	if (f->model) {
+		fprintf(stderr, "kpi-infer: --make-model writes a model and exits; drop --model\n");
+		return 2;
 	}
-	if (preset || seed_set) {
+	if (model_make(f->make_path, preset, f->seed, err, sizeof(err)) < 0) {
+		fprintf(stderr, "kpi-infer: %s\n", err);
+		return 1;
+	}
+	printf("wrote %s model (seed %llu) to %s\n", preset, f->seed, f->make_path);
+	return 0;
+}
+
+/* CUDA reads CUDA_INJECTION64_PATH when the backend initialises the driver,
+ * which engine_create does: set it before. Returns 0, or 2 (message printed). */
+static int cupti_setup(const char *cupti, enum engine_backend_kind backend)
+{
+	if (backend != ENGINE_BACKEND_CUDA) {
+		fprintf(stderr, "kpi-infer: --cupti only applies to --backend cuda\n");
+		return 2;
+	}
+	if (access(cupti, R_OK) != 0) {
+		fprintf(stderr, "kpi-infer: --cupti %s: %s (build it with make: build/libkpi_cupti.so)\n",
+			cupti, strerror(errno));
+		return 2;
+	}
+	setenv("CUDA_INJECTION64_PATH", cupti, 1);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct engine_config ec = {
+		.max_seqs = 64, .max_batched_tokens = 2048, .kv_blocks = 0, .block_size = 16,
+		.threads = 0, .batching = ENGINE_BATCH_CONTINUOUS, .backend = ENGINE_BACKEND_CPU,
+	};
+	struct server_config sc = {
+		.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20,
+		.request_timeout_s = 10, .idle_timeout_s = 60, .max_conns = 10000,
+	};
+	struct flags f = { 0 };
+	int rc = parse_flags(argc, argv, &ec, &sc, &f);
+	if (rc >= 0)
+		return rc;
+	if (f.make_path)
+		return make_model(&f);
+	if (f.preset || f.seed_set) {
 		fprintf(stderr, "kpi-infer: --preset and --seed only go with --make-model PATH\n");
 		return 2;
 	}
 
-	char default_path[4096];
+	char err[512], default_path[4096];
+	const char *model = f.model;
 	if (!model) {
 		if (model_default_path(default_path, sizeof(default_path), err, sizeof(err)) < 0) {
 			fprintf(stderr, "kpi-infer: no --model given and the built-in model is "
@@ -220,21 +252,8 @@ int main(int argc, char **argv)
 		model = default_path;
 	}
 	ec.model_path = model;
-
-	/* CUDA reads CUDA_INJECTION64_PATH when the backend initialises the
-	 * driver, which engine_create does: set it before. */
-	if (cupti) {
-		if (ec.backend != ENGINE_BACKEND_CUDA) {
-			fprintf(stderr, "kpi-infer: --cupti only applies to --backend cuda\n");
-			return 2;
-		}
-		if (access(cupti, R_OK) != 0) {
-			fprintf(stderr, "kpi-infer: --cupti %s: %s (build it with make: build/libkpi_cupti.so)\n",
-				cupti, strerror(errno));
-			return 2;
-		}
-		setenv("CUDA_INJECTION64_PATH", cupti, 1);
-	}
+	if (f.cupti && cupti_setup(f.cupti, ec.backend))
+		return 2;
 
 	/* Block the shutdown signals before any thread exists (the engine's
 	 * workers included): the server takes them through a signalfd. */
@@ -254,7 +273,7 @@ int main(int argc, char **argv)
 	const char *base = strrchr(model, '/');
 	sc.model_label = base ? base + 1 : model;
 	sc.block_size = ec.block_size;
-	int rc = server_run(e, &sc);
+	rc = server_run(e, &sc);
 	engine_destroy(e);
 	if (rc == 0)
 		fprintf(stderr, "kpi-infer: drained, exiting\n");

@@ -1,7 +1,7 @@
 # tools/kpi-bench/build.mk - kpi-bench, the load generator and client-side
 # KPI meter (epoll, one thread; jansson for JSON).
 
-KPI_BENCH_OBJS := $(patsubst %.c,$(OBJ)/%.o,$(wildcard tools/kpi-bench/*.c))
+KPI_BENCH_OBJS := $(patsubst %.c,$(OBJ)/%.o,$(wildcard tools/kpi-bench/*.c)) $(OBJ)/schema/pct.o
 
 PROGRAMS += $(BUILD)/kpi-bench
 $(BUILD)/kpi-bench: $(KPI_BENCH_OBJS)

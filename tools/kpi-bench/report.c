@@ -2,10 +2,10 @@
  * SLO goodput and errors, as text for people, JSON for machines and a CSV
  * row per request for joining with the agent's trace (by x-request-id). */
 #include <jansson.h>
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "schema/pct.h"
 #include "tools/kpi-bench/bench.h"
 
 /* ---- statistics ---------------------------------------------------------- */
@@ -21,15 +21,8 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Percentile by linear interpolation between closest ranks (numpy's
- * default), over a sorted array. */
-static double pct(const double *v, size_t n, double p)
-{
-	double rank = p / 100.0 * (double)(n - 1);
-	size_t lo = (size_t)floor(rank), hi = lo + 1 < n ? lo + 1 : lo;
-	return v[lo] + (v[hi] - v[lo]) * (rank - (double)lo);
-}
-
+/* Sorts v once and reads four percentiles off it, by the project's one
+ * definition (schema/pct.h), and the max. */
 static struct stat stat_of(double *v, size_t n)
 {
 	struct stat s = { .n = n };
@@ -40,10 +33,10 @@ static struct stat stat_of(double *v, size_t n)
 	for (size_t i = 0; i < n; i++)
 		sum += v[i];
 	s.mean = sum / (double)n;
-	s.p50 = pct(v, n, 50);
-	s.p90 = pct(v, n, 90);
-	s.p95 = pct(v, n, 95);
-	s.p99 = pct(v, n, 99);
+	s.p50 = pct_sorted_f64(v, n, 50);
+	s.p90 = pct_sorted_f64(v, n, 90);
+	s.p95 = pct_sorted_f64(v, n, 95);
+	s.p99 = pct_sorted_f64(v, n, 99);
 	s.max = v[n - 1];
 	return s;
 }

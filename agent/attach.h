@@ -1,0 +1,53 @@
+/* attach.h - which BPF programs kpi-agent loads and which processes they
+ * follow: program choice before load, the global attach, per-target USDT. */
+#ifndef KPI_ATTACH_H
+#define KPI_ATTACH_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct kpi_bpf;
+struct host_features;
+struct ring_buffer;
+struct assembler;
+struct agent_gpu;
+
+/* What to trace: the --pid list, else every process running exe (NULL: any
+ * file named kpi-infer). */
+struct attach_want {
+	const pid_t *pids;
+	int n_pids;
+	const char *exe;
+	bool verbose;           /* -v: say which program flavours were chosen */
+};
+
+struct attach;
+
+/* Between kpi_bpf__open and the first attach_rescan; skel and feat stay the
+ * caller's and must outlive the attach state. */
+struct attach *attach_new(struct kpi_bpf *skel, const struct host_features *feat,
+			  const struct attach_want *want);
+/* Before load: the program flavours this kernel takes (bpf_program__set_autoload)
+ * and the maps only they use. */
+void attach_choose_programs(struct attach *at);
+/* After load: every loaded program that is not a USDT one.  -1 with a message
+ * on stderr when one cannot be attached. */
+int attach_global(struct attach *at);
+/* Where a target's exit sends what is left of it: rb is drained before its
+ * map entries go, asm_ is told, gpu (may be NULL) follows the targets. */
+void attach_set_consumers(struct attach *at, struct ring_buffer *rb, struct assembler *asm_,
+			  struct agent_gpu *gpu);
+/* Detaches targets that exited, refreshes the ports and threads of the others,
+ * attaches to new ones (prints 'attached to pid N' / 'detached from pid N').
+ * now: CLOCK_MONOTONIC ns. */
+void attach_rescan(struct attach *at, uint64_t now);
+/* Processes known, traced or not (one whose attach failed is kept so that it
+ * is not retried). */
+int attach_count(const struct attach *at);
+/* The traced ones' pids, at most max. */
+int attach_live_pids(const struct attach *at, uint32_t *pids, int max);
+/* Destroys every link (targets' and global). */
+void attach_free(struct attach *at);
+
+#endif

@@ -1,0 +1,443 @@
+/* conn.c - one client connection's state machine: read a request head and
+ * body, hand it to server_dispatch, write the response (one send() per call
+ * while nothing is queued), keep alive, linger or close. */
+#include "daemon/server/server_int.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "kpi_probes.h"
+#include "abi/kpi_reasons.h"
+#include "daemon/server/openai.h"
+
+#define READ_CHUNK 65536
+#define OUT_LIMIT (8u << 20)   /* unread response bytes before a client counts as gone */
+
+/* ---- epoll interest and lifetime ------------------------------------------- */
+
+static void conn_set_events(struct conn *c, uint32_t ev)
+{
+	if (c->state == CS_CLOSED || ev == c->events)
+		return;
+	struct epoll_event e = { .events = ev, .data.ptr = c };
+	epoll_ctl(srv.epfd, EPOLL_CTL_MOD, c->fd, &e);
+	c->events = ev;
+}
+
+/* Interest follows the state: read while a request is incoming, only watch
+ * for hang-ups while one is served (pipelined bytes wait in the kernel). */
+void conn_update_events(struct conn *c)
+{
+	uint32_t ev = EPOLLRDHUP;
+	if (c->state == CS_HEAD || c->state == CS_BODY || c->state == CS_LINGER)
+		ev |= EPOLLIN;
+	if (c->out.len)
+		ev |= EPOLLOUT;
+	conn_set_events(c, ev);
+}
+
+bool conn_open(int fd)
+{
+	int one = 1;
+	/* tokens leave as soon as they are written, not after a delayed ACK */
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	struct conn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return false;
+	}
+	c->tag = TAG_CONN;
+	c->fd = fd;
+	c->state = CS_HEAD;
+	c->t_activity = eth_now_ns();
+	c->minor = 1;
+	c->events = EPOLLIN | EPOLLRDHUP;
+	struct epoll_event e = { .events = c->events, .data.ptr = c };
+	if (epoll_ctl(srv.epfd, EPOLL_CTL_ADD, fd, &e) < 0) {
+		close(fd);
+		free(c);
+		return true;
+	}
+	c->next = srv.conns;
+	if (srv.conns)
+		srv.conns->prev = c;
+	srv.conns = c;
+	srv.nconns++;
+	srv.m.connections_total++;
+	srv.m.connections_open = srv.nconns;
+	return true;
+}
+
+void conn_close(struct conn *c)
+{
+	if (c->state == CS_CLOSED)
+		return;
+	struct req *r = c->req;
+	if (r) {
+		/* the client went away mid-request: free its sequence at once */
+		if (KPI_REQUEST_CANCELLED_ENABLED())
+			KPI_REQUEST_CANCELLED(r->id);
+		eth_finish(&srv.eth, r->id, KPI_FINISH_CANCELLED);
+		r->conn = NULL;
+		c->req = NULL;
+	}
+	epoll_ctl(srv.epfd, EPOLL_CTL_DEL, c->fd, NULL);
+	close(c->fd);
+	c->state = CS_CLOSED;
+	if (c->prev)
+		c->prev->next = c->next;
+	else
+		srv.conns = c->next;
+	if (c->next)
+		c->next->prev = c->prev;
+	srv.nconns--;
+	srv.m.connections_open = srv.nconns;
+	/* freed later: the loop may still hold this pointer in its event batch */
+	c->dead_next = srv.dead;
+	srv.dead = c;
+}
+
+void conn_reap_dead(void)
+{
+	while (srv.dead) {
+		struct conn *c = srv.dead;
+		srv.dead = c->dead_next;
+		sbuf_free(&c->in);
+		sbuf_free(&c->out);
+		sbuf_free(&c->body);
+		free(c);
+	}
+}
+
+/* Half-close and discard what the client still sends, so the response is
+ * not destroyed by a reset when unread request bytes remain. */
+static void conn_linger(struct conn *c)
+{
+	shutdown(c->fd, SHUT_WR);
+	c->state = CS_LINGER;
+	c->t_activity = eth_now_ns();
+	sbuf_consume(&c->in, c->in.len);
+	conn_update_events(c);
+}
+
+/* ---- writing responses ----------------------------------------------------- */
+
+static void response_done(struct conn *c)
+{
+	if (KPI_RESPONSE_END_ENABLED())
+		KPI_RESPONSE_END(c->resp_id, c->fd, c->resp_status);
+	if (c->resp_status >= 100 && c->resp_status < 600)
+		srv.m.http_status[c->resp_status]++;
+	c->resp_started = c->resp_final = false;
+	c->resp_id = 0;
+	c->t_first_byte = 0;
+	c->t_activity = eth_now_ns();
+	if (c->close_after || srv.draining) {
+		conn_linger(c);
+		return;
+	}
+	c->state = CS_HEAD;
+	conn_update_events(c);
+}
+
+void conn_send(struct conn *c, const char *data, size_t len, bool final)
+{
+	if (c->state == CS_CLOSED)
+		return;
+	if (!c->resp_started) {
+		c->resp_started = true;
+		if (KPI_RESPONSE_START_ENABLED())
+			KPI_RESPONSE_START(c->resp_id, c->fd);
+	}
+	size_t off = 0;
+	if (c->out.len == 0) {
+		ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+			conn_close(c);
+			return;
+		}
+		if (n > 0)
+			off = (size_t)n;
+	}
+	if (off < len)
+		sbuf_add(&c->out, data + off, len - off);
+	if (c->out.len > OUT_LIMIT) {
+		conn_close(c); /* not reading its response: treat as gone */
+		return;
+	}
+	if (final)
+		c->resp_final = true;
+	if (c->out.len == 0 && final)
+		response_done(c);
+	else
+		conn_update_events(c);
+}
+
+static void conn_flush(struct conn *c)
+{
+	while (c->out.len) {
+		ssize_t n = send(c->fd, c->out.data, c->out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0) {
+			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+				break;
+			conn_close(c);
+			return;
+		}
+		sbuf_consume(&c->out, (size_t)n);
+	}
+	if (c->out.len == 0 && c->resp_final) {
+		response_done(c);
+		if (c->state == CS_HEAD && c->in.len)
+			conn_process(c); /* a pipelined request waited behind this response */
+	} else {
+		conn_update_events(c);
+	}
+}
+
+void conn_resp_head(struct sbuf *b, struct conn *c, int status, const char *ctype,
+		    long long clen, bool chunked, const char *extra)
+{
+	sbuf_printf(b, "HTTP/1.1 %d %s\r\n", status, http_status_text(status));
+	if (ctype)
+		sbuf_printf(b, "Content-Type: %s\r\n", ctype);
+	if (clen >= 0)
+		sbuf_printf(b, "Content-Length: %lld\r\n", clen);
+	else if (chunked)
+		sbuf_adds(b, "Transfer-Encoding: chunked\r\n");
+	sbuf_printf(b, "x-request-id: %s\r\n", c->rid);
+	if (extra)
+		sbuf_adds(b, extra);
+	if (c->close_after || srv.draining)
+		sbuf_adds(b, "Connection: close\r\n");
+	else if (c->minor == 0)
+		sbuf_adds(b, "Connection: keep-alive\r\n");
+	sbuf_adds(b, "\r\n");
+}
+
+void conn_respond(struct conn *c, int status, const char *ctype, const char *body,
+		  size_t len, const char *extra)
+{
+	struct sbuf b = { 0 };
+	c->resp_status = status;
+	c->state = CS_ACTIVE;
+	conn_resp_head(&b, c, status, ctype, (long long)len, false, extra);
+	sbuf_add(&b, body, len);
+	conn_send(c, b.data, b.len, true);
+	sbuf_free(&b);
+}
+
+void conn_reject(struct conn *c, int status, int reason, const char *msg, bool close,
+		 const char *extra)
+{
+	if (KPI_REQUEST_REJECTED_ENABLED())
+		KPI_REQUEST_REJECTED(c->fd, status, reason, c->rid);
+	srv.m.rejected_total++;
+	if (close)
+		c->close_after = true;
+	struct sbuf b = { 0 };
+	openai_error(&b, status, msg);
+	conn_respond(c, status, "application/json", b.data, b.len, extra);
+	sbuf_free(&b);
+}
+
+/* ---- reading requests ------------------------------------------------------- */
+
+void conn_make_request_id(struct conn *c, uint64_t n)
+{
+	snprintf(c->rid, sizeof(c->rid), "req-%x-%llu", srv.pid, (unsigned long long)n);
+}
+
+static int reason_for_status(int status)
+{
+	switch (status) {
+	case 413: return KPI_REJECT_BODY_TOO_LARGE;
+	case 431: return KPI_REJECT_HEADERS_TOO_LARGE;
+	case 501: case 505: return KPI_REJECT_UNSUPPORTED;
+	default: return KPI_REJECT_BAD_HTTP;
+	}
+}
+
+/* Keeps what the rest of the request needs from a parsed head of head_len bytes. */
+static void conn_take_head(struct conn *c, struct http_request *h, size_t head_len)
+{
+	snprintf(c->method, sizeof(c->method), "%.*s", (int)h->method_len, h->method);
+	if (h->path_len >= sizeof(c->path))
+		h->path_len = sizeof(c->path) - 1; /* no route is that long: a 404 */
+	for (size_t k = 0; k < h->path_len; k++) /* ASCII only: it is echoed in JSON */
+		c->path[k] = (unsigned char)h->path[k] < 0x80 ? h->path[k] : '?';
+	c->path[h->path_len] = 0;
+	c->minor = h->minor;
+	c->keep_alive = h->keep_alive;
+	c->close_after = !h->keep_alive;
+	c->chunked = h->chunked;
+	c->content_length = h->content_length < 0 ? 0 : h->content_length;
+	c->head_len = head_len;
+	c->sent_continue = false;
+	memset(&c->ch, 0, sizeof(c->ch));
+	sbuf_consume(&c->body, c->body.len);
+	c->body_scan = 0;
+}
+
+/* CS_HEAD: parses the head waiting in c->in. True when its body is to be read
+ * next; false while the head is incomplete or after a rejection. */
+static bool conn_read_head(struct conn *c)
+{
+	if (c->in.len == 0)
+		return false;
+	if (!c->t_first_byte)
+		c->t_first_byte = eth_now_ns();
+	struct http_request h;
+	int r = http_parse_head(c->in.data, c->in.len, &h);
+	if (r == 0)
+		return false;
+	c->seq = ++srv.seq;
+	if (r > 0 && h.request_id)
+		http_sanitize_request_id(h.request_id, h.request_id_len, c->rid);
+	else
+		c->rid[0] = 0;
+	if (!c->rid[0])
+		conn_make_request_id(c, srv.seq);
+	if (r < 0) {
+		c->minor = 1;
+		conn_reject(c, -r, reason_for_status(-r), h.error, true, NULL);
+		return false;
+	}
+	conn_take_head(c, &h, (size_t)r);
+	if (!c->chunked && (size_t)c->content_length > srv.cfg->max_body) {
+		char msg[160];
+		snprintf(msg, sizeof(msg), "request body of %lld bytes exceeds the limit of %zu "
+			 "bytes (--max-body)", c->content_length, srv.cfg->max_body);
+		conn_reject(c, 413, KPI_REJECT_BODY_TOO_LARGE, msg, true, NULL);
+		return false;
+	}
+	c->state = CS_BODY;
+	return true;
+}
+
+/* CS_BODY: 1 when the body is complete (*total: the bytes of c->in the
+ * request spans), 0 while more is needed, -1 after a rejection. */
+static int conn_read_body(struct conn *c, const char **body, size_t *len, size_t *total)
+{
+	if (c->chunked) {
+		ssize_t k = http_chunked_feed(&c->ch, c->in.data + c->head_len + c->body_scan,
+					      c->in.len - c->head_len - c->body_scan, &c->body,
+					      srv.cfg->max_body);
+		if (k < 0) {
+			conn_reject(c, (int)-k, reason_for_status((int)-k), c->ch.error, true, NULL);
+			return -1;
+		}
+		c->body_scan += (size_t)k;
+		if (!c->ch.done)
+			return 0;
+		*body = c->body.data ? c->body.data : "";
+		*len = c->body.len;
+		*total = c->head_len + c->body_scan;
+		return 1;
+	}
+	if (c->in.len - c->head_len < (size_t)c->content_length)
+		return 0;
+	*body = c->in.data + c->head_len;
+	*len = (size_t)c->content_length;
+	*total = c->head_len + *len;
+	return 1;
+}
+
+/* A client that sent Expect: 100-continue waits for a go-ahead before its body. */
+static void conn_send_continue(struct conn *c)
+{
+	if (c->in.len != c->head_len || !c->in.len || c->sent_continue)
+		return;
+	struct http_request h;
+	if (http_parse_head(c->in.data, c->in.len, &h) > 0 && h.expect_continue) {
+		c->sent_continue = true;
+		static const char cont[] = "HTTP/1.1 100 Continue\r\n\r\n";
+		ssize_t w = send(c->fd, cont, sizeof(cont) - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+		(void)w;
+	}
+}
+
+void conn_process(struct conn *c)
+{
+	while (c->state == CS_HEAD || c->state == CS_BODY) {
+		if (c->state == CS_HEAD && !conn_read_head(c))
+			return;
+		const char *body;
+		size_t len, total;
+		int k = conn_read_body(c, &body, &len, &total);
+		if (k == 0)
+			conn_send_continue(c);
+		if (k <= 0)
+			return;
+		c->state = CS_ACTIVE;
+		server_dispatch(c, body, len);
+		if (c->state == CS_CLOSED || c->state == CS_LINGER)
+			return; /* linger already dropped the input */
+		sbuf_consume(&c->in, total);
+	}
+}
+
+static void conn_readable(struct conn *c)
+{
+	if (c->state == CS_LINGER) {
+		char junk[4096];
+		ssize_t n;
+		while ((n = recv(c->fd, junk, sizeof(junk), MSG_DONTWAIT)) > 0)
+			;
+		if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK))
+			conn_close(c);
+		return;
+	}
+	if (c->state != CS_HEAD && c->state != CS_BODY)
+		return;
+	size_t limit = HTTP_MAX_HEAD + srv.cfg->max_body + 4096;
+	/* chunk framing can add bytes beyond the payload: allow for some */
+	if (c->chunked)
+		limit += srv.cfg->max_body / 2 + 65536;
+	if (c->in.len >= limit) {
+		conn_reject(c, 413, KPI_REJECT_BODY_TOO_LARGE, "request exceeds the size limit",
+			    true, NULL);
+		return;
+	}
+	sbuf_reserve(&c->in, READ_CHUNK);
+	ssize_t n = recv(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len - 1, MSG_DONTWAIT);
+	if (n == 0) {
+		conn_close(c);
+		return;
+	}
+	if (n < 0) {
+		if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)
+			conn_close(c);
+		return;
+	}
+	c->in.len += (size_t)n;
+	c->in.data[c->in.len] = 0;
+	c->t_activity = eth_now_ns();
+	conn_process(c);
+}
+
+void conn_event(struct conn *c, uint32_t ev)
+{
+	if (ev & EPOLLOUT)
+		conn_flush(c);
+	if (c->state == CS_CLOSED)
+		return;
+	if (ev & EPOLLIN)
+		conn_readable(c);
+	if (c->state == CS_CLOSED)
+		return;
+	if (ev & (EPOLLERR | EPOLLHUP)) {
+		conn_close(c);
+		return;
+	}
+	/* a peer that shut its side mid-response has gone: cancel now */
+	if ((ev & EPOLLRDHUP) && c->state != CS_HEAD && c->state != CS_BODY &&
+	    c->state != CS_LINGER)
+		conn_close(c);
+	else if ((ev & EPOLLRDHUP) && !(ev & EPOLLIN))
+		conn_close(c);
+}

@@ -1,0 +1,109 @@
+/* openai.c - formats the OpenAI-compatible response bodies and SSE events
+ * (openai.h) from a request's state; writes nothing to sockets. */
+#include "daemon/server/openai.h"
+
+#include <string.h>
+
+#include "daemon/server/server_int.h"
+#include "daemon/server/text.h"
+
+/* The fields every body and chunk starts with; whole: a non-stream body. */
+static void chunk_prefix(struct sbuf *b, const struct req *r, const char *model, bool whole)
+{
+	const char *obj = !r->chat ? "text_completion" :
+		whole ? "chat.completion" : "chat.completion.chunk";
+	sbuf_printf(b, "{\"id\":\"%s%s\",\"object\":\"%s\",\"created\":%lld,\"model\":\"%s\",",
+		    r->chat ? "chatcmpl-" : "cmpl-", r->rid, obj, r->created, model);
+}
+
+static void usage_json(struct sbuf *b, const struct req *r)
+{
+	sbuf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,"
+		    "\"total_tokens\":%d}", r->n_prompt, r->n_out, r->n_prompt + r->n_out);
+}
+
+void openai_sse_event(struct sbuf *b, const struct req *r, const char *model,
+		      const char *text, size_t n, const char *finish)
+{
+	sbuf_adds(b, "data: ");
+	chunk_prefix(b, r, model, false);
+	if (r->chat) {
+		sbuf_adds(b, "\"choices\":[{\"index\":0,\"delta\":{");
+		bool role = !r->headers_sent;
+		if (role)
+			sbuf_adds(b, "\"role\":\"assistant\"");
+		if (n || !finish) {
+			sbuf_adds(b, role ? ",\"content\":\"" : "\"content\":\"");
+			json_escape(b, text, n);
+			sbuf_adds(b, "\"");
+		}
+		sbuf_adds(b, "}");
+	} else {
+		sbuf_adds(b, "\"choices\":[{\"index\":0,\"text\":\"");
+		json_escape(b, text, n);
+		sbuf_adds(b, "\"");
+	}
+	if (finish)
+		sbuf_printf(b, ",\"logprobs\":null,\"finish_reason\":\"%s\"}]", finish);
+	else
+		sbuf_adds(b, ",\"logprobs\":null,\"finish_reason\":null}]");
+	if (r->include_usage)
+		sbuf_adds(b, ",\"usage\":null");
+	sbuf_adds(b, "}\n\n");
+}
+
+void openai_sse_end(struct sbuf *b, const struct req *r, const char *model)
+{
+	if (r->include_usage) {
+		sbuf_adds(b, "data: ");
+		chunk_prefix(b, r, model, false);
+		sbuf_adds(b, "\"choices\":[],");
+		usage_json(b, r);
+		sbuf_adds(b, "}\n\n");
+	}
+	sbuf_adds(b, "data: [DONE]\n\n");
+}
+
+void openai_completion(struct sbuf *b, const struct req *r, const char *model,
+		       const char *finish)
+{
+	chunk_prefix(b, r, model, true);
+	if (r->chat)
+		sbuf_adds(b, "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
+			  "\"content\":\"");
+	else
+		sbuf_adds(b, "\"choices\":[{\"index\":0,\"text\":\"");
+	json_escape(b, r->text.data, r->text.len);
+	sbuf_printf(b, "\"%s,\"logprobs\":null,\"finish_reason\":\"%s\"}],",
+		    r->chat ? "}" : "", finish);
+	usage_json(b, r);
+	sbuf_adds(b, "}\n");
+}
+
+void openai_models(struct sbuf *b, const char *model, long long created, int max_model_len)
+{
+	sbuf_printf(b, "{\"object\":\"list\",\"data\":[{\"id\":\"%s\",\"object\":\"model\","
+		    "\"created\":%lld,\"owned_by\":\"kpi-infer\",\"max_model_len\":%d}]}\n",
+		    model, created, max_model_len);
+}
+
+static const char *error_type(int status)
+{
+	switch (status) {
+	case 400: case 413: case 431: return "invalid_request_error";
+	case 404: return "not_found_error";
+	case 405: return "method_not_allowed_error";
+	case 408: return "timeout_error";
+	case 429: return "rate_limit_error";
+	case 503: return "service_unavailable_error";
+	default: return "server_error";
+	}
+}
+
+void openai_error(struct sbuf *b, int status, const char *msg)
+{
+	sbuf_adds(b, "{\"error\":{\"message\":\"");
+	json_escape(b, msg, strlen(msg));
+	sbuf_printf(b, "\",\"type\":\"%s\",\"param\":null,\"code\":%d}}\n", error_type(status),
+		    status);
+}

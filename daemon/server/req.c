@@ -1,0 +1,38 @@
+/* req.c - the in-flight request table: requests by their engine id, from
+ * admission to their FINISHED event (uthash, as the agent's in-flight maps). */
+#include "daemon/server/server_int.h"
+
+void req_insert(struct req *r)
+{
+	HASH_ADD(hh, srv.reqs, id, sizeof(r->id), r);
+}
+
+struct req *req_find(uint64_t id)
+{
+	struct req *r;
+	HASH_FIND(hh, srv.reqs, &id, sizeof(id), r);
+	return r;
+}
+
+void req_remove(struct req *r)
+{
+	HASH_DEL(srv.reqs, r);
+}
+
+void req_free(struct req *r)
+{
+	for (int i = 0; i < r->n_stop; i++)
+		free(r->stop[i]);
+	sbuf_free(&r->text);
+	free(r);
+}
+
+/* At exit: requests the engine never finished. */
+void req_free_all(void)
+{
+	struct req *r, *tmp;
+	HASH_ITER(hh, srv.reqs, r, tmp) {
+		HASH_DEL(srv.reqs, r);
+		req_free(r);
+	}
+}
