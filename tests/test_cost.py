@@ -241,6 +241,26 @@ def test_cost_attribution_exact_on_kpi_infer():
     assert totals, agent.lines[-5:]
     print(f"     {totals[0]}")
 
+    # kpi-report's section on the real trace: its figures are the rows'
+    off = _rows(db, "SELECT mono_to_wall_ns AS o FROM agent_runs")[0]["o"]
+    w = lambda ns: f"@{(ns + off) / 1e9:.6f}"
+    rep = kpitest.run([os.path.join(kpitest.BIN, "kpi-report"), "--db", db, "--from", w(marks[2]),
+                       "--to", w(marks[3]), "--baseline", f"{w(marks[0])}..{w(marks[1])}"], check=True).stdout
+    row = [l for l in rep.splitlines() if l.startswith("| $ per 1M output tokens")]
+    assert row and "Method: token share of batch steps" in rep, rep[-3000:]
+
+    def mtok(lo, hi):
+        # the report's windows: microsecond-rounded @times, requests by arrival
+        lo, hi = int(round((lo + off) / 1e3)) * 1000 - off, int(round((hi + off) / 1e3)) * 1000 - off
+        q = _rows(db, "SELECT TOTAL(machine_ns) AS m, TOTAL(output_tokens) AS n FROM requests "
+                  "WHERE t_arrive_ns >= ? AND t_arrive_ns < ?", lo, hi)[0]
+        idle = _rows(db, "SELECT TOTAL(idle_ns + unattributed_ns) AS i FROM cost_samples "
+                     "WHERE t_ns > ? AND t_ns <= ?", lo, hi)[0]["i"]
+        return f"{1e6 * PRICE * (q['m'] + idle) / 3.6e12 / q['n']:.4g}"
+    cells = [c.strip() for c in row[0].split("|")]
+    assert cells[2:4] == [mtok(marks[0], marks[1]), mtok(marks[2], marks[3])], (row, mtok(marks[0], marks[1]))
+    print(f"     kpi-report: {row[0]}")
+
 
 test_cost_attribution_exact_on_kpi_infer.timeout = 300
 
@@ -333,3 +353,78 @@ def test_cost_gpu_nvml_counter():
 
 
 test_cost_gpu_nvml_counter.timeout = 700
+
+
+def test_cost_report_section_and_underuse_finding():
+    """kpi-report's cost section on a synthetic v5 trace: the figures match
+    the rows, --price-per-hour overrides the agent's, and a window whose batch
+    fell from 12 to 3 with an empty queue and a quarter of the traffic gets
+    the under-utilisation finding."""
+    import tracetest as tt
+    tt.require(tt.REPORT, "kpi-report")
+    d = kpitest.tmpdir()
+    db_path = os.path.join(d, "cost-synth.db")
+    db = tt.generate(db_path, duration_s=240, rate=20.0, seed=7)
+    tt.migrate(db)
+    S = 10**9
+    base, inc = (tt.T0, tt.T0 + 60 * S), (tt.T0 + 120 * S, tt.T0 + 180 * S)
+    # the incident: a quarter of the requests, small batches, nobody queued
+    db.execute("DELETE FROM requests WHERE t_arrive_ns >= ? AND t_arrive_ns < ? AND seq_id % 4 != 0", inc)
+    db.execute("UPDATE steps SET decode_seqs = 12 WHERE t_start_ns >= ? AND t_start_ns < ?", base)
+    db.execute("UPDATE steps SET decode_seqs = 3 WHERE t_start_ns >= ? AND t_start_ns < ?", inc)
+    db.execute("UPDATE samples SET queue_depth = 0 WHERE t_ns >= ? AND t_ns < ?", (inc[0], inc[1] + 10 * S))
+    db.execute("UPDATE requests SET machine_ns = output_tokens * 400000, "
+               "energy_j = output_tokens * 0.02, cost_usd = output_tokens * 400000 * 2.0 / 3.6e12")
+    rows = []
+    for sec in range(240):
+        t = tt.T0 + (sec + 1) * S
+        idle = int(0.7 * S) if inc[0] < t <= inc[1] else int(0.1 * S)
+        rows.append((t + tt.WALL0 - tt.T0, t, S, S - idle, idle, 0, 20, 50, 50_000_000,
+                     idle // 20, 0, 2.0, 2.0 / 3600, 2.0 * idle / 3.6e12))
+    db.executemany("INSERT INTO cost_samples (run_id, wall_ns, t_ns, interval_ns, busy_ns, idle_ns, "
+                   "unattributed_ns, steps, step_tokens, energy_uj, idle_energy_uj, "
+                   "unattributed_energy_uj, price_per_hour, cost_usd, idle_cost_usd) "
+                   "VALUES (1,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", rows)
+    db.executemany("INSERT OR REPLACE INTO meta VALUES (?, ?)",
+                   [("price_per_hour", "2"), ("energy_source", "rapl:package-0"),
+                    ("cost_method", "token share of batch steps")])
+    db.commit()
+
+    def usd_per_mtok(lo, hi, price):
+        r = db.execute("SELECT TOTAL(machine_ns), TOTAL(output_tokens) FROM requests "
+                       "WHERE t_arrive_ns >= ? AND t_arrive_ns < ?", (lo, hi)).fetchone()
+        idle = db.execute("SELECT TOTAL(idle_ns + unattributed_ns) FROM cost_samples "
+                          "WHERE t_ns > ? AND t_ns <= ?", (lo, hi)).fetchone()[0]
+        return 1e6 * price * (r[0] + idle) / 3.6e12 / r[1]
+
+    def at(ns):
+        return f"@{(ns + tt.WALL0 - tt.T0) / 1e9:.3f}"
+
+    argv = [tt.REPORT, "--db", db_path, "--from", at(inc[0]), "--to", at(inc[1]),
+            "--baseline", f"{at(base[0])}..{at(base[1])}"]
+    out = kpitest.run(argv, check=True).stdout
+    assert "## Cost and energy" in out and "Method: token share of batch steps" in out, out
+    assert "Price: $2 an hour (the agent's --price-per-hour). Energy: rapl:package-0." in out, out
+    row = [l for l in out.splitlines() if l.startswith("| $ per 1M output tokens")][0]
+    want = (f"{usd_per_mtok(*base, 2.0):.4g}", f"{usd_per_mtok(*inc, 2.0):.4g}")
+    assert row.split("|")[2].strip() == want[0] and row.split("|")[3].strip() == want[1], (row, want)
+    m = re.search(r"\*\*Cost per token rose (\d+)%: batch size fell from (\S+) to (\S+) while the queue "
+                  r"stayed empty\*\* — phase: \*\*decode\*\*; cause: \*\*under-utilisation\*\*", out)
+    assert m, out[:3000]
+    rise = usd_per_mtok(*inc, 2.0) / usd_per_mtok(*base, 2.0) - 1
+    assert int(m.group(1)) == round(rise * 100), (m.group(1), rise)
+    assert 12 <= float(m.group(2)) < 13 and 3 <= float(m.group(3)) < 4, m.groups()
+    assert "under-utilisation, not load" in out
+    out4 = kpitest.run(argv + ["--price-per-hour", "4"], check=True).stdout
+    row4 = [l for l in out4.splitlines() if l.startswith("| $ per 1M output tokens")][0]
+    assert row4.split("|")[3].strip() == f"{usd_per_mtok(*inc, 4.0):.4g}", row4
+    assert "Price: $4 an hour (--price-per-hour)" in out4
+    html = kpitest.run(argv + ["--format", "html"], check=True).stdout
+    assert "<h2>Cost and energy</h2>" in html and "Cost per token rose" in html
+    # a trace before version 5 says why the section is empty
+    old = os.path.join(d, "v1.db")
+    tt.generate(old, duration_s=240, rate=20.0, seed=7).close()
+    out_old = kpitest.run([tt.REPORT, "--db", old, "--from", at(inc[0]), "--to", at(inc[1]),
+                           "--baseline", f"{at(base[0])}..{at(base[1])}"], check=True).stdout
+    assert "## Cost and energy\n\nNot shown:" in out_old and "before schema version 5" in out_old, out_old
+    db.close()

@@ -543,6 +543,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 	if (trace_series(r->t, r->tl_from, r->tl_to, RP_TIMELINE, r->tl)) goto sqlfail;
 	r->nslow = trace_slowest(r->t, from, to, r->slow, RP_SLOWEST);
 	findings(r);
+	report_cost_analyze(r, r->price);
 	return 0;
 sqlfail:
 	snprintf(err, errlen, "reading %s failed: %s", trace_path(r->t), trace_errmsg(r->t));

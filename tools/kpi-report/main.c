@@ -12,7 +12,7 @@ static void usage(FILE *f)
 {
 	fprintf(f,
 		"Usage: kpi-report --db PATH [--from TIME --to TIME] [--baseline TIME..TIME]\n"
-		"                  [--format md|html] [-o FILE]\n"
+		"                  [--format md|html] [--price-per-hour USD] [-o FILE]\n"
 		"Explains which phase and which cause made a window of a kpi-agent trace slow.\n\n"
 		"  --db PATH            trace store (default %s, or $KPI_DB)\n"
 		"  --from TIME          start of the incident window\n"
@@ -21,6 +21,8 @@ static void usage(FILE *f)
 		"  --baseline A..B      window to compare with; without it, the quietest window of the\n"
 		"                       same length before the incident is picked, and the report says which\n"
 		"  --format md|html     markdown (default) or one self-contained HTML page with SVG charts\n"
+		"  --price-per-hour USD the machine's price an hour for the cost section (default:\n"
+		"                       the agent's --price-per-hour, from the trace); docs/cost.md\n"
 		"  -o, --output FILE    write there instead of stdout\n"
 		"  -h, --help           this help\n\n"
 		"TIME: 2026-12-02T10:31:00 or 10:31:00 (local time), @UNIXSECONDS, -90s (before the\n"
@@ -35,11 +37,14 @@ int main(int argc, char **argv)
 		{ "db", required_argument, 0, 'd' }, { "from", required_argument, 0, 'f' },
 		{ "to", required_argument, 0, 't' }, { "baseline", required_argument, 0, 'b' },
 		{ "format", required_argument, 0, 'F' }, { "output", required_argument, 0, 'o' },
+		{ "price-per-hour", required_argument, 0, 'P' },
 		{ "help", no_argument, 0, 'h' }, { 0 },
 	};
 	const char *db = getenv("KPI_DB") ? getenv("KPI_DB") : TRACE_DEFAULT_DB;
 	const char *from_s = NULL, *to_s = NULL, *base_s = NULL, *out_path = NULL;
 	int html = 0, o;
+	double price = -1;
+	char *end;
 	while ((o = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
 		switch (o) {
 		case 'd': db = optarg; break;
@@ -55,6 +60,13 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'P':
+			price = strtod(optarg, &end);
+			if (end == optarg || *end || !(price >= 0)) {
+				fprintf(stderr, "kpi-report: --price-per-hour '%s': give a price in USD, e.g. 2.5\n", optarg);
+				return 2;
+			}
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -66,6 +78,7 @@ int main(int argc, char **argv)
 	char err[768];
 	struct report *r = calloc(1, sizeof(*r));
 	if (!r) return 1;
+	r->price = price;
 	r->t = trace_open(db, err, sizeof(err));
 	if (!r->t) {
 		fprintf(stderr, "kpi-report: %s\n", err);

@@ -130,6 +130,7 @@ void report_markdown(const struct report *r, FILE *o)
 
 	fprintf(o, "\n## Summary\n\n| | baseline | incident |\n|---|---:|---:|\n");
 	summary_rows(r, o, 0);
+	report_cost_render(r, o, 0);
 
 	fprintf(o, "\n## Percentiles\n\n| metric | p50 baseline | p50 incident | change | p99 baseline | p99 incident | change |\n"
 		"|---|---:|---:|---:|---:|---:|---:|\n");
@@ -279,7 +280,9 @@ void report_html(const struct report *r, FILE *o)
 	}
 	fprintf(o, "</ul>\n<h2>Summary</h2>\n<table><tr><th></th><th>baseline</th><th>incident</th></tr>\n");
 	summary_rows(r, o, 1);
-	fprintf(o, "</table>\n<h2>Percentiles</h2>\n<table><tr><th>metric</th><th>p50 baseline</th><th>p50 incident</th>"
+	fprintf(o, "</table>\n");
+	report_cost_render(r, o, 1);
+	fprintf(o, "<h2>Percentiles</h2>\n<table><tr><th>metric</th><th>p50 baseline</th><th>p50 incident</th>"
 		"<th>change</th><th>p99 baseline</th><th>p99 incident</th><th>change</th></tr>\n");
 	for (int k = 0; k < NPCT; k++) {
 		const struct trace_dist *m0 = &bw->m[pct_rows[k]], *m1 = &iw->m[pct_rows[k]];

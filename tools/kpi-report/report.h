@@ -4,6 +4,7 @@
 #define KPI_REPORT_H
 
 #include "tools/common/trace.h"
+#include "tools/common/trace_cost.h"
 
 #include <stdio.h>
 
@@ -55,6 +56,11 @@ struct report {
 	int nslow;
 	struct rp_finding f[RP_MAX_FINDINGS];
 	int nf;
+	/* cost and energy of both windows (cost.c) */
+	double price;                   /* --price-per-hour; < 0: the agent's */
+	int have_cost;
+	struct trace_cost_window cost_base, cost_inc;
+	char cost_source[256], cost_why[512];
 };
 
 /* Picks the windows (user's or automatic) and computes everything the report
@@ -62,6 +68,11 @@ struct report {
  * or -1 with a message in err. */
 int report_analyze(struct report *r, int64_t from, int have_from, int64_t to, int have_to,
 		   int64_t base_from, int64_t base_to, int have_base, char *err, size_t errlen);
+
+/* Both windows' cost and energy (docs/cost.md) and the under-utilisation
+ * finding; where the trace has none, cost_why says why. */
+void report_cost_analyze(struct report *r, double price_per_hour);
+void report_cost_render(const struct report *r, FILE *out, int html);
 
 void report_markdown(const struct report *r, FILE *out);
 void report_html(const struct report *r, FILE *out);
