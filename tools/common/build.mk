@@ -1,5 +1,5 @@
-# tools/common/build.mk - the trace reader layer kpitop and kpi-report share
-# (tools/common/*.c); the tools link $(TOOLS_COMMON_OBJS).
+# tools/common/build.mk - the reader layer kpitop and kpi-report share
+# (tools/common/*.c: trace, reqstats, timefmt, pct); the tools link $(TOOLS_COMMON_OBJS).
 
 TOOLS_COMMON_OBJS := $(patsubst %.c,$(OBJ)/%.o,$(wildcard tools/common/*.c))
 TOOLS_LDLIBS := -lsqlite3 $(LDLIBS_COMMON)
