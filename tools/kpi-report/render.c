@@ -12,7 +12,7 @@ static const int pct_rows[] = { TM_TTFT, TM_TPOT, TM_ITL, TM_E2E, TM_NET_IN, TM_
 				TM_DECODE, TM_NET_OUT, TM_RUNQ };
 #define NPCT ((int)(sizeof(pct_rows) / sizeof(pct_rows[0])))
 
-static char *D(char *b, double ns) { return trace_fmt_dur(b, 16, ns); }
+static char *D(char *b, double ns) { return timefmt_dur(b, 16, ns); }
 
 static char *change(char *b, double base, double inc)
 {
