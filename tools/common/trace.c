@@ -39,7 +39,7 @@ struct trace {
 	char *path;
 	int64_t mono_to_wall;
 	sqlite3_stmt *q_window, *q_since, *q_samples, *q_inflight, *q_replay, *q_recent,
-		*q_slowest, *q_steps, *q_runq_by;
+		*q_slowest, *q_steps, *q_runq_by, *q_losses;
 	struct reqstats stats;              /* scratch of the window and series */
 	struct trace_stat_rows stat_rows;   /* trace_window_stats's and trace_series's rows */
 	int64_t *col_t, *col_v;
@@ -189,6 +189,9 @@ static int prep_window_queries(struct trace *t, int ver, char *err, size_t errle
 		    "SELECT other_pid, other_comm, SUM(runq_ns) AS ns FROM runq_by "
 		    "WHERE t_ns >= ?1 AND t_ns < ?2 AND other_pid IS NOT NULL "
 		    "GROUP BY other_pid ORDER BY ns DESC, other_pid LIMIT " STR(TRACE_RUNQ_BY_MAX), err, errlen)) ||
+	       (ver >= 4 && prep(t, &t->q_losses,
+		    "SELECT cause, SUM(n) AS lost FROM losses WHERE t_ns >= ?1 AND t_ns < ?2 "
+		    "GROUP BY cause ORDER BY lost DESC, cause LIMIT " STR(TRACE_LOSS_MAX), err, errlen)) ||
 	       prep(t, &t->q_rows,
 		    "SELECT t_arrive_ns, ttft_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, decode_ns, "
 		    "net_out_ns FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 "
@@ -238,7 +241,7 @@ void trace_close(struct trace *t)
 	if (!t) return;
 	sqlite3_stmt *const all[] = {
 		t->q_window, t->q_since, t->q_samples, t->q_inflight, t->q_replay, t->q_recent,
-		t->q_slowest, t->q_steps, t->q_runq_by, t->q_column, t->q_rows,
+		t->q_slowest, t->q_steps, t->q_runq_by, t->q_losses, t->q_column, t->q_rows,
 	};
 	for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++) sqlite3_finalize(all[i]);
 	for (int i = 0; i < t->nscalar; i++) sqlite3_finalize(t->scalar_st[i]);
@@ -439,6 +442,29 @@ static int window_runq_by(struct trace *t, struct trace_window *w)
 	return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -1;
 }
 
+/* What the agent lost in the window, by cause (version 4); lost -1 before. */
+static int window_losses(struct trace *t, struct trace_window *w)
+{
+	sqlite3_stmt *st = t->q_losses;
+	int rc;
+
+	w->n_loss = 0;
+	w->lost = st ? 0 : -1;
+	if (!st) return 0;
+	sqlite3_reset(st);
+	sqlite3_bind_int64(st, 1, w->from_ns);
+	sqlite3_bind_int64(st, 2, w->samples_to_ns);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW && w->n_loss < TRACE_LOSS_MAX) {
+		struct trace_loss *l = &w->loss[w->n_loss++];
+		const unsigned char *cause = sqlite3_column_text(st, 0);
+		snprintf(l->cause, sizeof(l->cause), "%s", cause ? (const char *)cause : "?");
+		l->n = sqlite3_column_int64(st, 1);
+		w->lost += l->n;
+	}
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -1;
+}
+
 int trace_window_from_rows(struct trace *t, const struct trace_stat_row *rows, size_t n, int64_t from_ns,
 			   int64_t to_ns, bool while_served, struct trace_window *w)
 {
@@ -452,7 +478,7 @@ int trace_window_from_rows(struct trace *t, const struct trace_stat_row *rows, s
 	if (while_served && w->served_to_ns + NS_PER_S >= to_ns)
 		w->samples_to_ns = w->served_to_ns + NS_PER_S + 1;
 	double sreq = 0, stok = 0;
-	if (window_samples(t, w, &sreq, &stok) || window_runq_by(t, w)) return -1;
+	if (window_samples(t, w, &sreq, &stok) || window_runq_by(t, w) || window_losses(t, w)) return -1;
 	double secs = (double)(to_ns - from_ns) / NS_PER_S;
 	if (secs <= 0) secs = 1;
 	if (w->samples && !while_served) {

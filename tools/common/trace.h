@@ -20,6 +20,7 @@
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 
 #define TRACE_RUNQ_BY_MAX 3
+#define TRACE_LOSS_MAX 8        /* loss causes a window lists (the agent has 8) */
 
 struct trace;
 
@@ -83,6 +84,15 @@ struct trace_window {
 		int64_t ns;
 	} runq_by[TRACE_RUNQ_BY_MAX];
 	int n_runq_by;
+	/* what the agent lost in the window (samples' times), all causes, and
+	 * by cause, largest first (schema version 4; lost -1 before: the trace
+	 * does not say) */
+	int64_t lost;
+	struct trace_loss {
+		char cause[24];
+		int64_t n;
+	} loss[TRACE_LOSS_MAX];
+	int n_loss;
 };
 
 /* One bucket of a timeline. */

@@ -293,6 +293,38 @@ static void runq_behind(const struct trace_window *i, char *out, size_t len)
 	}
 }
 
+/* 6. the agent lost data in the window: the figures above may miss requests.
+ * Causes that cost requests lead the findings; a clamped mark or a row that
+ * retention removed (outside a window a report reads, unless the window is
+ * older than --retain) only closes them. */
+static void lost_finding(struct report *r)
+{
+	const struct trace_window *i = &r->inc.w;
+	struct rp_finding *f;
+	char list[512] = "";
+	size_t len = 0;
+	int64_t costly = 0;
+
+	if (i->lost <= 0)
+		return;
+	for (int k = 0; k < i->n_loss; k++) {
+		const struct trace_loss *l = &i->loss[k];
+		if (strcmp(l->cause, "clamped") && strcmp(l->cause, "retention_rows"))
+			costly += l->n;
+		len += (size_t)snprintf(list + len, len < sizeof(list) ? sizeof(list) - len : 0, "%s%lld %s",
+					k ? ", " : "", (long long)l->n, l->cause);
+	}
+	if (!(f = add_finding(r, "the trace lost data in this window", "-", costly ? 10 : 0.1, 0)))
+		return;
+	snprintf(f->title, sizeof(f->title), "The agent lost data in this window: %lld %s (the figures "
+		 "here may miss requests)", (long long)i->lost, i->lost == 1 ? "loss" : "losses");
+	snprintf(f->evidence, sizeof(f->evidence), "by cause: %s (losses table; docs/agent.md, \"Losses\", "
+		 "says what each means)", list);
+	snprintf(f->action, sizeof(f->action), "%s", costly ? "grow --ringbuf-mb (drops), keep the agent "
+		 "running before the server starts (before_attach, orphans), and give the trace disk room "
+		 "(shed_rows); then measure again" : "nothing to do: no request was lost");
+}
+
 static void findings(struct report *r)
 {
 	const struct trace_window *i = &r->inc.w, *b = &r->base.w;
@@ -437,6 +469,7 @@ static void findings(struct report *r)
 		snprintf(f->evidence, sizeof(f->evidence), "%s %s", tt->words, ee->words);
 		snprintf(f->action, sizeof(f->action), "look at the slowest requests below and the timelines");
 	}
+	lost_finding(r);
 	qsort(r->f, (size_t)r->nf, sizeof(r->f[0]), cmp_finding);
 }
 

@@ -73,6 +73,7 @@ static void summary_rows(const struct report *r, FILE *o, int html)
 		{ "peak queue depth", b->queue_depth_max, i->queue_depth_max, "%.0f" },
 		{ "peak KV usage %", b->kv_usage_max * 100, i->kv_usage_max * 100, "%.0f" },
 		{ "ring-buffer drops", b->drops, i->drops, "%.0f" },
+		{ "lost by the agent (all causes)", (double)b->lost, (double)i->lost, "%.0f" },
 	};
 	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
 		char bv[32], iv[32];

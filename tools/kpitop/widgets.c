@@ -141,6 +141,19 @@ static int cpu_wait_meter(struct canvas *c, int y, int x, const struct meters *m
 	return x;
 }
 
+/* What the agent lost in the window, with the largest cause named (schema
+ * version 4); older traces say only their ring-buffer drops. */
+static int lost_meter(struct canvas *c, int y, int x, const struct trace_window *mw)
+{
+	if (mw->lost < 0)
+		return meter(c, y, x, "drops", mw->drops ? CC_BAD : CC_VALUE, "%.0f", (double)mw->drops);
+	x = meter(c, y, x, "lost", mw->lost ? CC_BAD : CC_VALUE, "%.0f", (double)mw->lost);
+	if (mw->n_loss)
+		x += canvas_text(c, y, x - 2, -1, CC_DIM, 0, "(%s%s)", mw->loss[0].cause,
+				 mw->n_loss > 1 ? ", ..." : "") + 1;
+	return x;
+}
+
 static void meters_draw(const struct kt_widget *w, struct canvas *c, int y, int width, int h)
 {
 	const struct meters *m = (const struct meters *)w;
@@ -159,7 +172,7 @@ static void meters_draw(const struct kt_widget *w, struct canvas *c, int y, int 
 	int64_t err = mw->samples ? mw->sample_errors : mw->errors;
 	x = meter(c, y, x, "429s", rej ? CC_BAD : CC_VALUE, "%.0f", (double)rej);
 	x = meter(c, y, x, "errors", err ? CC_BAD : CC_VALUE, "%.0f", (double)err);
-	x = meter(c, y, x, "drops", mw->drops ? CC_BAD : CC_VALUE, "%.0f", (double)mw->drops);
+	x = lost_meter(c, y, x, mw);
 	x = meter(c, y, x, "requests", CC_VALUE, "%.0f", mw->requests);
 	if (mw->samples) x = cpu_wait_meter(c, y, x, m);
 	if (!m->have_data) canvas_text(c, y, x, -1, CC_WARN, 0, "(no data in the store yet)");
