@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* pth percentile (0..100) of v[0..n-1]; reorders v (quickselect, O(n)).
+/* pth percentile (0..100) of v[0..n-1]; reorders v (selection, O(n)).
  * Returns 0 for n == 0. */
 double pct_select_i64(int64_t *v, size_t n, double p);
 double pct_select_f64(double *v, size_t n, double p);

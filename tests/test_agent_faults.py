@@ -137,7 +137,7 @@ def test_ringbuf_overflow():
     lost_after = [r.rid for r in ft.completed(after) if r.rid not in ids]
     top = kpitest.run([os.path.join(kpitest.BIN, "kpitop"), "--db", db, "--once", "--at", "end",
                        "--window", "5m"], timeout=60)
-    m = re.search(r"drops\s+(\d+)", top.stdout)
+    m = re.search(r"lost\s+(\d+)\s+\(ringbuf_drops", top.stdout)
     flood_done = ft.completed(flood)
     ft.report("ringbuf_overflow", ringbuf_mb=1, flood_requests=len(flood_done), drops=drops,
               flood_recorded=sum(r.rid in ids for r in flood_done), after_requests=len(after),

@@ -76,6 +76,39 @@ def test_cpu_finding_says_behind_whom():
         assert f"of that wait, {share}% ended when another of the daemon's threads left the CPU" in md, md
 
 
+def test_lossy_window_says_so():
+    """A version-4 trace whose incident window lost data: the loss leads the
+    findings, by cause, when it cost requests (drops, orphans), and only
+    closes them when it did not (clamped marks); a lossless window has none."""
+    d = tmp()
+    base = os.path.join(d, "queue.db")
+    tracetest.generate(base, duration_s=900, rate=10, incidents=[tracetest.Incident("queue", 600, 660)], seed=5)
+    assert not any("lost data" in f[0] for f in findings(report(base)))
+    for losses, first in (([("ringbuf_drops", 500), ("orphans", 3)], True), ([("clamped", 7)], False)):
+        db = os.path.join(d, f"lossy-{first}.db")
+        with sqlite3.connect(base) as src, sqlite3.connect(db) as c:
+            src.backup(c)
+            tracetest.migrate(c)
+            for k, (cause, n) in enumerate(losses):
+                t = tracetest.T0 + (620 + k) * 10**9
+                c.execute("INSERT INTO losses (run_id, wall_ns, t_ns, cause, n) VALUES (1, ?, ?, ?, ?)",
+                          (t - tracetest.T0 + tracetest.WALL0, t, cause, n))
+            # a loss long before the incident is not this window's
+            c.execute("INSERT INTO losses (run_id, wall_ns, t_ns, cause, n) VALUES (1, ?, ?, 'shed_rows', 9)",
+                      (tracetest.WALL0 + 10**9, tracetest.T0 + 10**9))
+        md = report(db)
+        f = findings(md)
+        total = sum(n for _, n in losses)
+        lost = [k for k, x in enumerate(f) if x[0].startswith(f"The agent lost data in this window: {total} loss")]
+        assert lost, f"no loss finding for {losses}:\n{md}"
+        assert (lost[0] == 0) == first and (first or lost[0] == len(f) - 1), f"{losses}: at {lost[0]} of {f}"
+        assert "by cause: " + ", ".join(f"{n} {c}" for c, n in losses) in md, md
+        assert "shed_rows" not in md.split("by cause: ")[1].split(".")[0], md
+        assert any("queue growth" in x[2] for x in f), f"the queue finding went missing: {f}"
+        row = re.search(r"\| lost by the agent \(all causes\) \| (\S+) \| (\S+) \|", md)
+        assert row and row.group(2) == str(total), (row and row.groups(), md)
+
+
 def test_short_trace_finds_its_incident():
     """A trace of a minute (make demo records 30 s): buckets shorter than 10 s,
     so the incident stands out and a baseline of its length exists before it."""

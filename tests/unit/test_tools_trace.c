@@ -1,12 +1,15 @@
 /* test_tools_trace.c - the trace tools' shared layer: percentiles against a
- * naive sort, duration/time parsing, and trace_open's refusals. */
+ * naive sort, duration/time parsing (timefmt.h), and trace_open's refusals. */
 #include "tests/unit/check.h"
+#include "tests/unit/tracedb_util.h"
 #include "schema/pct.h"
+#include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
 
 #include <math.h>
 #include <sqlite3.h>
 #include <stdint.h>
+#include <time.h>
 #include <unistd.h>
 
 static int cmp_i64(const void *a, const void *b)
@@ -31,9 +34,12 @@ static void test_pct_matches_sort(void)
 {
 	static const double ps[] = { 0, 1, 25, 50, 90, 95, 99, 99.9, 100 };
 	unsigned seed = 7;
-	for (int round = 0; round < 300; round++) {
-		size_t n = 1 + (size_t)(rand_r(&seed) % (round < 100 ? 20 : 5000));
+	/* small, then past 600 values (where the selection samples first),
+	 * then a 5-minute window's worth */
+	for (int round = 0; round < 330; round++) {
+		size_t n = 1 + (size_t)(rand_r(&seed) % (round < 100 ? 20 : round < 300 ? 5000 : 60000));
 		int64_t *v = malloc(n * sizeof(*v)), *w = malloc(n * sizeof(*w));
+		double *f = malloc(n * sizeof(*f));
 		int dup = round % 3 == 0;  /* many duplicates, or sorted, or random */
 		for (size_t i = 0; i < n; i++)
 			v[i] = dup ? rand_r(&seed) % 5 : round % 3 == 1 ? (int64_t)i * 10 : rand_r(&seed);
@@ -41,9 +47,13 @@ static void test_pct_matches_sort(void)
 			memcpy(w, v, n * sizeof(*v));
 			double got = pct_select_i64(w, n, ps[k]), want = naive(v, n, ps[k]);
 			CHECK(fabs(got - want) <= 1e-6 * fabs(want) + 1e-9, "n=%zu p=%g: %f vs %f", n, ps[k], got, want);
+			for (size_t i = 0; i < n; i++) f[i] = (double)v[i];
+			got = pct_select_f64(f, n, ps[k]);
+			CHECK(fabs(got - want) <= 1e-6 * fabs(want) + 1e-9, "f64 n=%zu p=%g: %f vs %f", n, ps[k], got, want);
 		}
 		free(v);
 		free(w);
+		free(f);
 	}
 }
 
@@ -62,29 +72,46 @@ static void test_parse_duration(void)
 {
 	char err[256];
 	int64_t ns;
-	CHECK(!trace_parse_duration("10s", &ns, err, sizeof(err)) && ns == 10 * NS_PER_S, "10s");
-	CHECK(!trace_parse_duration("1m", &ns, err, sizeof(err)) && ns == 60 * NS_PER_S, "1m");
-	CHECK(!trace_parse_duration("500ms", &ns, err, sizeof(err)) && ns == 500 * NS_PER_MS, "500ms");
-	CHECK(!trace_parse_duration("1.5", &ns, err, sizeof(err)) && ns == 1500 * NS_PER_MS, "bare seconds");
-	CHECK(trace_parse_duration("10x", &ns, err, sizeof(err)) == -1, "10x refused");
+	CHECK(!timefmt_parse_duration("10s", &ns, err, sizeof(err)) && ns == 10 * NS_PER_S, "10s");
+	CHECK(!timefmt_parse_duration("1m", &ns, err, sizeof(err)) && ns == 60 * NS_PER_S, "1m");
+	CHECK(!timefmt_parse_duration("500ms", &ns, err, sizeof(err)) && ns == 500 * NS_PER_MS, "500ms");
+	CHECK(!timefmt_parse_duration("1.5", &ns, err, sizeof(err)) && ns == 1500 * NS_PER_MS, "bare seconds");
+	CHECK(timefmt_parse_duration("10x", &ns, err, sizeof(err)) == -1, "10x refused");
 	CHECK(strstr(err, "'10x'") && strstr(err, "10s"), "the message names the input and an example: %s", err);
 	char b[32];
-	CHECK(!strcmp(trace_fmt_dur(b, sizeof(b), 12.34e6), "12.3ms"), "%s", b);
-	CHECK(!strcmp(trace_fmt_dur(b, sizeof(b), 10e9), "10s"), "%s", b);
-	CHECK(!strcmp(trace_fmt_dur(b, sizeof(b), -1), "-"), "%s", b);
+	CHECK(!strcmp(timefmt_dur(b, sizeof(b), 12.34e6), "12.3ms"), "%s", b);
+	CHECK(!strcmp(timefmt_dur(b, sizeof(b), 10e9), "10s"), "%s", b);
+	CHECK(!strcmp(timefmt_dur(b, sizeof(b), -1), "-"), "%s", b);
 }
 
-static char *tmpdb(const char *sql)
+/* Every form of --at, before a trace places it, in UTC to be exact. */
+static void test_parse_point(void)
 {
-	static char path[64];
-	snprintf(path, sizeof(path), "/tmp/test_tools_trace.XXXXXX");
-	int fd = mkstemp(path);
-	close(fd);
-	sqlite3 *db;
-	sqlite3_open(path, &db);
-	sqlite3_exec(db, sql, NULL, NULL, NULL);
-	sqlite3_close(db);
-	return path;
+	setenv("TZ", "UTC", 1);
+	tzset();
+	static const struct { const char *s; enum timefmt_anchor a; int64_t ns; } ok[] = {
+		{ "end", TF_END, 0 }, { "now", TF_END, 0 }, { "start", TF_START, 0 },
+		{ "-90s", TF_END, -90 * NS_PER_S }, { "+1.5m", TF_START, 90 * NS_PER_S },
+		{ "@1796207460.5", TF_WALL, 1796207460500 * NS_PER_MS },
+		{ "2026-12-02T10:31:00", TF_WALL, 1796207460 * NS_PER_S },
+		{ "2026-12-02 10:31:00.25", TF_WALL, 1796207460250 * NS_PER_MS },
+		{ "10:31:00", TF_TIME_OF_DAY, (10 * 3600 + 31 * 60) * NS_PER_S },
+	};
+	char err[256];
+	struct timefmt_point p;
+	for (size_t i = 0; i < sizeof(ok) / sizeof(*ok); i++)
+		CHECK(!timefmt_parse_point(ok[i].s, &p, err, sizeof(err)) && p.anchor == ok[i].a && p.ns == ok[i].ns,
+		      "'%s': anchor %d ns %lld (%s)", ok[i].s, p.anchor, (long long)p.ns, err);
+	CHECK(timefmt_parse_point("yesterday", &p, err, sizeof(err)) && strstr(err, "'yesterday'") &&
+	      strstr(err, "10:31:00"), "%s", err);
+	CHECK(timefmt_parse_point("-5x", &p, err, sizeof(err)) && strstr(err, "time '-5x'"), "%s", err);
+	CHECK(timefmt_parse_point("10:31:00x", &p, err, sizeof(err)), "trailing text refused");
+	/* 10:31:00.25 on the day of 2026-12-02 23:59 */
+	CHECK(timefmt_on_day(1796255940 * NS_PER_S, (10 * 3600 + 31 * 60) * NS_PER_S + 250 * NS_PER_MS) ==
+	      1796207460250 * NS_PER_MS, "on that day");
+	char b[32];
+	CHECK(!strcmp(timefmt_wall(b, sizeof(b), 1796207460 * NS_PER_S, 0), "10:31:00"), "%s", b);
+	CHECK(!strcmp(timefmt_wall(b, sizeof(b), 1796207460 * NS_PER_S, 1), "2026-12-02 10:31:00"), "%s", b);
 }
 
 static void test_open_refusals(void)
@@ -102,24 +129,6 @@ static void test_open_refusals(void)
 	CHECK(!trace_open(p, err, sizeof(err)), "a non-kpiscope database refused");
 	CHECK(strstr(err, "not a kpiscope trace"), "%s", err);
 	unlink(p);
-}
-
-/* A fresh store with the agent's schema up to version `upto` (each file's
- * DDL sets its user_version), or NULL when the DDL is not found. */
-static char *schema_db_v(int upto)
-{
-	static const char *const files[] = { "schema/001_init.sql", "schema/002_gpu.sql",
-					     "schema/003_runq_by.sql" };
-	static char sql[32768];
-	size_t n = 0;
-	for (int i = 0; i < upto && i < (int)(sizeof(files) / sizeof(*files)); i++) {
-		FILE *f = fopen(files[i], "r");
-		if (!f) return NULL;
-		n += fread(sql + n, 1, sizeof(sql) - 1 - n, f);
-		fclose(f);
-	}
-	sql[n] = 0;
-	return tmpdb(sql);
 }
 
 static char *schema_db(void) { return schema_db_v(1); }
@@ -159,6 +168,16 @@ static void test_open_schema_and_window(void)
 	CHECK(w.requests == 101 && w.rejected == 1 && w.done == 100, "%d %d %d", w.requests, w.rejected, w.done);
 	CHECK_NEAR(w.m[TM_TTFT].p99, 99.01 * NS_PER_MS, 1);
 	CHECK_NEAR(w.m[TM_TTFT].p50, 50.5 * NS_PER_MS, 1);
+	/* a timeline of 1-second buckets: r1..r9 in the first, r10..r19 in the
+	 * next, the 429 (no TTFT) counted in the sixth, r100 at 10 s past it */
+	struct trace_point pts[10];
+	CHECK(!trace_series(t, 0, 10 * NS_PER_S, 10, pts), "series: %s", trace_errmsg(t));
+	CHECK(pts[0].n == 9 && pts[1].n == 10 && pts[5].n == 11 && pts[9].n == 10, "%d %d %d %d", pts[0].n,
+	      pts[1].n, pts[5].n, pts[9].n);
+	CHECK_NEAR(pts[1].ttft_p99, 18.91 * NS_PER_MS, 1);
+	CHECK_NEAR(pts[5].ttft_p99, 58.91 * NS_PER_MS, 1);
+	CHECK_NEAR(pts[5].e2e_p99, 2 * 58.91 * NS_PER_MS, 1);
+	CHECK(pts[3].t_ns == 3 * NS_PER_S && pts[3].samples == 0 && pts[3].kv_usage_max == -1, "bucket 3");
 	int64_t at;
 	char err[512];
 	CHECK(!trace_parse_time(t, "-1s", &at, err, sizeof(err)) && at == 9 * NS_PER_S, "-1s: %s", err);
@@ -281,6 +300,7 @@ int main(void)
 	RUN(test_pct_matches_sort);
 	RUN(test_pct_sqlite_definition);
 	RUN(test_parse_duration);
+	RUN(test_parse_point);
 	RUN(test_open_refusals);
 	RUN(test_open_schema_and_window);
 	RUN(test_window_while_served);

@@ -1,6 +1,6 @@
-# tools/common/build.mk - the trace reader layer kpitop and kpi-report share
-# (tools/common/*.c, with the percentile of schema/pct.c); the tools link
-# $(TOOLS_COMMON_OBJS).
+# tools/common/build.mk - the reader layer kpitop and kpi-report share
+# (tools/common/*.c: trace, reqstats, timefmt; with the percentile of
+# schema/pct.c); the tools link $(TOOLS_COMMON_OBJS).
 
 TOOLS_COMMON_OBJS := $(patsubst %.c,$(OBJ)/%.o,$(wildcard tools/common/*.c)) $(OBJ)/schema/pct.o
 TOOLS_LDLIBS := -lsqlite3 $(LDLIBS_COMMON)

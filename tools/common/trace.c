@@ -1,16 +1,13 @@
 /* trace.c - read-only access to kpi-agent's trace store: every SQL statement
  * kpitop and kpi-report run lives here; range queries use the time indexes. */
 #include "tools/common/trace.h"
-#include "schema/pct.h"
+#include "tools/common/reqstats.h"
 
-#include <ctype.h>
 #include <errno.h>
-#include <math.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 const char *const trace_phase_name[PH_N] = { "net-in", "queue", "prefill", "decode", "net-out" };
@@ -21,38 +18,32 @@ const char *const trace_state_name[TRS_N] = {
 	"arriving", "queued", "prefill", "decode", "writing", "done", "rejected", "error", "cancelled",
 };
 
-/* Growable int64 arrays reused from frame to frame: no allocation per frame. */
-struct vec {
-	int64_t *v;
-	size_t n, cap;
-};
-
-static int vec_push(struct vec *a, int64_t x)
+/* Makes room for element n of a doubling array of size-byte elements. */
+static int grow(void *pv, size_t *cap, size_t n, size_t size)
 {
-	if (a->n == a->cap) {
-		size_t cap = a->cap ? a->cap * 2 : 4096;
-		int64_t *v = realloc(a->v, cap * sizeof(*v));
-		if (!v) return -1;
-		a->v = v;
-		a->cap = cap;
-	}
-	a->v[a->n++] = x;
+	void **v = pv;
+	if (n < *cap) return 0;
+	size_t c = *cap ? *cap * 2 : 4096;
+	void *p = realloc(*v, c * size);
+	if (!p) return -1;
+	*v = p;
+	*cap = c;
 	return 0;
 }
 
 #define STR_(x) #x
 #define STR(x) STR_(x)
 
-enum { V_ITL_P99 = TM_N, V_ITL_MAX, V_ROW_E2E, V_ROW_PH0, V_N = V_ROW_PH0 + PH_N };
-
 struct trace {
 	sqlite3 *db;
 	char *path;
 	int64_t mono_to_wall;
-	sqlite3_stmt *q_window, *q_samples, *q_series_req, *q_inflight, *q_replay, *q_recent,
-		*q_slowest, *q_steps, *q_runq_by;
-	struct vec v[V_N];
-	struct vec col_t, col_v;
+	sqlite3_stmt *q_window, *q_since, *q_samples, *q_inflight, *q_replay, *q_recent,
+		*q_slowest, *q_steps, *q_runq_by, *q_losses;
+	struct reqstats stats;              /* scratch of the window and series */
+	struct trace_stat_rows stat_rows;   /* trace_window_stats's and trace_series's rows */
+	int64_t *col_t, *col_v;
+	size_t ncol, cap_t, cap_v;
 	struct trace_row *rows;
 	size_t nrows, caprows;
 	sqlite3_stmt *q_rows;
@@ -69,6 +60,12 @@ static const char *SQL_REQ_COLS =
 	"net_in_ns, queue_ns, prefill_ns, decode_ns, net_out_ns, ttft_ns, tpot_ns, e2e_ns, "
 	"prompt_tokens, output_tokens, http_status, finish_reason, reject_reason, preemptions, "
 	"runq_ns, itl_max_ns";
+
+/* struct trace_stat_row's columns: 0..9 are the metrics in enum order */
+#define SQL_STAT_COLS                                                                           \
+	"ttft_ns, tpot_ns, itl_p50_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, decode_ns, "    \
+	"net_out_ns, runq_ns, itl_p99_ns, itl_max_ns, prompt_tokens, output_tokens, http_status, " \
+	"finish_reason, preemptions, t_done_ns, t_arrive_ns"
 
 /* ---- opening ------------------------------------------------------------- */
 
@@ -118,123 +115,142 @@ static void load_clock(struct trace *t)
 	t->mono_to_wall = off;
 }
 
-struct trace *trace_open(const char *path, char *err, size_t errlen)
+/* Opens the file read-only, with messages for the ways it can be missing. */
+static int open_db(struct trace *t, const char *path, char *err, size_t errlen)
 {
 	if (access(path, F_OK) != 0) {
 		snprintf(err, errlen, "%s: no trace store there (%s). Start the agent to record one "
 			 "(sudo build/kpi-agent --db %s), or pass --db PATH of an existing trace",
 			 path, strerror(errno), path);
-		return NULL;
+		return -1;
 	}
 	if (access(path, R_OK) != 0) {
 		snprintf(err, errlen, "%s: cannot read the trace store (%s): run as root or as its owner",
 			 path, strerror(errno));
-		return NULL;
-	}
-	struct trace *t = calloc(1, sizeof(*t));
-	if (!t) {
-		snprintf(err, errlen, "out of memory");
-		return NULL;
+		return -1;
 	}
 	t->path = strdup(path);
 	if (sqlite3_open_v2(path, &t->db, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
 		snprintf(err, errlen, "%s: cannot open the trace store: %s", path, sqlite3_errmsg(t->db));
-		goto fail;
+		return -1;
 	}
 	/* the agent holds write transactions briefly; wait rather than fail */
 	sqlite3_busy_timeout(t->db, 2000);
 	/* reads through the page cache without a copy per page (read-only, so
 	 * safe), and a page cache that holds a frame's working set */
 	sqlite3_exec(t->db, "PRAGMA mmap_size = 1073741824; PRAGMA cache_size = -65536", NULL, NULL, NULL);
+	return 0;
+}
+
+/* The store's schema version, or -1 (with the message) when this build
+ * cannot read it. */
+static int schema_version(struct trace *t, char *err, size_t errlen)
+{
 	sqlite3_stmt *st;
 	int rc = sqlite3_prepare_v2(t->db, "PRAGMA user_version", -1, &st, NULL);
 	if (rc == SQLITE_OK) rc = sqlite3_step(st);
 	if (rc != SQLITE_ROW) {
 		snprintf(err, errlen, "%s: not a readable SQLite database (%s): pass --db with the path "
-			 "kpi-agent writes", path, sqlite3_errmsg(t->db));
+			 "kpi-agent writes", t->path, sqlite3_errmsg(t->db));
 		sqlite3_finalize(st);
-		goto fail;
+		return -1;
 	}
 	int ver = sqlite3_column_int(st, 0);
 	sqlite3_finalize(st);
 	if (ver == 0) {
 		snprintf(err, errlen, "%s: not a kpiscope trace store (schema version 0: no kpi-agent "
-			 "tables): pass --db with the path kpi-agent writes", path);
-		goto fail;
+			 "tables): pass --db with the path kpi-agent writes", t->path);
+		return -1;
 	}
 	if (ver < TRACE_SCHEMA_VERSION_MIN || ver > TRACE_SCHEMA_VERSION) {
 		snprintf(err, errlen, "%s: trace schema version %d, but this build reads version %d up to version %d: "
 			 "use the kpitop/kpi-report built with the kpi-agent that wrote it",
-			 path, ver, TRACE_SCHEMA_VERSION_MIN, TRACE_SCHEMA_VERSION);
-		goto fail;
+			 t->path, ver, TRACE_SCHEMA_VERSION_MIN, TRACE_SCHEMA_VERSION);
+		return -1;
 	}
+	return ver;
+}
+
+/* The window and timeline statements; what a version-ver store has. */
+static int prep_window_queries(struct trace *t, int ver, char *err, size_t errlen)
+{
 	char sql[1024];
-	if (prep(t, &t->q_window,
-		 "SELECT ttft_ns, tpot_ns, itl_p50_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, "
-		 "decode_ns, net_out_ns, runq_ns, itl_p99_ns, itl_max_ns, prompt_tokens, "
-		 "output_tokens, http_status, finish_reason, preemptions, t_done_ns "
-		 "FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2", err, errlen) ||
-	    (snprintf(sql, sizeof(sql), "SELECT pid, t_ns, queue_depth, running, kv_usage, requests_per_s, "
-		      "output_tokens_per_s, preemptions, rejections, errors, drops, runq_ns, %s "
-		      "FROM samples WHERE t_ns >= ?1 AND t_ns < ?2 ORDER BY t_ns",
-		      ver >= 3 ? "runq_self_ns" : "NULL") < 0 || prep(t, &t->q_samples, sql, err, errlen)) ||
-	    (ver >= 3 && prep(t, &t->q_runq_by,
-		 "SELECT other_pid, other_comm, SUM(runq_ns) AS ns FROM runq_by "
-		 "WHERE t_ns >= ?1 AND t_ns < ?2 AND other_pid IS NOT NULL "
-		 "GROUP BY other_pid ORDER BY ns DESC, other_pid LIMIT " STR(TRACE_RUNQ_BY_MAX), err, errlen)) ||
-	    prep(t, &t->q_series_req,
-		 "SELECT t_arrive_ns, ttft_ns, e2e_ns FROM requests "
-		 "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2", err, errlen) ||
-	    prep(t, &t->q_inflight,
-		 "SELECT request_id, pid, state, t_arrive_ns, t_admit_ns, t_sched_ns, t_first_ns, "
-		 "prompt_tokens, output_writes FROM inflight ORDER BY t_arrive_ns", err, errlen))
-		goto fail;
-	snprintf(sql, sizeof(sql), "SELECT %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns <= ?2 "
+	snprintf(sql, sizeof(sql), "SELECT pid, t_ns, queue_depth, running, kv_usage, requests_per_s, "
+		 "output_tokens_per_s, preemptions, rejections, errors, drops, runq_ns, %s "
+		 "FROM samples WHERE t_ns >= ?1 AND t_ns < ?2 ORDER BY t_ns",
+		 ver >= 3 ? "runq_self_ns" : "NULL");
+	/* the unary + keeps the planner on the rowid range, off the time index */
+	return prep(t, &t->q_window, "SELECT " SQL_STAT_COLS " FROM requests "
+		    "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2", err, errlen) ||
+	       prep(t, &t->q_since, "SELECT " SQL_STAT_COLS " FROM requests "
+		    "WHERE rowid > ?3 AND +t_arrive_ns >= ?1 AND +t_arrive_ns < ?2", err, errlen) ||
+	       prep(t, &t->q_samples, sql, err, errlen) ||
+	       (ver >= 3 && prep(t, &t->q_runq_by,
+		    "SELECT other_pid, other_comm, SUM(runq_ns) AS ns FROM runq_by "
+		    "WHERE t_ns >= ?1 AND t_ns < ?2 AND other_pid IS NOT NULL "
+		    "GROUP BY other_pid ORDER BY ns DESC, other_pid LIMIT " STR(TRACE_RUNQ_BY_MAX), err, errlen)) ||
+	       (ver >= 4 && prep(t, &t->q_losses,
+		    "SELECT cause, SUM(n) AS lost FROM losses WHERE t_ns >= ?1 AND t_ns < ?2 "
+		    "GROUP BY cause ORDER BY lost DESC, cause LIMIT " STR(TRACE_LOSS_MAX), err, errlen)) ||
+	       prep(t, &t->q_rows,
+		    "SELECT t_arrive_ns, ttft_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, decode_ns, "
+		    "net_out_ns FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 "
+		    "AND e2e_ns IS NOT NULL AND http_status IS NOT 429", err, errlen) ||
+	       prep(t, &t->q_steps,
+		    "SELECT t_start_ns, t_end_ns, prefill_tokens FROM steps "
+		    "WHERE t_start_ns >= ?1 AND t_start_ns < ?2", err, errlen) ? -1 : 0;
+}
+
+/* The request-list statements (SQL_REQ_COLS rows, and the agent's inflight). */
+static int prep_list_queries(struct trace *t, char *err, size_t errlen)
+{
+	char replay[1024], recent[1024], slowest[1024];
+	snprintf(replay, sizeof(replay), "SELECT %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns <= ?2 "
 		 "AND (t_done_ns IS NULL OR t_done_ns > ?2) AND http_status IS NOT 429 "
 		 "ORDER BY t_arrive_ns LIMIT ?3", SQL_REQ_COLS);
-	if (prep(t, &t->q_replay, sql, err, errlen)) goto fail;
-	snprintf(sql, sizeof(sql), "SELECT %s FROM requests WHERE t_arrive_ns < ?1 AND t_arrive_ns >= ?3 "
+	snprintf(recent, sizeof(recent), "SELECT %s FROM requests WHERE t_arrive_ns < ?1 AND t_arrive_ns >= ?3 "
 		 "AND coalesce(t_done_ns, t_arrive_ns) <= ?1 ORDER BY t_arrive_ns DESC LIMIT ?2", SQL_REQ_COLS);
-	if (prep(t, &t->q_recent, sql, err, errlen)) goto fail;
-	snprintf(sql, sizeof(sql), "SELECT %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 "
+	snprintf(slowest, sizeof(slowest), "SELECT %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 "
 		 "ORDER BY coalesce(e2e_ns, ttft_ns, 0) DESC LIMIT ?3", SQL_REQ_COLS);
-	if (prep(t, &t->q_slowest, sql, err, errlen)) goto fail;
-	if (prep(t, &t->q_rows,
-		 "SELECT t_arrive_ns, ttft_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, decode_ns, "
-		 "net_out_ns FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 "
-		 "AND e2e_ns IS NOT NULL AND http_status IS NOT 429", err, errlen))
-		goto fail;
-	if (prep(t, &t->q_steps,
-		 "SELECT t_start_ns, t_end_ns, prefill_tokens FROM steps "
-		 "WHERE t_start_ns >= ?1 AND t_start_ns < ?2", err, errlen))
-		goto fail;
+	return prep(t, &t->q_inflight,
+		    "SELECT request_id, pid, state, t_arrive_ns, t_admit_ns, t_sched_ns, t_first_ns, "
+		    "prompt_tokens, output_writes FROM inflight ORDER BY t_arrive_ns", err, errlen) ||
+	       prep(t, &t->q_replay, replay, err, errlen) || prep(t, &t->q_recent, recent, err, errlen) ||
+	       prep(t, &t->q_slowest, slowest, err, errlen) ? -1 : 0;
+}
+
+struct trace *trace_open(const char *path, char *err, size_t errlen)
+{
+	struct trace *t = calloc(1, sizeof(*t));
+	if (!t) {
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	int ver;
+	if (open_db(t, path, err, errlen) || (ver = schema_version(t, err, errlen)) < 0 ||
+	    prep_window_queries(t, ver, err, errlen) || prep_list_queries(t, err, errlen)) {
+		trace_close(t);
+		return NULL;
+	}
 	load_clock(t);
 	return t;
-fail:
-	trace_close(t);
-	return NULL;
 }
 
 void trace_close(struct trace *t)
 {
 	if (!t) return;
-	sqlite3_finalize(t->q_window);
-	sqlite3_finalize(t->q_samples);
-	sqlite3_finalize(t->q_series_req);
-	sqlite3_finalize(t->q_inflight);
-	sqlite3_finalize(t->q_replay);
-	sqlite3_finalize(t->q_recent);
-	sqlite3_finalize(t->q_slowest);
-	sqlite3_finalize(t->q_steps);
-	sqlite3_finalize(t->q_runq_by);
-	sqlite3_finalize(t->q_column);
-	sqlite3_finalize(t->q_rows);
+	sqlite3_stmt *const all[] = {
+		t->q_window, t->q_since, t->q_samples, t->q_inflight, t->q_replay, t->q_recent,
+		t->q_slowest, t->q_steps, t->q_runq_by, t->q_losses, t->q_column, t->q_rows,
+	};
+	for (size_t i = 0; i < sizeof(all) / sizeof(*all); i++) sqlite3_finalize(all[i]);
 	for (int i = 0; i < t->nscalar; i++) sqlite3_finalize(t->scalar_st[i]);
-	free(t->rows);
 	sqlite3_close(t->db);
-	for (int i = 0; i < V_N; i++) free(t->v[i].v);
-	free(t->col_t.v);
-	free(t->col_v.v);
+	reqstats_free(&t->stats);
+	trace_stat_rows_free(&t->stat_rows);
+	free(t->rows);
+	free(t->col_t);
+	free(t->col_v);
 	free(t->path);
 	free(t);
 }
@@ -272,121 +288,99 @@ int trace_span(struct trace *t, int64_t *first_ns, int64_t *last_ns)
 	return 1;
 }
 
-/* ---- window statistics --------------------------------------------------- */
-
-static void dist_fill(struct trace_dist *d, struct vec *a, struct vec *hi_tail, struct vec *maxv)
+int trace_read_begin(struct trace *t)
 {
-	memset(d, 0, sizeof(*d));
-	d->n = (int)a->n;
-	if (!a->n) return;
-	double sum = 0;
-	int64_t mx = a->v[0];
-	for (size_t i = 0; i < a->n; i++) {
-		sum += (double)a->v[i];
-		if (a->v[i] > mx) mx = a->v[i];
-	}
-	d->mean = sum / (double)a->n;
-	d->max = (double)mx;
-	d->p50 = pct_select_i64(a->v, a->n, 50);
-	struct vec *tail = hi_tail && hi_tail->n ? hi_tail : a;
-	d->p99 = pct_select_i64(tail->v, tail->n, 99);
-	d->p95 = pct_select_i64(tail->v, tail->n, 95);
-	if (maxv && maxv->n) {
-		int64_t m2 = maxv->v[0];
-		for (size_t i = 1; i < maxv->n; i++)
-			if (maxv->v[i] > m2) m2 = maxv->v[i];
-		d->max = (double)m2;
-	}
+	return sqlite3_exec(t->db, "BEGIN", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
 }
 
-static int col_null(sqlite3_stmt *st, int c) { return sqlite3_column_type(st, c) == SQLITE_NULL; }
-
-int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, bool while_served,
-		       struct trace_window *w)
+int trace_read_end(struct trace *t)
 {
-	memset(w, 0, sizeof(*w));
-	w->from_ns = from_ns;
-	w->to_ns = to_ns;
-	w->kv_usage = w->kv_usage_max = -1;
-	for (int i = 0; i < V_N; i++) t->v[i].n = 0;
+	return sqlite3_exec(t->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK ? 0 : -1;
+}
 
-	double runq_sum = 0;
-	int runq_n = 0;
+/* ---- request rows -------------------------------------------------------- */
+
+static int col_null(sqlite3_stmt *st, int c) { return sqlite3_column_type(st, c) == SQLITE_NULL; }
+static int64_t col_or_null(sqlite3_stmt *st, int c)
+{
+	/* NULL reads as 0: ask for the type only then (a frame reads ~20 of
+	 * these per row, on every row of the window) */
+	int64_t v = sqlite3_column_int64(st, c);
+	return v == 0 && col_null(st, c) ? TRACE_NULL : v;
+}
+
+/* One row in SQL_STAT_COLS order. */
+static void stat_row_read(sqlite3_stmt *st, struct trace_stat_row *r)
+{
+	for (int m = 0; m < TM_N; m++) r->m[m] = col_or_null(st, m);
+	r->itl_p99_ns = col_or_null(st, 10);
+	r->itl_max_ns = col_or_null(st, 11);
+	r->prompt_tokens = sqlite3_column_int64(st, 12);
+	r->output_tokens = sqlite3_column_int64(st, 13);
+	r->http_status = col_null(st, 14) ? 0 : sqlite3_column_int(st, 14);
+	const char *fin = (const char *)sqlite3_column_text(st, 15);
+	r->flags = (fin && !strcmp(fin, "error") ? TSR_ERROR : 0) |
+		   (fin && !strcmp(fin, "cancelled") ? TSR_CANCELLED : 0) |
+		   (sqlite3_column_int(st, 16) > 0 ? TSR_PREEMPTED : 0);
+	r->t_done_ns = col_or_null(st, 17);
+	r->t_arrive_ns = sqlite3_column_int64(st, 18);
+}
+
+/* Appends every row of a bound SQL_STAT_COLS statement to out. */
+static int stat_rows_step(sqlite3_stmt *st, struct trace_stat_rows *out)
+{
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (grow(&out->v, &out->cap, out->n, sizeof(*out->v))) return -1;
+		stat_row_read(st, &out->v[out->n++]);
+	}
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int trace_stat_rows_fetch(struct trace *t, int64_t from_ns, int64_t to_ns, struct trace_stat_rows *out)
+{
 	sqlite3_stmt *st = t->q_window;
 	sqlite3_reset(st);
 	sqlite3_bind_int64(st, 1, from_ns);
 	sqlite3_bind_int64(st, 2, to_ns);
-	int rc;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		w->requests++;
-		if (!col_null(st, 17) && sqlite3_column_int64(st, 17) > w->served_to_ns)
-			w->served_to_ns = sqlite3_column_int64(st, 17);
-		int status = col_null(st, 14) ? 0 : sqlite3_column_int(st, 14);
-		const char *fin = (const char *)sqlite3_column_text(st, 15);
-		if (status == 429) {
-			w->rejected++;
-			continue;
-		}
-		if (status >= 400 || (fin && !strcmp(fin, "error"))) w->errors++;
-		if (fin && !strcmp(fin, "cancelled")) w->cancelled++;
-		if (sqlite3_column_int(st, 16) > 0) w->preempted++;
-		w->prompt_tokens += sqlite3_column_int64(st, 12);
-		w->output_tokens += sqlite3_column_int64(st, 13);
-		/* columns 0..9 map to metrics TTFT..RUNQ in order */
-		for (int m = 0; m < TM_N; m++)
-			if (!col_null(st, m) && vec_push(&t->v[m], sqlite3_column_int64(st, m)))
-				return -1;
-		if (!col_null(st, 10)) vec_push(&t->v[V_ITL_P99], sqlite3_column_int64(st, 10));
-		if (!col_null(st, 11)) vec_push(&t->v[V_ITL_MAX], sqlite3_column_int64(st, 11));
-		if (!col_null(st, 3) && !col_null(st, 9) && sqlite3_column_int64(st, 3) > 0) {
-			runq_sum += (double)sqlite3_column_int64(st, 9) / (double)sqlite3_column_int64(st, 3);
-			runq_n++;
-		}
-		if (!col_null(st, 3)) {
-			w->done++;
-			vec_push(&t->v[V_ROW_E2E], sqlite3_column_int64(st, 3));
-			for (int p = 0; p < PH_N; p++)
-				vec_push(&t->v[V_ROW_PH0 + p], col_null(st, 4 + p) ? 0 : sqlite3_column_int64(st, 4 + p));
-		}
-	}
-	if (rc != SQLITE_DONE) return -1;
-	w->runq_share = runq_n ? runq_sum / runq_n : 0;
+	return stat_rows_step(st, out);
+}
 
-	/* the median and p99 requests: rows nearest to those e2e values,
-	 * found before quickselect reorders the e2e column */
-	struct vec *e2e = &t->v[V_ROW_E2E];
-	for (int m = 0; m < TM_N; m++)
-		dist_fill(&w->m[m], &t->v[m], m == TM_ITL ? &t->v[V_ITL_P99] : NULL,
-			  m == TM_ITL ? &t->v[V_ITL_MAX] : NULL);
-	dist_fill(&w->itl_max, &t->v[V_ITL_MAX], NULL, NULL);
-	if (e2e->n) {
-		double targets[2] = { w->m[TM_E2E].p50, w->m[TM_E2E].p99 };
-		int64_t *outs[2] = { w->phase_p50, w->phase_p99 };
-		int64_t *rows[2] = { &w->e2e_p50_row, &w->e2e_p99_row };
-		for (int k = 0; k < 2; k++) {
-			size_t best = 0;
-			double bd = INFINITY;
-			for (size_t i = 0; i < e2e->n; i++) {
-				double d = fabs((double)e2e->v[i] - targets[k]);
-				if (d < bd) { bd = d; best = i; }
-			}
-			*rows[k] = e2e->v[best];
-			for (int p = 0; p < PH_N; p++) outs[k][p] = t->v[V_ROW_PH0 + p].v[best];
-		}
-	}
-
-	/* samples: latest per target, maxima and sums over the window */
-	struct { int pid, q, r; double kv; } last[16];
-	int nlast = 0;
-	double sreq = 0, stok = 0;
-	int64_t self_ns = 0;
-	bool self_known = false;
-	w->samples_to_ns = to_ns;
-	if (while_served && w->served_to_ns + NS_PER_S >= to_ns)
-		w->samples_to_ns = w->served_to_ns + NS_PER_S + 1;
-	st = t->q_samples;
+int trace_stat_rows_since(struct trace *t, int64_t after_rowid, int64_t from_ns, int64_t to_ns,
+			  struct trace_stat_rows *out)
+{
+	sqlite3_stmt *st = t->q_since;
 	sqlite3_reset(st);
 	sqlite3_bind_int64(st, 1, from_ns);
+	sqlite3_bind_int64(st, 2, to_ns);
+	sqlite3_bind_int64(st, 3, after_rowid);
+	return stat_rows_step(st, out);
+}
+
+int64_t trace_last_rowid(struct trace *t)
+{
+	return scalar_i64(t, "SELECT max(rowid) FROM requests", 0);
+}
+
+void trace_stat_rows_free(struct trace_stat_rows *r)
+{
+	free(r->v);
+	memset(r, 0, sizeof(*r));
+}
+
+/* ---- window statistics --------------------------------------------------- */
+
+/* Samples of [from_ns, w->samples_to_ns): latest per target, maxima and sums. */
+static int window_samples(struct trace *t, struct trace_window *w, double *sreq, double *stok)
+{
+	struct { int pid, q, r; double kv; } last[16];
+	int nlast = 0, rc;
+	int64_t self_ns = 0;
+	bool self_known = false;
+	sqlite3_stmt *st = t->q_samples;
+	sqlite3_reset(st);
+	sqlite3_bind_int64(st, 1, w->from_ns);
 	sqlite3_bind_int64(st, 2, w->samples_to_ns);
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		w->samples++;
@@ -406,8 +400,8 @@ int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, bool whi
 		if (q > w->queue_depth_max) w->queue_depth_max = q;
 		if (r > w->running_max) w->running_max = r;
 		if (kv > w->kv_usage_max) w->kv_usage_max = kv;
-		sreq += sqlite3_column_double(st, 5);
-		stok += sqlite3_column_double(st, 6);
+		*sreq += sqlite3_column_double(st, 5);
+		*stok += sqlite3_column_double(st, 6);
 		w->preemptions += sqlite3_column_int64(st, 7);
 		w->rejections += sqlite3_column_int64(st, 8);
 		w->sample_errors += sqlite3_column_int64(st, 9);
@@ -416,27 +410,75 @@ int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, bool whi
 		if (!col_null(st, 12))
 			self_ns += sqlite3_column_int64(st, 12), self_known = true;
 	}
+	sqlite3_reset(st);
 	if (rc != SQLITE_DONE) return -1;
 	w->runq_self_ns = self_known ? self_ns : -1;
-	w->n_runq_by = 0;
-	if ((st = t->q_runq_by)) {
-		sqlite3_reset(st);
-		sqlite3_bind_int64(st, 1, from_ns);
-		sqlite3_bind_int64(st, 2, w->samples_to_ns);
-		while ((rc = sqlite3_step(st)) == SQLITE_ROW && w->n_runq_by < TRACE_RUNQ_BY_MAX) {
-			struct trace_runq_by *b = &w->runq_by[w->n_runq_by++];
-			const unsigned char *comm = sqlite3_column_text(st, 1);
-			b->pid = sqlite3_column_int(st, 0);
-			snprintf(b->comm, sizeof(b->comm), "%s", comm ? (const char *)comm : "?");
-			b->ns = sqlite3_column_int64(st, 2);
-		}
-		if (rc != SQLITE_DONE && rc != SQLITE_ROW) return -1;
-	}
 	for (int i = 0; i < nlast; i++) {
 		w->queue_depth += last[i].q;
 		w->running += last[i].r;
 		if (last[i].kv > w->kv_usage) w->kv_usage = last[i].kv;
 	}
+	return 0;
+}
+
+/* The processes the daemon's threads waited behind longest (version 3). */
+static int window_runq_by(struct trace *t, struct trace_window *w)
+{
+	sqlite3_stmt *st = t->q_runq_by;
+	w->n_runq_by = 0;
+	if (!st) return 0;
+	sqlite3_reset(st);
+	sqlite3_bind_int64(st, 1, w->from_ns);
+	sqlite3_bind_int64(st, 2, w->samples_to_ns);
+	int rc;
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW && w->n_runq_by < TRACE_RUNQ_BY_MAX) {
+		struct trace_runq_by *b = &w->runq_by[w->n_runq_by++];
+		const unsigned char *comm = sqlite3_column_text(st, 1);
+		b->pid = sqlite3_column_int(st, 0);
+		snprintf(b->comm, sizeof(b->comm), "%s", comm ? (const char *)comm : "?");
+		b->ns = sqlite3_column_int64(st, 2);
+	}
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -1;
+}
+
+/* What the agent lost in the window, by cause (version 4); lost -1 before. */
+static int window_losses(struct trace *t, struct trace_window *w)
+{
+	sqlite3_stmt *st = t->q_losses;
+	int rc;
+
+	w->n_loss = 0;
+	w->lost = st ? 0 : -1;
+	if (!st) return 0;
+	sqlite3_reset(st);
+	sqlite3_bind_int64(st, 1, w->from_ns);
+	sqlite3_bind_int64(st, 2, w->samples_to_ns);
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW && w->n_loss < TRACE_LOSS_MAX) {
+		struct trace_loss *l = &w->loss[w->n_loss++];
+		const unsigned char *cause = sqlite3_column_text(st, 0);
+		snprintf(l->cause, sizeof(l->cause), "%s", cause ? (const char *)cause : "?");
+		l->n = sqlite3_column_int64(st, 1);
+		w->lost += l->n;
+	}
+	sqlite3_reset(st);
+	return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -1;
+}
+
+int trace_window_from_rows(struct trace *t, const struct trace_stat_row *rows, size_t n, int64_t from_ns,
+			   int64_t to_ns, bool while_served, struct trace_window *w)
+{
+	memset(w, 0, sizeof(*w));
+	w->from_ns = from_ns;
+	w->to_ns = to_ns;
+	w->kv_usage = w->kv_usage_max = -1;
+	if (reqstats_window(&t->stats, rows, n, w)) return -1;
+
+	w->samples_to_ns = to_ns;
+	if (while_served && w->served_to_ns + NS_PER_S >= to_ns)
+		w->samples_to_ns = w->served_to_ns + NS_PER_S + 1;
+	double sreq = 0, stok = 0;
+	if (window_samples(t, w, &sreq, &stok) || window_runq_by(t, w) || window_losses(t, w)) return -1;
 	double secs = (double)(to_ns - from_ns) / NS_PER_S;
 	if (secs <= 0) secs = 1;
 	if (w->samples && !while_served) {
@@ -450,6 +492,14 @@ int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, bool whi
 	return 0;
 }
 
+int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, bool while_served,
+		       struct trace_window *w)
+{
+	t->stat_rows.n = 0;
+	if (trace_stat_rows_fetch(t, from_ns, to_ns, &t->stat_rows)) return -1;
+	return trace_window_from_rows(t, t->stat_rows.v, t->stat_rows.n, from_ns, to_ns, while_served, w);
+}
+
 const struct trace_runq_by *trace_runq_culprit(const struct trace_window *w)
 {
 	if (w->runq_self_ns < 0)
@@ -460,73 +510,20 @@ const struct trace_runq_by *trace_runq_culprit(const struct trace_window *w)
 	return NULL;
 }
 
-int trace_series(struct trace *t, int64_t from_ns, int64_t to_ns, int nb, struct trace_point *out)
+/* ---- timelines ----------------------------------------------------------- */
+
+/* Each bucket's samples: highest queue depth, running and KV usage, sums. */
+static int series_samples(struct trace *t, int64_t from_ns, int64_t to_ns, int nb, struct trace_point *out)
 {
-	if (nb <= 0 || to_ns <= from_ns) return -1;
-	memset(out, 0, sizeof(*out) * nb);
 	double bw = (double)(to_ns - from_ns) / nb;
-	for (int i = 0; i < nb; i++) {
-		out[i].t_ns = from_ns + (int64_t)(bw * i);
-		out[i].kv_usage_max = -1;
-	}
-	/* requests: bucket index + ttft/e2e, grouped with one counting sort */
-	struct vec *bi = &t->v[V_ROW_PH0], *tt = &t->v[V_ROW_PH0 + 1], *ee = &t->v[V_ROW_PH0 + 2];
-	bi->n = tt->n = ee->n = 0;
-	sqlite3_stmt *st = t->q_series_req;
+	sqlite3_stmt *st = t->q_samples;
 	sqlite3_reset(st);
 	sqlite3_bind_int64(st, 1, from_ns);
 	sqlite3_bind_int64(st, 2, to_ns);
 	int rc;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		int b = (int)((double)(sqlite3_column_int64(st, 0) - from_ns) / bw);
-		if (b < 0 || b >= nb) continue;
-		out[b].n++;
-		if (vec_push(bi, b) || vec_push(tt, col_null(st, 1) ? -1 : sqlite3_column_int64(st, 1)) ||
-		    vec_push(ee, col_null(st, 2) ? -1 : sqlite3_column_int64(st, 2)))
-			return -1;
-	}
-	if (rc != SQLITE_DONE) return -1;
-	size_t total = bi->n;
-	int64_t *start = calloc((size_t)nb + 1, sizeof(int64_t));
-	int64_t *sorted = malloc((total ? total : 1) * 2 * sizeof(int64_t));
-	if (!start || !sorted) {
-		free(start);
-		free(sorted);
-		return -1;
-	}
-	for (size_t i = 0; i < total; i++) start[bi->v[i] + 1]++;
-	for (int b = 0; b < nb; b++) start[b + 1] += start[b];
-	int64_t *fill = calloc((size_t)nb, sizeof(int64_t));
-	int64_t *tbuf = sorted, *ebuf = sorted + (total ? total : 1);
-	for (int b = 0; b < nb && fill; b++) fill[b] = start[b];
-	for (size_t i = 0; i < total && fill; i++) {
-		int b = (int)bi->v[i];
-		tbuf[fill[b]] = tt->v[i];
-		ebuf[fill[b]] = ee->v[i];
-		fill[b]++;
-	}
-	for (int b = 0; b < nb && fill; b++) {
-		/* drop unknowns (-1) in place, then take p99 */
-		int64_t *tv = tbuf + start[b], *ev = ebuf + start[b];
-		size_t n = (size_t)(start[b + 1] - start[b]), nt = 0, ne = 0;
-		for (size_t i = 0; i < n; i++) {
-			if (tv[i] >= 0) tv[nt++] = tv[i];
-			if (ev[i] >= 0) ev[ne++] = ev[i];
-		}
-		out[b].ttft_p99 = pct_select_i64(tv, nt, 99);
-		out[b].e2e_p99 = pct_select_i64(ev, ne, 99);
-	}
-	free(fill);
-	free(start);
-	free(sorted);
-
-	st = t->q_samples;
-	sqlite3_reset(st);
-	sqlite3_bind_int64(st, 1, from_ns);
-	sqlite3_bind_int64(st, 2, to_ns);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		int b = (int)((double)(sqlite3_column_int64(st, 1) - from_ns) / bw);
-		if (b < 0 || b >= nb) continue;
+		int b = reqstats_bucket(sqlite3_column_int64(st, 1), from_ns, bw, nb);
+		if (b < 0) continue;
 		struct trace_point *p = &out[b];
 		p->samples++;
 		int q = sqlite3_column_int(st, 2), r = sqlite3_column_int(st, 3);
@@ -539,7 +536,30 @@ int trace_series(struct trace *t, int64_t from_ns, int64_t to_ns, int nb, struct
 		p->drops += sqlite3_column_int64(st, 10);
 		p->runq_ns += sqlite3_column_int64(st, 11);
 	}
+	sqlite3_reset(st);
 	return rc == SQLITE_DONE ? 0 : -1;
+}
+
+int trace_series_from_rows(struct trace *t, const struct trace_stat_row *rows, size_t n, int64_t from_ns,
+			   int64_t to_ns, int nb, struct trace_point *out)
+{
+	if (nb <= 0 || to_ns <= from_ns) return -1;
+	memset(out, 0, sizeof(*out) * nb);
+	double bw = (double)(to_ns - from_ns) / nb;
+	for (int i = 0; i < nb; i++) {
+		out[i].t_ns = from_ns + (int64_t)(bw * i);
+		out[i].kv_usage_max = -1;
+	}
+	if (reqstats_series(&t->stats, rows, n, from_ns, to_ns, nb, out)) return -1;
+	return series_samples(t, from_ns, to_ns, nb, out);
+}
+
+int trace_series(struct trace *t, int64_t from_ns, int64_t to_ns, int nb, struct trace_point *out)
+{
+	if (nb <= 0 || to_ns <= from_ns) return -1;
+	t->stat_rows.n = 0;
+	if (trace_stat_rows_fetch(t, from_ns, to_ns, &t->stat_rows)) return -1;
+	return trace_series_from_rows(t, t->stat_rows.v, t->stat_rows.n, from_ns, to_ns, nb, out);
 }
 
 /* ---- request lists ------------------------------------------------------- */
@@ -600,34 +620,38 @@ static enum trace_req_state state_from_text(const char *s)
 	return TRS_ARRIVING;
 }
 
+/* One row of the agent's inflight table: phases up to now_ns. */
+static void req_from_inflight(sqlite3_stmt *st, int64_t now_ns, struct trace_req *r)
+{
+	memset(r, 0, sizeof(*r));
+	const char *id = (const char *)sqlite3_column_text(st, 0);
+	snprintf(r->id, sizeof(r->id), "%s", id ? id : "?");
+	r->pid = sqlite3_column_int(st, 1);
+	r->state = state_from_text((const char *)sqlite3_column_text(st, 2));
+	r->t_arrive_ns = sqlite3_column_int64(st, 3);
+	r->age_ns = now_ns - r->t_arrive_ns;
+	int64_t marks[4] = { r->t_arrive_ns, col_ns(st, 4), col_ns(st, 5), col_ns(st, 6) };
+	for (int p = 0; p < PH_N; p++) r->phase[p] = -1;
+	for (int p = 0; p < 4; p++) {
+		if (marks[p] < 0) break;
+		int64_t end = p + 1 < 4 && marks[p + 1] >= 0 ? marks[p + 1] : now_ns;
+		r->phase[p] = end - marks[p];
+	}
+	r->prompt_tokens = sqlite3_column_int(st, 7);
+	r->output_tokens = sqlite3_column_int(st, 8);
+	r->ttft_ns = marks[3] >= 0 ? marks[3] - marks[0] : -1;
+	r->tpot_ns = r->e2e_ns = r->runq_ns = r->itl_max_ns = -1;
+}
+
 int trace_inflight(struct trace *t, int64_t now_ns, int live, struct trace_req *out, int max)
 {
-	int n = 0, rc;
+	int n = 0;
 	sqlite3_stmt *st;
 	if (live) {
 		st = t->q_inflight;
 		sqlite3_reset(st);
-		while (n < max && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-			struct trace_req *r = &out[n++];
-			memset(r, 0, sizeof(*r));
-			const char *id = (const char *)sqlite3_column_text(st, 0);
-			snprintf(r->id, sizeof(r->id), "%s", id ? id : "?");
-			r->pid = sqlite3_column_int(st, 1);
-			r->state = state_from_text((const char *)sqlite3_column_text(st, 2));
-			r->t_arrive_ns = sqlite3_column_int64(st, 3);
-			r->age_ns = now_ns - r->t_arrive_ns;
-			int64_t marks[4] = { r->t_arrive_ns, col_ns(st, 4), col_ns(st, 5), col_ns(st, 6) };
-			for (int p = 0; p < PH_N; p++) r->phase[p] = -1;
-			for (int p = 0; p < 4; p++) {
-				if (marks[p] < 0) break;
-				int64_t end = p + 1 < 4 && marks[p + 1] >= 0 ? marks[p + 1] : now_ns;
-				r->phase[p] = end - marks[p];
-			}
-			r->prompt_tokens = sqlite3_column_int(st, 7);
-			r->output_tokens = sqlite3_column_int(st, 8);
-			r->ttft_ns = marks[3] >= 0 ? marks[3] - marks[0] : -1;
-			r->tpot_ns = r->e2e_ns = r->runq_ns = r->itl_max_ns = -1;
-		}
+		while (n < max && sqlite3_step(st) == SQLITE_ROW) req_from_inflight(st, now_ns, &out[n++]);
+		sqlite3_reset(st);      /* a statement left stepping holds the snapshot */
 		return n;
 	}
 	/* replay: rows that had arrived and not finished by now_ns; requests
@@ -638,7 +662,8 @@ int trace_inflight(struct trace *t, int64_t now_ns, int live, struct trace_req *
 	sqlite3_bind_int64(st, 1, now_ns - 120 * NS_PER_S);
 	sqlite3_bind_int64(st, 2, now_ns);
 	sqlite3_bind_int(st, 3, max);
-	while (n < max && (rc = sqlite3_step(st)) == SQLITE_ROW) req_from_row(st, now_ns, &out[n++]);
+	while (n < max && sqlite3_step(st) == SQLITE_ROW) req_from_row(st, now_ns, &out[n++]);
+	sqlite3_reset(st);
 	return n;
 }
 
@@ -651,6 +676,7 @@ int trace_recent(struct trace *t, int64_t to_ns, struct trace_req *out, int max)
 	sqlite3_bind_int(st, 2, max);
 	sqlite3_bind_int64(st, 3, to_ns - 600 * NS_PER_S);
 	while (n < max && sqlite3_step(st) == SQLITE_ROW) req_from_row(st, to_ns, &out[n++]);
+	sqlite3_reset(st);
 	return n;
 }
 
@@ -663,6 +689,7 @@ int trace_slowest(struct trace *t, int64_t from_ns, int64_t to_ns, struct trace_
 	sqlite3_bind_int64(st, 2, to_ns);
 	sqlite3_bind_int(st, 3, max);
 	while (n < max && sqlite3_step(st) == SQLITE_ROW) req_from_row(st, INT64_MAX, &out[n++]);
+	sqlite3_reset(st);
 	return n;
 }
 
@@ -686,20 +713,23 @@ int trace_column(struct trace *t, const char *column, int64_t from_ns, int64_t t
 		if (sqlite3_prepare_v2(t->db, sql, -1, &t->q_column, NULL) != SQLITE_OK) return -1;
 		snprintf(t->col_name, sizeof(t->col_name), "%s", column);
 	}
-	t->col_t.n = t->col_v.n = 0;
+	t->ncol = 0;
 	sqlite3_stmt *st = t->q_column;
 	sqlite3_reset(st);
 	sqlite3_bind_int64(st, 1, from_ns);
 	sqlite3_bind_int64(st, 2, to_ns);
 	int rc;
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW)
-		if (vec_push(&t->col_t, sqlite3_column_int64(st, 0)) ||
-		    vec_push(&t->col_v, sqlite3_column_int64(st, 1)))
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		if (grow(&t->col_t, &t->cap_t, t->ncol, sizeof(*t->col_t)) ||
+		    grow(&t->col_v, &t->cap_v, t->ncol, sizeof(*t->col_v)))
 			return -1;
+		t->col_t[t->ncol] = sqlite3_column_int64(st, 0);
+		t->col_v[t->ncol++] = sqlite3_column_int64(st, 1);
+	}
 	if (rc != SQLITE_DONE) return -1;
-	*t_arrive = t->col_t.v;
-	*values = t->col_v.v;
-	return (int)t->col_t.n;
+	*t_arrive = t->col_t;
+	*values = t->col_v;
+	return (int)t->ncol;
 }
 
 int trace_rows(struct trace *t, int64_t from_ns, int64_t to_ns, const struct trace_row **rows)
@@ -711,13 +741,7 @@ int trace_rows(struct trace *t, int64_t from_ns, int64_t to_ns, const struct tra
 	t->nrows = 0;
 	int rc;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
-		if (t->nrows == t->caprows) {
-			size_t cap = t->caprows ? t->caprows * 2 : 4096;
-			struct trace_row *r = realloc(t->rows, cap * sizeof(*r));
-			if (!r) return -1;
-			t->rows = r;
-			t->caprows = cap;
-		}
+		if (grow(&t->rows, &t->caprows, t->nrows, sizeof(*t->rows))) return -1;
 		struct trace_row *r = &t->rows[t->nrows++];
 		r->t_arrive_ns = sqlite3_column_int64(st, 0);
 		r->ttft_ns = col_null(st, 1) ? -1 : sqlite3_column_int64(st, 1);
@@ -757,108 +781,33 @@ int trace_step_stats(struct trace *t, int64_t from_ns, int64_t to_ns, int min_pr
 
 /* ---- time ---------------------------------------------------------------- */
 
-int trace_parse_duration(const char *s, int64_t *ns, char *err, size_t errlen)
-{
-	char *end;
-	errno = 0;
-	double v = strtod(s, &end);
-	if (end == s || errno || !(v >= 0)) goto bad;
-	double mul = NS_PER_S;
-	if (!*end || !strcmp(end, "s")) mul = NS_PER_S;
-	else if (!strcmp(end, "ms")) mul = NS_PER_MS;
-	else if (!strcmp(end, "us") || !strcmp(end, "µs")) mul = 1e3;
-	else if (!strcmp(end, "m") || !strcmp(end, "min")) mul = 60.0 * NS_PER_S;
-	else if (!strcmp(end, "h")) mul = 3600.0 * NS_PER_S;
-	else goto bad;
-	*ns = (int64_t)(v * mul);
-	return 0;
-bad:
-	snprintf(err, errlen, "'%s' is not a duration: use a number with s, ms, m or h (10s, 1m, 500ms)", s);
-	return -1;
-}
-
 int trace_parse_time(struct trace *t, const char *s, int64_t *mono_ns, char *err, size_t errlen)
 {
-	int64_t first = 0, last = 0, d;
-	int have = trace_span(t, &first, &last);
-	char sub[128];
-	if (!strcmp(s, "end") || !strcmp(s, "now") || !strcmp(s, "start")) {
-		if (!have) goto empty;
-		*mono_ns = !strcmp(s, "start") ? first : last;
+	struct timefmt_point p;
+	if (timefmt_parse_point(s, &p, err, errlen)) return -1;
+	if (p.anchor == TF_WALL) {
+		*mono_ns = trace_wall_to_mono(t, p.ns);
 		return 0;
 	}
-	if (s[0] == '-' || s[0] == '+') {
-		if (!have) goto empty;
-		if (trace_parse_duration(s + 1, &d, sub, sizeof(sub))) {
-			snprintf(err, errlen, "time '%s': %s", s, sub);
+	int64_t first = 0, last = 0;
+	if (!trace_span(t, &first, &last)) {
+		snprintf(err, errlen, "time '%s' is relative to the trace, but %s holds no data yet", s, t->path);
+		return -1;
+	}
+	if (p.anchor == TF_START) *mono_ns = first + p.ns;
+	else if (p.anchor == TF_END) *mono_ns = last + p.ns;
+	else {
+		int64_t wall = timefmt_on_day(trace_mono_to_wall(t, last), p.ns);
+		if (wall < 0) {
+			snprintf(err, errlen, "'%s' is not a time on the day the trace ends", s);
 			return -1;
 		}
-		*mono_ns = s[0] == '-' ? last - d : first + d;
-		return 0;
+		*mono_ns = trace_wall_to_mono(t, wall);
 	}
-	if (s[0] == '@') {
-		char *end;
-		double sec = strtod(s + 1, &end);
-		if (end == s + 1 || *end) goto bad;
-		*mono_ns = trace_wall_to_mono(t, (int64_t)(sec * 1e9));
-		return 0;
-	}
-	struct tm tm;
-	memset(&tm, 0, sizeof(tm));
-	const char *rest;
-	double frac = 0;
-	if ((rest = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm)) || (rest = strptime(s, "%Y-%m-%d %H:%M:%S", &tm))) {
-		/* full date */
-	} else if ((rest = strptime(s, "%H:%M:%S", &tm))) {
-		if (!have) goto empty;
-		struct tm day;
-		time_t end_s = (time_t)(trace_mono_to_wall(t, last) / NS_PER_S);
-		localtime_r(&end_s, &day);
-		tm.tm_year = day.tm_year;
-		tm.tm_mon = day.tm_mon;
-		tm.tm_mday = day.tm_mday;
-	} else {
-		goto bad;
-	}
-	if (*rest == '.') {
-		char *end;
-		frac = strtod(rest, &end);
-		rest = end;
-	}
-	if (*rest) goto bad;
-	tm.tm_isdst = -1;
-	time_t secs = mktime(&tm);
-	if (secs == (time_t)-1) goto bad;
-	*mono_ns = trace_wall_to_mono(t, (int64_t)secs * NS_PER_S + (int64_t)(frac * 1e9));
 	return 0;
-bad:
-	snprintf(err, errlen, "'%s' is not a time: use 2026-12-02T10:31:00, 10:31:00 (local time), "
-		 "@UNIXSECONDS, -90s (before the trace's end), +30s (after its start), start or end", s);
-	return -1;
-empty:
-	snprintf(err, errlen, "time '%s' is relative to the trace, but %s holds no data yet", s, t->path);
-	return -1;
-}
-
-char *trace_fmt_dur(char *buf, size_t n, double ns)
-{
-	if (ns < 0 || isnan(ns)) snprintf(buf, n, "-");
-	else if (ns < 1e3) snprintf(buf, n, "%.0fns", ns);
-	else if (ns < 1e6) snprintf(buf, n, "%.0fµs", ns / 1e3);
-	else if (ns < 1e7) snprintf(buf, n, "%.2fms", ns / 1e6);
-	else if (ns < 1e9) snprintf(buf, n, "%.1fms", ns / 1e6);
-	else if (ns < 60e9 && fmod(ns, 1e9) == 0) snprintf(buf, n, "%.0fs", ns / 1e9);
-	else if (ns < 60e9) snprintf(buf, n, "%.2fs", ns / 1e9);
-	else snprintf(buf, n, "%dm%02ds", (int)(ns / 60e9), (int)fmod(ns / 1e9, 60));
-	return buf;
 }
 
 char *trace_fmt_time(const struct trace *t, char *buf, size_t n, int64_t mono_ns, int with_date)
 {
-	int64_t wall = trace_mono_to_wall(t, mono_ns);
-	time_t s = (time_t)(wall / NS_PER_S);
-	struct tm tm;
-	localtime_r(&s, &tm);
-	strftime(buf, n, with_date ? "%Y-%m-%d %H:%M:%S" : "%H:%M:%S", &tm);
-	return buf;
+	return timefmt_wall(buf, n, trace_mono_to_wall(t, mono_ns), with_date);
 }

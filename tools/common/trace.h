@@ -1,5 +1,6 @@
 /* trace.h - the one reader layer over kpi-agent's SQLite trace store, shared
- * by kpitop and kpi-report: read-only open, schema check, window queries. */
+ * by kpitop and kpi-report: read-only open, schema check, window queries
+ * (their durations and instants are read and printed by timefmt.h). */
 #ifndef KPI_TRACE_H
 #define KPI_TRACE_H
 
@@ -8,6 +9,7 @@
 #include <stdint.h>
 
 #include "schema/trace_path.h"
+#include "tools/common/timefmt.h"
 
 /* Schema versions this reader accepts: 2 (schema/002_gpu.sql) only adds GPU
  * tables and columns that the readers do not need; 3 (003_runq_by.sql) adds
@@ -19,8 +21,7 @@
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 
 #define TRACE_RUNQ_BY_MAX 3
-#define NS_PER_MS 1000000LL
-#define NS_PER_S 1000000000LL
+#define TRACE_LOSS_MAX 8        /* loss causes a window lists (the agent has 8) */
 
 struct trace;
 
@@ -84,6 +85,15 @@ struct trace_window {
 		int64_t ns;
 	} runq_by[TRACE_RUNQ_BY_MAX];
 	int n_runq_by;
+	/* what the agent lost in the window (samples' times), all causes, and
+	 * by cause, largest first (schema version 4; lost -1 before: the trace
+	 * does not say) */
+	int64_t lost;
+	struct trace_loss {
+		char cause[24];
+		int64_t n;
+	} loss[TRACE_LOSS_MAX];
+	int n_loss;
 };
 
 /* One bucket of a timeline. */
@@ -114,6 +124,29 @@ struct trace_req {
 	int64_t phase[PH_N];
 };
 
+/* What the window statistics and timelines read of one request (a row of
+ * `requests`), for readers that keep a window's rows between frames. */
+#define TRACE_NULL INT64_MIN        /* the row has no value */
+enum {
+	TSR_ERROR = 1,              /* finish_reason error */
+	TSR_CANCELLED = 2,
+	TSR_PREEMPTED = 4,          /* preempted at least once */
+};
+struct trace_stat_row {
+	int64_t t_arrive_ns, t_done_ns;
+	int64_t m[TM_N];            /* by enum trace_metric; ITL: the request's median gap */
+	int64_t itl_p99_ns, itl_max_ns;
+	int64_t prompt_tokens, output_tokens;   /* 0: unknown */
+	int http_status;            /* 0: none */
+	int flags;                  /* TSR_* */
+};
+/* A growable array of them, owned by the caller. */
+struct trace_stat_rows {
+	struct trace_stat_row *v;
+	size_t n, cap;
+};
+void trace_stat_rows_free(struct trace_stat_rows *r);
+
 /* ---- opening ------------------------------------------------------------- */
 /* Opens path read-only (WAL readers never block the agent) and checks the
  * schema version. On failure returns NULL and writes a message that says
@@ -129,6 +162,11 @@ int trace_span(struct trace *t, int64_t *first_ns, int64_t *last_ns);
 int64_t trace_mono_to_wall(const struct trace *t, int64_t mono_ns);
 int64_t trace_wall_to_mono(const struct trace *t, int64_t wall_ns);
 
+/* Runs the queries up to trace_read_end on one snapshot of the store, as
+ * the agent keeps writing: what a frame reads from several tables agrees. */
+int trace_read_begin(struct trace *t);
+int trace_read_end(struct trace *t);
+
 /* ---- queries ------------------------------------------------------------- */
 /* The requests that arrived in [from_ns, to_ns) and the agent's samples.
  * Live views (while_served false) take the samples inside the window and
@@ -140,6 +178,11 @@ int64_t trace_wall_to_mono(const struct trace *t, int64_t wall_ns);
 int trace_window_stats(struct trace *t, int64_t from_ns, int64_t to_ns, bool while_served,
 		       struct trace_window *w);
 
+/* The same from request rows the caller holds (any order; rows arriving
+ * outside [from_ns, to_ns) are skipped); samples are read from the store. */
+int trace_window_from_rows(struct trace *t, const struct trace_stat_row *rows, size_t n, int64_t from_ns,
+			   int64_t to_ns, bool while_served, struct trace_window *w);
+
 /* The other process behind which w's threads waited longest, when it held
  * them longer than the daemon's own threads did; NULL otherwise, and when
  * the trace does not say (before schema version 3). */
@@ -147,6 +190,9 @@ const struct trace_runq_by *trace_runq_culprit(const struct trace_window *w);
 
 /* nb buckets over [from_ns, to_ns). Returns 0 or -1. */
 int trace_series(struct trace *t, int64_t from_ns, int64_t to_ns, int nb, struct trace_point *out);
+/* The same from request rows the caller holds, as trace_window_from_rows. */
+int trace_series_from_rows(struct trace *t, const struct trace_stat_row *rows, size_t n, int64_t from_ns,
+			   int64_t to_ns, int nb, struct trace_point *out);
 
 /* Requests in flight at now_ns: from the agent's inflight table when live,
  * else rebuilt from finished rows (replay). Returns the count. */
@@ -155,6 +201,15 @@ int trace_inflight(struct trace *t, int64_t now_ns, int live, struct trace_req *
 int trace_recent(struct trace *t, int64_t to_ns, struct trace_req *out, int max);
 /* The slowest requests of a window by e2e (or TTFT when e2e is unknown). */
 int trace_slowest(struct trace *t, int64_t from_ns, int64_t to_ns, struct trace_req *out, int max);
+
+/* Appends to out the rows arriving in [from_ns, to_ns); _since only those
+ * the agent wrote after row after_rowid (rows are only ever added: a new
+ * row's rowid is larger than every earlier one's). Returns 0 or -1. */
+int trace_stat_rows_fetch(struct trace *t, int64_t from_ns, int64_t to_ns, struct trace_stat_rows *out);
+int trace_stat_rows_since(struct trace *t, int64_t after_rowid, int64_t from_ns, int64_t to_ns,
+			  struct trace_stat_rows *out);
+/* The rowid of the newest row of `requests` (0: none). */
+int64_t trace_last_rowid(struct trace *t);
 
 /* Rows of one column for requests arriving in [from, to) that have it,
  * with their arrival times; the arrays are owned by t and valid until the
@@ -184,17 +239,11 @@ const char *trace_errmsg(const struct trace *t);
 const char *trace_path(const struct trace *t);
 
 /* ---- time ---------------------------------------------------------------- */
-/* "10s", "1m", "5m", "500ms", "2h", "1.5s"; bare numbers are seconds.
- * Returns 0 or -1 with a message. */
-int trace_parse_duration(const char *s, int64_t *ns, char *err, size_t errlen);
-/* A point in the trace, as monotonic ns: "end", "start", "-90s" (before the
- * end of the trace), "+30s" (after its start), "@1764670260.5" (Unix
- * seconds), "2026-12-02T10:31:00" or "2026-12-02 10:31:00" (local time),
- * "10:31:00" (local time on the day the trace ends). */
+/* A point in the trace, as monotonic ns: any form timefmt_parse_point takes,
+ * "-90s" before the end of the trace, "+30s" after its start, "10:31:00" on
+ * the day the trace ends. Returns 0 or -1 with a message. */
 int trace_parse_time(struct trace *t, const char *s, int64_t *mono_ns, char *err, size_t errlen);
 
-/* "850µs", "12.3ms", "1.24s", "3m05s"; "-" for negative (unknown). */
-char *trace_fmt_dur(char *buf, size_t n, double ns);
 /* Local "HH:MM:SS" (with_date: "YYYY-MM-DD HH:MM:SS") of a trace instant. */
 char *trace_fmt_time(const struct trace *t, char *buf, size_t n, int64_t mono_ns, int with_date);
 

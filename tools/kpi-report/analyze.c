@@ -187,9 +187,9 @@ static void attr_words(struct rp_attr *a)
 {
 	char x[16], y[16], d[16];
 	double change = a->inc - a->base;
-	trace_fmt_dur(x, sizeof(x), a->base);
-	trace_fmt_dur(y, sizeof(y), a->inc);
-	trace_fmt_dur(d, sizeof(d), fabs(change));
+	timefmt_dur(x, sizeof(x), a->base);
+	timefmt_dur(y, sizeof(y), a->inc);
+	timefmt_dur(d, sizeof(d), fabs(change));
 	if (a->base > 0 && fabs(change) < 0.05 * a->base) {
 		snprintf(a->words, sizeof(a->words), "p%.0f %s is unchanged (%s → %s).", a->p, a->metric, x, y);
 		return;
@@ -293,6 +293,38 @@ static void runq_behind(const struct trace_window *i, char *out, size_t len)
 	}
 }
 
+/* 6. the agent lost data in the window: the figures above may miss requests.
+ * Causes that cost requests lead the findings; a clamped mark or a row that
+ * retention removed (outside a window a report reads, unless the window is
+ * older than --retain) only closes them. */
+static void lost_finding(struct report *r)
+{
+	const struct trace_window *i = &r->inc.w;
+	struct rp_finding *f;
+	char list[512] = "";
+	size_t len = 0;
+	int64_t costly = 0;
+
+	if (i->lost <= 0)
+		return;
+	for (int k = 0; k < i->n_loss; k++) {
+		const struct trace_loss *l = &i->loss[k];
+		if (strcmp(l->cause, "clamped") && strcmp(l->cause, "retention_rows"))
+			costly += l->n;
+		len += (size_t)snprintf(list + len, len < sizeof(list) ? sizeof(list) - len : 0, "%s%lld %s",
+					k ? ", " : "", (long long)l->n, l->cause);
+	}
+	if (!(f = add_finding(r, "the trace lost data in this window", "-", costly ? 10 : 0.1, 0)))
+		return;
+	snprintf(f->title, sizeof(f->title), "The agent lost data in this window: %lld %s (the figures "
+		 "here may miss requests)", (long long)i->lost, i->lost == 1 ? "loss" : "losses");
+	snprintf(f->evidence, sizeof(f->evidence), "by cause: %s (losses table; docs/agent.md, \"Losses\", "
+		 "says what each means)", list);
+	snprintf(f->action, sizeof(f->action), "%s", costly ? "grow --ringbuf-mb (drops), keep the agent "
+		 "running before the server starts (before_attach, orphans), and give the trace disk room "
+		 "(shed_rows); then measure again" : "nothing to do: no request was lost");
+}
+
 static void findings(struct report *r)
 {
 	const struct trace_window *i = &r->inc.w, *b = &r->base.w;
@@ -318,7 +350,7 @@ static void findings(struct report *r)
 			 "queue wait is %.0f%% of the p99 TTFT increase; queue depth peaked at %d (baseline %d); "
 			 "p99 queue wait %s (baseline %s); 0 rejections (HTTP 429) in the window; %.1f arrivals/s "
 			 "(baseline %.1f)", qshare * 100, i->queue_depth_max, b->queue_depth_max,
-			 trace_fmt_dur(s1, 16, i->m[TM_QUEUE].p99), trace_fmt_dur(s2, 16, b->m[TM_QUEUE].p99),
+			 timefmt_dur(s1, 16, i->m[TM_QUEUE].p99), timefmt_dur(s2, 16, b->m[TM_QUEUE].p99),
 			 i->req_per_s, b->req_per_s);
 		snprintf(f->action, sizeof(f->action), "bound the queue (kpi-infer's queue limit) so excess load "
 			 "gets a fast 429 instead of a slow answer, or add capacity for this arrival rate");
@@ -338,7 +370,7 @@ static void findings(struct report *r)
 				 "at %.0f%% (baseline %.0f%%); queue depth peaked at %d; p99 e2e %s (baseline %s)",
 				 (long long)pre, i->preempted, (long long)bpre, i->kv_usage_max * 100,
 				 fmax(b->kv_usage_max, 0) * 100, i->queue_depth_max,
-				 trace_fmt_dur(s1, 16, i->m[TM_E2E].p99), trace_fmt_dur(s2, 16, b->m[TM_E2E].p99));
+				 timefmt_dur(s1, 16, i->m[TM_E2E].p99), timefmt_dur(s2, 16, b->m[TM_E2E].p99));
 			snprintf(f->action, sizeof(f->action), "give the KV pool more blocks, lower the running-"
 				 "sequence cap, or cap max_tokens so the admitted load fits");
 		}
@@ -353,9 +385,9 @@ static void findings(struct report *r)
 		snprintf(f->evidence, sizeof(f->evidence),
 			 "%lld prefill steps of >= 512 tokens took %s in all (longest step %s, up to %lld "
 			 "prompt tokens in a step); p99 of each request's longest inter-token gap %s (baseline %s)",
-			 (long long)r->inc.steps.long_prefill_steps, trace_fmt_dur(s1, 16, (double)r->inc.steps.long_prefill_ns),
-			 trace_fmt_dur(s2, 16, (double)r->inc.steps.max_step_ns), (long long)r->inc.steps.max_prefill_tokens,
-			 trace_fmt_dur(s3, 16, gap), trace_fmt_dur(s4, 16, bgap));
+			 (long long)r->inc.steps.long_prefill_steps, timefmt_dur(s1, 16, (double)r->inc.steps.long_prefill_ns),
+			 timefmt_dur(s2, 16, (double)r->inc.steps.max_step_ns), (long long)r->inc.steps.max_prefill_tokens,
+			 timefmt_dur(s3, 16, gap), timefmt_dur(s4, 16, bgap));
 		snprintf(f->action, sizeof(f->action), "chunk prefills (a token budget per step) so decodes "
 			 "keep their cadence, or route long prompts elsewhere");
 	}
@@ -398,8 +430,8 @@ static void findings(struct report *r)
 				 "threads waited for a CPU on average (baseline %.2f); mean run-queue delay per request "
 				 "%s (baseline %s), mean e2e %s (baseline %s)%s",
 				 rq * 1000, brq * 1000, barr > 0 ? arr / barr : 0, i->runq_share, b->runq_share,
-				 trace_fmt_dur(s1, 16, i->m[TM_RUNQ].mean), trace_fmt_dur(s2, 16, b->m[TM_RUNQ].mean),
-				 trace_fmt_dur(s3, 16, i->m[TM_E2E].mean), trace_fmt_dur(s4, 16, b->m[TM_E2E].mean), who);
+				 timefmt_dur(s1, 16, i->m[TM_RUNQ].mean), timefmt_dur(s2, 16, b->m[TM_RUNQ].mean),
+				 timefmt_dur(s3, 16, i->m[TM_E2E].mean), timefmt_dur(s4, 16, b->m[TM_E2E].mean), who);
 			if (other)
 				snprintf(f->action, sizeof(f->action), "move %s (pid %d) off the engine's CPUs, or pin "
 					 "the engine to cores of its own (taskset, a cpuset)", other->comm, other->pid);
@@ -423,9 +455,9 @@ static void findings(struct report *r)
 				 in ? "in" : "out", in ? "receiving requests" : "delivering responses");
 			snprintf(f->evidence, sizeof(f->evidence),
 				 "net-in and net-out carry %.0f%% of the p99 e2e increase; p99 net-in %s (baseline %s), "
-				 "p99 net-out %s (baseline %s)", net_share * 100, trace_fmt_dur(s1, 16, i->m[TM_NET_IN].p99),
-				 trace_fmt_dur(s2, 16, b->m[TM_NET_IN].p99), trace_fmt_dur(s3, 16, i->m[TM_NET_OUT].p99),
-				 trace_fmt_dur(s4, 16, b->m[TM_NET_OUT].p99));
+				 "p99 net-out %s (baseline %s)", net_share * 100, timefmt_dur(s1, 16, i->m[TM_NET_IN].p99),
+				 timefmt_dur(s2, 16, b->m[TM_NET_IN].p99), timefmt_dur(s3, 16, i->m[TM_NET_OUT].p99),
+				 timefmt_dur(s4, 16, b->m[TM_NET_OUT].p99));
 			snprintf(f->action, sizeof(f->action), "check the clients (slow readers, slow uploads) and the "
 				 "path: the connection's RTT is in requests.srtt_us");
 		}
@@ -437,6 +469,7 @@ static void findings(struct report *r)
 		snprintf(f->evidence, sizeof(f->evidence), "%s %s", tt->words, ee->words);
 		snprintf(f->action, sizeof(f->action), "look at the slowest requests below and the timelines");
 	}
+	lost_finding(r);
 	qsort(r->f, (size_t)r->nf, sizeof(r->f[0]), cmp_finding);
 }
 
@@ -455,7 +488,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 	} else if (detect_incident(r, tr, &from, &to, &bucket)) {
 		snprintf(r->inc_how, sizeof(r->inc_how), "picked automatically: the stretch where p99 TTFT "
 			 "stayed at least half-way up to its worst value over %s buckets",
-			 trace_fmt_dur(a, sizeof(a), (double)bucket));
+			 timefmt_dur(a, sizeof(a), (double)bucket));
 	} else {
 		to = r->last_ns + 1;
 		from = to - DEFAULT_INCIDENT;
@@ -499,30 +532,30 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 			snprintf(r->base_how, sizeof(r->base_how), "picked automatically: the quietest comparable "
 				 "window before the incident, i.e. of the %d windows of the same length with at least "
 				 "%d finished requests, the one with the lowest p99 TTFT (%s)",
-				 ncand, min_n, trace_fmt_dur(a, sizeof(a), p99));
+				 ncand, min_n, timefmt_dur(a, sizeof(a), p99));
 		} else if (from - r->first_ns >= 2 * NS_PER_S &&
 			   trace_window_stats(r->t, r->first_ns, from, true, &r->base.w) == 0 && r->base.w.done >= min_n) {
 			bf = r->first_ns;
 			len = from - r->first_ns;
 			snprintf(r->base_how, sizeof(r->base_how), "picked automatically: the whole trace before "
 				 "the incident (%s, shorter than the incident: no window of its length before it "
-				 "had %d finished requests)", trace_fmt_dur(a, sizeof(a), (double)len), min_n);
+				 "had %d finished requests)", timefmt_dur(a, sizeof(a), (double)len), min_n);
 		} else if (search_baseline(tr, to, r->last_ns + 1, len, min_n, &bf, &p99, &ncand)) {
 			snprintf(r->base_how, sizeof(r->base_how), "picked automatically AFTER the incident: no "
 				 "window before it had %d finished requests; of the %d later windows of the same "
 				 "length, the one with the lowest p99 TTFT (%s)", min_n, ncand,
-				 trace_fmt_dur(a, sizeof(a), p99));
+				 timefmt_dur(a, sizeof(a), p99));
 		} else if (!have_from && !have_to && from <= r->first_ns) {
 			/* the fallback window is the whole trace: nothing is left to compare with */
 			snprintf(err, errlen, "nothing to compare: the trace holds only %s (%s to %s) and no "
 				 "stretch of it stood out; record longer, or pass --from/--to and --baseline FROM..TO",
-				 trace_fmt_dur(a, sizeof(a), (double)(r->last_ns + 1 - r->first_ns)),
+				 timefmt_dur(a, sizeof(a), (double)(r->last_ns + 1 - r->first_ns)),
 				 trace_fmt_time(r->t, b, sizeof(b), r->first_ns, 1),
 				 trace_fmt_time(r->t, c, sizeof(c), r->last_ns, 1));
 			return -1;
 		} else {
 			snprintf(err, errlen, "no baseline: no other window of %s in the trace has %d finished "
-				 "requests; pass --baseline FROM..TO", trace_fmt_dur(a, sizeof(a), (double)len), min_n);
+				 "requests; pass --baseline FROM..TO", timefmt_dur(a, sizeof(a), (double)len), min_n);
 			return -1;
 		}
 		r->base.from_ns = bf;

@@ -12,7 +12,7 @@ static const int pct_rows[] = { TM_TTFT, TM_TPOT, TM_ITL, TM_E2E, TM_NET_IN, TM_
 				TM_DECODE, TM_NET_OUT, TM_RUNQ };
 #define NPCT ((int)(sizeof(pct_rows) / sizeof(pct_rows[0])))
 
-static char *D(char *b, double ns) { return trace_fmt_dur(b, 16, ns); }
+static char *D(char *b, double ns) { return timefmt_dur(b, 16, ns); }
 
 static char *change(char *b, double base, double inc)
 {
@@ -73,6 +73,7 @@ static void summary_rows(const struct report *r, FILE *o, int html)
 		{ "peak queue depth", b->queue_depth_max, i->queue_depth_max, "%.0f" },
 		{ "peak KV usage %", b->kv_usage_max * 100, i->kv_usage_max * 100, "%.0f" },
 		{ "ring-buffer drops", b->drops, i->drops, "%.0f" },
+		{ "lost by the agent (all causes)", (double)b->lost, (double)i->lost, "%.0f" },
 	};
 	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
 		char bv[32], iv[32];

@@ -3,6 +3,7 @@
 #ifndef KPI_REPORT_H
 #define KPI_REPORT_H
 
+#include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
 #include "tools/common/trace_cost.h"
 

@@ -7,3 +7,11 @@ PROGRAMS += $(BUILD)/kpitop
 $(BUILD)/kpitop: $(KPITOP_OBJS) $(TOOLS_COMMON_OBJS)
 	$(call msg,LD,$@)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ -lncursesw -ltinfo $(TOOLS_LDLIBS)
+
+# The data layer alone (no terminal): the rows it keeps between frames
+# against every frame computed from scratch.
+UNIT_TESTS += $(BUILD)/tests/test_kpitop_data
+$(BUILD)/tests/test_kpitop_data: $(OBJ)/tests/unit/test_kpitop_data.o $(OBJ)/tools/kpitop/data.o $(TOOLS_COMMON_OBJS)
+	$(call msg,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(TOOLS_LDLIBS)

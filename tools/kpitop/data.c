@@ -1,9 +1,23 @@
 /* data.c - kpitop's one door to the trace: a frame's window statistics,
- * sparkline series and request list, all through tools/common/trace.h. */
+ * sparklines and request list, through tools/common/trace.h only. */
 #include "tools/kpitop/kpitop.h"
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+
+/* The requests of the span a frame shows (the sparklines', which holds the
+ * window), kept from frame to frame so that a frame reads only what entered
+ * the span and what the agent wrote since the last one: exactly the rows
+ * that arrived in [lo_ns, hi_ns) among those up to rowid last_rowid. */
+struct kt_source {
+	struct trace *tr;
+	struct trace_stat_rows rows;
+	int64_t lo_ns, hi_ns;
+	int64_t last_rowid;
+	char err[256];              /* why the last sample failed */
+};
 
 static double now_ms(void)
 {
@@ -12,27 +26,140 @@ static double now_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-int kt_sample(struct kt_data *d)
+int kt_open(struct kt_data *d, const char *path, int64_t window_ns, char *err, size_t errlen)
 {
-	double t0 = now_ms();
-	d->have_data = trace_span(d->tr, &d->first_ns, &d->last_ns);
+	memset(d, 0, sizeof(*d));
+	d->src = calloc(1, sizeof(*d->src));
+	if (!d->src) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	d->src->tr = trace_open(path, err, errlen);
+	if (!d->src->tr) {
+		kt_close(d);
+		return -1;
+	}
+	d->path = path;
+	d->window_ns = window_ns;
+	d->live = 1;
+	d->culprit = -1;
+	return 0;
+}
+
+void kt_close(struct kt_data *d)
+{
+	if (!d->src) return;
+	trace_close(d->src->tr);
+	trace_stat_rows_free(&d->src->rows);
+	free(d->src);
+	d->src = NULL;
+}
+
+int kt_seek(struct kt_data *d, const char *time, char *err, size_t errlen)
+{
+	if (trace_parse_time(d->src->tr, time, &d->to_ns, err, errlen)) return -1;
+	d->live = 0;
+	return 0;
+}
+
+const char *kt_errmsg(const struct kt_data *d) { return d->src->err; }
+
+/* ---- the rows kept ----------------------------------------------------------- */
+
+static void rows_keep(struct trace_stat_rows *r, int64_t from_ns, int64_t to_ns)
+{
+	size_t k = 0;
+	for (size_t i = 0; i < r->n; i++) {
+		if (r->v[i].t_arrive_ns < from_ns || r->v[i].t_arrive_ns >= to_ns) continue;
+		if (k != i) r->v[k] = r->v[i];
+		k++;
+	}
+	r->n = k;
+}
+
+/* Makes the rows kept those of [from_ns, to_ns) in the store as it is now
+ * (one read snapshot); *read: how many it read. */
+static int rows_update(struct kt_source *s, int64_t from_ns, int64_t to_ns, long *read)
+{
+	int64_t last = trace_last_rowid(s->tr);
+	size_t kept;
+	if (last < s->last_rowid || to_ns <= s->lo_ns || from_ns >= s->hi_ns) {
+		/* no overlap, or a store that lost rows (rewritten): read it all */
+		s->rows.n = kept = 0;
+		s->lo_ns = s->hi_ns = from_ns;
+	} else {
+		rows_keep(&s->rows, from_ns, to_ns);
+		kept = s->rows.n;
+		if (s->lo_ns < from_ns) s->lo_ns = from_ns;
+		if (s->hi_ns > to_ns) s->hi_ns = to_ns;
+		/* rows are only ever added; those of the span held come by rowid */
+		if (last > s->last_rowid &&
+		    trace_stat_rows_since(s->tr, s->last_rowid, s->lo_ns, s->hi_ns, &s->rows))
+			goto fail;
+	}
+	if ((from_ns < s->lo_ns && trace_stat_rows_fetch(s->tr, from_ns, s->lo_ns, &s->rows)) ||
+	    (to_ns > s->hi_ns && trace_stat_rows_fetch(s->tr, s->hi_ns, to_ns, &s->rows)))
+		goto fail;
+	s->lo_ns = from_ns;
+	s->hi_ns = to_ns;
+	s->last_rowid = last;
+	*read = (long)(s->rows.n - kept);
+	return 0;
+fail:
+	/* what is held is partial: the next frame reads everything again */
+	s->rows.n = 0;
+	s->lo_ns = s->hi_ns = s->last_rowid = 0;
+	return -1;
+}
+
+/* ---- one frame ---------------------------------------------------------------- */
+
+static int sample_frame(struct kt_data *d)
+{
+	struct kt_source *s = d->src;
+	d->rows_read = 0;
+	d->have_data = trace_span(s->tr, &d->first_ns, &d->last_ns);
 	if (!d->have_data) {
 		memset(&d->win, 0, sizeof(d->win));
+		d->culprit = -1;
 		d->nreqs = d->ninflight = 0;
-		d->sample_ms = now_ms() - t0;
 		return 0;
 	}
 	if (d->live) d->to_ns = d->last_ns + 1;
 	int64_t from = d->to_ns - d->window_ns;
-	if (trace_window_stats(d->tr, from, d->to_ns, false, &d->win)) return -1;
 	/* sparklines cover a minute, or the window when it is longer */
 	int64_t span = d->window_ns > 60 * NS_PER_S ? d->window_ns : 60 * NS_PER_S;
 	d->spark_from_ns = d->to_ns - span;
 	d->spark_to_ns = d->to_ns;
-	if (trace_series(d->tr, d->spark_from_ns, d->spark_to_ns, KT_SPARK, d->spark)) return -1;
-	d->ninflight = trace_inflight(d->tr, d->to_ns, d->live, d->reqs, KT_MAX_REQS / 2);
-	d->nreqs = d->ninflight + trace_recent(d->tr, d->to_ns, d->reqs + d->ninflight,
+	if (rows_update(s, d->spark_from_ns, d->spark_to_ns, &d->rows_read) ||
+	    trace_window_from_rows(s->tr, s->rows.v, s->rows.n, from, d->to_ns, false, &d->win) ||
+	    trace_series_from_rows(s->tr, s->rows.v, s->rows.n, d->spark_from_ns, d->spark_to_ns, KT_SPARK,
+				   d->spark))
+		return -1;
+	const struct trace_runq_by *who = trace_runq_culprit(&d->win);
+	d->culprit = who ? (int)(who - d->win.runq_by) : -1;
+	d->from_wall_ns = trace_mono_to_wall(s->tr, from);
+	d->to_wall_ns = trace_mono_to_wall(s->tr, d->to_ns);
+	d->first_wall_ns = trace_mono_to_wall(s->tr, d->first_ns);
+	d->last_wall_ns = trace_mono_to_wall(s->tr, d->last_ns);
+	d->ninflight = trace_inflight(s->tr, d->to_ns, d->live, d->reqs, KT_MAX_REQS / 2);
+	d->nreqs = d->ninflight + trace_recent(s->tr, d->to_ns, d->reqs + d->ninflight,
 					      KT_MAX_REQS - d->ninflight);
-	d->sample_ms = now_ms() - t0;
 	return 0;
+}
+
+int kt_sample(struct kt_data *d)
+{
+	double t0 = now_ms();
+	/* one snapshot: the rows kept, the samples and the lists agree */
+	struct kt_source *s = d->src;
+	int rc = trace_read_begin(s->tr) ? -1 : sample_frame(d);
+	/* the store's message before ending the snapshot replaces it */
+	if (rc) snprintf(s->err, sizeof(s->err), "%s", trace_errmsg(s->tr));
+	if (trace_read_end(s->tr) && !rc) {
+		snprintf(s->err, sizeof(s->err), "%s", trace_errmsg(s->tr));
+		rc = -1;
+	}
+	d->sample_ms = now_ms() - t0;
+	return rc;
 }

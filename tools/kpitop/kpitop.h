@@ -1,35 +1,51 @@
 /* kpitop.h - kpitop's data layer (what one frame shows, filled from the
- * trace reader), its view state (keys), and the widget table. Widgets read
+ * trace reader), its view state (keys), and its widgets. Widgets read
  * struct kt_data only; they never touch the store. */
 #ifndef KPITOP_H
 #define KPITOP_H
 
+#include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
 #include "tools/kpitop/canvas.h"
 
 #define KT_MAX_REQS 400
 #define KT_SPARK 60
 
+/* ---- data layer (data.c, the one file that calls tools/common/trace.h) ---- */
+struct kt_source;                   /* the open trace and the rows kept between frames */
+
 struct kt_data {
-	struct trace *tr;
+	struct kt_source *src;
 	const char *path;
 	int live;                   /* following the end of the trace */
 	int64_t window_ns;
 	int64_t to_ns;              /* window end, monotonic ns */
 	int64_t first_ns, last_ns;  /* data in the store */
 	int have_data;
+	/* the same instants on the wall clock (Unix ns), for display */
+	int64_t from_wall_ns, to_wall_ns, first_wall_ns, last_wall_ns;
 	struct trace_window win;
+	int culprit;                /* win.runq_by index of trace_runq_culprit(); -1: none */
 	int64_t spark_from_ns, spark_to_ns;
 	struct trace_point spark[KT_SPARK];
 	struct trace_req reqs[KT_MAX_REQS];
 	int nreqs, ninflight;
 	double sample_ms;           /* what the last sample took */
+	long rows_read;             /* request rows it read from the store */
 };
 
+/* Opens the trace at path for d (live, the window given). Returns 0, or -1
+ * with a message that says what to do in err. */
+int kt_open(struct kt_data *d, const char *path, int64_t window_ns, char *err, size_t errlen);
+void kt_close(struct kt_data *d);
+/* Replay: the window ends at TIME (--at's forms). Returns 0 or -1 with err. */
+int kt_seek(struct kt_data *d, const char *time, char *err, size_t errlen);
 /* Reads one frame's data for the window ending at d->to_ns (or at the end of
- * the trace when live). Returns 0, or -1 with the store's error. */
+ * the trace when live). Returns 0, or -1 (kt_errmsg says why). */
 int kt_sample(struct kt_data *d);
+const char *kt_errmsg(const struct kt_data *d);
 
+/* ---- view state (keys) ------------------------------------------------------ */
 enum kt_sort { KS_ARRIVAL, KS_AGE, KS_TTFT, KS_E2E, KS_TPOT, KS_N };
 extern const char *const kt_sort_name[KS_N];
 
@@ -43,22 +59,38 @@ struct kt_view {
 	char message[160];          /* one-shot status line note */
 };
 
-struct kt_widget {
-	const char *name;
-	int (*height)(int width);   /* rows wanted; 0 = the rest */
-	void (*fill)(const struct kt_data *d, const struct kt_view *v);
-	void (*draw)(struct canvas *c, int y, int width, int height);
-};
-
-extern const struct kt_widget *const kt_widgets[];
-extern const int kt_nwidgets;
-
-/* Draws the whole frame into c (sized to the terminal or to --once's text).
- * Returns the rows used. */
-int kt_render(struct canvas *c, const struct kt_data *d, struct kt_view *v, int once);
-
 /* The panel's rows after filter and sort, as indexes into d->reqs. */
 int kt_panel_rows(const struct kt_data *d, const struct kt_view *v, int *idx);
+
+/* ---- widgets (widgets.c), as htop's meters ---------------------------------- */
+/* An instance: its class, then the class's own state (size bytes in all).
+ * fill copies what the widget shows from the data layer into the instance;
+ * draw puts the instance on the canvas. */
+struct kt_widget;
+struct kt_widget_class {
+	const char *name;
+	size_t size;
+	int (*height)(int width);   /* rows wanted; 0 = the rest */
+	void (*fill)(struct kt_widget *w, const struct kt_data *d, const struct kt_view *v);
+	void (*draw)(const struct kt_widget *w, struct canvas *c, int y, int width, int height);
+};
+struct kt_widget {
+	const struct kt_widget_class *cls;
+};
+
+/* The widgets of the screen, top to bottom. */
+#define KT_NWIDGETS 7
+struct kt_screen {
+	struct kt_widget *w[KT_NWIDGETS];
+};
+int kt_screen_init(struct kt_screen *s);
+void kt_screen_free(struct kt_screen *s);
+/* Rows the widgets of fixed height take at this width. */
+int kt_screen_fixed_rows(const struct kt_screen *s, int width);
+
+/* Fills and draws every widget into c (sized to the terminal or to --once's
+ * text). Returns the rows used. */
+int kt_render(struct kt_screen *s, struct canvas *c, const struct kt_data *d, struct kt_view *v, int once);
 
 #define KT_MIN_W 72
 #define KT_MIN_H 20

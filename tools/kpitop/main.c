@@ -43,7 +43,8 @@ static void usage(FILE *f)
 		"  --once           print one frame as plain text and exit (scripts, tests, bug reports)\n"
 		"  --width N        columns of the --once frame (default $COLUMNS or 120)\n"
 		"  --rows N         request rows of the --once frame (default 20)\n"
-		"  --frames N       with --once: compute N frames, print the time per frame to stderr\n"
+		"  --frames N       with --once: compute N frames, print the time per frame to stderr;\n"
+		"                   with --at, each frame moves the window on by --interval\n"
 		"  -h, --help       this help\n\n"
 		"Keys: q quit, h/F1 help, s sort, / filter, p pause, 1/2/3 window, arrows scroll,\n"
 		"\u2190/\u2192 move the window through time. NO_COLOR=1 for monochrome.\n",
@@ -110,7 +111,7 @@ static void blit(const struct canvas *c)
 /* ---- keys ------------------------------------------------------------------- */
 static void clamp_sel(struct kt_data *d, struct kt_view *v)
 {
-	static int idx[KT_MAX_REQS];
+	int idx[KT_MAX_REQS];
 	int n = kt_panel_rows(d, v, idx);
 	if (v->sel >= n) v->sel = n - 1;
 	if (v->sel < 0) v->sel = 0;
@@ -192,7 +193,7 @@ static double mono_ms(void)
 	return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-static int run_live(struct kt_data *d, struct kt_view *v, int interval_ms)
+static int run_live(struct kt_screen *s, struct kt_data *d, struct kt_view *v, int interval_ms)
 {
 	struct canvas c = { 0 };
 	c.utf8 = !strcmp(nl_langinfo(CODESET), "UTF-8");
@@ -214,7 +215,7 @@ static int run_live(struct kt_data *d, struct kt_view *v, int interval_ms)
 		if (!v->paused && mono_ms() >= next) {
 			if (kt_sample(d)) {
 				term_restore();
-				fprintf(stderr, "kpitop: reading %s failed: %s\n", d->path, trace_errmsg(d->tr));
+				fprintf(stderr, "kpitop: reading %s failed: %s\n", d->path, kt_errmsg(d));
 				rc = 1;
 				break;
 			}
@@ -228,7 +229,7 @@ static int run_live(struct kt_data *d, struct kt_view *v, int interval_ms)
 		} else {
 			if (canvas_resize(&c, w, h)) break;
 			clamp_sel(d, v);
-			kt_render(&c, d, v, 0);
+			kt_render(s, &c, d, v, 0);
 			blit(&c);
 		}
 		refresh();
@@ -243,47 +244,80 @@ static int run_live(struct kt_data *d, struct kt_view *v, int interval_ms)
 	return rc;
 }
 
-static int run_once(struct kt_data *d, struct kt_view *v, int width, int rows, int frames)
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* --frames: the first frame (it reads the whole span) apart, then median
+ * and spread of the others, which read only what changed; for make bench. */
+static void print_frame_times(double *ms, int frames, int requests)
+{
+	double first = ms[0];
+	double *rest = frames > 1 ? ms + 1 : ms;
+	int n = frames > 1 ? frames - 1 : 1;
+	qsort(rest, (size_t)n, sizeof(*rest), cmp_double);
+	fprintf(stderr, "frames %d first_ms %.3f median_ms %.3f p10_ms %.3f p90_ms %.3f max_ms %.3f "
+		"requests_in_window %d\n", frames, first, rest[n / 2], rest[n / 10], rest[n * 9 / 10], rest[n - 1],
+		requests);
+}
+
+/* One frame as text; with frames, that many, each (in replay) step_ns on
+ * from the one before, as the live view follows a growing trace. */
+static int run_once(struct kt_screen *s, struct kt_data *d, struct kt_view *v, int width, int rows, int frames,
+		    int64_t step_ns)
 {
 	struct canvas c = { 0 };
 	c.utf8 = !strcmp(nl_langinfo(CODESET), "UTF-8");
-	int fixed = 0;
-	for (int i = 0; i < kt_nwidgets; i++) fixed += kt_widgets[i]->height(width);
-	if (canvas_resize(&c, width, fixed + rows + 1)) return 1;
-	double *ms = calloc((size_t)(frames > 0 ? frames : 1), sizeof(double));
-	int used = 0;
+	int n = frames > 0 ? frames : 1, used = 0, rc = 1;
+	double *ms = calloc((size_t)n, sizeof(double));
+	if (!ms || canvas_resize(&c, width, kt_screen_fixed_rows(s, width) + rows + 1)) {
+		fprintf(stderr, "kpitop: out of memory\n");
+		goto out;
+	}
 	int64_t to = d->to_ns;
-	for (int f = 0; f < (frames > 0 ? frames : 1); f++) {
+	for (int f = 0; f < n; f++) {
 		double t0 = mono_ms();
-		d->to_ns = to;
+		d->to_ns = to + f * step_ns;
 		if (kt_sample(d)) {
-			fprintf(stderr, "kpitop: reading %s failed: %s\n", d->path, trace_errmsg(d->tr));
-			free(ms);
-			return 1;
+			fprintf(stderr, "kpitop: reading %s failed: %s\n", d->path, kt_errmsg(d));
+			goto out;
 		}
-		used = kt_render(&c, d, v, 1);
+		used = kt_render(s, &c, d, v, 1);
 		ms[f] = mono_ms() - t0;
 	}
 	canvas_print(&c, used);
 	printf("window [%lld, %lld) monotonic ns; %d requests in it; frame computed in %.2f ms\n",
 	       (long long)d->win.from_ns, (long long)d->win.to_ns, d->win.requests, ms[0]);
-	if (frames > 0) {
-		/* median and spread of the frame time, for make bench */
-		for (int i = 1; i < frames; i++)
-			for (int j = i; j > 0 && ms[j] < ms[j - 1]; j--) {
-				double t = ms[j]; ms[j] = ms[j - 1]; ms[j - 1] = t;
-			}
-		fprintf(stderr, "frames %d median_ms %.3f p10_ms %.3f p90_ms %.3f max_ms %.3f requests_in_window %d\n",
-			frames, ms[frames / 2], ms[frames / 10], ms[frames * 9 / 10], ms[frames - 1], d->win.requests);
-	}
+	if (frames > 0) print_frame_times(ms, frames, d->win.requests);
+	rc = 0;
+out:
 	free(ms);
 	canvas_free(&c);
+	return rc;
+}
+
+/* ---- command line ------------------------------------------------------------ */
+struct kt_opts {
+	const char *db, *at;
+	int interval, once, rows, frames, width;
+	int64_t window;
+};
+
+/* A whole number in [lo, hi] from s, or -1. */
+static int int_arg(const char *s, int lo, int hi, int *out)
+{
+	char *end;
+	long v = strtol(s, &end, 10);
+	if (end == s || *end || v < lo || v > hi) return -1;
+	*out = (int)v;
 	return 0;
 }
 
-int main(int argc, char **argv)
+/* Returns -1 to go on, or the exit status (help printed, or a bad flag said). */
+static int parse_args(int argc, char **argv, struct kt_opts *o)
 {
-	setlocale(LC_ALL, "");
 	static const struct option opts[] = {
 		{ "db", required_argument, 0, 'd' }, { "interval", required_argument, 0, 'i' },
 		{ "window", required_argument, 0, 'w' }, { "at", required_argument, 0, 'a' },
@@ -291,52 +325,33 @@ int main(int argc, char **argv)
 		{ "rows", required_argument, 0, 'R' }, { "frames", required_argument, 0, 'F' },
 		{ "help", no_argument, 0, 'h' }, { 0 },
 	};
-	const char *db = getenv("KPI_DB") ? getenv("KPI_DB") : TRACE_DEFAULT_DB, *at = NULL;
-	int interval = 1000, once = 0, rows = 20, frames = 0, width = 0;
-	int64_t window = 10 * NS_PER_S;
 	char err[512];
-	int o;
-	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-		char *end;
-		switch (o) {
-		case 'd': db = optarg; break;
+	int c;
+	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'd': o->db = optarg; break;
+		case 'a': o->at = optarg; break;
+		case 'o': o->once = 1; break;
 		case 'i':
-			interval = (int)strtol(optarg, &end, 10);
-			if (*end || interval < 50 || interval > 60000) {
-				fprintf(stderr, "kpitop: --interval '%s': give milliseconds from 50 to 60000\n", optarg);
-				return 2;
-			}
-			break;
+			if (!int_arg(optarg, 50, 60000, &o->interval)) break;
+			fprintf(stderr, "kpitop: --interval '%s': give milliseconds from 50 to 60000\n", optarg);
+			return 2;
 		case 'w':
-			if (trace_parse_duration(optarg, &window, err, sizeof(err)) || window < NS_PER_S) {
-				fprintf(stderr, "kpitop: --window: %s\n",
-					window < NS_PER_S ? "the window must be at least 1s" : err);
-				return 2;
-			}
-			break;
-		case 'a': at = optarg; break;
-		case 'o': once = 1; break;
+			if (!timefmt_parse_duration(optarg, &o->window, err, sizeof(err)) && o->window >= NS_PER_S) break;
+			fprintf(stderr, "kpitop: --window: %s\n", o->window < NS_PER_S ? "the window must be at least 1s" : err);
+			return 2;
 		case 'W':
-			width = (int)strtol(optarg, &end, 10);
-			if (*end || width < KT_MIN_W || width > 1000) {
-				fprintf(stderr, "kpitop: --width '%s': give columns from %d to 1000\n", optarg, KT_MIN_W);
-				return 2;
-			}
-			break;
+			if (!int_arg(optarg, KT_MIN_W, 1000, &o->width)) break;
+			fprintf(stderr, "kpitop: --width '%s': give columns from %d to 1000\n", optarg, KT_MIN_W);
+			return 2;
 		case 'R':
-			rows = (int)strtol(optarg, &end, 10);
-			if (*end || rows < 0 || rows > KT_MAX_REQS) {
-				fprintf(stderr, "kpitop: --rows '%s': give 0 to %d\n", optarg, KT_MAX_REQS);
-				return 2;
-			}
-			break;
+			if (!int_arg(optarg, 0, KT_MAX_REQS, &o->rows)) break;
+			fprintf(stderr, "kpitop: --rows '%s': give 0 to %d\n", optarg, KT_MAX_REQS);
+			return 2;
 		case 'F':
-			frames = (int)strtol(optarg, &end, 10);
-			if (*end || frames < 1 || frames > 100000) {
-				fprintf(stderr, "kpitop: --frames '%s': give 1 to 100000\n", optarg);
-				return 2;
-			}
-			break;
+			if (!int_arg(optarg, 1, 100000, &o->frames)) break;
+			fprintf(stderr, "kpitop: --frames '%s': give 1 to 100000\n", optarg);
+			return 2;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -345,50 +360,65 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kpitop: unexpected argument '%s' (see kpitop --help)\n", argv[optind]);
 		return 2;
 	}
-	if (frames && !once) {
+	if (o->frames && !o->once) {
 		fprintf(stderr, "kpitop: --frames goes with --once\n");
 		return 2;
 	}
-	struct kt_data d = { 0 };
+	return -1;
+}
+
+/* The interactive screen, in a terminal only; the signals end it cleanly. */
+static int start_live(struct kt_screen *s, struct kt_data *d, struct kt_view *v, int interval_ms)
+{
+	if (!isatty(STDOUT_FILENO) || !isatty(STDIN_FILENO)) {
+		fprintf(stderr, "kpitop: not a terminal: run it in one, or use --once for text\n");
+		return 2;
+	}
+	struct sigaction sa = { 0 };
+	sa.sa_handler = on_signal;  /* no SA_RESTART: getch returns at once */
+	sigaction(SIGINT, &sa, NULL);
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGHUP, &sa, NULL);
+	sigaction(SIGQUIT, &sa, NULL);
+	atexit(term_restore);
+	return run_live(s, d, v, interval_ms);
+}
+
+int main(int argc, char **argv)
+{
+	setlocale(LC_ALL, "");
+	struct kt_opts o = {
+		.db = getenv("KPI_DB") ? getenv("KPI_DB") : TRACE_DEFAULT_DB,
+		.interval = 1000, .rows = 20, .window = 10 * NS_PER_S,
+	};
+	int rc = parse_args(argc, argv, &o);
+	if (rc >= 0) return rc;
+	char err[512];
+	struct kt_data d;
 	struct kt_view v = { 0 };
-	d.path = db;
-	d.window_ns = window;
-	d.live = 1;
-	d.tr = trace_open(db, err, sizeof(err));
-	if (!d.tr) {
+	struct kt_screen screen;
+	if (kt_open(&d, o.db, o.window, err, sizeof(err))) {
 		fprintf(stderr, "kpitop: %s\n", err);
 		return 1;
 	}
-	if (at) {
-		if (trace_parse_time(d.tr, at, &d.to_ns, err, sizeof(err))) {
-			fprintf(stderr, "kpitop: --at: %s\n", err);
-			trace_close(d.tr);
-			return 2;
-		}
-		d.live = 0;
+	if (o.at && kt_seek(&d, o.at, err, sizeof(err))) {
+		fprintf(stderr, "kpitop: --at: %s\n", err);
+		kt_close(&d);
+		return 2;
 	}
-	int rc;
-	if (once) {
-		if (!width) {
-			const char *cols = getenv("COLUMNS");
-			width = cols && atoi(cols) >= KT_MIN_W ? atoi(cols) : 120;
-		}
-		rc = run_once(&d, &v, width, rows, frames);
+	if (kt_screen_init(&screen)) {
+		fprintf(stderr, "kpitop: out of memory\n");
+		kt_close(&d);
+		return 1;
+	}
+	if (o.once) {
+		const char *cols = getenv("COLUMNS");
+		int width = o.width ? o.width : cols && atoi(cols) >= KT_MIN_W ? atoi(cols) : 120;
+		rc = run_once(&screen, &d, &v, width, o.rows, o.frames, d.live ? 0 : o.interval * NS_PER_MS);
 	} else {
-		if (!isatty(STDOUT_FILENO) || !isatty(STDIN_FILENO)) {
-			fprintf(stderr, "kpitop: not a terminal: run it in one, or use --once for text\n");
-			trace_close(d.tr);
-			return 2;
-		}
-		struct sigaction sa = { 0 };
-		sa.sa_handler = on_signal;  /* no SA_RESTART: getch returns at once */
-		sigaction(SIGINT, &sa, NULL);
-		sigaction(SIGTERM, &sa, NULL);
-		sigaction(SIGHUP, &sa, NULL);
-		sigaction(SIGQUIT, &sa, NULL);
-		atexit(term_restore);
-		rc = run_live(&d, &v, interval);
+		rc = start_live(&screen, &d, &v, o.interval);
 	}
-	trace_close(d.tr);
+	kt_screen_free(&screen);
+	kt_close(&d);
 	return rc;
 }
