@@ -4,6 +4,7 @@
 #include <string.h>
 #include <uthash.h>
 #include "cost_attr.h"
+#include "step_seqs.h"
 #include "abi/kpi_gpu_split.h"
 
 struct key {
@@ -15,8 +16,7 @@ struct step {
 	struct key k;
 	uint64_t t_probe;           /* step__seqs: the step began about then */
 	uint64_t t_start, t_end;    /* from its record; t_end 0: still open */
-	struct kpi_step_seq *seqs;
-	uint32_t n_total, n_got;
+	struct step_seqs list;
 	UT_hash_handle hh;
 };
 
@@ -73,7 +73,7 @@ struct cost_attr *cost_attr_new(uint32_t prefill_weight, uint32_t decode_weight)
 static void step_del(struct cost_attr *a, struct step *s)
 {
 	HASH_DEL(a->steps, s);
-	free(s->seqs);
+	free(s->list.e);
 	free(s);
 }
 
@@ -129,35 +129,30 @@ void cost_split(uint64_t total, const uint64_t *w, int n, uint64_t *out)
 
 /* ---- input ---------------------------------------------------------------- */
 
+/* The entry of (pid, id) in table head, added zeroed when missing. */
+#define FIND_OR_ADD(head, pid_, id_, out)                                         \
+	do {                                                                    \
+		struct key k_ = { .pid = (pid_), .id = (id_) };                 \
+		HASH_FIND(hh, head, &k_, sizeof(k_), out);                      \
+		if (!(out)) {                                                   \
+			if (!((out) = calloc(1, sizeof(*(out)))))                  \
+				abort();                                        \
+			(out)->k = k_;                                          \
+			HASH_ADD(hh, head, k, sizeof(k_), out);                 \
+		}                                                               \
+	} while (0)
+
 static struct step *step_get(struct cost_attr *a, uint32_t pid, uint64_t id)
 {
-	struct key k = { .pid = pid, .id = id };
 	struct step *s;
-
-	HASH_FIND(hh, a->steps, &k, sizeof(k), s);
-	if (s)
-		return s;
-	s = calloc(1, sizeof(*s));
-	if (!s)
-		abort();
-	s->k = k;
-	HASH_ADD(hh, a->steps, k, sizeof(k), s);
+	FIND_OR_ADD(a->steps, pid, id, s);
 	return s;
 }
 
 static struct req *req_get(struct cost_attr *a, uint32_t pid, uint64_t id)
 {
-	struct key k = { .pid = pid, .id = id };
 	struct req *r;
-
-	HASH_FIND(hh, a->reqs, &k, sizeof(k), r);
-	if (r)
-		return r;
-	r = calloc(1, sizeof(*r));
-	if (!r)
-		abort();
-	r->k = k;
-	HASH_ADD(hh, a->reqs, k, sizeof(k), r);
+	FIND_OR_ADD(a->reqs, pid, id, r);
 	return r;
 }
 
@@ -169,17 +164,7 @@ void cost_attr_step_seqs(struct cost_attr *a, uint32_t pid, uint64_t step, uint3
 	struct step *s = step_get(a, pid, step);
 	if (!s->t_probe || t_probe < s->t_probe)
 		s->t_probe = t_probe;
-	if (first == 0 || s->n_total != n_total) {
-		s->seqs = xrealloc(s->seqs, (n_total ? n_total : 1) * sizeof(*s->seqs));
-		s->n_total = n_total;
-		s->n_got = 0;
-	}
-	if (first >= n_total)
-		return;
-	if (n > n_total - first)
-		n = n_total - first;
-	memcpy(s->seqs + first, e, n * sizeof(*e));
-	s->n_got += n;
+	step_seqs_add(&s->list, n_total, first, e, n);
 }
 
 void cost_attr_step(struct cost_attr *a, uint32_t pid, uint64_t step, uint64_t t_start, uint64_t t_end)
@@ -260,19 +245,19 @@ static uint64_t overlap(const struct step *s, uint64_t t0, uint64_t t1, uint64_t
 static void split_step(struct cost_attr *a, struct step *s, uint64_t ns, uint64_t uj,
 		       struct cost_interval *c, uint64_t now)
 {
-	uint32_t n = s->n_total;
+	uint32_t n = s->list.n;
 	uint64_t *w = xrealloc(NULL, (n ? n : 1) * sizeof(*w)), tokens = 0;
 
 	grow(a, n);
 	for (uint32_t i = 0; i < n; i++) {
-		uint64_t t = s->seqs[i].n_tokens > 0 ? (uint64_t)s->seqs[i].n_tokens : 0;
-		w[i] = t * (s->seqs[i].is_prefill ? a->w_prefill : a->w_decode);
+		uint64_t t = s->list.e[i].n_tokens > 0 ? (uint64_t)s->list.e[i].n_tokens : 0;
+		w[i] = t * (s->list.e[i].is_prefill ? a->w_prefill : a->w_decode);
 		tokens += t;
 	}
 	cost_split(ns, w, (int)n, a->t_tok);
 	cost_split(uj, w, (int)n, a->e_tok);
 	for (uint32_t i = 0; i < n; i++) {
-		struct req *r = req_get(a, s->k.pid, s->seqs[i].id);
+		struct req *r = req_get(a, s->k.pid, s->list.e[i].id);
 		r->machine_ns += a->t_tok[i];
 		r->energy_uj += a->e_tok[i];
 		if (!r->t_done)
@@ -312,7 +297,7 @@ static void settle_one(struct cost_attr *a, struct interval *iv, uint64_t now)
 	uint64_t un_ns = 0, un_uj = 0;
 	for (size_t i = 0; i < n; i++) {
 		s = a->in[i];
-		if (s->n_total && s->n_got >= s->n_total) {
+		if (step_seqs_complete(&s->list)) {
 			split_step(a, s, a->share[i], a->e_share[i], c, now);
 		} else {
 			un_ns += a->share[i];

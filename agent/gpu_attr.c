@@ -4,6 +4,7 @@
 #include <string.h>
 #include <uthash.h>
 #include "gpu_attr.h"
+#include "step_seqs.h"
 #include "abi/kpi_gpu_split.h"
 
 /* Key of both tables (uthash hashes its bytes: padding zeroed). */
@@ -16,8 +17,7 @@ struct ent_key {
 struct step_ent {
 	UT_hash_handle hh;
 	struct ent_key key;         /* (pid, step) */
-	struct kpi_step_seq *seqs;  /* the step's list, [n_total] */
-	uint32_t n_total, n_got;
+	struct step_seqs list;      /* the step's sequences */
 	struct kpi_gpu_span *spans;
 	uint32_t n_spans, cap_spans;
 	uint64_t busy;              /* union of spans, at the last settle */
@@ -87,7 +87,7 @@ static struct step_ent *step_get(struct gpu_attr *a, uint32_t pid, uint64_t step
 static void step_del(struct gpu_attr *a, struct step_ent *s)
 {
 	HASH_DEL(a->steps, s);
-	free(s->seqs);
+	free(s->list.e);
 	free(s->spans);
 	free(s);
 }
@@ -137,21 +137,10 @@ void gpu_attr_step_seqs(struct gpu_attr *a, uint32_t pid, uint64_t step, uint32_
 		return;
 	struct step_ent *s = step_get(a, pid, step);
 	s->touched = now;
-	if (first == 0 || s->n_total != n_total) {
-		s->seqs = xrealloc(s->seqs, (n_total ? n_total : 1) * sizeof(*s->seqs));
-		s->n_total = n_total;
-		s->n_got = 0;
-	}
-	if (first >= n_total)
-		return;
-	if (n > n_total - first)
-		n = n_total - first;
-	memcpy(s->seqs + first, e, n * sizeof(*e));
-	s->n_got += n;
-	if (s->n_got >= s->n_total) {
+	if (step_seqs_add(&s->list, n_total, first, e, n)) {
 		s->changed = true; /* the list is complete: records seen so far can be split */
 		a->st.step_lists++;
-		a->st.seq_entries += s->n_total;
+		a->st.seq_entries += s->list.n;
 	}
 }
 
@@ -177,18 +166,18 @@ void gpu_attr_record(struct gpu_attr *a, uint32_t pid, const struct kpi_gpu_rec 
 /* Splits delta ns of step s across its sequences by token share. */
 static void split(struct gpu_attr *a, struct step_ent *s, uint64_t delta, uint64_t now)
 {
-	uint32_t n = s->n_total;
+	uint32_t n = s->list.n;
 	if (n > a->cap_scratch) {
 		a->tok = xrealloc(a->tok, n * sizeof(*a->tok));
 		a->share = xrealloc(a->share, n * sizeof(*a->share));
 		a->cap_scratch = n;
 	}
 	for (uint32_t i = 0; i < n; i++)
-		a->tok[i] = s->seqs[i].n_tokens > 0 ? (uint32_t)s->seqs[i].n_tokens : 0;
+		a->tok[i] = s->list.e[i].n_tokens > 0 ? (uint32_t)s->list.e[i].n_tokens : 0;
 	kpi_gpu_split_by_tokens(delta, a->tok, (int)n, a->share);
 	for (uint32_t i = 0; i < n; i++) {
-		struct req_ent *r = req_get(a, s->key.pid, s->seqs[i].id);
-		if (s->seqs[i].is_prefill)
+		struct req_ent *r = req_get(a, s->key.pid, s->list.e[i].id);
+		if (s->list.e[i].is_prefill)
 			r->prefill_ns += a->share[i];
 		else
 			r->decode_ns += a->share[i];
@@ -213,7 +202,7 @@ void gpu_attr_settle(struct gpu_attr *a)
 			s->dirty = true;
 		}
 		/* the union only grows as records arrive, so each delta is >= 0 */
-		if (s->n_total && s->n_got >= s->n_total && busy > s->busy_split) {
+		if (step_seqs_complete(&s->list) && busy > s->busy_split) {
 			split(a, s, busy - s->busy_split, s->touched);
 			s->busy_split = busy;
 		}

@@ -355,20 +355,19 @@ def test_cost_gpu_nvml_counter():
 test_cost_gpu_nvml_counter.timeout = 700
 
 
-def test_cost_report_section_and_underuse_finding():
-    """kpi-report's cost section on a synthetic v5 trace: the figures match
-    the rows, --price-per-hour overrides the agent's, and a window whose batch
-    fell from 12 to 3 with an empty queue and a quarter of the traffic gets
-    the under-utilisation finding."""
+S = 10**9
+
+
+def _synthetic(d):
+    """A v5 trace of 4 minutes (tracetest's traffic) with cost rows: the
+    baseline minute runs batches of 12 with 10% idle, the incident minute
+    [120 s, 180 s) a quarter of the requests in batches of 3, 70% idle, an
+    empty queue. Returns (path, open connection, baseline, incident)."""
     import tracetest as tt
-    tt.require(tt.REPORT, "kpi-report")
-    d = kpitest.tmpdir()
     db_path = os.path.join(d, "cost-synth.db")
     db = tt.generate(db_path, duration_s=240, rate=20.0, seed=7)
     tt.migrate(db)
-    S = 10**9
     base, inc = (tt.T0, tt.T0 + 60 * S), (tt.T0 + 120 * S, tt.T0 + 180 * S)
-    # the incident: a quarter of the requests, small batches, nobody queued
     db.execute("DELETE FROM requests WHERE t_arrive_ns >= ? AND t_arrive_ns < ? AND seq_id % 4 != 0", inc)
     db.execute("UPDATE steps SET decode_seqs = 12 WHERE t_start_ns >= ? AND t_start_ns < ?", base)
     db.execute("UPDATE steps SET decode_seqs = 3 WHERE t_start_ns >= ? AND t_start_ns < ?", inc)
@@ -389,13 +388,32 @@ def test_cost_report_section_and_underuse_finding():
                    [("price_per_hour", "2"), ("energy_source", "rapl:package-0"),
                     ("cost_method", "token share of batch steps")])
     db.commit()
+    return db_path, db, base, inc
+
+
+def _synth_figures(db, lo, hi, price):
+    """$ per 1M output tokens and J per output token, idle included, of the
+    requests that arrived in [lo, hi) and the intervals that ended in it."""
+    r = db.execute("SELECT TOTAL(machine_ns), TOTAL(output_tokens), TOTAL(energy_j) FROM requests "
+                   "WHERE t_arrive_ns >= ? AND t_arrive_ns < ?", (lo, hi)).fetchone()
+    idle, idle_uj = db.execute("SELECT TOTAL(idle_ns + unattributed_ns), "
+                               "TOTAL(idle_energy_uj + unattributed_energy_uj) FROM cost_samples "
+                               "WHERE t_ns > ? AND t_ns <= ?", (lo, hi)).fetchone()
+    return 1e6 * price * (r[0] + idle) / 3.6e12 / r[1], (r[2] + idle_uj / 1e6) / r[1]
+
+
+def test_cost_report_section_and_underuse_finding():
+    """kpi-report's cost section on a synthetic v5 trace: the figures match
+    the rows, --price-per-hour overrides the agent's, and a window whose batch
+    fell from 12 to 3 with an empty queue and a quarter of the traffic gets
+    the under-utilisation finding."""
+    import tracetest as tt
+    tt.require(tt.REPORT, "kpi-report")
+    d = kpitest.tmpdir()
+    db_path, db, base, inc = _synthetic(d)
 
     def usd_per_mtok(lo, hi, price):
-        r = db.execute("SELECT TOTAL(machine_ns), TOTAL(output_tokens) FROM requests "
-                       "WHERE t_arrive_ns >= ? AND t_arrive_ns < ?", (lo, hi)).fetchone()
-        idle = db.execute("SELECT TOTAL(idle_ns + unattributed_ns) FROM cost_samples "
-                          "WHERE t_ns > ? AND t_ns <= ?", (lo, hi)).fetchone()[0]
-        return 1e6 * price * (r[0] + idle) / 3.6e12 / r[1]
+        return _synth_figures(db, lo, hi, price)[0]
 
     def at(ns):
         return f"@{(ns + tt.WALL0 - tt.T0) / 1e9:.3f}"
@@ -427,4 +445,33 @@ def test_cost_report_section_and_underuse_finding():
     out_old = kpitest.run([tt.REPORT, "--db", old, "--from", at(inc[0]), "--to", at(inc[1]),
                            "--baseline", f"{at(base[0])}..{at(base[1])}"], check=True).stdout
     assert "## Cost and energy\n\nNot shown:" in out_old and "before schema version 5" in out_old, out_old
+    db.close()
+
+
+def test_cost_kpitop_meter():
+    """kpitop's cost meter over its window: $ per 1M output tokens and J per
+    token (idle included) as the rows say, the idle share, the method named;
+    --price-per-hour overrides the agent's price."""
+    import tracetest as tt
+    tt.require(tt.KPITOP, "kpitop")
+    d = kpitest.tmpdir()
+    db_path, db, base, inc = _synthetic(d)
+    at = f"@{(inc[1] + tt.WALL0 - tt.T0) / 1e9:.3f}"
+    for price, flags in ((2.0, []), (5.0, ["--price-per-hour", "5"])):
+        out = tt.run_tool([tt.KPITOP, "--db", db_path, "--once", "--width", "160", "--window", "60s",
+                           "--at", at, *flags]).stdout
+        m = re.search(r"\$/1M tok (\S+)\s+J/tok (\S+)\s+W (\S+)\s+idle (\d+)%\s+\((.*)\)", out)
+        assert m, out
+        win = re.search(r"^window \[(-?\d+), (-?\d+)\)", out, re.M)
+        lo, hi = int(win.group(1)), int(win.group(2))
+        usd, jpt = _synth_figures(db, lo, hi, price)
+        assert m.group(1) == f"{usd:.4g}" and m.group(2) == f"{jpt:.4g}", (m.groups(), usd, jpt)
+        assert int(m.group(4)) == 70, m.group(4)
+        assert "token share of batch steps, idle apart (docs/cost.md)" in m.group(5), m.group(5)
+        assert ("agent's" in m.group(5)) == (not flags), m.group(5)
+    # a trace without cost tables says so instead of showing zeros
+    old = os.path.join(d, "v1.db")
+    tt.generate(old, duration_s=60, rate=5.0).close()
+    out = tt.run_tool([tt.KPITOP, "--db", old, "--once", "--width", "160"]).stdout
+    assert "cost: not in this window" in out and "$/1M tok" not in out, out
     db.close()

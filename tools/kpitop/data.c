@@ -13,6 +13,7 @@
  * that arrived in [lo_ns, hi_ns) among those up to rowid last_rowid. */
 struct kt_source {
 	struct trace *tr;
+	struct trace_cost *cost;    /* NULL: the trace has no cost tables */
 	struct trace_stat_rows rows;
 	int64_t lo_ns, hi_ns;
 	int64_t last_rowid;
@@ -39,6 +40,8 @@ int kt_open(struct kt_data *d, const char *path, int64_t window_ns, char *err, s
 		kt_close(d);
 		return -1;
 	}
+	char why[256];
+	d->src->cost = trace_cost_open(d->src->tr, -1, why, sizeof(why));
 	d->path = path;
 	d->window_ns = window_ns;
 	d->live = 1;
@@ -49,6 +52,7 @@ int kt_open(struct kt_data *d, const char *path, int64_t window_ns, char *err, s
 void kt_close(struct kt_data *d)
 {
 	if (!d->src) return;
+	trace_cost_close(d->src->cost);
 	trace_close(d->src->tr);
 	trace_stat_rows_free(&d->src->rows);
 	free(d->src);
@@ -60,6 +64,13 @@ int kt_seek(struct kt_data *d, const char *time, char *err, size_t errlen)
 	if (trace_parse_time(d->src->tr, time, &d->to_ns, err, errlen)) return -1;
 	d->live = 0;
 	return 0;
+}
+
+int kt_set_price(struct kt_data *d, double price_per_hour, char *err, size_t errlen)
+{
+	trace_cost_close(d->src->cost);
+	d->src->cost = trace_cost_open(d->src->tr, price_per_hour, err, errlen);
+	return d->src->cost ? 0 : -1;
 }
 
 const char *kt_errmsg(const struct kt_data *d) { return d->src->err; }
@@ -121,6 +132,7 @@ static int sample_frame(struct kt_data *d)
 	d->have_data = trace_span(s->tr, &d->first_ns, &d->last_ns);
 	if (!d->have_data) {
 		memset(&d->win, 0, sizeof(d->win));
+		d->have_cost = 0;
 		d->culprit = -1;
 		d->nreqs = d->ninflight = 0;
 		return 0;
@@ -136,6 +148,7 @@ static int sample_frame(struct kt_data *d)
 	    trace_series_from_rows(s->tr, s->rows.v, s->rows.n, d->spark_from_ns, d->spark_to_ns, KT_SPARK,
 				   d->spark))
 		return -1;
+	d->have_cost = s->cost && !trace_cost_window(s->cost, from, d->to_ns, &d->cost) && d->cost.have;
 	const struct trace_runq_by *who = trace_runq_culprit(&d->win);
 	d->culprit = who ? (int)(who - d->win.runq_by) : -1;
 	d->from_wall_ns = trace_mono_to_wall(s->tr, from);

@@ -6,6 +6,7 @@
 
 #include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
+#include "tools/common/trace_cost.h"
 #include "tools/kpitop/canvas.h"
 
 #define KT_MAX_REQS 400
@@ -30,6 +31,9 @@ struct kt_data {
 	struct trace_point spark[KT_SPARK];
 	struct trace_req reqs[KT_MAX_REQS];
 	int nreqs, ninflight;
+	/* cost and energy over the window (schema version 5; trace_cost.h) */
+	int have_cost;
+	struct trace_cost_window cost;
 	double sample_ms;           /* what the last sample took */
 	long rows_read;             /* request rows it read from the store */
 };
@@ -38,6 +42,9 @@ struct kt_data {
  * with a message that says what to do in err. */
 int kt_open(struct kt_data *d, const char *path, int64_t window_ns, char *err, size_t errlen);
 void kt_close(struct kt_data *d);
+/* The price the cost meter uses instead of the agent's (--price-per-hour).
+ * Returns 0, or -1 with err when the trace has no cost tables. */
+int kt_set_price(struct kt_data *d, double price_per_hour, char *err, size_t errlen);
 /* Replay: the window ends at TIME (--at's forms). Returns 0 or -1 with err. */
 int kt_seek(struct kt_data *d, const char *time, char *err, size_t errlen);
 /* Reads one frame's data for the window ending at d->to_ns (or at the end of
@@ -79,7 +86,8 @@ struct kt_widget {
 };
 
 /* The widgets of the screen, top to bottom. */
-#define KT_NWIDGETS 7
+#define KT_NWIDGETS 8
+extern const struct kt_widget_class kt_cost_class;   /* costmeter.c */
 struct kt_screen {
 	struct kt_widget *w[KT_NWIDGETS];
 };

@@ -45,6 +45,9 @@ static void usage(FILE *f)
 		"  --rows N         request rows of the --once frame (default 20)\n"
 		"  --frames N       with --once: compute N frames, print the time per frame to stderr;\n"
 		"                   with --at, each frame moves the window on by --interval\n"
+		"  --price-per-hour USD\n"
+		"                   the machine's price for the cost meter (default: the agent's\n"
+		"                   --price-per-hour, from the trace); docs/cost.md\n"
 		"  -h, --help       this help\n\n"
 		"Keys: q quit, h/F1 help, s sort, / filter, p pause, 1/2/3 window, arrows scroll,\n"
 		"\u2190/\u2192 move the window through time. NO_COLOR=1 for monochrome.\n",
@@ -303,6 +306,7 @@ struct kt_opts {
 	const char *db, *at;
 	int interval, once, rows, frames, width;
 	int64_t window;
+	double price;               /* --price-per-hour; < 0: the agent's */
 };
 
 /* A whole number in [lo, hi] from s, or -1. */
@@ -323,9 +327,10 @@ static int parse_args(int argc, char **argv, struct kt_opts *o)
 		{ "window", required_argument, 0, 'w' }, { "at", required_argument, 0, 'a' },
 		{ "once", no_argument, 0, 'o' }, { "width", required_argument, 0, 'W' },
 		{ "rows", required_argument, 0, 'R' }, { "frames", required_argument, 0, 'F' },
+		{ "price-per-hour", required_argument, 0, 'P' },
 		{ "help", no_argument, 0, 'h' }, { 0 },
 	};
-	char err[512];
+	char err[512], *end;
 	int c;
 	while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (c) {
@@ -351,6 +356,11 @@ static int parse_args(int argc, char **argv, struct kt_opts *o)
 		case 'F':
 			if (!int_arg(optarg, 1, 100000, &o->frames)) break;
 			fprintf(stderr, "kpitop: --frames '%s': give 1 to 100000\n", optarg);
+			return 2;
+		case 'P':
+			o->price = strtod(optarg, &end);
+			if (end != optarg && !*end && o->price >= 0) break;
+			fprintf(stderr, "kpitop: --price-per-hour '%s': give a price in USD, e.g. 2.5\n", optarg);
 			return 2;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -389,7 +399,7 @@ int main(int argc, char **argv)
 	setlocale(LC_ALL, "");
 	struct kt_opts o = {
 		.db = getenv("KPI_DB") ? getenv("KPI_DB") : TRACE_DEFAULT_DB,
-		.interval = 1000, .rows = 20, .window = 10 * NS_PER_S,
+		.interval = 1000, .rows = 20, .window = 10 * NS_PER_S, .price = -1,
 	};
 	int rc = parse_args(argc, argv, &o);
 	if (rc >= 0) return rc;
@@ -401,6 +411,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kpitop: %s\n", err);
 		return 1;
 	}
+	if (o.price >= 0 && kt_set_price(&d, o.price, err, sizeof(err)))
+		fprintf(stderr, "kpitop: --price-per-hour: %s\n", err);  /* the meter says what it lacks */
 	if (o.at && kt_seek(&d, o.at, err, sizeof(err))) {
 		fprintf(stderr, "kpitop: --at: %s\n", err);
 		kt_close(&d);

@@ -452,7 +452,7 @@ static const struct kt_widget_class status_class = {
 
 /* ---- the screen ------------------------------------------------------------ */
 static const struct kt_widget_class *const screen_classes[] = {
-	&title_class, &meters_class, &latency_class, &phases_class, &spark_class, &panel_class, &status_class,
+	&title_class, &meters_class, &kt_cost_class, &latency_class, &phases_class, &spark_class, &panel_class, &status_class,
 };
 _Static_assert(sizeof(screen_classes) / sizeof(*screen_classes) == KT_NWIDGETS, "one class per widget");
 
