@@ -221,6 +221,21 @@ void agent_cost_sample(struct agent_cost *c, uint64_t now, const uint32_t *pids,
 	sample_energy(c, now, false);
 }
 
+/* Step lists the ring buffer had no room for: their steps are unattributed. */
+static uint64_t lists_dropped(struct agent_cost *c)
+{
+	uint64_t vals[1024], sum = 0;
+	uint32_t idx = KPI_GCNT_DROPS;
+	int n = libbpf_num_possible_cpus();
+
+	if (n <= 0 || n > 1024 || bpf_map__lookup_elem(c->skel->maps.gpu_counters, &idx, sizeof(idx),
+						       vals, sizeof(uint64_t) * n, 0))
+		return 0;
+	for (int i = 0; i < n; i++)
+		sum += vals[i];
+	return sum;
+}
+
 static void print_totals(struct agent_cost *c)
 {
 	struct cost_attr_stats st;
@@ -235,9 +250,10 @@ static void print_totals(struct agent_cost *c)
 		snprintf(joules, sizeof(joules), "; %.6f J to requests, %.6f J idle",
 			 (double)c->attributed_uj / 1e6, (double)c->idle_uj / 1e6);
 	printf("cost: %.3f s sampled: %.3f s to %llu requests, %.3f s idle, %.3f s in steps with no "
-	       "sequence list%s%s\n", (double)(c->t_last - c->t_first) / 1e9,
+	       "sequence list (%llu lists lost to a full ring)%s%s; token share of batch steps, idle "
+	       "apart (docs/cost.md)\n", (double)(c->t_last - c->t_first) / 1e9,
 	       (double)st.attributed_ns / 1e9, (unsigned long long)st.requests, (double)st.idle_ns / 1e9,
-	       (double)st.unattributed_ns / 1e9, joules, money);
+	       (double)st.unattributed_ns / 1e9, (unsigned long long)lists_dropped(c), joules, money);
 }
 
 void agent_cost_flush(struct agent_cost *c, uint64_t now, bool final)

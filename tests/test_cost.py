@@ -265,6 +265,43 @@ def test_cost_attribution_exact_on_kpi_infer():
 test_cost_attribution_exact_on_kpi_infer.timeout = 300
 
 
+def test_cost_prometheus_rates_the_counters():
+    """A real Prometheus scraping the agent: rate() of kpi_energy_joules_total
+    is each domain's power as the test drives it (~50 W package, ~5 W dram),
+    rate() of kpi_cost_usd_total the price per second, and with no load the
+    idle energy is all of it."""
+    import fleettest
+    ft.require()
+    d = ft.workdir()
+    pc = Powercap(os.path.join(d, "powercap"))
+    db = os.path.join(d, "prom.db")
+    daemon = servertest.Daemon("--max-seqs", 4)
+    mport = kpitest.free_port()
+    pc.start()
+    try:
+        agent = at.start_agent(db, "--flush-ms", 100, "--powercap-root", pc.root, "--price-per-hour",
+                               PRICE, "--metrics", f"127.0.0.1:{mport}", pid=daemon.p.pid)
+        prom = fleettest.Prometheus([f"127.0.0.1:{mport}"])
+        time.sleep(12)
+        watts = {dom: prom.scalar(f'rate(kpi_energy_joules_total{{domain="{dom}"}}[8s])')
+                 for dom in ("package-0", "dram-0")}
+        idle = prom.scalar("rate(kpi_energy_idle_joules_total[8s])")
+        usd = prom.scalar("rate(kpi_cost_usd_total[8s])")
+    finally:
+        pc.stop()
+    assert agent.stop() == 0, agent.lines[-20:]
+    want = {"package-0": PKG_STEP / TICK / 1e6, "dram-0": DRAM_STEP / TICK / 1e6}
+    print(f"     rate(): {watts} W (driven at {want}), idle {idle} W, {usd} USD/s "
+          f"(price {PRICE / 3600} USD/s)")
+    for dom, w in want.items():
+        assert watts[dom] is not None and abs(watts[dom] - w) < 0.15 * w, (dom, watts[dom], w)
+    assert usd is not None and abs(usd - PRICE / 3600) < 0.1 * PRICE / 3600, usd
+    assert idle is not None and abs(idle - sum(want.values())) < 0.25 * sum(want.values()), idle
+
+
+test_cost_prometheus_rates_the_counters.timeout = 120
+
+
 def test_cost_no_counters_leaves_nulls():
     """No RAPL zone, no NVML: one line at start, meta says so, every energy
     figure NULL (never 0); without a price cost_usd is NULL too, machine time
@@ -320,14 +357,15 @@ def _nvml():
 
 def test_cost_gpu_nvml_counter():
     """On a GPU host: the agent reads each GPU's NVML energy counter (domain
-    gpuN) while kpi-infer runs make bench-gpu's CUDA work and load."""
+    gpuN) while kpi-infer (--backend cuda) serves load and make bench-gpu runs;
+    the requests' energy plus the idle line is the counters' delta."""
     lib, why = _nvml()
     if not lib:
         raise kpitest.Skip(why)
     ft.require()
     d = ft.workdir()
     db = os.path.join(d, "gpu.db")
-    daemon = servertest.Daemon("--max-seqs", 8)
+    daemon = servertest.Daemon("--max-seqs", 8, "--backend", "cuda")
     agent = at.start_agent(db, "--flush-ms", 100, "--price-per-hour", 2, pid=daemon.p.pid)
     said = [l for l in agent.lines if l.startswith("energy:")]
     assert said and "nvml:gpu0" in said[0], agent.lines
