@@ -275,53 +275,50 @@ static int64_t opt(uint64_t t)
 	return t ? (int64_t)t : KPI_NULL;
 }
 
-/* Build the row and hand it to every sink.  Phases come from the marks
- * arrive <= admit <= sched <= first <= last <= done, each clamped to be no
- * earlier than the one before (events from different CPUs can be a few ns
- * out of order), so every phase is >= 0 and the non-null ones sum to e2e. */
-static void req_complete(struct assembler *a, struct req *r)
+/* The writes that belong to the response: up to response__end (later ones are
+ * the next request's), the last of them ending it; the token writes are those
+ * from the first at or after the engine's first token. */
+struct resp_writes {
+	uint64_t t_done, t_first_write;
+	uint64_t *tok;          /* into r->writes */
+	size_t n_tok;
+};
+
+static void writes_scan(struct req *r, struct resp_writes *w)
 {
-	struct kpi_request_record rec;
-	struct pidstate *ps = pidstate(a, r->pid);
-	uint64_t m[6], t_done = 0, t_first_write = 0, *tok = NULL;
-	size_t n_tok = 0, first_idx = 0;
-	bool clamped = false;
+	size_t first_idx = 0;
 
-	memset(&rec, 0, sizeof(rec));
-	memcpy(rec.request_id, r->reqid, sizeof(rec.request_id));
-	rec.pid = r->pid;
-	rec.seq_id = r->has_id ? (int64_t)r->id : KPI_NULL;
-
+	*w = (struct resp_writes){ 0 };
 	/* writes arrive in ring order, which across CPUs is nearly time order */
 	if (r->n_writes > 1)
 		qsort(r->writes, r->n_writes, sizeof(uint64_t), cmp_u64);
 	for (size_t i = 0; i < r->n_writes; i++) {
-		uint64_t w = r->writes[i];
-		if (r->t_resp_end && w > r->t_resp_end)
+		uint64_t t = r->writes[i];
+		if (r->t_resp_end && t > r->t_resp_end)
 			break;
-		t_done = w;
-		if (r->t_first && !t_first_write && w >= r->t_first) {
-			t_first_write = w;
+		w->t_done = t;
+		if (r->t_first && !w->t_first_write && t >= r->t_first) {
+			w->t_first_write = t;
 			first_idx = i;
 		}
 	}
-	if (!t_done)
-		t_done = r->t_resp_end ? r->t_resp_end : (r->t_last ? r->t_last : r->t_admit);
-	if (t_first_write) {
-		tok = r->writes + first_idx;
-		for (n_tok = 0; first_idx + n_tok < r->n_writes && tok[n_tok] <= t_done; n_tok++)
-			;
+	if (!w->t_done)
+		w->t_done = r->t_resp_end ? r->t_resp_end : (r->t_last ? r->t_last : r->t_admit);
+	if (w->t_first_write) {
+		w->tok = r->writes + first_idx;
+		while (first_idx + w->n_tok < r->n_writes && w->tok[w->n_tok] <= w->t_done)
+			w->n_tok++;
 	}
-	if (!r->t_arrive)
-		r->t_arrive = r->t_admit ? r->t_admit : t_done;
+}
 
-	m[0] = r->t_arrive;
-	m[1] = r->t_admit;
-	m[2] = r->t_sched;
-	m[3] = r->t_first;
-	m[4] = r->t_last;
-	m[5] = t_done;
-	for (int i = 1; i < 6; i++) {
+/* Each of the n marks (0: not reached) no earlier than the last one reached
+ * before it: events from different CPUs can be a few ns out of order. Returns
+ * whether one had to move. */
+static bool marks_clamp(uint64_t *m, int n)
+{
+	bool clamped = false;
+
+	for (int i = 1; i < n; i++) {
 		uint64_t prev = 0;
 		for (int j = i - 1; j >= 0 && !prev; j--)
 			prev = m[j];
@@ -330,8 +327,80 @@ static void req_complete(struct assembler *a, struct req *r)
 			clamped = true;
 		}
 	}
-	if (t_first_write && t_first_write < m[0]) {
-		t_first_write = m[0];
+	return clamped;
+}
+
+/* The five phases from the marks arrive, admit, sched, first, last, done: a
+ * phase whose start mark was reached lasts until the next mark reached, so
+ * the non-null ones sum to e2e. A refused request is network in, then the
+ * error response out. */
+static void phases_fill(struct kpi_request_record *rec, const uint64_t m[6], bool rejected)
+{
+	int64_t *ph[5] = { &rec->net_in, &rec->queue, &rec->prefill, &rec->decode, &rec->net_out };
+
+	for (int i = 0; i < 5; i++)
+		*ph[i] = KPI_NULL;
+	if (rejected) {
+		rec->net_in = (int64_t)(m[1] - m[0]);
+		rec->net_out = (int64_t)(m[5] - m[1]);
+		return;
+	}
+	for (int i = 0; i < 5; i++) {
+		if (i > 0 && !m[i])
+			continue;
+		int j = i + 1;
+		while (j < 5 && !m[j])
+			j++;
+		*ph[i] = (int64_t)(m[j] - m[i]);
+	}
+}
+
+/* Inter-token latency of n token writes: p50 and p99 by the trace's one
+ * percentile definition (schema/pct.h), and the largest gap. */
+static void itl_fill(struct kpi_request_record *rec, const uint64_t *tok, size_t n_tok)
+{
+	size_t n = n_tok - 1;
+	/* ns gaps are exact in a double up to 104 days */
+	double *gap = malloc(n * sizeof(double));
+
+	if (!gap)
+		abort();
+	rec->itl_max = 0;
+	for (size_t i = 0; i < n; i++) {
+		gap[i] = (double)(tok[i + 1] - tok[i]);
+		if ((int64_t)gap[i] > rec->itl_max)
+			rec->itl_max = (int64_t)gap[i];
+	}
+	rec->itl_p50 = llround(pct_select_f64(gap, n, 50));
+	rec->itl_p99 = llround(pct_select_f64(gap, n, 99));
+	free(gap);
+}
+
+/* Build the row and hand it to every sink. */
+static void req_complete(struct assembler *a, struct req *r)
+{
+	struct kpi_request_record rec;
+	struct pidstate *ps = pidstate(a, r->pid);
+	struct resp_writes w;
+	uint64_t m[6];
+
+	memset(&rec, 0, sizeof(rec));
+	memcpy(rec.request_id, r->reqid, sizeof(rec.request_id));
+	rec.pid = r->pid;
+	rec.seq_id = r->has_id ? (int64_t)r->id : KPI_NULL;
+
+	writes_scan(r, &w);
+	if (!r->t_arrive)
+		r->t_arrive = r->t_admit ? r->t_admit : w.t_done;
+	m[0] = r->t_arrive;
+	m[1] = r->t_admit;
+	m[2] = r->t_sched;
+	m[3] = r->t_first;
+	m[4] = r->t_last;
+	m[5] = w.t_done;
+	bool clamped = marks_clamp(m, 6);
+	if (w.t_first_write && w.t_first_write < m[0]) {
+		w.t_first_write = m[0];
 		clamped = true;
 	}
 	if (clamped)
@@ -342,54 +411,21 @@ static void req_complete(struct assembler *a, struct req *r)
 	rec.t_sched = opt(m[2]);
 	rec.t_first = opt(m[3]);
 	rec.t_last = opt(m[4]);
-	rec.t_first_write = opt(t_first_write);
+	rec.t_first_write = opt(w.t_first_write);
 	rec.t_done = (int64_t)m[5];
 	rec.e2e = (int64_t)(m[5] - m[0]);
+	phases_fill(&rec, m, r->rejected);
 
-	int64_t *ph[5] = { &rec.net_in, &rec.queue, &rec.prefill, &rec.decode, &rec.net_out };
-	for (int i = 0; i < 5; i++)
-		*ph[i] = KPI_NULL;
-	if (r->rejected) {
-		/* refused at admission: network in, then the error response out */
-		rec.net_in = (int64_t)(m[1] - m[0]);
-		rec.net_out = (int64_t)(m[5] - m[1]);
-	} else {
-		/* a phase whose start mark was reached lasts until the next mark reached */
-		for (int i = 0; i < 5; i++) {
-			if (i > 0 && !m[i])
-				continue;
-			int j = i + 1;
-			while (j < 5 && !m[j])
-				j++;
-			*ph[i] = (int64_t)(m[j] - m[i]);
-		}
-	}
-
-	rec.ttft = t_first_write ? (int64_t)(t_first_write - m[0]) : KPI_NULL;
+	rec.ttft = w.t_first_write ? (int64_t)(w.t_first_write - m[0]) : KPI_NULL;
 	rec.tpot = rec.itl_p50 = rec.itl_p99 = rec.itl_max = KPI_NULL;
-	if (t_first_write && r->output_tokens > 1) {
-		if (n_tok > 1)      /* streamed: from the token writes */
-			rec.tpot = (int64_t)(t_done - t_first_write) / (r->output_tokens - 1);
+	if (w.t_first_write && r->output_tokens > 1) {
+		if (w.n_tok > 1)      /* streamed: from the token writes */
+			rec.tpot = (int64_t)(w.t_done - w.t_first_write) / (r->output_tokens - 1);
 		else if (m[3] && m[4])  /* one write for all tokens: the engine's pace */
 			rec.tpot = (int64_t)(m[4] - m[3]) / (r->output_tokens - 1);
 	}
-	if (n_tok > 1) {
-		/* ns gaps are exact in a double up to 104 days */
-		double *gap = malloc((n_tok - 1) * sizeof(double));
-		if (!gap)
-			abort();
-		for (size_t i = 1; i < n_tok; i++)
-			gap[i - 1] = (double)(tok[i] - tok[i - 1]);
-		size_t n = n_tok - 1;
-		/* the one percentile definition of the trace (schema/pct.h) */
-		rec.itl_p50 = llround(pct_select_f64(gap, n, 50));
-		rec.itl_p99 = llround(pct_select_f64(gap, n, 99));
-		rec.itl_max = 0;
-		for (size_t i = 0; i < n; i++)
-			if ((int64_t)gap[i] > rec.itl_max)
-				rec.itl_max = (int64_t)gap[i];
-		free(gap);
-	}
+	if (w.n_tok > 1)
+		itl_fill(&rec, w.tok, w.n_tok);
 	rec.prompt_tokens = r->admitted ? r->prompt : KPI_NULL;
 	rec.output_tokens = r->finished ? r->output_tokens : (r->admitted ? 0 : KPI_NULL);
 	rec.http_status = r->http_status ? r->http_status : KPI_NULL;
@@ -400,8 +436,8 @@ static void req_complete(struct assembler *a, struct req *r)
 	rec.finish_reason = r->finished ? kpi_finish_reason_name(r->finish_reason) : (r->cancelled ? "cancelled" : NULL);
 	rec.reject_reason = r->rejected ? kpi_reject_reason_name(r->reject_reason) : NULL;
 	rec.operation = r->admitted ? kpi_operation_name(r->operation) : NULL;
-	rec.token_writes = tok;
-	rec.n_token_writes = n_tok;
+	rec.token_writes = w.tok;
+	rec.n_token_writes = w.n_tok;
 
 	for (int i = 0; i < a->n_sinks; i++)
 		if (a->sinks[i].request)

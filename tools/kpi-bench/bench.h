@@ -1,6 +1,7 @@
 /* bench.h - what kpi-bench's parts share: the run configuration, one
  * result record per measured request, and each part's entry points: the
- * arrival schedule (sched.c), the client (client.c), the reports (report.c). */
+ * arrival schedule (sched.c), recorded traffic (replay.c), the client
+ * (client.c), the reports (report.c), the sweep (sweep.c) and its page (html.c). */
 #ifndef KPI_BENCH_BENCH_H
 #define KPI_BENCH_BENCH_H
 
@@ -11,7 +12,19 @@
 
 #include "tools/kpi-bench/dist.h"
 
-enum mode { MODE_CONCURRENCY, MODE_RATE, MODE_BURST };
+enum mode { MODE_CONCURRENCY, MODE_RATE, MODE_BURST, MODE_REPLAY };
+enum sweep_kind { SWEEP_NONE, SWEEP_RATE, SWEEP_CONCURRENCY };
+
+#define SWEEP_MAX_STEPS 64
+
+/* Recorded traffic (--replay): one row per request, sorted by offset. */
+struct replay {
+	double *offset_s;       /* since the recording's first request */
+	long *prompt_len, *output_len;
+	size_t n;
+	long skipped;           /* rows without an offset or lengths */
+	const char *offset_col; /* the column the offsets came from */
+};
 enum endpoint { EP_COMPLETIONS, EP_CHAT };
 
 struct config {
@@ -23,7 +36,10 @@ struct config {
 	double duration;        /* s; 0 = until --requests */
 	enum mode mode;
 	long concurrency;
-	double rate;            /* requests/s, Poisson arrivals */
+	double rate;            /* requests/s, Poisson (or gamma) arrivals */
+	double burstiness;      /* gamma shape of the gaps; 1 = Poisson */
+	struct replay replay;   /* MODE_REPLAY: its rows set each request */
+	double replay_speed;    /* offsets are divided by this */
 	struct dist prompt_len, max_tokens;
 	bool ignore_eos, stream, token_ids;
 	double temperature;     /* -1 = the server's default */
@@ -34,6 +50,15 @@ struct config {
 	double timeout;         /* s per request */
 	const char *json_path, *csv_path;
 	bool quiet;
+	/* --sweep: a series of runs, one per load */
+	enum sweep_kind sweep;
+	double sweep_steps[SWEEP_MAX_STEPS];   /* given loads; none: doubling */
+	int n_sweep_steps;
+	double sweep_start, sweep_max;         /* the doubling ladder's ends */
+	double sweep_precision;                /* bisection stops at bad/good - 1 <= this */
+	long knee_repeats;
+	double slo_share;                      /* of requests that must meet the SLO */
+	const char *html_path, *trace_db;
 };
 
 /* One measured request. Times are milliseconds; -1 means not defined
@@ -58,6 +83,7 @@ struct run {
 	double *itl;            /* every inter-token gap of every request, ms */
 	size_t n_itl, cap_itl;
 	double wall_s;          /* first request sent .. last one finished */
+	double t0, t_end;       /* the same instants, bench_mono() seconds */
 	long in_flight_dropped; /* requests abandoned by Ctrl-C */
 	bool interrupted;
 	char first_err[32][160];  /* first error body per distinct error key */
@@ -108,6 +134,14 @@ int sched_build_request(const struct config *cfg, long idx, long *prompt_len, lo
 			struct buf *out);
 void sched_progress(const struct sched *S, const struct run *run, double now, bool tty, bool final);
 
+/* ---- recorded traffic (replay.c) ------------------------------------------ */
+
+/* Reads a CSV with a header: kpi-bench's --csv, a `requests` export of a
+ * trace, or offset_ms,prompt_len,output_len. On error returns -1 with a
+ * message that names the file and what to fix in err. */
+int replay_load(struct replay *rp, const char *path, char *err, size_t errlen);
+void replay_free(struct replay *rp);
+
 /* ---- the client (client.c) ----------------------------------------------- */
 
 struct client;
@@ -119,13 +153,74 @@ struct client *client_open(const struct config *cfg, struct run *run);
  * once *stop is set. -1 when the event loop itself fails. */
 int client_run(struct client *C, volatile sig_atomic_t *stop);
 void client_close(struct client *C);
+/* open, run, close: one measured run of cfg into run. -1 (said why) when
+ * the server cannot be resolved or the event loop fails. */
+int client_measure(const struct config *cfg, struct run *run, volatile sig_atomic_t *stop);
 
 /* ---- reports (report.c) -------------------------------------------------- */
 
+struct report_stat {
+	size_t n;
+	double mean, p50, p90, p95, p99, max;
+};
+
+enum { M_TTFT, M_TPOT, M_ITL, M_E2E, N_METRICS };
+
+struct report_summary {
+	long sent, ok, failed, slo_met;
+	long prompt_tokens, completion_tokens;
+	struct report_stat m[N_METRICS];
+	double req_s, out_tok_s, total_tok_s, goodput;
+	double in_flight_mean;  /* mean requests in flight: summed e2e / run time */
+};
+
+void report_summarize(const struct run *run, struct report_summary *s);
+bool report_have_slo(const struct config *cfg);
+void report_slo_text(const struct config *cfg, char *out, size_t len);
 void report_count_error(struct run *run, const char *key, const char *detail);
 void report_apply_slo(const struct config *cfg, struct run *run);
 void report_text(FILE *f, const struct config *cfg, struct run *run);
 int report_json(const char *path, const struct config *cfg, struct run *run);
+/* Writes root (and drops it) to path, "-" for stdout; -1 after saying why. */
+struct json_t;
+int report_dump_json(struct json_t *root, const char *path);
 int report_csv(const char *path, const struct run *run);
+
+/* ---- sweeps (sweep.c, html.c) --------------------------------------------- */
+
+/* One load of a sweep, as measured. Times in ms; -1: not defined. */
+struct sweep_point {
+	double load;            /* offered rate (req/s) or concurrency */
+	int order;              /* 0, 1, ... in the order run */
+	long requests, ok, failed, slo_met;
+	double share;           /* slo_met / requests */
+	bool meets;             /* share >= --slo-share */
+	double wall_s, throughput_rps, goodput_rps, output_tok_s, in_flight_mean;
+	double sent_rps;        /* the arrivals' own rate: (n - 1) / their span */
+	double ttft_p50, ttft_p99, tpot_p50, tpot_p99, e2e_p50, e2e_p99;
+	double t0, t_end;       /* bench_mono() seconds: the trace window */
+	long phase_n;           /* trace rows found; 0: no phases */
+	double phase_ms[5];     /* mean net-in, queue, prefill, decode, net-out */
+	char errors[96];        /* "429 x12, timeout x1"; empty: none */
+};
+
+struct sweep {
+	enum sweep_kind kind;
+	struct sweep_point *pts;        /* sorted by load */
+	size_t n, cap;
+	int best;                       /* highest load that met the SLO; -1 none */
+	int knee;                       /* -1 none */
+	bool top_held;                  /* the SLO held at the highest load tried */
+	struct sweep_point repeats[2];  /* the knee again, for the noise */
+	int n_repeats;
+	bool interrupted;
+	const char *trace_note;         /* why the phases are missing; NULL */
+};
+
+/* The whole sweep: runs, prints its table, writes --json and --html. Returns
+ * the exit status. */
+int sweep_main(const struct config *cfg, volatile sig_atomic_t *stop);
+const char *sweep_load_unit(const struct sweep *sw);   /* "req/s" or "concurrency" */
+int html_write(const char *path, const struct config *cfg, const struct sweep *sw);
 
 #endif

@@ -596,6 +596,22 @@ static void count_abandoned(struct client *cl)
 	}
 }
 
+/* epoll_wait for up to wait_s, to the microsecond: a millisecond timeout
+ * would start an open-loop arrival up to a millisecond late. */
+static int wait_events(int ep, struct epoll_event *evs, int max, double wait_s)
+{
+	static bool no_pwait2;
+	if (!no_pwait2) {
+		long us = wait_s > 0 ? (long)ceil(wait_s * 1e6) : 0;
+		struct timespec ts = { .tv_sec = us / 1000000, .tv_nsec = (us % 1000000) * 1000 };
+		int n = epoll_pwait2(ep, evs, max, &ts, NULL);
+		if (n >= 0 || errno != ENOSYS)
+			return n;
+		no_pwait2 = true;   /* a kernel before 5.11 */
+	}
+	return epoll_wait(ep, evs, max, wait_s > 0 ? (int)ceil(wait_s * 1e3) : 0);
+}
+
 int client_run(struct client *cl, volatile sig_atomic_t *stop)
 {
 	bool tty = isatty(STDERR_FILENO), quiet = cl->cfg->quiet;
@@ -613,7 +629,7 @@ int client_run(struct client *cl, volatile sig_atomic_t *stop)
 			wait = due;
 		if (wait > 0.1)
 			wait = 0.1;   /* timeouts and --duration are checked at least this often */
-		int n = epoll_wait(cl->ep, evs, 256, wait > 0 ? (int)ceil(wait * 1e3) : 0);
+		int n = wait_events(cl->ep, evs, 256, wait);
 		if (n < 0 && errno != EINTR) {
 			fprintf(stderr, "kpi-bench: epoll_wait: %s\n", strerror(errno));
 			return -1;
@@ -635,6 +651,8 @@ int client_run(struct client *cl, volatile sig_atomic_t *stop)
 	if (*stop)
 		count_abandoned(cl);
 	cl->run->wall_s = sched_wall_s(&cl->sched);
+	cl->run->t0 = cl->sched.t0;
+	cl->run->t_end = cl->sched.t_end;
 	return 0;
 }
 
@@ -656,4 +674,14 @@ void client_close(struct client *cl)
 		close(cl->ep);
 	freeaddrinfo(cl->ai);
 	free(cl);
+}
+
+int client_measure(const struct config *cfg, struct run *run, volatile sig_atomic_t *stop)
+{
+	struct client *cl = client_open(cfg, run);
+	if (!cl)
+		return -1;
+	int rc = client_run(cl, stop);
+	client_close(cl);
+	return rc;
 }

@@ -60,6 +60,40 @@ double rng_exp(struct rng *r, double mean)
 	return -mean * log1p(-rng_unit(r));
 }
 
+/* Box-Muller; 1 - u keeps log() away from 0. */
+static double rng_normal(struct rng *r)
+{
+	double u = 1.0 - rng_unit(r), v = rng_unit(r);
+	return sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+}
+
+/* Marsaglia and Tsang (2000); a shape below 1 is boosted to shape + 1 and
+ * scaled back by U^(1/shape), their own remedy. */
+double rng_gamma(struct rng *r, double shape, double scale)
+{
+	if (shape < 1.0) {
+		double u = 1.0 - rng_unit(r);
+		return rng_gamma(r, shape + 1.0, scale) * pow(u, 1.0 / shape);
+	}
+	double d = shape - 1.0 / 3.0, c = 1.0 / sqrt(9.0 * d);
+	for (;;) {
+		double x = rng_normal(r), v = 1.0 + c * x;
+		if (v <= 0)
+			continue;
+		v = v * v * v;
+		double u = 1.0 - rng_unit(r);
+		if (u < 1.0 - 0.0331 * x * x * x * x || log(u) < 0.5 * x * x + d * (1.0 - v + log(v)))
+			return d * v * scale;
+	}
+}
+
+double rng_arrival_gap(struct rng *r, double rate, double burstiness)
+{
+	if (burstiness == 1)
+		return rng_exp(r, 1.0 / rate);   /* the draws of a plain --rate run, unchanged */
+	return rng_gamma(r, burstiness, 1.0 / (rate * burstiness));
+}
+
 /* ---- parsing ------------------------------------------------------------- */
 
 static int fail(char *err, size_t len, const char *fmt, ...)

@@ -17,6 +17,13 @@ uint64_t rng_next(struct rng *r);
 double rng_unit(struct rng *r);                     /* [0, 1) */
 long rng_range(struct rng *r, long lo, long hi);    /* [lo, hi] inclusive */
 double rng_exp(struct rng *r, double mean);
+/* Gamma(shape, scale): mean shape * scale, coefficient of variation
+ * 1 / sqrt(shape). Arrival gaps with shape b and scale 1 / (rate * b) are
+ * gamma arrivals of burstiness b (b = 1: exponential, i.e. Poisson). */
+double rng_gamma(struct rng *r, double shape, double scale);
+/* The gap before the next open-loop arrival, in seconds: exponential when
+ * burstiness is 1 (Poisson), else gamma of that burstiness; mean 1 / rate. */
+double rng_arrival_gap(struct rng *r, double rate, double burstiness);
 
 enum dist_kind { DIST_CONST, DIST_UNIFORM, DIST_EXP, DIST_FILE };
 

@@ -1,6 +1,7 @@
 /* main.c - kpi-bench: load generator and client-side KPI meter for
  * OpenAI-compatible streaming servers. The command line, then the run
- * (client.c, paced by sched.c) and its reports (report.c). */
+ * (client.c, paced by sched.c) and its reports (report.c), or a sweep of
+ * runs (sweep.c, drawn by html.c). */
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
@@ -27,6 +28,7 @@ static void on_sigint(int sig)
 
 static const char usage_text[] =
 "usage: kpi-bench --url URL [options]\n"
+"       kpi-bench --url URL --sweep rate|concurrency --slo LIST [options]\n"
 "\n"
 "Sends a workload to an OpenAI-compatible server (/v1/completions or\n"
 "/v1/chat/completions) and measures, per request, what the client sees:\n"
@@ -48,6 +50,16 @@ static const char usage_text[] =
 "  --concurrency C        closed loop: keep C requests in flight (default 1)\n"
 "  --rate R               open loop: Poisson arrivals, R requests/s on average\n"
 "  --burst                send all --requests at once\n"
+"  --replay FILE          recorded traffic: a CSV with a header holding each\n"
+"                         request's offset and lengths (kpi-bench's --csv, a\n"
+"                         trace's requests table exported with sqlite3 -csv\n"
+"                         -header, or offset_ms,prompt_len,output_len); each\n"
+"                         request starts at its offset with its own prompt and\n"
+"                         max_tokens (add --ignore-eos to get those lengths back)\n"
+"  --replay-speed S       play the recording S times faster (default 1)\n"
+"  --burstiness B         with --rate or --sweep rate: gamma arrivals whose gaps\n"
+"                         have shape B (coefficient of variation 1/sqrt(B));\n"
+"                         1 = Poisson (default), below 1 burstier, above smoother\n"
 "\n"
 "workload (DIST is N, uniform:A:B, exp:MEAN[:MAX] or file:PATH; file:\n"
 "holds one length per line, drawn uniformly):\n"
@@ -73,10 +85,32 @@ static const char usage_text[] =
 "  --csv FILE             write one row per request, with the server's\n"
 "                         x-request-id, to FILE (- for stdout)\n"
 "  --quiet                no progress line on stderr\n"
+"\n"
+"sweep (capacity: the highest load that still meets the SLO):\n"
+"  --sweep rate           Poisson (or --burstiness) runs from --sweep-start up,\n"
+"                         doubling (or through --sweep-steps) until a run misses\n"
+"                         the SLO, then bisecting between the last good and the\n"
+"                         first bad rate to --sweep-precision\n"
+"  --sweep concurrency    closed-loop runs at 1, 2, 4, ... --sweep-max (or\n"
+"                         --sweep-steps), then the same bisection\n"
+"                         Each point runs --warmup unmeasured requests, then\n"
+"                         --requests (or --duration); --slo is required\n"
+"  --sweep-steps LIST     the loads to run, e.g. 2,4,6,8 (instead of doubling)\n"
+"  --sweep-start X        the first load of the doubling (default 1)\n"
+"  --sweep-max X          the highest load tried (default 1024 req/s, 64 for\n"
+"                         concurrency)\n"
+"  --sweep-precision F    bisect until bad/good - 1 <= F (default 0.1)\n"
+"  --slo-share F          a load meets the SLO when at least this share of its\n"
+"                         requests does (default 0.99)\n"
+"  --knee-repeats N       run the knee's load N more times to show the noise\n"
+"                         (default 2; 0 skips)\n"
+"  --html FILE            one self-contained page with the curves (SVG)\n"
+"  --trace-db FILE        a kpi-agent trace of the same server during the sweep:\n"
+"                         adds the server-side phases of each point's requests\n"
 "  --help                 this text\n"
 "\n"
 "Ctrl-C (or SIGTERM) stops the run and prints what was measured so far\n"
-"(exit 130).\n"
+"(exit 130); a sweep keeps its finished points and writes --json and --html.\n"
 "Exit status: 0 when the run finished and at least one request succeeded,\n"
 "1 when none did or the server could not be reached, 2 for a bad command line.\n";
 
@@ -84,7 +118,9 @@ enum {
 	OPT_URL = 256, OPT_ENDPOINT, OPT_MODEL, OPT_REQUESTS, OPT_DURATION, OPT_WARMUP,
 	OPT_CONC, OPT_RATE, OPT_BURST, OPT_PROMPT, OPT_TOKEN_IDS, OPT_MAXTOK, OPT_IGNORE_EOS,
 	OPT_TEMP, OPT_NO_STREAM, OPT_SEED, OPT_SLO, OPT_TIMEOUT, OPT_JSON, OPT_CSV, OPT_QUIET,
-	OPT_HELP,
+	OPT_HELP, OPT_REPLAY, OPT_REPLAY_SPEED, OPT_BURSTINESS, OPT_SWEEP, OPT_SWEEP_STEPS,
+	OPT_SWEEP_START, OPT_SWEEP_MAX, OPT_SWEEP_PRECISION, OPT_SLO_SHARE, OPT_KNEE_REPEATS,
+	OPT_HTML, OPT_TRACE_DB,
 };
 
 static const struct option long_opts[] = {
@@ -110,6 +146,18 @@ static const struct option long_opts[] = {
 	{ "csv", required_argument, NULL, OPT_CSV },
 	{ "quiet", no_argument, NULL, OPT_QUIET },
 	{ "help", no_argument, NULL, OPT_HELP },
+	{ "replay", required_argument, NULL, OPT_REPLAY },
+	{ "replay-speed", required_argument, NULL, OPT_REPLAY_SPEED },
+	{ "burstiness", required_argument, NULL, OPT_BURSTINESS },
+	{ "sweep", required_argument, NULL, OPT_SWEEP },
+	{ "sweep-steps", required_argument, NULL, OPT_SWEEP_STEPS },
+	{ "sweep-start", required_argument, NULL, OPT_SWEEP_START },
+	{ "sweep-max", required_argument, NULL, OPT_SWEEP_MAX },
+	{ "sweep-precision", required_argument, NULL, OPT_SWEEP_PRECISION },
+	{ "slo-share", required_argument, NULL, OPT_SLO_SHARE },
+	{ "knee-repeats", required_argument, NULL, OPT_KNEE_REPEATS },
+	{ "html", required_argument, NULL, OPT_HTML },
+	{ "trace-db", required_argument, NULL, OPT_TRACE_DB },
 	{ 0 },
 };
 
@@ -248,6 +296,8 @@ struct seen {
 	bool url, prompt, maxtok;
 	int arrivals;                   /* flags that choose how requests arrive */
 	const char *arrival_names[3];
+	const char *replay_path, *sweep_only, *csv;   /* set by flags checked later */
+	bool burstiness, replay_speed, sweep_max;
 };
 
 static void set_arrivals(struct config *cfg, struct seen *seen, enum mode mode, const char *flag)
@@ -269,6 +319,81 @@ static void config_defaults(struct config *cfg)
 	cfg->timeout = 600;
 	cfg->id_lo = 3;
 	cfg->id_hi = 258;
+	cfg->burstiness = 1;
+	cfg->replay_speed = 1;
+	cfg->sweep_start = 1;
+	cfg->sweep_precision = 0.1;
+	cfg->slo_share = 0.99;
+	cfg->knee_repeats = 2;
+}
+
+/* --sweep-steps 2,4,8: positive, ascending. */
+static void parse_sweep_steps(struct config *cfg, const char *arg)
+{
+	char buf[1024];
+	snprintf(buf, sizeof(buf), "%s", arg);
+	char *save = NULL;
+	cfg->n_sweep_steps = 0;
+	for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+		if (cfg->n_sweep_steps == SWEEP_MAX_STEPS)
+			usage_error("--sweep-steps '%s': more than %d loads", arg, SWEEP_MAX_STEPS);
+		double v = parse_double_flag("--sweep-steps", item, 0, true, "a positive load in a comma-separated list");
+		if (cfg->n_sweep_steps && v <= cfg->sweep_steps[cfg->n_sweep_steps - 1])
+			usage_error("--sweep-steps '%s': loads must rise (%g after %g)", arg, v,
+				    cfg->sweep_steps[cfg->n_sweep_steps - 1]);
+		cfg->sweep_steps[cfg->n_sweep_steps++] = v;
+	}
+	if (!cfg->n_sweep_steps)
+		usage_error("--sweep-steps '%s': expected loads such as 2,4,8", arg);
+}
+
+/* The flags that shape a sweep or the arrivals; false when c is none. */
+static bool parse_sweep_option(struct config *cfg, struct seen *seen, int c, const char *a)
+{
+	switch (c) {
+	case OPT_REPLAY: seen->replay_path = a; set_arrivals(cfg, seen, MODE_REPLAY, "--replay"); return true;
+	case OPT_REPLAY_SPEED:
+		cfg->replay_speed = parse_double_flag("--replay-speed", a, 0, true, "a positive factor");
+		seen->replay_speed = true;
+		return true;
+	case OPT_BURSTINESS:
+		cfg->burstiness = parse_double_flag("--burstiness", a, 0, true, "a positive number (1 = Poisson)");
+		seen->burstiness = true;
+		return true;
+	case OPT_SWEEP:
+		if (!strcmp(a, "rate"))
+			cfg->sweep = SWEEP_RATE;
+		else if (!strcmp(a, "concurrency"))
+			cfg->sweep = SWEEP_CONCURRENCY;
+		else
+			usage_error("--sweep '%s': expected rate or concurrency", a);
+		return true;
+	}
+	if (c < OPT_SWEEP_STEPS || c > OPT_TRACE_DB)
+		return false;
+	for (const struct option *o = long_opts; o->name; o++)
+		if (o->val == c)
+			seen->sweep_only = o->name;
+	switch (c) {
+	case OPT_SWEEP_STEPS: parse_sweep_steps(cfg, a); break;
+	case OPT_SWEEP_START: cfg->sweep_start = parse_double_flag("--sweep-start", a, 0, true, "a positive load"); break;
+	case OPT_SWEEP_MAX:
+		cfg->sweep_max = parse_double_flag("--sweep-max", a, 0, true, "a positive load");
+		seen->sweep_max = true;
+		break;
+	case OPT_SWEEP_PRECISION:
+		cfg->sweep_precision = parse_double_flag("--sweep-precision", a, 0, true, "a positive fraction, e.g. 0.1");
+		break;
+	case OPT_SLO_SHARE:
+		cfg->slo_share = parse_double_flag("--slo-share", a, 0, true, "a share in (0, 1], e.g. 0.99");
+		if (cfg->slo_share > 1)
+			usage_error("--slo-share '%s': expected a share in (0, 1], e.g. 0.99", a);
+		break;
+	case OPT_KNEE_REPEATS: cfg->knee_repeats = parse_long_flag("--knee-repeats", a, 0, "0, 1 or 2"); break;
+	case OPT_HTML: cfg->html_path = a; break;
+	case OPT_TRACE_DB: cfg->trace_db = a; break;
+	}
+	return true;
 }
 
 /* The flags that shape each request (target and workload). */
@@ -319,7 +444,7 @@ static void parse_option(struct config *cfg, struct seen *seen, int c, const cha
 		cfg->timeout = parse_double_flag("--timeout", a, 0, true, "a positive number of seconds");
 		break;
 	case OPT_JSON: cfg->json_path = a; break;
-	case OPT_CSV: cfg->csv_path = a; break;
+	case OPT_CSV: cfg->csv_path = a; seen->csv = "--csv"; break;
 	case OPT_QUIET: cfg->quiet = true; break;
 	case OPT_HELP: fputs(usage_text, stdout); exit(0);
 	case ':':
@@ -329,8 +454,50 @@ static void parse_option(struct config *cfg, struct seen *seen, int c, const cha
 			usage_error("unknown flag '-%c'", optopt);
 		usage_error("unknown flag '%s'", argv[optind - 1]);
 	default:
-		parse_request_option(cfg, seen, c, a);
+		if (!parse_sweep_option(cfg, seen, c, a))
+			parse_request_option(cfg, seen, c, a);
 	}
+}
+
+/* The checks that --sweep, --replay and --burstiness add. */
+static void check_sweep_args(struct config *cfg, const struct seen *seen)
+{
+	if (cfg->sweep == SWEEP_NONE && seen->sweep_only)
+		usage_error("--%s only applies to a sweep; add --sweep rate or --sweep concurrency", seen->sweep_only);
+	if (seen->burstiness && cfg->mode != MODE_RATE && cfg->sweep != SWEEP_RATE)
+		usage_error("--burstiness shapes open-loop arrivals; give it with --rate R or --sweep rate");
+	if (seen->replay_speed && cfg->mode != MODE_REPLAY)
+		usage_error("--replay-speed needs --replay FILE");
+	if (cfg->sweep == SWEEP_NONE)
+		return;
+	if (seen->arrivals)
+		usage_error("--sweep chooses each run's load; drop %s", seen->arrival_names[0]);
+	if (!report_have_slo(cfg))
+		usage_error("--sweep needs --slo, e.g. --slo ttft=200,tpot=50: the SLO decides the highest load");
+	if (seen->csv)
+		usage_error("--csv writes one run's requests; a sweep writes --json and --html");
+	if (cfg->knee_repeats > 2)
+		usage_error("--knee-repeats '%ld': expected 0, 1 or 2", cfg->knee_repeats);
+	if (!seen->sweep_max)
+		cfg->sweep_max = cfg->sweep == SWEEP_RATE ? 1024 : 64;
+	if (cfg->sweep_max < cfg->sweep_start)
+		usage_error("--sweep-max %g is below --sweep-start %g", cfg->sweep_max, cfg->sweep_start);
+	if (cfg->sweep == SWEEP_CONCURRENCY)
+		for (int i = 0; i < cfg->n_sweep_steps; i++)
+			if (cfg->sweep_steps[i] != floor(cfg->sweep_steps[i]))
+				usage_error("--sweep-steps: concurrency %g is not a whole number", cfg->sweep_steps[i]);
+}
+
+static void load_replay(struct config *cfg, const char *path)
+{
+	char err[512];
+	if (replay_load(&cfg->replay, path, err, sizeof(err)))
+		usage_error("--replay '%s': %s", path, err);
+	if (cfg->replay.skipped)
+		fprintf(stderr, "kpi-bench: --replay %s: %ld rows without an offset or lengths skipped "
+			"(requests that never ran)\n", path, cfg->replay.skipped);
+	if (!cfg->requests || cfg->requests > (long)cfg->replay.n)
+		cfg->requests = (long)cfg->replay.n;
 }
 
 /* The checks across flags, and the defaults that depend on what was given. */
@@ -339,12 +506,15 @@ static void check_args(struct config *cfg, const struct seen *seen)
 	if (!seen->url)
 		usage_error("--url is required, e.g. --url http://127.0.0.1:8000");
 	if (seen->arrivals > 1)
-		usage_error("%s and %s both choose how requests arrive; give one of --concurrency, --rate, --burst",
+		usage_error("%s and %s both choose how requests arrive; give one of --concurrency, --rate, --burst, --replay",
 			    seen->arrival_names[0], seen->arrival_names[1]);
 	if (cfg->mode == MODE_BURST && !cfg->requests)
 		usage_error("--burst needs --requests N (how many to send at once)");
 	if (cfg->mode == MODE_BURST && cfg->duration)
 		usage_error("--duration does not apply to --burst; give --requests N only");
+	check_sweep_args(cfg, seen);
+	if (cfg->mode == MODE_REPLAY)
+		load_replay(cfg, seen->replay_path);
 	if (!cfg->requests && !cfg->duration)
 		cfg->requests = 100;
 	if (!seen->prompt)
@@ -390,17 +560,19 @@ int main(int argc, char **argv)
 	struct config cfg;
 	parse_args(&cfg, argc, argv);
 
-	struct run run = { 0 };
-	struct client *cl = client_open(&cfg, &run);
-	if (!cl)
-		return 1;
 	struct sigaction sa = { .sa_handler = on_sigint };   /* no SA_RESTART: epoll_wait returns EINTR */
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
-	int failed = client_run(cl, &interrupted);
-	client_close(cl);
-	if (failed)
+	if (cfg.sweep != SWEEP_NONE) {
+		int rc = sweep_main(&cfg, &interrupted);
+		dist_free(&cfg.prompt_len);
+		dist_free(&cfg.max_tokens);
+		return rc;
+	}
+
+	struct run run = { 0 };
+	if (client_measure(&cfg, &run, &interrupted))
 		return 1;
 
 	int rc = write_reports(&cfg, &run);
@@ -411,6 +583,7 @@ int main(int argc, char **argv)
 	free(run.itl);
 	dist_free(&cfg.prompt_len);
 	dist_free(&cfg.max_tokens);
+	replay_free(&cfg.replay);
 	if (run.interrupted)
 		return EXIT_INTERRUPTED;
 	if (!ok) {

@@ -10,11 +10,6 @@
 
 /* ---- statistics ---------------------------------------------------------- */
 
-struct stat {
-	size_t n;
-	double mean, p50, p90, p95, p99, max;
-};
-
 static int cmp_double(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
@@ -23,9 +18,9 @@ static int cmp_double(const void *a, const void *b)
 
 /* Sorts v once and reads four percentiles off it, by the project's one
  * definition (schema/pct.h), and the max. */
-static struct stat stat_of(double *v, size_t n)
+static struct report_stat stat_of(double *v, size_t n)
 {
-	struct stat s = { .n = n };
+	struct report_stat s = { .n = n };
 	if (!n)
 		return s;
 	qsort(v, n, sizeof(*v), cmp_double);
@@ -41,17 +36,9 @@ static struct stat stat_of(double *v, size_t n)
 	return s;
 }
 
-enum { M_TTFT, M_TPOT, M_ITL, M_E2E, N_METRICS };
 static const char *const metric_names[N_METRICS] = { "ttft", "tpot", "itl", "e2e" };
 
-struct summary {
-	long sent, ok, failed, slo_met;
-	long prompt_tokens, completion_tokens;
-	struct stat m[N_METRICS];
-	double req_s, out_tok_s, total_tok_s, goodput;
-};
-
-static void summarize(const struct run *run, struct summary *s)
+void report_summarize(const struct run *run, struct report_summary *s)
 {
 	memset(s, 0, sizeof(*s));
 	size_t n = run->n_res;
@@ -66,6 +53,7 @@ static void summarize(const struct run *run, struct summary *s)
 		}
 		s->ok++;
 		s->slo_met += r->slo_met;
+		s->in_flight_mean += r->e2e > 0 ? r->e2e / 1e3 : 0;
 		if (r->prompt_tokens > 0)
 			s->prompt_tokens += r->prompt_tokens;
 		if (r->completion_tokens > 0)
@@ -92,6 +80,9 @@ static void summarize(const struct run *run, struct summary *s)
 		s->out_tok_s = s->completion_tokens / run->wall_s;
 		s->total_tok_s = (s->completion_tokens + s->prompt_tokens) / run->wall_s;
 		s->goodput = s->slo_met / run->wall_s;
+		s->in_flight_mean /= run->wall_s;   /* Little's law */
+	} else {
+		s->in_flight_mean = 0;
 	}
 }
 
@@ -121,7 +112,7 @@ void report_count_error(struct run *run, const char *key, const char *detail)
 	run->err_count[i]++;
 }
 
-static bool have_slo(const struct config *cfg)
+bool report_have_slo(const struct config *cfg)
 {
 	return cfg->slo_ttft > 0 || cfg->slo_tpot > 0 || cfg->slo_e2e > 0;
 }
@@ -140,7 +131,7 @@ void report_apply_slo(const struct config *cfg, struct run *run)
 	}
 }
 
-static void slo_text(const struct config *cfg, char *out, size_t len)
+void report_slo_text(const struct config *cfg, char *out, size_t len)
 {
 	size_t o = 0;
 	out[0] = '\0';
@@ -154,8 +145,12 @@ static void slo_text(const struct config *cfg, char *out, size_t len)
 
 static void mode_text(const struct config *cfg, char *out, size_t len)
 {
-	if (cfg->mode == MODE_RATE)
+	if (cfg->mode == MODE_RATE && cfg->burstiness != 1)
+		snprintf(out, len, "gamma %g req/s, burstiness %g", cfg->rate, cfg->burstiness);
+	else if (cfg->mode == MODE_RATE)
 		snprintf(out, len, "Poisson %g req/s", cfg->rate);
+	else if (cfg->mode == MODE_REPLAY)
+		snprintf(out, len, "replay of %zu requests at speed %g", cfg->replay.n, cfg->replay_speed);
 	else if (cfg->mode == MODE_BURST)
 		snprintf(out, len, "burst of %ld", cfg->requests);
 	else
@@ -166,8 +161,8 @@ static void mode_text(const struct config *cfg, char *out, size_t len)
 
 void report_text(FILE *f, const struct config *cfg, struct run *run)
 {
-	struct summary s;
-	summarize(run, &s);
+	struct report_summary s;
+	report_summarize(run, &s);
 	char mode[64], slo[128];
 	mode_text(cfg, mode, sizeof(mode));
 	fprintf(f, "kpi-bench: %s %s, %s, prompt-len %s, max-tokens %s%s%s, seed %llu\n",
@@ -180,7 +175,7 @@ void report_text(FILE *f, const struct config *cfg, struct run *run)
 	fprintf(f, "requests: %ld ok, %ld failed, in %.3f s\n", s.ok, s.failed, run->wall_s);
 	fprintf(f, "%-9s %7s %9s %9s %9s %9s %9s %9s\n", "ms", "n", "mean", "p50", "p90", "p95", "p99", "max");
 	for (int m = 0; m < N_METRICS; m++) {
-		const struct stat *st = &s.m[m];
+		const struct report_stat *st = &s.m[m];
 		if (!st->n) {
 			fprintf(f, "%-9s %7zu %9s %9s %9s %9s %9s %9s\n", metric_names[m], st->n,
 				"-", "-", "-", "-", "-", "-");
@@ -191,8 +186,8 @@ void report_text(FILE *f, const struct config *cfg, struct run *run)
 	}
 	fprintf(f, "throughput: %.2f req/s, %.1f output tok/s, %.1f total tok/s (%ld prompt + %ld output tokens)\n",
 		s.req_s, s.out_tok_s, s.total_tok_s, s.prompt_tokens, s.completion_tokens);
-	if (have_slo(cfg)) {
-		slo_text(cfg, slo, sizeof(slo));
+	if (report_have_slo(cfg)) {
+		report_slo_text(cfg, slo, sizeof(slo));
 		fprintf(f, "goodput: %.2f req/s (%ld of %zu requests met %s)\n", s.goodput, s.slo_met,
 			run->n_res, slo);
 	}
@@ -208,7 +203,7 @@ void report_text(FILE *f, const struct config *cfg, struct run *run)
 
 /* ---- JSON ---------------------------------------------------------------- */
 
-static json_t *stat_json(const struct stat *st)
+static json_t *stat_json(const struct report_stat *st)
 {
 	if (!st->n)
 		return json_pack("{s:i, s:n, s:n, s:n, s:n, s:n, s:n}", "n", 0, "mean", "p50", "p90",
@@ -223,18 +218,36 @@ static json_t *opt_real(double v)
 	return v > 0 ? json_real(v) : json_null();
 }
 
+int report_dump_json(json_t *root, const char *path)
+{
+	int rc;
+	if (!strcmp(path, "-")) {
+		rc = json_dumpf(root, stdout, JSON_INDENT(2));
+		fputc('\n', stdout);
+	} else {
+		rc = json_dump_file(root, path, JSON_INDENT(2));
+	}
+	json_decref(root);
+	if (rc)
+		fprintf(stderr, "kpi-bench: cannot write --json %s: check the directory exists and is writable\n", path);
+	return rc ? -1 : 0;
+}
+
 int report_json(const char *path, const struct config *cfg, struct run *run)
 {
-	struct summary s;
-	summarize(run, &s);
+	struct report_summary s;
+	report_summarize(run, &s);
 	json_t *root = json_object();
 	json_object_set_new(root, "url", json_string(cfg->url));
 	json_object_set_new(root, "endpoint", json_string(cfg->endpoint == EP_CHAT ? "chat" : "completions"));
 	json_object_set_new(root, "mode", json_string(cfg->mode == MODE_RATE ? "rate" :
-						      cfg->mode == MODE_BURST ? "burst" : "concurrency"));
+						      cfg->mode == MODE_BURST ? "burst" :
+						      cfg->mode == MODE_REPLAY ? "replay" : "concurrency"));
 	json_object_set_new(root, "concurrency", cfg->mode == MODE_CONCURRENCY ?
 			    json_integer(cfg->concurrency) : json_null());
 	json_object_set_new(root, "rate", cfg->mode == MODE_RATE ? json_real(cfg->rate) : json_null());
+	json_object_set_new(root, "burstiness", cfg->mode == MODE_RATE ? json_real(cfg->burstiness) : json_null());
+	json_object_set_new(root, "replay_speed", cfg->mode == MODE_REPLAY ? json_real(cfg->replay_speed) : json_null());
 	json_object_set_new(root, "prompt_len", json_string(cfg->prompt_len.spec));
 	json_object_set_new(root, "max_tokens", json_string(cfg->max_tokens.spec));
 	json_object_set_new(root, "ignore_eos", json_boolean(cfg->ignore_eos));
@@ -254,7 +267,7 @@ int report_json(const char *path, const struct config *cfg, struct run *run)
 		snprintf(key, sizeof(key), "%s_ms", metric_names[m]);
 		json_object_set_new(root, key, stat_json(&s.m[m]));
 	}
-	if (have_slo(cfg)) {
+	if (report_have_slo(cfg)) {
 		json_object_set_new(root, "slo", json_pack("{s:o, s:o, s:o}", "ttft_ms", opt_real(cfg->slo_ttft),
 			"tpot_ms", opt_real(cfg->slo_tpot), "e2e_ms", opt_real(cfg->slo_e2e)));
 		json_object_set_new(root, "slo_met", json_integer(s.slo_met));
@@ -270,17 +283,7 @@ int report_json(const char *path, const struct config *cfg, struct run *run)
 			(json_int_t)run->err_count[i], "first", run->first_err[i]));
 	json_object_set_new(root, "errors", errs);
 
-	int rc;
-	if (!strcmp(path, "-")) {
-		rc = json_dumpf(root, stdout, JSON_INDENT(2));
-		fputc('\n', stdout);
-	} else {
-		rc = json_dump_file(root, path, JSON_INDENT(2));
-	}
-	json_decref(root);
-	if (rc)
-		fprintf(stderr, "kpi-bench: cannot write --json %s: check the directory exists and is writable\n", path);
-	return rc ? -1 : 0;
+	return report_dump_json(root, path);
 }
 
 /* ---- CSV ----------------------------------------------------------------- */

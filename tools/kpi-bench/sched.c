@@ -1,5 +1,6 @@
 /* sched.c - kpi-bench's arrivals: when each request may start (closed loop,
- * Poisson or burst, after the warm-up) and what it asks for (its plan). */
+ * Poisson or gamma, burst, recorded offsets; after the warm-up) and what it
+ * asks for (its plan). */
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
@@ -80,6 +81,10 @@ int sched_build_request(const struct config *cfg, long idx, long *prompt_len, lo
 	request_rng(cfg, idx, &r);
 	*prompt_len = dist_sample(&cfg->prompt_len, &r);
 	*max_tokens = dist_sample(&cfg->max_tokens, &r);
+	if (cfg->mode == MODE_REPLAY && idx >= 0 && (size_t)idx < cfg->replay.n) {
+		*prompt_len = cfg->replay.prompt_len[idx];   /* the recording's lengths, as they were */
+		*max_tokens = cfg->replay.output_len[idx];
+	}
 	char *js = body_json(cfg, prompt_json(cfg, *prompt_len, &r), *max_tokens);
 	if (!js)
 		return -1;
@@ -137,7 +142,19 @@ static bool warmup_next(struct sched *S, double *now, long *idx, bool *warm)
 	S->measuring = true;
 	S->t0 = S->t_end = *now = bench_mono();
 	S->next_arrival = *now;
+	if (cfg->mode == MODE_REPLAY)
+		S->next_arrival = S->t0 + cfg->replay.offset_s[0] / cfg->replay_speed;
 	return false;
+}
+
+/* When the request after the one just issued is due. */
+static void next_due(struct sched *S)
+{
+	const struct config *cfg = S->cfg;
+	if (cfg->mode == MODE_RATE)
+		S->next_arrival += rng_arrival_gap(&S->arrivals, cfg->rate, cfg->burstiness);
+	else if (cfg->mode == MODE_REPLAY && (size_t)S->issued < cfg->replay.n)
+		S->next_arrival = S->t0 + cfg->replay.offset_s[S->issued] / cfg->replay_speed;
 }
 
 bool sched_next(struct sched *S, double *now, long *idx, bool *warm)
@@ -151,21 +168,22 @@ bool sched_next(struct sched *S, double *now, long *idx, bool *warm)
 	}
 	bool due = cfg->mode == MODE_BURST ||
 		   (cfg->mode == MODE_CONCURRENCY && S->in_flight < cfg->concurrency) ||
-		   (cfg->mode == MODE_RATE && S->next_arrival <= *now);
+		   ((cfg->mode == MODE_RATE || cfg->mode == MODE_REPLAY) && S->next_arrival <= *now);
 	if (!due || !may_issue(S, now))
 		return false;
 	*idx = S->issued++;
 	*warm = false;
 	S->in_flight++;
-	if (cfg->mode == MODE_RATE)
-		S->next_arrival += rng_exp(&S->arrivals, 1.0 / cfg->rate);
+	next_due(S);
 	return true;
 }
 
 double sched_wait(struct sched *S, double now)
 {
-	if (S->measuring && S->cfg->mode == MODE_RATE && may_issue(S, &now))
-		return S->next_arrival - now;
+	/* may_issue reads the clock again: an arrival that fell due while the
+	 * last one was being built is due now (0), not "none pending" (-1) */
+	if (S->measuring && (S->cfg->mode == MODE_RATE || S->cfg->mode == MODE_REPLAY) && may_issue(S, &now))
+		return S->next_arrival > now ? S->next_arrival - now : 0;
 	return -1;
 }
 

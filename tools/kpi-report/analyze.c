@@ -325,21 +325,29 @@ static void lost_finding(struct report *r)
 		 "(shed_rows); then measure again" : "nothing to do: no request was lost");
 }
 
-static void findings(struct report *r)
-{
-	const struct trace_window *i = &r->inc.w, *b = &r->base.w;
-	const struct rp_attr *tt = &r->attr[0], *ee = &r->attr[2];
-	char s1[16], s2[16], s3[16], s4[16];
-	struct rp_finding *f;
-	int64_t rej = i->samples ? i->rejections : i->rejected;
-	double secs = (double)(r->inc.to_ns - r->inc.from_ns) / NS_PER_S;
-	double bsecs = (double)(r->base.to_ns - r->base.from_ns) / NS_PER_S;
+/* What every finding reads: the two windows, their phase splits, and the
+ * spans their samples cover. */
+struct fctx {
+	struct report *r;
+	const struct trace_window *i, *b;
+	const struct rp_attr *tt, *ee;   /* p99 TTFT and p99 e2e splits */
+	int64_t rej;                    /* 429s in the incident window */
+	double secs, bsecs;             /* the windows' lengths, s */
 	/* what samples count is per second of the span they cover, which runs
 	 * on until the window's requests were served (trace_window_stats) */
-	double ssecs = (double)(i->samples_to_ns - r->inc.from_ns) / NS_PER_S;
-	double bssecs = (double)(b->samples_to_ns - r->base.from_ns) / NS_PER_S;
+	double ssecs, bssecs;
+};
 
-	/* 1. queue growth with no rejections */
+/* 1. queue growth with no rejections */
+static void finding_queue(const struct fctx *c)
+{
+	struct report *r = c->r;
+	const struct trace_window *i = c->i, *b = c->b;
+	const struct rp_attr *tt = c->tt;
+	int64_t rej = c->rej;
+	char s1[16], s2[16];
+	struct rp_finding *f;
+
 	double qshare = tt->inc > tt->base ? tt->share[1] : 0;
 	int qgrew = i->queue_depth_max >= 2 * b->queue_depth_max + 2 ||
 		    (i->m[TM_QUEUE].p99 >= 3 * b->m[TM_QUEUE].p99 && i->m[TM_QUEUE].p99 >= 50 * NS_PER_MS);
@@ -355,8 +363,18 @@ static void findings(struct report *r)
 		snprintf(f->action, sizeof(f->action), "bound the queue (kpi-infer's queue limit) so excess load "
 			 "gets a fast 429 instead of a slow answer, or add capacity for this arrival rate");
 	}
+}
 
-	/* 2. KV pool exhaustion */
+/* 2. KV pool exhaustion */
+static void finding_kv(const struct fctx *c)
+{
+	struct report *r = c->r;
+	const struct trace_window *i = c->i, *b = c->b;
+	const struct rp_attr *ee = c->ee;
+	double ssecs = c->ssecs, bssecs = c->bssecs;
+	char s1[16], s2[16];
+	struct rp_finding *f;
+
 	int64_t pre = i->preemptions > i->preempted ? i->preemptions : i->preempted;
 	int64_t bpre = b->preemptions > b->preempted ? b->preemptions : b->preempted;
 	double bpre_rate = bssecs > 0 ? bpre / bssecs : 0;
@@ -375,8 +393,16 @@ static void findings(struct report *r)
 				 "sequence cap, or cap max_tokens so the admitted load fits");
 		}
 	}
+}
 
-	/* 3. long prefills stalling others' decodes */
+/* 3. long prefills stalling others' decodes */
+static void finding_prefill(const struct fctx *c)
+{
+	struct report *r = c->r;
+	const struct trace_window *i = c->i, *b = c->b;
+	char s1[16], s2[16], s3[16], s4[16];
+	struct rp_finding *f;
+
 	double gap = i->itl_max.p99, bgap = b->itl_max.p99;
 	if (r->inc.steps.long_prefill_steps > 0 && gap >= 3 * bgap && gap >= 100 * NS_PER_MS &&
 	    (f = add_finding(r, "long prefills stalling decodes", "decode", 1.5 + fmin(gap / fmax(bgap, 1) / 100, 0.4), 3))) {
@@ -391,9 +417,19 @@ static void findings(struct report *r)
 		snprintf(f->action, sizeof(f->action), "chunk prefills (a token budget per step) so decodes "
 			 "keep their cadence, or route long prompts elsewhere");
 	}
+}
 
-	/* 4. run-queue delay of the engine's threads: the process's summed
-	 * runnable-but-waiting time (samples), and per request while in flight */
+/* 4. run-queue delay of the engine's threads: the process's summed
+ * runnable-but-waiting time (samples), and per request while in flight */
+static void finding_cpu(const struct fctx *c)
+{
+	struct report *r = c->r;
+	const struct trace_window *i = c->i, *b = c->b;
+	const struct rp_attr *ee = c->ee;
+	double ssecs = c->ssecs, bssecs = c->bssecs, secs = c->secs, bsecs = c->bsecs;
+	char s1[16], s2[16], s3[16], s4[16];
+	struct rp_finding *f;
+
 	double rq = i->samples && ssecs > 0 ? (double)i->runq_ns / (ssecs * NS_PER_S) : 0;
 	double brq = b->samples && bssecs > 0 ? (double)b->runq_ns / (bssecs * NS_PER_S) : 0;
 	/* more work keeps more threads busy, and busy threads wait more: only a
@@ -443,8 +479,17 @@ static void findings(struct report *r)
 					 "top -H) and pin the engine to cores of its own, or move the other load away");
 		}
 	}
+}
 
-	/* 5. network in or out dominating */
+/* 5. network in or out dominating */
+static void finding_network(const struct fctx *c)
+{
+	struct report *r = c->r;
+	const struct trace_window *i = c->i, *b = c->b;
+	const struct rp_attr *ee = c->ee;
+	char s1[16], s2[16], s3[16], s4[16];
+	struct rp_finding *f;
+
 	double net_share = ee->inc > ee->base ? ee->share[PH_NET_IN] + ee->share[PH_NET_OUT] : 0;
 	double net_now = i->m[TM_E2E].p99 > 0 ? (i->m[TM_NET_IN].p99 + i->m[TM_NET_OUT].p99) / i->m[TM_E2E].p99 : 0;
 	if (net_share >= 0.5 || net_now >= 0.5) {
@@ -462,11 +507,30 @@ static void findings(struct report *r)
 				 "path: the connection's RTT is in requests.srtt_us");
 		}
 	}
+}
 
-	if (!r->nf && (f = add_finding(r, "no known cause matched", trace_phase_name[ee->top], 0, 9))) {
+static void findings(struct report *r)
+{
+	const struct trace_window *i = &r->inc.w;
+	struct fctx c = {
+		.r = r, .i = i, .b = &r->base.w, .tt = &r->attr[0], .ee = &r->attr[2],
+		.rej = i->samples ? i->rejections : i->rejected,
+		.secs = (double)(r->inc.to_ns - r->inc.from_ns) / NS_PER_S,
+		.bsecs = (double)(r->base.to_ns - r->base.from_ns) / NS_PER_S,
+		.ssecs = (double)(i->samples_to_ns - r->inc.from_ns) / NS_PER_S,
+		.bssecs = (double)(r->base.w.samples_to_ns - r->base.from_ns) / NS_PER_S,
+	};
+	struct rp_finding *f;
+
+	finding_queue(&c);
+	finding_kv(&c);
+	finding_prefill(&c);
+	finding_cpu(&c);
+	finding_network(&c);
+	if (!r->nf && (f = add_finding(r, "no known cause matched", trace_phase_name[c.ee->top], 0, 9))) {
 		snprintf(f->title, sizeof(f->title), "No known cause matched; the largest change is in %s",
-			 e2e_names[ee->top]);
-		snprintf(f->evidence, sizeof(f->evidence), "%s %s", tt->words, ee->words);
+			 e2e_names[c.ee->top]);
+		snprintf(f->evidence, sizeof(f->evidence), "%s %s", c.tt->words, c.ee->words);
 		snprintf(f->action, sizeof(f->action), "look at the slowest requests below and the timelines");
 	}
 	lost_finding(r);
