@@ -1,0 +1,241 @@
+"""The wire as ground truth: a tcpdump capture of loopback traffic, read here
+without any library, turned into per-connection byte streams whose every byte
+knows the time its segment was captured.  Tests compare the agent's times with
+these (the capture clock is CLOCK_REALTIME; the agent's is CLOCK_MONOTONIC, so
+comparisons go through the trace's mono_to_wall offset)."""
+import os, shutil, signal, struct, subprocess, time
+
+import kpitest
+
+
+def require():
+    kpitest.require_root("capturing loopback traffic with tcpdump")
+    if not shutil.which("tcpdump"):
+        raise kpitest.Skip("tcpdump is not installed (make deps installs it)")
+
+
+class Capture:
+    """tcpdump -i lo on the given TCP ports, nanosecond timestamps, into a
+    file; stop() flushes it and returns the path."""
+
+    def __init__(self, ports, path=None):
+        self.path = path or os.path.join(kpitest.tmpdir("kpi-pcap-"), "lo.pcap")
+        flt = " or ".join(f"tcp port {p}" for p in ports)
+        self.p = subprocess.Popen(["tcpdump", "-i", "lo", "-U", "-n", "-s", "0", "-B", "16384",
+                                   "--time-stamp-precision=nano", "-w", self.path, flt],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        kpitest.on_cleanup(self.stop)
+        # tcpdump says "listening on lo" once its filter is in place
+        line = self.p.stderr.readline().decode(errors="replace")
+        if "listening" not in line:
+            raise AssertionError(f"tcpdump did not start: {line}")
+
+    def stop(self):
+        if self.p.poll() is None:
+            time.sleep(0.2)     # the last segments reach the kernel's buffer
+            self.p.send_signal(signal.SIGINT)
+            self.p.wait(10)
+        return self.path
+
+
+def read_pcap(path):
+    """Yields (t_ns, src_port, dst_port, seq, flags, payload) for every IPv4
+    TCP segment of an Ethernet/loopback capture (pcap, µs or ns precision)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    magic = struct.unpack("<I", data[:4])[0]
+    if magic in (0xa1b2c3d4, 0xa1b23c4d):
+        endian = "<"
+    else:
+        endian = ">"
+        magic = struct.unpack(">I", data[:4])[0]
+    nano = magic == 0xa1b23c4d
+    linktype = struct.unpack(endian + "I", data[20:24])[0]
+    off = 24
+    while off + 16 <= len(data):
+        sec, frac, incl, _ = struct.unpack(endian + "IIII", data[off:off + 16])
+        pkt = data[off + 16:off + 16 + incl]
+        off += 16 + incl
+        t_ns = sec * 10**9 + (frac if nano else frac * 1000)
+        if linktype == 1:       # Ethernet (Linux lo): 14-byte header
+            if len(pkt) < 14 or pkt[12:14] != b"\x08\x00":
+                continue
+            ip = pkt[14:]
+        elif linktype == 113:   # Linux cooked
+            ip = pkt[16:]
+        else:
+            raise AssertionError(f"unexpected link type {linktype}")
+        if len(ip) < 20 or ip[0] >> 4 != 4 or ip[9] != 6:
+            continue
+        ihl = (ip[0] & 15) * 4
+        total = struct.unpack(">H", ip[2:4])[0]
+        tcp = ip[ihl:total]
+        sport, dport, seq = struct.unpack(">HHI", tcp[:8])
+        doff = (tcp[12] >> 4) * 4
+        yield t_ns, sport, dport, seq, tcp[13], tcp[doff:]
+
+
+class Stream:
+    """One direction of one connection: its bytes in order and, per byte
+    offset, the capture time of the segment that first carried it."""
+
+    def __init__(self):
+        self.base = None
+        self.chunks = {}        # relative seq -> (t_ns, bytes); retransmits keep the first
+
+    def add(self, t_ns, seq, flags, payload):
+        if self.base is None:
+            self.base = (seq + 1) if flags & 0x02 else seq      # SYN takes one
+        if payload:
+            rel = (seq - self.base) & 0xffffffff
+            self.chunks.setdefault(rel, (t_ns, payload))
+
+    def assemble(self):
+        """(bytes, times): times[i] is when byte i was first on the wire."""
+        out, times = bytearray(), []
+        for rel in sorted(self.chunks):
+            t, payload = self.chunks[rel]
+            if rel > len(out):          # a hole (a lost capture): stop there
+                break
+            new = payload[len(out) - rel:]
+            out += new
+            times += [t] * len(new)
+        return bytes(out), times
+
+
+def streams(path, server_port):
+    """{client_port: (request Stream, response Stream)} for connections to
+    server_port."""
+    conns = {}
+    for t, sport, dport, seq, flags, payload in read_pcap(path):
+        if dport == server_port:
+            conns.setdefault(sport, (Stream(), Stream()))[0].add(t, seq, flags, payload)
+        elif sport == server_port:
+            conns.setdefault(dport, (Stream(), Stream()))[1].add(t, seq, flags, payload)
+    return conns
+
+
+def _messages(data, times, is_request):
+    """Splits an HTTP/1.1 byte stream into messages: (head, body, t_first,
+    t_last, body_offset_in_data, end_offset). Content-Length and chunked
+    framing; a response without either runs to the end."""
+    out, i = [], 0
+    while i < len(data):
+        h = data.find(b"\r\n\r\n", i)
+        if h < 0:
+            break
+        head = data[i:h].decode("latin-1")
+        lines = head.split("\r\n")
+        hdr = {l.split(":", 1)[0].strip().lower(): l.split(":", 1)[1].strip()
+               for l in lines[1:] if ":" in l}
+        b = h + 4
+        if not is_request and lines[0].split(" ")[1:2] == ["100"]:
+            i = b       # an interim response: not the response
+            continue
+        if "content-length" in hdr:
+            end = b + int(hdr["content-length"])
+        elif hdr.get("transfer-encoding", "").lower() == "chunked":
+            end = b
+            while True:
+                nl = data.find(b"\r\n", end)
+                if nl < 0:
+                    end = len(data)
+                    break
+                size = int(data[end:nl].split(b";")[0], 16)
+                end = nl + 2 + size + 2
+                if size == 0:
+                    break
+        else:
+            end = b if is_request else len(data)
+        end = min(end, len(data))
+        out.append((lines[0], hdr, data[b:end], times[i], times[end - 1], b, end))
+        i = end
+    return out
+
+
+def exchanges(path, server_port):
+    """Every request/response pair on the wire to server_port, in order per
+    connection: dicts with the request line, headers, the first request byte's
+    time, the response status, the time of the first SSE event carrying
+    generated content (None for none), the number of such events, and the
+    time of the response's last byte. Times are CLOCK_REALTIME ns."""
+    result = []
+    for cport, (req, resp) in sorted(streams(path, server_port).items()):
+        qdata, qtimes = req.assemble()
+        rdata, rtimes = resp.assemble()
+        reqs = _messages(qdata, qtimes, True)
+        resps = _messages(rdata, rtimes, False)
+        for (qline, qhdr, _, q_first, q_last, _, _), r in zip(reqs, resps):
+            rline, rhdr, body, r_first, r_last, b_off, _ = r
+            first_content, n_content = _content_events(rdata, rtimes, b_off, body, rhdr)
+            result.append({"request_line": qline, "request_headers": qhdr, "t_first_byte": q_first,
+                           "t_request_read": q_last, "status": int(rline.split(" ")[1]),
+                           "response_headers": rhdr, "t_response_first_byte": r_first,
+                           "t_first_content": first_content, "content_events": n_content,
+                           "t_last_byte": r_last, "client_port": cport})
+    return result
+
+
+def _content_events(rdata, rtimes, b_off, body, rhdr):
+    """The wire time of the first SSE event with generated content, and how
+    many there are: the time of the byte that completes the event (its blank
+    line), as the agent times an event by the write that completes it."""
+    if "text/event-stream" not in rhdr.get("content-type", ""):
+        return None, 0
+    chunked = rhdr.get("transfer-encoding", "").lower() == "chunked"
+    # map every payload byte back to its offset in rdata
+    payload, offsets = bytearray(), []
+    i = 0
+    if chunked:
+        while i < len(body):
+            nl = body.find(b"\r\n", i)
+            if nl < 0:
+                break
+            size = int(body[i:nl].split(b";")[0], 16)
+            if size == 0:
+                break
+            payload += body[nl + 2:nl + 2 + size]
+            offsets += range(b_off + nl + 2, b_off + nl + 2 + size)
+            i = nl + 2 + size + 2
+    else:
+        payload += body
+        offsets += range(b_off, b_off + len(body))
+    first, n, start = None, 0, 0
+    text = bytes(payload).replace(b"\r\n", b"\n") if b"\r\n" in payload else bytes(payload)
+    if text is not payload and len(text) != len(payload):
+        raise AssertionError("CRLF-separated SSE is not handled by this reader")
+    while True:
+        e = text.find(b"\n\n", start)
+        if e < 0:
+            break
+        event = text[start:e]
+        if is_content_event(event):
+            n += 1
+            if first is None:
+                first = rtimes[offsets[e + 1]]
+        start = e + 2
+    return first, n
+
+
+def is_content_event(event):
+    """The same rule as the agent's (docs/agent.md): an event whose data
+    carries generated text, not a role-only chunk, comment or [DONE]."""
+    import json
+    data = b"".join(l[5:].strip() for l in event.split(b"\n") if l.startswith(b"data:"))
+    if not data or data == b"[DONE]":
+        return False
+    try:
+        j = json.loads(data)
+    except ValueError:
+        return False
+    if j.get("type") == "response.output_text.delta":
+        return True
+    for c in j.get("choices") or []:
+        if c.get("text"):
+            return True
+        d = c.get("delta") or {}
+        if d.get("content") or d.get("reasoning_content"):
+            return True
+        if any((tc.get("function") or {}).get("arguments") for tc in d.get("tool_calls") or []):
+            return True
+    return False
