@@ -525,6 +525,8 @@ static void on_arrive(struct assembler *a, const struct kpi_ev_arrive *e)
 	r->arrive_src = (int)e->src;
 	r->srtt_us = (int)e->srtt_us;
 	r->runq0 = e->runq_ns;
+	if (e->flags & KPI_ARRIVE_BEFORE_ATTACH)
+		a->st.before_attach++;
 }
 
 /* The request an ADMIT or REJECT names: the connection's, unless none was

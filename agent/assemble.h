@@ -34,6 +34,9 @@ struct assemble_stats {
 	uint64_t events, requests, rejected, orphans, clamped;
 	uint64_t malformed;                  /* records of no known type, or cut short */
 	uint64_t exit_completed, exit_cut;   /* requests in flight when their target exited */
+	uint64_t before_attach;              /* requests that arrived while their target was
+					      * followed but its USDT probes were not
+					      * attached yet (their engine marks may lack) */
 };
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
 
