@@ -143,6 +143,7 @@ void assemble_losses(struct assembler *a, struct kpi_loss_record *l)
 {
 	l->total[KPI_LOSS_ORPHANS] = a->st.orphan_requests;
 	l->total[KPI_LOSS_CLAMPED] = a->st.clamped;
+	l->total[KPI_LOSS_BEFORE_ATTACH] = a->st.before_attach;
 	for (int i = 0; i < a->n_sinks; i++)
 		if (a->sinks[i].losses)
 			a->sinks[i].losses(a->sinks[i].ctx, l);
@@ -611,6 +612,8 @@ static void on_arrive(struct assembler *a, const struct kpi_ev_arrive *e)
 	r->arrive_src = (int)e->src;
 	r->srtt_us = (int)e->srtt_us;
 	r->runq0 = e->runq_ns;
+	if (e->flags & KPI_ARRIVE_BEFORE_ATTACH)
+		a->st.before_attach++;
 }
 
 /* The request an ADMIT or REJECT names: the connection's, unless none was

@@ -37,10 +37,13 @@ struct assemble_stats {
 	uint64_t events, requests, rejected, orphans, orphan_requests, clamped;
 	uint64_t malformed;                  /* records of no known type, or cut short */
 	uint64_t exit_completed, exit_cut;   /* requests in flight when their target exited */
+	uint64_t before_attach;              /* requests that arrived while their target was
+					      * followed but its USDT probes were not
+					      * attached yet (their engine marks may lack) */
 };
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
-/* Fills in the causes the assembler counts (orphans, clamped) and hands l to
- * every sink. */
+/* Fills in the causes the assembler counts (orphans, clamped, before_attach)
+ * and hands l to every sink. */
 void assemble_losses(struct assembler *a, struct kpi_loss_record *l);
 
 #endif

@@ -1,5 +1,5 @@
 /* attach.c - the BPF programs kpi-agent loads (flavours chosen from the kernel's
- * features) and the processes they follow: USDT attach and detach per target. */
+ * features) and the processes they follow: found at exec or in /proc, dropped at exit. */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "kpi.skel.h"
@@ -16,19 +17,31 @@
 #include "gpu.h"
 #include "host.h"
 #include "targets.h"
+#include "usdt.h"
 
 #ifndef PIDFD_THREAD
 #define PIDFD_THREAD O_EXCL     /* linux/pidfd.h, Linux 6.9: a pidfd for one thread */
 #endif
 
-/* USDT probe name -> its handler, in kpi_probes.d order. */
-#define N_USDT 10
+#define N_PROC_EVENTS 256       /* exec/exit events waiting for attach_pending */
 
 struct target {
 	pid_t pid;
 	unsigned long long start_time;
-	struct bpf_link *links[N_USDT];
-	bool failed;            /* attach failed: do not retry this process */
+	uint64_t since;                 /* its `targets` entry's: the entry a reused pid
+					 * gets is not this one's to remove */
+	struct usdt_file *file;         /* probes attached for every process of its file, */
+	struct usdt_links ln;           /* or to this process alone */
+	bool failed;                    /* attach failed: do not retry this process */
+};
+
+/* An EXEC or EXIT record, kept from the ring-buffer callback (which must not
+ * drain the ring itself, as a detach does) until attach_pending. */
+struct proc_event {
+	unsigned int type;              /* KPI_EV_EXEC or KPI_EV_EXIT */
+	pid_t pid;
+	uint64_t ts;
+	unsigned int state;             /* EXEC: the enum kpi_target_state it was given */
 };
 
 struct attach {
@@ -40,40 +53,99 @@ struct attach {
 	struct agent_gpu *gpu;               /* NULL: GPU collection off */
 	struct target targets[KPI_MAX_TARGETS];
 	int n_targets;
+	struct usdt_files files;             /* executables attached for every process */
+	struct proc_event events[N_PROC_EVENTS];
+	int n_events;
 	struct bpf_link *global_links[64];   /* tracepoint / raw_tp programs */
 	int n_global_links;
 };
-
-static const struct {
-	const char *name;
-	size_t prog_off;
-} usdt_probes[N_USDT] = {
-#define P(probe, prog) { probe, offsetof(struct kpi_bpf, progs.prog) }
-	P("request__admitted", kpi_request_admitted),
-	P("request__rejected", kpi_request_rejected),
-	P("request__scheduled", kpi_request_scheduled),
-	P("step__begin", kpi_step_begin),
-	P("step__end", kpi_step_end),
-	P("request__first_token", kpi_request_first_token),
-	P("request__preempted", kpi_request_preempted),
-	P("request__finished", kpi_request_finished),
-	P("request__cancelled", kpi_request_cancelled),
-	P("response__end", kpi_response_end),
-#undef P
-};
-
-static struct bpf_program *usdt_prog(struct kpi_bpf *skel, int i)
-{
-	return *(struct bpf_program **)((char *)skel + usdt_probes[i].prog_off);
-}
-
-/* ---- attaching to targets ------------------------------------------------------ */
 
 /* Run-queue delay from one raw_tp program reading the scheduler's own
  * timestamps; otherwise the sched tracepoints, which need the targets' tids. */
 static bool sched_raw(const struct attach *at)
 {
 	return at->feat->raw_tp && at->feat->sched_info && at->feat->task_storage;
+}
+
+/* ---- the BPF side of a target ---------------------------------------------------- */
+
+static int target_get(struct attach *at, pid_t pid, struct kpi_target *v)
+{
+	__u32 key = (__u32)pid;
+
+	return bpf_map__lookup_elem(at->skel->maps.targets, &key, sizeof(key), v, sizeof(*v), 0);
+}
+
+static void target_put(struct attach *at, pid_t pid, const struct kpi_target *v)
+{
+	__u32 key = (__u32)pid;
+
+	bpf_map__update_elem(at->skel->maps.targets, &key, sizeof(key), v, sizeof(*v), BPF_ANY);
+}
+
+/* Removes pid's `targets` entry if it is still the one added at since (the
+ * exit program may have removed it, and a new process with the same pid
+ * have its own by now). */
+static void target_drop(struct attach *at, pid_t pid, uint64_t since)
+{
+	struct kpi_target v;
+	__u32 key = (__u32)pid;
+
+	if (target_get(at, pid, &v) == 0 && v.since == since)
+		bpf_map__delete_elem(at->skel->maps.targets, &key, sizeof(key), 0);
+}
+
+/* ---- executables attached for every process ------------------------------------ */
+
+/* exec_inodes: the state a process of f gets at its exec. */
+static void exec_rule(struct attach *at, const struct usdt_file *f)
+{
+	__u64 ino = (__u64)f->ino;
+	__u32 state = f->state == USDT_FILE_TRACED ? KPI_TARGET_TRACED
+		      : f->state == USDT_FILE_PER_PROCESS ? KPI_TARGET_PENDING : KPI_TARGET_NONE;
+
+	bpf_map__update_elem(at->skel->maps.exec_inodes, &ino, sizeof(ino), &state, sizeof(state),
+			     BPF_ANY);
+}
+
+static void exec_rule_gone(void *ctx, const struct usdt_file *f)
+{
+	struct attach *at = ctx;
+	__u64 ino = (__u64)f->ino;
+
+	bpf_map__delete_elem(at->skel->maps.exec_inodes, &ino, sizeof(ino), 0);
+}
+
+static bool file_in_use(void *ctx, const struct usdt_file *f)
+{
+	const struct attach *at = ctx;
+
+	for (int i = 0; i < at->n_targets; i++)
+		if (at->targets[i].file == f)
+			return true;
+	return false;
+}
+
+/* exe's file, its probes attached for every process when it is new.  NULL:
+ * attach to the process alone (--pid; the kernel refused; no room). */
+static struct usdt_file *file_of(struct attach *at, const char *exe)
+{
+	struct usdt_file *f;
+	bool fresh;
+
+	if (at->want.n_pids)
+		return NULL;
+	f = usdt_file_get(&at->files, at->skel, exe, &fresh);
+	if (!f)
+		return NULL;
+	if (fresh) {
+		exec_rule(at, f);
+		if (f->state == USDT_FILE_PER_PROCESS)
+			fprintf(stderr, "kpi-agent: %s: cannot attach its USDT probes for every process "
+				"that runs it (%s); attaching to each one when it is found instead, "
+				"which misses what it does before\n", exe, strerror(errno));
+	}
+	return f->state == USDT_FILE_PER_PROCESS ? NULL : f;
 }
 
 struct thread_ctx {
@@ -138,12 +210,20 @@ static void runq_prime(struct attach *at, pid_t pid)
 	target_each_thread(pid, prime_thread, &(struct thread_ctx){ at, pid });
 }
 
-/* since: now, CLOCK_MONOTONIC (threads that start later are wholly the target's). */
-static int attach_one(struct attach *at, pid_t pid, uint64_t since)
+/* ---- attaching to targets ------------------------------------------------------ */
+
+/* Follows pid: `targets` first (syscall handlers see the process from now
+ * on; an entry the exec program wrote is kept, with its exec time), then
+ * the USDT probes, of its whole file or of it alone.  exec_ts: when it
+ * exec'd, as the exec program told (0: found in /proc, its exec unseen). */
+static int attach_one(struct attach *at, pid_t pid, uint64_t exec_ts)
 {
+	uint64_t t0 = host_mono_ns();
+	struct kpi_target v = { .since = t0, .state = KPI_TARGET_PENDING };
+	char exe[PATH_MAX], missing[256];
+	const char *failed = NULL;
+	bool had_entry, traced_at_exec;
 	struct target *t;
-	char exe[PATH_MAX];
-	__u32 key = (__u32)pid;
 
 	if (at->n_targets == KPI_MAX_TARGETS) {
 		fprintf(stderr, "kpi-agent: already tracing %d processes; pid %d is not traced\n",
@@ -155,52 +235,53 @@ static int attach_one(struct attach *at, pid_t pid, uint64_t since)
 	t->pid = pid;
 	t->start_time = target_start_time(pid);
 	if (!t->start_time || target_exe_path(pid, exe, sizeof(exe))) {
-		fprintf(stderr, "kpi-agent: pid %d: no such process (or it exited)\n", pid);
+		if (!exec_ts)   /* one that exits at once (kpi-infer --help) is no news */
+			fprintf(stderr, "kpi-agent: pid %d: no such process (or it exited)\n", pid);
 		return -1;
 	}
 	at->n_targets++;
-	/* targets first: syscall handlers see the process from now on */
-	if (sched_raw(at))
-		runq_prime(at, pid);
-	bpf_map__update_elem(at->skel->maps.targets, &key, sizeof(key), &since, sizeof(since),
-			     BPF_ANY);
+	had_entry = target_get(at, pid, &v) == 0;
+	if (had_entry && !exec_ts)
+		exec_ts = v.since;      /* its exec event was lost or is still to come */
+	traced_at_exec = had_entry && v.state == KPI_TARGET_TRACED;
+	t->since = v.since;
+	if (sched_raw(at) && !had_entry)
+		runq_prime(at, pid);    /* the exec program's entry counts from the exec */
+	if (!had_entry)
+		target_put(at, pid, &v);
 	refresh_one(at, pid);
-	char missing[256] = "";
-	int n_links = 0;
-	for (int i = 0; i < N_USDT; i++) {
-		t->links[i] = bpf_program__attach_usdt(usdt_prog(at->skel, i), pid, exe, "kpi",
-						       usdt_probes[i].name, NULL);
-		if (t->links[i]) {
-			n_links++;
-			continue;
-		}
-		if (errno == ENOENT) {
-			/* a probe the build compiled out or never fires: the rest still work */
-			size_t l = strlen(missing);
-			snprintf(missing + l, sizeof(missing) - l, "%s%s", l ? ", " : "", usdt_probes[i].name);
-			continue;
-		}
-		fprintf(stderr, "kpi-agent: pid %d (%s): cannot attach USDT probe kpi:%s (%s)\n",
-			pid, exe, usdt_probes[i].name, strerror(errno));
-		break;
-	}
-	if (n_links < N_USDT && (!t->links[0] || !t->links[N_USDT - 1] || missing[0] == 0)) {
-		/* without admitted/response__end there is no request to record */
+	t->file = file_of(at, exe);
+	if (t->file)
+		snprintf(missing, sizeof(missing), "%s", t->file->missing);
+	if ((t->file && t->file->state != USDT_FILE_TRACED) ||
+	    (!t->file && usdt_attach(at->skel, &t->ln, pid, exe, missing, sizeof(missing), &failed))) {
+		if (failed)
+			fprintf(stderr, "kpi-agent: pid %d (%s): cannot attach USDT probe kpi:%s (%s)\n",
+				pid, exe, failed, strerror(errno));
 		fprintf(stderr, "kpi-agent: pid %d (%s) is not traced: %s; is it a kpi-infer built with "
 			"its USDT probes (abi/kpi_probes.d)?\n", pid, exe,
 			missing[0] ? "its kpi probes are missing" : "attaching failed");
 		t->failed = true;
-		for (int k = 0; k < N_USDT; k++) {
-			bpf_link__destroy(t->links[k]);
-			t->links[k] = NULL;
-		}
-		bpf_map__delete_elem(at->skel->maps.targets, &key, sizeof(key), 0);
+		t->file = NULL;
+		target_drop(at, pid, t->since);
 		return -1;
+	}
+	if (v.state != KPI_TARGET_TRACED) {
+		v.state = KPI_TARGET_TRACED;
+		target_put(at, pid, &v);
 	}
 	if (missing[0])
 		fprintf(stderr, "kpi-agent: pid %d has no call site for kpi:%s (those events will not "
 			"be seen)\n", pid, missing);
-	printf("attached to pid %d (%s)\n", pid, exe);
+	if (!exec_ts) {
+		printf("attached to pid %d (%s)\n", pid, exe);
+		return 0;
+	}
+	/* from its exec when the probes were on its file before it ran */
+	printf("attached to pid %d (%s), traced %.1f ms after its exec (the agent knew after "
+	       "%.1f ms)\n", pid, exe,
+	       traced_at_exec ? 0.0 : (double)(host_mono_ns() - exec_ts) / 1e6,
+	       (double)(t0 - exec_ts) / 1e6);
 	return 0;
 }
 
@@ -260,12 +341,12 @@ static bool tid_of_pid(void *ctx, const void *key, const void *value)
 }
 
 /* Removes every BPF map entry that belongs to pid. */
-static void forget_maps(struct attach *at, pid_t pid)
+static void forget_maps(struct attach *at, const struct target *t)
 {
-	struct thread_ctx c = { at, pid };
-	__u32 key = (__u32)pid;
+	struct thread_ctx c = { at, t->pid };
+	__u32 key = (__u32)t->pid;
 
-	bpf_map__delete_elem(at->skel->maps.targets, &key, sizeof(key), 0);
+	target_drop(at, t->pid, t->since);
 	bpf_map__delete_elem(at->skel->maps.runq_total, &key, sizeof(key), 0);
 	map_prune(bpf_map__fd(at->skel->maps.conns), __u64, struct kpi_conn, conn_of_pid, &c);
 	if (!sched_raw(at))
@@ -278,13 +359,20 @@ static void detach_one(struct attach *at, int idx, bool announce)
 
 	/* events already in the ring belong to completed requests: keep them */
 	ring_buffer__consume(at->rb);
-	for (int i = 0; i < N_USDT; i++)
-		bpf_link__destroy(t->links[i]);
-	forget_maps(at, t->pid);
+	usdt_detach(&t->ln);
+	forget_maps(at, t);
 	assemble_forget_pid(at->asm_, (uint32_t)t->pid);
 	if (announce && !t->failed)
 		printf("detached from pid %d\n", t->pid);
 	at->targets[idx] = at->targets[--at->n_targets];
+}
+
+static int find_target(const struct attach *at, pid_t pid)
+{
+	for (int i = 0; i < at->n_targets; i++)
+		if (at->targets[i].pid == pid)
+			return i;
+	return -1;
 }
 
 static bool wanted(const struct attach *at, pid_t pid)
@@ -297,7 +385,19 @@ static bool wanted(const struct attach *at, pid_t pid)
 	return false;
 }
 
-void attach_rescan(struct attach *at, uint64_t now)
+/* those that map libkpi_cupti.so also get their GPU kernels recorded */
+static void gpu_sync(struct attach *at)
+{
+	pid_t live[KPI_MAX_TARGETS];
+	int n_live = 0;
+
+	for (int i = 0; i < at->n_targets; i++)
+		if (!at->targets[i].failed)
+			live[n_live++] = at->targets[i].pid;
+	agent_gpu_sync(at->gpu, live, n_live);
+}
+
+void attach_rescan(struct attach *at)
 {
 	pid_t found[KPI_MAX_TARGETS];
 	int n;
@@ -309,6 +409,10 @@ void attach_rescan(struct attach *at, uint64_t now)
 		else if (!t->failed)
 			refresh_one(at, t->pid);
 	}
+	usdt_files_prune(&at->files, file_in_use, exec_rule_gone, at);
+	/* --exe: its file's probes are in place before any process runs it */
+	if (at->want.exe)
+		file_of(at, at->want.exe);
 	if (at->want.n_pids) {
 		n = 0;
 		for (int i = 0; i < at->want.n_pids; i++)
@@ -317,20 +421,84 @@ void attach_rescan(struct attach *at, uint64_t now)
 	} else {
 		n = targets_scan(at->want.exe, found, KPI_MAX_TARGETS);
 	}
-	for (int i = 0; i < n; i++) {
-		bool known = false;
-		for (int k = 0; k < at->n_targets && !known; k++)
-			known = at->targets[k].pid == found[i];
-		if (!known && wanted(at, found[i]))
-			attach_one(at, found[i], now);
+	for (int i = 0; i < n; i++)
+		if (find_target(at, found[i]) < 0 && wanted(at, found[i]))
+			attach_one(at, found[i], 0);
+	gpu_sync(at);
+}
+
+/* ---- processes starting and ending ------------------------------------------------ */
+
+bool attach_event(struct attach *at, const void *rec, size_t size)
+{
+	const union kpi_event *e = rec;
+
+	if (size < sizeof(e->h) || (e->h.type != KPI_EV_EXEC && e->h.type != KPI_EV_EXIT))
+		return false;
+	if (size < kpi_event_size(e->h.type))
+		return false;   /* the assembler counts it as malformed */
+	if (at->n_events < N_PROC_EVENTS)
+		at->events[at->n_events++] = (struct proc_event){
+			e->h.type, (pid_t)e->h.pid, e->h.ts,
+			e->h.type == KPI_EV_EXEC ? e->exec.state : 0 };
+	/* else the rescan finds the process (or its exit) within RESCAN_NS */
+	return true;
+}
+
+/* A process that exec'd a traced executable and exited before the agent got
+ * to it (a lifetime shorter than the agent's delay on a busy machine): what
+ * the kernel side kept of it goes, as at any target's exit. */
+static void gone_before_attach(struct attach *at, const struct proc_event *ev)
+{
+	struct target t = { .pid = ev->pid, .since = ev->ts };
+
+	forget_maps(at, &t);
+	assemble_forget_pid(at->asm_, (uint32_t)ev->pid);
+	printf("pid %d exited %.1f ms after its exec, before the agent got to it (%s)\n", ev->pid,
+	       (double)(host_mono_ns() - ev->ts) / 1e6, ev->state == KPI_TARGET_TRACED
+	       ? "traced from its exec all the same" : "its probes were not attached yet");
+}
+
+/* A process exec'd a traced executable: it is in `targets` already. */
+static void on_exec(struct attach *at, const struct proc_event *ev)
+{
+	int i = find_target(at, ev->pid);
+	char exe[PATH_MAX];
+
+	if (i >= 0 && at->targets[i].since == ev->ts)
+		return;         /* the rescan found it first */
+	if (i >= 0)
+		detach_one(at, i, true);        /* a target that exec'd itself anew */
+	if (!target_start_time(ev->pid) || target_exe_path(ev->pid, exe, sizeof(exe))) {
+		gone_before_attach(at, ev);     /* gone, or a zombie */
+		return;
 	}
-	/* those that map libkpi_cupti.so also get their GPU kernels recorded */
-	pid_t live[KPI_MAX_TARGETS];
-	int n_live = 0;
-	for (int i = 0; i < at->n_targets; i++)
-		if (!at->targets[i].failed)
-			live[n_live++] = at->targets[i].pid;
-	agent_gpu_sync(at->gpu, live, n_live);
+	if (!target_matches(ev->pid, at->want.exe)) {
+		/* an inode number shared with another filesystem's file, or a
+		 * file merely called kpi-infer that it has since stopped being */
+		target_drop(at, ev->pid, ev->ts);
+		return;
+	}
+	if (attach_one(at, ev->pid, ev->ts))
+		target_drop(at, ev->pid, ev->ts);
+}
+
+void attach_pending(struct attach *at)
+{
+	bool any = at->n_events > 0;
+
+	/* a detach drains the ring, which can queue more: taken in order */
+	for (int i = 0; i < at->n_events; i++) {
+		struct proc_event ev = at->events[i];
+		int k = find_target(at, ev.pid);
+		if (ev.type == KPI_EV_EXEC)
+			on_exec(at, &ev);
+		else if (k >= 0)
+			detach_one(at, k, true);
+	}
+	at->n_events = 0;
+	if (any)
+		gpu_sync(at);
 }
 
 /* ---- program selection --------------------------------------------------------- */
@@ -351,7 +519,8 @@ void attach_choose_programs(struct attach *at)
 	bpf_object__for_each_program(p, s->obj) {
 		const char *sec = bpf_program__section_name(p);
 		bool load = true;
-		if (!strcmp(sec, "tracepoint/syscalls/sys_enter_close"))
+		if (!strcmp(sec, "tracepoint/syscalls/sys_enter_close") ||
+		    !strcmp(sec, "tracepoint/syscalls/sys_enter_listen"))
 			load = sys_tp;
 		else if (!strncmp(sec, "tracepoint/syscalls/sys_enter_", 30))
 			/* a read's exit reads the fd itself; a write's time is its entry */
@@ -362,6 +531,10 @@ void attach_choose_programs(struct attach *at)
 			load = !sys_tp && at->feat->raw_tp;
 		else if (!strncmp(sec, "raw_tp/sched_", 13))
 			load = sched_rawtp;
+		else if (!strcmp(sec, "tracepoint/sched/sched_process_exec"))
+			load = at->feat->proc_tp && !at->want.n_pids;
+		else if (!strcmp(sec, "tracepoint/sched/sched_process_exit"))
+			load = at->feat->proc_tp;
 		else if (!strncmp(sec, "tracepoint/sched/", 17))
 			load = !sched_rawtp && at->feat->sched_tp;
 		else if (!strcmp(sec, "tracepoint/tcp/tcp_probe"))
@@ -387,19 +560,33 @@ void attach_choose_programs(struct attach *at)
 	s->rodata->nr_recvmsg = SYS_recvmsg;
 	s->rodata->nr_sendto = SYS_sendto;
 	s->rodata->nr_sendmsg = SYS_sendmsg;
+	s->rodata->nr_listen = SYS_listen;
+	/* a file of this name is one before its first process is seen (the
+	 * kernel's comm: the name's first 15 characters) */
+	if (!at->want.n_pids) {
+		const char *base = at->want.exe ? strrchr(at->want.exe, '/') : NULL;
+		snprintf((char *)s->rodata->exec_comm, sizeof(s->rodata->exec_comm), "%.15s",
+			 base ? base + 1 : TARGET_DEFAULT_NAME);
+	}
+	s->rodata->exec_tids = !sched_rawtp;
 	if (at->want.verbose)
-		fprintf(stderr, "kpi-agent: syscalls via %s, run queue via %s, tcp arrival %s\n",
+		fprintf(stderr, "kpi-agent: syscalls via %s, run queue via %s, tcp arrival %s, "
+			"new targets %s\n",
 			exit_regs ? "sys_exit tracepoints for reads (fd from saved registers), enter/exit for writes"
 			: sys_tp ? "sys_enter/sys_exit tracepoints" : "raw_tp sys_enter/sys_exit",
 			sched_rawtp ? "raw_tp sched_switch (sched_info)"
 			: at->feat->sched_tp ? "tracepoints" : "(off: no sched tracepoints)",
-			at->feat->tcp_probe_tp ? "via tcp:tcp_probe" : "off (read() time is used)");
+			at->feat->tcp_probe_tp ? "via tcp:tcp_probe" : "off (read() time is used)",
+			at->want.n_pids ? "none (--pid)"
+			: at->feat->proc_tp ? "at their exec (sched_process_exec), and in /proc"
+			: "in /proc only (no sched_process_exec)");
 }
 
-/* Attaches every loaded non-USDT program (USDT ones attach per target). */
+/* Attaches every loaded non-USDT program (USDT ones attach per target or file). */
 int attach_global(struct attach *at)
 {
 	struct bpf_program *p;
+	struct stat st;
 
 	bpf_object__for_each_program(p, at->skel->obj) {
 		if (!bpf_program__autoload(p) || !strcmp(bpf_program__section_name(p), "usdt"))
@@ -412,6 +599,14 @@ int attach_global(struct attach *at)
 		}
 		if (at->n_global_links < (int)(sizeof(at->global_links) / sizeof(at->global_links[0])))
 			at->global_links[at->n_global_links++] = l;
+	}
+	/* --exe: a process that runs it from now on is followed from its exec,
+	 * even before the first rescan attaches the file's probes */
+	if (at->want.exe && !stat(at->want.exe, &st)) {
+		__u64 ino = (__u64)st.st_ino;
+		__u32 state = KPI_TARGET_PENDING;
+		bpf_map__update_elem(at->skel->maps.exec_inodes, &ino, sizeof(ino), &state,
+				     sizeof(state), BPF_NOEXIST);
 	}
 	return 0;
 }
@@ -458,10 +653,9 @@ void attach_free(struct attach *at)
 {
 	if (!at)
 		return;
-	for (int i = at->n_targets - 1; i >= 0; i--) {
-		for (int k = 0; k < N_USDT; k++)
-			bpf_link__destroy(at->targets[i].links[k]);
-	}
+	for (int i = at->n_targets - 1; i >= 0; i--)
+		usdt_detach(&at->targets[i].ln);
+	usdt_files_free(&at->files);
 	for (int i = 0; i < at->n_global_links; i++)
 		bpf_link__destroy(at->global_links[i]);
 	free(at);

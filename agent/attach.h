@@ -4,6 +4,7 @@
 #define KPI_ATTACH_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
 
@@ -38,10 +39,19 @@ int attach_global(struct attach *at);
  * map entries go, asm_ is told, gpu (may be NULL) follows the targets. */
 void attach_set_consumers(struct attach *at, struct ring_buffer *rb, struct assembler *asm_,
 			  struct agent_gpu *gpu);
-/* Detaches targets that exited, refreshes the ports and threads of the others,
- * attaches to new ones (prints 'attached to pid N' / 'detached from pid N').
- * now: CLOCK_MONOTONIC ns. */
-void attach_rescan(struct attach *at, uint64_t now);
+/* The /proc scan, at start-up and every RESCAN_NS: detaches targets that
+ * exited, refreshes the ports and threads of the others, attaches to new ones
+ * (prints 'attached to pid N' / 'detached from pid N'); with --exe, attaches
+ * that file's probes for every process before one runs. */
+void attach_rescan(struct attach *at);
+/* A ring-buffer record: true when it is an EXEC or EXIT record, which is
+ * kept for attach_pending (called from the ring's callback, which must not
+ * drain the ring as a detach does); false for the assembler's records. */
+bool attach_event(struct attach *at, const void *rec, size_t size);
+/* Acts on the EXEC / EXIT records kept: attaches to a process that exec'd a
+ * traced executable (the exec program put it in `targets` already),
+ * detaches from one that exited.  After every drain of the ring. */
+void attach_pending(struct attach *at);
 /* Processes known, traced or not (one whose attach failed is kept so that it
  * is not retried). */
 int attach_count(const struct attach *at);

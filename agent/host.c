@@ -11,6 +11,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/vfs.h>
+#include <time.h>
 #include <unistd.h>
 #include "host.h"
 
@@ -113,6 +114,7 @@ static void disable_named(struct host_features *f, const char *list)
 		{ "task_storage", offsetof(struct host_features, task_storage) },
 		{ "task_regs", offsetof(struct host_features, task_regs) },
 		{ "sched_info", offsetof(struct host_features, sched_info) },
+		{ "proc_tp", offsetof(struct host_features, proc_tp) },
 	};
 	char buf[256], *save = NULL;
 
@@ -138,6 +140,8 @@ void host_probe_features(struct host_features *f)
 			exists(TRACEFS "/events/syscalls/sys_exit_write/id");
 	f->tcp_probe_tp = exists(TRACEFS "/events/tcp/tcp_probe/id");
 	f->sched_tp = exists(TRACEFS "/events/sched/sched_switch/id");
+	f->proc_tp = exists(TRACEFS "/events/sched/sched_process_exec/id") &&
+		     exists(TRACEFS "/events/sched/sched_process_exit/id");
 	f->uprobe = exists("/sys/bus/event_source/devices/uprobe/type");
 	f->raw_tp = probe_raw_tp();
 	f->task_storage = helpers(BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_FUNC_task_storage_get,
@@ -147,4 +151,12 @@ void host_probe_features(struct host_features *f)
 	/* CONFIG_SCHED_INFO: the scheduler keeps each thread's run-queue delay */
 	f->sched_info = exists("/proc/self/schedstat");
 	disable_named(f, getenv("KPI_AGENT_DISABLE"));
+}
+
+uint64_t host_mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }

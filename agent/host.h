@@ -5,12 +5,15 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct host_features {
 	bool syscall_tp;    /* syscalls:sys_{enter,exit}_* tracepoints exist */
 	bool raw_tp;        /* raw tracepoints load and attach */
 	bool tcp_probe_tp;  /* tcp:tcp_probe tracepoint exists */
 	bool sched_tp;      /* sched:sched_switch tracepoint exists */
+	bool proc_tp;       /* sched:sched_process_{exec,exit} exist: a traced
+			     * executable's process is followed from its exec */
 	bool uprobe;        /* uprobe PMU exists (USDT needs it) */
 	bool task_storage;  /* raw_tp programs may keep state in a task's local
 			     * storage */
@@ -28,5 +31,7 @@ int host_check_privileges(char *err, size_t len);
  * this call mounted it. */
 int host_ensure_tracefs(bool *mounted, char *err, size_t len);
 void host_probe_features(struct host_features *f);
+/* CLOCK_MONOTONIC in ns: the clock of bpf_ktime_get_ns, so of every BPF timestamp. */
+uint64_t host_mono_ns(void);
 
 #endif

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 #include "kpi.skel.h"
 #include "assemble.h"
@@ -64,8 +63,8 @@ static const char usage[] =
 "  --db PATH          trace database (default " TRACE_STORE_DEFAULT_PATH ";\n"
 "                     its directory is created 0750, the file 0640)\n"
 "  --pid PID          trace this process (repeatable); default: every running\n"
-"                     kpi-infer, attaching to new ones as they start\n"
-"  --exe PATH         trace processes running this executable\n"
+"                     kpi-infer, and every one that starts later from its exec\n"
+"  --exe PATH         trace processes running this executable, now and later\n"
 "  --flush-ms N       write to the database every N ms, one transaction (default 200)\n"
 "  --ringbuf-mb N     BPF ring buffer size in MiB, a power of two (default 16)\n"
 "  --token-detail     also store every token's write time (table tokens)\n"
@@ -108,13 +107,17 @@ static const char usage[] =
 "their GPU kernels recorded (gpu_kernels, steps.gpu_busy_ns and the requests'\n"
 "prefill_gpu_ns / decode_gpu_ns; docs/cupti.md).\n"
 "\n"
-"Needs root, or CAP_BPF + CAP_PERFMON. Prints 'attached to pid N' for each\n"
-"target and 'detached from pid N' when one exits. SIGINT/SIGTERM flush the\n"
-"trace and exit 0. Queries: docs/queries.md.\n"
+"Needs root, or CAP_BPF + CAP_PERFMON. Prints 'writing PATH' once ready,\n"
+"'attached to pid N' for each target ('..., traced N ms after its exec' for\n"
+"one that started later: a kpi-infer whose executable the agent has seen is\n"
+"followed from its first instruction, its probes attached to the file for\n"
+"every process) and 'detached from pid N' when one exits. The exit line counts\n"
+"the requests that arrived before a target's attach completed. SIGINT/SIGTERM\n"
+"flush the trace and exit 0. Queries: docs/queries.md.\n"
 "\n"
 "KPI_AGENT_DISABLE=name,... makes the agent act as if the kernel lacked these\n"
 "features (syscall_tp, raw_tp, tcp_probe_tp, sched_tp, task_storage, task_regs,\n"
-"sched_info), to exercise its fallbacks; docs/agent.md.\n";
+"sched_info, proc_tp), to exercise its fallbacks; docs/agent.md.\n";
 
 static void die_usage(const char *fmt, ...)
 {
@@ -298,12 +301,6 @@ static void on_signal(int sig)
 	exiting = 1;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 /* ---- the agent's state ------------------------------------------------------------ */
 
@@ -337,7 +334,8 @@ static int handle_event(void *ctx, void *data, size_t size)
 {
 	struct agent *ag = ctx;
 
-	assemble_event(ag->asm_, data, size);  /* counts a malformed one */
+	if (!attach_event(ag->at, data, size))          /* processes starting, ending */
+		assemble_event(ag->asm_, data, size);   /* counts a malformed one */
 	return 0;
 }
 
@@ -525,7 +523,7 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
  * signal or --duration.  0, or -1 when polling fails. */
 static int poll_loop(struct agent *ag)
 {
-	uint64_t start = now_ns(), next_flush, next_rescan, next_sample;
+	uint64_t start = host_mono_ns(), next_flush, next_rescan, next_sample;
 	int r;
 
 	next_flush = start + (uint64_t)env.flush_ms * 1000000ull;
@@ -533,7 +531,7 @@ static int poll_loop(struct agent *ag)
 	next_sample = start + SAMPLE_NS;
 	sample(ag, start);
 	while (!exiting) {
-		uint64_t now = now_ns(), wake = next_flush;
+		uint64_t now = host_mono_ns(), wake = next_flush;
 		if (next_rescan < wake)
 			wake = next_rescan;
 		if (next_sample < wake)
@@ -547,7 +545,8 @@ static int poll_loop(struct agent *ag)
 		/* events are submitted without a wake-up until the ring fills up:
 		 * a poll that timed out has not read them */
 		ring_buffer__consume(ag->rb);
-		now = now_ns();
+		attach_pending(ag->at);
+		now = host_mono_ns();
 		if (env.duration > 0 && now - start >= (uint64_t)(env.duration * 1e9))
 			break;
 		if (now >= next_sample) {
@@ -557,7 +556,7 @@ static int poll_loop(struct agent *ag)
 				next_sample = now + SAMPLE_NS;
 		}
 		if (now >= next_rescan) {
-			attach_rescan(ag->at, now);
+			attach_rescan(ag->at);
 			next_rescan = now + RESCAN_NS;
 		}
 		if (now >= next_flush) {
@@ -582,15 +581,17 @@ static void finish(struct agent *ag)
 
 	/* with the ledger's final totals */
 	ring_buffer__consume(ag->rb);
-	losses_sample(ag, now_ns(), &lost);
-	flush(ag, now_ns(), true);
-	gpu_flush(ag, now_ns(), true);
-	agent_cost_flush(ag->cost, now_ns(), true);
+	losses_sample(ag, host_mono_ns(), &lost);
+	flush(ag, host_mono_ns(), true);
+	gpu_flush(ag, host_mono_ns(), true);
+	agent_cost_flush(ag->cost, host_mono_ns(), true);
 	assemble_stats(ag->asm_, &st);
 	trace_store_shed(ag->store, &shed_req, &shed_rows);
-	printf("stopped: %llu requests (%llu rejected), %llu events, %llu ring-buffer drops\n",
+	printf("stopped: %llu requests (%llu rejected), %llu events, %llu ring-buffer drops, "
+	       "%llu requests arrived before the attach completed\n",
 	       (unsigned long long)st.requests, (unsigned long long)st.rejected,
-	       (unsigned long long)st.events, (unsigned long long)read_counter(ag, KPI_CNT_DROPS));
+	       (unsigned long long)st.events, (unsigned long long)read_counter(ag, KPI_CNT_DROPS),
+	       (unsigned long long)st.before_attach);
 	printf("at target exits: %llu finished requests recorded, %llu cut off; %llu requests "
 	       "shed while the database could not be written; %zu rows unwritten\n",
 	       (unsigned long long)st.exit_completed, (unsigned long long)st.exit_cut,
@@ -640,13 +641,14 @@ int main(int argc, char **argv)
 		goto cleanup;
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
-	printf("writing %s (run %lld)\n", env.db, (long long)trace_store_run_id(ag.store));
-
-	attach_rescan(ag.at, now_ns());
+	/* before the line scripts wait on: what runs now is attached, and with
+	 * --exe its file's probes are in place for what starts next */
+	attach_rescan(ag.at);
 	if (env.n_pids && !attach_count(ag.at)) {
 		fprintf(stderr, "kpi-agent: none of the --pid processes could be traced\n");
 		goto cleanup;
 	}
+	printf("writing %s (run %lld)\n", env.db, (long long)trace_store_run_id(ag.store));
 	if (!attach_count(ag.at))
 		printf("waiting for %s to start\n", env.exe ? env.exe : TARGET_DEFAULT_NAME);
 	if (poll_loop(&ag))

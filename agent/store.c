@@ -622,6 +622,12 @@ int trace_store_flush(struct trace_store *st, struct assembler *a, uint64_t now_
 	if (ic.rc)
 		goto fail;
 	what = "update meta";
+	if (a) {
+		struct assemble_stats as;
+		assemble_stats(a, &as);
+		if (set_meta(st, "before_attach_arrivals", (int64_t)as.before_attach))
+			goto fail;
+	}
 	if (set_meta(st, "last_flush_ns", (int64_t)now_mono) ||
 	    set_meta(st, "last_flush_wall_ns", (int64_t)now_mono + st->mono_to_wall) ||
 	    set_meta(st, "drops_total", (int64_t)drops) || set_meta(st, "run_id", st->run_id) ||

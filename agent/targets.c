@@ -63,7 +63,7 @@ int target_exe_path(pid_t pid, char *buf, size_t len)
 	return 0;
 }
 
-static bool matches(pid_t pid, const char *exe)
+bool target_matches(pid_t pid, const char *exe)
 {
 	char path[PATH_MAX], comm[64] = "", f[64];
 	FILE *fp;
@@ -101,7 +101,7 @@ static bool scan_one(void *ctx, int pid)
 {
 	struct scan *sc = ctx;
 
-	if (pid != sc->self && matches(pid, sc->exe))
+	if (pid != sc->self && target_matches(pid, sc->exe))
 		sc->out.v[sc->out.n++] = pid;
 	return sc->out.n < sc->out.max;
 }

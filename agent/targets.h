@@ -12,6 +12,8 @@
 /* Pids whose executable is exe (a path; NULL: any file named kpi-infer),
  * excluding the caller.  Returns how many were stored in out (<= max). */
 int targets_scan(const char *exe, pid_t *out, int max);
+/* Whether pid runs exe (NULL: a file named kpi-infer), by the scan's rule. */
+bool target_matches(pid_t pid, const char *exe);
 /* Start time of pid in clock ticks since boot (0: gone); pid + start time
  * names a process even after its pid is reused. */
 unsigned long long target_start_time(pid_t pid);

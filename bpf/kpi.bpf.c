@@ -33,14 +33,28 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
-/* tgid -> the processes we trace, each with the CLOCK_MONOTONIC time the
- * agent attached to it (written by the agent). */
+/* tgid -> the processes we trace (struct kpi_target): written by the agent
+ * for a process it finds in /proc, by kpi_proc_exec at the exec of a traced
+ * executable; removed by kpi_proc_exit and by the agent. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, KPI_MAX_TARGETS);
 	__type(key, __u32);
-	__type(value, __u64);
+	__type(value, struct kpi_target);
 } targets SEC(".maps");
+
+/* Inode number of an executable -> the state a process gets at its exec
+ * (enum kpi_target_state): TRACED once the agent attached the file's USDT
+ * probes for every process, PENDING before, NONE for a file without them.
+ * Written by the agent (--exe: that file from the start; otherwise each
+ * kpi-infer it has seen).  A number can repeat across filesystems: the agent
+ * checks every exec it is told of and removes a process that is not its. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u64);
+	__type(value, __u32);
+} exec_inodes SEC(".maps");
 
 /* Local TCP ports the targets listen on (host order): filters tcp_probe. */
 struct {
@@ -186,6 +200,13 @@ static __always_inline void ev_send(void *e)
 	bpf_ringbuf_submit(e, waiting >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP);
 }
 
+/* For the agent's bookkeeping of processes: wake it now, whatever is waiting. */
+static __always_inline void ev_send_now(void *e)
+{
+	count(KPI_CNT_EVENTS);
+	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
+}
+
 static __always_inline __u64 conn_key(__u32 tgid, int fd)
 {
 	return ((__u64)tgid << 32) | (__u32)fd;
@@ -216,11 +237,19 @@ static __always_inline __u64 fd_to_sk(int fd)
 
 /* ---- USDT: request lifecycle ----------------------------------------- */
 
+/* USDT probes are attached to an executable for every process that runs it
+ * (docs/agent.md, Targets): each handler first checks that the process is
+ * one the agent traces. */
+
 /* The probes whose one argument is the request id. */
 static __always_inline int usdt_req(__u32 type, __u64 id)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct kpi_ev_req *e = EV_NEW(kpi_ev_req, type, tgid, bpf_ktime_get_ns());
+	struct kpi_ev_req *e;
+
+	if (!is_target(tgid))
+		return 0;
+	e = EV_NEW(kpi_ev_req, type, tgid, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
 	e->id = id;
@@ -233,7 +262,11 @@ int BPF_USDT(kpi_request_admitted, __u64 id, int fd, int prompt_tokens, int max_
 	     const char *request_id, int operation)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct kpi_ev_admit *e = EV_NEW(kpi_ev_admit, KPI_EV_ADMIT, tgid, bpf_ktime_get_ns());
+	struct kpi_ev_admit *e;
+
+	if (!is_target(tgid))
+		return 0;
+	e = EV_NEW(kpi_ev_admit, KPI_EV_ADMIT, tgid, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
 	e->id = id;
@@ -250,7 +283,11 @@ SEC("usdt")
 int BPF_USDT(kpi_request_rejected, int fd, int status, int reason, const char *request_id)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct kpi_ev_reject *e = EV_NEW(kpi_ev_reject, KPI_EV_REJECT, tgid, bpf_ktime_get_ns());
+	struct kpi_ev_reject *e;
+
+	if (!is_target(tgid))
+		return 0;
+	e = EV_NEW(kpi_ev_reject, KPI_EV_REJECT, tgid, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
 	e->fd = fd;
@@ -272,8 +309,11 @@ int BPF_USDT(kpi_step_begin, __u64 step, int prefill_tokens, int decode_seqs, in
 	     int kv_free)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct kpi_ev_step_begin *e = EV_NEW(kpi_ev_step_begin, KPI_EV_STEP_BEGIN, tgid,
-					      bpf_ktime_get_ns());
+	struct kpi_ev_step_begin *e;
+
+	if (!is_target(tgid))
+		return 0;
+	e = EV_NEW(kpi_ev_step_begin, KPI_EV_STEP_BEGIN, tgid, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
 	e->step = step;
@@ -289,7 +329,11 @@ SEC("usdt")
 int BPF_USDT(kpi_step_end, __u64 step)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct kpi_ev_step_end *e = EV_NEW(kpi_ev_step_end, KPI_EV_STEP_END, tgid, bpf_ktime_get_ns());
+	struct kpi_ev_step_end *e;
+
+	if (!is_target(tgid))
+		return 0;
+	e = EV_NEW(kpi_ev_step_end, KPI_EV_STEP_END, tgid, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
 	e->step = step;
@@ -313,7 +357,11 @@ SEC("usdt")
 int BPF_USDT(kpi_request_finished, __u64 id, int output_tokens, int finish_reason)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
-	struct kpi_ev_finish *e = EV_NEW(kpi_ev_finish, KPI_EV_FINISH, tgid, bpf_ktime_get_ns());
+	struct kpi_ev_finish *e;
+
+	if (!is_target(tgid))
+		return 0;
+	e = EV_NEW(kpi_ev_finish, KPI_EV_FINISH, tgid, bpf_ktime_get_ns());
 	if (!e)
 		return 0;
 	e->id = id;
@@ -357,9 +405,12 @@ int BPF_USDT(kpi_response_end, __u64 id, int fd, int http_status)
 	__u64 ts = bpf_ktime_get_ns();
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	__u64 key = conn_key(tgid, fd);
-	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
+	struct kpi_conn *c;
 	struct kpi_ev_resp_end *e;
 
+	if (!is_target(tgid))
+		return 0;
+	c = bpf_map_lookup_elem(&conns, &key);
 	if (c) {
 		writes_send(tgid, fd, c);
 		c->busy = 0;
@@ -436,6 +487,7 @@ static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
 	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
 	struct sk_state *s;
 	struct kpi_ev_arrive *e;
+	struct kpi_target *tg;
 	__u64 arrive = now;
 	__u32 srtt = 0;
 	int src = KPI_ARRIVE_READ;
@@ -477,6 +529,11 @@ static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
 	e->srtt_us = srtt;
 	e->bytes = ret;
 	e->runq_ns = runq_of(tgid);
+	/* the request reached a process whose probes are not in place yet:
+	 * counted, so that what the trace may lack is said */
+	tg = bpf_map_lookup_elem(&targets, &tgid);
+	if (tg && tg->state == KPI_TARGET_PENDING)
+		e->flags = KPI_ARRIVE_BEFORE_ATTACH;
 	ev_send(e);
 }
 
@@ -583,6 +640,27 @@ static __always_inline int sys_close(int fd)
 	return 0;
 }
 
+/* A target starts listening: its port filters tcp_probe from now, so the
+ * first request's segment is seen even before the agent reads the target's
+ * sockets (it does at every rescan, for ports bound some other way). */
+static __always_inline int sys_listen(int fd)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct sock *sk;
+	__u16 port;
+	__u8 one = 1;
+
+	if (!is_target(tgid))
+		return 0;
+	sk = (struct sock *)fd_to_sk(fd);
+	if (!sk)
+		return 0;
+	port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	if (port)
+		bpf_map_update_elem(&target_ports, &port, &one, BPF_ANY);
+	return 0;
+}
+
 /* Tracepoint flavour: one program per syscall (syscalls:sys_{enter,exit}_*);
  * with exit_regs the agent loads the reads' exit ones only. */
 #define SYS_TP(name, kind)                                                        \
@@ -608,11 +686,17 @@ int kpi_enter_close(struct trace_event_raw_sys_enter *ctx)
 	return sys_close((int)ctx->args[0]);
 }
 
+SEC("tracepoint/syscalls/sys_enter_listen")
+int kpi_enter_listen(struct trace_event_raw_sys_enter *ctx)
+{
+	return sys_listen((int)ctx->args[0]);
+}
+
 /* raw_tp flavour for kernels without syscall tracepoints: the agent writes
  * this arch's syscall numbers here before load (-1: not traced). */
 const volatile long nr_read = -1, nr_readv = -1, nr_recvfrom = -1, nr_recvmsg = -1;
 const volatile long nr_write = -1, nr_writev = -1, nr_sendto = -1, nr_sendmsg = -1;
-const volatile long nr_close = -1;
+const volatile long nr_close = -1, nr_listen = -1;
 
 SEC("raw_tp/sys_enter")
 int BPF_PROG(kpi_raw_sys_enter, struct pt_regs *regs, long id)
@@ -628,6 +712,8 @@ int BPF_PROG(kpi_raw_sys_enter, struct pt_regs *regs, long id)
 		return sys_enter(fd, SYS_WRITE);
 	if (id == nr_close)
 		return sys_close(fd);
+	if (id == nr_listen)
+		return sys_listen(fd);
 	return 0;
 }
 
@@ -710,7 +796,7 @@ SEC("raw_tp/sched_switch")
 int BPF_PROG(kpi_raw_switch, bool preempt, struct task_struct *prev, struct task_struct *next)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;    /* current is prev */
-	__u64 *since = bpf_map_lookup_elem(&targets, &tgid);
+	struct kpi_target *tg = bpf_map_lookup_elem(&targets, &tgid);
 	__u32 zero = 0, *last = bpf_map_lookup_elem(&runq_last, &zero);
 	struct runq_by by = {};
 	struct task_struct *t;
@@ -720,7 +806,7 @@ int BPF_PROG(kpi_raw_switch, bool preempt, struct task_struct *prev, struct task
 		return 0;
 	by.tgid = *last;        /* who left this CPU when prev got it */
 	*last = tgid;
-	if (!since)
+	if (!tg)
 		return 0;
 	t = bpf_get_current_task_btf();
 	delay = BPF_CORE_READ(t, sched_info.run_delay);
@@ -728,7 +814,7 @@ int BPF_PROG(kpi_raw_switch, bool preempt, struct task_struct *prev, struct task
 	if (!seen) {
 		/* not primed: started after the attach (all of its waits are
 		 * the target's), else missed by the agent (count from now) */
-		init = BPF_CORE_READ(t, start_time) > *since ? 0 : delay;
+		init = BPF_CORE_READ(t, start_time) > tg->since ? 0 : delay;
 		seen = bpf_task_storage_get(&runq_seen, t, &init, BPF_LOCAL_STORAGE_GET_F_CREATE);
 		if (!seen)
 			return 0;
@@ -796,5 +882,98 @@ int kpi_tp_switch(struct trace_event_raw_sched_switch *ctx)
 		runq_mark(ctx->prev_pid);
 	if (next)
 		runq_take(next, ctx->next_pid);
+	return 0;
+}
+
+/* ---- processes: a traced executable starts, a target ends --------------- */
+
+/* A process whose comm (the executed file's name, cut to 15 characters) is
+ * this is one too, before the agent has seen its file: "kpi-infer" in
+ * discovery mode, the --exe file's name (a rebuilt file is a new inode);
+ * empty with --pid.  The agent checks the path. */
+const volatile char exec_comm[16] = {};
+/* The sched tracepoint flavour keeps target_tids; the exec'ing thread goes
+ * in at once, later threads at the agent's rescans. */
+const volatile bool exec_tids = false;
+
+static __always_inline bool comm_wanted(const char *c)
+{
+	if (!exec_comm[0])
+		return false;
+	for (int i = 0; i < 16; i++) {
+		if (c[i] != exec_comm[i])
+			return false;
+		if (!c[i])
+			break;
+	}
+	return true;
+}
+
+static __always_inline void exit_send(__u32 tgid, __u64 ts, __u32 execd)
+{
+	struct kpi_ev_exit *e = EV_NEW(kpi_ev_exit, KPI_EV_EXIT, tgid, ts);
+
+	if (e) {
+		e->execd = execd;
+		ev_send_now(e);
+	}
+}
+
+/* At the exec of a traced executable the process goes into `targets` here,
+ * before its first instruction: syscalls, tcp and sched programs follow it
+ * from then on, and so do the USDT probes when the agent has attached them
+ * to the file already (state TRACED).  The agent is woken to do the rest
+ * (ports, its own books, the file's probes when they are not there yet). */
+SEC("tracepoint/sched/sched_process_exec")
+int kpi_proc_exec(void *ctx)
+{
+	__u64 ts = bpf_ktime_get_ns();
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	__u64 ino = BPF_CORE_READ(t, mm, exe_file, f_inode, i_ino);
+	__u32 *rule = bpf_map_lookup_elem(&exec_inodes, &ino);
+	struct kpi_target v = { .since = ts };
+	struct kpi_ev_exec *e;
+	char comm[16];
+	int added;
+
+	bpf_get_current_comm(comm, sizeof(comm));
+	if (rule)
+		v.state = *rule;
+	else if (comm_wanted(comm))
+		v.state = KPI_TARGET_PENDING;
+	if (v.state == KPI_TARGET_NONE) {
+		/* a target that exec'd something else is no longer one */
+		if (bpf_map_delete_elem(&targets, &tgid) == 0)
+			exit_send(tgid, ts, 1);
+		return 0;
+	}
+	added = bpf_map_update_elem(&targets, &tgid, &v, BPF_ANY);
+	if (exec_tids && !added)
+		bpf_map_update_elem(&target_tids, &tgid, &tgid, BPF_ANY);
+	/* without the event the agent still finds it at its next /proc scan */
+	e = EV_NEW(kpi_ev_exec, KPI_EV_EXEC, tgid, ts);
+	if (!e)
+		return 0;
+	e->ino = ino;
+	e->state = v.state;
+	e->added = added;
+	__builtin_memcpy(e->comm, comm, sizeof(comm));
+	ev_send_now(e);
+	return 0;
+}
+
+/* A target's last thread exits: it leaves `targets` (nothing of it runs any
+ * more) and the agent is woken to drop the rest. */
+SEC("tracepoint/sched/sched_process_exit")
+int kpi_proc_exit(void *ctx)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+
+	if (!is_target(tgid) || BPF_CORE_READ(t, signal, live.counter) != 0)
+		return 0;
+	if (bpf_map_delete_elem(&targets, &tgid) == 0)
+		exit_send(tgid, bpf_ktime_get_ns(), 0);
 	return 0;
 }

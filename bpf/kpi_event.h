@@ -30,6 +30,8 @@ enum kpi_event_type {
 	KPI_EV_CLOSE,           /* close() of a connection that had a request in progress */
 	KPI_EV_RUNQ_BY,         /* a target thread's run-queue wait that ended when another
 				 * process's task left the CPU (see struct kpi_runq) */
+	KPI_EV_EXEC,            /* a process began running a traced executable */
+	KPI_EV_EXIT,            /* a target's last thread exited, or it exec'd another program */
 	KPI_EV_TYPE_MAX,
 };
 
@@ -37,6 +39,27 @@ enum kpi_event_type {
 enum kpi_arrive_src {
 	KPI_ARRIVE_TCP = 1,     /* tcp:tcp_probe, first data segment */
 	KPI_ARRIVE_READ = 2,    /* sys_exit of the first read() returning bytes */
+};
+
+/* ARRIVE flags. */
+#define KPI_ARRIVE_BEFORE_ATTACH 1u   /* the target was followed but its USDT probes
+				       * were not attached yet (KPI_TARGET_PENDING) */
+
+/* Value of the BPF `targets` map, keyed by tgid: a process the programs
+ * follow.  The agent writes it when it finds one in /proc; the exec program
+ * writes it at the exec of a traced executable, before its first instruction. */
+enum kpi_target_state {
+	KPI_TARGET_NONE = 0,    /* exec_inodes only: a file never traced (no probes) */
+	KPI_TARGET_PENDING,     /* syscalls, tcp and sched followed; USDT not attached yet */
+	KPI_TARGET_TRACED,      /* USDT attached too (to the process, or to its file) */
+};
+
+struct kpi_target {
+	unsigned long long since;       /* CLOCK_MONOTONIC ns it was added (its exec, or
+					 * the agent's attach): threads that start later
+					 * are wholly the target's */
+	unsigned int state;             /* enum kpi_target_state */
+	unsigned int _pad;
 };
 
 /* Indexes of the BPF `counters` per-CPU array. */
@@ -71,7 +94,7 @@ struct kpi_ev_arrive {
 	long long bytes;                /* bytes that read returned */
 	unsigned long long runq_ns;     /* the target's cumulative run-queue delay */
 	unsigned int srtt_us;           /* smoothed RTT of the connection */
-	unsigned int _pad;
+	unsigned int flags;             /* KPI_ARRIVE_BEFORE_ATTACH */
 };
 
 /* ADMIT: USDT request__admitted(id, fd, prompt_tokens, max_tokens, request_id, operation). */
@@ -165,6 +188,24 @@ struct kpi_ev_runq_by {
 					 * flavour (the agent reads /proc) */
 };
 
+/* EXEC: a process began running a traced executable (sched_process_exec);
+ * h.ts is the exec.  The exec program added it to `targets` already. */
+struct kpi_ev_exec {
+	struct kpi_ev_hdr h;
+	unsigned long long ino;         /* the executable's inode number */
+	unsigned int state;             /* enum kpi_target_state it was given */
+	int added;                      /* 0, or the error adding it to targets gave */
+	char comm[16];
+};
+
+/* EXIT: a target's last thread exited (sched_process_exit), or the target
+ * exec'd a program that is not traced; `targets` no longer holds it. */
+struct kpi_ev_exit {
+	struct kpi_ev_hdr h;
+	unsigned int execd;             /* 1: it exec'd another program, 0: it exited */
+	unsigned int _pad;
+};
+
 /* Any record, for code that holds one whatever its type (the agent's tests,
  * the WRITE it rebuilds from the map); the ring carries each at its own size. */
 union kpi_event {
@@ -180,6 +221,8 @@ union kpi_event {
 	struct kpi_ev_write write;
 	struct kpi_ev_close close;
 	struct kpi_ev_runq_by runq_by;
+	struct kpi_ev_exec exec;
+	struct kpi_ev_exit exit;
 };
 
 /* The size a record of this type has in the ring; 0 for a type not sent. */
@@ -200,6 +243,8 @@ static inline __attribute__((always_inline)) unsigned int kpi_event_size(unsigne
 	case KPI_EV_WRITE: return sizeof(struct kpi_ev_write);
 	case KPI_EV_CLOSE: return sizeof(struct kpi_ev_close);
 	case KPI_EV_RUNQ_BY: return sizeof(struct kpi_ev_runq_by);
+	case KPI_EV_EXEC: return sizeof(struct kpi_ev_exec);
+	case KPI_EV_EXIT: return sizeof(struct kpi_ev_exit);
 	default: return 0;
 	}
 }
@@ -241,7 +286,10 @@ _Static_assert(sizeof(struct kpi_ev_resp_end) == 40, "kpi_ev_resp_end ABI change
 _Static_assert(sizeof(struct kpi_ev_write) == 32 + 8 * KPI_WRITE_BATCH, "kpi_ev_write ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_close) == 24, "kpi_ev_close ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_runq_by) == 48, "kpi_ev_runq_by ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_exec) == 48, "kpi_ev_exec ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_exit) == 24, "kpi_ev_exit ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_runq) == 24, "kpi_runq ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_target) == 16, "kpi_target ABI changed: update both sides");
 
 /* The WRITE event for the n (1..KPI_WRITE_BATCH) write times c holds, timed at
  * the last of them.  The kernel sends it when the batch fills, the response

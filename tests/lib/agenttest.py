@@ -1,7 +1,7 @@
 """Helpers for kpi-agent's tests and benchmark: start the agent on a target,
 a timed raw-socket OpenAI client (client-side TTFT/e2e on CLOCK_MONOTONIC, the
 clock the agent's BPF uses), mixed load from threads, and trace checks."""
-import fcntl, json, os, random, re, socket, sqlite3, struct, sys, termios, threading, time
+import fcntl, json, os, random, re, signal, socket, sqlite3, struct, subprocess, sys, termios, threading, time
 
 import kpitest
 
@@ -442,3 +442,94 @@ def histogram(metrics, name):
             le = re.search(r'le="([^"]+)"', m.group("labels")).group(1)
             buckets[float("inf") if le == "+Inf" else float(le)] = v
     return buckets, metrics.get(name + "_sum"), metrics.get(name + "_count")
+
+
+# ---- a daemon that restarts and serves at once (issue 19) -------------------
+
+def wait_health(port, p, timeout=60):
+    """Polls /health every 2 ms until it answers 200 (p: the daemon's Popen)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if p.poll() is not None:
+            raise AssertionError(f"kpi-infer exited {p.returncode} before serving")
+        try:
+            if kpitest.http_request(port, "GET", "/health", timeout=2)[0] == 200:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"kpi-infer did not answer /health in {timeout} s")
+        time.sleep(0.002)
+
+
+def load_at_once(port, tag, n, threads=4):
+    """n short requests from threads started together, a new connection every
+    other request, half streamed; returns the Results (rid: tag-worker-i)."""
+    out, lock = [], threading.Lock()
+
+    def worker(w):
+        conn = None
+        for i in range(n // threads + (w < n % threads)):
+            if conn is None or i % 2 == 0:
+                if conn:
+                    conn.close()
+                conn = Conn(port)
+            res = Result(f"{tag}-{w}-{i}", (w + i) % 2 == 0)
+            body = {"prompt": "the cat sat on the mat", "max_tokens": 4, "temperature": 0}
+            if res.stream:
+                body["stream"] = True
+            try:
+                conn.completion(res, body)
+            except Exception as e:  # the caller counts it as not served
+                res.error = repr(e)
+                conn.close()
+                conn = None
+            with lock:
+                out.append(res)
+        if conn:
+            conn.close()
+
+    ts = [threading.Thread(target=worker, args=(w,)) for w in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join(120)
+    return out
+
+
+def restart_loop(exe, model, d, port, rounds, per_round, before_each=None):
+    """rounds lifetimes of exe (a kpi-infer) on one port: started, loaded with
+    per_round requests the moment /health answers (no sleep), stopped with
+    SIGTERM; before_each() runs before each start.  Returns [(pid, results)]."""
+    lives = []
+    for r in range(rounds):
+        if before_each:
+            before_each()
+        with open(os.path.join(d, f"infer-{r}.log"), "wb") as log:
+            p = subprocess.Popen([exe, "--model", model, "--port", str(port)],
+                                 stdout=log, stderr=subprocess.STDOUT)
+        kpitest.on_cleanup(lambda p=p: p.poll() is None and (p.kill(), p.wait()))
+        wait_health(port, p)
+        lives.append((p.pid, load_at_once(port, f"r{r}-{p.pid}", per_round)))
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+    return lives
+
+
+def attached_lines(lines, pids):
+    """pid -> the agent's 'attached to pid N ...' line for these pids, or its
+    'pid N exited ... before the agent got to it' line."""
+    out = {}
+    for l in lines:
+        m = re.match(r"attached to pid (\d+) |pid (\d+) exited .* before the agent got to it", l)
+        if m and int(m.group(1) or m.group(2)) in pids:
+            out[int(m.group(1) or m.group(2))] = l
+    return out
+
+
+def exec_latency(line):
+    """(traced_ms, knew_ms) from an 'attached' line that has them, else None:
+    exec -> every program follows it; exec -> the agent heard of it."""
+    m = re.search(r"traced ([0-9.]+) ms after its exec \(the agent knew after ([0-9.]+) ms\)",
+                  line or "")
+    return (float(m.group(1)), float(m.group(2))) if m else None

@@ -124,6 +124,27 @@ static void rejected_request_row(void)
 	assemble_free(a);
 }
 
+/* Requests that reached a target before its USDT probes were attached are
+ * counted (issue 19); one whose engine marks came in after all still gets
+ * its row. */
+static void arrivals_before_attach_counted(void)
+{
+	struct assembler *a = fresh();
+	struct assemble_stats st;
+	union kpi_event e = mkev(42, KPI_EV_ARRIVE, 100, 0, 5, KPI_ARRIVE_TCP, 0, NULL);
+
+	e.arrive.flags = KPI_ARRIVE_BEFORE_ATTACH;
+	assemble_ev(a, e);
+	ev(a, KPI_EV_ADMIT, 150, 3, 5, 4, 2, "early");
+	ev(a, KPI_EV_WRITE, 170, 0, 5, 0, 0, NULL);
+	ev(a, KPI_EV_RESP_END, 171, 3, 5, 200, 0, NULL);
+	ev(a, KPI_EV_ARRIVE, 200, 0, 6, KPI_ARRIVE_TCP, 0, NULL);
+	assemble_stats(a, &st);
+	CHECK(st.before_attach == 1, "%llu", (unsigned long long)st.before_attach);
+	CHECK(n_got == 1 && !strcmp(got[0].request_id, "early"), "%d", n_got);
+	assemble_free(a);
+}
+
 /* Keep-alive: the second request on the same fd starts at its own arrival. */
 static void keepalive_two_requests(void)
 {
@@ -316,6 +337,7 @@ int main(void)
 {
 	RUN(streamed_request_phases);
 	RUN(rejected_request_row);
+	RUN(arrivals_before_attach_counted);
 	RUN(keepalive_two_requests);
 	RUN(out_of_order_marks_clamped);
 	RUN(cancelled_after_close);
