@@ -9,7 +9,7 @@
 /* ---- limits and state ---------------------------------------------------- */
 
 #define LINE_KEEP  160  /* bytes of a head or chunk-size line kept: what we need is at its start */
-#define EVENT_KEEP 480  /* bytes of an SSE event kept to classify it */
+#define EVENT_KEEP 480u /* bytes of an SSE event kept to classify it */
 #define CARRY_KEEP 112  /* body bytes carried to the next piece: a key and value cut at its end */
 #define KEY_MAX    24   /* longest quoted key looked at */
 #define WS_MAX     4    /* whitespace stepped over around ':' */
@@ -87,22 +87,13 @@ static bool id_char(unsigned char c)
 	       c == '.' || c == '_' || c == ':' || c == '-';
 }
 
-/* [A-Za-z0-9._:-] of s, as kpi-infer keeps a client's x-request-id. */
-static void copy_id(char *dst, size_t cap, const char *s, size_t n)
+/* An id keeps [A-Za-z0-9._:-] of s, as kpi-infer keeps a client's
+ * x-request-id; a text its printable ASCII (a JSON escape keeps its letter). */
+static void copy_clean(char *dst, size_t cap, const char *s, size_t n, bool id)
 {
 	size_t o = 0;
 	for (size_t i = 0; i < n && o + 1 < cap; i++)
-		if (id_char((unsigned char)s[i]))
-			dst[o++] = s[i];
-	dst[o] = 0;
-}
-
-/* Printable ASCII of a JSON string's raw bytes (an escape keeps its letter). */
-static void copy_text(char *dst, size_t cap, const char *s, size_t n)
-{
-	size_t o = 0;
-	for (size_t i = 0; i < n && o + 1 < cap; i++)
-		if (s[i] != '\\' && s[i] >= 0x20 && s[i] < 0x7f)
+		if (id ? id_char((unsigned char)s[i]) : s[i] != '\\' && s[i] >= 0x20 && s[i] < 0x7f)
 			dst[o++] = s[i];
 	dst[o] = 0;
 }
@@ -135,13 +126,12 @@ enum key { K_NONE, K_MODEL, K_STREAM, K_MAX_TOKENS, K_MAX_COMPLETION_TOKENS,
 	K_FINISH_REASON, K_PROMPT_TOKENS, K_COMPLETION_TOKENS, K_INPUT_TOKENS, K_OUTPUT_TOKENS,
 	K_TYPE, K_CONTENT, K_REASONING_CONTENT, K_REASONING, K_TEXT, K_ARGUMENTS, K__COUNT };
 
-static const struct { const char *s; uint8_t n; } key_names[K__COUNT] = {
-	{ "", 0 }, { "model", 5 }, { "stream", 6 }, { "max_tokens", 10 },
-	{ "max_completion_tokens", 21 }, { "finish_reason", 13 }, { "prompt_tokens", 13 },
-	{ "completion_tokens", 17 }, { "input_tokens", 12 }, { "output_tokens", 13 },
-	{ "type", 4 }, { "content", 7 }, { "reasoning_content", 17 }, { "reasoning", 9 },
-	{ "text", 4 }, { "arguments", 9 },
-};
+#define KEY(s) { s, sizeof(s) - 1 }
+static const struct { const char *s; size_t n; } key_names[K__COUNT] = { KEY(""), KEY("model"),
+	KEY("stream"), KEY("max_tokens"), KEY("max_completion_tokens"), KEY("finish_reason"),
+	KEY("prompt_tokens"), KEY("completion_tokens"), KEY("input_tokens"), KEY("output_tokens"),
+	KEY("type"), KEY("content"), KEY("reasoning_content"), KEY("reasoning"), KEY("text"),
+	KEY("arguments") };
 
 #define KM(k) (1u << (k))
 #define REQ_KEYS   (KM(K_MODEL) | KM(K_STREAM) | KM(K_MAX_TOKENS) | KM(K_MAX_COMPLETION_TOKENS))
@@ -179,48 +169,33 @@ static size_t skip_ws(const char *p, size_t i, size_t n)
 	return i;
 }
 
-/* Reads the value at p[i]; returns the index after it (n when it ran off). */
+/* Reads the value at p[i]; returns the index after it (n when it ran off).
+ * Numbers: the non-negative integers our fields are; others are J_OTHER. */
 static size_t json_value(const char *p, size_t i, size_t n, struct jval *v)
 {
-	static const struct { const char *s; size_t n; enum jtype t; } lits[] = {
-		{ "true", 4, J_TRUE }, { "false", 5, J_FALSE }, { "null", 4, J_NULL } };
-	memset(v, 0, sizeof(*v));
-	v->complete = true;
+	size_t j = i + 1;
+	*v = (struct jval){ .type = J_OTHER, .complete = true };
 	if (p[i] == '"') {
-		size_t j = i + 1;
 		while (j < n && p[j] != '"')
 			j += p[j] == '\\' ? 2 : 1;
-		v->s = p + i + 1;
-		v->len = (j < n ? j : n) - i - 1;
-		v->complete = j < n;
+		*v = (struct jval){ J_STR, j < n, p + i + 1, (j < n ? j : n) - i - 1, 0 };
 		return j < n ? j + 1 : n;
 	}
-	if (p[i] == '-' || (p[i] >= '0' && p[i] <= '9')) {
-		size_t j = i + (p[i] == '-');
+	if (p[i] >= '0' && p[i] <= '9') {
 		while (j < n && p[j] >= '0' && p[j] <= '9')
 			j++;
-		v->type = J_NUM;
+		v->num = parse_dec(p + i, j - i);
+		v->type = v->num < 0 || (j < n && memchr(".eE", p[j], 3)) ? J_OTHER : J_NUM;
 		v->complete = j < n;
-		v->num = parse_dec(p + i + (p[i] == '-'), j - i - (p[i] == '-'));
-		if (v->num < 0 || (j < n && (p[j] == '.' || p[j] == 'e' || p[j] == 'E')))
-			v->type = J_OTHER;
-		else if (p[i] == '-')
-			v->num = -v->num;
 		return j;
 	}
-	for (size_t k = 0; k < sizeof(lits) / sizeof(lits[0]); k++) {
-		if (p[i] != lits[k].s[0])
-			continue;
-		v->type = lits[k].t;
-		if (n - i < lits[k].n) {
-			v->complete = false;
-			return n;
-		}
-		if (!memcmp(p + i, lits[k].s, lits[k].n))
-			return i + lits[k].n;
-	}
-	v->type = J_OTHER;
-	return i + 1;
+	const char *lit = p[i] == 't' ? "true" : p[i] == 'f' ? "false" : p[i] == 'n' ? "null" : NULL;
+	size_t ln = lit ? strlen(lit) : 1;
+	if (!lit || (n - i >= ln && memcmp(p + i, lit, ln)))
+		return i + 1;
+	v->type = p[i] == 't' ? J_TRUE : p[i] == 'f' ? J_FALSE : J_NULL;
+	v->complete = n - i >= ln;
+	return v->complete ? i + ln : n;
 }
 
 /* Calls fn for every "key": value in p[0..n) whose key is in mask, without
@@ -270,7 +245,7 @@ static void req_key(void *ctx, int key, const struct jval *v)
 	struct http_exchange *x = ctx;
 	if (key == K_MODEL && v->type == J_STR && !x->model[0] &&
 	    (v->complete || v->len >= HTTP_TRACK_MODEL_LEN - 1))
-		copy_text(x->model, sizeof(x->model), v->s, v->len);
+		copy_clean(x->model, sizeof(x->model), v->s, v->len, false);
 	if (!v->complete)
 		return;
 	if (key == K_STREAM && x->stream < 0 && (v->type == J_TRUE || v->type == J_FALSE))
@@ -288,7 +263,7 @@ static void usage_key(void *ctx, int key, const struct jval *v)
 	if (!v->complete)
 		return;
 	if (key == K_FINISH_REASON && v->type == J_STR && v->len)
-		copy_id(x->finish_reason, sizeof(x->finish_reason), v->s, v->len);
+		copy_clean(x->finish_reason, sizeof(x->finish_reason), v->s, v->len, true);
 	else if ((key == K_PROMPT_TOKENS || key == K_INPUT_TOKENS) && v->type == J_NUM)
 		x->prompt_tokens = v->num;
 	else if ((key == K_COMPLETION_TOKENS || key == K_OUTPUT_TOKENS) && v->type == J_NUM)
@@ -405,19 +380,19 @@ static void sse_reset(struct sse *e)
 	e->in_line = e->cut = false;
 }
 
-static void sse_put(struct sse *e, char c)
+static void sse_put(struct sse *e, const char *p, size_t n)
 {
-	if (e->len < EVENT_KEEP)
-		e->buf[e->len++] = c;
-	else
-		e->cut = true;
+	size_t c = n < EVENT_KEEP - e->len ? n : EVENT_KEEP - e->len;
+	memcpy(e->buf + e->len, p, c);
+	e->len += (uint16_t)c;
+	e->cut |= c < n;
 }
 
 /* Part of the event was not captured: it ends at the next blank line seen
  * (events wholly inside the gap are not counted: they cannot be seen). */
 static void sse_cut(struct sse *e)
 {
-	sse_put(e, '\0');
+	sse_put(e, "", 1);
 	e->cut = e->in_line = true;
 }
 
@@ -467,16 +442,19 @@ static void sse_feed(struct http_track *t, struct xnode *n, const char *p, size_
 	while (len) {
 		const char *lf = memchr(p, '\n', len);
 		size_t seg = lf ? (size_t)(lf - p) : len;
-		for (size_t i = 0; i < seg; i++) {
-			if (p[i] == '\r')
-				continue;
-			e->in_line = true;
-			sse_put(e, p[i]);
+		for (size_t i = 0; i < seg;) {          /* the line's bytes, CRs dropped */
+			const char *cr = memchr(p + i, '\r', seg - i);
+			size_t run = cr ? (size_t)(cr - p) - i : seg - i;
+			if (run) {
+				e->in_line = true;
+				sse_put(e, p + i, run);
+			}
+			i += run + (cr != NULL);
 		}
 		if (!lf)
 			return;
 		if (e->in_line) {
-			sse_put(e, '\n');
+			sse_put(e, "\n", 1);
 			e->in_line = false;
 		} else {
 			sse_dispatch(t, n, ts);
@@ -497,19 +475,13 @@ static void pick_id(struct xnode *n)
 	memcpy(x->request_id, src, strlen(src) + 1);    /* each source fits request_id */
 }
 
-/* Hands n over with reason end at ts and forgets it. */
-static void deliver(struct http_track *t, struct xnode *n, enum http_end end, uint64_t ts)
+/* Hands the oldest exchange over with reason end at ts and forgets it (a
+ * response always belongs to the oldest: the others wait behind it). */
+static void deliver(struct http_track *t, enum http_end end, uint64_t ts)
 {
-	struct xnode **pp = &t->head, *prev = NULL;
-	while (*pp && *pp != n) {
-		prev = *pp;
-		pp = &(*pp)->next;
-	}
-	if (!*pp)
-		return;
-	*pp = n->next;
-	if (t->tail == n)
-		t->tail = prev;
+	struct xnode *n = t->head;
+	if (!(t->head = n->next))
+		t->tail = NULL;
 	t->queued--;
 	if (t->in.x == n)
 		t->in.x = NULL;
@@ -527,12 +499,18 @@ static void deliver(struct http_track *t, struct xnode *n, enum http_end end, ui
 	free(n);
 }
 
-static void dir_reset(struct dir *d, enum dstate state)
+static void line_clear(struct dir *d)
 {
 	memset(d->line, 0, d->line_len);
-	carry_clear(d);
 	d->line_len = 0;
-	d->line_cut = d->close_delim = false;
+	d->line_cut = false;
+}
+
+static void dir_reset(struct dir *d, enum dstate state)
+{
+	line_clear(d);
+	carry_clear(d);
+	d->close_delim = false;
 	d->state = state;
 	d->x = NULL;
 }
@@ -543,7 +521,7 @@ static void give_up(struct http_track *t, uint64_t ts)
 	STAT(t, unsynced, 1);
 	STAT(t, malformed, 1);
 	while (t->head)
-		deliver(t, t->head, HTTP_END_UNSYNCED, ts);
+		deliver(t, HTTP_END_UNSYNCED, ts);
 	dir_reset(&t->in, D_UNSYNCED);
 	dir_reset(&t->out, D_UNSYNCED);
 	sse_reset(&t->ev);
@@ -569,13 +547,6 @@ static size_t line_take(struct dir *d, const uint8_t *p, size_t n, bool *done)
 	return take;
 }
 
-static void line_clear(struct dir *d)
-{
-	memset(d->line, 0, d->line_len);
-	d->line_len = 0;
-	d->line_cut = false;
-}
-
 /* "METHOD /path HTTP/1.x" (the version may lie past a cut line). */
 static bool request_line(const struct dir *d, char *method, char *path)
 {
@@ -591,11 +562,7 @@ static bool request_line(const struct dir *d, char *method, char *path)
 	if (pe == n ? !d->line_cut :
 	    n - pe - 1 != 8 || memcmp(v, "HTTP/1.", 7) || (v[7] != '0' && v[7] != '1'))
 		return false;
-	if (pe - ps > 8 && !strncasecmp(l + ps, "http", 4)) { /* absolute form */
-		const char *s = memchr(l + ps + 8, '/', pe - ps - 8);
-		ps = s ? (size_t)(s - l) : pe;
-	}
-	if (ps < pe && l[ps] != '/' && l[ps] != '*')
+	if (ps == pe || (l[ps] != '/' && l[ps] != '*'))    /* origin form, or OPTIONS * */
 		return false;
 	memcpy(method, l, m);
 	method[m] = 0;
@@ -656,20 +623,25 @@ static bool start_response(struct http_track *t, struct dir *d)
 	int status = status_line(d->line, d->line_len);
 	if (status < 0)
 		return false;
+	struct xnode *n = t->owed ? NULL : t->head;
 	d->h.status = status;
+	if (n && d->msg_ts < n->x.t_arrive) {  /* begun before its request, in feed order */
+		STAT(t, clamped, 1);
+		d->msg_ts = n->x.t_arrive;
+	}
 	if (status < 200 && status != 101) {
-		if (!t->owed && t->head && !t->head->x.t_continue)
-			t->head->x.t_continue = d->msg_ts;
+		if (n && !n->x.t_continue)
+			n->x.t_continue = d->msg_ts;
 		return true;
 	}
-	if (t->owed || !t->head) {
+	if (!n) {
 		t->owed -= t->owed > 0;
 		STAT(t, orphan_responses, 1);
 		return true;
 	}
-	d->x = t->head;
-	d->x->x.status = status;
-	d->x->x.t_resp_start = d->msg_ts;
+	d->x = n;
+	n->x.status = status;
+	n->x.t_resp_start = d->msg_ts;
 	return true;
 }
 
@@ -714,7 +686,7 @@ static void header_line(struct http_track *t, struct dir *d)
 	else if (IS("expect"))
 		d->h.expect = has_ci(v, vn, "100-continue");
 	else if (IS("x-request-id") && d->x)
-		copy_id(d == &t->in ? d->x->req_id : d->x->resp_id, HTTP_TRACK_ID_LEN, v, vn);
+		copy_clean(d == &t->in ? d->x->req_id : d->x->resp_id, HTTP_TRACK_ID_LEN, v, vn, true);
 	else if (IS("traceparent") && d->x && d == &t->in)
 		traceparent(d->x, v, vn);
 #undef IS
@@ -757,7 +729,7 @@ static void msg_done(struct http_track *t, struct dir *d, uint64_t ts)
 	if (d == &t->in)
 		n->x.t_req_read = ts;
 	else
-		deliver(t, n, HTTP_END_COMPLETE, ts);
+		deliver(t, HTTP_END_COMPLETE, ts);
 }
 
 /* The blank line after the headers: decide the body's framing. */
@@ -775,7 +747,7 @@ static void head_end(struct http_track *t, struct dir *d, uint64_t ts)
 			      (!in && h->sse ? HTTP_X_SSE : 0) | (!in && h->chunked ? HTTP_X_CHUNKED : 0);
 	if (!in && (h->status == 101 || (n && h->status < 300 && !strcmp(n->x.method, "CONNECT")))) {
 		if (n)
-			deliver(t, n, HTTP_END_COMPLETE, ts);
+			deliver(t, HTTP_END_COMPLETE, ts);
 		dir_reset(&t->in, D_DEAD);      /* another protocol from here on */
 		dir_reset(&t->out, D_DEAD);
 		return;
@@ -993,7 +965,7 @@ static void dir_unsync(struct http_track *t, struct dir *d, uint64_t ts, bool ma
 		n = t->head;
 	}
 	if (n)
-		deliver(t, n, HTTP_END_UNSYNCED, ts);
+		deliver(t, HTTP_END_UNSYNCED, ts);
 }
 
 static void dir_gap(struct http_track *t, struct dir *d, uint64_t n, uint64_t ts)
@@ -1083,8 +1055,7 @@ void http_track_close(struct http_track *t, uint64_t ts, enum http_closer who)
 	if (o->x && o->state == D_BODY && o->close_delim && who == HTTP_BY_SERVER)
 		msg_done(t, o, ts);
 	while (t->head)
-		deliver(t, t->head, who == HTTP_BY_CLIENT ? HTTP_END_CLIENT_CLOSED :
-			HTTP_END_SERVER_CLOSED, ts);
+		deliver(t, who == HTTP_BY_CLIENT ? HTTP_END_CLIENT_CLOSED : HTTP_END_SERVER_CLOSED, ts);
 	dir_reset(&t->in, D_START);
 	dir_reset(&t->out, D_START);
 	sse_reset(&t->ev);
@@ -1099,7 +1070,7 @@ void http_track_expire(struct http_track *t, uint64_t now)
 	while (t->head) {
 		if (t->head != t->out.x)
 			t->owed++;
-		deliver(t, t->head, HTTP_END_TIMEOUT, now);
+		deliver(t, HTTP_END_TIMEOUT, now);
 	}
 }
 

@@ -105,7 +105,7 @@ struct http_track_stats {
 	uint64_t gap_bytes_lost;        /* uncaptured bytes no framing accounted for */
 	uint64_t unknown_events;        /* SSE events of unknown kind */
 	uint64_t orphan_responses;      /* responses with no request to match */
-	uint64_t clamped;               /* feeds whose ts was earlier than the last one, raised to it */
+	uint64_t clamped;               /* times earlier than the last one (or than their request), raised */
 	uint64_t no_memory;             /* requests not tracked: allocation failed */
 };
 

@@ -597,6 +597,15 @@ static void test_clamp_and_upgrade(void)
 	CHECK(http_track_stats(t)->clamped == 1, "clamped");
 	in(t, "\x81\x85garbage GET / HTTP/1.1\r\n\r\n", 110);
 	CHECK(http_track_in_flight(t) == 0 && http_track_stats(t)->malformed == 0, "ignored after the upgrade");
+	/* a status line begun (in feed order) before its request: raised to the
+	 * request's arrival; a negative count is no count (found by the fuzzer) */
+	http_track_close(t, 120, HTTP_BY_SERVER);
+	out(t, "HTTP/1.1 2", 130);
+	in(t, "GET /late HTTP/1.1\r\n\r\n", 140);
+	out(t, "00 OK\r\nContent-Length: 30\r\n\r\n{\"usage\":{\"prompt_tokens\":-5}}", 150);
+	CHECK(g.n == 2 && g.x[1].t_resp_start == 140 && g.x[1].prompt_tokens == -1, "resp %" PRIu64
+	      " prompt %" PRId64, g.x[1].t_resp_start, g.x[1].prompt_tokens);
+	CHECK(http_track_stats(t)->clamped == 2, "clamped %" PRIu64, http_track_stats(t)->clamped);
 	http_track_free(t);
 }
 
