@@ -39,5 +39,9 @@ def test_fuzz_gguf():
     fuzz("gguf")
 
 
-for _t in (test_fuzz_http, test_fuzz_json, test_fuzz_chat, test_fuzz_gguf):
+def test_fuzz_agent_http_track():
+    fuzz("agent_http_track")
+
+
+for _t in (test_fuzz_http, test_fuzz_json, test_fuzz_chat, test_fuzz_gguf, test_fuzz_agent_http_track):
     _t.timeout = SECONDS + 90

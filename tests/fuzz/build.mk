@@ -16,6 +16,8 @@ SAN_CFLAGS := -O1 -g -march=native -std=gnu11 -Wall -Wno-unused-parameter -D_GNU
 DAEMON_LIB_SRCS := $(ENGINE_SRCS) $(SERVER_SRCS)
 
 # ---- fuzz targets -----------------------------------------------------------
+# fuzz_agent_*.c fuzz the agent's parsers: each names the agent objects it
+# links (instrumented like the rest), beside libdaemon.a, which they leave unused.
 FUZZ_TARGETS := $(patsubst tests/fuzz/fuzz_%.c,%,$(wildcard tests/fuzz/fuzz_*.c))
 FUZZ_BINS := $(FUZZ_TARGETS:%=$(BUILD)/fuzz/fuzz_%)
 FUZZ_OBJ := $(BUILD)/fuzz/obj
@@ -33,6 +35,8 @@ $(BUILD)/fuzz/libdaemon.a: $(DAEMON_LIB_SRCS:%.c=$(FUZZ_OBJ)/%.o) $(OBJ)/daemon/
 $(BUILD)/fuzz/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $(BUILD)/fuzz/libdaemon.a
 	$(call msg,LD,$@)
 	$(Q)$(CLANG) $(SAN_FLAGS) -fsanitize=fuzzer $^ -o $@ -ljansson $(LDLIBS_COMMON)
+
+$(BUILD)/fuzz/fuzz_agent_http_track: $(FUZZ_OBJ)/agent/http_track.o
 
 # ---- kpi-infer with ASan, LSan and UBSan --------------------------------------
 ASAN_OBJ := $(BUILD)/asan/obj

@@ -62,6 +62,68 @@ def chat_seeds():
     put("chat", "empty", b"")
 
 
+# ---- the agent's HTTP/SSE stream tracker: steps of fuzz_agent_http_track.c --
+IN, OUT = 0, 1
+CAP_ALL, CAP_HALF, CAP_NONE, CAP_GAP = 0, 12, 13, 14
+
+
+def track_feed(d, data, adv=1, cap=CAP_ALL):
+    """One read (IN) or write (OUT), in steps of at most 256 bytes."""
+    data = data.encode() if isinstance(data, str) else data
+    out = b""
+    for i in range(0, len(data), 256):
+        piece = data[i:i + 256]
+        out += bytes([(cap << 4) | (adv << 1) | d, len(piece) - 1]) + piece
+    return out
+
+
+def track_close(by_client=False):
+    return bytes([(7 << 1) | (0x10 if by_client else 0)])
+
+
+def chunk(s):
+    return "%x\r\n%s\r\n" % (len(s.encode()), s)
+
+
+def track_seeds():
+    body = '{"messages":[{"role":"user","content":"hi"}],"model":"m","stream":true,"max_tokens":8}'
+    req = ("POST /v1/chat/completions HTTP/1.1\r\nX-Request-Id: r1\r\nContent-Length: %d\r\n\r\n%s"
+           % (len(body), body))
+    head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    pre = 'data: {"id":"c1","object":"chat.completion.chunk","choices":[{"index":0,'
+    events = [pre + '"delta":{"role":"assistant","content":""}}]}\n\n',
+              pre + '"delta":{"content":"Hi"},"finish_reason":null}]}\n\n',
+              pre + '"delta":{"content":"!"},"finish_reason":"stop"}]}\n\n',
+              'data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2}}\n\n',
+              "data: [DONE]\n\n"]
+    stream = track_feed(IN, req) + track_feed(OUT, head)
+    stream += b"".join(track_feed(OUT, chunk(e)) for e in events) + track_feed(OUT, "0\r\n\r\n")
+    put("agent_http_track", "chat_stream", stream)
+    put("agent_http_track", "chat_stream_packed", track_feed(IN, req) + track_feed(
+        OUT, head + chunk("".join(events[:3])) + chunk("".join(events[3:])) + "0\r\n\r\n", adv=2))
+    put("agent_http_track", "pipelined", track_feed(
+        IN, "GET /a HTTP/1.1\r\n\r\nHEAD /b HTTP/1.1\r\n\r\nPOST /c HTTP/1.1\r\nTransfer-Encoding: chunked"
+        "\r\n\r\n2\r\n{}\r\n0\r\n\r\n") + track_feed(
+        OUT, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n"
+        "HTTP/1.1 429 Too Many\r\nx-request-id: q\r\nContent-Length: 0\r\n\r\n"))
+    put("agent_http_track", "gap_chunk_size", track_feed(IN, req) + track_feed(OUT, head) +
+        track_feed(OUT, chunk(events[1]) + chunk(events[2]), cap=CAP_HALF) +
+        track_feed(IN, req, adv=3) + track_feed(OUT, head) + track_feed(OUT, chunk(events[1]) + "0\r\n\r\n"))
+    put("agent_http_track", "responses_api", track_feed(IN, req) + track_feed(OUT, head) + b"".join(
+        track_feed(OUT, chunk("event: %s\ndata: {\"type\":\"%s\",\"delta\":\"x\"}\n\n" % (t, t)))
+        for t in ("response.created", "response.output_text.delta", "response.completed")))
+    put("agent_http_track", "continue_close", track_feed(
+        IN, "POST /v1/completions HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 12\r\n\r\n") +
+        track_feed(OUT, "HTTP/1.1 100 Continue\r\n\r\n") + track_feed(IN, '{"stream":0}') +
+        track_feed(OUT, "HTTP/1.0 200 OK\r\nContent-Type: text/event-stream\r\n\r\n: ping\r\n\r\n"
+                   'data: {"choices":[{"text":"a"}]}\r\n\r\n') + track_close())
+    put("agent_http_track", "sendfile_gap", track_feed(IN, "GET /f HTTP/1.1\r\n\r\n") + track_feed(
+        OUT, "HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n") + track_feed(OUT, "x" * 200, cap=CAP_NONE) +
+        track_feed(OUT, "x" * 100, cap=CAP_GAP) + bytes([6 << 1]) + track_feed(IN, "GET /g HTTP/1.1\r\n\r\n"))
+    put("agent_http_track", "midstream_disconnect", bytes([0xff]) + track_feed(OUT, events[1]) +
+        track_feed(IN, req) + track_feed(OUT, head + chunk(events[1])) + track_close(by_client=True))
+
+
 # ---- GGUF: a micro llama (dim 8, one layer, byte vocabulary) ---------------
 U32, I32, F32, STR, ARR = 4, 5, 6, 8, 9
 
@@ -155,6 +217,7 @@ if __name__ == "__main__":
     json_seeds()
     chat_seeds()
     gguf_seeds()
+    track_seeds()
     for t in sorted(os.listdir(os.path.join(HERE, "corpus"))):
         d = os.path.join(HERE, "corpus", t)
         print(f"{t}: {len(os.listdir(d))} seeds, {sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))} bytes")

@@ -21,7 +21,9 @@ class Capture:
     def __init__(self, ports, path=None):
         self.path = path or os.path.join(kpitest.tmpdir("kpi-pcap-"), "lo.pcap")
         flt = " or ".join(f"tcp port {p}" for p in ports)
-        self.p = subprocess.Popen(["tcpdump", "-i", "lo", "-U", "-n", "-s", "0", "-B", "16384",
+        # --immediate-mode: without it libpcap hands packets over a block at a
+        # time, and the last ones before the stop never reach the file
+        self.p = subprocess.Popen(["tcpdump", "-i", "lo", "--immediate-mode", "-U", "-n", "-s", "0", "-B", "16384",
                                    "--time-stamp-precision=nano", "-w", self.path, flt],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         kpitest.on_cleanup(self.stop)
