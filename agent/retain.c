@@ -72,8 +72,11 @@ static int64_t size_cutoff(sqlite3 *db)
 		snprintf(sql, sizeof(sql), "SELECT wall_ns FROM %s ORDER BY rowid LIMIT 1 OFFSET ?",
 			 wall_tables[i]);
 		int64_t t = query_i64(db, sql, RETAIN_BATCH - 1, true, &null);
-		if (null) {     /* fewer rows than a batch: all of them may go */
-			snprintf(sql, sizeof(sql), "SELECT max(wall_ns) + 1 FROM %s", wall_tables[i]);
+		if (null) {
+			/* fewer rows than a batch: half of them at most, so that a
+			 * small table never sets a horizon that empties the others */
+			snprintf(sql, sizeof(sql), "SELECT wall_ns FROM %s ORDER BY rowid LIMIT 1 "
+				 "OFFSET (SELECT count(*) / 2 FROM %s)", wall_tables[i], wall_tables[i]);
 			t = query_i64(db, sql, 0, false, &null);
 			if (null)
 				continue;
@@ -108,6 +111,12 @@ static int remove_before(sqlite3 *db, int64_t cut, int64_t *removed)
 	char sql[400];
 	bool null;
 
+	/* a request's token times leave with it, in the same round: the same
+	 * batch of requests, by their time index */
+	if (exec_changes(db, "DELETE FROM tokens WHERE rowid IN (SELECT t.rowid FROM tokens t JOIN "
+			 "(SELECT request_id, pid FROM requests WHERE wall_ns < ?1 ORDER BY wall_ns LIMIT "
+			 STR(RETAIN_BATCH) ") q ON t.request_id = q.request_id AND t.pid = q.pid)", cut, removed))
+		return -1;
 	for (size_t i = 0; i < N_WALL_TABLES; i++) {
 		const char *t = wall_tables[i];
 		snprintf(sql, sizeof(sql), oldest_sql(t), t);
@@ -115,7 +124,8 @@ static int remove_before(sqlite3 *db, int64_t cut, int64_t *removed)
 		if (null || first >= cut)
 			continue;
 		snprintf(sql, sizeof(sql), "DELETE FROM %s WHERE rowid IN (SELECT rowid FROM %s "
-			 "WHERE wall_ns < ?1 LIMIT %d)", t, t, RETAIN_BATCH);
+			 "WHERE wall_ns < ?1 %s LIMIT %d)", t, t,
+			 strcmp(t, "requests") ? "" : "ORDER BY wall_ns", RETAIN_BATCH);
 		if (exec_changes(db, sql, cut, removed))
 			return -1;
 	}
@@ -126,7 +136,7 @@ static int remove_before(sqlite3 *db, int64_t cut, int64_t *removed)
 			 "JOIN agent_runs r ON r.run_id = g.run_id WHERE g.start_ns + r.mono_to_wall_ns < ?1 "
 			 "ORDER BY g.rowid LIMIT " STR(RETAIN_BATCH) ")", cut, removed))
 		return -1;
-	/* token times belong to their request: the oldest whose request is gone */
+	/* tokens whose request went some other way (a trace of an older agent) */
 	return exec_changes(db, "DELETE FROM tokens WHERE rowid IN (SELECT t.rowid FROM (SELECT rowid, "
 			    "request_id FROM tokens ORDER BY rowid LIMIT " STR(RETAIN_BATCH) ") t WHERE NOT "
 			    "EXISTS (SELECT 1 FROM requests q WHERE q.request_id = t.request_id))", 0, removed);
