@@ -4,6 +4,7 @@
 #include <bpf/libbpf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -81,6 +82,22 @@ static void target_put(struct attach *at, pid_t pid, const struct kpi_target *v)
 	__u32 key = (__u32)pid;
 
 	bpf_map__update_elem(at->skel->maps.targets, &key, sizeof(key), v, sizeof(*v), BPF_ANY);
+}
+
+/* A process the exec program stopped (KPI_TARGET_F_HELD) runs on: its
+ * file's probes are attached, or will not be. Every path that is done with
+ * a new process comes here, so that none stays stopped. */
+static void hold_release(struct attach *at, pid_t pid)
+{
+	struct kpi_target v;
+
+	if (target_get(at, pid, &v) || !(v.flags & KPI_TARGET_F_HELD))
+		return;
+	v.flags &= ~KPI_TARGET_F_HELD;
+	target_put(at, pid, &v);
+	if (kill(pid, SIGCONT) && errno != ESRCH)
+		fprintf(stderr, "kpi-agent: pid %d was stopped at its exec and cannot be continued "
+			"(%s): run kill -CONT %d\n", pid, strerror(errno), pid);
 }
 
 /* Removes pid's `targets` entry if it is still the one added at since (the
@@ -277,11 +294,13 @@ static int attach_one(struct attach *at, pid_t pid, uint64_t exec_ts)
 		printf("attached to pid %d (%s)\n", pid, exe);
 		return 0;
 	}
-	/* from its exec when the probes were on its file before it ran */
+	/* from its exec when the probes were on its file before it ran, or
+	 * when it was held there until they were */
 	printf("attached to pid %d (%s), traced %.1f ms after its exec (the agent knew after "
-	       "%.1f ms)\n", pid, exe,
+	       "%.1f ms)%s\n", pid, exe,
 	       traced_at_exec ? 0.0 : (double)(host_mono_ns() - exec_ts) / 1e6,
-	       (double)(t0 - exec_ts) / 1e6);
+	       (double)(t0 - exec_ts) / 1e6,
+	       v.flags & KPI_TARGET_F_HELD ? ", held at its exec until then" : "");
 	return 0;
 }
 
@@ -422,8 +441,10 @@ void attach_rescan(struct attach *at)
 		n = targets_scan(at->want.exe, found, KPI_MAX_TARGETS);
 	}
 	for (int i = 0; i < n; i++)
-		if (find_target(at, found[i]) < 0 && wanted(at, found[i]))
+		if (find_target(at, found[i]) < 0 && wanted(at, found[i])) {
 			attach_one(at, found[i], 0);
+			hold_release(at, found[i]);     /* its exec event was lost */
+		}
 	gpu_sync(at);
 }
 
@@ -476,10 +497,13 @@ static void on_exec(struct attach *at, const struct proc_event *ev)
 	if (!target_matches(ev->pid, at->want.exe)) {
 		/* an inode number shared with another filesystem's file, or a
 		 * file merely called kpi-infer that it has since stopped being */
+		hold_release(at, ev->pid);
 		target_drop(at, ev->pid, ev->ts);
 		return;
 	}
-	if (attach_one(at, ev->pid, ev->ts))
+	int rc = attach_one(at, ev->pid, ev->ts);
+	hold_release(at, ev->pid);
+	if (rc)
 		target_drop(at, ev->pid, ev->ts);
 }
 
@@ -569,6 +593,7 @@ void attach_choose_programs(struct attach *at)
 			 base ? base + 1 : TARGET_DEFAULT_NAME);
 	}
 	s->rodata->exec_tids = !sched_rawtp;
+	s->rodata->exec_hold = at->want.exec_hold && !at->want.n_pids;
 	if (at->want.verbose)
 		fprintf(stderr, "kpi-agent: syscalls via %s, run queue via %s, tcp arrival %s, "
 			"new targets %s\n",
@@ -651,8 +676,18 @@ int attach_live_pids(const struct attach *at, uint32_t *pids, int max)
 
 void attach_free(struct attach *at)
 {
+	__u32 key, next;
+	int fd;
+
 	if (!at)
 		return;
+	/* nothing the agent stopped stays stopped when it goes */
+	fd = bpf_map__fd(at->skel->maps.targets);
+	for (int rc = fd < 0 ? -1 : bpf_map_get_next_key(fd, NULL, &next); !rc;
+	     rc = bpf_map_get_next_key(fd, &key, &next)) {
+		key = next;
+		hold_release(at, (pid_t)key);
+	}
 	for (int i = at->n_targets - 1; i >= 0; i--)
 		usdt_detach(&at->targets[i].ln);
 	usdt_files_free(&at->files);

@@ -21,6 +21,8 @@ struct attach_want {
 	int n_pids;
 	const char *exe;
 	bool verbose;           /* -v: say which program flavours were chosen */
+	bool exec_hold;         /* stop a process at the exec of a file not attached yet,
+				 * until its probes are (docs/agent.md, Targets) */
 };
 
 struct attach;

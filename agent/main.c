@@ -38,6 +38,7 @@ static struct env {
 	int flush_ms;
 	int ringbuf_mb;
 	bool token_detail;
+	bool no_exec_hold;       /* --no-exec-hold */
 	double duration;
 	bool verbose;
 	const char *metrics;     /* --metrics ADDR:PORT */
@@ -65,6 +66,10 @@ static const char usage[] =
 "  --pid PID          trace this process (repeatable); default: every running\n"
 "                     kpi-infer, and every one that starts later from its exec\n"
 "  --exe PATH         trace processes running this executable, now and later\n"
+"  --no-exec-hold     in discovery mode, do not stop a kpi-infer at the exec of a\n"
+"                     build the agent has not attached yet (by default it waits,\n"
+"                     10-20 ms once per new file, until its probes are in place, so\n"
+"                     its first requests are traced; docs/agent.md, Targets)\n"
 "  --flush-ms N       write to the database every N ms, one transaction (default 200)\n"
 "  --ringbuf-mb N     BPF ring buffer size in MiB, a power of two (default 16)\n"
 "  --token-detail     also store every token's write time (table tokens)\n"
@@ -179,6 +184,7 @@ static void parse_args(int argc, char **argv)
 		{ "max-backlog", required_argument, NULL, 'B' },
 		{ "retain", required_argument, NULL, 'R' },
 		{ "max-db-mb", required_argument, NULL, 'S' },
+		{ "no-exec-hold", no_argument, NULL, 'H' },
 		{ "price-per-hour", required_argument, NULL, 'P' },
 		{ "powercap-root", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
@@ -248,6 +254,9 @@ static void parse_args(int argc, char **argv)
 			break;
 		case 'S':
 			env.max_db_mb = parse_num("--max-db-mb", optarg, 0, 1L << 30);
+			break;
+		case 'H':
+			env.no_exec_hold = true;
 			break;
 		case 'P':
 			errno = 0;
@@ -622,7 +631,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	ag.at = attach_new(ag.skel, &ag.feat, &(struct attach_want){
-		.pids = env.pids, .n_pids = env.n_pids, .exe = env.exe, .verbose = env.verbose });
+		.pids = env.pids, .n_pids = env.n_pids, .exe = env.exe, .verbose = env.verbose,
+		.exec_hold = !env.no_exec_hold });
 	if (!ag.at) {
 		fprintf(stderr, "kpi-agent: out of memory\n");
 		goto cleanup;

@@ -896,6 +896,13 @@ const volatile char exec_comm[16] = {};
  * in at once, later threads at the agent's rescans. */
 const volatile bool exec_tids = false;
 
+/* Stop a process at the exec of a file whose probes are not attached yet
+ * (discovery mode's first sight of a new kpi-infer build): the agent attaches
+ * them, which takes the kernel's first uprobe registration on the file (10-20
+ * ms), then continues it, so not even its first request goes untraced. */
+const volatile bool exec_hold = false;
+#define SIGSTOP_NR 19
+
 static __always_inline bool comm_wanted(const char *c)
 {
 	if (!exec_comm[0])
@@ -948,7 +955,15 @@ int kpi_proc_exec(void *ctx)
 			exit_send(tgid, ts, 1);
 		return 0;
 	}
+	if (v.state == KPI_TARGET_PENDING && exec_hold)
+		v.flags |= KPI_TARGET_F_HELD;
 	added = bpf_map_update_elem(&targets, &tgid, &v, BPF_ANY);
+	/* only with its entry in place: the agent continues what the entry says it held */
+	if ((v.flags & KPI_TARGET_F_HELD) && (added || bpf_send_signal(SIGSTOP_NR))) {
+		v.flags &= ~KPI_TARGET_F_HELD;
+		if (!added)
+			bpf_map_update_elem(&targets, &tgid, &v, BPF_ANY);
+	}
 	if (exec_tids && !added)
 		bpf_map_update_elem(&target_tids, &tgid, &tgid, BPF_ANY);
 	/* without the event the agent still finds it at its next /proc scan */
@@ -958,6 +973,7 @@ int kpi_proc_exec(void *ctx)
 	e->ino = ino;
 	e->state = v.state;
 	e->added = added;
+	e->held = !!(v.flags & KPI_TARGET_F_HELD);
 	__builtin_memcpy(e->comm, comm, sizeof(comm));
 	ev_send_now(e);
 	return 0;

@@ -59,8 +59,12 @@ struct kpi_target {
 					 * the agent's attach): threads that start later
 					 * are wholly the target's */
 	unsigned int state;             /* enum kpi_target_state */
-	unsigned int _pad;
+	unsigned int flags;             /* KPI_TARGET_F_* */
 };
+
+/* kpi_target.flags */
+#define KPI_TARGET_F_HELD 0x1   /* stopped at its exec (SIGSTOP) until the agent has
+				 * attached its file's probes and continued it */
 
 /* Indexes of the BPF `counters` per-CPU array. */
 enum kpi_counter {
@@ -196,6 +200,8 @@ struct kpi_ev_exec {
 	unsigned int state;             /* enum kpi_target_state it was given */
 	int added;                      /* 0, or the error adding it to targets gave */
 	char comm[16];
+	unsigned int held;              /* 1: stopped at its exec until the agent continues it */
+	unsigned int _pad;
 };
 
 /* EXIT: a target's last thread exited (sched_process_exit), or the target
@@ -286,7 +292,7 @@ _Static_assert(sizeof(struct kpi_ev_resp_end) == 40, "kpi_ev_resp_end ABI change
 _Static_assert(sizeof(struct kpi_ev_write) == 32 + 8 * KPI_WRITE_BATCH, "kpi_ev_write ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_close) == 24, "kpi_ev_close ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_runq_by) == 48, "kpi_ev_runq_by ABI changed: update both sides");
-_Static_assert(sizeof(struct kpi_ev_exec) == 48, "kpi_ev_exec ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_exec) == 56, "kpi_ev_exec ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_exit) == 24, "kpi_ev_exit ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_runq) == 24, "kpi_runq ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_target) == 16, "kpi_target ABI changed: update both sides");
