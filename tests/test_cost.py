@@ -282,11 +282,13 @@ def test_cost_prometheus_rates_the_counters():
         agent = at.start_agent(db, "--flush-ms", 100, "--powercap-root", pc.root, "--price-per-hour",
                                PRICE, "--metrics", f"127.0.0.1:{mport}", pid=daemon.p.pid)
         prom = fleettest.Prometheus([f"127.0.0.1:{mport}"])
-        time.sleep(12)
-        watts = {dom: prom.scalar(f'rate(kpi_energy_joules_total{{domain="{dom}"}}[8s])')
+        # the counters move once a sample: a window of 12 one-second scrapes
+        # keeps a sample that comes late on a busy machine within the bounds
+        time.sleep(16)
+        watts = {dom: prom.scalar(f'rate(kpi_energy_joules_total{{domain="{dom}"}}[12s])')
                  for dom in ("package-0", "dram-0")}
-        idle = prom.scalar("rate(kpi_energy_idle_joules_total[8s])")
-        usd = prom.scalar("rate(kpi_cost_usd_total[8s])")
+        idle = prom.scalar("rate(kpi_energy_idle_joules_total[12s])")
+        usd = prom.scalar("rate(kpi_cost_usd_total[12s])")
     finally:
         pc.stop()
     assert agent.stop() == 0, agent.lines[-20:]
@@ -295,7 +297,7 @@ def test_cost_prometheus_rates_the_counters():
           f"(price {PRICE / 3600} USD/s)")
     for dom, w in want.items():
         assert watts[dom] is not None and abs(watts[dom] - w) < 0.15 * w, (dom, watts[dom], w)
-    assert usd is not None and abs(usd - PRICE / 3600) < 0.1 * PRICE / 3600, usd
+    assert usd is not None and abs(usd - PRICE / 3600) < 0.15 * PRICE / 3600, usd
     assert idle is not None and abs(idle - sum(want.values())) < 0.25 * sum(want.values()), idle
 
 
