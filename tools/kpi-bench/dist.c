@@ -96,7 +96,7 @@ double rng_arrival_gap(struct rng *r, double rate, double burstiness)
 
 /* ---- parsing ------------------------------------------------------------- */
 
-static int fail(char *err, size_t len, const char *fmt, ...)
+int bench_fail(char *err, size_t len, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -123,7 +123,7 @@ static int parse_file(struct dist *d, const char *path, char *err, size_t len)
 {
 	FILE *f = fopen(path, "r");
 	if (!f)
-		return fail(err, len, "cannot open '%s': %s", path, strerror(errno));
+		return bench_fail(err, len, "cannot open '%s': %s", path, strerror(errno));
 	char line[256];
 	size_t cap = 0, lineno = 0;
 	while (fgets(line, sizeof(line), f)) {
@@ -135,7 +135,7 @@ static int parse_file(struct dist *d, const char *path, char *err, size_t len)
 		long v;
 		if (parse_pos_long(p, &v)) {
 			fclose(f);
-			return fail(err, len, "%s:%zu: '%s' is not a positive integer "
+			return bench_fail(err, len, "%s:%zu: '%s' is not a positive integer "
 				    "(the file holds one length per line)", path, lineno, p);
 		}
 		if (d->n_vals == cap) {
@@ -143,7 +143,7 @@ static int parse_file(struct dist *d, const char *path, char *err, size_t len)
 			long *nv = realloc(d->vals, cap * sizeof(*nv));
 			if (!nv) {
 				fclose(f);
-				return fail(err, len, "out of memory reading '%s'", path);
+				return bench_fail(err, len, "out of memory reading '%s'", path);
 			}
 			d->vals = nv;
 		}
@@ -151,7 +151,7 @@ static int parse_file(struct dist *d, const char *path, char *err, size_t len)
 	}
 	fclose(f);
 	if (!d->n_vals)
-		return fail(err, len, "'%s' holds no lengths (expected one positive integer per line)", path);
+		return bench_fail(err, len, "'%s' holds no lengths (expected one positive integer per line)", path);
 	return 0;
 }
 
@@ -163,7 +163,7 @@ int dist_parse(struct dist *d, const char *spec, char *err, size_t len)
 	if (!strncmp(spec, "file:", 5)) {
 		d->kind = DIST_FILE;
 		if (!spec[5])
-			return fail(err, len, "needs a path (file:PATH)");
+			return bench_fail(err, len, "needs a path (file:PATH)");
 		return parse_file(d, spec + 5, err, len);
 	}
 
@@ -177,15 +177,15 @@ int dist_parse(struct dist *d, const char *spec, char *err, size_t len)
 	if (n == 1) {
 		d->kind = DIST_CONST;
 		if (parse_pos_long(parts[0], &d->a))
-			return fail(err, len, "not a positive integer nor a distribution; expected " DIST_FORMS);
+			return bench_fail(err, len, "not a positive integer nor a distribution; expected " DIST_FORMS);
 		return 0;
 	}
 	if (!strcmp(parts[0], "uniform")) {
 		d->kind = DIST_UNIFORM;
 		if (n != 3 || parse_pos_long(parts[1], &d->a) || parse_pos_long(parts[2], &d->b))
-			return fail(err, len, "expected uniform:A:B with positive integers A <= B");
+			return bench_fail(err, len, "expected uniform:A:B with positive integers A <= B");
 		if (d->a > d->b)
-			return fail(err, len, "A (%ld) is greater than B (%ld); expected uniform:A:B with A <= B",
+			return bench_fail(err, len, "A (%ld) is greater than B (%ld); expected uniform:A:B with A <= B",
 				    d->a, d->b);
 		return 0;
 	}
@@ -193,21 +193,21 @@ int dist_parse(struct dist *d, const char *spec, char *err, size_t len)
 		d->kind = DIST_EXP;
 		char *end;
 		if (n < 2 || n > 3)
-			return fail(err, len, "expected exp:MEAN or exp:MEAN:MAX");
+			return bench_fail(err, len, "expected exp:MEAN or exp:MEAN:MAX");
 		errno = 0;
 		d->mean = strtod(parts[1], &end);
 		if (!*parts[1] || *end || errno || !(d->mean >= 1.0) || isinf(d->mean))
-			return fail(err, len, "MEAN must be a number >= 1; expected exp:MEAN[:MAX]");
+			return bench_fail(err, len, "MEAN must be a number >= 1; expected exp:MEAN[:MAX]");
 		if (n == 3) {
 			if (parse_pos_long(parts[2], &d->b))
-				return fail(err, len, "MAX must be a positive integer; expected exp:MEAN[:MAX]");
+				return bench_fail(err, len, "MAX must be a positive integer; expected exp:MEAN[:MAX]");
 			if (d->b < d->mean)
-				return fail(err, len, "MAX (%ld) is below MEAN (%g); expected exp:MEAN[:MAX] with MAX >= MEAN",
+				return bench_fail(err, len, "MAX (%ld) is below MEAN (%g); expected exp:MEAN[:MAX] with MAX >= MEAN",
 					    d->b, d->mean);
 		}
 		return 0;
 	}
-	return fail(err, len, "unknown distribution '%s'; expected " DIST_FORMS, parts[0]);
+	return bench_fail(err, len, "unknown distribution '%s'; expected " DIST_FORMS, parts[0]);
 }
 
 /* ---- sampling ------------------------------------------------------------ */

@@ -12,6 +12,9 @@ struct rng {
 	uint64_t s[4];
 };
 
+/* Formats a message into err and returns -1: the parsers' one way to fail. */
+int bench_fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 void rng_seed(struct rng *r, uint64_t seed);
 uint64_t rng_next(struct rng *r);
 double rng_unit(struct rng *r);                     /* [0, 1) */

@@ -29,14 +29,6 @@ static const struct {
 static const char *const prompt_cols[] = { "prompt_len", "prompt_tokens" };
 static const char *const output_cols[] = { "output_len", "max_tokens", "output_tokens", "completion_tokens" };
 
-static int fail(char *err, size_t len, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, len, fmt, ap);
-	va_end(ap);
-	return -1;
-}
 
 /* Splits one CSV line in place (RFC 4180 quotes, "" inside quotes); returns
  * the number of fields. */
@@ -112,7 +104,7 @@ static int header_cols(char *line, struct cols *c, struct replay *rp, const char
 	c->prompt = first_col(hdr, n, prompt_cols, 2);
 	c->output = first_col(hdr, n, output_cols, 4);
 	if (c->off < 0 || c->prompt < 0 || c->output < 0)
-		return fail(err, len, "%s: the header names no %s column; expected a kpi-bench --csv, "
+		return bench_fail(err, len, "%s: the header names no %s column; expected a kpi-bench --csv, "
 			    "a trace's requests table exported with sqlite3 -csv -header, or "
 			    "offset_ms,prompt_len,output_len", path,
 			    c->off < 0 ? "offset (offset_ms, t_sent_ms, t_arrive_ns or wall_ns)" :
@@ -176,9 +168,9 @@ static int read_rows(FILE *f, struct replay *rp, const struct cols *c, const cha
 		errno = 0;
 		double off = strtod(fl[c->off], &end);
 		if (*end || errno || !isfinite(off) || (!c->ns_abs && off < 0))
-			return fail(err, len, "%s:%zu: offset '%s' is not a number >= 0", path, lineno, fl[c->off]);
+			return bench_fail(err, len, "%s:%zu: offset '%s' is not a number >= 0", path, lineno, fl[c->off]);
 		if (push_row(rp, &cap, off, pl, ol))
-			return fail(err, len, "out of memory reading %s", path);
+			return bench_fail(err, len, "out of memory reading %s", path);
 	}
 	return 0;
 }
@@ -221,18 +213,18 @@ int replay_load(struct replay *rp, const char *path, char *err, size_t len)
 	memset(rp, 0, sizeof(*rp));
 	FILE *f = fopen(path, "r");
 	if (!f)
-		return fail(err, len, "cannot open '%s': %s", path, strerror(errno));
+		return bench_fail(err, len, "cannot open '%s': %s", path, strerror(errno));
 	char line[8192];
 	struct cols c;
 	int rc = -1;
 	if (!fgets(line, sizeof(line), f))
-		fail(err, len, "%s is empty; expected a CSV with a header line", path);
+		bench_fail(err, len, "%s is empty; expected a CSV with a header line", path);
 	else if (!header_cols(line, &c, rp, path, err, len) && !read_rows(f, rp, &c, path, err, len)) {
 		if (!rp->n)
-			fail(err, len, "%s holds no request with an offset and both lengths "
+			bench_fail(err, len, "%s holds no request with an offset and both lengths "
 			     "(%ld rows skipped)", path, rp->skipped);
 		else if (sort_rows(rp, &c))
-			fail(err, len, "out of memory reading %s", path);
+			bench_fail(err, len, "out of memory reading %s", path);
 		else
 			rc = 0;
 	}
