@@ -4,7 +4,9 @@
 #include <bpf/libbpf.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +61,9 @@ struct attach {
 	int n_events;
 	struct bpf_link *global_links[64];   /* tracepoint / raw_tp programs */
 	int n_global_links;
+	pthread_t watchdog;
+	bool watchdog_running;
+	atomic_bool watchdog_stop;
 };
 
 /* Run-queue delay from one raw_tp program reading the scheduler's own
@@ -98,6 +103,55 @@ static void hold_release(struct attach *at, pid_t pid)
 	if (kill(pid, SIGCONT) && errno != ESRCH)
 		fprintf(stderr, "kpi-agent: pid %d was stopped at its exec and cannot be continued "
 			"(%s): run kill -CONT %d\n", pid, strerror(errno), pid);
+}
+
+/* A held process runs on after this long whatever the agent is doing: the
+ * attach takes 10-20 ms, but a main loop held up elsewhere (a slow disk, a
+ * machine short of CPU) must not hold up a daemon's start with it. */
+#define HOLD_MAX_NS 250000000ull
+
+/* Every 50 ms: continues the processes held at their exec for longer than
+ * HOLD_MAX_NS. Its own thread, so that nothing the main loop waits on can
+ * keep a daemon stopped; the map is the one place both look. */
+static void *hold_watchdog(void *arg)
+{
+	struct attach *at = arg;
+	int fd = bpf_map__fd(at->skel->maps.targets);
+	__u32 key, next;
+	struct kpi_target v;
+	sigset_t all;
+
+	sigfillset(&all);       /* SIGINT and SIGTERM are the main loop's */
+	pthread_sigmask(SIG_BLOCK, &all, NULL);
+	while (!atomic_load(&at->watchdog_stop)) {
+		usleep(50000);
+		for (int rc = bpf_map_get_next_key(fd, NULL, &next); !rc;
+		     rc = bpf_map_get_next_key(fd, &key, &next)) {
+			key = next;
+			if (target_get(at, (pid_t)key, &v) || !(v.flags & KPI_TARGET_F_HELD) ||
+			    host_mono_ns() - v.since < HOLD_MAX_NS)
+				continue;
+			v.flags &= ~KPI_TARGET_F_HELD;
+			target_put(at, (pid_t)key, &v);
+			if (!kill((pid_t)key, SIGCONT))
+				fprintf(stderr, "kpi-agent: pid %u was held at its exec for %.0f ms while the "
+					"agent was busy: continued before its probes were attached (its early "
+					"requests are counted as arriving before the attach)\n", key,
+					(double)HOLD_MAX_NS / 1e6);
+		}
+	}
+	return NULL;
+}
+
+void attach_watchdog_start(struct attach *at)
+{
+	if (!at->want.exec_hold || at->want.n_pids || at->watchdog_running)
+		return;
+	if (pthread_create(&at->watchdog, NULL, hold_watchdog, at))
+		fprintf(stderr, "kpi-agent: cannot start the exec-hold watchdog (%s): a process held at "
+			"its exec waits for the main loop\n", strerror(errno));
+	else
+		at->watchdog_running = true;
 }
 
 /* Removes pid's `targets` entry if it is still the one added at since (the
@@ -681,6 +735,10 @@ void attach_free(struct attach *at)
 
 	if (!at)
 		return;
+	if (at->watchdog_running) {
+		atomic_store(&at->watchdog_stop, true);
+		pthread_join(at->watchdog, NULL);
+	}
 	/* nothing the agent stopped stays stopped when it goes */
 	fd = bpf_map__fd(at->skel->maps.targets);
 	for (int rc = fd < 0 ? -1 : bpf_map_get_next_key(fd, NULL, &next); !rc;

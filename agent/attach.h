@@ -34,6 +34,9 @@ struct attach *attach_new(struct kpi_bpf *skel, const struct host_features *feat
 /* Before load: the program flavours this kernel takes (bpf_program__set_autoload)
  * and the maps only they use. */
 void attach_choose_programs(struct attach *at);
+/* After the privilege drop: a thread that continues any process the exec
+ * hold has kept stopped for over 250 ms, whatever the main loop is doing. */
+void attach_watchdog_start(struct attach *at);
 /* After load: every loaded program that is not a USDT one.  -1 with a message
  * on stderr when one cannot be attached. */
 int attach_global(struct attach *at);

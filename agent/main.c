@@ -449,6 +449,8 @@ static int check_host(struct agent *ag, struct privdrop *priv)
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		return -1;
 	}
+	if (!env.no_exec_hold && !env.n_pids)
+		privdrop_keep_kill(priv);
 	if (host_ensure_tracefs(&mounted, err, sizeof(err))) {
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		return -1;
@@ -649,6 +651,7 @@ int main(int argc, char **argv)
 	}
 	if (attach_global(ag.at) || open_outputs(&ag, &priv))
 		goto cleanup;
+	attach_watchdog_start(ag.at);    /* after the drop: it needs no more than the main loop */
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
 	/* before the line scripts wait on: what runs now is attached, and with

@@ -8,6 +8,8 @@
  *                   kernel refuses uprobe perf events without it
  *   CAP_SYS_PTRACE  /proc/<pid>/exe, maps and fd of a process of another user
  *                   (ptrace read access), and perf_event_open() on that pid
+ *   CAP_KILL        SIGCONT to a kpi-infer of another user that the exec hold
+ *                   stopped at its exec (not with --pid or --no-exec-hold)
  *   CAP_SYS_ADMIN   only where the kernel refuses a uprobe perf event with
  *                   CAP_PERFMON alone (seen on 6.18: EACCES); probed at drop
  *                   time by opening one on this process with the set above
@@ -141,6 +143,11 @@ static int last_cap(void)
 		fclose(fp);
 	}
 	return v < 63 ? v : 63;
+}
+
+void privdrop_keep_kill(struct privdrop *pd)
+{
+	pd->keep |= BIT(CAP_KILL);
 }
 
 int privdrop_plan(struct privdrop *pd, const char *user, bool bind_low_port, char *err, size_t len)

@@ -24,6 +24,9 @@ struct privdrop {
  * "root" keeps uid 0).  bind_low_port: --metrics asks for a port below 1024.
  * Returns 0, or -1 with a message saying what to do in err. */
 int privdrop_plan(struct privdrop *pd, const char *user, bool bind_low_port, char *err, size_t len);
+/* Keeps CAP_KILL too: the exec hold continues (SIGCONT) kpi-infer processes
+ * of any user that it stopped at their exec. */
+void privdrop_keep_kill(struct privdrop *pd);
 /* Gives the database file (and its -wal/-shm) to the user, and its directory
  * when the agent made it (root-owned, 0750) so SQLite can still create and
  * remove the WAL there.  No-op without a user switch. */
