@@ -43,7 +43,7 @@ def run_mode(name, exe, tmp, rounds, disable=None, rebuild=False):
     lines = at.attached_lines(agent.lines, pids)
     lat = [at.exec_latency(lines.get(pid)) for pid, _ in lives]
     traced = [l[0] for l in lat if l]
-    knew = [l[1] for l in lat if l]
+    knew = [l[1] for l in lat if l and l[1] is not None]
     stat = lambda v: {"median": statistics.median(v), "max": max(v), "n": len(v)} if v else None
     return {"lifetimes": rounds, "requests_served": len(served),
             "requests_recorded": sum(r.rid in got for r in served),

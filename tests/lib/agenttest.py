@@ -532,4 +532,8 @@ def exec_latency(line):
     exec -> every program follows it; exec -> the agent heard of it."""
     m = re.search(r"traced ([0-9.]+) ms after its exec \(the agent knew after ([0-9.]+) ms\)",
                   line or "")
-    return (float(m.group(1)), float(m.group(2))) if m else None
+    if m:
+        return float(m.group(1)), float(m.group(2))
+    # a lifetime over before the agent got to it, whose file's probes were in
+    # place at its exec: traced from its exec, when the agent heard unknown
+    return (0.0, None) if "traced from its exec all the same" in (line or "") else None
