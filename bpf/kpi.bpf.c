@@ -99,10 +99,16 @@ struct {
 } socks SEC(".maps");
 
 enum { SYS_READ = 1, SYS_WRITE = 2 };
+/* Where a syscall's bytes are (HTTP-mode targets copy a prefix of them). */
+enum { SHAPE_BUF = 0, SHAPE_IOV = 1, SHAPE_MSG = 2 };
 struct sys_arg {
 	int fd;
 	int kind;
 	__u64 ts;       /* sys_enter time */
+	__u64 buf;      /* arg 2: the buffer, iovec array or msghdr */
+	__u32 cnt;      /* arg 3 of readv/writev: iovecs */
+	__u16 shape;
+	__u16 http;     /* the target is in HTTP mode (KPI_TARGET_F_HTTP) */
 };
 
 /* pid_tgid -> fd and entry time of the read/write in progress, from sys_enter
@@ -457,14 +463,22 @@ int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
 
 /* ---- syscalls: reads, writes and closes of the targets' sockets --------- */
 
-static __always_inline int sys_enter(int fd, int kind)
+static __always_inline int sys_enter(int fd, int kind, int shape, __u64 buf, __u64 cnt)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 tgid = pt >> 32;
+	struct kpi_target *tg = bpf_map_lookup_elem(&targets, &tgid);
 	struct sys_arg a = { .fd = fd, .kind = kind };
 
-	if (!is_target(pt >> 32))
+	if (!tg)
 		return 0;
 	a.ts = bpf_ktime_get_ns();
+	if (tg->flags & KPI_TARGET_F_HTTP) {
+		a.http = 1;
+		a.shape = shape;
+		a.buf = buf;
+		a.cnt = (__u32)cnt;
+	}
 	if (sys_in_task) {
 		struct sys_arg *t = bpf_task_storage_get(&sys_task, bpf_get_current_task_btf(), 0,
 							 BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -571,6 +585,143 @@ static __always_inline void sys_done(__u32 tgid, int fd, int kind, long ret, __u
 		write_done(tgid, fd, ret, t_enter);
 }
 
+/* ---- HTTP mode: payload prefixes of a target without probes ------------- */
+
+/* One PAYLOAD record is built here (too big for the BPF stack) and sent at
+ * its real size with bpf_ringbuf_output. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kpi_ev_payload);
+} payload_buf SEC(".maps");
+
+static __always_inline void http_close_send(__u32 tgid, int fd, __u32 by)
+{
+	struct kpi_ev_http_close *e = EV_NEW(kpi_ev_http_close, KPI_EV_HTTP_CLOSE, tgid,
+					     bpf_ktime_get_ns());
+	if (e) {
+		e->fd = fd;
+		e->by = by;
+		ev_send(e);
+	}
+}
+
+/* Sends one piece of moved bytes at ubuf, its first KPI_PAYLOAD_MAX copied
+ * (none when ubuf is 0). */
+static __always_inline void payload_piece(struct kpi_ev_payload *e, __u64 ubuf, __u64 moved)
+{
+	__u32 n = !ubuf ? 0 : moved < KPI_PAYLOAD_MAX ? (__u32)moved : KPI_PAYLOAD_MAX;
+	__u64 waiting;
+
+	asm volatile("" : "+r"(n));     /* keep the bound check below for the verifier */
+	if (n > KPI_PAYLOAD_MAX)
+		return;
+	if (n && bpf_probe_read_user(e->data, n, (const void *)ubuf))
+		n = 0;
+	e->moved = moved > 0xffffffffULL ? 0xffffffffU : (__u32)moved;
+	e->captured = n;
+	waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	if (bpf_ringbuf_output(&events, e, KPI_EV_PAYLOAD_HEAD + n,
+			       waiting >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
+		count(KPI_CNT_DROPS);
+	else
+		count(KPI_CNT_EVENTS);
+}
+
+/* The pieces of an iovec array: moved is spread over them in order; what the
+ * first KPI_PAYLOAD_IOVS do not hold goes out as one uncaptured piece. */
+static __always_inline void payload_iov(struct kpi_ev_payload *e, __u64 iov, __u64 n_iov, long ret)
+{
+	__u64 left = (__u64)ret;
+
+	for (int i = 0; i < KPI_PAYLOAD_IOVS; i++) {
+		struct iovec v;
+		__u64 piece;
+
+		if (i >= n_iov || !left)
+			break;
+		if (bpf_probe_read_user(&v, sizeof(v), (const void *)(iov + i * sizeof(v))))
+			break;
+		piece = v.iov_len < left ? v.iov_len : left;
+		if (!piece)
+			continue;
+		payload_piece(e, (__u64)v.iov_base, piece);
+		left -= piece;
+	}
+	if (left)
+		payload_piece(e, 0, left);      /* not captured: a gap for the tracker */
+}
+
+/* A read or write of an HTTP-mode target returned ret: its bytes go to the
+ * agent's HTTP tracker.  Reads are timed at their exit (and carry the first
+ * unread segment's arrival), writes at their entry, as in USDT mode. */
+static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long ret)
+{
+	__u64 now = bpf_ktime_get_ns(), key = conn_key(tgid, a->fd);
+	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
+	struct kpi_ev_payload *e;
+	struct sk_state *s;
+	__u32 zero = 0;
+
+	if (!c) {
+		struct kpi_conn n = {};
+		n.sk = fd_to_sk(a->fd);
+		n.is_sock = n.sk != 0;
+		if (bpf_map_update_elem(&conns, &key, &n, BPF_NOEXIST) && n.is_sock)
+			count(KPI_CNT_CONN_FULL);
+		c = bpf_map_lookup_elem(&conns, &key);
+		if (!c)
+			return;
+	}
+	if (!c->is_sock)
+		return;
+	if (ret == 0 && a->kind == SYS_READ) {
+		http_close_send(tgid, a->fd, KPI_CLOSE_BY_CLIENT);      /* EOF */
+		return;
+	}
+	if (ret == -32 || ret == -104) {                                /* EPIPE, ECONNRESET */
+		http_close_send(tgid, a->fd, KPI_CLOSE_BY_CLIENT);
+		return;
+	}
+	if (ret <= 0)
+		return;
+	e = bpf_map_lookup_elem(&payload_buf, &zero);
+	if (!e)
+		return;
+	e->h.type = KPI_EV_PAYLOAD;
+	e->h.pid = tgid;
+	e->fd = a->fd;
+	e->t_seg = 0;
+	e->srtt_us = 0;
+	e->_pad = 0;
+	if (a->kind == SYS_READ) {
+		e->h.ts = now;
+		e->dir = KPI_PAYLOAD_IN;
+		s = bpf_map_lookup_elem(&socks, &c->sk);
+		if (s) {
+			if (s->first_ts && s->first_ts <= now)
+				e->t_seg = s->first_ts;
+			e->srtt_us = s->srtt_us;
+			s->first_ts = 0;
+		}
+	} else {
+		e->h.ts = a->ts;
+		e->dir = KPI_PAYLOAD_OUT;
+	}
+	if (a->shape == SHAPE_BUF) {
+		payload_piece(e, a->buf, (__u64)ret);
+	} else if (a->shape == SHAPE_IOV) {
+		payload_iov(e, a->buf, a->cnt, ret);
+	} else {
+		struct user_msghdr m;
+		if (bpf_probe_read_user(&m, sizeof(m), (const void *)a->buf))
+			payload_piece(e, 0, (__u64)ret);        /* a gap of ret bytes */
+		else
+			payload_iov(e, (__u64)m.msg_iov, m.msg_iovlen, ret);
+	}
+}
+
 /* sys_exit after a sys_enter noted the fd. */
 static __always_inline int sys_exit(long ret)
 {
@@ -591,7 +742,9 @@ static __always_inline int sys_exit(long ret)
 		if (!bpf_map_delete_elem(&sys_args, &pt))
 			count(KPI_CNT_SYS_ARGS_DEL);
 	}
-	if (ret > 0)
+	if (arg.http)
+		http_done(pt >> 32, &arg, ret);
+	else if (ret > 0)
 		sys_done(pt >> 32, arg.fd, arg.kind, ret, arg.ts);
 	return 0;
 }
@@ -602,25 +755,38 @@ static __always_inline int sys_exit(long ret)
  * their entry time and keep both programs. */
 const volatile bool exit_regs = false;
 
-static __always_inline int sys_exit_regs(long ret, int kind)
+static __always_inline int sys_exit_regs(long ret, int kind, int shape)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 tgid = pt >> 32;
+	struct kpi_target *tg;
 	struct pt_regs *regs;
 
-	if (ret <= 0 || !is_target(pt >> 32))
+	if (ret < 0 || !(tg = bpf_map_lookup_elem(&targets, &tgid)))
 		return 0;
 	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	sys_done(pt >> 32, (int)PT_REGS_PARM1_CORE_SYSCALL(regs), kind, ret, 0);
+	if (tg->flags & KPI_TARGET_F_HTTP) {
+		struct sys_arg a = { .kind = kind, .shape = shape, .http = 1 };
+		a.fd = (int)PT_REGS_PARM1_CORE_SYSCALL(regs);
+		a.buf = PT_REGS_PARM2_CORE_SYSCALL(regs);
+		a.cnt = (__u32)PT_REGS_PARM3_CORE_SYSCALL(regs);
+		http_done(tgid, &a, ret);
+		return 0;
+	}
+	if (ret > 0)
+		sys_done(tgid, (int)PT_REGS_PARM1_CORE_SYSCALL(regs), kind, ret, 0);
 	return 0;
 }
 
 static __always_inline int sys_close(int fd)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_target *tg;
 	__u64 key;
 	struct kpi_conn *c;
 
-	if (!is_target(tgid))
+	tg = bpf_map_lookup_elem(&targets, &tgid);
+	if (!tg)
 		return 0;
 	key = conn_key(tgid, fd);
 	c = bpf_map_lookup_elem(&conns, &key);
@@ -628,6 +794,12 @@ static __always_inline int sys_close(int fd)
 		return 0;
 	if (c->sk && !bpf_map_delete_elem(&socks, &c->sk))
 		count(KPI_CNT_SOCKS_DEL);
+	if (tg->flags & KPI_TARGET_F_HTTP) {
+		if (c->is_sock)
+			http_close_send(tgid, fd, KPI_CLOSE_BY_SERVER);
+		bpf_map_delete_elem(&conns, &key);
+		return 0;
+	}
 	writes_send(tgid, fd, c);
 	if (c->busy) {
 		struct kpi_ev_close *e = EV_NEW(kpi_ev_close, KPI_EV_CLOSE, tgid, bpf_ktime_get_ns());
@@ -663,22 +835,22 @@ static __always_inline int sys_listen(int fd)
 
 /* Tracepoint flavour: one program per syscall (syscalls:sys_{enter,exit}_*);
  * with exit_regs the agent loads the reads' exit ones only. */
-#define SYS_TP(name, kind)                                                        \
+#define SYS_TP(name, kind, shape)                                                 \
 	SEC("tracepoint/syscalls/sys_enter_" #name)                               \
 	int kpi_enter_##name(struct trace_event_raw_sys_enter *ctx)               \
-	{ return sys_enter((int)ctx->args[0], kind); }                            \
+	{ return sys_enter((int)ctx->args[0], kind, shape, ctx->args[1], ctx->args[2]); } \
 	SEC("tracepoint/syscalls/sys_exit_" #name)                                \
 	int kpi_exit_##name(struct trace_event_raw_sys_exit *ctx)                 \
-	{ return exit_regs && kind == SYS_READ ? sys_exit_regs(ctx->ret, kind) : sys_exit(ctx->ret); }
+	{ return exit_regs && kind == SYS_READ ? sys_exit_regs(ctx->ret, kind, shape) : sys_exit(ctx->ret); }
 
-SYS_TP(read, SYS_READ)
-SYS_TP(readv, SYS_READ)
-SYS_TP(recvfrom, SYS_READ)
-SYS_TP(recvmsg, SYS_READ)
-SYS_TP(write, SYS_WRITE)
-SYS_TP(writev, SYS_WRITE)
-SYS_TP(sendto, SYS_WRITE)
-SYS_TP(sendmsg, SYS_WRITE)
+SYS_TP(read, SYS_READ, SHAPE_BUF)
+SYS_TP(readv, SYS_READ, SHAPE_IOV)
+SYS_TP(recvfrom, SYS_READ, SHAPE_BUF)
+SYS_TP(recvmsg, SYS_READ, SHAPE_MSG)
+SYS_TP(write, SYS_WRITE, SHAPE_BUF)
+SYS_TP(writev, SYS_WRITE, SHAPE_IOV)
+SYS_TP(sendto, SYS_WRITE, SHAPE_BUF)
+SYS_TP(sendmsg, SYS_WRITE, SHAPE_MSG)
 
 SEC("tracepoint/syscalls/sys_enter_close")
 int kpi_enter_close(struct trace_event_raw_sys_enter *ctx)
@@ -701,15 +873,26 @@ const volatile long nr_close = -1, nr_listen = -1;
 SEC("raw_tp/sys_enter")
 int BPF_PROG(kpi_raw_sys_enter, struct pt_regs *regs, long id)
 {
+	__u64 buf, cnt;
 	int fd;
 
 	if (id < 0)
 		return 0;
 	fd = (int)PT_REGS_PARM1_CORE_SYSCALL(regs);
-	if (id == nr_read || id == nr_readv || id == nr_recvfrom || id == nr_recvmsg)
-		return sys_enter(fd, SYS_READ);
-	if (id == nr_write || id == nr_writev || id == nr_sendto || id == nr_sendmsg)
-		return sys_enter(fd, SYS_WRITE);
+	buf = PT_REGS_PARM2_CORE_SYSCALL(regs);
+	cnt = PT_REGS_PARM3_CORE_SYSCALL(regs);
+	if (id == nr_read || id == nr_recvfrom)
+		return sys_enter(fd, SYS_READ, SHAPE_BUF, buf, cnt);
+	if (id == nr_readv)
+		return sys_enter(fd, SYS_READ, SHAPE_IOV, buf, cnt);
+	if (id == nr_recvmsg)
+		return sys_enter(fd, SYS_READ, SHAPE_MSG, buf, cnt);
+	if (id == nr_write || id == nr_sendto)
+		return sys_enter(fd, SYS_WRITE, SHAPE_BUF, buf, cnt);
+	if (id == nr_writev)
+		return sys_enter(fd, SYS_WRITE, SHAPE_IOV, buf, cnt);
+	if (id == nr_sendmsg)
+		return sys_enter(fd, SYS_WRITE, SHAPE_MSG, buf, cnt);
 	if (id == nr_close)
 		return sys_close(fd);
 	if (id == nr_listen)
