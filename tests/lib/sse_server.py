@@ -2,8 +2,9 @@
 HTTP path's tests: ThreadingHTTPServer, a chat completion streamed chunked,
 one wfile.write per event (or, by the x-test-mode header, several events
 packed in one write, or each event split across two writes); /status/NNN
-answers NNN. Run: python3 sse_server.py PORT (prints 'listening on PORT')."""
-import json, sys, time
+answers NNN. Run: python3 sse_server.py PORT [--nagle] (prints 'listening on
+PORT'); TCP_NODELAY unless --nagle."""
+import json, socket, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -82,8 +83,21 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
+class NoDelayServer(ThreadingHTTPServer):
+    """TCP_NODELAY on every connection, as production servers set it: without
+    it Nagle holds a small write while the previous one is unacknowledged,
+    and a keep-alive client's delayed ACK puts up to 40 ms between the write
+    (what the agent times) and the wire."""
+
+    def get_request(self):
+        conn, addr = super().get_request()
+        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return conn, addr
+
+
 if __name__ == "__main__":
-    srv = ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler)
+    cls = ThreadingHTTPServer if "--nagle" in sys.argv else NoDelayServer
+    srv = cls(("127.0.0.1", int(sys.argv[1])), Handler)
     srv.daemon_threads = True
     print(f"listening on {sys.argv[1]}", flush=True)
     srv.serve_forever()
