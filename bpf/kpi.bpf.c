@@ -588,12 +588,18 @@ static __always_inline void sys_done(__u32 tgid, int fd, int kind, long ret, __u
 /* ---- HTTP mode: payload prefixes of a target without probes ------------- */
 
 /* One PAYLOAD record is built here (too big for the BPF stack) and sent at
- * its real size with bpf_ringbuf_output. */
+ * its real size with bpf_ringbuf_output.  The slack lets an iovec be copied
+ * at any offset below KPI_PAYLOAD_MAX with a length the verifier can bound. */
+struct payload_scratch {
+	struct kpi_ev_payload ev;
+	unsigned char slack[KPI_PAYLOAD_MAX];
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, 1);
 	__type(key, __u32);
-	__type(value, struct kpi_ev_payload);
+	__type(value, struct payload_scratch);
 } payload_buf SEC(".maps");
 
 static __always_inline void http_close_send(__u32 tgid, int fd, __u32 by)
@@ -607,20 +613,16 @@ static __always_inline void http_close_send(__u32 tgid, int fd, __u32 by)
 	}
 }
 
-/* Sends one piece of moved bytes at ubuf, its first KPI_PAYLOAD_MAX copied
- * (none when ubuf is 0). */
-static __always_inline void payload_piece(struct kpi_ev_payload *e, __u64 ubuf, __u64 moved)
+/* Sends the record: moved bytes, of which the first n are in e->data. */
+static __always_inline void payload_send(struct kpi_ev_payload *e, __u64 n, __u64 moved)
 {
-	__u32 n = !ubuf ? 0 : moved < KPI_PAYLOAD_MAX ? (__u32)moved : KPI_PAYLOAD_MAX;
 	__u64 waiting;
 
 	asm volatile("" : "+r"(n));     /* keep the bound check below for the verifier */
 	if (n > KPI_PAYLOAD_MAX)
 		return;
-	if (n && bpf_probe_read_user(e->data, n, (const void *)ubuf))
-		n = 0;
 	e->moved = moved > 0xffffffffULL ? 0xffffffffU : (__u32)moved;
-	e->captured = n;
+	e->captured = (__u32)n;
 	waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
 	if (bpf_ringbuf_output(&events, e, KPI_EV_PAYLOAD_HEAD + n,
 			       waiting >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
@@ -629,15 +631,31 @@ static __always_inline void payload_piece(struct kpi_ev_payload *e, __u64 ubuf, 
 		count(KPI_CNT_EVENTS);
 }
 
-/* The pieces of an iovec array: moved is spread over them in order; what the
- * first KPI_PAYLOAD_IOVS do not hold goes out as one uncaptured piece. */
+/* One buffer of moved bytes at ubuf, its first KPI_PAYLOAD_MAX copied. */
+static __always_inline void payload_buf_send(struct kpi_ev_payload *e, __u64 ubuf, __u64 moved)
+{
+	__u64 n = moved < KPI_PAYLOAD_MAX ? moved : KPI_PAYLOAD_MAX;
+
+	asm volatile("" : "+r"(n));
+	if (n > KPI_PAYLOAD_MAX)
+		return;
+	if (n && bpf_probe_read_user(e->data, n, (const void *)ubuf))
+		n = 0;
+	payload_send(e, n, moved);
+}
+
+/* An iovec array: moved is spread over the iovecs in order and they are
+ * packed into as few records as fit (a chunked write is often four small
+ * iovecs: size, CRLF, data, CRLF).  A record ends where an iovec is not
+ * copied whole, so its captured bytes are always a prefix of its moved ones;
+ * what the first KPI_PAYLOAD_IOVS iovecs do not hold goes out uncaptured. */
 static __always_inline void payload_iov(struct kpi_ev_payload *e, __u64 iov, __u64 n_iov, long ret)
 {
-	__u64 left = (__u64)ret;
+	__u64 left = (__u64)ret, in_rec = 0, off = 0;
 
 	for (int i = 0; i < KPI_PAYLOAD_IOVS; i++) {
 		struct iovec v;
-		__u64 piece;
+		__u64 piece, room, n;
 
 		if (i >= n_iov || !left)
 			break;
@@ -646,11 +664,34 @@ static __always_inline void payload_iov(struct kpi_ev_payload *e, __u64 iov, __u
 		piece = v.iov_len < left ? v.iov_len : left;
 		if (!piece)
 			continue;
-		payload_piece(e, (__u64)v.iov_base, piece);
+		if (off && off + piece > KPI_PAYLOAD_MAX) {     /* a new record for it */
+			payload_send(e, off, in_rec);
+			off = 0;
+			in_rec = 0;
+		}
+		asm volatile("" : "+r"(off));
+		if (off > KPI_PAYLOAD_MAX)
+			break;
+		room = KPI_PAYLOAD_MAX - off;
+		n = piece < room ? piece : room;
+		asm volatile("" : "+r"(n));
+		if (n > KPI_PAYLOAD_MAX)
+			break;
+		if (n && bpf_probe_read_user(e->data + off, n, v.iov_base))
+			n = 0;
+		off += n;
+		in_rec += piece;
 		left -= piece;
+		if (n < piece) {                /* the rest of it is a gap: the record ends */
+			payload_send(e, off, in_rec);
+			off = 0;
+			in_rec = 0;
+		}
 	}
+	if (in_rec)
+		payload_send(e, off, in_rec);
 	if (left)
-		payload_piece(e, 0, left);      /* not captured: a gap for the tracker */
+		payload_send(e, 0, left);      /* not captured: a gap for the tracker */
 }
 
 /* A read or write of an HTTP-mode target returned ret: its bytes go to the
@@ -660,6 +701,7 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 {
 	__u64 now = bpf_ktime_get_ns(), key = conn_key(tgid, a->fd);
 	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
+	struct payload_scratch *sc;
 	struct kpi_ev_payload *e;
 	struct sk_state *s;
 	__u32 zero = 0;
@@ -686,9 +728,10 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 	}
 	if (ret <= 0)
 		return;
-	e = bpf_map_lookup_elem(&payload_buf, &zero);
-	if (!e)
+	sc = bpf_map_lookup_elem(&payload_buf, &zero);
+	if (!sc)
 		return;
+	e = &sc->ev;
 	e->h.type = KPI_EV_PAYLOAD;
 	e->h.pid = tgid;
 	e->fd = a->fd;
@@ -710,13 +753,13 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 		e->dir = KPI_PAYLOAD_OUT;
 	}
 	if (a->shape == SHAPE_BUF) {
-		payload_piece(e, a->buf, (__u64)ret);
+		payload_buf_send(e, a->buf, (__u64)ret);
 	} else if (a->shape == SHAPE_IOV) {
 		payload_iov(e, a->buf, a->cnt, ret);
 	} else {
 		struct user_msghdr m;
 		if (bpf_probe_read_user(&m, sizeof(m), (const void *)a->buf))
-			payload_piece(e, 0, (__u64)ret);        /* a gap of ret bytes */
+			payload_send(e, 0, (__u64)ret);         /* a gap of ret bytes */
 		else
 			payload_iov(e, (__u64)m.msg_iov, m.msg_iovlen, ret);
 	}

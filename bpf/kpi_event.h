@@ -10,7 +10,7 @@
 #define KPI_MAX_CONNS   65536   /* tracked (pid, fd) connections */
 #define KPI_WRITE_BATCH 8       /* write times one WRITE event carries */
 #define KPI_PAYLOAD_MAX 1024    /* bytes of one read/write piece a PAYLOAD record carries */
-#define KPI_PAYLOAD_IOVS 4      /* iovecs of a readv/writev/sendmsg/recvmsg followed */
+#define KPI_PAYLOAD_IOVS 8      /* iovecs of a readv/writev/sendmsg/recvmsg followed */
 
 enum kpi_event_type {
 	KPI_EV_ARRIVE = 1,      /* first bytes of a request read on a connection */
@@ -220,8 +220,8 @@ enum kpi_payload_dir {
 	KPI_PAYLOAD_OUT = 1,    /* the target wrote them */
 };
 
-/* PAYLOAD: one piece (a buffer, or one iovec) of a socket read or write of an
- * HTTP-mode target that moved bytes.  h.ts: a read's sys_exit, a write's
+/* PAYLOAD: one piece (a buffer, or consecutive iovecs) of a socket read or
+ * write of an HTTP-mode target that moved bytes.  h.ts: a read's sys_exit, a write's
  * sys_enter.  Sent at offsetof(data) + captured bytes: kpi_event_size gives
  * the fixed part, the agent checks captured against the record's size. */
 struct kpi_ev_payload {

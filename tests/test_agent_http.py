@@ -5,13 +5,14 @@ mid-stream and serves three requests on one keep-alive connection; the agent
 traces it with --port and every row is checked against a tcpdump capture of
 the same traffic.  Then kpi-infer is traced by two agents at once, one through
 its USDT probes and one with --http-only, and their rows are compared."""
-import http.client, json, os, socket, sys, threading, time
+import http.client, json, os, shutil, socket, sys, threading, time
 
 import kpitest
 import agenttest as at
 import pcaptest
 
 SERVER = os.path.join(kpitest.ROOT, "tests", "lib", "sse_server.py")
+SERVER_JS = os.path.join(kpitest.ROOT, "tests", "lib", "sse_server.js")
 WIRE_P99_US = 200       # the issue's bound: |agent - wire| p99 on loopback
 BOTH_TTFT_P99_US = 50   # kpi-infer, USDT vs HTTP path
 
@@ -123,15 +124,16 @@ def _mono_to_wall(db):
         c.close()
 
 
-def test_agent_http_python_server_against_the_wire():
-    """Python stdlib server, traced by --port, checked against tcpdump."""
+def _against_the_wire(argv_of_port):
+    """A server (argv_of_port(port) runs it) traced by --port, its every row
+    checked against a tcpdump capture of the same load."""
     kpitest.require_root("kpi-agent")
     pcaptest.require()
     at.require_built(at.AGENT)
     d = _tmp()
     db = os.path.join(d, "http.db")
     port = kpitest.free_port()
-    srv = kpitest.Proc([sys.executable, SERVER, str(port)])
+    srv = kpitest.Proc(argv_of_port(port))
     srv.wait_line("listening on")
     agent = at.start_agent(db, "--flush-ms", 100, "--token-detail", "--port", port)
     line = agent.wait_line(f"attached to pid {srv.pid}", timeout=60)
@@ -175,6 +177,19 @@ def test_agent_http_python_server_against_the_wire():
     for k, v in m.items():
         assert v["n"] > 0 and v["p99"] <= WIRE_P99_US, (k, v)
     srv.stop()
+
+
+def test_agent_http_python_server_against_the_wire():
+    """Python stdlib ThreadingHTTPServer, wfile.write per event."""
+    _against_the_wire(lambda port: [sys.executable, SERVER, str(port)])
+
+
+def test_agent_http_node_server_against_the_wire():
+    """Node http.createServer, res.write per event (chunked by Node)."""
+    node = shutil.which("node") or shutil.which("nodejs")
+    if not node:
+        raise kpitest.Skip("node is not installed (make deps installs it)")
+    _against_the_wire(lambda port: [node, SERVER_JS, str(port)])
 
 
 def test_agent_http_kpi_infer_usdt_and_http_agree():
