@@ -4,6 +4,7 @@
 #include <bpf/libbpf.h>
 #include <errno.h>
 #include <getopt.h>
+#include <linux/capability.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -466,6 +467,11 @@ static int check_host(struct agent *ag, struct privdrop *priv)
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		return -1;
 	}
+	/* --port finds the process behind a listening socket in /proc/PID/fd,
+	 * which is 0500 and owned by the process's user: a server that runs as
+	 * another user (nginx's workers) is found only with DAC read-search */
+	if (env.n_ports)
+		priv->keep |= 1ULL << CAP_DAC_READ_SEARCH;
 	if (host_ensure_tracefs(&mounted, err, sizeof(err))) {
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		return -1;

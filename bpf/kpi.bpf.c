@@ -645,53 +645,82 @@ static __always_inline void payload_buf_send(struct kpi_ev_payload *e, __u64 ubu
 }
 
 /* An iovec array: moved is spread over the iovecs in order and they are
- * packed into as few records as fit (a chunked write is often four small
- * iovecs: size, CRLF, data, CRLF).  A record ends where an iovec is not
- * copied whole, so its captured bytes are always a prefix of its moved ones;
- * what the first KPI_PAYLOAD_IOVS iovecs do not hold goes out uncaptured. */
+ * packed into as few records as fit (a chunked write is often a size line,
+ * the data and a CRLF; nginx puts one iovec per pending event).  A record
+ * ends where an iovec is not copied whole, so its captured bytes are always a
+ * prefix of its moved ones; what the first KPI_PAYLOAD_IOVS iovecs do not
+ * hold goes out uncaptured.  One iovec per bpf_loop step: the verifier checks
+ * the step once, where an unrolled loop of 32 took it seconds. */
+struct iov_walk {
+	__u64 iov, n_iov;
+	__u64 left;             /* bytes of ret not yet placed */
+	__u64 in_rec;           /* moved bytes in the record being filled */
+	__u64 off;              /* captured bytes in it */
+};
+
+static long iov_step(__u32 i, void *ctx)
+{
+	struct iov_walk *w = ctx;
+	__u32 zero = 0;
+	struct payload_scratch *sc = bpf_map_lookup_elem(&payload_buf, &zero);
+	struct kpi_ev_payload *e;
+	struct iovec v;
+	__u64 piece, room, n, off;
+
+	if (!sc || i >= w->n_iov || !w->left)
+		return 1;
+	e = &sc->ev;
+	if (bpf_probe_read_user(&v, sizeof(v), (const void *)(w->iov + i * sizeof(v))))
+		return 1;
+	piece = v.iov_len < w->left ? v.iov_len : w->left;
+	if (!piece)
+		return 0;
+	if (w->off && w->off + piece > KPI_PAYLOAD_MAX) {       /* a new record for it */
+		payload_send(e, w->off, w->in_rec);
+		w->off = 0;
+		w->in_rec = 0;
+	}
+	off = w->off;
+	asm volatile("" : "+r"(off));
+	if (off > KPI_PAYLOAD_MAX)
+		return 1;
+	room = KPI_PAYLOAD_MAX - off;
+	n = piece < room ? piece : room;
+	asm volatile("" : "+r"(n));
+	if (n > KPI_PAYLOAD_MAX)
+		return 1;
+	if (n && bpf_probe_read_user(e->data + off, n, v.iov_base))
+		n = 0;
+	w->off = off + n;
+	w->in_rec += piece;
+	w->left -= piece;
+	if (n < piece) {                        /* the rest of it is a gap: the record ends */
+		payload_send(e, w->off, w->in_rec);
+		w->off = 0;
+		w->in_rec = 0;
+	}
+	return 0;
+}
+
 static __always_inline void payload_iov(struct kpi_ev_payload *e, __u64 iov, __u64 n_iov, long ret)
 {
-	__u64 left = (__u64)ret, in_rec = 0, off = 0;
+	struct iov_walk w = { .iov = iov, .n_iov = n_iov, .left = (__u64)ret };
 
-	for (int i = 0; i < KPI_PAYLOAD_IOVS; i++) {
-		struct iovec v;
-		__u64 piece, room, n;
+	bpf_loop(KPI_PAYLOAD_IOVS, iov_step, &w, 0);
+	if (w.in_rec)
+		payload_send(e, w.off, w.in_rec);
+	if (w.left)
+		payload_send(e, 0, w.left);    /* not captured: a gap for the tracker */
+}
 
-		if (i >= n_iov || !left)
-			break;
-		if (bpf_probe_read_user(&v, sizeof(v), (const void *)(iov + i * sizeof(v))))
-			break;
-		piece = v.iov_len < left ? v.iov_len : left;
-		if (!piece)
-			continue;
-		if (off && off + piece > KPI_PAYLOAD_MAX) {     /* a new record for it */
-			payload_send(e, off, in_rec);
-			off = 0;
-			in_rec = 0;
-		}
-		asm volatile("" : "+r"(off));
-		if (off > KPI_PAYLOAD_MAX)
-			break;
-		room = KPI_PAYLOAD_MAX - off;
-		n = piece < room ? piece : room;
-		asm volatile("" : "+r"(n));
-		if (n > KPI_PAYLOAD_MAX)
-			break;
-		if (n && bpf_probe_read_user(e->data + off, n, v.iov_base))
-			n = 0;
-		off += n;
-		in_rec += piece;
-		left -= piece;
-		if (n < piece) {                /* the rest of it is a gap: the record ends */
-			payload_send(e, off, in_rec);
-			off = 0;
-			in_rec = 0;
-		}
-	}
-	if (in_rec)
-		payload_send(e, off, in_rec);
-	if (left)
-		payload_send(e, 0, left);      /* not captured: a gap for the tracker */
+/* A connection accepted on one of the targets' listening ports: the server
+ * side.  Its own client connections (a proxy's upstream, a gateway's calls)
+ * carry the other direction of HTTP and are not followed. */
+static __always_inline bool served_here(__u64 sk)
+{
+	__u16 port = BPF_CORE_READ((struct sock *)sk, __sk_common.skc_num);
+
+	return bpf_map_lookup_elem(&target_ports, &port) != NULL;
 }
 
 /* A read or write of an HTTP-mode target returned ret: its bytes go to the
@@ -709,7 +738,7 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 	if (!c) {
 		struct kpi_conn n = {};
 		n.sk = fd_to_sk(a->fd);
-		n.is_sock = n.sk != 0;
+		n.is_sock = n.sk != 0 && served_here(n.sk);
 		if (bpf_map_update_elem(&conns, &key, &n, BPF_NOEXIST) && n.is_sock)
 			count(KPI_CNT_CONN_FULL);
 		c = bpf_map_lookup_elem(&conns, &key);

@@ -9,8 +9,8 @@
 #define KPI_MAX_TARGETS 64
 #define KPI_MAX_CONNS   65536   /* tracked (pid, fd) connections */
 #define KPI_WRITE_BATCH 8       /* write times one WRITE event carries */
-#define KPI_PAYLOAD_MAX 1024    /* bytes of one read/write piece a PAYLOAD record carries */
-#define KPI_PAYLOAD_IOVS 8      /* iovecs of a readv/writev/sendmsg/recvmsg followed */
+#define KPI_PAYLOAD_MAX 4096    /* bytes of one read/write piece a PAYLOAD record carries */
+#define KPI_PAYLOAD_IOVS 32     /* iovecs of a readv/writev/sendmsg/recvmsg followed */
 
 enum kpi_event_type {
 	KPI_EV_ARRIVE = 1,      /* first bytes of a request read on a connection */

@@ -242,3 +242,90 @@ def test_agent_http_kpi_infer_usdt_and_http_agree():
     assert len(e2e) >= 0.9 * len([r for r in results if r.status is not None])
     assert m["ttft"]["p99"] <= BOTH_TTFT_P99_US, m
     daemon.stop()
+
+
+NGINX_CONF = """worker_processes 1;
+pid {d}/nginx.pid;
+error_log {d}/error.log;
+events {{ worker_connections 256; }}
+http {{
+    access_log off;
+    client_body_temp_path {d}/body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    upstream infer {{ server 127.0.0.1:{upstream}; keepalive 8; }}
+    server {{
+        listen 127.0.0.1:{port};
+        location / {{
+            proxy_pass http://infer;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_buffering off;
+        }}
+    }}
+}}
+"""
+
+
+def test_agent_http_nginx_in_front_of_kpi_infer():
+    """nginx (Debian's) as a reverse proxy in front of kpi-infer, traced on its
+    own port: its master and worker are found by --port, only the connections
+    accepted on that port are followed (not its upstream ones), and every row
+    is checked against the capture of the client's side."""
+    kpitest.require_root("kpi-agent")
+    pcaptest.require()
+    at.require_built(at.INFER)
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
+    if not nginx:
+        raise kpitest.Skip("nginx is not installed (make deps installs it)")
+    import servertest
+    d = _tmp()
+    daemon = servertest.Daemon("--max-seqs", 4, "--max-queue", 4)
+    port = kpitest.free_port()
+    conf = os.path.join(d, "nginx.conf")
+    with open(conf, "w") as f:
+        f.write(NGINX_CONF.format(d=d, upstream=daemon.port, port=port))
+    ng = kpitest.Proc([nginx, "-c", conf, "-g", "daemon off;"])
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert time.monotonic() < deadline and ng.p.poll() is None, ng.drain()
+            time.sleep(0.05)
+    db = os.path.join(d, "nginx.db")
+    agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
+    agent.wait_line("HTTP mode", timeout=60)
+    time.sleep(0.6)     # the worker as well as the master (next rescan at the latest)
+    cap = pcaptest.Capture([port])
+    results = at.run_load(port, 60, threads=3, max_tokens=(1, 16), prefix="ngx")
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    st404 = _post(c, "/v1/nope", "ngx-404", {"model": "x"})
+    c.close()
+    pcap = cap.stop()
+    time.sleep(0.3)
+    assert agent.stop() == 0, agent.lines[-20:]
+    ng.stop()
+    rows = at.rows(db)
+    wire = _wire_by_id(pcap, port)
+    assert st404 == 404 and rows.get("ngx-404", {}).get("http_status") == 404, \
+        (rows.get("ngx-404"), len(rows), list(rows)[:5], agent.lines[-15:])
+    problems = []
+    for res in results:
+        r, x = rows.get(res.rid), wire.get(res.rid)
+        if r is None or x is None:
+            problems.append(f"{res.rid}: row {r is not None}, on the wire {x is not None}")
+            continue
+        if r["http_status"] != x["status"] or r["content_events"] != x["content_events"]:
+            problems.append(f"{res.rid}: status {r['http_status']}/{x['status']}, events "
+                            f"{r['content_events']}/{x['content_events']}")
+    assert not problems, problems[:10]
+    assert all(not rid.startswith("http-") for rid in rows), "rows from nginx's upstream side"
+    m = _compare_wire(rows, wire, _mono_to_wall(db))
+    print(f"     nginx: agent - wire, µs (|diff|): {m}")
+    for k, v in m.items():
+        assert v["n"] > 0 and v["p99"] <= WIRE_P99_US, (k, v)
+    daemon.stop()
