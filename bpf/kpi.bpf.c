@@ -495,6 +495,29 @@ static __always_inline int sys_enter(int fd, int kind, int shape, __u64 buf, __u
 	return 0;
 }
 
+/* A connection accepted on one of the targets' listening ports: the server
+ * side.  Its own client connections (a proxy's upstream, a gateway's calls)
+ * carry the other direction of HTTP and are not followed. */
+static __always_inline bool served_here(__u64 sk)
+{
+	__u16 port = BPF_CORE_READ((struct sock *)sk, __sk_common.skc_num);
+
+	return bpf_map_lookup_elem(&target_ports, &port) != NULL;
+}
+
+/* The conns entry of a connection seen first now: whether fd is a socket
+ * (in HTTP mode, one accepted on a target's port) is looked up once. */
+static __always_inline struct kpi_conn *conn_add(__u64 key, int fd, bool http)
+{
+	struct kpi_conn n = {};
+
+	n.sk = fd_to_sk(fd);
+	n.is_sock = n.sk != 0 && (!http || served_here(n.sk));
+	if (bpf_map_update_elem(&conns, &key, &n, BPF_NOEXIST) && n.is_sock)
+		count(KPI_CNT_CONN_FULL);
+	return bpf_map_lookup_elem(&conns, &key);
+}
+
 static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
 {
 	__u64 key = conn_key(tgid, fd);
@@ -506,17 +529,9 @@ static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
 	__u32 srtt = 0;
 	int src = KPI_ARRIVE_READ;
 
-	if (!c) {
-		struct kpi_conn n = {};
-		n.sk = fd_to_sk(fd);
-		n.is_sock = n.sk != 0;
-		if (bpf_map_update_elem(&conns, &key, &n, BPF_NOEXIST) && n.is_sock)
-			count(KPI_CNT_CONN_FULL);
-		c = bpf_map_lookup_elem(&conns, &key);
-		if (!c)
-			return;
-	}
-	if (!c->is_sock)
+	if (!c)
+		c = conn_add(key, fd, false);
+	if (!c || !c->is_sock)
 		return;
 	s = bpf_map_lookup_elem(&socks, &c->sk);
 	if (c->busy) {
@@ -713,16 +728,6 @@ static __always_inline void payload_iov(struct kpi_ev_payload *e, __u64 iov, __u
 		payload_send(e, 0, w.left);    /* not captured: a gap for the tracker */
 }
 
-/* A connection accepted on one of the targets' listening ports: the server
- * side.  Its own client connections (a proxy's upstream, a gateway's calls)
- * carry the other direction of HTTP and are not followed. */
-static __always_inline bool served_here(__u64 sk)
-{
-	__u16 port = BPF_CORE_READ((struct sock *)sk, __sk_common.skc_num);
-
-	return bpf_map_lookup_elem(&target_ports, &port) != NULL;
-}
-
 /* A read or write of an HTTP-mode target returned ret: its bytes go to the
  * agent's HTTP tracker.  Reads are timed at their exit (and carry the first
  * unread segment's arrival), writes at their entry, as in USDT mode. */
@@ -735,17 +740,9 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 	struct sk_state *s;
 	__u32 zero = 0;
 
-	if (!c) {
-		struct kpi_conn n = {};
-		n.sk = fd_to_sk(a->fd);
-		n.is_sock = n.sk != 0 && served_here(n.sk);
-		if (bpf_map_update_elem(&conns, &key, &n, BPF_NOEXIST) && n.is_sock)
-			count(KPI_CNT_CONN_FULL);
-		c = bpf_map_lookup_elem(&conns, &key);
-		if (!c)
-			return;
-	}
-	if (!c->is_sock)
+	if (!c)
+		c = conn_add(key, a->fd, true);
+	if (!c || !c->is_sock)
 		return;
 	if (ret == 0 && a->kind == SYS_READ) {
 		http_close_send(tgid, a->fd, KPI_CLOSE_BY_CLIENT);      /* EOF */
