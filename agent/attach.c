@@ -632,6 +632,9 @@ void attach_choose_programs(struct attach *at)
 			 base ? base + 1 : TARGET_DEFAULT_NAME);
 	}
 	s->rodata->exec_tids = !sched_rawtp;
+	/* HTTP mode walks iovecs with bpf_loop where the kernel has it */
+	s->rodata->has_loop = libbpf_probe_bpf_helper(BPF_PROG_TYPE_TRACEPOINT, BPF_FUNC_loop,
+						       NULL) > 0;
 	if (at->want.verbose)
 		fprintf(stderr, "kpi-agent: syscalls via %s, run queue via %s, tcp arrival %s, "
 			"new targets %s\n",

@@ -717,11 +717,16 @@ static long iov_step(__u32 i, void *ctx)
 	return 0;
 }
 
+/* The kernel has bpf_loop (5.17); without it the object still loads, and
+ * vectored reads and writes go to the tracker as gaps. */
+const volatile bool has_loop = false;
+
 static __always_inline void payload_iov(struct kpi_ev_payload *e, __u64 iov, __u64 n_iov, long ret)
 {
 	struct iov_walk w = { .iov = iov, .n_iov = n_iov, .left = (__u64)ret };
 
-	bpf_loop(KPI_PAYLOAD_IOVS, iov_step, &w, 0);
+	if (has_loop)
+		bpf_loop(KPI_PAYLOAD_IOVS, iov_step, &w, 0);
 	if (w.in_rec)
 		payload_send(e, w.off, w.in_rec);
 	if (w.left)
