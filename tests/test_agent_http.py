@@ -329,3 +329,28 @@ def test_agent_http_nginx_in_front_of_kpi_infer():
     for k, v in m.items():
         assert v["n"] > 0 and v["p99"] <= WIRE_P99_US, (k, v)
     daemon.stop()
+
+
+def test_agent_http_port_follows_a_restart():
+    """--port: a server restarted on the same port is detached and its
+    successor attached at the next rescan, and the successor's requests land."""
+    kpitest.require_root("kpi-agent")
+    at.require_built(at.AGENT)
+    d = _tmp()
+    db = os.path.join(d, "restart.db")
+    port = kpitest.free_port()
+    first = kpitest.Proc([sys.executable, SERVER, str(port)])
+    first.wait_line("listening on")
+    agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
+    agent.wait_line(f"attached to pid {first.pid}", timeout=60)
+    first.stop()
+    agent.wait_line(f"detached from pid {first.pid}", timeout=10)
+    second = kpitest.Proc([sys.executable, SERVER, str(port)])
+    second.wait_line("listening on")
+    assert "HTTP mode" in agent.wait_line(f"attached to pid {second.pid}", timeout=10)
+    assert _stream(port, "after-restart", "event", 4) == 200
+    time.sleep(0.3)
+    assert agent.stop() == 0, agent.lines[-20:]
+    r = at.rows(db).get("after-restart")
+    assert r and r["pid"] == second.pid and r["content_events"] == 4, r
+    second.stop()
