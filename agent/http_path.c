@@ -110,23 +110,12 @@ static uint64_t seg_of(const struct http_conn *c, uint64_t t_read)
 	return 0;
 }
 
-static void on_exchange(void *ctx, const struct http_exchange *x)
+/* The marks, phases and TTFT of x; seg: its first segment's arrival (0: none). */
+static void times_fill(struct kpi_request_record *r, const struct http_exchange *x, uint64_t seg)
 {
-	struct http_conn *c = ctx;
-	struct kpi_request_record rec;
-	uint64_t seg = x->t_arrive ? seg_of(c, x->t_arrive) : 0;
 	bool content = x->content_events > 0 && x->t_first_content;
 	uint64_t m[5];
-	int64_t *ph[4] = { &rec.net_in, &rec.server_wait, &rec.decode, &rec.net_out };
-
-	memset(&rec, 0, sizeof(rec));
-	if (x->id_src != HTTP_ID_NONE && x->request_id[0])
-		snprintf(rec.request_id, sizeof(rec.request_id), "%s", x->request_id);
-	else
-		snprintf(rec.request_id, sizeof(rec.request_id), "http-%u-%llu", c->pid,
-			 (unsigned long long)++c->hp->ids_made);
-	rec.pid = c->pid;
-	rec.seq_id = KPI_NULL;
+	int64_t *ph[4] = { &r->net_in, &r->server_wait, &r->decode, &r->net_out };
 
 	/* arrive, request read, end of the server's wait (first content event,
 	 * else the status line), last content event, done */
@@ -145,24 +134,44 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 	assemble_marks_clamp(m, 5);
 	assemble_phases(m, 5, ph);
 	if (req_cut)
-		rec.net_in = KPI_NULL;
+		r->net_in = KPI_NULL;
 	if (!content)
-		rec.decode = KPI_NULL;
-	rec.queue = rec.prefill = KPI_NULL;
+		r->decode = KPI_NULL;
+	r->queue = r->prefill = KPI_NULL;
 
-	rec.t_arrive = (int64_t)m[0];
-	rec.t_admit = rec.t_sched = rec.t_first = rec.t_last = KPI_NULL;
-	rec.t_first_write = content ? (int64_t)m[2] : KPI_NULL;
-	rec.t_done = (int64_t)m[4];
-	rec.e2e = (int64_t)(m[4] - m[0]);
-	rec.t_req_read = req_cut ? KPI_NULL : (int64_t)m[1];
-	rec.t_resp_start = opt(x->t_resp_start);
+	r->t_arrive = (int64_t)m[0];
+	r->t_admit = r->t_sched = r->t_first = r->t_last = KPI_NULL;
+	r->t_first_write = content ? (int64_t)m[2] : KPI_NULL;
+	r->t_done = (int64_t)m[4];
+	r->e2e = (int64_t)(m[4] - m[0]);
+	r->t_req_read = req_cut ? KPI_NULL : (int64_t)m[1];
+	r->t_resp_start = opt(x->t_resp_start);
 	/* TTFT of a stream; time to the first byte of anything else */
-	rec.ttft = content ? (int64_t)(m[2] - m[0])
+	r->ttft = content ? (int64_t)(m[2] - m[0])
 		   : !(x->flags & HTTP_X_SSE) && x->t_resp_start ? (int64_t)(m[2] - m[0]) : KPI_NULL;
+}
+
+static void on_exchange(void *ctx, const struct http_exchange *x)
+{
+	struct http_conn *c = ctx;
+	struct kpi_request_record rec;
+	uint64_t seg = x->t_arrive ? seg_of(c, x->t_arrive) : 0;
+	bool content = x->content_events > 0 && x->t_first_content;
+
+	memset(&rec, 0, sizeof(rec));
+	if (x->id_src != HTTP_ID_NONE && x->request_id[0])
+		snprintf(rec.request_id, sizeof(rec.request_id), "%s", x->request_id);
+	else
+		snprintf(rec.request_id, sizeof(rec.request_id), "http-%u-%llu", c->pid,
+			 (unsigned long long)++c->hp->ids_made);
+	rec.pid = c->pid;
+	rec.seq_id = KPI_NULL;
+
+	times_fill(&rec, x, seg);
 	rec.tpot = rec.itl_p50 = rec.itl_p99 = rec.itl_max = KPI_NULL;
 	if (content && x->completion_tokens > 1 && x->content_events > 1)
-		rec.tpot = (int64_t)(m[3] - m[2]) / (x->completion_tokens - 1);
+		rec.tpot = (int64_t)(x->t_last_content - x->t_first_content) /
+			   (x->completion_tokens - 1);
 	if (x->n_content_writes > 1)
 		assemble_itl(&rec, x->content_writes, x->n_content_writes);
 	rec.prompt_tokens = opt_count(x->prompt_tokens);
