@@ -7,6 +7,7 @@
 #include <string.h>
 #include <uthash.h>
 #include "assemble.h"
+#include "http_path.h"
 #include "abi/kpi_reasons.h"
 #include "schema/pct.h"
 
@@ -87,11 +88,18 @@ struct assembler {
 	int n_pids;
 	struct assemble_stats st;
 	uint64_t drops_before;  /* drops at the previous assemble_sample() */
+	struct http_path *http; /* HTTP-mode targets' records (PAYLOAD, HTTP_CLOSE) */
 };
 
 struct assembler *assemble_new(void)
 {
-	return calloc(1, sizeof(struct assembler));
+	struct assembler *a = calloc(1, sizeof(struct assembler));
+
+	if (a && !(a->http = http_path_new(a))) {
+		free(a);
+		return NULL;
+	}
+	return a;
 }
 
 static void req_free(struct req *r)
@@ -123,6 +131,7 @@ void assemble_free(struct assembler *a)
 		free(s);
 	}
 	HASH_CLEAR(hh, a->recent);
+	http_path_free(a->http);
 	free(a);
 }
 
@@ -144,6 +153,7 @@ void assemble_losses(struct assembler *a, struct kpi_loss_record *l)
 	l->total[KPI_LOSS_ORPHANS] = a->st.orphan_requests;
 	l->total[KPI_LOSS_CLAMPED] = a->st.clamped;
 	l->total[KPI_LOSS_BEFORE_ATTACH] = a->st.before_attach;
+	l->total[KPI_LOSS_HTTP_UNSYNCED] = http_path_stats(a->http)->unsynced;
 	for (int i = 0; i < a->n_sinks; i++)
 		if (a->sinks[i].losses)
 			a->sinks[i].losses(a->sinks[i].ctx, l);
@@ -315,7 +325,7 @@ static void writes_scan(struct req *r, struct resp_writes *w)
 /* Each of the n marks (0: not reached) no earlier than the last one reached
  * before it: events from different CPUs can be a few ns out of order. Returns
  * whether one had to move. */
-static bool marks_clamp(uint64_t *m, int n)
+bool assemble_marks_clamp(uint64_t *m, int n)
 {
 	bool clamped = false;
 
@@ -339,18 +349,25 @@ static void phases_fill(struct kpi_request_record *rec, const uint64_t m[6], boo
 {
 	int64_t *ph[5] = { &rec->net_in, &rec->queue, &rec->prefill, &rec->decode, &rec->net_out };
 
-	for (int i = 0; i < 5; i++)
-		*ph[i] = KPI_NULL;
 	if (rejected) {
+		for (int i = 0; i < 5; i++)
+			*ph[i] = KPI_NULL;
 		rec->net_in = (int64_t)(m[1] - m[0]);
 		rec->net_out = (int64_t)(m[5] - m[1]);
 		return;
 	}
-	for (int i = 0; i < 5; i++) {
+	assemble_phases(m, 6, ph);
+}
+
+void assemble_phases(const uint64_t *m, int n, int64_t *const *ph)
+{
+	for (int i = 0; i < n - 1; i++)
+		*ph[i] = KPI_NULL;
+	for (int i = 0; i < n - 1; i++) {
 		if (i > 0 && !m[i])
 			continue;
 		int j = i + 1;
-		while (j < 5 && !m[j])
+		while (j < n - 1 && !m[j])
 			j++;
 		*ph[i] = (int64_t)(m[j] - m[i]);
 	}
@@ -358,7 +375,7 @@ static void phases_fill(struct kpi_request_record *rec, const uint64_t m[6], boo
 
 /* Inter-token latency of n token writes: p50 and p99 by the trace's one
  * percentile definition (schema/pct.h), and the largest gap. */
-static void itl_fill(struct kpi_request_record *rec, const uint64_t *tok, size_t n_tok)
+void assemble_itl(struct kpi_request_record *rec, const uint64_t *tok, size_t n_tok)
 {
 	size_t n = n_tok - 1;
 	/* ns gaps are exact in a double up to 104 days */
@@ -381,7 +398,6 @@ static void itl_fill(struct kpi_request_record *rec, const uint64_t *tok, size_t
 static void req_complete(struct assembler *a, struct req *r)
 {
 	struct kpi_request_record rec;
-	struct pidstate *ps = pidstate(a, r->pid);
 	struct resp_writes w;
 	uint64_t m[6];
 
@@ -399,7 +415,7 @@ static void req_complete(struct assembler *a, struct req *r)
 	m[3] = r->t_first;
 	m[4] = r->t_last;
 	m[5] = w.t_done;
-	bool clamped = marks_clamp(m, 6);
+	bool clamped = assemble_marks_clamp(m, 6);
 	if (w.t_first_write && w.t_first_write < m[0]) {
 		w.t_first_write = m[0];
 		clamped = true;
@@ -426,7 +442,7 @@ static void req_complete(struct assembler *a, struct req *r)
 			rec.tpot = (int64_t)(m[4] - m[3]) / (r->output_tokens - 1);
 	}
 	if (w.n_tok > 1)
-		itl_fill(&rec, w.tok, w.n_tok);
+		assemble_itl(&rec, w.tok, w.n_tok);
 	rec.prompt_tokens = r->admitted ? r->prompt : KPI_NULL;
 	rec.output_tokens = r->finished ? r->output_tokens : (r->admitted ? 0 : KPI_NULL);
 	rec.http_status = r->http_status ? r->http_status : KPI_NULL;
@@ -439,24 +455,33 @@ static void req_complete(struct assembler *a, struct req *r)
 	rec.operation = r->admitted ? kpi_operation_name(r->operation) : NULL;
 	rec.token_writes = w.tok;
 	rec.n_token_writes = w.n_tok;
+	rec.source = "usdt";
+	rec.t_req_read = rec.t_resp_start = rec.server_wait = rec.content_events = KPI_NULL;
+	rec.stream = rec.max_tokens = KPI_NULL;
+
+	assemble_request_out(a, &rec);
+	if (r->rejected)
+		a->st.rejected++;
+	req_unlink(a, r);
+	req_free(r);
+}
+
+void assemble_request_out(struct assembler *a, const struct kpi_request_record *rec)
+{
+	struct pidstate *ps = pidstate(a, rec->pid);
 
 	for (int i = 0; i < a->n_sinks; i++)
 		if (a->sinks[i].request)
-			a->sinks[i].request(a->sinks[i].ctx, &rec);
-
+			a->sinks[i].request(a->sinks[i].ctx, rec);
 	a->st.requests++;
-	if (r->rejected)
-		a->st.rejected++;
 	if (ps) {
 		ps->completed++;
-		ps->out_tokens += r->finished ? r->output_tokens : 0;
-		if (r->http_status == 429)
+		ps->out_tokens += rec->output_tokens != KPI_NULL ? (int)rec->output_tokens : 0;
+		if (rec->http_status == 429)
 			ps->rejections++;
-		else if (r->http_status >= 400)
+		else if (rec->http_status >= 400)
 			ps->errors++;
 	}
-	req_unlink(a, r);
-	req_free(r);
 }
 
 /* A request ends with its response, or with its connection.  One that never
@@ -775,6 +800,14 @@ int assemble_event(struct assembler *a, const void *rec, size_t size)
 	case KPI_EV_WRITE: on_write(a, &e->write); break;
 	case KPI_EV_RESP_END: on_resp_end(a, &e->resp_end); break;
 	case KPI_EV_CLOSE: on_close(a, &e->close); break;
+	case KPI_EV_PAYLOAD:
+	case KPI_EV_HTTP_CLOSE:
+		if (http_path_event(a->http, e, size)) {
+			a->st.events--;
+			a->st.malformed++;
+			return -1;
+		}
+		break;
 	}
 	return 0;
 }
@@ -819,6 +852,7 @@ void assemble_forget_pid(struct assembler *a, uint32_t pid)
 	HASH_ITER(hh_id, a->by_id, r, tmp)
 		if (r->pid == pid)
 			req_forget(a, r);
+	http_path_forget_pid(a->http, pid);
 	HASH_ITER(hh, a->steps, s, stmp)
 		if (s->rec.pid == pid) {
 			HASH_DEL(a->steps, s);
@@ -865,6 +899,7 @@ static void count_fn(void *ctx, const struct kpi_inflight_record *r)
 void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 		     const struct kpi_runq *runq, int n, uint64_t drops)
 {
+	http_path_expire(a->http, now);
 	for (int i = 0; i < n; i++) {
 		struct pidstate *ps = pidstate(a, pids[i]);
 		struct count_ctx cc = { .pid = pids[i] };

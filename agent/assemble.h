@@ -24,11 +24,25 @@ void assemble_forget_pid(struct assembler *a, uint32_t pid);
  * i's cumulative run-queue delay (BPF runq_total); drops the agent-wide
  * drops so far.  The RUNQ_BY events since the last sample name the other
  * processes in it. */
+/* Also ends HTTP exchanges fed nothing for a minute (http_path_expire). */
 void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 		     const struct kpi_runq *runq, int n, uint64_t drops);
 /* Calls fn for every request in flight. */
 void assemble_foreach_inflight(struct assembler *a,
 			       void (*fn)(void *ctx, const struct kpi_inflight_record *r), void *ctx);
+
+/* Hands a finished record to every sink and counts it in its process's
+ * sample (other producers of records than the USDT assembly use it too). */
+void assemble_request_out(struct assembler *a, const struct kpi_request_record *rec);
+/* Raises each of the n marks (0: not reached) to the last reached one
+ * before it; true when one moved. */
+bool assemble_marks_clamp(uint64_t *m, int n);
+/* n marks, the last the end (reached): n - 1 phases, *ph[i] from mark i
+ * (when reached; phase 0 always) to the next mark reached, else KPI_NULL,
+ * so the non-null ones sum to m[n-1] - m[0]. */
+void assemble_phases(const uint64_t *m, int n, int64_t *const *ph);
+/* itl_p50/p99/max of n_tok (> 1) token write times (schema/pct.h). */
+void assemble_itl(struct kpi_request_record *rec, const uint64_t *tok, size_t n_tok);
 
 struct assemble_stats {
 	/* orphans: arrivals that became no request (a client that left, or a
@@ -42,7 +56,8 @@ struct assemble_stats {
 					      * attached yet (their engine marks may lack) */
 };
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
-/* Fills in the causes the assembler counts (orphans, clamped, before_attach)
+/* Fills in the causes the assembler counts (orphans, clamped, before_attach,
+ * http_unsynced)
  * and hands l to every sink. */
 void assemble_losses(struct assembler *a, struct kpi_loss_record *l);
 

@@ -36,6 +36,8 @@ struct target {
 	struct usdt_file *file;         /* probes attached for every process of its file, */
 	struct usdt_links ln;           /* or to this process alone */
 	bool failed;                    /* attach failed: do not retry this process */
+	bool http;                      /* HTTP mode: no USDT, payloads (KPI_TARGET_F_HTTP) */
+	bool by_port;                   /* found on a --port: dropped when it leaves it */
 };
 
 /* An EXEC or EXIT record, kept from the ring-buffer callback (which must not
@@ -71,6 +73,12 @@ struct attach {
 static bool sched_raw(const struct attach *at)
 {
 	return at->feat->raw_tp && at->feat->sched_info && at->feat->task_storage;
+}
+
+/* --pid or --port: these processes alone, no executable followed from its exec. */
+static bool explicit_pids(const struct attach *at)
+{
+	return at->want.n_pids || at->want.n_ports;
 }
 
 /* ---- the BPF side of a target ---------------------------------------------------- */
@@ -204,7 +212,7 @@ static struct usdt_file *file_of(struct attach *at, const char *exe)
 	struct usdt_file *f;
 	bool fresh;
 
-	if (at->want.n_pids)
+	if (explicit_pids(at) || at->want.http_only)
 		return NULL;
 	f = usdt_file_get(&at->files, at->skel, exe, &fresh);
 	if (!f)
@@ -283,6 +291,19 @@ static void runq_prime(struct attach *at, pid_t pid)
 
 /* ---- attaching to targets ------------------------------------------------------ */
 
+/* HTTP mode: the syscall programs copy its socket payloads (PAYLOAD records),
+ * agent/http_path.c follows its exchanges. */
+static int attach_http(struct attach *at, struct target *t, struct kpi_target *v, const char *exe,
+		       const char *why)
+{
+	t->http = true;
+	v->state = KPI_TARGET_TRACED;
+	v->flags |= KPI_TARGET_F_HTTP;
+	target_put(at, t->pid, v);
+	printf("attached to pid %d (%s), HTTP mode (%s)\n", t->pid, exe, why);
+	return 0;
+}
+
 /* Follows pid: `targets` first (syscall handlers see the process from now
  * on; an entry the exec program wrote is kept, with its exec time), then
  * the USDT probes, of its whole file or of it alone.  exec_ts: when it
@@ -321,11 +342,18 @@ static int attach_one(struct attach *at, pid_t pid, uint64_t exec_ts)
 	if (!had_entry)
 		target_put(at, pid, &v);
 	refresh_one(at, pid);
+	if (at->want.http_only)
+		return attach_http(at, t, &v, exe, "--http-only");
 	t->file = file_of(at, exe);
 	if (t->file)
 		snprintf(missing, sizeof(missing), "%s", t->file->missing);
 	if ((t->file && t->file->state != USDT_FILE_TRACED) ||
 	    (!t->file && usdt_attach(at->skel, &t->ln, pid, exe, missing, sizeof(missing), &failed))) {
+		/* a server without our probes, named on the command line */
+		if (!failed && (explicit_pids(at) || at->want.exe)) {
+			t->file = NULL;
+			return attach_http(at, t, &v, exe, "no kpi probes");
+		}
 		if (failed)
 			fprintf(stderr, "kpi-agent: pid %d (%s): cannot attach USDT probe kpi:%s (%s)\n",
 				pid, exe, failed, strerror(errno));
@@ -458,6 +486,32 @@ static bool wanted(const struct attach *at, pid_t pid)
 	return false;
 }
 
+/* pid is on the --pid list. */
+static bool wanted_pid(const struct attach *at, pid_t pid)
+{
+	for (int i = 0; i < at->want.n_pids; i++)
+		if (at->want.pids[i] == pid)
+			return true;
+	return false;
+}
+
+/* The processes on the --port list now; n_found of found[] are taken. */
+static int port_owners(struct attach *at, pid_t *found, int n_found, int max)
+{
+	for (int p = 0; p < at->want.n_ports && n_found < max; p++) {
+		pid_t own[KPI_MAX_TARGETS];
+		int n = target_port_owners(at->want.ports[p], own, KPI_MAX_TARGETS);
+		for (int i = 0; i < n && n_found < max; i++) {
+			bool dup = false;
+			for (int k = 0; k < n_found; k++)
+				dup |= found[k] == own[i];
+			if (!dup)
+				found[n_found++] = own[i];
+		}
+	}
+	return n_found;
+}
+
 /* those that map libkpi_cupti.so also get their GPU kernels recorded */
 static void gpu_sync(struct attach *at)
 {
@@ -472,12 +526,15 @@ static void gpu_sync(struct attach *at)
 
 void attach_rescan(struct attach *at)
 {
-	pid_t found[KPI_MAX_TARGETS];
-	int n;
+	pid_t found[KPI_MAX_TARGETS], on_port[KPI_MAX_TARGETS];
+	int n, n_port = port_owners(at, on_port, 0, KPI_MAX_TARGETS);
 
 	for (int i = at->n_targets - 1; i >= 0; i--) {
 		struct target *t = &at->targets[i];
-		if (target_start_time(t->pid) != t->start_time)
+		bool still = !t->by_port;
+		for (int k = 0; k < n_port && !still; k++)
+			still = on_port[k] == t->pid;
+		if (target_start_time(t->pid) != t->start_time || !still)
 			detach_one(at, i, true);
 		else if (!t->failed)
 			refresh_one(at, t->pid);
@@ -486,7 +543,7 @@ void attach_rescan(struct attach *at)
 	/* --exe: its file's probes are in place before any process runs it */
 	if (at->want.exe)
 		file_of(at, at->want.exe);
-	if (at->want.n_pids) {
+	if (explicit_pids(at)) {
 		n = 0;
 		for (int i = 0; i < at->want.n_pids; i++)
 			if (target_start_time(at->want.pids[i]))
@@ -499,6 +556,12 @@ void attach_rescan(struct attach *at)
 			attach_one(at, found[i], 0);
 			hold_release(at, found[i]);     /* its exec event was lost */
 		}
+	for (int i = 0; i < n_port; i++) {
+		if (find_target(at, on_port[i]) >= 0 || attach_one(at, on_port[i], 0))
+			continue;
+		if ((n = find_target(at, on_port[i])) >= 0)
+			at->targets[n].by_port = !wanted_pid(at, on_port[i]);
+	}
 	gpu_sync(at);
 }
 
@@ -610,7 +673,7 @@ void attach_choose_programs(struct attach *at)
 		else if (!strncmp(sec, "raw_tp/sched_", 13))
 			load = sched_rawtp;
 		else if (!strcmp(sec, "tracepoint/sched/sched_process_exec"))
-			load = at->feat->proc_tp && !at->want.n_pids;
+			load = at->feat->proc_tp && !explicit_pids(at);
 		else if (!strcmp(sec, "tracepoint/sched/sched_process_exit"))
 			load = at->feat->proc_tp;
 		else if (!strncmp(sec, "tracepoint/sched/", 17))
@@ -641,13 +704,16 @@ void attach_choose_programs(struct attach *at)
 	s->rodata->nr_listen = SYS_listen;
 	/* a file of this name is one before its first process is seen (the
 	 * kernel's comm: the name's first 15 characters) */
-	if (!at->want.n_pids) {
+	if (!explicit_pids(at)) {
 		const char *base = at->want.exe ? strrchr(at->want.exe, '/') : NULL;
 		snprintf((char *)s->rodata->exec_comm, sizeof(s->rodata->exec_comm), "%.15s",
 			 base ? base + 1 : TARGET_DEFAULT_NAME);
 	}
 	s->rodata->exec_tids = !sched_rawtp;
 	s->rodata->exec_hold = at->want.exec_hold && !at->want.n_pids;
+	/* HTTP mode walks iovecs with bpf_loop where the kernel has it */
+	s->rodata->has_loop = libbpf_probe_bpf_helper(BPF_PROG_TYPE_TRACEPOINT, BPF_FUNC_loop,
+						       NULL) > 0;
 	if (at->want.verbose)
 		fprintf(stderr, "kpi-agent: syscalls via %s, run queue via %s, tcp arrival %s, "
 			"new targets %s\n",
@@ -656,7 +722,7 @@ void attach_choose_programs(struct attach *at)
 			sched_rawtp ? "raw_tp sched_switch (sched_info)"
 			: at->feat->sched_tp ? "tracepoints" : "(off: no sched tracepoints)",
 			at->feat->tcp_probe_tp ? "via tcp:tcp_probe" : "off (read() time is used)",
-			at->want.n_pids ? "none (--pid)"
+			explicit_pids(at) ? "none (--pid, --port)"
 			: at->feat->proc_tp ? "at their exec (sched_process_exec), and in /proc"
 			: "in /proc only (no sched_process_exec)");
 }
@@ -724,6 +790,16 @@ int attach_live_pids(const struct attach *at, uint32_t *pids, int max)
 
 	for (int i = 0; i < at->n_targets && n < max; i++)
 		if (!at->targets[i].failed)
+			pids[n++] = (uint32_t)at->targets[i].pid;
+	return n;
+}
+
+int attach_usdt_pids(const struct attach *at, uint32_t *pids, int max)
+{
+	int n = 0;
+
+	for (int i = 0; i < at->n_targets && n < max; i++)
+		if (!at->targets[i].failed && !at->targets[i].http)
 			pids[n++] = (uint32_t)at->targets[i].pid;
 	return n;
 }

@@ -14,12 +14,16 @@ struct ring_buffer;
 struct assembler;
 struct agent_gpu;
 
-/* What to trace: the --pid list, else every process running exe (NULL: any
- * file named kpi-infer). */
+/* What to trace: the --pid list and the processes on the --port list, else
+ * every process running exe (NULL: any file named kpi-infer).  One without
+ * kpi probes (or any, with http_only) is followed in HTTP mode. */
 struct attach_want {
 	const pid_t *pids;
 	int n_pids;
 	const char *exe;
+	const uint16_t *ports;  /* --port: the processes listening on these */
+	int n_ports;
+	bool http_only;         /* --http-only: the HTTP path even where USDT probes are */
 	bool verbose;           /* -v: say which program flavours were chosen */
 	bool exec_hold;         /* stop a process at the exec of a file not attached yet,
 				 * until its probes are (docs/agent.md, Targets) */
@@ -62,6 +66,8 @@ void attach_pending(struct attach *at);
 int attach_count(const struct attach *at);
 /* The traced ones' pids, at most max. */
 int attach_live_pids(const struct attach *at, uint32_t *pids, int max);
+/* Those of them traced through their USDT probes (not in HTTP mode). */
+int attach_usdt_pids(const struct attach *at, uint32_t *pids, int max);
 /* Destroys every link (targets' and global). */
 void attach_free(struct attach *at);
 

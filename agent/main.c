@@ -4,6 +4,7 @@
 #include <bpf/libbpf.h>
 #include <errno.h>
 #include <getopt.h>
+#include <linux/capability.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -35,6 +36,9 @@ static struct env {
 	int n_pids;
 	const char *exe;
 	char exe_real[PATH_MAX];
+	uint16_t ports[KPI_MAX_TARGETS];
+	int n_ports;
+	bool http_only;
 	int flush_ms;
 	int ringbuf_mb;
 	bool token_detail;
@@ -59,13 +63,21 @@ static volatile sig_atomic_t exiting;
 static const char usage[] =
 "Usage: kpi-agent [OPTION]...\n"
 "Record where every kpi-infer request spends its time (network in, queue,\n"
-"prefill, decode, network out) with eBPF, into a SQLite trace.\n"
+"prefill, decode, network out) with eBPF, into a SQLite trace; for any other\n"
+"OpenAI-compatible HTTP/1.1 server, TTFT, inter-event gaps and the network\n"
+"phases from the HTTP exchange on its sockets.\n"
 "\n"
 "  --db PATH          trace database (default " TRACE_STORE_DEFAULT_PATH ";\n"
 "                     its directory is created 0750, the file 0640)\n"
 "  --pid PID          trace this process (repeatable); default: every running\n"
 "                     kpi-infer, and every one that starts later from its exec\n"
 "  --exe PATH         trace processes running this executable, now and later\n"
+"  --port PORT        trace the process(es) listening on this local TCP port\n"
+"                     (repeatable), found again when another takes the port\n"
+"  --http-only        follow every target from the HTTP exchange on its sockets\n"
+"                     (source 'http'), even a kpi-infer with its USDT probes;\n"
+"                     a --pid/--exe/--port process without kpi probes is\n"
+"                     followed so anyway (docs/agent.md, Tracing any HTTP server)\n"
 "  --no-exec-hold     in discovery mode, do not stop a kpi-infer at the exec of a\n"
 "                     build the agent has not attached yet (by default it waits,\n"
 "                     10-20 ms once per new file, until its probes are in place, so\n"
@@ -173,6 +185,8 @@ static void parse_args(int argc, char **argv)
 		{ "db", required_argument, NULL, 'd' },
 		{ "pid", required_argument, NULL, 'p' },
 		{ "exe", required_argument, NULL, 'e' },
+		{ "port", required_argument, NULL, 'T' },
+		{ "http-only", no_argument, NULL, 'H' },
 		{ "flush-ms", required_argument, NULL, 'f' },
 		{ "ringbuf-mb", required_argument, NULL, 'r' },
 		{ "token-detail", no_argument, NULL, 't' },
@@ -184,7 +198,7 @@ static void parse_args(int argc, char **argv)
 		{ "max-backlog", required_argument, NULL, 'B' },
 		{ "retain", required_argument, NULL, 'R' },
 		{ "max-db-mb", required_argument, NULL, 'S' },
-		{ "no-exec-hold", no_argument, NULL, 'H' },
+		{ "no-exec-hold", no_argument, NULL, 'X' },
 		{ "price-per-hour", required_argument, NULL, 'P' },
 		{ "powercap-root", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
@@ -255,7 +269,7 @@ static void parse_args(int argc, char **argv)
 		case 'S':
 			env.max_db_mb = parse_num("--max-db-mb", optarg, 0, 1L << 30);
 			break;
-		case 'H':
+		case 'X':
 			env.no_exec_hold = true;
 			break;
 		case 'P':
@@ -270,6 +284,14 @@ static void parse_args(int argc, char **argv)
 				die_usage("--powercap-root wants a directory");
 			env.powercap_root = optarg;
 			break;
+		case 'T':
+			if (env.n_ports == KPI_MAX_TARGETS)
+				die_usage("at most %d --port flags", KPI_MAX_TARGETS);
+			env.ports[env.n_ports++] = (uint16_t)parse_num("--port", optarg, 1, 65535);
+			break;
+		case 'H':
+			env.http_only = true;
+			break;
 		case 'v':
 			env.verbose = true;
 			break;
@@ -282,8 +304,8 @@ static void parse_args(int argc, char **argv)
 	}
 	if (optind < argc)
 		die_usage("unexpected argument '%s'", argv[optind]);
-	if (env.n_pids && env.exe)
-		die_usage("--pid and --exe exclude each other");
+	if ((env.n_pids || env.n_ports) && env.exe)
+		die_usage("--exe excludes --pid and --port");
 }
 
 static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list args)
@@ -291,6 +313,9 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 	if (level == LIBBPF_DEBUG && !env.verbose)
 		return 0;
 	if (!env.verbose && level == LIBBPF_INFO)
+		return 0;
+	/* a server without probes is traced in HTTP mode, which the attach line says */
+	if (!env.verbose && strstr(fmt, "no USDT notes section"))
 		return 0;
 	return vfprintf(stderr, fmt, args);
 }
@@ -430,6 +455,8 @@ static void sample(struct agent *ag, uint64_t now)
 	 * sample's named waits are those its totals hold */
 	ring_buffer__consume(ag->rb);
 	assemble_sample(ag->asm_, now, pids, runq, n, read_counter(ag, KPI_CNT_DROPS));
+	/* the batch-step split needs the engine's probes: HTTP-mode targets have none */
+	n = attach_usdt_pids(ag->at, pids, KPI_MAX_TARGETS);
 	agent_cost_sample(ag->cost, now, pids, n);
 	struct kpi_loss_record l;
 	losses_sample(ag, now, &l);
@@ -451,6 +478,11 @@ static int check_host(struct agent *ag, struct privdrop *priv)
 	}
 	if (!env.no_exec_hold && !env.n_pids)
 		privdrop_keep_kill(priv);
+	/* --port finds the process behind a listening socket in /proc/PID/fd,
+	 * which is 0500 and owned by the process's user: a server that runs as
+	 * another user (nginx's workers) is found only with DAC read-search */
+	if (env.n_ports)
+		priv->keep |= 1ULL << CAP_DAC_READ_SEARCH;
 	if (host_ensure_tracefs(&mounted, err, sizeof(err))) {
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		return -1;
@@ -633,7 +665,8 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	ag.at = attach_new(ag.skel, &ag.feat, &(struct attach_want){
-		.pids = env.pids, .n_pids = env.n_pids, .exe = env.exe, .verbose = env.verbose,
+		.pids = env.pids, .n_pids = env.n_pids, .exe = env.exe, .ports = env.ports,
+		.n_ports = env.n_ports, .http_only = env.http_only, .verbose = env.verbose,
 		.exec_hold = !env.no_exec_hold });
 	if (!ag.at) {
 		fprintf(stderr, "kpi-agent: out of memory\n");
@@ -662,7 +695,9 @@ int main(int argc, char **argv)
 		goto cleanup;
 	}
 	printf("writing %s (run %lld)\n", env.db, (long long)trace_store_run_id(ag.store));
-	if (!attach_count(ag.at))
+	if (!attach_count(ag.at) && env.n_ports)
+		printf("waiting for a process to listen on port %u\n", env.ports[0]);
+	else if (!attach_count(ag.at))
 		printf("waiting for %s to start\n", env.exe ? env.exe : TARGET_DEFAULT_NAME);
 	if (poll_loop(&ag))
 		goto cleanup;

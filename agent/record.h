@@ -32,6 +32,16 @@ struct kpi_request_record {
 	 * valid only during the sink callback */
 	const uint64_t *token_writes;
 	size_t n_token_writes;
+	/* which path made the record: "usdt" (kpi-infer's probes) or "http"
+	 * (the HTTP exchange on the target's sockets, agent/http_path.c) */
+	const char *source;
+	/* http only (KPI_NULL / "" / NULL for usdt): the read that completed the
+	 * request, the response's first write; server_wait = the first content
+	 * write (streamed) or t_resp_start, minus t_req_read: queue and prefill
+	 * together, which the wire cannot tell apart */
+	int64_t t_req_read, t_resp_start, server_wait, content_events, stream, max_tokens;
+	const char *end_reason;         /* complete | client_closed | server_closed | unsynced | timeout */
+	char method[16], path[64], model[64];
 };
 
 struct kpi_step_record {
@@ -85,6 +95,7 @@ enum kpi_loss {
 	KPI_LOSS_BEFORE_ATTACH,         /* connections to a target's port before its attach */
 	KPI_LOSS_SHED_ROWS,             /* rows dropped while the trace could not be written */
 	KPI_LOSS_RETENTION_ROWS,        /* rows removed by retention */
+	KPI_LOSS_HTTP_UNSYNCED,         /* times an HTTP tracker lost a connection's framing */
 	KPI_LOSS__COUNT
 };
 
@@ -94,7 +105,7 @@ static inline const char *kpi_loss_name(int cause)
 {
 	static const char *const names[KPI_LOSS__COUNT] = {
 		"ringbuf_drops", "conn_untracked", "orphans", "clamped", "map_evictions",
-		"before_attach", "shed_rows", "retention_rows",
+		"before_attach", "shed_rows", "retention_rows", "http_unsynced",
 	};
 	return cause >= 0 && cause < KPI_LOSS__COUNT ? names[cause] : "unknown";
 }

@@ -253,7 +253,9 @@ struct trace_store *trace_store_open(const char *path, bool token_detail, char *
 		    "t_sched_ns, t_first_ns, t_last_ns, t_first_write_ns, t_done_ns, net_in_ns, queue_ns, "
 		    "prefill_ns, decode_ns, net_out_ns, ttft_ns, tpot_ns, e2e_ns, itl_p50_ns, itl_p99_ns, "
 		    "itl_max_ns, prompt_tokens, output_tokens, http_status, finish_reason, reject_reason, "
-		    "preemptions, srtt_us, runq_ns) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+		    "preemptions, srtt_us, runq_ns, source, server_wait_ns, t_req_read_ns, t_resp_start_ns, "
+		    "content_events, stream, max_tokens, end_reason, method, path, model) VALUES "
+		    "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
 		    err, errlen) ||
 	    prepare(st, &st->ins_step,
 		    "INSERT INTO steps(pid, step_id, run_id, wall_ns, t_start_ns, t_end_ns, prefill_tokens, "
@@ -390,6 +392,15 @@ static void bind_opt(sqlite3_stmt *s, int i, int64_t v)
 		sqlite3_bind_int64(s, i, v);
 }
 
+/* Static strings, or the pending record's own arrays: both outlive the step. */
+static void bind_text_opt(sqlite3_stmt *s, int i, const char *v)
+{
+	if (v)
+		sqlite3_bind_text(s, i, v, -1, SQLITE_STATIC);
+	else
+		sqlite3_bind_null(s, i);
+}
+
 static int step_done(struct trace_store *st, sqlite3_stmt *s)
 {
 	int rc = sqlite3_step(s);
@@ -426,6 +437,17 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	sqlite3_bind_int64(s, i++, r->preemptions);
 	bind_opt(s, i++, r->srtt_us);
 	bind_opt(s, i++, r->runq_ns);
+	bind_text_opt(s, i++, r->source);
+	bind_opt(s, i++, r->server_wait);
+	bind_opt(s, i++, r->t_req_read);
+	bind_opt(s, i++, r->t_resp_start);
+	bind_opt(s, i++, r->content_events);
+	bind_opt(s, i++, r->stream);
+	bind_opt(s, i++, r->max_tokens);
+	bind_text_opt(s, i++, r->end_reason);
+	bind_text_opt(s, i++, r->method[0] ? r->method : NULL);
+	bind_text_opt(s, i++, r->path[0] ? r->path : NULL);
+	bind_text_opt(s, i++, r->model[0] ? r->model : NULL);
 	if (step_done(st, s))
 		return -1;
 	for (size_t k = 0; k < r->n_token_writes; k++) {

@@ -197,10 +197,36 @@ static void add_port(uint16_t *ports, int *n, int max, unsigned port, unsigned l
  * table as well, which is milliseconds of kernel time a scan on a host with a
  * large table, and the agent rescans twice a second.)  -1 when netlink
  * diagnostics are not available. */
+static int diag_listen_each(void (*fn)(void *ctx, unsigned port, unsigned long inode),
+			    void *ctx);
+
+struct port_list {
+	uint16_t *ports;
+	int n, max;
+	const unsigned long *ino;
+	int n_ino;
+};
+
+static void port_of_ours(void *ctx, unsigned port, unsigned long inode)
+{
+	struct port_list *pl = ctx;
+
+	add_port(pl->ports, &pl->n, pl->max, port, inode, pl->ino, pl->n_ino);
+}
+
 static int diag_listen_ports(uint16_t *ports, int max, const unsigned long *ino, int n_ino)
 {
+	struct port_list pl = { ports, 0, max, ino, n_ino };
+
+	return diag_listen_each(port_of_ours, &pl) ? -1 : pl.n;
+}
+
+/* Calls fn(ctx, port, inode) for every listening TCP socket; -1 when
+ * netlink diagnostics are not available. */
+static int diag_listen_each(void (*fn)(void *ctx, unsigned port, unsigned long inode), void *ctx)
+{
 	static const int families[] = { AF_INET, AF_INET6 };
-	int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG), n = 0;
+	int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 
 	if (fd < 0)
 		return -1;
@@ -233,13 +259,12 @@ static int diag_listen_ports(uint16_t *ports, int max, const unsigned long *ino,
 				}
 				if (h->nlmsg_type == NLMSG_ERROR)
 					goto fail;
-				add_port(ports, &n, max, ntohs(m->id.idiag_sport), m->idiag_inode,
-					 ino, n_ino);
+				fn(ctx, ntohs(m->id.idiag_sport), m->idiag_inode);
 			}
 		}
 	}
 	close(fd);
-	return n;
+	return 0;
 fail:
 	close(fd);
 	return -1;
@@ -310,4 +335,55 @@ void target_each_thread(pid_t pid, bool (*fn)(void *ctx, int tid), void *ctx)
 
 	snprintf(dir, sizeof(dir), "/proc/%d/task", pid);
 	each_number(dir, fn, ctx);
+}
+
+/* ---- the process behind a port ------------------------------------------ */
+
+struct port_owner {
+	unsigned port;
+	unsigned long ino[16];
+	int n_ino;
+	pid_t *out;             /* found */
+	int n, max;
+	pid_t self;
+};
+
+static void listener_of_port(void *ctx, unsigned port, unsigned long inode)
+{
+	struct port_owner *po = ctx;
+
+	if (port == po->port && po->n_ino < 16)
+		po->ino[po->n_ino++] = inode;
+}
+
+/* Whether pid holds one of po's listening sockets. */
+static bool holds_listener(struct port_owner *po, pid_t pid)
+{
+	static unsigned long ino[4096];
+	int n = socket_inodes(pid, ino, 4096);
+
+	for (int i = 0; i < n; i++)
+		for (int k = 0; k < po->n_ino; k++)
+			if (ino[i] == po->ino[k])
+				return true;
+	return false;
+}
+
+static bool scan_owner(void *ctx, int pid)
+{
+	struct port_owner *po = ctx;
+
+	if (pid != po->self && holds_listener(po, pid))
+		po->out[po->n++] = pid;
+	return po->n < po->max;
+}
+
+int target_port_owners(uint16_t port, pid_t *out, int max)
+{
+	struct port_owner po = { .port = port, .out = out, .max = max, .self = getpid() };
+
+	if (max <= 0 || diag_listen_each(listener_of_port, &po) || !po.n_ino)
+		return 0;
+	each_number("/proc", scan_owner, &po);
+	return po.n;
 }

@@ -21,6 +21,11 @@ unsigned long long target_start_time(pid_t pid);
 int target_exe_path(pid_t pid, char *buf, size_t len);
 /* TCP ports pid listens on (host order).  Returns the count. */
 int target_listen_ports(pid_t pid, uint16_t *ports, int max);
+/* The processes holding a socket that listens on TCP port in the agent's
+ * network namespace (NETLINK_SOCK_DIAG, then every /proc/PID/fd: a server's
+ * forked workers share it); at most max in out, the count returned (0 also
+ * when sock_diag is missing). */
+int target_port_owners(uint16_t port, pid_t *out, int max);
 /* Calls fn(ctx, tid) for each thread of pid until fn returns false. */
 void target_each_thread(pid_t pid, bool (*fn)(void *ctx, int tid), void *ctx);
 

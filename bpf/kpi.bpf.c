@@ -99,10 +99,16 @@ struct {
 } socks SEC(".maps");
 
 enum { SYS_READ = 1, SYS_WRITE = 2 };
+/* Where a syscall's bytes are (HTTP-mode targets copy a prefix of them). */
+enum { SHAPE_BUF = 0, SHAPE_IOV = 1, SHAPE_MSG = 2 };
 struct sys_arg {
 	int fd;
 	int kind;
 	__u64 ts;       /* sys_enter time */
+	__u64 buf;      /* arg 2: the buffer, iovec array or msghdr */
+	__u32 cnt;      /* arg 3 of readv/writev: iovecs */
+	__u16 shape;
+	__u16 http;     /* the target is in HTTP mode (KPI_TARGET_F_HTTP) */
 };
 
 /* pid_tgid -> fd and entry time of the read/write in progress, from sys_enter
@@ -457,14 +463,22 @@ int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
 
 /* ---- syscalls: reads, writes and closes of the targets' sockets --------- */
 
-static __always_inline int sys_enter(int fd, int kind)
+static __always_inline int sys_enter(int fd, int kind, int shape, __u64 buf, __u64 cnt)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 tgid = pt >> 32;
+	struct kpi_target *tg = bpf_map_lookup_elem(&targets, &tgid);
 	struct sys_arg a = { .fd = fd, .kind = kind };
 
-	if (!is_target(pt >> 32))
+	if (!tg)
 		return 0;
 	a.ts = bpf_ktime_get_ns();
+	if (tg->flags & KPI_TARGET_F_HTTP) {
+		a.http = 1;
+		a.shape = shape;
+		a.buf = buf;
+		a.cnt = (__u32)cnt;
+	}
 	if (sys_in_task) {
 		struct sys_arg *t = bpf_task_storage_get(&sys_task, bpf_get_current_task_btf(), 0,
 							 BPF_LOCAL_STORAGE_GET_F_CREATE);
@@ -481,6 +495,29 @@ static __always_inline int sys_enter(int fd, int kind)
 	return 0;
 }
 
+/* A connection accepted on one of the targets' listening ports: the server
+ * side.  Its own client connections (a proxy's upstream, a gateway's calls)
+ * carry the other direction of HTTP and are not followed. */
+static __always_inline bool served_here(__u64 sk)
+{
+	__u16 port = BPF_CORE_READ((struct sock *)sk, __sk_common.skc_num);
+
+	return bpf_map_lookup_elem(&target_ports, &port) != NULL;
+}
+
+/* The conns entry of a connection seen first now: whether fd is a socket
+ * (in HTTP mode, one accepted on a target's port) is looked up once. */
+static __always_inline struct kpi_conn *conn_add(__u64 key, int fd, bool http)
+{
+	struct kpi_conn n = {};
+
+	n.sk = fd_to_sk(fd);
+	n.is_sock = n.sk != 0 && (!http || served_here(n.sk));
+	if (bpf_map_update_elem(&conns, &key, &n, BPF_NOEXIST) && n.is_sock)
+		count(KPI_CNT_CONN_FULL);
+	return bpf_map_lookup_elem(&conns, &key);
+}
+
 static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
 {
 	__u64 key = conn_key(tgid, fd);
@@ -492,17 +529,9 @@ static __always_inline void read_done(__u32 tgid, int fd, long ret, __u64 now)
 	__u32 srtt = 0;
 	int src = KPI_ARRIVE_READ;
 
-	if (!c) {
-		struct kpi_conn n = {};
-		n.sk = fd_to_sk(fd);
-		n.is_sock = n.sk != 0;
-		if (bpf_map_update_elem(&conns, &key, &n, BPF_NOEXIST) && n.is_sock)
-			count(KPI_CNT_CONN_FULL);
-		c = bpf_map_lookup_elem(&conns, &key);
-		if (!c)
-			return;
-	}
-	if (!c->is_sock)
+	if (!c)
+		c = conn_add(key, fd, false);
+	if (!c || !c->is_sock)
 		return;
 	s = bpf_map_lookup_elem(&socks, &c->sk);
 	if (c->busy) {
@@ -571,6 +600,202 @@ static __always_inline void sys_done(__u32 tgid, int fd, int kind, long ret, __u
 		write_done(tgid, fd, ret, t_enter);
 }
 
+/* ---- HTTP mode: payload prefixes of a target without probes ------------- */
+
+/* One PAYLOAD record is built here (too big for the BPF stack) and sent at
+ * its real size with bpf_ringbuf_output.  The slack lets an iovec be copied
+ * at any offset below KPI_PAYLOAD_MAX with a length the verifier can bound. */
+struct payload_scratch {
+	struct kpi_ev_payload ev;
+	unsigned char slack[KPI_PAYLOAD_MAX];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct payload_scratch);
+} payload_buf SEC(".maps");
+
+static __always_inline void http_close_send(__u32 tgid, int fd, __u32 by)
+{
+	struct kpi_ev_http_close *e = EV_NEW(kpi_ev_http_close, KPI_EV_HTTP_CLOSE, tgid,
+					     bpf_ktime_get_ns());
+	if (e) {
+		e->fd = fd;
+		e->by = by;
+		ev_send(e);
+	}
+}
+
+/* Sends the record: moved bytes, of which the first n are in e->data. */
+static __always_inline void payload_send(struct kpi_ev_payload *e, __u64 n, __u64 moved)
+{
+	__u64 waiting;
+
+	asm volatile("" : "+r"(n));     /* keep the bound check below for the verifier */
+	if (n > KPI_PAYLOAD_MAX)
+		return;
+	e->moved = moved > 0xffffffffULL ? 0xffffffffU : (__u32)moved;
+	e->captured = (__u32)n;
+	waiting = bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA);
+	if (bpf_ringbuf_output(&events, e, KPI_EV_PAYLOAD_HEAD + n,
+			       waiting >= wakeup_bytes ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
+		count(KPI_CNT_DROPS);
+	else
+		count(KPI_CNT_EVENTS);
+}
+
+/* One buffer of moved bytes at ubuf, its first KPI_PAYLOAD_MAX copied. */
+static __always_inline void payload_buf_send(struct kpi_ev_payload *e, __u64 ubuf, __u64 moved)
+{
+	__u64 n = moved < KPI_PAYLOAD_MAX ? moved : KPI_PAYLOAD_MAX;
+
+	asm volatile("" : "+r"(n));
+	if (n > KPI_PAYLOAD_MAX)
+		return;
+	if (n && bpf_probe_read_user(e->data, n, (const void *)ubuf))
+		n = 0;
+	payload_send(e, n, moved);
+}
+
+/* An iovec array: moved is spread over the iovecs in order and they are
+ * packed into as few records as fit (a chunked write is often a size line,
+ * the data and a CRLF; nginx puts one iovec per pending event).  A record
+ * ends where an iovec is not copied whole, so its captured bytes are always a
+ * prefix of its moved ones; what the first KPI_PAYLOAD_IOVS iovecs do not
+ * hold goes out uncaptured.  One iovec per bpf_loop step: the verifier checks
+ * the step once, where an unrolled loop of 32 took it seconds. */
+struct iov_walk {
+	__u64 iov, n_iov;
+	__u64 left;             /* bytes of ret not yet placed */
+	__u64 in_rec;           /* moved bytes in the record being filled */
+	__u64 off;              /* captured bytes in it */
+};
+
+static long iov_step(__u32 i, void *ctx)
+{
+	struct iov_walk *w = ctx;
+	__u32 zero = 0;
+	struct payload_scratch *sc = bpf_map_lookup_elem(&payload_buf, &zero);
+	struct kpi_ev_payload *e;
+	struct iovec v;
+	__u64 piece, room, n, off;
+
+	if (!sc || i >= w->n_iov || !w->left)
+		return 1;
+	e = &sc->ev;
+	if (bpf_probe_read_user(&v, sizeof(v), (const void *)(w->iov + i * sizeof(v))))
+		return 1;
+	piece = v.iov_len < w->left ? v.iov_len : w->left;
+	if (!piece)
+		return 0;
+	if (w->off && w->off + piece > KPI_PAYLOAD_MAX) {       /* a new record for it */
+		payload_send(e, w->off, w->in_rec);
+		w->off = 0;
+		w->in_rec = 0;
+	}
+	off = w->off;
+	asm volatile("" : "+r"(off));
+	if (off > KPI_PAYLOAD_MAX)
+		return 1;
+	room = KPI_PAYLOAD_MAX - off;
+	n = piece < room ? piece : room;
+	asm volatile("" : "+r"(n));
+	if (n > KPI_PAYLOAD_MAX)
+		return 1;
+	if (n && bpf_probe_read_user(e->data + off, n, v.iov_base))
+		n = 0;
+	w->off = off + n;
+	w->in_rec += piece;
+	w->left -= piece;
+	if (n < piece) {                        /* the rest of it is a gap: the record ends */
+		payload_send(e, w->off, w->in_rec);
+		w->off = 0;
+		w->in_rec = 0;
+	}
+	return 0;
+}
+
+/* The kernel has bpf_loop (5.17); without it the object still loads, and
+ * vectored reads and writes go to the tracker as gaps. */
+const volatile bool has_loop = false;
+
+static __always_inline void payload_iov(struct kpi_ev_payload *e, __u64 iov, __u64 n_iov, long ret)
+{
+	struct iov_walk w = { .iov = iov, .n_iov = n_iov, .left = (__u64)ret };
+
+	if (has_loop)
+		bpf_loop(KPI_PAYLOAD_IOVS, iov_step, &w, 0);
+	if (w.in_rec)
+		payload_send(e, w.off, w.in_rec);
+	if (w.left)
+		payload_send(e, 0, w.left);    /* not captured: a gap for the tracker */
+}
+
+/* A read or write of an HTTP-mode target returned ret: its bytes go to the
+ * agent's HTTP tracker.  Reads are timed at their exit (and carry the first
+ * unread segment's arrival), writes at their entry, as in USDT mode. */
+static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long ret)
+{
+	__u64 now = bpf_ktime_get_ns(), key = conn_key(tgid, a->fd);
+	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
+	struct payload_scratch *sc;
+	struct kpi_ev_payload *e;
+	struct sk_state *s;
+	__u32 zero = 0;
+
+	if (!c)
+		c = conn_add(key, a->fd, true);
+	if (!c || !c->is_sock)
+		return;
+	if (ret == 0 && a->kind == SYS_READ) {
+		http_close_send(tgid, a->fd, KPI_CLOSE_BY_CLIENT);      /* EOF */
+		return;
+	}
+	if (ret == -32 || ret == -104) {                                /* EPIPE, ECONNRESET */
+		http_close_send(tgid, a->fd, KPI_CLOSE_BY_CLIENT);
+		return;
+	}
+	if (ret <= 0)
+		return;
+	sc = bpf_map_lookup_elem(&payload_buf, &zero);
+	if (!sc)
+		return;
+	e = &sc->ev;
+	e->h.type = KPI_EV_PAYLOAD;
+	e->h.pid = tgid;
+	e->fd = a->fd;
+	e->t_seg = 0;
+	e->srtt_us = 0;
+	e->_pad = 0;
+	if (a->kind == SYS_READ) {
+		e->h.ts = now;
+		e->dir = KPI_PAYLOAD_IN;
+		s = bpf_map_lookup_elem(&socks, &c->sk);
+		if (s) {
+			if (s->first_ts && s->first_ts <= now)
+				e->t_seg = s->first_ts;
+			e->srtt_us = s->srtt_us;
+			s->first_ts = 0;
+		}
+	} else {
+		e->h.ts = a->ts;
+		e->dir = KPI_PAYLOAD_OUT;
+	}
+	if (a->shape == SHAPE_BUF) {
+		payload_buf_send(e, a->buf, (__u64)ret);
+	} else if (a->shape == SHAPE_IOV) {
+		payload_iov(e, a->buf, a->cnt, ret);
+	} else {
+		struct user_msghdr m;
+		if (bpf_probe_read_user(&m, sizeof(m), (const void *)a->buf))
+			payload_send(e, 0, (__u64)ret);         /* a gap of ret bytes */
+		else
+			payload_iov(e, (__u64)m.msg_iov, m.msg_iovlen, ret);
+	}
+}
+
 /* sys_exit after a sys_enter noted the fd. */
 static __always_inline int sys_exit(long ret)
 {
@@ -591,7 +816,9 @@ static __always_inline int sys_exit(long ret)
 		if (!bpf_map_delete_elem(&sys_args, &pt))
 			count(KPI_CNT_SYS_ARGS_DEL);
 	}
-	if (ret > 0)
+	if (arg.http)
+		http_done(pt >> 32, &arg, ret);
+	else if (ret > 0)
 		sys_done(pt >> 32, arg.fd, arg.kind, ret, arg.ts);
 	return 0;
 }
@@ -602,25 +829,38 @@ static __always_inline int sys_exit(long ret)
  * their entry time and keep both programs. */
 const volatile bool exit_regs = false;
 
-static __always_inline int sys_exit_regs(long ret, int kind)
+static __always_inline int sys_exit_regs(long ret, int kind, int shape)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 tgid = pt >> 32;
+	struct kpi_target *tg;
 	struct pt_regs *regs;
 
-	if (ret <= 0 || !is_target(pt >> 32))
+	if (ret < 0 || !(tg = bpf_map_lookup_elem(&targets, &tgid)))
 		return 0;
 	regs = (struct pt_regs *)bpf_task_pt_regs(bpf_get_current_task_btf());
-	sys_done(pt >> 32, (int)PT_REGS_PARM1_CORE_SYSCALL(regs), kind, ret, 0);
+	if (tg->flags & KPI_TARGET_F_HTTP) {
+		struct sys_arg a = { .kind = kind, .shape = shape, .http = 1 };
+		a.fd = (int)PT_REGS_PARM1_CORE_SYSCALL(regs);
+		a.buf = PT_REGS_PARM2_CORE_SYSCALL(regs);
+		a.cnt = (__u32)PT_REGS_PARM3_CORE_SYSCALL(regs);
+		http_done(tgid, &a, ret);
+		return 0;
+	}
+	if (ret > 0)
+		sys_done(tgid, (int)PT_REGS_PARM1_CORE_SYSCALL(regs), kind, ret, 0);
 	return 0;
 }
 
 static __always_inline int sys_close(int fd)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_target *tg;
 	__u64 key;
 	struct kpi_conn *c;
 
-	if (!is_target(tgid))
+	tg = bpf_map_lookup_elem(&targets, &tgid);
+	if (!tg)
 		return 0;
 	key = conn_key(tgid, fd);
 	c = bpf_map_lookup_elem(&conns, &key);
@@ -628,6 +868,12 @@ static __always_inline int sys_close(int fd)
 		return 0;
 	if (c->sk && !bpf_map_delete_elem(&socks, &c->sk))
 		count(KPI_CNT_SOCKS_DEL);
+	if (tg->flags & KPI_TARGET_F_HTTP) {
+		if (c->is_sock)
+			http_close_send(tgid, fd, KPI_CLOSE_BY_SERVER);
+		bpf_map_delete_elem(&conns, &key);
+		return 0;
+	}
 	writes_send(tgid, fd, c);
 	if (c->busy) {
 		struct kpi_ev_close *e = EV_NEW(kpi_ev_close, KPI_EV_CLOSE, tgid, bpf_ktime_get_ns());
@@ -663,22 +909,22 @@ static __always_inline int sys_listen(int fd)
 
 /* Tracepoint flavour: one program per syscall (syscalls:sys_{enter,exit}_*);
  * with exit_regs the agent loads the reads' exit ones only. */
-#define SYS_TP(name, kind)                                                        \
+#define SYS_TP(name, kind, shape)                                                 \
 	SEC("tracepoint/syscalls/sys_enter_" #name)                               \
 	int kpi_enter_##name(struct trace_event_raw_sys_enter *ctx)               \
-	{ return sys_enter((int)ctx->args[0], kind); }                            \
+	{ return sys_enter((int)ctx->args[0], kind, shape, ctx->args[1], ctx->args[2]); } \
 	SEC("tracepoint/syscalls/sys_exit_" #name)                                \
 	int kpi_exit_##name(struct trace_event_raw_sys_exit *ctx)                 \
-	{ return exit_regs && kind == SYS_READ ? sys_exit_regs(ctx->ret, kind) : sys_exit(ctx->ret); }
+	{ return exit_regs && kind == SYS_READ ? sys_exit_regs(ctx->ret, kind, shape) : sys_exit(ctx->ret); }
 
-SYS_TP(read, SYS_READ)
-SYS_TP(readv, SYS_READ)
-SYS_TP(recvfrom, SYS_READ)
-SYS_TP(recvmsg, SYS_READ)
-SYS_TP(write, SYS_WRITE)
-SYS_TP(writev, SYS_WRITE)
-SYS_TP(sendto, SYS_WRITE)
-SYS_TP(sendmsg, SYS_WRITE)
+SYS_TP(read, SYS_READ, SHAPE_BUF)
+SYS_TP(readv, SYS_READ, SHAPE_IOV)
+SYS_TP(recvfrom, SYS_READ, SHAPE_BUF)
+SYS_TP(recvmsg, SYS_READ, SHAPE_MSG)
+SYS_TP(write, SYS_WRITE, SHAPE_BUF)
+SYS_TP(writev, SYS_WRITE, SHAPE_IOV)
+SYS_TP(sendto, SYS_WRITE, SHAPE_BUF)
+SYS_TP(sendmsg, SYS_WRITE, SHAPE_MSG)
 
 SEC("tracepoint/syscalls/sys_enter_close")
 int kpi_enter_close(struct trace_event_raw_sys_enter *ctx)
@@ -701,15 +947,26 @@ const volatile long nr_close = -1, nr_listen = -1;
 SEC("raw_tp/sys_enter")
 int BPF_PROG(kpi_raw_sys_enter, struct pt_regs *regs, long id)
 {
+	__u64 buf, cnt;
 	int fd;
 
 	if (id < 0)
 		return 0;
 	fd = (int)PT_REGS_PARM1_CORE_SYSCALL(regs);
-	if (id == nr_read || id == nr_readv || id == nr_recvfrom || id == nr_recvmsg)
-		return sys_enter(fd, SYS_READ);
-	if (id == nr_write || id == nr_writev || id == nr_sendto || id == nr_sendmsg)
-		return sys_enter(fd, SYS_WRITE);
+	buf = PT_REGS_PARM2_CORE_SYSCALL(regs);
+	cnt = PT_REGS_PARM3_CORE_SYSCALL(regs);
+	if (id == nr_read || id == nr_recvfrom)
+		return sys_enter(fd, SYS_READ, SHAPE_BUF, buf, cnt);
+	if (id == nr_readv)
+		return sys_enter(fd, SYS_READ, SHAPE_IOV, buf, cnt);
+	if (id == nr_recvmsg)
+		return sys_enter(fd, SYS_READ, SHAPE_MSG, buf, cnt);
+	if (id == nr_write || id == nr_sendto)
+		return sys_enter(fd, SYS_WRITE, SHAPE_BUF, buf, cnt);
+	if (id == nr_writev)
+		return sys_enter(fd, SYS_WRITE, SHAPE_IOV, buf, cnt);
+	if (id == nr_sendmsg)
+		return sys_enter(fd, SYS_WRITE, SHAPE_MSG, buf, cnt);
 	if (id == nr_close)
 		return sys_close(fd);
 	if (id == nr_listen)

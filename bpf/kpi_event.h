@@ -9,6 +9,8 @@
 #define KPI_MAX_TARGETS 64
 #define KPI_MAX_CONNS   65536   /* tracked (pid, fd) connections */
 #define KPI_WRITE_BATCH 8       /* write times one WRITE event carries */
+#define KPI_PAYLOAD_MAX 4096    /* bytes of one read/write piece a PAYLOAD record carries */
+#define KPI_PAYLOAD_IOVS 32     /* iovecs of a readv/writev/sendmsg/recvmsg followed */
 
 enum kpi_event_type {
 	KPI_EV_ARRIVE = 1,      /* first bytes of a request read on a connection */
@@ -32,6 +34,8 @@ enum kpi_event_type {
 				 * process's task left the CPU (see struct kpi_runq) */
 	KPI_EV_EXEC,            /* a process began running a traced executable */
 	KPI_EV_EXIT,            /* a target's last thread exited, or it exec'd another program */
+	KPI_EV_PAYLOAD,         /* HTTP-mode target: a prefix of one socket read/write piece */
+	KPI_EV_HTTP_CLOSE,      /* HTTP-mode target: a socket connection ended */
 	KPI_EV_TYPE_MAX,
 };
 
@@ -54,6 +58,12 @@ enum kpi_target_state {
 	KPI_TARGET_TRACED,      /* USDT attached too (to the process, or to its file) */
 };
 
+/* kpi_target.flags */
+#define KPI_TARGET_F_HTTP 1u    /* no USDT: follow its HTTP exchanges from socket payloads
+				 * (PAYLOAD, HTTP_CLOSE) instead of ARRIVE/WRITE/CLOSE */
+#define KPI_TARGET_F_HELD 2u    /* stopped at its exec (SIGSTOP) until the agent has
+				 * attached its file's probes and continued it */
+
 struct kpi_target {
 	unsigned long long since;       /* CLOCK_MONOTONIC ns it was added (its exec, or
 					 * the agent's attach): threads that start later
@@ -62,9 +72,6 @@ struct kpi_target {
 	unsigned int flags;             /* KPI_TARGET_F_* */
 };
 
-/* kpi_target.flags */
-#define KPI_TARGET_F_HELD 0x1   /* stopped at its exec (SIGSTOP) until the agent has
-				 * attached its file's probes and continued it */
 
 /* Indexes of the BPF `counters` per-CPU array. */
 enum kpi_counter {
@@ -212,6 +219,41 @@ struct kpi_ev_exit {
 	unsigned int _pad;
 };
 
+/* PAYLOAD direction. */
+enum kpi_payload_dir {
+	KPI_PAYLOAD_IN = 0,     /* the target read these bytes */
+	KPI_PAYLOAD_OUT = 1,    /* the target wrote them */
+};
+
+/* PAYLOAD: one piece (a buffer, or consecutive iovecs) of a socket read or
+ * write of an HTTP-mode target that moved bytes.  h.ts: a read's sys_exit, a write's
+ * sys_enter.  Sent at offsetof(data) + captured bytes: kpi_event_size gives
+ * the fixed part, the agent checks captured against the record's size. */
+struct kpi_ev_payload {
+	struct kpi_ev_hdr h;
+	int fd;
+	unsigned int dir;               /* enum kpi_payload_dir */
+	unsigned int moved;             /* bytes of this piece that went through the socket */
+	unsigned int captured;          /* of them, the first ones in data (<= KPI_PAYLOAD_MAX) */
+	unsigned long long t_seg;       /* reads: the first data segment not consumed before
+					 * this read (tcp_probe), 0 unknown */
+	unsigned int srtt_us;           /* reads: the connection's smoothed RTT, 0 unknown */
+	unsigned int _pad;
+	unsigned char data[KPI_PAYLOAD_MAX];
+};
+#define KPI_EV_PAYLOAD_HEAD 48  /* offsetof(struct kpi_ev_payload, data) */
+
+/* HTTP_CLOSE: an HTTP-mode target's socket connection ended. */
+enum kpi_closer {
+	KPI_CLOSE_BY_SERVER = 0,        /* the target closed the fd */
+	KPI_CLOSE_BY_CLIENT = 1,        /* a read returned 0, or a write EPIPE / ECONNRESET */
+};
+struct kpi_ev_http_close {
+	struct kpi_ev_hdr h;
+	int fd;
+	unsigned int by;                /* enum kpi_closer */
+};
+
 /* Any record, for code that holds one whatever its type (the agent's tests,
  * the WRITE it rebuilds from the map); the ring carries each at its own size. */
 union kpi_event {
@@ -229,6 +271,8 @@ union kpi_event {
 	struct kpi_ev_runq_by runq_by;
 	struct kpi_ev_exec exec;
 	struct kpi_ev_exit exit;
+	struct kpi_ev_payload payload;
+	struct kpi_ev_http_close http_close;
 };
 
 /* The size a record of this type has in the ring; 0 for a type not sent. */
@@ -251,6 +295,8 @@ static inline __attribute__((always_inline)) unsigned int kpi_event_size(unsigne
 	case KPI_EV_RUNQ_BY: return sizeof(struct kpi_ev_runq_by);
 	case KPI_EV_EXEC: return sizeof(struct kpi_ev_exec);
 	case KPI_EV_EXIT: return sizeof(struct kpi_ev_exit);
+	case KPI_EV_PAYLOAD: return KPI_EV_PAYLOAD_HEAD;        /* + captured */
+	case KPI_EV_HTTP_CLOSE: return sizeof(struct kpi_ev_http_close);
 	default: return 0;
 	}
 }
@@ -294,6 +340,9 @@ _Static_assert(sizeof(struct kpi_ev_close) == 24, "kpi_ev_close ABI changed: upd
 _Static_assert(sizeof(struct kpi_ev_runq_by) == 48, "kpi_ev_runq_by ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_exec) == 56, "kpi_ev_exec ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_exit) == 24, "kpi_ev_exit ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_payload) == KPI_EV_PAYLOAD_HEAD + KPI_PAYLOAD_MAX, "kpi_ev_payload ABI changed: update both sides");
+_Static_assert(__builtin_offsetof(struct kpi_ev_payload, data) == KPI_EV_PAYLOAD_HEAD, "kpi_ev_payload ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_http_close) == 24, "kpi_ev_http_close ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_runq) == 24, "kpi_runq ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_target) == 16, "kpi_target ABI changed: update both sides");
 

@@ -15,12 +15,14 @@ def test_agent_help_and_bad_flags():
     at.require_built(at.AGENT)
     p = kpitest.run([at.AGENT, "--help"])
     assert p.returncode == 0, p.stderr
-    for flag in ("--db", "--pid", "--exe", "--flush-ms", "--ringbuf-mb", "--token-detail",
-                 "--duration", "-v"):
+    for flag in ("--db", "--pid", "--exe", "--port", "--http-only", "--flush-ms", "--ringbuf-mb",
+                 "--token-detail", "--duration", "-v"):
         assert flag in p.stdout, f"--help does not document {flag}"
     for argv, needle in ((["--ringbuf-mb", "3"], "--ringbuf-mb must be a power of two"),
                          (["--flush-ms", "x"], "--flush-ms wants an integer"),
                          (["--pid", "0"], "--pid wants an integer"),
+                         (["--port", "70000"], "--port wants an integer"),
+                         (["--port", "80", "--exe", "/bin/true"], "--exe excludes --pid and --port"),
                          (["--bogus"], "Try 'kpi-agent --help'"),
                          (["--exe", "/nonexistent/kpi-infer"], "--exe /nonexistent/kpi-infer")):
         p = kpitest.run([at.AGENT, *argv])

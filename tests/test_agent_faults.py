@@ -250,10 +250,14 @@ def test_least_privilege():
     bad = kpitest.run([agenttest.AGENT, "--db", os.path.join(d, "x.db"), "--user", "no-such-kpi-user"])
     assert bad.returncode == 1 and "no such user" in bad.stderr and "useradd" in bad.stderr, bad.stderr
 
-    # the BPF programs read no buffer of the daemon: only the request id string
+    # the BPF programs read no buffer of a daemon with probes: only the request
+    # id string; socket payloads are copied only in the HTTP-mode section, for
+    # targets flagged KPI_TARGET_F_HTTP (docs/security.md)
     src = open(os.path.join(ROOT, "bpf", "kpi.bpf.c")).read()
-    reads = re.findall(r"bpf_probe_read_user\w*\s*\(([^;]*)\);", src)
+    h0, h1 = src.index("/* ---- HTTP mode"), src.index("/* sys_exit after a sys_enter")
+    reads = re.findall(r"bpf_probe_read_user\w*\s*\(([^;]*)\);", src[:h0] + src[h1:])
     assert reads and all("reqid" in r for r in reads), reads
+    assert "KPI_PAYLOAD_MAX" in src[h0:h1] and src.count("http_done(") == 3
     assert "bpf_copy_from_user" not in src
     ft.report("least_privilege", kept=said.split("keeping ")[1].split(" (")[0],
               uid=65534, db_dir=oct(stat.S_IMODE(dst.st_mode)), db_file=oct(stat.S_IMODE(fst.st_mode)))

@@ -16,7 +16,7 @@
  * what the daemon's threads waited behind, read where the trace has it; 5
  * (005_cost.sql) cost and energy, read where the trace has them. */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 5
+#define TRACE_SCHEMA_VERSION 6
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 

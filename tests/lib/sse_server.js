@@ -1,0 +1,68 @@
+// sse_server.js - the Node twin of sse_server.py for the HTTP path's tests:
+// http.createServer, a chat completion streamed chunked with res.write per
+// event (x-test-mode: packed = three events a write, split = each event in
+// two writes), /status/NNN answers NNN. Run: node sse_server.js PORT.
+'use strict';
+const http = require('http');
+
+const port = parseInt(process.argv[2], 10);
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const sse = (o) => 'data: ' + (typeof o === 'string' ? o : JSON.stringify(o)) + '\n\n';
+
+function plain(req, res, status, body) {
+  const data = JSON.stringify(body);
+  const h = { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data) };
+  if (req.headers['x-request-id']) h['x-request-id'] = req.headers['x-request-id'];
+  res.writeHead(status, h);
+  res.end(data);
+}
+
+async function stream(req, res, body) {
+  const n = body.max_tokens || 8;
+  const mode = req.headers['x-test-mode'] || 'event';
+  const gap = parseFloat(req.headers['x-test-gap-ms'] || '2');
+  const id = 'chatcmpl-test';
+  const ev = [sse({ id, object: 'chat.completion.chunk',
+                    choices: [{ index: 0, delta: { role: 'assistant', content: '' } }] })];
+  for (let i = 0; i < n; i++)
+    ev.push(sse({ id, object: 'chat.completion.chunk',
+                  choices: [{ index: 0, delta: { content: ' tok' + i }, finish_reason: null }] }));
+  ev.push(sse({ id, object: 'chat.completion.chunk',
+                choices: [{ index: 0, delta: {}, finish_reason: 'length' }] }));
+  ev.push(sse({ id, object: 'chat.completion.chunk', choices: [],
+                usage: { prompt_tokens: 5, completion_tokens: n, total_tokens: 5 + n } }));
+  ev.push(sse('[DONE]'));
+  const h = { 'Content-Type': 'text/event-stream' };
+  if (req.headers['x-request-id']) h['x-request-id'] = req.headers['x-request-id'];
+  res.writeHead(200, h);
+  res.flushHeaders();
+  let gone = false;
+  res.on('close', () => { gone = !res.writableFinished; });
+  if (mode === 'packed') {
+    for (let i = 0; i < ev.length && !gone; i += 3) { await sleep(gap); res.write(ev.slice(i, i + 3).join('')); }
+  } else if (mode === 'split') {
+    for (const e of ev) {
+      if (gone) break;
+      await sleep(gap);
+      res.write(e.slice(0, e.length >> 1));
+      await sleep(0.5);
+      res.write(e.slice(e.length >> 1));
+    }
+  } else {
+    for (const e of ev) { if (gone) break; await sleep(gap); res.write(e); }
+  }
+  res.end();
+}
+
+http.createServer((req, res) => {
+  let data = '';
+  req.on('data', (c) => { data += c; });
+  req.on('end', () => {
+    let body = {};
+    try { body = JSON.parse(data || '{}'); } catch (e) { /* an empty body */ }
+    const m = req.url.match(/^\/status\/(\d+)/);
+    if (m) plain(req, res, parseInt(m[1], 10), { error: { message: 'test error' } });
+    else if (req.method === 'POST') stream(req, res, body);
+    else plain(req, res, 200, { status: 'ok' });
+  });
+}).listen(port, '127.0.0.1', () => console.log('listening on ' + port));
