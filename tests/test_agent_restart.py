@@ -52,7 +52,7 @@ def _run(mode, name, *agent_args):
            "traced_ms": [l[0] if l else None for l in lat],
            "agent_knew_ms": [l[1] if l else None for l in lat]}
     _report(mode, res)
-    known = [l for l in lat if l]
+    known = [l for l in lat if l and l[1] is not None]
     print(f"     {mode}: {res['recorded']} of {res['served']} served requests recorded "
           f"(sent {res['sent']}), {len(wrong_pid)} under another pid, {before} arrived before "
           f"the attach completed; exec -> traced ms {res['traced_ms']}, exec -> agent knew "
