@@ -6,8 +6,9 @@ packed in one write, or each event split across two writes); /status/NNN
 answers NNN. A request without x-request-id gets one of the server's in the
 response (srv-N), as the servers that make their own do, so a client that
 keys on the response's (kpi-bench) and the agent agree. Run:
-python3 sse_server.py PORT [--nagle] [--role-with-content] (prints 'listening
-on PORT'); TCP_NODELAY unless --nagle; --role-with-content: a chat stream's
+python3 sse_server.py PORT [--nagle] [--role-with-content] [--gap-ms MS] (prints
+'listening on PORT'); TCP_NODELAY unless --nagle; --gap-ms: the pause before
+each event when the request's x-test-gap-ms does not say (default 2); --role-with-content: a chat stream's
 role rides on its first content event instead of a role-only first event
 (llama.cpp's server does so), so a client that times the first event with
 choices (kpi-bench) times the first content."""
@@ -24,6 +25,7 @@ def sse(obj):
 
 
 ROLE_WITH_CONTENT = "--role-with-content" in sys.argv
+GAP_MS = sys.argv[sys.argv.index("--gap-ms") + 1] if "--gap-ms" in sys.argv else "2"
 _ids = itertools.count(1)       # next() is atomic under the GIL
 
 
@@ -58,7 +60,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         n = int(body.get("max_tokens", 8))
         mode = self.headers.get("x-test-mode", "event")
-        gap = float(self.headers.get("x-test-gap-ms", "2")) / 1000
+        gap = float(self.headers.get("x-test-gap-ms", GAP_MS)) / 1000
         if self.path.split("?")[0] == "/v1/completions":
             cid, obj = "cmpl-test", "text_completion"
             events = [sse({"id": cid, "object": obj, "choices": [{"index": 0, "text": f" tok{i}",
@@ -99,7 +101,8 @@ class Handler(BaseHTTPRequestHandler):
                     self.wfile.write(c[len(c) // 2:])
             else:
                 for e in events:
-                    time.sleep(gap)
+                    if gap:
+                        time.sleep(gap)
                     self.wfile.write(chunk(e))
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
@@ -110,7 +113,10 @@ class NoDelayServer(ThreadingHTTPServer):
     """TCP_NODELAY on every connection, as production servers set it: without
     it Nagle holds a small write while the previous one is unacknowledged,
     and a keep-alive client's delayed ACK puts up to 40 ms between the write
-    (what the agent times) and the wire."""
+    (what the agent times) and the wire.  A listen backlog for many clients
+    at once: socketserver's 5 drops the SYNs of a burst, which come again a
+    second later."""
+    request_queue_size = 128
 
     def get_request(self):
         conn, addr = super().get_request()
