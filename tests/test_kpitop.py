@@ -158,7 +158,7 @@ def test_once_matches_rows_real_agent():
         time.sleep(1)
         out = once(db, "--window", "10s", "--rows", "40")
         assert " live " in out, out
-        live_states |= set(re.findall(r"^ \S+\s+(arriving|queued|prefill|decode|writing) ", out, re.M))
+        live_states |= set(re.findall(r"^ \S+\s+[UH] (arriving|queued|prefill|decode|writing) ", out, re.M))
     t.join()
     rec.stop()
     assert live_states, "no in-flight request seen in six live frames"
