@@ -5,7 +5,7 @@ mid-stream and serves three requests on one keep-alive connection; the agent
 traces it with --port and every row is checked against a tcpdump capture of
 the same traffic.  Then kpi-infer is traced by two agents at once, one through
 its USDT probes and one with --http-only, and their rows are compared."""
-import http.client, json, os, shutil, socket, sys, threading, time
+import csv, http.client, json, os, shutil, socket, sys, threading, time
 
 import kpitest
 import agenttest as at
@@ -354,3 +354,52 @@ def test_agent_http_port_follows_a_restart():
     r = at.rows(db).get("after-restart")
     assert r and r["pid"] == second.pid and r["content_events"] == 4, r
     second.stop()
+
+
+def test_agent_http_kpi_bench_matches_the_trace():
+    """kpi-bench --url drives the Python server (chat and completions) traced
+    with --port: every request of its CSV has its row, joined on the
+    x-request-id the server answered with; the statuses are equal and the
+    client's TTFT is the server's plus the loopback and the client's own
+    parsing: never less, and within 1 ms."""
+    kpitest.require_root("kpi-agent")
+    at.require_built(at.AGENT)
+    bench = os.path.join(kpitest.BUILD, "kpi-bench")
+    at.require_built(bench)
+    d = _tmp()
+    db = os.path.join(d, "bench.db")
+    port = kpitest.free_port()
+    srv = kpitest.Proc([sys.executable, SERVER, str(port), "--role-with-content"])
+    srv.wait_line("listening on")
+    agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
+    assert "HTTP mode" in agent.wait_line(f"attached to pid {srv.pid}", timeout=60)
+    csvs = {}
+    for ep in ("chat", "completions"):
+        csvs[ep] = os.path.join(d, f"{ep}.csv")
+        p = kpitest.run([bench, "--url", f"http://127.0.0.1:{port}", "--endpoint", ep, "--requests", "40",
+                         "--concurrency", "4", "--prompt-len", "16", "--max-tokens", "12", "--quiet",
+                         "--csv", csvs[ep]], timeout=120)
+        assert p.returncode == 0, f"kpi-bench --endpoint {ep} exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
+    time.sleep(0.3)
+    assert agent.stop() == 0, agent.lines[-20:]
+    srv.stop()
+    rows = at.rows(db)
+    diffs = []
+    for ep, path in csvs.items():
+        with open(path) as f:
+            bench_rows = list(csv.DictReader(f))
+        assert len(bench_rows) == 40, (ep, len(bench_rows))
+        want_path = "/v1/chat/completions" if ep == "chat" else "/v1/completions"
+        for b in bench_rows:
+            rid = b["request_id"]
+            assert rid.startswith("srv-"), (ep, b)
+            r = rows.get(rid)
+            assert r, f"{ep}: no row for {rid}; agent said:\n" + "\n".join(agent.lines[-20:])
+            assert r["source"] == "http" and r["path"] == want_path, (rid, r["source"], r["path"])
+            assert int(b["status"]) == r["http_status"], (rid, b["status"], r["http_status"])
+            assert r["content_events"] == int(b["completion_tokens"]) == 12, (rid, r["content_events"], b)
+            client_ns, server_ns = float(b["ttft_ms"]) * 1e6, r["ttft_ns"]
+            assert server_ns <= client_ns <= server_ns + 1e6, (ep, rid, client_ns, server_ns)
+            diffs.append(client_ns - server_ns)
+    diffs.sort()
+    print(f"     client - server TTFT, µs: p50 {diffs[len(diffs) // 2] / 1e3:.0f}, max {diffs[-1] / 1e3:.0f}")

@@ -85,6 +85,43 @@ def test_once_matches_rows_synthetic():
     assert "live" in live and "live-0" in live and "queued" in live, live
 
 
+def test_once_http_rows_show_source_and_unknown_phases():
+    """Rows kpi-agent made from an HTTP exchange (source 'http', schema
+    version 6): their percentiles match, each row says H, the header says
+    where the window's requests came from, and what the wire cannot tell
+    (queue, prefill, the engine's samples) shows as "-", never as 0."""
+    d = tmp()
+    db = os.path.join(d, "http.db")
+    tracetest.generate(db, duration_s=120, rate=10, source="http")
+    out = once(db, "--window", "1m", "--rows", "5")
+    check_against_rows(db, out)
+    lines = out.splitlines()
+    assert lines[0].rstrip().endswith("source: http"), lines[0]
+    assert "running -" in out and "waiting -" in out, out
+    assert re.search(r"Q queue -  P prefill -", out), out
+    assert re.search(r"W server-wait \d", out), out
+    reqs = [line for line in lines if line.startswith(" req-")]
+    assert reqs and all(re.match(r" req-\d+\s+H done ", line) for line in reqs), reqs
+    # the phase bars hold the server wait (W) and no queue or prefill
+    assert all("W" in line.split()[-1] and not re.search(r"[QP]", line.split()[-1]) for line in reqs), reqs
+
+    mixed = os.path.join(d, "mixed.db")
+    tracetest.generate(mixed, duration_s=120, rate=10, source="mixed")
+    out = once(mixed, "--window", "1m", "--rows", "40")
+    check_against_rows(mixed, out)
+    _, (frm, to, _) = parse(out)
+    n = dict(sqlite3.connect(mixed).execute(
+        "SELECT source, count(*) FROM requests WHERE t_arrive_ns >= ? AND t_arrive_ns < ? GROUP BY 1",
+        (frm, to)).fetchall())
+    assert f"sources: {n['usdt']} usdt, {n['http']} http" in out.splitlines()[0], (n, out)
+    marks = {line.split()[1] for line in out.splitlines() if line.startswith(" req-")}
+    assert marks == {"U", "H"}, out
+    # a usdt trace's header names no source (v1 store, no source column)
+    usdt = os.path.join(d, "usdt.db")
+    tracetest.generate(usdt, duration_s=60, rate=10)
+    assert "source" not in once(usdt).splitlines()[0]
+
+
 def test_once_cpu_wait_names_who():
     """On a version-3 trace the cpu-wait meter says behind whom most of the
     wait was spent: the daemon's own threads or the process named first."""
@@ -121,7 +158,7 @@ def test_once_matches_rows_real_agent():
         time.sleep(1)
         out = once(db, "--window", "10s", "--rows", "40")
         assert " live " in out, out
-        live_states |= set(re.findall(r"^ \S+\s+(arriving|queued|prefill|decode|writing) ", out, re.M))
+        live_states |= set(re.findall(r"^ \S+\s+[UH] (arriving|queued|prefill|decode|writing) ", out, re.M))
     t.join()
     rec.stop()
     assert live_states, "no in-flight request seen in six live frames"

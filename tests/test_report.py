@@ -47,6 +47,44 @@ def test_synthetic_incidents_first_finding():
         assert "picked automatically: the quietest comparable window before the incident" in md, md
 
 
+def test_http_rows_say_the_split_is_unknown():
+    """A window of rows traced from the HTTP exchange (source 'http'): the
+    findings that need the engine's split say this trace cannot tell, the
+    server wait stands where queue and prefill would, those two are "-",
+    and the summary names the sources."""
+    d = tmp()
+    db = os.path.join(d, "http.db")
+    tracetest.generate(db, duration_s=900, rate=10, incidents=[tracetest.Incident("queue", 600, 660)],
+                       source="http")
+    md = report(db)
+    first = findings(md)[0]
+    assert first == ("The engine's split is not known for these requests (source http): queue and prefill "
+                     "show together as server wait, so this trace cannot tell queue growth, long prefills "
+                     "or KV cache exhaustion apart", "server wait", "engine split unknown"), first
+    causes = [c for _, _, c in findings(md)]
+    assert not any("queue growth" in c or "KV cache" in c or "prefill" in c for c in causes), causes
+    assert re.search(r"^- \*\*Sources\*\*: incident http \(\d+\); baseline http \(\d+\)", md, re.M), md
+    assert re.search(r"^\| queue \| - \| - \| – \| - \| - \| – \|$", md, re.M), md
+    assert re.search(r"^\| prefill \| - \| - \|", md, re.M), md
+    assert re.search(r"^\| server-wait \| \d", md, re.M), md
+    assert "| peak queue depth | - | - |" in md, md
+    assert "is server wait (queue + prefill)" in md, md
+    # the server wait of the rows, as p99 over the incident window's rows
+    m = re.search(r"p99 server wait (\S+) \(baseline (\S+)\)", md)
+    assert m, md
+    win = re.search(r"\| server-wait \| \S+ \| \S+ \| \S+ \| \S+ \| (\S+) \|", md)
+    assert win and win.group(1) == m.group(1), (win and win.group(1), m.group(1))
+    html = report(db, "--format", "html")
+    assert "engine split unknown" in html and "server wait" in html
+    # the same incident traced by the probes still finds the queue
+    usdt = os.path.join(d, "usdt.db")
+    tracetest.generate(usdt, duration_s=900, rate=10, incidents=[tracetest.Incident("queue", 600, 660)],
+                       source="mixed")
+    md = report(usdt)
+    assert re.search(r"^- \*\*Sources\*\*: incident \d+ usdt, \d+ http;", md, re.M), md
+    assert "engine split unknown" not in md, md
+
+
 def test_cpu_finding_says_behind_whom():
     """On a version-3 trace the CPU-contention finding names what the daemon
     waited behind: another process, or its own threads; a version-1 trace

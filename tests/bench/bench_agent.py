@@ -16,7 +16,11 @@ traps, tracepoint dispatch, the syscall slow path, which bpf_stats does not
 count): interleaved off/on rounds against the test stand-in, whose own CPU per
 request is small next to what the agent adds, and the CPU a kpi-infer
 (--threads 1, tiny and small presets) spends on the same request, to give the
-added CPU as a share of the daemon's."""
+added CPU as a share of the daemon's.
+
+Last, HTTP mode (issue 20): the agent's CPU per request and per content event
+tracing tests/lib/sse_server.py from its socket payloads, and its ring-buffer
+drops at the highest event rate that server reaches (--http-only: that alone)."""
 import argparse, json, os, resource, signal, sqlite3, statistics, sys, tempfile, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
@@ -180,6 +184,113 @@ def bpf_cost_round(url, pid, args, tmp):
             "agent_cpu_us_per_request": (c1 - c0) / args.requests * 1e6}
 
 
+# ---- HTTP mode (issue 20) ----------------------------------------------------
+
+SSE_SERVER = os.path.join(kpitest.ROOT, "tests", "lib", "sse_server.py")
+# the issue's cost target for the HTTP path
+HTTP_TARGET = {"us_per_request": 30, "us_per_content_event": 3, "no_drops_at_events_per_s": 20000}
+
+
+def http_round(url, srv_pid, agent_on, max_tokens, n, conc, tmp, i):
+    """kpi-bench (completions, one content event per token) against the
+    Python SSE server, with the agent tracing it in HTTP mode or not: the
+    agent's CPU per request and the content events per second.  (Not the
+    server's CPU: ThreadingHTTPServer's threads end with their connections,
+    and a thread's CPU time leaves /proc with it.)"""
+    agent = None
+    if agent_on:
+        agent = at.start_agent(os.path.join(tmp, f"http{i}.db"), "--flush-ms", 200, pid=srv_pid)
+        # what it spends idle (timers, flushes, polls) per second once the
+        # attach has settled, taken out of the round's: the cost per request
+        # is what requests add
+        time.sleep(1.0)
+        i0 = cpu_s(agent.pid)
+        time.sleep(1.0)
+        a0 = cpu_s(agent.pid)
+        idle = a0 - i0
+    t0 = time.monotonic()
+    js = os.path.join(tmp, f"http{i}.json")
+    p = bt.kpi_bench("--url", url, "--endpoint", "completions", "--concurrency", conc, "--requests", n,
+                     "--prompt-len", 16, "--max-tokens", max_tokens, "--json", js, "--seed", i, timeout=600)
+    dt = time.monotonic() - t0
+    if p.returncode != 0:
+        raise SystemExit(f"kpi-bench against the SSE server failed: {p.stderr[-800:]}")
+    r = {"agent": agent_on, "max_tokens": max_tokens, "requests": n, "seconds": dt,
+         "content_events_per_s": n * max_tokens / dt}
+    if agent:
+        time.sleep(0.5)     # the agent drains the ring and flushes (--flush-ms 200) before its CPU is read
+        a1 = cpu_s(agent.pid)
+        assert agent.stop() == 0, agent.lines[-10:]
+        stopped = [l for l in agent.lines if l.startswith("stopped:")][-1]
+        w = stopped.replace(",", "").split()
+        r.update(recorded=int(w[1]), drops=int(w[7]), agent_idle_us_per_s=idle * 1e6,
+                 agent_us=(a1 - a0 - idle * (dt + 0.5)) / n * 1e6)
+    return r
+
+
+def http_mode_cost(args, tmp):
+    """The agent's CPU per request and per content event in HTTP mode (its
+    own process: the in-kernel copies are not in it),
+    fitted over two response lengths, and its ring-buffer drops at the
+    highest event rate the Python server reaches here (no pause between
+    events, many streams at once)."""
+    port = kpitest.free_port()
+    srv = kpitest.Proc([sys.executable, SSE_SERVER, str(port), "--gap-ms", "0"])
+    srv.wait_line("listening on")
+    url = f"http://127.0.0.1:{port}"
+    try:
+        bt.kpi_bench("--url", url, "--endpoint", "completions", "--requests", 50, "--max-tokens", 4)
+        # enough requests a round that what they add outweighs the idle
+        # CPU taken out (a few ms a second)
+        n = {1: 1000 if args.quick else 3000, 64: 300 if args.quick else 1000}
+        rs = []
+        for k in range(2 if args.quick else 3):
+            for ev in (1, 64):
+                for on in ((False, True) if k % 2 == 0 else (True, False)):
+                    rs.append(http_round(url, srv.pid, on, ev, n[ev], 8, tmp, len(rs)))
+        per = {}
+        for ev in (1, 64):
+            on = [r for r in rs if r["agent"] and r["max_tokens"] == ev]
+            off = [r for r in rs if not r["agent"] and r["max_tokens"] == ev]
+            per[ev] = {"agent_us": statistics.median(r["agent_us"] for r in on),
+                       "agent_us_min": min(r["agent_us"] for r in on), "agent_us_max": max(r["agent_us"] for r in on),
+                       "content_events_per_s_off": statistics.median(r["content_events_per_s"] for r in off),
+                       "content_events_per_s_on": statistics.median(r["content_events_per_s"] for r in on)}
+        # agent_us = a + b * events: two lengths, one content event a token
+        b = (per[64]["agent_us"] - per[1]["agent_us"]) / 63
+        a = per[1]["agent_us"] - b
+        # the highest event rate: long streams, many at once
+        burst = [http_round(url, srv.pid, True, 256, 128 if args.quick else 512, 32, tmp, len(rs) + k)
+                 for k in range(1 if args.quick else 2)]
+    finally:
+        srv.stop()
+    return {
+        "target": HTTP_TARGET,
+        "server": "tests/lib/sse_server.py (Python ThreadingHTTPServer, one write per event, no pause)",
+        "agent_us_per_request": a, "agent_us_per_content_event": b,
+        "meets_cpu_target": a <= HTTP_TARGET["us_per_request"] and b <= HTTP_TARGET["us_per_content_event"],
+        "by_events_per_request": per,
+        "high_rate": {"content_events_per_s": max(r["content_events_per_s"] for r in burst),
+                      "drops": sum(r["drops"] for r in burst),
+                      "recorded": sum(r["recorded"] for r in burst),
+                      "requests": sum(r["requests"] for r in burst),
+                      "reached_target_rate": max(r["content_events_per_s"] for r in burst)
+                      >= HTTP_TARGET["no_drops_at_events_per_s"]},
+        "rounds_detail": rs + burst,
+    }
+
+
+def http_mode_text(h):
+    hr = h["high_rate"]
+    t = h["target"]
+    return (f"HTTP mode (tests/lib/sse_server.py traced with --pid, kpi-bench completions): agent "
+            f"{h['agent_us_per_request']:.1f} µs per request + {h['agent_us_per_content_event']:.2f} µs per "
+            f"content event (target ≤ {t['us_per_request']} + {t['us_per_content_event']}); "
+            f"{hr['drops']} ring-buffer drops at {hr['content_events_per_s']:.0f} content events/s "
+            f"(target: none at {t['no_drops_at_events_per_s']}/s"
+            + ("" if hr["reached_target_rate"] else "; the Python server does not reach that rate here") + ").")
+
+
 def spread(v):
     return (statistics.median(v), min(v), max(v)) if v else None
 
@@ -199,6 +310,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--out", default=os.path.join(kpitest.BUILD, "bench"))
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--http-only", action="store_true",
+                    help="only the HTTP-mode measurement (agent_http.json)")
     args = ap.parse_args()
     args.rounds = 2 if args.quick else 6
     round_s = 1.0 if args.quick else 4.0  # each round lasts about this long
@@ -213,6 +326,12 @@ def main():
             print(f"## kpi-agent overhead\n\nskipped: {path} is not built\n")
             return
     tmp = tempfile.mkdtemp(prefix="kpi-agent-bench-")
+    if args.http_only:
+        h = http_mode_cost(args, tmp)
+        with open(os.path.join(args.out, "agent_http.json"), "w") as f:
+            json.dump(h, f, indent=1)
+        print("## kpi-agent overhead, HTTP mode\n\n" + http_mode_text(h) + "\n")
+        return
     results = []
     try:
         server, url = bt.start_server("--max-seqs", "32")
@@ -262,6 +381,7 @@ def main():
             refs[preset] = {"requests": n, "daemon_us": cpu_round(surl, srv.pid, False, args, n,
                                                                   tmp, len(order) + k)["target_us"]}
             srv.stop()
+        http_mode = http_mode_cost(args, tmp)
     finally:
         kpitest.cleanup()
         kpitest.run(["rm", "-rf", tmp])
@@ -297,6 +417,7 @@ def main():
         "ttft_client_minus_agent": accuracy,
         "rounds_detail": results,
         "bpf_cost": cost,
+        "http_mode": http_mode,
         "cpu_per_request": dict(cpu_cost(cpu_rs), requests=cpu_n,
                                 target="tests/agent_target.c", kpi_infer_threads_1=refs),
     }
@@ -354,6 +475,7 @@ def main():
               f"{ref['daemon_us'] / 1e3:.2f} ms | {share(served, ref['daemon_us'])} | "
               f"{share(added, ref['daemon_us'])} |")
     print("\n(the throughput target: <= 1% lost with the agent attached)")
+    print("\n" + http_mode_text(http_mode))
     print(f"\nring-buffer drops: {summary['drops']}; requests recorded: {recorded} of "
           f"{summary['requests_sent_on']} sent with the agent on; "
           f"agent CPU: {summary['agent_cpu_s_per_1000_requests']:.3f} s per 1000 requests "

@@ -1,10 +1,18 @@
 """A stand-in OpenAI-compatible server in the Python standard library, for the
-HTTP path's tests: ThreadingHTTPServer, a chat completion streamed chunked,
-one wfile.write per event (or, by the x-test-mode header, several events
+HTTP path's tests: ThreadingHTTPServer, a chat completion streamed chunked
+(a text completion, choices[].text, on /v1/completions), one wfile.write per
+event (or, by the x-test-mode header, several events
 packed in one write, or each event split across two writes); /status/NNN
-answers NNN. Run: python3 sse_server.py PORT [--nagle] (prints 'listening on
-PORT'); TCP_NODELAY unless --nagle."""
-import json, socket, sys, time
+answers NNN. A request without x-request-id gets one of the server's in the
+response (srv-N), as the servers that make their own do, so a client that
+keys on the response's (kpi-bench) and the agent agree. Run:
+python3 sse_server.py PORT [--nagle] [--role-with-content] [--gap-ms MS] (prints
+'listening on PORT'); TCP_NODELAY unless --nagle; --gap-ms: the pause before
+each event when the request's x-test-gap-ms does not say (default 2); --role-with-content: a chat stream's
+role rides on its first content event instead of a role-only first event
+(llama.cpp's server does so), so a client that times the first event with
+choices (kpi-bench) times the first content."""
+import itertools, json, socket, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -16,8 +24,18 @@ def sse(obj):
     return b"data: " + (obj if isinstance(obj, bytes) else json.dumps(obj).encode()) + b"\n\n"
 
 
+ROLE_WITH_CONTENT = "--role-with-content" in sys.argv
+GAP_MS = sys.argv[sys.argv.index("--gap-ms") + 1] if "--gap-ms" in sys.argv else "2"
+_ids = itertools.count(1)       # next() is atomic under the GIL
+
+
 class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+
+    def _request_id(self):
+        if not self.headers.get("x-request-id"):
+            self.headers["x-request-id"] = f"srv-{next(_ids)}"
+        return self.headers["x-request-id"]
 
     def log_message(self, fmt, *args):
         pass
@@ -27,8 +45,7 @@ class Handler(BaseHTTPRequestHandler):
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
-        if self.headers.get("x-request-id"):
-            self.send_header("x-request-id", self.headers["x-request-id"])
+        self.send_header("x-request-id", self._request_id())
         self.end_headers()
         self.wfile.write(data)
 
@@ -43,24 +60,32 @@ class Handler(BaseHTTPRequestHandler):
             return
         n = int(body.get("max_tokens", 8))
         mode = self.headers.get("x-test-mode", "event")
-        gap = float(self.headers.get("x-test-gap-ms", "2")) / 1000
-        cid = "chatcmpl-test"
-        events = [sse({"id": cid, "object": "chat.completion.chunk",
-                       "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})]
-        for i in range(n):
-            events.append(sse({"id": cid, "object": "chat.completion.chunk",
-                               "choices": [{"index": 0, "delta": {"content": f" tok{i}"},
-                                            "finish_reason": None}]}))
-        events.append(sse({"id": cid, "object": "chat.completion.chunk",
-                           "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}))
-        events.append(sse({"id": cid, "object": "chat.completion.chunk", "choices": [],
+        gap = float(self.headers.get("x-test-gap-ms", GAP_MS)) / 1000
+        if self.path.split("?")[0] == "/v1/completions":
+            cid, obj = "cmpl-test", "text_completion"
+            events = [sse({"id": cid, "object": obj, "choices": [{"index": 0, "text": f" tok{i}",
+                                                                  "finish_reason": None}]})
+                      for i in range(n)]
+            events.append(sse({"id": cid, "object": obj,
+                               "choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
+        else:
+            cid, obj = "chatcmpl-test", "chat.completion.chunk"
+            role = {"role": "assistant"}
+            events = [] if ROLE_WITH_CONTENT else [sse({"id": cid, "object": obj, "choices": [
+                {"index": 0, "delta": {**role, "content": ""}}]})]
+            for i in range(n):
+                delta = {**(role if ROLE_WITH_CONTENT and i == 0 else {}), "content": f" tok{i}"}
+                events.append(sse({"id": cid, "object": obj,
+                                   "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}))
+            events.append(sse({"id": cid, "object": obj,
+                               "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}))
+        events.append(sse({"id": cid, "object": obj, "choices": [],
                            "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}}))
         events.append(sse(b"[DONE]"))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
-        if self.headers.get("x-request-id"):
-            self.send_header("x-request-id", self.headers["x-request-id"])
+        self.send_header("x-request-id", self._request_id())
         self.end_headers()
         try:
             if mode == "packed":        # three events a write
@@ -76,7 +101,8 @@ class Handler(BaseHTTPRequestHandler):
                     self.wfile.write(c[len(c) // 2:])
             else:
                 for e in events:
-                    time.sleep(gap)
+                    if gap:
+                        time.sleep(gap)
                     self.wfile.write(chunk(e))
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
@@ -87,7 +113,10 @@ class NoDelayServer(ThreadingHTTPServer):
     """TCP_NODELAY on every connection, as production servers set it: without
     it Nagle holds a small write while the previous one is unacknowledged,
     and a keep-alive client's delayed ACK puts up to 40 ms between the write
-    (what the agent times) and the wire."""
+    (what the agent times) and the wire.  A listen backlog for many clients
+    at once: socketserver's 5 drops the SYNs of a burst, which come again a
+    second later."""
+    request_queue_size = 128
 
     def get_request(self):
         conn, addr = super().get_request()

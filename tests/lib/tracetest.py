@@ -73,12 +73,22 @@ class Incident:
 
 
 def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, steps=True,
-             inflight=5, progress=False):
+             inflight=5, progress=False, source="usdt"):
     """Write a synthetic trace: Poisson arrivals at rate/s for duration_s, with
     phases drawn around realistic values, samples every second, batch steps,
-    and an in-flight table. Returns the sqlite3 connection (still open)."""
+    and an in-flight table. Returns the sqlite3 connection (still open).
+    source "http": the store is migrated to the newest schema and every row is
+    one kpi-agent makes from an HTTP exchange (source 'http': queue, prefill
+    and the engine's marks NULL, server_wait_ns holding queue and prefill;
+    no samples, steps or in-flight rows, which that path does not write);
+    "mixed": every other row so."""
+    assert source in ("usdt", "http", "mixed"), source
     rnd = random.Random(seed)
     db = new_store(path)
+    if source != "usdt":
+        migrate(db)
+        if source == "http":
+            steps, inflight = False, 0
     off = WALL0 - T0
     db.execute("INSERT INTO agent_runs VALUES (1, ?, ?, 'synthetic', 'tracetest', NULL)", (WALL0, off))
 
@@ -97,7 +107,10 @@ def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, st
            "t_sched_ns, t_first_ns, t_last_ns, t_first_write_ns, t_done_ns, net_in_ns, queue_ns, "
            "prefill_ns, decode_ns, net_out_ns, ttft_ns, tpot_ns, e2e_ns, itl_p50_ns, itl_p99_ns, "
            "itl_max_ns, prompt_tokens, output_tokens, http_status, finish_reason, reject_reason, "
-           "preemptions, srtt_us, runq_ns) VALUES (?,?,?,1,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+           "preemptions, srtt_us, runq_ns, source, server_wait_ns) "
+           "VALUES (?,?,?,1,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
+    if source == "usdt":      # a version-1 store has neither column
+        ins = ins.replace(", source, server_wait_ns", "").replace("?,?,?)", "?)")
     while True:
         t += int(rnd.expovariate(rate) * 1e9) + 1
         if t >= end:
@@ -146,9 +159,17 @@ def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, st
         status, fin = 200, "stop" if rnd.random() < 0.7 else "length"
         if rnd.random() < 0.002:
             status, fin = 500, "error"
-        rows.append((rid, pid, i, t + off, t, admit, sched, first, last, fw, done, net_in, queue,
-                     prefill, decode, net_out, ttft, tpot, done - t, tpot, int(tpot * 1.4), itl_max,
-                     prompt, out, status, fin, None, preempt, 80, runq))
+        row = (rid, pid, i, t + off, t, admit, sched, first, last, fw, done, net_in, queue,
+               prefill, decode, net_out, ttft, tpot, done - t, tpot, int(tpot * 1.4), itl_max,
+               prompt, out, status, fin, None, preempt, 80, runq)
+        if source == "http" or (source == "mixed" and i % 2):
+            # the wire's view: the first content write ends the server wait,
+            # the last one the decode; the engine's marks are unknown
+            row = row[:5] + (None, None, None, None) + row[9:12] + (None, None, decode,
+                  done - fw - decode) + row[16:27] + (0, 80, None, "http", ttft - net_in)
+        elif source != "usdt":
+            row += ("usdt", None)
+        rows.append(row)
         s[0] += 1
         s[1] += out
         s[2] += preempt
@@ -161,7 +182,7 @@ def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, st
                 print(f"  {i} requests", flush=True)
     db.executemany(ins, rows)
     srows = []
-    for sec in range(duration_s):
+    for sec in (range(duration_s) if source != "http" else ()):
         c = per_sec.get(sec, [0, 0, 0, 0, 0, incident_at(sec)])
         kind = c[5]
         qd = {"queue": 40, "kv": 25, "cpu": 10}.get(kind, 1) + rnd.randint(0, 3)

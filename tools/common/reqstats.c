@@ -91,6 +91,7 @@ static int window_rows(struct reqstats *s, const struct trace_stat_row *rows, si
 		const struct trace_stat_row *r = &rows[i];
 		if (r->t_arrive_ns < w->from_ns || r->t_arrive_ns >= w->to_ns) continue;
 		w->requests++;
+		w->by_source[r->flags & TSR_HTTP ? TRACE_SRC_HTTP : TRACE_SRC_USDT]++;
 		if (r->t_done_ns != TRACE_NULL && r->t_done_ns > w->served_to_ns) w->served_to_ns = r->t_done_ns;
 		if (r->http_status == 429) {
 			w->rejected++;
@@ -140,15 +141,19 @@ int reqstats_window(struct reqstats *s, const struct trace_stat_row *rows, size_
 		dist_fill(&w->m[m], &s->c[m], m == TM_ITL ? &s->c[RS_ITL_P99] : NULL,
 			  m == TM_ITL ? &s->c[RS_ITL_MAX] : NULL);
 	dist_fill(&w->itl_max, &s->c[RS_ITL_MAX], NULL, NULL);
+	w->wait_p50 = w->wait_p99 = -1;
 	if (!s->c[RS_ROW_E2E].n) return 0;
-	/* the phases of the median and the p99 request (unknown phases 0) */
+	/* the phases of the median and the p99 request (unknown phases -1: an
+	 * http row's queue and prefill are not 0, they are not known) */
 	double targets[2] = { w->m[TM_E2E].p50, w->m[TM_E2E].p99 };
 	int64_t *phases[2] = { w->phase_p50, w->phase_p99 }, *e2e[2] = { &w->e2e_p50_row, &w->e2e_p99_row };
+	int64_t *wait[2] = { &w->wait_p50, &w->wait_p99 };
 	for (int k = 0; k < 2; k++) {
 		const struct trace_stat_row *r = nearest_row(s, rows, targets[k]);
 		*e2e[k] = r->m[TM_E2E];
 		for (int p = 0; p < PH_N; p++)
-			phases[k][p] = r->m[TM_NET_IN + p] == TRACE_NULL ? 0 : r->m[TM_NET_IN + p];
+			phases[k][p] = r->m[TM_NET_IN + p] == TRACE_NULL ? -1 : r->m[TM_NET_IN + p];
+		*wait[k] = r->m[TM_SERVER_WAIT] == TRACE_NULL ? -1 : r->m[TM_SERVER_WAIT];
 	}
 	return 0;
 }

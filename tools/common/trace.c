@@ -13,7 +13,9 @@
 const char *const trace_phase_name[PH_N] = { "net-in", "queue", "prefill", "decode", "net-out" };
 const char *const trace_metric_name[TM_N] = {
 	"TTFT", "TPOT", "ITL", "e2e", "net-in", "queue", "prefill", "decode", "net-out", "run-queue",
+	"server-wait",
 };
+const char *const trace_source_name[TRACE_SRC_N] = { "usdt", "http" };
 const char *const trace_state_name[TRS_N] = {
 	"arriving", "queued", "prefill", "decode", "writing", "done", "rejected", "error", "cancelled",
 };
@@ -37,6 +39,7 @@ static int grow(void *pv, size_t *cap, size_t n, size_t size)
 struct trace {
 	sqlite3 *db;
 	char *path;
+	bool has_source;                    /* requests.source (006_http.sql) */
 	int64_t mono_to_wall;
 	sqlite3_stmt *q_window, *q_since, *q_samples, *q_inflight, *q_replay, *q_recent,
 		*q_slowest, *q_steps, *q_runq_by, *q_losses;
@@ -55,17 +58,26 @@ struct trace {
 	int nscalar;
 };
 
-static const char *SQL_REQ_COLS =
-	"request_id, pid, t_arrive_ns, t_admit_ns, t_sched_ns, t_first_ns, t_last_ns, t_done_ns, "
-	"net_in_ns, queue_ns, prefill_ns, decode_ns, net_out_ns, ttft_ns, tpot_ns, e2e_ns, "
-	"prompt_tokens, output_tokens, http_status, finish_reason, reject_reason, preemptions, "
-	"runq_ns, itl_max_ns";
+/* The request lists' columns; the last two (server wait, whether the row is
+ * an http one) are SQL_SRC_COLS, constants in a store older than version 6. */
+#define SQL_REQ_COLS                                                                            \
+	"request_id, pid, t_arrive_ns, t_admit_ns, t_sched_ns, t_first_ns, t_last_ns, t_done_ns, " \
+	"net_in_ns, queue_ns, prefill_ns, decode_ns, net_out_ns, ttft_ns, tpot_ns, e2e_ns, "     \
+	"prompt_tokens, output_tokens, http_status, finish_reason, reject_reason, preemptions, " \
+	"runq_ns, itl_max_ns, %s"
 
-/* struct trace_stat_row's columns: 0..9 are the metrics in enum order */
+/* struct trace_stat_row's columns: 0..10 are the metrics in enum order (10,
+ * the server wait, and the last, the source, are SQL_SRC_COLS) */
 #define SQL_STAT_COLS                                                                           \
 	"ttft_ns, tpot_ns, itl_p50_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, decode_ns, "    \
-	"net_out_ns, runq_ns, itl_p99_ns, itl_max_ns, prompt_tokens, output_tokens, http_status, " \
-	"finish_reason, preemptions, t_done_ns, t_arrive_ns"
+	"net_out_ns, runq_ns, %s, itl_p99_ns, itl_max_ns, prompt_tokens, output_tokens, "        \
+	"http_status, finish_reason, preemptions, t_done_ns, t_arrive_ns"
+
+/* server_wait_ns, then 1 for an http row, where the store has them */
+static const char *sql_src_cols(const struct trace *t)
+{
+	return t->has_source ? "server_wait_ns, source = 'http'" : "NULL, 0";
+}
 
 /* ---- opening ------------------------------------------------------------- */
 
@@ -171,19 +183,39 @@ static int schema_version(struct trace *t, char *err, size_t errlen)
 	return ver;
 }
 
+/* Whether table has column: by what the store holds, not its version (a
+ * store migrated by hand, as the tests' synthetic ones, may lag in it). */
+static bool has_column(struct trace *t, const char *table, const char *column)
+{
+	char sql[128];
+	sqlite3_stmt *st;
+	bool found = false;
+	snprintf(sql, sizeof(sql), "SELECT 1 FROM pragma_table_info('%s') WHERE name = ?1", table);
+	if (sqlite3_prepare_v2(t->db, sql, -1, &st, NULL) != SQLITE_OK) return false;
+	sqlite3_bind_text(st, 1, column, -1, SQLITE_STATIC);
+	found = sqlite3_step(st) == SQLITE_ROW;
+	sqlite3_finalize(st);
+	return found;
+}
+
 /* The window and timeline statements; what a version-ver store has. */
 static int prep_window_queries(struct trace *t, int ver, char *err, size_t errlen)
 {
-	char sql[1024];
+	char sql[1024], win[1024], since[1024], rows[1024];
+	const char *wait = t->has_source ? "server_wait_ns" : "NULL", *http = t->has_source ? "source = 'http'" : "0";
+	snprintf(win, sizeof(win), "SELECT " SQL_STAT_COLS ", %s FROM requests "
+		 "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2", wait, http);
+	snprintf(since, sizeof(since), "SELECT " SQL_STAT_COLS ", %s FROM requests "
+		 "WHERE rowid > ?3 AND +t_arrive_ns >= ?1 AND +t_arrive_ns < ?2", wait, http);
+	snprintf(rows, sizeof(rows), "SELECT t_arrive_ns, ttft_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, "
+		 "decode_ns, net_out_ns, %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 "
+		 "AND e2e_ns IS NOT NULL AND http_status IS NOT 429", sql_src_cols(t));
 	snprintf(sql, sizeof(sql), "SELECT pid, t_ns, queue_depth, running, kv_usage, requests_per_s, "
 		 "output_tokens_per_s, preemptions, rejections, errors, drops, runq_ns, %s "
 		 "FROM samples WHERE t_ns >= ?1 AND t_ns < ?2 ORDER BY t_ns",
 		 ver >= 3 ? "runq_self_ns" : "NULL");
 	/* the unary + keeps the planner on the rowid range, off the time index */
-	return prep(t, &t->q_window, "SELECT " SQL_STAT_COLS " FROM requests "
-		    "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2", err, errlen) ||
-	       prep(t, &t->q_since, "SELECT " SQL_STAT_COLS " FROM requests "
-		    "WHERE rowid > ?3 AND +t_arrive_ns >= ?1 AND +t_arrive_ns < ?2", err, errlen) ||
+	return prep(t, &t->q_window, win, err, errlen) || prep(t, &t->q_since, since, err, errlen) ||
 	       prep(t, &t->q_samples, sql, err, errlen) ||
 	       (ver >= 3 && prep(t, &t->q_runq_by,
 		    "SELECT other_pid, other_comm, SUM(runq_ns) AS ns FROM runq_by "
@@ -192,10 +224,7 @@ static int prep_window_queries(struct trace *t, int ver, char *err, size_t errle
 	       (ver >= 4 && prep(t, &t->q_losses,
 		    "SELECT cause, SUM(n) AS lost FROM losses WHERE t_ns >= ?1 AND t_ns < ?2 "
 		    "GROUP BY cause ORDER BY lost DESC, cause LIMIT " STR(TRACE_LOSS_MAX), err, errlen)) ||
-	       prep(t, &t->q_rows,
-		    "SELECT t_arrive_ns, ttft_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, decode_ns, "
-		    "net_out_ns FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 "
-		    "AND e2e_ns IS NOT NULL AND http_status IS NOT 429", err, errlen) ||
+	       prep(t, &t->q_rows, rows, err, errlen) ||
 	       prep(t, &t->q_steps,
 		    "SELECT t_start_ns, t_end_ns, prefill_tokens FROM steps "
 		    "WHERE t_start_ns >= ?1 AND t_start_ns < ?2", err, errlen) ? -1 : 0;
@@ -204,14 +233,15 @@ static int prep_window_queries(struct trace *t, int ver, char *err, size_t errle
 /* The request-list statements (SQL_REQ_COLS rows, and the agent's inflight). */
 static int prep_list_queries(struct trace *t, char *err, size_t errlen)
 {
-	char replay[1024], recent[1024], slowest[1024];
+	char replay[1024], recent[1024], slowest[1024], cols[512];
+	snprintf(cols, sizeof(cols), SQL_REQ_COLS, sql_src_cols(t));
 	snprintf(replay, sizeof(replay), "SELECT %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns <= ?2 "
 		 "AND (t_done_ns IS NULL OR t_done_ns > ?2) AND http_status IS NOT 429 "
-		 "ORDER BY t_arrive_ns LIMIT ?3", SQL_REQ_COLS);
+		 "ORDER BY t_arrive_ns LIMIT ?3", cols);
 	snprintf(recent, sizeof(recent), "SELECT %s FROM requests WHERE t_arrive_ns < ?1 AND t_arrive_ns >= ?3 "
-		 "AND coalesce(t_done_ns, t_arrive_ns) <= ?1 ORDER BY t_arrive_ns DESC LIMIT ?2", SQL_REQ_COLS);
+		 "AND coalesce(t_done_ns, t_arrive_ns) <= ?1 ORDER BY t_arrive_ns DESC LIMIT ?2", cols);
 	snprintf(slowest, sizeof(slowest), "SELECT %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 "
-		 "ORDER BY coalesce(e2e_ns, ttft_ns, 0) DESC LIMIT ?3", SQL_REQ_COLS);
+		 "ORDER BY coalesce(e2e_ns, ttft_ns, 0) DESC LIMIT ?3", cols);
 	return prep(t, &t->q_inflight,
 		    "SELECT request_id, pid, state, t_arrive_ns, t_admit_ns, t_sched_ns, t_first_ns, "
 		    "prompt_tokens, output_writes FROM inflight ORDER BY t_arrive_ns", err, errlen) ||
@@ -228,6 +258,7 @@ struct trace *trace_open(const char *path, char *err, size_t errlen)
 	}
 	int ver;
 	if (open_db(t, path, err, errlen) || (ver = schema_version(t, err, errlen)) < 0 ||
+	    (t->has_source = has_column(t, "requests", "source"), 0) ||
 	    prep_window_queries(t, ver, err, errlen) || prep_list_queries(t, err, errlen)) {
 		trace_close(t);
 		return NULL;
@@ -313,17 +344,18 @@ static int64_t col_or_null(sqlite3_stmt *st, int c)
 static void stat_row_read(sqlite3_stmt *st, struct trace_stat_row *r)
 {
 	for (int m = 0; m < TM_N; m++) r->m[m] = col_or_null(st, m);
-	r->itl_p99_ns = col_or_null(st, 10);
-	r->itl_max_ns = col_or_null(st, 11);
-	r->prompt_tokens = sqlite3_column_int64(st, 12);
-	r->output_tokens = sqlite3_column_int64(st, 13);
-	r->http_status = col_null(st, 14) ? 0 : sqlite3_column_int(st, 14);
-	const char *fin = (const char *)sqlite3_column_text(st, 15);
+	r->itl_p99_ns = col_or_null(st, 11);
+	r->itl_max_ns = col_or_null(st, 12);
+	r->prompt_tokens = sqlite3_column_int64(st, 13);
+	r->output_tokens = sqlite3_column_int64(st, 14);
+	r->http_status = col_null(st, 15) ? 0 : sqlite3_column_int(st, 15);
+	const char *fin = (const char *)sqlite3_column_text(st, 16);
 	r->flags = (fin && !strcmp(fin, "error") ? TSR_ERROR : 0) |
 		   (fin && !strcmp(fin, "cancelled") ? TSR_CANCELLED : 0) |
-		   (sqlite3_column_int(st, 16) > 0 ? TSR_PREEMPTED : 0);
-	r->t_done_ns = col_or_null(st, 17);
-	r->t_arrive_ns = sqlite3_column_int64(st, 18);
+		   (sqlite3_column_int(st, 17) > 0 ? TSR_PREEMPTED : 0) |
+		   (sqlite3_column_int(st, 20) ? TSR_HTTP : 0);
+	r->t_done_ns = col_or_null(st, 18);
+	r->t_arrive_ns = sqlite3_column_int64(st, 19);
 }
 
 /* Appends every row of a bound SQL_STAT_COLS statement to out. */
@@ -588,6 +620,8 @@ static void req_from_row(sqlite3_stmt *st, int64_t now_ns, struct trace_req *r)
 	r->preemptions = sqlite3_column_int(st, 21);
 	r->runq_ns = col_ns(st, 22);
 	r->itl_max_ns = col_ns(st, 23);
+	r->server_wait_ns = col_ns(st, 24);
+	r->source = sqlite3_column_int(st, 25) ? TRACE_SRC_HTTP : TRACE_SRC_USDT;
 	if (done >= 0 && done <= now_ns) {
 		if (r->http_status == 429 || (rej && *rej)) r->state = TRS_REJECTED;
 		else if (fin && !strcmp(fin, "cancelled")) r->state = TRS_CANCELLED;
@@ -747,6 +781,8 @@ int trace_rows(struct trace *t, int64_t from_ns, int64_t to_ns, const struct tra
 		r->ttft_ns = col_null(st, 1) ? -1 : sqlite3_column_int64(st, 1);
 		r->e2e_ns = sqlite3_column_int64(st, 2);
 		for (int p = 0; p < PH_N; p++) r->phase[p] = sqlite3_column_int64(st, 3 + p);
+		r->server_wait_ns = sqlite3_column_int64(st, 8);
+		r->source = sqlite3_column_int(st, 9) ? TRACE_SRC_HTTP : TRACE_SRC_USDT;
 	}
 	if (rc != SQLITE_DONE) return -1;
 	*rows = t->rows;

@@ -14,7 +14,9 @@
 /* Schema versions this reader accepts: 2 (schema/002_gpu.sql) only adds GPU
  * tables and columns that the readers do not need; 3 (003_runq_by.sql) adds
  * what the daemon's threads waited behind, read where the trace has it; 5
- * (005_cost.sql) cost and energy, read where the trace has them. */
+ * (005_cost.sql) cost and energy, read where the trace has them; 6
+ * (006_http.sql) each request's source and, for requests traced from the
+ * HTTP exchange, the server's wait (queue and prefill together). */
 #define TRACE_SCHEMA_VERSION_MIN 1
 #define TRACE_SCHEMA_VERSION 6
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
@@ -32,9 +34,16 @@ extern const char *const trace_phase_name[PH_N];   /* "net-in", "queue", ... */
 enum trace_metric {
 	TM_TTFT, TM_TPOT, TM_ITL, TM_E2E,
 	TM_NET_IN, TM_QUEUE, TM_PREFILL, TM_DECODE, TM_NET_OUT, TM_RUNQ,
+	TM_SERVER_WAIT,             /* http rows: queue and prefill together */
 	TM_N
 };
 extern const char *const trace_metric_name[TM_N];  /* "TTFT", "TPOT", ... */
+
+/* Which path of the agent made a request's row (requests.source, schema
+ * version 6; older rows and traces: usdt). An http row knows no engine
+ * split: its queue and prefill are unknown, its server wait is known. */
+enum trace_source { TRACE_SRC_USDT, TRACE_SRC_HTTP, TRACE_SRC_N };
+extern const char *const trace_source_name[TRACE_SRC_N];   /* "usdt", "http" */
 
 /* Percentiles (ns) over the requests of a window that have the value.
  * ITL: p50 over each request's median gap, p95/p99 over each request's p99
@@ -55,6 +64,7 @@ struct trace_window {
 	int errors;                 /* other 4xx/5xx, or finish_reason error */
 	int cancelled;
 	int preempted;              /* requests preempted at least once */
+	int by_source[TRACE_SRC_N]; /* rows that arrived in the window, by source */
 	int64_t prompt_tokens, output_tokens;
 	double req_per_s, out_tok_per_s;
 	struct trace_dist m[TM_N];
@@ -62,8 +72,11 @@ struct trace_window {
 	/* mean over requests of run-queue delay / e2e: how many of the daemon's
 	 * threads waited for a CPU, on average, while the request was in flight */
 	double runq_share;
-	/* phases of the median and of the p99 request by e2e (nearest row) */
+	/* phases of the median and of the p99 request by e2e (nearest row),
+	 * -1 where the row does not know them, and their server wait (-1: a
+	 * row with the engine's split) */
 	int64_t phase_p50[PH_N], phase_p99[PH_N];
+	int64_t wait_p50, wait_p99;
 	int64_t e2e_p50_row, e2e_p99_row;
 	int64_t served_to_ns;       /* when the last of those requests finished (0: none) */
 	/* from samples in [from_ns, samples_to_ns) */
@@ -122,6 +135,8 @@ struct trace_req {
 	int prompt_tokens, output_tokens, http_status, preemptions;
 	int64_t ttft_ns, tpot_ns, e2e_ns, runq_ns, itl_max_ns;
 	int64_t phase[PH_N];
+	enum trace_source source;
+	int64_t server_wait_ns;     /* http rows: between net-in and decode */
 };
 
 /* What the window statistics and timelines read of one request (a row of
@@ -131,6 +146,7 @@ enum {
 	TSR_ERROR = 1,              /* finish_reason error */
 	TSR_CANCELLED = 2,
 	TSR_PREEMPTED = 4,          /* preempted at least once */
+	TSR_HTTP = 8,               /* source http: no engine split */
 };
 struct trace_stat_row {
 	int64_t t_arrive_ns, t_done_ns;
@@ -222,6 +238,8 @@ int trace_column(struct trace *t, const char *column, int64_t from_ns, int64_t t
 struct trace_row {
 	int64_t t_arrive_ns, ttft_ns, e2e_ns;
 	int64_t phase[PH_N];        /* unknown phases are 0 */
+	enum trace_source source;
+	int64_t server_wait_ns;     /* http rows (0 on others): queue and prefill together */
 };
 int trace_rows(struct trace *t, int64_t from_ns, int64_t to_ns, const struct trace_row **rows);
 

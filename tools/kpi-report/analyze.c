@@ -11,6 +11,16 @@
 
 static const char *const ttft_names[RP_TTFT_NPH] = { "net-in", "queue wait", "prefill", "first write" };
 static const char *const e2e_names[PH_N] = { "net-in", "queue wait", "prefill", "decode", "net-out" };
+/* Windows of http rows only: the queue slot holds their server wait (queue
+ * and prefill together), and prefill stays empty; mixed windows say both. */
+static const char *const ttft_names_http[RP_TTFT_NPH] = { "net-in", "server wait (queue + prefill)", "prefill",
+							  "first write" };
+static const char *const e2e_names_http[PH_N] = { "net-in", "server wait (queue + prefill)", "prefill", "decode",
+						  "net-out" };
+static const char *const ttft_names_mixed[RP_TTFT_NPH] = { "net-in", "queue wait (server wait where http)",
+							   "prefill", "first write" };
+static const char *const e2e_names_mixed[PH_N] = { "net-in", "queue wait (server wait where http)", "prefill",
+						   "decode", "net-out" };
 
 #define DEFAULT_INCIDENT (300 * NS_PER_S)
 
@@ -168,14 +178,17 @@ static int band_means(const struct trace_row *rows, int n, int ttft, double p, d
 	int b = (int)ceil((m - 1) * fmin(p + band, 100) / 100.0);
 	for (int j = a; j <= b; j++) {
 		const struct trace_row *rw = &rows[k[j].i];
+		/* an http row's queue and prefill are unknown (0 here): its
+		 * server wait, which holds both, goes in the queue slot */
+		double wait = (double)rw->phase[PH_QUEUE] + (double)rw->server_wait_ns;
 		if (ttft) {
-			double known = (double)(rw->phase[PH_NET_IN] + rw->phase[PH_QUEUE] + rw->phase[PH_PREFILL]);
+			double known = (double)rw->phase[PH_NET_IN] + wait + (double)rw->phase[PH_PREFILL];
 			mean[0] += (double)rw->phase[PH_NET_IN];
-			mean[1] += (double)rw->phase[PH_QUEUE];
+			mean[1] += wait;
 			mean[2] += (double)rw->phase[PH_PREFILL];
 			mean[3] += fmax((double)rw->ttft_ns - known, 0);
 		} else {
-			for (int ph = 0; ph < PH_N; ph++) mean[ph] += (double)rw->phase[ph];
+			for (int ph = 0; ph < PH_N; ph++) mean[ph] += ph == PH_QUEUE ? wait : (double)rw->phase[ph];
 		}
 	}
 	for (int ph = 0; ph < PH_N; ph++) mean[ph] /= (b - a + 1);
@@ -214,7 +227,10 @@ static int attribute(struct report *r, struct rp_attr *a, const char *metric, do
 	a->metric = metric;
 	a->p = p;
 	a->nph = ttft ? RP_TTFT_NPH : PH_N;
-	a->names = ttft ? ttft_names : e2e_names;
+	const int *src = r->inc.w.by_source, *bsrc = r->base.w.by_source;
+	int http = src[TRACE_SRC_HTTP] + bsrc[TRACE_SRC_HTTP], usdt = src[TRACE_SRC_USDT] + bsrc[TRACE_SRC_USDT];
+	a->names = !http ? (ttft ? ttft_names : e2e_names) : !usdt ? (ttft ? ttft_names_http : e2e_names_http)
+		   : (ttft ? ttft_names_mixed : e2e_names_mixed);
 	double mb[PH_N], mi[PH_N];
 	const struct trace_row *rows;
 	int n = trace_rows(r->t, r->base.from_ns, r->base.to_ns, &rows);
@@ -363,6 +379,32 @@ static void finding_queue(const struct fctx *c)
 		snprintf(f->action, sizeof(f->action), "bound the queue (kpi-infer's queue limit) so excess load "
 			 "gets a fast 429 instead of a slow answer, or add capacity for this arrival rate");
 	}
+}
+
+/* 1-3 for a window of http rows only: queue growth, KV exhaustion and long
+ * prefills need the engine's split and its samples, which the HTTP exchange
+ * does not carry; say so, with the server wait that holds them, rather than
+ * guess (and rather than stay silent as if nothing were there) */
+static void finding_split_unknown(const struct fctx *c)
+{
+	struct report *r = c->r;
+	const struct trace_window *i = c->i, *b = c->b;
+	const struct rp_attr *tt = c->tt;
+	char s1[16], s2[16];
+	struct rp_finding *f;
+
+	double wshare = tt->inc > tt->base ? tt->share[1] : 0;
+	if (!(f = add_finding(r, "engine split unknown", "server wait", 1 + wshare, 1))) return;
+	snprintf(f->title, sizeof(f->title), "The engine's split is not known for these requests (source http): "
+		 "queue and prefill show together as server wait, so this trace cannot tell queue growth, long "
+		 "prefills or KV cache exhaustion apart");
+	snprintf(f->evidence, sizeof(f->evidence),
+		 "%d requests in the window, all traced from their HTTP exchange; server wait is %.0f%% of the "
+		 "p99 TTFT change; p99 server wait %s (baseline %s); %lld rejections (HTTP 429)",
+		 i->requests, wshare * 100, timefmt_dur(s1, 16, i->m[TM_SERVER_WAIT].n ? i->m[TM_SERVER_WAIT].p99 : -1),
+		 timefmt_dur(s2, 16, b->m[TM_SERVER_WAIT].n ? b->m[TM_SERVER_WAIT].p99 : -1), (long long)c->rej);
+	snprintf(f->action, sizeof(f->action), "trace the engine with its probes (kpi-agent --pid on kpi-infer "
+		 "without --http-only) or read its own queue and KV metrics for this window to tell which");
 }
 
 /* 2. KV pool exhaustion */
@@ -522,9 +564,13 @@ static void findings(struct report *r)
 	};
 	struct rp_finding *f;
 
-	finding_queue(&c);
-	finding_kv(&c);
-	finding_prefill(&c);
+	if (i->by_source[TRACE_SRC_HTTP] && !i->by_source[TRACE_SRC_USDT]) {
+		finding_split_unknown(&c);
+	} else {
+		finding_queue(&c);
+		finding_kv(&c);
+		finding_prefill(&c);
+	}
 	finding_cpu(&c);
 	finding_network(&c);
 	if (!r->nf && (f = add_finding(r, "no known cause matched", trace_phase_name[c.ee->top], 0, 9))) {

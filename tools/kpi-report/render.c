@@ -6,13 +6,52 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char phase_glyph[PH_N] = { 'N', 'Q', 'P', 'D', 'O' };
-static const char *const phase_color[PH_N] = { "#4e79a7", "#f28e2b", "#b07aa1", "#59a14f", "#76b7b2" };
 static const int pct_rows[] = { TM_TTFT, TM_TPOT, TM_ITL, TM_E2E, TM_NET_IN, TM_QUEUE, TM_PREFILL,
-				TM_DECODE, TM_NET_OUT, TM_RUNQ };
+				TM_SERVER_WAIT, TM_DECODE, TM_NET_OUT, TM_RUNQ };
 #define NPCT ((int)(sizeof(pct_rows) / sizeof(pct_rows[0])))
 
 static char *D(char *b, double ns) { return timefmt_dur(b, 16, ns); }
+
+/* Whether either window holds requests traced from their HTTP exchange. */
+static int any_http(const struct report *r)
+{
+	return r->base.w.by_source[TRACE_SRC_HTTP] + r->inc.w.by_source[TRACE_SRC_HTTP] > 0;
+}
+
+/* A percentile row to leave out: the server wait where no row has one. */
+static int pct_skip(const struct report *r, int k)
+{
+	return pct_rows[k] == TM_SERVER_WAIT && !r->base.w.m[TM_SERVER_WAIT].n && !r->inc.w.m[TM_SERVER_WAIT].n;
+}
+
+/* "120 usdt, 30 http" of a window: where its requests' rows came from. */
+static char *sources(char *b, size_t n, const struct trace_window *w)
+{
+	const int *src = w->by_source;
+	if (src[TRACE_SRC_USDT] && src[TRACE_SRC_HTTP])
+		snprintf(b, n, "%d usdt, %d http", src[TRACE_SRC_USDT], src[TRACE_SRC_HTTP]);
+	else if (src[TRACE_SRC_HTTP])
+		snprintf(b, n, "http (%d)", src[TRACE_SRC_HTTP]);
+	else
+		snprintf(b, n, "usdt (%d)", src[TRACE_SRC_USDT]);
+	return b;
+}
+
+static const char sources_note[] = "usdt: the engine's probes, with its queue and prefill split; http: the "
+				   "server's HTTP exchange, where queue and prefill are one server wait";
+
+/* The phases of a waterfall in order, with an http row's server wait (W)
+ * after net-in; a phase the row does not know is -1. */
+#define WF_N (PH_N + 1)
+static const char wf_glyph[WF_N] = { 'N', 'W', 'Q', 'P', 'D', 'O' };
+static const char *const wf_name[WF_N] = { "net-in", "server wait", "queue", "prefill", "decode", "net-out" };
+static const char *const wf_color[WF_N] = { "#4e79a7", "#e15759", "#f28e2b", "#b07aa1", "#59a14f", "#76b7b2" };
+static void wf_phases(const struct trace_req *q, int64_t *v)
+{
+	v[0] = q->phase[PH_NET_IN];
+	v[1] = q->source == TRACE_SRC_HTTP ? q->server_wait_ns : -1;
+	for (int p = PH_QUEUE; p < PH_N; p++) v[p + 1] = q->phase[p];
+}
 
 static char *change(char *b, double base, double inc)
 {
@@ -58,6 +97,10 @@ static int in_window(const struct report *r, int i, const struct rp_window *w)
 	return t + bw > w->from_ns && t < w->to_ns;
 }
 
+/* A window of http rows without the engine's samples: its queue depth is
+ * unknown, not 0. */
+static int no_samples(const struct trace_window *w) { return !w->samples && w->by_source[TRACE_SRC_HTTP]; }
+
 static void summary_rows(const struct report *r, FILE *o, int html)
 {
 	const struct trace_window *b = &r->base.w, *i = &r->inc.w;
@@ -70,7 +113,7 @@ static void summary_rows(const struct report *r, FILE *o, int html)
 		  i->preemptions > i->preempted ? i->preemptions : i->preempted, "%.0f" },
 		{ "requests/s", b->req_per_s, i->req_per_s, "%.2f" },
 		{ "output tokens/s", b->out_tok_per_s, i->out_tok_per_s, "%.1f" },
-		{ "peak queue depth", b->queue_depth_max, i->queue_depth_max, "%.0f" },
+		{ "peak queue depth", no_samples(b) ? -1 : b->queue_depth_max, no_samples(i) ? -1 : i->queue_depth_max, "%.0f" },
 		{ "peak KV usage %", b->kv_usage_max * 100, i->kv_usage_max * 100, "%.0f" },
 		{ "ring-buffer drops", b->drops, i->drops, "%.0f" },
 		{ "lost by the agent (all causes)", (double)b->lost, (double)i->lost, "%.0f" },
@@ -100,11 +143,13 @@ static void md_waterfall(FILE *o, const struct trace_req *q, double scale_ns, in
 {
 	int col = 0;
 	double t = 0;
-	for (int p = 0; p < PH_N; p++) {
-		if (q->phase[p] < 0) continue;
-		t += (double)q->phase[p];
+	int64_t v[WF_N];
+	wf_phases(q, v);
+	for (int p = 0; p < WF_N; p++) {
+		if (v[p] < 0) continue;
+		t += (double)v[p];
 		int end = (int)lround(t / scale_ns * width);
-		for (; col < end; col++) fputc(phase_glyph[p], o);
+		for (; col < end; col++) fputc(wf_glyph[p], o);
 	}
 	if (col == 0) fputc('|', o);
 }
@@ -116,8 +161,10 @@ void report_markdown(const struct report *r, FILE *o)
 	fprintf(o, "# kpi-report: %s\n\n", trace_path(r->t));
 	fprintf(o, "- **Incident window**: %s → %s (%s; %s)\n", trace_fmt_time(r->t, a, sizeof(a), r->inc.from_ns, 1),
 		trace_fmt_time(r->t, b, sizeof(b), r->inc.to_ns, 1), D(x, (double)(r->inc.to_ns - r->inc.from_ns)), r->inc_how);
-	fprintf(o, "- **Baseline window**: %s → %s (%s)\n\n", trace_fmt_time(r->t, c, sizeof(c), r->base.from_ns, 1),
+	fprintf(o, "- **Baseline window**: %s → %s (%s)\n", trace_fmt_time(r->t, c, sizeof(c), r->base.from_ns, 1),
 		trace_fmt_time(r->t, d, sizeof(d), r->base.to_ns, 1), r->base_how);
+	fprintf(o, "- **Sources**: incident %s; baseline %s (%s)\n\n", sources(a, sizeof(a), iw),
+		sources(b, sizeof(b), bw), sources_note);
 
 	fprintf(o, "## Findings\n\nStrongest evidence first.\n\n");
 	for (int k = 0; k < r->nf; k++) {
@@ -136,6 +183,7 @@ void report_markdown(const struct report *r, FILE *o)
 	fprintf(o, "\n## Percentiles\n\n| metric | p50 baseline | p50 incident | change | p99 baseline | p99 incident | change |\n"
 		"|---|---:|---:|---:|---:|---:|---:|\n");
 	for (int k = 0; k < NPCT; k++) {
+		if (pct_skip(r, k)) continue;
 		const struct trace_dist *m0 = &bw->m[pct_rows[k]], *m1 = &iw->m[pct_rows[k]];
 		char p0[16], p1[16], q0[16], q1[16], c2[24];
 		fprintf(o, "| %s | %s | %s | %s | %s | %s | %s |\n", trace_metric_name[pct_rows[k]],
@@ -162,8 +210,9 @@ void report_markdown(const struct report *r, FILE *o)
 	fprintf(o, "\n```\n");
 
 	fprintf(o, "\n## Slowest requests in the incident window\n\n`N` net-in, `Q` queue, `P` prefill, `D` decode, "
-		"`O` net-out, on one time scale.\n\n| request | arrived | e2e | TTFT | prompt | output | preempted | waterfall |\n"
-		"|---|---|---:|---:|---:|---:|---:|---|\n");
+		"`O` net-out%s, on one time scale.\n\n| request | arrived | e2e | TTFT | prompt | output | preempted | waterfall |\n"
+		"|---|---|---:|---:|---:|---:|---:|---|\n", any_http(r) ? ", `W` server wait (http rows: queue and prefill "
+		"together)" : "");
 	double scale = r->nslow ? (double)(r->slow[0].e2e_ns > 0 ? r->slow[0].e2e_ns : 1) : 1;
 	for (int k = 0; k < r->nslow; k++) {
 		const struct trace_req *q = &r->slow[k];
@@ -233,13 +282,15 @@ static void svg_waterfall(FILE *o, const struct trace_req *q, double scale_ns)
 	const int W = 360, H = 14;
 	fprintf(o, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%d\" height=\"%d\">", W, H);
 	double t = 0;
-	for (int p = 0; p < PH_N; p++) {
-		if (q->phase[p] <= 0) continue;
-		double x = t / scale_ns * W, w = (double)q->phase[p] / scale_ns * W;
+	int64_t v[WF_N];
+	wf_phases(q, v);
+	for (int p = 0; p < WF_N; p++) {
+		if (v[p] <= 0) continue;
+		double x = t / scale_ns * W, w = (double)v[p] / scale_ns * W;
 		char d[16];
 		fprintf(o, "<rect x=\"%.1f\" y=\"1\" width=\"%.1f\" height=\"%d\" fill=\"%s\"><title>%s %s</title></rect>",
-			x, w < 0.5 ? 0.5 : w, H - 2, phase_color[p], trace_phase_name[p], D(d, (double)q->phase[p]));
-		t += (double)q->phase[p];
+			x, w < 0.5 ? 0.5 : w, H - 2, wf_color[p], wf_name[p], D(d, (double)v[p]));
+		t += (double)v[p];
 	}
 	fprintf(o, "</svg>");
 }
@@ -262,6 +313,8 @@ void report_html(const struct report *r, FILE *o)
 	fprintf(o, ")</li><li><b>Baseline window</b>: %s → %s (", trace_fmt_time(r->t, a, sizeof(a), r->base.from_ns, 1),
 		trace_fmt_time(r->t, b, sizeof(b), r->base.to_ns, 1));
 	html_esc(o, r->base_how);
+	fprintf(o, ")</li><li><b>Sources</b>: incident %s; baseline %s (", sources(a, sizeof(a), iw), sources(b, sizeof(b), bw));
+	html_esc(o, sources_note);
 	fprintf(o, ")</li></ul>\n<h2>Findings</h2>\n<p>Strongest evidence first.</p><ol>\n");
 	for (int k = 0; k < r->nf; k++) {
 		const struct rp_finding *f = &r->f[k];
@@ -286,6 +339,7 @@ void report_html(const struct report *r, FILE *o)
 	fprintf(o, "<h2>Percentiles</h2>\n<table><tr><th>metric</th><th>p50 baseline</th><th>p50 incident</th>"
 		"<th>change</th><th>p99 baseline</th><th>p99 incident</th><th>change</th></tr>\n");
 	for (int k = 0; k < NPCT; k++) {
+		if (pct_skip(r, k)) continue;
 		const struct trace_dist *m0 = &bw->m[pct_rows[k]], *m1 = &iw->m[pct_rows[k]];
 		char p0[16], p1[16], q0[16], q1[16], c2[24];
 		fprintf(o, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
@@ -298,7 +352,8 @@ void report_html(const struct report *r, FILE *o)
 	int ns = timeline_series(r, s);
 	for (int k = 0; k < ns; k++) svg_chart(o, r, &s[k]);
 	fprintf(o, "<h2>Slowest requests in the incident window</h2>\n<p class=\"legend\">");
-	for (int p = 0; p < PH_N; p++) fprintf(o, "<span style=\"background:%s\"></span>%s", phase_color[p], trace_phase_name[p]);
+	for (int p = 0; p < WF_N; p++)
+		if (p != 1 || any_http(r)) fprintf(o, "<span style=\"background:%s\"></span>%s", wf_color[p], wf_name[p]);
 	fprintf(o, "</p>\n<table><tr><th>request</th><th>arrived</th><th>e2e</th><th>TTFT</th><th>prompt</th><th>output</th>"
 		"<th>preempted</th><th>waterfall</th></tr>\n");
 	double scale = r->nslow ? (double)(r->slow[0].e2e_ns > 0 ? r->slow[0].e2e_ns : 1) : 1;

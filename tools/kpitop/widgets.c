@@ -7,23 +7,32 @@
 #include <string.h>
 
 const char *const kt_sort_name[KS_N] = { "arrival", "age", "TTFT", "e2e", "TPOT" };
-static const char phase_glyph[PH_N] = { 'N', 'Q', 'P', 'D', 'O' };
 
 static char *dur(char *b, double ns) { return timefmt_dur(b, 16, ns); }
 
+/* The bar's segments: the phases, with the server wait of an http row (queue
+ * and prefill together, which it cannot tell apart) after net-in. */
+#define BAR_N (PH_N + 1)
+static const char bar_glyph[BAR_N] = { 'N', 'W', 'Q', 'P', 'D', 'O' };
+static const int bar_color[BAR_N] = { CC_PH0 + PH_NET_IN, CC_PH0 + PH_QUEUE, CC_PH0 + PH_QUEUE,
+				      CC_PH0 + PH_PREFILL, CC_PH0 + PH_DECODE, CC_PH0 + PH_NET_OUT };
+
 /* A stacked bar of phases over len columns, by largest remainder so the
- * columns add up exactly and every present phase is visible. */
-static void phase_bar(struct canvas *c, int y, int x, int len, const int64_t *ph)
+ * columns add up exactly and every present phase is visible; wait < 0: the
+ * row has the engine's split instead. */
+static void phase_bar(struct canvas *c, int y, int x, int len, const int64_t *phase, int64_t wait)
 {
+	const int64_t ph[BAR_N] = { phase[PH_NET_IN], wait, phase[PH_QUEUE], phase[PH_PREFILL],
+				    phase[PH_DECODE], phase[PH_NET_OUT] };
 	double tot = 0;
-	for (int p = 0; p < PH_N; p++) tot += ph[p] > 0 ? (double)ph[p] : 0;
+	for (int p = 0; p < BAR_N; p++) tot += ph[p] > 0 ? (double)ph[p] : 0;
 	if (tot <= 0 || len <= 0) {
 		canvas_text(c, y, x, len, CC_DIM, 0, "-");
 		return;
 	}
-	int cols[PH_N], used = 0;
-	double rem[PH_N];
-	for (int p = 0; p < PH_N; p++) {
+	int cols[BAR_N], used = 0;
+	double rem[BAR_N];
+	for (int p = 0; p < BAR_N; p++) {
 		double exact = ph[p] > 0 ? ph[p] / tot * len : 0;
 		cols[p] = (int)exact;
 		rem[p] = exact - cols[p];
@@ -31,14 +40,14 @@ static void phase_bar(struct canvas *c, int y, int x, int len, const int64_t *ph
 	}
 	while (used < len) {
 		int best = 0;
-		for (int p = 1; p < PH_N; p++)
+		for (int p = 1; p < BAR_N; p++)
 			if (rem[p] > rem[best]) best = p;
 		cols[best]++;
 		rem[best] = -1;
 		used++;
 	}
-	for (int p = 0; p < PH_N; p++) {
-		canvas_fill(c, y, x, cols[p], (wchar_t)phase_glyph[p], CC_PH0 + p, CF_REVERSE);
+	for (int p = 0; p < BAR_N; p++) {
+		canvas_fill(c, y, x, cols[p], (wchar_t)bar_glyph[p], bar_color[p], CF_REVERSE);
 		x += cols[p];
 	}
 }
@@ -60,8 +69,18 @@ static void title_fill(struct kt_widget *w, const struct kt_data *d, const struc
 		timefmt_wall(a, sizeof(a), d->from_wall_ns, 0);
 		timefmt_wall(b, sizeof(b), d->to_wall_ns, 0);
 	}
-	snprintf(t->text, sizeof(t->text), " kpitop  %s  %s  window %s  %s → %s", d->path,
-		 d->live ? "live" : "replay", dur(wd, (double)d->window_ns), a, b);
+	int n = snprintf(t->text, sizeof(t->text), " kpitop  %s  %s  window %s  %s → %s", d->path,
+			 d->live ? "live" : "replay", dur(wd, (double)d->window_ns), a, b);
+	/* where the window's requests came from, when not all from the probes */
+	const int *src = d->win.by_source;
+	if (src[TRACE_SRC_HTTP] && n > 0 && (size_t)n < sizeof(t->text))
+	{
+		if (src[TRACE_SRC_USDT])
+			snprintf(t->text + n, sizeof(t->text) - (size_t)n, "  sources: %d usdt, %d http",
+				 src[TRACE_SRC_USDT], src[TRACE_SRC_HTTP]);
+		else
+			snprintf(t->text + n, sizeof(t->text) - (size_t)n, "  source: http");
+	}
 	t->paused = v->paused;
 }
 
@@ -161,9 +180,15 @@ static void meters_draw(const struct kt_widget *w, struct canvas *c, int y, int 
 	int x = 1;
 	x = meter(c, y, x, "req/s", CC_VALUE, "%.1f", mw->req_per_s);
 	x = meter(c, y, x, "out tok/s", CC_VALUE, "%.0f", mw->out_tok_per_s);
-	x = meter(c, y, x, "running", CC_VALUE, "%.0f", mw->running);
-	x = meter(c, y, x, "waiting", mw->queue_depth > mw->running && mw->queue_depth > 0 ? CC_WARN : CC_VALUE,
-		  "%.0f", mw->queue_depth);
+	if (!mw->samples && mw->by_source[TRACE_SRC_HTTP]) {
+		/* the HTTP exchange carries no engine samples: unknown, not 0 */
+		x = meter(c, y, x, "running", CC_DIM, "-", 0);
+		x = meter(c, y, x, "waiting", CC_DIM, "-", 0);
+	} else {
+		x = meter(c, y, x, "running", CC_VALUE, "%.0f", mw->running);
+		x = meter(c, y, x, "waiting", mw->queue_depth > mw->running && mw->queue_depth > 0 ? CC_WARN : CC_VALUE,
+			  "%.0f", mw->queue_depth);
+	}
 	kv_meter(c, y, x, mw->kv_usage);
 	y++;
 	x = 1;
@@ -225,7 +250,8 @@ static const struct kt_widget_class latency_class = {
 struct phases {
 	struct kt_widget base;
 	int finished;                   /* requests of the window with an e2e time */
-	int64_t phase[2][PH_N];         /* the median's, the p99's */
+	int64_t phase[2][PH_N];         /* the median's, the p99's (-1: unknown) */
+	int64_t wait[2];                /* their server wait (-1: engine split known) */
 	int64_t e2e[2];
 };
 
@@ -237,6 +263,8 @@ static void phases_fill(struct kt_widget *w, const struct kt_data *d, const stru
 	p->finished = d->win.m[TM_E2E].n;
 	memcpy(p->phase[0], d->win.phase_p50, sizeof(p->phase[0]));
 	memcpy(p->phase[1], d->win.phase_p99, sizeof(p->phase[1]));
+	p->wait[0] = d->win.wait_p50;
+	p->wait[1] = d->win.wait_p99;
 	p->e2e[0] = d->win.e2e_p50_row;
 	p->e2e[1] = d->win.e2e_p99_row;
 }
@@ -250,18 +278,23 @@ static void phases_draw(const struct kt_widget *w, struct canvas *c, int y, int 
 	for (int i = 0; i < 2; i++) {
 		canvas_text(c, y + i, 1, -1, CC_LABEL, 0, "%-7s", names[i]);
 		if (ph->finished) {
-			phase_bar(c, y + i, 9, barw, ph->phase[i]);
+			phase_bar(c, y + i, 9, barw, ph->phase[i], ph->wait[i]);
 			canvas_text(c, y + i, 10 + barw, -1, CC_VALUE, CF_BOLD, "%s", dur(a, (double)ph->e2e[i]));
 		} else {
 			canvas_text(c, y + i, 9, -1, CC_DIM, 0, "no finished request in the window");
 		}
 	}
+	/* the p99 request's phases; "-" for one its row does not know, and
+	 * the server wait only where the row has it in place of the split */
 	int x = 9;
-	for (int p = 0; p < PH_N; p++) {
-		canvas_fill(c, y + 2, x, 1, (wchar_t)phase_glyph[p], CC_PH0 + p, CF_REVERSE);
-		x += 2 + canvas_text(c, y + 2, x + 2, -1, CC_DIM, 0, "%s", trace_phase_name[p]) + 2;
+	for (int p = 0; p < BAR_N; p++) {
+		int64_t v = p == 1 ? ph->wait[1] : ph->phase[1][p - (p > 1)];
+		if (p == 1 && (!ph->finished || v < 0)) continue;
+		canvas_fill(c, y + 2, x, 1, (wchar_t)bar_glyph[p], bar_color[p], CF_REVERSE);
+		x += 2 + canvas_text(c, y + 2, x + 2, -1, CC_DIM, 0, "%s",
+				     p == 1 ? "server-wait" : trace_phase_name[p - (p > 1)]) + 2;
 		if (ph->finished)
-			x += canvas_text(c, y + 2, x - 1, -1, CC_DIM, 0, "%s", dur(a, (double)ph->phase[1][p])) + 1;
+			x += canvas_text(c, y + 2, x - 1, -1, CC_DIM, 0, "%s", dur(a, (double)v)) + 1;
 	}
 }
 
@@ -387,7 +420,8 @@ static void panel_row(struct canvas *c, int y, int width, const struct trace_req
 	int barx = 79, barw = width - barx - 1;
 	char a[16], b[16], d[16], e[16];
 	if (sel) canvas_fill(c, y, 0, width, L' ', CC_SEL, CF_REVERSE);
-	canvas_text(c, y, 1, 16, sel ? CC_SEL : CC_VALUE, fl, "%-16s", r->id);
+	canvas_text(c, y, 1, 14, sel ? CC_SEL : CC_VALUE, fl, "%-14s", r->id);
+	canvas_text(c, y, 16, 1, cc, fl, "%c", r->source == TRACE_SRC_HTTP ? 'H' : 'U');
 	canvas_text(c, y, 18, 9, sel ? CC_SEL : state_color(r->state), fl | CF_BOLD, "%-9s",
 		    trace_state_name[r->state]);
 	canvas_rtext(c, y, 28, 8, cc, fl, dur(a, (double)r->age_ns));
@@ -395,14 +429,14 @@ static void panel_row(struct canvas *c, int y, int width, const struct trace_req
 	canvas_rtext(c, y, 50, 8, cc, fl, dur(b, (double)r->ttft_ns));
 	canvas_rtext(c, y, 59, 8, cc, fl, dur(d, (double)r->tpot_ns));
 	canvas_rtext(c, y, 68, 8, cc, fl, dur(e, (double)r->e2e_ns));
-	if (barw >= 5) phase_bar(c, y, barx, barw, r->phase);
+	if (barw >= 5) phase_bar(c, y, barx, barw, r->phase, r->source == TRACE_SRC_HTTP ? r->server_wait_ns : -1);
 }
 
 static void panel_draw(const struct kt_widget *w, struct canvas *c, int y, int width, int h)
 {
 	const struct panel *p = (const struct panel *)w;
 	canvas_fill(c, y, 0, width, L' ', CC_TITLE, CF_REVERSE);
-	canvas_text(c, y, 0, width, CC_TITLE, CF_REVERSE, " %-16s %-9s %8s %6s %5s %8s %8s %8s  PHASES (sort: %s%s%s)",
+	canvas_text(c, y, 0, width, CC_TITLE, CF_REVERSE, " %-14s S %-9s %8s %6s %5s %8s %8s %8s  PHASES (sort: %s%s%s)",
 		    "ID", "STATE", "AGE", "PROMPT", "OUT", "TTFT", "TPOT", "E2E", kt_sort_name[p->sort],
 		    p->filter[0] ? ", filter: " : "", p->filter);
 	if (p->n == 0) {
@@ -500,6 +534,9 @@ static const char *const help_lines[] = {
 	"                (← leaves live mode; → past the end returns to it)",
 	"",
 	"Phases: N net-in  Q queue  P prefill  D decode  O net-out",
+	"        W server wait: queue and prefill together, where the request was",
+	"        traced from its HTTP exchange (source H) and the split is unknown",
+	"Column S: the request's source, U the engine's probes (usdt), H its HTTP exchange",
 	"Percentiles interpolate between the closest ranks, as SQLite's percentile().",
 };
 
