@@ -47,6 +47,7 @@ struct proc_event {
 	pid_t pid;
 	uint64_t ts;
 	unsigned int state;             /* EXEC: the enum kpi_target_state it was given */
+	bool at_listen;                 /* EXEC: made a target by its listen() on a --port port */
 };
 
 struct attach {
@@ -578,7 +579,8 @@ bool attach_event(struct attach *at, const void *rec, size_t size)
 	if (at->n_events < N_PROC_EVENTS)
 		at->events[at->n_events++] = (struct proc_event){
 			e->h.type, (pid_t)e->h.pid, e->h.ts,
-			e->h.type == KPI_EV_EXEC ? e->exec.state : 0 };
+			e->h.type == KPI_EV_EXEC ? e->exec.state : 0,
+			e->h.type == KPI_EV_EXEC && e->exec.at_listen };
 	/* else the rescan finds the process (or its exit) within RESCAN_NS */
 	return true;
 }
@@ -603,15 +605,17 @@ static void on_exec(struct attach *at, const struct proc_event *ev)
 	int i = find_target(at, ev->pid);
 	char exe[PATH_MAX];
 
-	if (i >= 0 && at->targets[i].since == ev->ts)
-		return;         /* the rescan found it first */
+	if (i >= 0 && (at->targets[i].since == ev->ts || ev->at_listen)) {
+		hold_release(at, ev->pid);      /* the rescan found it first */
+		return;
+	}
 	if (i >= 0)
 		detach_one(at, i, true);        /* a target that exec'd itself anew */
 	if (!target_start_time(ev->pid) || target_exe_path(ev->pid, exe, sizeof(exe))) {
 		gone_before_attach(at, ev);     /* gone, or a zombie */
 		return;
 	}
-	if (!target_matches(ev->pid, at->want.exe)) {
+	if (!ev->at_listen && !target_matches(ev->pid, at->want.exe)) {
 		/* an inode number shared with another filesystem's file, or a
 		 * file merely called kpi-infer that it has since stopped being */
 		hold_release(at, ev->pid);
@@ -619,6 +623,8 @@ static void on_exec(struct attach *at, const struct proc_event *ev)
 		return;
 	}
 	int rc = attach_one(at, ev->pid, ev->ts);
+	if (!rc && ev->at_listen && (i = find_target(at, ev->pid)) >= 0)
+		at->targets[i].by_port = !wanted_pid(at, ev->pid);
 	hold_release(at, ev->pid);
 	if (rc)
 		target_drop(at, ev->pid, ev->ts);
@@ -711,6 +717,7 @@ void attach_choose_programs(struct attach *at)
 	}
 	s->rodata->exec_tids = !sched_rawtp;
 	s->rodata->exec_hold = at->want.exec_hold && !at->want.n_pids;
+	s->rodata->watch_listen = at->want.n_ports > 0;
 	/* HTTP mode walks iovecs with bpf_loop where the kernel has it */
 	s->rodata->has_loop = libbpf_probe_bpf_helper(BPF_PROG_TYPE_TRACEPOINT, BPF_FUNC_loop,
 						       NULL) > 0;
@@ -744,6 +751,13 @@ int attach_global(struct attach *at)
 		}
 		if (at->n_global_links < (int)(sizeof(at->global_links) / sizeof(at->global_links[0])))
 			at->global_links[at->n_global_links++] = l;
+	}
+	/* --port: whoever listens there from now on is a target from its listen() */
+	for (int i = 0; i < at->want.n_ports; i++) {
+		__u16 port = (__u16)at->want.ports[i];
+		__u8 one = 1;
+		bpf_map__update_elem(at->skel->maps.watch_ports, &port, sizeof(port), &one,
+				     sizeof(one), BPF_ANY);
 	}
 	/* --exe: a process that runs it from now on is followed from its exec,
 	 * even before the first rescan attaches the file's probes */

@@ -64,6 +64,25 @@ struct {
 	__type(value, __u8);
 } target_ports SEC(".maps");
 
+/* --port: the ports whose listener becomes a target at its listen(), before
+ * its first connection (written by the agent; empty otherwise). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 64);
+	__type(key, __u16);
+	__type(value, __u8);
+} watch_ports SEC(".maps");
+const volatile bool watch_listen = false;
+
+/* Stop a process at the exec of a file whose probes are not attached yet
+ * (discovery mode's first sight of a new kpi-infer build), or at the listen()
+ * of a --port server: the agent attaches
+ * them, which takes the kernel's first uprobe registration on the file (10-20
+ * ms), then continues it, so not even its first request goes untraced. */
+const volatile bool exec_hold = false;
+#define SIGSTOP_NR 19
+
+
 /* tid -> tgid of the targets' threads: only for the tracepoint flavour of
  * the sched handlers, which see tids but not tgids. */
 struct {
@@ -889,19 +908,56 @@ static __always_inline int sys_close(int fd)
 /* A target starts listening: its port filters tcp_probe from now, so the
  * first request's segment is seen even before the agent reads the target's
  * sockets (it does at every rescan, for ports bound some other way). */
+/* A process that listens on a --port port becomes a target there, before it
+ * can accept a connection: held (when holding) until the agent has chosen
+ * its path (its USDT probes, or its HTTP exchanges), and the agent woken
+ * with an EXEC event that says so. */
+static __always_inline void listen_adopt(__u32 tgid)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	struct kpi_target v = { .since = bpf_ktime_get_ns(), .state = KPI_TARGET_PENDING };
+	struct kpi_ev_exec *e;
+	int added;
+
+	if (exec_hold)
+		v.flags |= KPI_TARGET_F_HELD;
+	added = bpf_map_update_elem(&targets, &tgid, &v, BPF_NOEXIST);
+	if (added)
+		return;         /* full, or another thread of it got there first */
+	if ((v.flags & KPI_TARGET_F_HELD) && bpf_send_signal(SIGSTOP_NR)) {
+		v.flags &= ~KPI_TARGET_F_HELD;
+		bpf_map_update_elem(&targets, &tgid, &v, BPF_ANY);
+	}
+	e = EV_NEW(kpi_ev_exec, KPI_EV_EXEC, tgid, v.since);
+	if (!e)
+		return;         /* the rescan finds it (and continues it) */
+	e->ino = BPF_CORE_READ(t, mm, exe_file, f_inode, i_ino);
+	e->state = v.state;
+	e->held = !!(v.flags & KPI_TARGET_F_HELD);
+	e->at_listen = 1;
+	bpf_get_current_comm(e->comm, sizeof(e->comm));
+	ev_send_now(e);
+}
+
 static __always_inline int sys_listen(int fd)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	bool target = is_target(tgid);
 	struct sock *sk;
 	__u16 port;
 	__u8 one = 1;
 
-	if (!is_target(tgid))
+	if (!target && !watch_listen)
 		return 0;
 	sk = (struct sock *)fd_to_sk(fd);
 	if (!sk)
 		return 0;
 	port = BPF_CORE_READ(sk, __sk_common.skc_num);
+	if (!target) {
+		if (!port || !bpf_map_lookup_elem(&watch_ports, &port))
+			return 0;
+		listen_adopt(tgid);
+	}
 	if (port)
 		bpf_map_update_elem(&target_ports, &port, &one, BPF_ANY);
 	return 0;
@@ -1153,12 +1209,6 @@ const volatile char exec_comm[16] = {};
  * in at once, later threads at the agent's rescans. */
 const volatile bool exec_tids = false;
 
-/* Stop a process at the exec of a file whose probes are not attached yet
- * (discovery mode's first sight of a new kpi-infer build): the agent attaches
- * them, which takes the kernel's first uprobe registration on the file (10-20
- * ms), then continues it, so not even its first request goes untraced. */
-const volatile bool exec_hold = false;
-#define SIGSTOP_NR 19
 
 static __always_inline bool comm_wanted(const char *c)
 {

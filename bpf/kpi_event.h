@@ -207,8 +207,8 @@ struct kpi_ev_exec {
 	unsigned int state;             /* enum kpi_target_state it was given */
 	int added;                      /* 0, or the error adding it to targets gave */
 	char comm[16];
-	unsigned int held;              /* 1: stopped at its exec until the agent continues it */
-	unsigned int _pad;
+	unsigned int held;              /* 1: stopped until the agent continues it */
+	unsigned int at_listen;         /* 1: not an exec: a listen() on a --port port made it one */
 };
 
 /* EXIT: a target's last thread exited (sched_process_exit), or the target

@@ -333,7 +333,8 @@ def test_agent_http_nginx_in_front_of_kpi_infer():
 
 def test_agent_http_port_follows_a_restart():
     """--port: a server restarted on the same port is detached and its
-    successor attached at the next rescan, and the successor's requests land."""
+    successor attached from its listen(), so that a request sent the moment
+    it listens lands."""
     kpitest.require_root("kpi-agent")
     at.require_built(at.AGENT)
     d = _tmp()
@@ -347,8 +348,10 @@ def test_agent_http_port_follows_a_restart():
     agent.wait_line(f"detached from pid {first.pid}", timeout=10)
     second = kpitest.Proc([sys.executable, SERVER, str(port)])
     second.wait_line("listening on")
-    assert "HTTP mode" in agent.wait_line(f"attached to pid {second.pid}", timeout=10)
+    # at once: the successor became a target at its listen(), held until the
+    # agent had chosen its path, so its first request is seen
     assert _stream(port, "after-restart", "event", 4) == 200
+    assert "HTTP mode" in agent.wait_line(f"attached to pid {second.pid}", timeout=10)
     time.sleep(0.3)
     assert agent.stop() == 0, agent.lines[-20:]
     r = at.rows(db).get("after-restart")
