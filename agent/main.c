@@ -179,6 +179,121 @@ static int64_t parse_duration(const char *flag, const char *s)
 	return 0;
 }
 
+/* Which processes: --pid, --exe, --port, --http-only, --no-exec-hold. false: not one of these. */
+static bool parse_targets_option(int c)
+{
+	switch (c) {
+	case 'p':
+		if (env.n_pids == KPI_MAX_TARGETS)
+			die_usage("at most %d --pid flags", KPI_MAX_TARGETS);
+		env.pids[env.n_pids++] = (pid_t)parse_num("--pid", optarg, 1, INT_MAX);
+		break;
+	case 'e':
+		if (!realpath(optarg, env.exe_real))
+			die_usage("--exe %s: %s", optarg, strerror(errno));
+		env.exe = env.exe_real;
+		break;
+	case 'T':
+		if (env.n_ports == KPI_MAX_TARGETS)
+			die_usage("at most %d --port flags", KPI_MAX_TARGETS);
+		env.ports[env.n_ports++] = (uint16_t)parse_num("--port", optarg, 1, 65535);
+		break;
+	case 'H':
+		env.http_only = true;
+		break;
+	case 'X':
+		env.no_exec_hold = true;
+		break;
+	default:
+		return false;
+	}
+	return true;
+}
+
+/* The trace: --db, --flush-ms, --ringbuf-mb, --token-detail, --max-backlog, --retain, --max-db-mb. false: not one of these. */
+static bool parse_store_option(int c)
+{
+	switch (c) {
+	case 'd':
+		if (!*optarg)
+			die_usage("--db wants a path");
+		env.db = optarg;
+		break;
+	case 'f':
+		env.flush_ms = (int)parse_num("--flush-ms", optarg, 1, 3600000);
+		break;
+	case 'r':
+		env.ringbuf_mb = (int)parse_num("--ringbuf-mb", optarg, 1, 4096);
+		if (env.ringbuf_mb & (env.ringbuf_mb - 1))
+			die_usage("--ringbuf-mb must be a power of two (1, 2, 4, ...), got %d", env.ringbuf_mb);
+		break;
+	case 't':
+		env.token_detail = true;
+		break;
+	case 'B':
+		env.max_backlog = parse_num("--max-backlog", optarg, 1, 100000000);
+		break;
+	case 'R':
+		env.retain_ns = parse_duration("--retain", optarg);
+		break;
+	case 'S':
+		env.max_db_mb = parse_num("--max-db-mb", optarg, 0, 1L << 30);
+		break;
+	default:
+		return false;
+	}
+	return true;
+}
+
+/* What else goes out: --metrics, --otlp, --user, --price-per-hour, --powercap-root, --duration. false: not one of these. */
+static bool parse_outputs_option(int c)
+{
+	char *end;
+
+	switch (c) {
+	case 'M': {
+		char host[256], why[256];
+		int port;
+		if (http_serve_parse_addr(optarg, host, sizeof(host), &port, why, sizeof(why)))
+			die_usage("--metrics %s", why);
+		env.metrics = optarg;
+		break;
+	}
+	case 'O':
+		if (strncmp(optarg, "http://", 7) && strncmp(optarg, "https://", 8))
+			die_usage("--otlp wants an http:// or https:// URL (OTLP/HTTP JSON), "
+				  "e.g. http://127.0.0.1:4318, got '%s'", optarg);
+		env.otlp = optarg;
+		break;
+	case 'u':
+		if (!*optarg)
+			die_usage("--user wants a user name");
+		env.user = optarg;
+		break;
+	case 'P':
+		errno = 0;
+		env.price_per_hour = strtod(optarg, &end);
+		if (errno || end == optarg || *end || !(env.price_per_hour >= 0) ||
+		    env.price_per_hour > 1e9)
+			die_usage("--price-per-hour wants a price in USD (0 or more), got '%s'", optarg);
+		break;
+	case 'C':
+		if (!*optarg)
+			die_usage("--powercap-root wants a directory");
+		env.powercap_root = optarg;
+		break;
+	case 'D':
+		errno = 0;
+		env.duration = strtod(optarg, &end);
+		if (errno || end == optarg || *end || env.duration <= 0)
+			die_usage("--duration wants a positive number of seconds, got '%s'", optarg);
+		break;
+	default:
+		return false;
+	}
+	return true;
+}
+
 static void parse_args(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -205,93 +320,11 @@ static void parse_args(int argc, char **argv)
 		{},
 	};
 	int c;
-	char *end;
 
 	while ((c = getopt_long(argc, argv, "vh", opts, NULL)) != -1) {
+		if (parse_targets_option(c) || parse_store_option(c) || parse_outputs_option(c))
+			continue;
 		switch (c) {
-		case 'd':
-			if (!*optarg)
-				die_usage("--db wants a path");
-			env.db = optarg;
-			break;
-		case 'p':
-			if (env.n_pids == KPI_MAX_TARGETS)
-				die_usage("at most %d --pid flags", KPI_MAX_TARGETS);
-			env.pids[env.n_pids++] = (pid_t)parse_num("--pid", optarg, 1, INT_MAX);
-			break;
-		case 'e':
-			if (!realpath(optarg, env.exe_real))
-				die_usage("--exe %s: %s", optarg, strerror(errno));
-			env.exe = env.exe_real;
-			break;
-		case 'f':
-			env.flush_ms = (int)parse_num("--flush-ms", optarg, 1, 3600000);
-			break;
-		case 'r':
-			env.ringbuf_mb = (int)parse_num("--ringbuf-mb", optarg, 1, 4096);
-			if (env.ringbuf_mb & (env.ringbuf_mb - 1))
-				die_usage("--ringbuf-mb must be a power of two (1, 2, 4, ...), got %d", env.ringbuf_mb);
-			break;
-		case 't':
-			env.token_detail = true;
-			break;
-		case 'D':
-			errno = 0;
-			env.duration = strtod(optarg, &end);
-			if (errno || end == optarg || *end || env.duration <= 0)
-				die_usage("--duration wants a positive number of seconds, got '%s'", optarg);
-			break;
-		case 'M': {
-			char host[256], why[256];
-			int port;
-			if (http_serve_parse_addr(optarg, host, sizeof(host), &port, why, sizeof(why)))
-				die_usage("--metrics %s", why);
-			env.metrics = optarg;
-			break;
-		}
-		case 'O':
-			if (strncmp(optarg, "http://", 7) && strncmp(optarg, "https://", 8))
-				die_usage("--otlp wants an http:// or https:// URL (OTLP/HTTP JSON), "
-					  "e.g. http://127.0.0.1:4318, got '%s'", optarg);
-			env.otlp = optarg;
-			break;
-		case 'u':
-			if (!*optarg)
-				die_usage("--user wants a user name");
-			env.user = optarg;
-			break;
-		case 'B':
-			env.max_backlog = parse_num("--max-backlog", optarg, 1, 100000000);
-			break;
-		case 'R':
-			env.retain_ns = parse_duration("--retain", optarg);
-			break;
-		case 'S':
-			env.max_db_mb = parse_num("--max-db-mb", optarg, 0, 1L << 30);
-			break;
-		case 'X':
-			env.no_exec_hold = true;
-			break;
-		case 'P':
-			errno = 0;
-			env.price_per_hour = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !(env.price_per_hour >= 0) ||
-			    env.price_per_hour > 1e9)
-				die_usage("--price-per-hour wants a price in USD (0 or more), got '%s'", optarg);
-			break;
-		case 'C':
-			if (!*optarg)
-				die_usage("--powercap-root wants a directory");
-			env.powercap_root = optarg;
-			break;
-		case 'T':
-			if (env.n_ports == KPI_MAX_TARGETS)
-				die_usage("at most %d --port flags", KPI_MAX_TARGETS);
-			env.ports[env.n_ports++] = (uint16_t)parse_num("--port", optarg, 1, 65535);
-			break;
-		case 'H':
-			env.http_only = true;
-			break;
 		case 'v':
 			env.verbose = true;
 			break;
