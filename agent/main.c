@@ -6,6 +6,7 @@
 #include <getopt.h>
 #include <linux/capability.h>
 #include <limits.h>
+#include <math.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -147,6 +148,18 @@ static void die_usage(const char *fmt, ...)
 	exit(2);
 }
 
+/* s as a number in [lo, hi], or nan when it is none or outside (the caller
+ * says what the flag wants). */
+static double parse_real(const char *s, double lo, double hi)
+{
+	char *end;
+	double v;
+
+	errno = 0;
+	v = strtod(s, &end);
+	return errno || end == s || *end || !(v >= lo && v <= hi) ? NAN : v;
+}
+
 static long parse_num(const char *flag, const char *s, long lo, long hi)
 {
 	char *end;
@@ -248,8 +261,6 @@ static bool parse_store_option(int c)
 /* What else goes out: --metrics, --otlp, --user, --price-per-hour, --powercap-root, --duration. false: not one of these. */
 static bool parse_outputs_option(int c)
 {
-	char *end;
-
 	switch (c) {
 	case 'M': {
 		char host[256], why[256];
@@ -271,10 +282,8 @@ static bool parse_outputs_option(int c)
 		env.user = optarg;
 		break;
 	case 'P':
-		errno = 0;
-		env.price_per_hour = strtod(optarg, &end);
-		if (errno || end == optarg || *end || !(env.price_per_hour >= 0) ||
-		    env.price_per_hour > 1e9)
+		env.price_per_hour = parse_real(optarg, 0, 1e9);
+		if (isnan(env.price_per_hour))
 			die_usage("--price-per-hour wants a price in USD (0 or more), got '%s'", optarg);
 		break;
 	case 'C':
@@ -283,9 +292,8 @@ static bool parse_outputs_option(int c)
 		env.powercap_root = optarg;
 		break;
 	case 'D':
-		errno = 0;
-		env.duration = strtod(optarg, &end);
-		if (errno || end == optarg || *end || env.duration <= 0)
+		env.duration = parse_real(optarg, 0, INFINITY);
+		if (isnan(env.duration) || env.duration <= 0)
 			die_usage("--duration wants a positive number of seconds, got '%s'", optarg);
 		break;
 	default:
