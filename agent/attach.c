@@ -101,23 +101,49 @@ static void target_put(struct attach *at, pid_t pid, const struct kpi_target *v)
 /* A process the exec program stopped (KPI_TARGET_F_HELD) runs on: its
  * file's probes are attached, or will not be. Every path that is done with
  * a new process comes here, so that none stays stopped. */
-static void hold_release(struct attach *at, pid_t pid)
+static bool hold_release_aged(struct attach *at, pid_t pid, uint64_t min_age_ns)
 {
 	struct kpi_target v;
 
-	if (target_get(at, pid, &v) || !(v.flags & KPI_TARGET_F_HELD))
-		return;
+	if (target_get(at, pid, &v) || !(v.flags & KPI_TARGET_F_HELD) ||
+	    (min_age_ns && host_mono_ns() - v.since < min_age_ns))
+		return false;
 	v.flags &= ~KPI_TARGET_F_HELD;
 	target_put(at, pid, &v);
-	if (kill(pid, SIGCONT) && errno != ESRCH)
+	if (!kill(pid, SIGCONT))
+		return true;
+	if (errno != ESRCH)
 		fprintf(stderr, "kpi-agent: pid %d was stopped at its exec and cannot be continued "
 			"(%s): run kill -CONT %d\n", pid, strerror(errno), pid);
+	return false;
+}
+
+static void hold_release(struct attach *at, pid_t pid)
+{
+	hold_release_aged(at, pid, 0);
+}
+
+/* hold_release_aged for every target; says which it continued when told why. */
+static void hold_release_all(struct attach *at, uint64_t min_age_ns, const char *why)
+{
+	int fd = bpf_map__fd(at->skel->maps.targets);
+	__u32 key, next;
+
+	for (int rc = fd < 0 ? -1 : bpf_map_get_next_key(fd, NULL, &next); !rc;
+	     rc = bpf_map_get_next_key(fd, &key, &next)) {
+		key = next;
+		if (hold_release_aged(at, (pid_t)key, min_age_ns) && why)
+			fprintf(stderr, "kpi-agent: pid %u %s\n", key, why);
+	}
 }
 
 /* A held process runs on after this long whatever the agent is doing: the
  * attach takes 10-20 ms, but a main loop held up elsewhere (a slow disk, a
  * machine short of CPU) must not hold up a daemon's start with it. */
-#define HOLD_MAX_NS 250000000ull
+#define HOLD_MAX_MS 250
+#define HOLD_STR_(x) #x
+#define HOLD_STR(x) HOLD_STR_(x)
+#define HOLD_MAX_NS (HOLD_MAX_MS * 1000000ull)
 
 /* Every 50 ms: continues the processes held at their exec for longer than
  * HOLD_MAX_NS. Its own thread, so that nothing the main loop waits on can
@@ -125,29 +151,15 @@ static void hold_release(struct attach *at, pid_t pid)
 static void *hold_watchdog(void *arg)
 {
 	struct attach *at = arg;
-	int fd = bpf_map__fd(at->skel->maps.targets);
-	__u32 key, next;
-	struct kpi_target v;
 	sigset_t all;
 
 	sigfillset(&all);       /* SIGINT and SIGTERM are the main loop's */
 	pthread_sigmask(SIG_BLOCK, &all, NULL);
 	while (!atomic_load(&at->watchdog_stop)) {
 		usleep(50000);
-		for (int rc = bpf_map_get_next_key(fd, NULL, &next); !rc;
-		     rc = bpf_map_get_next_key(fd, &key, &next)) {
-			key = next;
-			if (target_get(at, (pid_t)key, &v) || !(v.flags & KPI_TARGET_F_HELD) ||
-			    host_mono_ns() - v.since < HOLD_MAX_NS)
-				continue;
-			v.flags &= ~KPI_TARGET_F_HELD;
-			target_put(at, (pid_t)key, &v);
-			if (!kill((pid_t)key, SIGCONT))
-				fprintf(stderr, "kpi-agent: pid %u was held at its exec for %.0f ms while the "
-					"agent was busy: continued before its probes were attached (its early "
-					"requests are counted as arriving before the attach)\n", key,
-					(double)HOLD_MAX_NS / 1e6);
-		}
+		hold_release_all(at, HOLD_MAX_NS, "was held at its exec for " HOLD_STR(HOLD_MAX_MS) " ms while "
+				 "the agent was busy: continued before its probes were attached (its early "
+				 "requests are counted as arriving before the attach)");
 	}
 	return NULL;
 }
@@ -820,9 +832,6 @@ int attach_usdt_pids(const struct attach *at, uint32_t *pids, int max)
 
 void attach_free(struct attach *at)
 {
-	__u32 key, next;
-	int fd;
-
 	if (!at)
 		return;
 	if (at->watchdog_running) {
@@ -830,12 +839,7 @@ void attach_free(struct attach *at)
 		pthread_join(at->watchdog, NULL);
 	}
 	/* nothing the agent stopped stays stopped when it goes */
-	fd = bpf_map__fd(at->skel->maps.targets);
-	for (int rc = fd < 0 ? -1 : bpf_map_get_next_key(fd, NULL, &next); !rc;
-	     rc = bpf_map_get_next_key(fd, &key, &next)) {
-		key = next;
-		hold_release(at, (pid_t)key);
-	}
+	hold_release_all(at, 0, NULL);
 	for (int i = at->n_targets - 1; i >= 0; i--)
 		usdt_detach(&at->targets[i].ln);
 	usdt_files_free(&at->files);
