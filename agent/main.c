@@ -393,10 +393,6 @@ struct agent {
 	struct agent_cost *cost;             /* NULL: cost and energy off */
 };
 
-static uint64_t read_counter(struct agent *ag, __u32 idx)
-{
-	return losses_bpf_counter(&ag->losses, idx);
-}
 
 static struct kpi_runq runq_total(struct agent *ag, __u32 pid)
 {
@@ -436,7 +432,7 @@ static void flush(struct agent *ag, uint64_t now, bool final)
 	char err[512];
 	size_t pending = trace_store_pending(ag->store);
 
-	if (!trace_store_flush(ag->store, ag->asm_, now, read_counter(ag, KPI_CNT_DROPS), err, sizeof(err))) {
+	if (!trace_store_flush(ag->store, ag->asm_, now, losses_bpf_counter(&ag->losses, KPI_CNT_DROPS), err, sizeof(err))) {
 		if (failing_since) {
 			uint64_t shed_req, shed_rows;
 			trace_store_shed(ag->store, &shed_req, &shed_rows);
@@ -495,7 +491,7 @@ static void sample(struct agent *ag, uint64_t now)
 	 * RUNQ_BY event: read the totals first, then the events, so that the
 	 * sample's named waits are those its totals hold */
 	ring_buffer__consume(ag->rb);
-	assemble_sample(ag->asm_, now, pids, runq, n, read_counter(ag, KPI_CNT_DROPS));
+	assemble_sample(ag->asm_, now, pids, runq, n, losses_bpf_counter(&ag->losses, KPI_CNT_DROPS));
 	/* the batch-step split needs the engine's probes: HTTP-mode targets have none */
 	n = attach_usdt_pids(ag->at, pids, KPI_MAX_TARGETS);
 	agent_cost_sample(ag->cost, now, pids, n);
@@ -674,7 +670,7 @@ static void finish(struct agent *ag)
 	printf("stopped: %llu requests (%llu rejected), %llu events, %llu ring-buffer drops, "
 	       "%llu requests arrived before the attach completed\n",
 	       (unsigned long long)st.requests, (unsigned long long)st.rejected,
-	       (unsigned long long)st.events, (unsigned long long)read_counter(ag, KPI_CNT_DROPS),
+	       (unsigned long long)st.events, (unsigned long long)losses_bpf_counter(&ag->losses, KPI_CNT_DROPS),
 	       (unsigned long long)st.before_attach);
 	printf("at target exits: %llu finished requests recorded, %llu cut off; %llu requests "
 	       "shed while the database could not be written; %zu rows unwritten\n",

@@ -166,7 +166,6 @@ int retain_round(struct retainer *r, int64_t now_wall, char *err, size_t errlen)
 	    sqlite3_exec(r->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
 		goto fail;
 	r->removed += (uint64_t)removed;
-	r->rounds += removed > 0;
 	/* the freed pages leave the file (auto_vacuum=INCREMENTAL; a no-op on a
 	 * trace made before it, whose free pages SQLite reuses instead) */
 	if (removed)

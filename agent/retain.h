@@ -15,7 +15,6 @@ struct retainer {
 	int64_t keep_ns;        /* rows older than this leave; 0: kept for ever */
 	int64_t max_bytes;      /* the rows' size bound; 0: none */
 	uint64_t removed;       /* rows removed so far */
-	uint64_t rounds;        /* rounds that removed something */
 	int64_t next_age_check; /* wall ns */
 };
 
