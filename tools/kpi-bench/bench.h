@@ -72,6 +72,8 @@ struct result {
 	long prompt_tokens, completion_tokens;   /* from usage; -1 unknown */
 	long chunks;            /* SSE chunks with non-empty choices */
 	double t_sent;          /* ms since the measured run started */
+	double t_due;           /* ms since the measured run started: when the schedule
+	                         * wanted it sent (t_sent - t_due: the client's lateness) */
 	double connect;         /* ms from start to sent: connecting, when not kept alive */
 	double ttft, tpot, e2e, itl_max;
 	bool slo_met;
@@ -119,9 +121,11 @@ struct buf;
 
 void sched_init(struct sched *S, const struct config *cfg);
 /* Whether a request may start at *now; if so it is counted as started,
- * *idx is its index (negative for warm-up), *warm says which, and *now is
- * its start time. Call until false, then sched_wait with the same *now. */
-bool sched_next(struct sched *S, double *now, long *idx, bool *warm);
+ * *idx is its index (negative for warm-up), *warm says which, *now is its
+ * start time and *due when the schedule wanted it (an open-loop arrival's
+ * instant; *now for the closed loop and bursts). Call until false, then
+ * sched_wait with the same *now. */
+bool sched_next(struct sched *S, double *now, double *due, long *idx, bool *warm);
 /* Seconds until the next arrival is due, or -1 when only a finishing
  * request can let another start. */
 double sched_wait(struct sched *S, double now);
@@ -166,10 +170,14 @@ struct report_stat {
 
 enum { M_TTFT, M_TPOT, M_ITL, M_E2E, N_METRICS };
 
+/* A p99 send lateness above this is said: the run did not offer the load asked. */
+#define LATE_WARN_MS 1.0
+
 struct report_summary {
 	long sent, ok, failed, slo_met;
 	long prompt_tokens, completion_tokens;
 	struct report_stat m[N_METRICS];
+	struct report_stat late; /* t_sent - t_due, ms: how far the client fell behind its schedule */
 	double req_s, out_tok_s, total_tok_s, goodput;
 	double in_flight_mean;  /* mean requests in flight: summed e2e / run time */
 };

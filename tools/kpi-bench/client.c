@@ -31,6 +31,7 @@ struct conn {
 	bool warm;              /* a warm-up request: not measured */
 	long idx, prompt_len, max_tokens;
 	double t_start;         /* when the request was started (for --timeout) */
+	double t_due;           /* when the schedule wanted it sent */
 	double t_sent, t_first, t_last;
 	long chunks, prompt_tokens, completion_tokens;
 	bool saw_done;
@@ -185,6 +186,7 @@ static void result_record(struct client *cl, const struct conn *c, const char *e
 	r->completion_tokens = c->completion_tokens;
 	r->chunks = c->chunks;
 	r->t_sent = c->t_sent ? (c->t_sent - cl->sched.t0) * 1e3 : -1;
+	r->t_due = (c->t_due - cl->sched.t0) * 1e3;
 	r->connect = c->t_sent ? (c->t_sent - c->t_start) * 1e3 : -1;
 	r->ttft = r->tpot = r->e2e = r->itl_max = -1;
 	if (!error && c->resp.status != 200) {
@@ -280,13 +282,14 @@ static void request_send(struct client *cl, struct conn *c)
 }
 
 /* Starts request idx, which the scheduler let start at time now. */
-static void request_start(struct client *cl, long idx, bool warm, double now)
+static void request_start(struct client *cl, long idx, bool warm, double now, double due)
 {
 	struct conn *c = conn_get(cl);
 	c->idx = idx;
 	c->warm = warm;
 	c->retried = false;
 	c->t_start = now;
+	c->t_due = due;
 	c->t_first = c->t_last = 0;
 	c->chunks = 0;
 	c->prompt_tokens = c->completion_tokens = -1;
@@ -580,8 +583,9 @@ static double start_due(struct client *cl, double now)
 		}
 	long idx;
 	bool warm;
-	while (sched_next(&cl->sched, &now, &idx, &warm))
-		request_start(cl, idx, warm, now);
+	double due;
+	while (sched_next(&cl->sched, &now, &due, &idx, &warm))
+		request_start(cl, idx, warm, now, due);
 	return sched_wait(&cl->sched, now);
 }
 

@@ -74,6 +74,11 @@ void report_summarize(const struct run *run, struct report_summary *s)
 		}
 		s->m[m] = stat_of(v, k);
 	}
+	size_t k = 0;
+	for (size_t i = 0; i < n; i++)
+		if (run->res[i].t_sent >= 0)
+			v[k++] = run->res[i].t_sent - run->res[i].t_due;
+	s->late = stat_of(v, k);
 	free(v);
 	if (run->wall_s > 0) {
 		s->req_s = s->ok / run->wall_s;
@@ -186,6 +191,14 @@ void report_text(FILE *f, const struct config *cfg, struct run *run)
 	}
 	fprintf(f, "throughput: %.2f req/s, %.1f output tok/s, %.1f total tok/s (%ld prompt + %ld output tokens)\n",
 		s.req_s, s.out_tok_s, s.total_tok_s, s.prompt_tokens, s.completion_tokens);
+	if (s.late.n && (cfg->mode == MODE_RATE || cfg->mode == MODE_REPLAY)) {
+		fprintf(f, "sent late: p50 %.3f ms, p99 %.3f ms, max %.3f ms behind the schedule\n",
+			s.late.p50, s.late.p99, s.late.max);
+		if (s.late.p99 > LATE_WARN_MS)
+			fprintf(f, "warning: kpi-bench fell behind its own schedule (p99 %.1f ms late): the load "
+				"offered was lower and smoother than asked; give kpi-bench a CPU of its own "
+				"(taskset, chrt -f 10) or lower --rate\n", s.late.p99);
+	}
 	if (report_have_slo(cfg)) {
 		report_slo_text(cfg, slo, sizeof(slo));
 		fprintf(f, "goodput: %.2f req/s (%ld of %zu requests met %s)\n", s.goodput, s.slo_met,
@@ -267,6 +280,7 @@ int report_json(const char *path, const struct config *cfg, struct run *run)
 		snprintf(key, sizeof(key), "%s_ms", metric_names[m]);
 		json_object_set_new(root, key, stat_json(&s.m[m]));
 	}
+	json_object_set_new(root, "send_late_ms", stat_json(&s.late));
 	if (report_have_slo(cfg)) {
 		json_object_set_new(root, "slo", json_pack("{s:o, s:o, s:o}", "ttft_ms", opt_real(cfg->slo_ttft),
 			"tpot_ms", opt_real(cfg->slo_tpot), "e2e_ms", opt_real(cfg->slo_e2e)));
@@ -326,7 +340,7 @@ int report_csv(const char *path, const struct run *run)
 	memcpy(rs, run->res, run->n_res * sizeof(*rs));
 	qsort(rs, run->n_res, sizeof(*rs), cmp_idx);
 	fputs("index,request_id,status,error,prompt_len,max_tokens,prompt_tokens,completion_tokens,"
-	      "chunks,t_sent_ms,connect_ms,ttft_ms,tpot_ms,itl_max_ms,e2e_ms,slo_met\n", f);
+	      "chunks,t_sent_ms,connect_ms,ttft_ms,tpot_ms,itl_max_ms,e2e_ms,slo_met,t_due_ms\n", f);
 	for (size_t i = 0; i < run->n_res; i++) {
 		const struct result *r = &rs[i];
 		/* ids are sanitised by the server; quote anyway should one hold a comma */
@@ -354,7 +368,9 @@ int report_csv(const char *path, const struct run *run)
 		csv_num(f, r->tpot);
 		csv_num(f, r->itl_max);
 		csv_num(f, r->e2e);
-		fprintf(f, ",%d\n", r->slo_met ? 1 : 0);
+		fprintf(f, ",%d", r->slo_met ? 1 : 0);
+		csv_num(f, r->t_due);
+		fputc('\n', f);
 	}
 	free(rs);
 	int rc = ferror(f);

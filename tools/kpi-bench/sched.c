@@ -157,12 +157,14 @@ static void next_due(struct sched *S)
 		S->next_arrival = S->t0 + cfg->replay.offset_s[S->issued] / cfg->replay_speed;
 }
 
-bool sched_next(struct sched *S, double *now, long *idx, bool *warm)
+bool sched_next(struct sched *S, double *now, double *due_at, long *idx, bool *warm)
 {
 	const struct config *cfg = S->cfg;
 	if (!S->measuring) {
-		if (warmup_next(S, now, idx, warm))
+		if (warmup_next(S, now, idx, warm)) {
+			*due_at = *now;
 			return true;
+		}
 		if (!S->measuring)
 			return false;   /* warm-up requests still to finish */
 	}
@@ -173,6 +175,7 @@ bool sched_next(struct sched *S, double *now, long *idx, bool *warm)
 		return false;
 	*idx = S->issued++;
 	*warm = false;
+	*due_at = cfg->mode == MODE_RATE || cfg->mode == MODE_REPLAY ? S->next_arrival : *now;
 	S->in_flight++;
 	next_due(S);
 	return true;
