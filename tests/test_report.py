@@ -182,6 +182,21 @@ def test_numbers_match_rows():
                 want = tracetest.pct(vals, p)
                 assert tracetest.close_to(tracetest.parse_dur(shown), want), f"{name} p{p} {shown} vs {want}"
     assert "Baseline window**: " in md and "(as given)" in md
+    # every change cell says the ratio of its row's two values: a percentage
+    # up to +1,000%, a factor ("×120") beyond; queue wait grows past that here
+    factors = 0
+    for m in re.finditer(r"^\| [\w-]+ \| (\S+) \| (\S+) \| (\S+) \| (\S+) \| (\S+) \| (\S+) \|$", md, re.M):
+        for b, i, c in ((m.group(1), m.group(2), m.group(3)), (m.group(4), m.group(5), m.group(6))):
+            if b in ("-", "0") or i == "-" or c in ("–", "new"):
+                continue
+            ratio = tracetest.parse_dur(i) / tracetest.parse_dur(b)
+            if c.startswith("×"):
+                factors += 1
+                assert ratio > 10.9 and abs(float(c[1:]) - ratio) <= 0.02 * ratio + 0.5, (m.group(0), ratio)
+            else:
+                assert c.endswith("%") and ratio <= 11.1 and \
+                    abs(float(c[:-1]) - (ratio - 1) * 100) <= 2 + 2 * ratio, (m.group(0), ratio)
+    assert factors >= 1, md
     words = re.search(r"^- (\d+)% of the p99 TTFT increase .* is queue wait", md, re.M)
     assert words and int(words.group(1)) >= 80, md
 
@@ -216,17 +231,42 @@ def test_refusals_say_what_to_do():
     for args, rc, words in cases:
         p = run_tool([REPORT, "--db", db, *args])
         assert p.returncode == rc and words in p.stderr, (args, p.returncode, p.stderr)
-    # ten seconds of steady load: too short for buckets, nothing before or after
-    short = os.path.join(d, "short.db")
-    tracetest.generate(short, duration_s=10, rate=5)
-    p = run_tool([REPORT, "--db", short])
-    assert p.returncode == 1 and "the trace holds only" in p.stderr and "record longer" in p.stderr, \
-        (p.returncode, p.stderr)
     p = run_tool([REPORT, "--db", os.path.join(d, "none.db")])
     assert p.returncode == 1 and "none.db" in p.stderr and "kpi-agent" in p.stderr, p.stderr
     h = run_tool([REPORT, "--help"])
     for flag in ("--db", "--from", "--to", "--baseline", "--format", "-o"):
         assert flag in h.stdout, flag
+
+
+def test_nothing_stood_out_summarises_the_whole_trace():
+    """A trace with no incident (steady load), and one too short to
+    compare: the report still summarises the whole trace (its numbers from
+    the rows), lists the slowest requests, says nothing stood out, exit 0."""
+    tracetest.require(REPORT, "tools/kpi-report/")
+    d = tmp()
+    for secs, rate in ((10, 5), (600, 10)):
+        db = os.path.join(d, f"steady-{secs}.db")
+        tracetest.generate(db, duration_s=secs, rate=rate)
+        for fmt in ("md", "html"):
+            p = run_tool([REPORT, "--db", db, "--format", fmt])
+            assert p.returncode == 0, (secs, fmt, p.stderr)
+            assert "Nothing stood out" in p.stdout and "the whole trace" in p.stdout, p.stdout
+        md = run_tool([REPORT, "--db", db]).stdout
+        rows = sqlite3.connect(db)
+        n = rows.execute("SELECT count(*) FROM requests").fetchone()[0]
+        assert re.search(rf"^\| requests \| {n} \|$", md, re.M), md
+        assert "| | window |" in md and "Where the time went" not in md, md
+        for name, col in (("TTFT", "ttft_ns"), ("queue", "queue_ns"), ("decode", "decode_ns")):
+            m = re.search(rf"^\| {name} \| (\S+) \| (\S+) \|$", md, re.M)
+            assert m, f"no {name} row in:\n{md}"
+            vals = [r[0] for r in rows.execute(f"SELECT {col} FROM requests WHERE {col} IS NOT NULL "
+                                               "AND http_status IS NOT 429")]
+            for shown, pc in ((m.group(1), 50), (m.group(2), 99)):
+                assert tracetest.close_to(tracetest.parse_dur(shown), tracetest.pct(vals, pc)), (name, pc, shown)
+        # the slowest request of the whole trace leads the table, with its source
+        slowest = rows.execute("SELECT request_id FROM requests ORDER BY e2e_ns DESC LIMIT 1").fetchone()[0]
+        m = re.search(r"^\| `([^`]+)` \| (\w+) \|", md, re.M)
+        assert m and m.group(1) == slowest and m.group(2) == "usdt", md
 
 
 def test_sqlite_extension_percentile():

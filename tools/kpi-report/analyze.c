@@ -585,6 +585,52 @@ static void findings(struct report *r)
 
 /* ---- the whole analysis --------------------------------------------------- */
 
+/* Picks the baseline for the incident [from, to): the user's, or the
+ * quietest comparable window. 1 found (r->base's bounds and base_how set),
+ * 0 none (base_how says why and what to pass), -1 on a read error. */
+static int pick_baseline(struct report *r, struct ttft_rows *tr, int64_t from, int64_t to,
+			 int64_t base_from, int64_t base_to, int have_base)
+{
+	char a[40];
+	int64_t len = to - from, bf;
+	if (have_base) {
+		r->base.from_ns = base_from;
+		r->base.to_ns = base_to;
+		snprintf(r->base_how, sizeof(r->base_how), "as given");
+		return 1;
+	}
+	int min_n = r->inc.w.done / 10 > 10 ? r->inc.w.done / 10 : 10;
+	double p99;
+	int ncand = 0;
+	if (search_baseline(tr, r->first_ns, from, len, min_n, &bf, &p99, &ncand)) {
+		snprintf(r->base_how, sizeof(r->base_how), "picked automatically: the quietest comparable "
+			 "window before the incident, i.e. of the %d windows of the same length with at least "
+			 "%d finished requests, the one with the lowest p99 TTFT (%s)",
+			 ncand, min_n, timefmt_dur(a, sizeof(a), p99));
+	} else if (from - r->first_ns >= 2 * NS_PER_S &&
+		   trace_window_stats(r->t, r->first_ns, from, true, &r->base.w) == 0 && r->base.w.done >= min_n) {
+		bf = r->first_ns;
+		len = from - r->first_ns;
+		snprintf(r->base_how, sizeof(r->base_how), "picked automatically: the whole trace before "
+			 "the incident (%s, shorter than the incident: no window of its length before it "
+			 "had %d finished requests)", timefmt_dur(a, sizeof(a), (double)len), min_n);
+	} else if (search_baseline(tr, to, r->last_ns + 1, len, min_n, &bf, &p99, &ncand)) {
+		snprintf(r->base_how, sizeof(r->base_how), "picked automatically AFTER the incident: no "
+			 "window before it had %d finished requests; of the %d later windows of the same "
+			 "length, the one with the lowest p99 TTFT (%s)", min_n, ncand,
+			 timefmt_dur(a, sizeof(a), p99));
+	} else {
+		snprintf(r->base_how, sizeof(r->base_how), "none: no other window of %s in the trace has %d "
+			 "finished requests, so nothing is compared; pass --baseline FROM..TO to compare",
+			 timefmt_dur(a, sizeof(a), (double)len), min_n);
+		return 0;
+	}
+	r->base.from_ns = bf;
+	r->base.to_ns = bf + len;
+	return 1;
+}
+
+
 static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int have_from, int64_t to,
 		   int have_to, int64_t base_from, int64_t base_to, int have_base, char *err, size_t errlen)
 {
@@ -599,11 +645,19 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 		snprintf(r->inc_how, sizeof(r->inc_how), "picked automatically: the stretch where p99 TTFT "
 			 "stayed at least half-way up to its worst value over %s buckets",
 			 timefmt_dur(a, sizeof(a), (double)bucket));
-	} else {
+	} else if (have_base) {
 		to = r->last_ns + 1;
 		from = to - DEFAULT_INCIDENT;
 		snprintf(r->inc_how, sizeof(r->inc_how), "no stretch stood out (p99 TTFT never doubled): "
-			 "the last 5 minutes of the trace");
+			 "the last 5 minutes of the trace, against the baseline given");
+	} else {
+		/* nothing to compare: the whole trace, summarised */
+		from = r->first_ns;
+		to = r->last_ns + 1;
+		snprintf(r->inc_how, sizeof(r->inc_how), "the whole trace: no stretch stood out (p99 TTFT "
+			 "never doubled over its buckets)");
+		snprintf(r->base_how, sizeof(r->base_how), "none: nothing stood out, so nothing is compared; "
+			 "to compare two stretches, pass --from/--to and --baseline FROM..TO");
 	}
 	if (to <= from) {
 		snprintf(err, errlen, "the window %s .. %s is empty: --from must come before --to",
@@ -627,65 +681,32 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 		return -1;
 	}
 
-	/* baseline window */
-	int64_t len = to - from;
-	if (have_base) {
-		r->base.from_ns = base_from;
-		r->base.to_ns = base_to;
-		snprintf(r->base_how, sizeof(r->base_how), "as given");
-	} else {
-		int min_n = r->inc.w.done / 10 > 10 ? r->inc.w.done / 10 : 10;
-		int64_t bf;
-		double p99;
-		int ncand = 0;
-		if (search_baseline(tr, r->first_ns, from, len, min_n, &bf, &p99, &ncand)) {
-			snprintf(r->base_how, sizeof(r->base_how), "picked automatically: the quietest comparable "
-				 "window before the incident, i.e. of the %d windows of the same length with at least "
-				 "%d finished requests, the one with the lowest p99 TTFT (%s)",
-				 ncand, min_n, timefmt_dur(a, sizeof(a), p99));
-		} else if (from - r->first_ns >= 2 * NS_PER_S &&
-			   trace_window_stats(r->t, r->first_ns, from, true, &r->base.w) == 0 && r->base.w.done >= min_n) {
-			bf = r->first_ns;
-			len = from - r->first_ns;
-			snprintf(r->base_how, sizeof(r->base_how), "picked automatically: the whole trace before "
-				 "the incident (%s, shorter than the incident: no window of its length before it "
-				 "had %d finished requests)", timefmt_dur(a, sizeof(a), (double)len), min_n);
-		} else if (search_baseline(tr, to, r->last_ns + 1, len, min_n, &bf, &p99, &ncand)) {
-			snprintf(r->base_how, sizeof(r->base_how), "picked automatically AFTER the incident: no "
-				 "window before it had %d finished requests; of the %d later windows of the same "
-				 "length, the one with the lowest p99 TTFT (%s)", min_n, ncand,
-				 timefmt_dur(a, sizeof(a), p99));
-		} else if (!have_from && !have_to && from <= r->first_ns) {
-			/* the fallback window is the whole trace: nothing is left to compare with */
-			snprintf(err, errlen, "nothing to compare: the trace holds only %s (%s to %s) and no "
-				 "stretch of it stood out; record longer, or pass --from/--to and --baseline FROM..TO",
-				 timefmt_dur(a, sizeof(a), (double)(r->last_ns + 1 - r->first_ns)),
-				 trace_fmt_time(r->t, b, sizeof(b), r->first_ns, 1),
-				 trace_fmt_time(r->t, c, sizeof(c), r->last_ns, 1));
-			return -1;
-		} else {
-			snprintf(err, errlen, "no baseline: no other window of %s in the trace has %d finished "
-				 "requests; pass --baseline FROM..TO", timefmt_dur(a, sizeof(a), (double)len), min_n);
-			return -1;
-		}
-		r->base.from_ns = bf;
-		r->base.to_ns = bf + len;
-	}
-	if (load_window(r, &r->base)) goto sqlfail;
-
-	if (attribute(r, &r->attr[0], "TTFT", 99) || attribute(r, &r->attr[1], "TTFT", 50) ||
-	    attribute(r, &r->attr[2], "e2e", 99) || attribute(r, &r->attr[3], "e2e", 50))
+	/* baseline window: none when nothing stood out (base_how says so already) */
+	int found = r->base_how[0] ? 0 : pick_baseline(r, tr, from, to, base_from, base_to, have_base);
+	if (found < 0)
 		goto sqlfail;
+	r->compare = found;
+	if (found) {
+		if (load_window(r, &r->base)) goto sqlfail;
+		if (attribute(r, &r->attr[0], "TTFT", 99) || attribute(r, &r->attr[1], "TTFT", 50) ||
+		    attribute(r, &r->attr[2], "e2e", 99) || attribute(r, &r->attr[3], "e2e", 50))
+			goto sqlfail;
+	} else {
+		r->base.from_ns = r->base.to_ns = from;   /* empty: the timeline marks no baseline */
+	}
 
 	/* timeline: both windows with some context around them */
-	int64_t lo = r->base.from_ns < from ? r->base.from_ns : from;
-	int64_t hi = r->base.to_ns > to ? r->base.to_ns : to;
+	int64_t lo = found && r->base.from_ns < from ? r->base.from_ns : from;
+	int64_t hi = found && r->base.to_ns > to ? r->base.to_ns : to;
 	int64_t margin = (hi - lo) / 10;
 	r->tl_from = lo - margin < r->first_ns ? r->first_ns : lo - margin;
 	r->tl_to = hi + margin > r->last_ns + 1 ? r->last_ns + 1 : hi + margin;
 	if (trace_series(r->t, r->tl_from, r->tl_to, RP_TIMELINE, r->tl)) goto sqlfail;
 	r->nslow = trace_slowest(r->t, from, to, r->slow, RP_SLOWEST);
-	findings(r);
+	if (found)
+		findings(r);
+	else
+		lost_finding(r);   /* a loss is worth saying with or without a comparison */
 	report_cost_analyze(r, r->price);
 	return 0;
 sqlfail:

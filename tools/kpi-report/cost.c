@@ -61,7 +61,8 @@ void report_cost_analyze(struct report *r, double price_per_hour)
 		snprintf(r->cost_why, sizeof(r->cost_why), "the trace has no cost rows in these windows");
 	} else {
 		r->have_cost = 1;
-		underuse_finding(r);
+		if (r->compare)
+			underuse_finding(r);
 	}
 	trace_cost_close(c);
 }
@@ -94,9 +95,9 @@ void report_cost_render(const struct report *r, FILE *o, int html)
 			 i->price_overridden ? "--price-per-hour" : "the agent's --price-per-hour");
 	else
 		snprintf(price, sizeof(price), "no price (pass --price-per-hour)");
-	fprintf(o, html ? "<p>Method: %s. Price: %s. Energy: %s.</p>\n<table><tr><th></th><th>baseline</th>"
-		"<th>incident</th></tr>\n" : "Method: %s. Price: %s. Energy: %s.\n\n| | baseline | incident |\n"
-		"|---|---:|---:|\n", TRACE_COST_METHOD, price, r->cost_source[0] ? r->cost_source : "not recorded");
+	fprintf(o, html ? "<p>Method: %s. Price: %s. Energy: %s.</p>\n" : "Method: %s. Price: %s. Energy: %s.\n\n",
+		TRACE_COST_METHOD, price, r->cost_source[0] ? r->cost_source : "not recorded");
+	rp_table_head(o, html, r->compare);
 	struct { const char *name, *fmt; double bv, iv; } rows[] = {
 		{ "$ per 1M output tokens (idle included)", "%.4g", b->usd_per_mtok_out, i->usd_per_mtok_out },
 		{ "$ per 1M tokens, prompt + output", "%.4g", b->usd_per_mtok_total, i->usd_per_mtok_total },
@@ -112,8 +113,7 @@ void report_cost_render(const struct report *r, FILE *o, int html)
 		char bv[32], iv[32];
 		num(bv, sizeof(bv), rows[k].fmt, rows[k].bv);
 		num(iv, sizeof(iv), rows[k].fmt, rows[k].iv);
-		fprintf(o, html ? "<tr><td>%s</td><td>%s</td><td>%s</td></tr>\n" : "| %s | %s | %s |\n",
-			rows[k].name, bv, iv);
+		rp_row(o, html, r->compare, rows[k].name, bv, iv);
 	}
 	if (html)
 		fprintf(o, "</table>\n");

@@ -53,12 +53,71 @@ static void wf_phases(const struct trace_req *q, int64_t *v)
 	for (int p = PH_QUEUE; p < PH_N; p++) v[p + 1] = q->phase[p];
 }
 
+/* "+35%", or past +1,000% a factor ("×120"): a percentage that long reads as noise. */
 static char *change(char *b, double base, double inc)
 {
 	if (base <= 0 && inc <= 0) snprintf(b, 24, "–");
 	else if (base <= 0) snprintf(b, 24, "new");
+	else if (inc / base > 11) snprintf(b, 24, "×%.0f", inc / base);
 	else snprintf(b, 24, "%+.0f%%", (inc - base) / base * 100);
 	return b;
+}
+
+void rp_table_head(FILE *o, int html, int compare)
+{
+	if (html)
+		fprintf(o, compare ? "<table><tr><th></th><th>baseline</th><th>incident</th></tr>\n" :
+				     "<table><tr><th></th><th>window</th></tr>\n");
+	else
+		fprintf(o, compare ? "| | baseline | incident |\n|---|---:|---:|\n" : "| | window |\n|---|---:|\n");
+}
+
+void rp_row(FILE *o, int html, int compare, const char *name, const char *bv, const char *iv)
+{
+	if (html && compare) fprintf(o, "<tr><td>%s</td><td>%s</td><td>%s</td></tr>\n", name, bv, iv);
+	else if (html) fprintf(o, "<tr><td>%s</td><td>%s</td></tr>\n", name, iv);
+	else if (compare) fprintf(o, "| %s | %s | %s |\n", name, bv, iv);
+	else fprintf(o, "| %s | %s |\n", name, iv);
+}
+
+/* The percentiles table: p50 and p99 of both windows with their change, or
+ * of the one window. */
+static void pct_table(const struct report *r, FILE *o, int html)
+{
+	const struct trace_window *bw = &r->base.w, *iw = &r->inc.w;
+	if (html && r->compare)
+		fprintf(o, "<table><tr><th>metric</th><th>p50 baseline</th><th>p50 incident</th><th>change</th>"
+			"<th>p99 baseline</th><th>p99 incident</th><th>change</th></tr>\n");
+	else if (html)
+		fprintf(o, "<table><tr><th>metric</th><th>p50</th><th>p99</th></tr>\n");
+	else if (r->compare)
+		fprintf(o, "| metric | p50 baseline | p50 incident | change | p99 baseline | p99 incident | change |\n"
+			"|---|---:|---:|---:|---:|---:|---:|\n");
+	else
+		fprintf(o, "| metric | p50 | p99 |\n|---|---:|---:|\n");
+	for (int k = 0; k < NPCT; k++) {
+		if (pct_skip(r, k)) continue;
+		const struct trace_dist *m0 = &bw->m[pct_rows[k]], *m1 = &iw->m[pct_rows[k]];
+		char p0[16], p1[16], q0[16], q1[16], c1[24], c2[24];
+		const char *name = trace_metric_name[pct_rows[k]];
+		D(p0, m0->n ? m0->p50 : -1);
+		D(p1, m1->n ? m1->p50 : -1);
+		D(q0, m0->n ? m0->p99 : -1);
+		D(q1, m1->n ? m1->p99 : -1);
+		change(c1, m0->p50, m1->p50);
+		change(c2, m0->p99, m1->p99);
+		if (html && r->compare)
+			fprintf(o, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
+				name, p0, p1, c1, q0, q1, c2);
+		else if (html)
+			fprintf(o, "<tr><td>%s</td><td>%s</td><td>%s</td></tr>\n", name, p1, q1);
+		else if (r->compare)
+			fprintf(o, "| %s | %s | %s | %s | %s | %s | %s |\n", name, p0, p1, c1, q0, q1, c2);
+		else
+			fprintf(o, "| %s | %s | %s |\n", name, p1, q1);
+	}
+	if (html)
+		fprintf(o, "</table>\n");
 }
 
 struct series {
@@ -124,8 +183,7 @@ static void summary_rows(const struct report *r, FILE *o, int html)
 		snprintf(iv, sizeof(iv), rows[k].fmt, rows[k].iv);
 		if (rows[k].bv < 0) snprintf(bv, sizeof(bv), "-");
 		if (rows[k].iv < 0) snprintf(iv, sizeof(iv), "-");
-		if (html) fprintf(o, "<tr><td>%s</td><td>%s</td><td>%s</td></tr>\n", rows[k].name, bv, iv);
-		else fprintf(o, "| %s | %s | %s |\n", rows[k].name, bv, iv);
+		rp_row(o, html, r->compare, rows[k].name, bv, iv);
 	}
 }
 
@@ -156,46 +214,49 @@ static void md_waterfall(FILE *o, const struct trace_req *q, double scale_ns, in
 
 void report_markdown(const struct report *r, FILE *o)
 {
-	char a[40], b[40], c[40], d[40], x[16], y[16], z[24];
+	char a[40], b[40], c[40], d[40], x[16], y[16];
 	const struct trace_window *bw = &r->base.w, *iw = &r->inc.w;
 	fprintf(o, "# kpi-report: %s\n\n", trace_path(r->t));
-	fprintf(o, "- **Incident window**: %s → %s (%s; %s)\n", trace_fmt_time(r->t, a, sizeof(a), r->inc.from_ns, 1),
+	fprintf(o, "- **%s**: %s → %s (%s; %s)\n", r->compare ? "Incident window" : "Window",
+		trace_fmt_time(r->t, a, sizeof(a), r->inc.from_ns, 1),
 		trace_fmt_time(r->t, b, sizeof(b), r->inc.to_ns, 1), D(x, (double)(r->inc.to_ns - r->inc.from_ns)), r->inc_how);
-	fprintf(o, "- **Baseline window**: %s → %s (%s)\n", trace_fmt_time(r->t, c, sizeof(c), r->base.from_ns, 1),
-		trace_fmt_time(r->t, d, sizeof(d), r->base.to_ns, 1), r->base_how);
-	fprintf(o, "- **Sources**: incident %s; baseline %s (%s)\n\n", sources(a, sizeof(a), iw),
-		sources(b, sizeof(b), bw), sources_note);
+	if (r->compare) {
+		fprintf(o, "- **Baseline window**: %s → %s (%s)\n", trace_fmt_time(r->t, c, sizeof(c), r->base.from_ns, 1),
+			trace_fmt_time(r->t, d, sizeof(d), r->base.to_ns, 1), r->base_how);
+		fprintf(o, "- **Sources**: incident %s; baseline %s (%s)\n\n", sources(a, sizeof(a), iw),
+			sources(b, sizeof(b), bw), sources_note);
+	} else {
+		fprintf(o, "- **Baseline window**: %s\n", r->base_how);
+		fprintf(o, "- **Sources**: %s (%s)\n\n", sources(a, sizeof(a), iw), sources_note);
+	}
 
-	fprintf(o, "## Findings\n\nStrongest evidence first.\n\n");
+	fprintf(o, "## Findings\n\n%s\n\n", r->compare ? "Strongest evidence first." :
+		"Nothing stood out: no stretch of the window was worse than the rest, so no cause is named.");
 	for (int k = 0; k < r->nf; k++) {
 		const struct rp_finding *f = &r->f[k];
 		fprintf(o, "%d. **%s** — phase: **%s**; cause: **%s**.  \n   Evidence: %s.  \n   Next: %s.\n", k + 1,
 			f->title, f->phase, f->cause, f->evidence, f->action);
 	}
 
-	fprintf(o, "\n## Where the time went\n\n");
-	for (int k = 0; k < 4; k++) fprintf(o, "- %s\n", r->attr[k].words);
+	if (r->compare) {
+		fprintf(o, "\n## Where the time went\n\n");
+		for (int k = 0; k < 4; k++) fprintf(o, "- %s\n", r->attr[k].words);
+	}
 
-	fprintf(o, "\n## Summary\n\n| | baseline | incident |\n|---|---:|---:|\n");
+	fprintf(o, "\n## Summary\n\n");
+	rp_table_head(o, 0, r->compare);
 	summary_rows(r, o, 0);
 	report_cost_render(r, o, 0);
 
-	fprintf(o, "\n## Percentiles\n\n| metric | p50 baseline | p50 incident | change | p99 baseline | p99 incident | change |\n"
-		"|---|---:|---:|---:|---:|---:|---:|\n");
-	for (int k = 0; k < NPCT; k++) {
-		if (pct_skip(r, k)) continue;
-		const struct trace_dist *m0 = &bw->m[pct_rows[k]], *m1 = &iw->m[pct_rows[k]];
-		char p0[16], p1[16], q0[16], q1[16], c2[24];
-		fprintf(o, "| %s | %s | %s | %s | %s | %s | %s |\n", trace_metric_name[pct_rows[k]],
-			D(p0, m0->n ? m0->p50 : -1), D(p1, m1->n ? m1->p50 : -1), change(z, m0->p50, m1->p50),
-			D(q0, m0->n ? m0->p99 : -1), D(q1, m1->n ? m1->p99 : -1), change(c2, m0->p99, m1->p99));
-	}
+	fprintf(o, "\n## %s\n\n", r->compare ? "Percentiles" : "Percentiles and phases");
+	pct_table(r, o, 0);
 
 	struct series s[6];
 	int ns = timeline_series(r, s);
-	fprintf(o, "\n## Timelines\n\n%s → %s, %d buckets of %s; `b` marks the baseline, `^` the incident.\n\n```\n",
+	fprintf(o, "\n## Timelines\n\n%s → %s, %d buckets of %s; %s.\n\n```\n",
 		trace_fmt_time(r->t, a, sizeof(a), r->tl_from, 0), trace_fmt_time(r->t, b, sizeof(b), r->tl_to, 0),
-		RP_TIMELINE, D(x, (double)(r->tl_to - r->tl_from) / RP_TIMELINE));
+		RP_TIMELINE, D(x, (double)(r->tl_to - r->tl_from) / RP_TIMELINE),
+		r->compare ? "`b` marks the baseline, `^` the incident" : "`^` marks the window");
 	for (int k = 0; k < ns; k++) {
 		double mx = 0;
 		for (int i = 0; i < RP_TIMELINE; i++) mx = fmax(mx, s[k].v[i]);
@@ -209,14 +270,15 @@ void report_markdown(const struct report *r, FILE *o)
 		fputc(in_window(r, i, &r->inc) ? '^' : in_window(r, i, &r->base) ? 'b' : ' ', o);
 	fprintf(o, "\n```\n");
 
-	fprintf(o, "\n## Slowest requests in the incident window\n\n`N` net-in, `Q` queue, `P` prefill, `D` decode, "
-		"`O` net-out%s, on one time scale.\n\n| request | arrived | e2e | TTFT | prompt | output | preempted | waterfall |\n"
-		"|---|---|---:|---:|---:|---:|---:|---|\n", any_http(r) ? ", `W` server wait (http rows: queue and prefill "
+	fprintf(o, "\n## Slowest requests in the %s\n\n`N` net-in, `Q` queue, `P` prefill, `D` decode, "
+		"`O` net-out%s, on one time scale.\n\n| request | source | arrived | e2e | TTFT | prompt | output | preempted | waterfall |\n"
+		"|---|---|---|---:|---:|---:|---:|---:|---|\n", r->compare ? "incident window" : "window", any_http(r) ? ", `W` server wait (http rows: queue and prefill "
 		"together)" : "");
 	double scale = r->nslow ? (double)(r->slow[0].e2e_ns > 0 ? r->slow[0].e2e_ns : 1) : 1;
 	for (int k = 0; k < r->nslow; k++) {
 		const struct trace_req *q = &r->slow[k];
-		fprintf(o, "| `%s` | %s | %s | %s | %d | %d | %d | `", q->id, trace_fmt_time(r->t, a, sizeof(a), q->t_arrive_ns, 0),
+		fprintf(o, "| `%s` | %s | %s | %s | %s | %d | %d | %d | `", q->id, trace_source_name[q->source],
+			trace_fmt_time(r->t, a, sizeof(a), q->t_arrive_ns, 0),
 			D(x, (double)q->e2e_ns), D(y, (double)q->ttft_ns), q->prompt_tokens, q->output_tokens, q->preemptions);
 		md_waterfall(o, q, scale, 40);
 		fprintf(o, "` |\n");
@@ -297,7 +359,7 @@ static void svg_waterfall(FILE *o, const struct trace_req *q, double scale_ns)
 
 void report_html(const struct report *r, FILE *o)
 {
-	char a[40], b[40], x[16], y[16], z[24];
+	char a[40], b[40], x[16], y[16];
 	const struct trace_window *bw = &r->base.w, *iw = &r->inc.w;
 	fprintf(o, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>kpi-report: ");
 	html_esc(o, trace_path(r->t));
@@ -307,15 +369,23 @@ void report_html(const struct report *r, FILE *o)
 		".f{margin:.6em 0}.legend span{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px}</style>"
 		"</head><body>\n<h1>kpi-report: ");
 	html_esc(o, trace_path(r->t));
-	fprintf(o, "</h1>\n<ul><li><b>Incident window</b>: %s → %s (%s; ", trace_fmt_time(r->t, a, sizeof(a), r->inc.from_ns, 1),
+	fprintf(o, "</h1>\n<ul><li><b>%s</b>: %s → %s (%s; ", r->compare ? "Incident window" : "Window",
+		trace_fmt_time(r->t, a, sizeof(a), r->inc.from_ns, 1),
 		trace_fmt_time(r->t, b, sizeof(b), r->inc.to_ns, 1), D(x, (double)(r->inc.to_ns - r->inc.from_ns)));
 	html_esc(o, r->inc_how);
-	fprintf(o, ")</li><li><b>Baseline window</b>: %s → %s (", trace_fmt_time(r->t, a, sizeof(a), r->base.from_ns, 1),
-		trace_fmt_time(r->t, b, sizeof(b), r->base.to_ns, 1));
-	html_esc(o, r->base_how);
-	fprintf(o, ")</li><li><b>Sources</b>: incident %s; baseline %s (", sources(a, sizeof(a), iw), sources(b, sizeof(b), bw));
+	if (r->compare) {
+		fprintf(o, ")</li><li><b>Baseline window</b>: %s → %s (", trace_fmt_time(r->t, a, sizeof(a), r->base.from_ns, 1),
+			trace_fmt_time(r->t, b, sizeof(b), r->base.to_ns, 1));
+		html_esc(o, r->base_how);
+		fprintf(o, ")</li><li><b>Sources</b>: incident %s; baseline %s (", sources(a, sizeof(a), iw), sources(b, sizeof(b), bw));
+	} else {
+		fprintf(o, ")</li><li><b>Baseline window</b>: ");
+		html_esc(o, r->base_how);
+		fprintf(o, "</li><li><b>Sources</b>: %s (", sources(a, sizeof(a), iw));
+	}
 	html_esc(o, sources_note);
-	fprintf(o, ")</li></ul>\n<h2>Findings</h2>\n<p>Strongest evidence first.</p><ol>\n");
+	fprintf(o, ")</li></ul>\n<h2>Findings</h2>\n<p>%s</p><ol>\n", r->compare ? "Strongest evidence first." :
+		"Nothing stood out: no stretch of the window was worse than the rest, so no cause is named.");
 	for (int k = 0; k < r->nf; k++) {
 		const struct rp_finding *f = &r->f[k];
 		fprintf(o, "<li class=\"f\"><b>");
@@ -326,43 +396,40 @@ void report_html(const struct report *r, FILE *o)
 		html_esc(o, f->action);
 		fprintf(o, ".</li>\n");
 	}
-	fprintf(o, "</ol>\n<h2>Where the time went</h2>\n<ul>\n");
-	for (int k = 0; k < 4; k++) {
-		fprintf(o, "<li>");
-		html_esc(o, r->attr[k].words);
-		fprintf(o, "</li>\n");
+	fprintf(o, "</ol>\n");
+	if (r->compare) {
+		fprintf(o, "<h2>Where the time went</h2>\n<ul>\n");
+		for (int k = 0; k < 4; k++) {
+			fprintf(o, "<li>");
+			html_esc(o, r->attr[k].words);
+			fprintf(o, "</li>\n");
+		}
+		fprintf(o, "</ul>\n");
 	}
-	fprintf(o, "</ul>\n<h2>Summary</h2>\n<table><tr><th></th><th>baseline</th><th>incident</th></tr>\n");
+	fprintf(o, "<h2>Summary</h2>\n");
+	rp_table_head(o, 1, r->compare);
 	summary_rows(r, o, 1);
 	fprintf(o, "</table>\n");
 	report_cost_render(r, o, 1);
-	fprintf(o, "<h2>Percentiles</h2>\n<table><tr><th>metric</th><th>p50 baseline</th><th>p50 incident</th>"
-		"<th>change</th><th>p99 baseline</th><th>p99 incident</th><th>change</th></tr>\n");
-	for (int k = 0; k < NPCT; k++) {
-		if (pct_skip(r, k)) continue;
-		const struct trace_dist *m0 = &bw->m[pct_rows[k]], *m1 = &iw->m[pct_rows[k]];
-		char p0[16], p1[16], q0[16], q1[16], c2[24];
-		fprintf(o, "<tr><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td></tr>\n",
-			trace_metric_name[pct_rows[k]], D(p0, m0->n ? m0->p50 : -1), D(p1, m1->n ? m1->p50 : -1),
-			change(z, m0->p50, m1->p50), D(q0, m0->n ? m0->p99 : -1), D(q1, m1->n ? m1->p99 : -1),
-			change(c2, m0->p99, m1->p99));
-	}
-	fprintf(o, "</table>\n<h2>Timelines</h2>\n<p>Green: baseline; red: incident.</p>\n");
+	fprintf(o, "<h2>%s</h2>\n", r->compare ? "Percentiles" : "Percentiles and phases");
+	pct_table(r, o, 1);
+	fprintf(o, "<h2>Timelines</h2>\n<p>%s</p>\n", r->compare ? "Green: baseline; red: incident." :
+		"Red: the window.");
 	struct series s[6];
 	int ns = timeline_series(r, s);
 	for (int k = 0; k < ns; k++) svg_chart(o, r, &s[k]);
-	fprintf(o, "<h2>Slowest requests in the incident window</h2>\n<p class=\"legend\">");
+	fprintf(o, "<h2>Slowest requests in the %s</h2>\n<p class=\"legend\">", r->compare ? "incident window" : "window");
 	for (int p = 0; p < WF_N; p++)
 		if (p != 1 || any_http(r)) fprintf(o, "<span style=\"background:%s\"></span>%s", wf_color[p], wf_name[p]);
-	fprintf(o, "</p>\n<table><tr><th>request</th><th>arrived</th><th>e2e</th><th>TTFT</th><th>prompt</th><th>output</th>"
+	fprintf(o, "</p>\n<table><tr><th>request</th><th>source</th><th>arrived</th><th>e2e</th><th>TTFT</th><th>prompt</th><th>output</th>"
 		"<th>preempted</th><th>waterfall</th></tr>\n");
 	double scale = r->nslow ? (double)(r->slow[0].e2e_ns > 0 ? r->slow[0].e2e_ns : 1) : 1;
 	for (int k = 0; k < r->nslow; k++) {
 		const struct trace_req *q = &r->slow[k];
 		fprintf(o, "<tr><td><code>");
 		html_esc(o, q->id);
-		fprintf(o, "</code></td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>",
-			trace_fmt_time(r->t, a, sizeof(a), q->t_arrive_ns, 0), D(x, (double)q->e2e_ns), D(y, (double)q->ttft_ns),
+		fprintf(o, "</code></td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%d</td><td>%d</td><td>%d</td><td>",
+			trace_source_name[q->source], trace_fmt_time(r->t, a, sizeof(a), q->t_arrive_ns, 0), D(x, (double)q->e2e_ns), D(y, (double)q->ttft_ns),
 			q->prompt_tokens, q->output_tokens, q->preemptions);
 		svg_waterfall(o, q, scale);
 		fprintf(o, "</td></tr>\n");

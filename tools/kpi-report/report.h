@@ -49,6 +49,7 @@ struct report {
 	struct trace *t;
 	int64_t first_ns, last_ns;
 	struct rp_window inc, base;
+	int compare;                    /* a baseline was found: 0 = a summary of one window, nothing compared */
 	char inc_how[256], base_how[512];
 	struct rp_attr attr[4];         /* p99 TTFT, p50 TTFT, p99 e2e, p50 e2e */
 	int64_t tl_from, tl_to;
@@ -76,6 +77,10 @@ void report_cost_analyze(struct report *r, double price_per_hour);
 void report_cost_render(const struct report *r, FILE *out, int html);
 
 void report_markdown(const struct report *r, FILE *out);
+/* A two-column table (baseline, incident), or one column (window) when
+ * nothing is compared: its head, and one row of it. */
+void rp_table_head(FILE *out, int html, int compare);
+void rp_row(FILE *out, int html, int compare, const char *name, const char *bv, const char *iv);
 void report_html(const struct report *r, FILE *out);
 
 #endif
