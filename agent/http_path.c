@@ -230,10 +230,11 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 		c = conn_get(hp, e->h.pid, e->http_close.fd, false);
 		if (!c)
 			return 0;
-		http_track_close(c->t, e->h.ts, e->http_close.by == KPI_CLOSE_BY_CLIENT
-				 ? HTTP_BY_CLIENT : HTTP_BY_SERVER);
+		unsigned by = e->http_close.by;
+		http_track_close(c->t, e->h.ts, by == KPI_CLOSE_BY_CLIENT ? HTTP_BY_CLIENT :
+				 by == KPI_CLOSE_AFTER_PEER ? HTTP_BY_SERVER_AFTER_CLIENT : HTTP_BY_SERVER);
 		/* the fd is closed only when the server closes it */
-		if (e->http_close.by == KPI_CLOSE_BY_SERVER)
+		if (by != KPI_CLOSE_BY_CLIENT)
 			conn_free(hp, c);
 		return 0;
 	}

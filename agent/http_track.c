@@ -1052,10 +1052,10 @@ void http_track_close(struct http_track *t, uint64_t ts, enum http_closer who)
 		return;
 	ts = tick(t, ts);
 	struct dir *o = &t->out;
-	if (o->x && o->state == D_BODY && o->close_delim && who == HTTP_BY_SERVER)
+	if (o->x && o->state == D_BODY && o->close_delim && who != HTTP_BY_CLIENT)
 		msg_done(t, o, ts);
 	while (t->head)
-		deliver(t, who == HTTP_BY_CLIENT ? HTTP_END_CLIENT_CLOSED : HTTP_END_SERVER_CLOSED, ts);
+		deliver(t, who == HTTP_BY_SERVER ? HTTP_END_SERVER_CLOSED : HTTP_END_CLIENT_CLOSED, ts);
 	dir_reset(&t->in, D_START);
 	dir_reset(&t->out, D_START);
 	sse_reset(&t->ev);

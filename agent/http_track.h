@@ -30,6 +30,8 @@ enum http_dir {
 enum http_closer {
 	HTTP_BY_SERVER, /* the server closed (close(), shutdown) */
 	HTTP_BY_CLIENT, /* the client went away (EOF read, EPIPE / ECONNRESET on write) */
+	HTTP_BY_SERVER_AFTER_CLIENT, /* the server closed after the client's FIN or RST:
+				      * a close-delimited body ends complete, the rest client_closed */
 };
 
 /* Why an exchange was handed over. */

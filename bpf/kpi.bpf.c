@@ -871,6 +871,17 @@ static __always_inline int sys_exit_regs(long ret, int kind, int shape)
 	return 0;
 }
 
+/* Who ended a connection the target closes: the peer, when its FIN
+ * (CLOSE_WAIT) or RST (CLOSE) came first.  A server that learns of a client
+ * gone from epoll (EPOLLRDHUP, EPOLLERR) closes without a read or write that
+ * fails, and this is where that shows (nginx does so mid-stream). */
+static __always_inline unsigned int closer(__u64 sk)
+{
+	unsigned char st = sk ? BPF_CORE_READ((struct sock *)sk, __sk_common.skc_state) : 0;
+
+	return st == 8 /* TCP_CLOSE_WAIT */ || st == 7 /* TCP_CLOSE */ ? KPI_CLOSE_AFTER_PEER : KPI_CLOSE_BY_SERVER;
+}
+
 static __always_inline int sys_close(int fd)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -889,7 +900,7 @@ static __always_inline int sys_close(int fd)
 		count(KPI_CNT_SOCKS_DEL);
 	if (tg->flags & KPI_TARGET_F_HTTP) {
 		if (c->is_sock)
-			http_close_send(tgid, fd, KPI_CLOSE_BY_SERVER);
+			http_close_send(tgid, fd, closer(c->sk));
 		bpf_map_delete_elem(&conns, &key);
 		return 0;
 	}

@@ -247,6 +247,7 @@ struct kpi_ev_payload {
 enum kpi_closer {
 	KPI_CLOSE_BY_SERVER = 0,        /* the target closed the fd */
 	KPI_CLOSE_BY_CLIENT = 1,        /* a read returned 0, or a write EPIPE / ECONNRESET */
+	KPI_CLOSE_AFTER_PEER = 2,       /* the target closed the fd after the peer's FIN or RST */
 };
 struct kpi_ev_http_close {
 	struct kpi_ev_hdr h;

@@ -105,7 +105,7 @@ def _compare_wire(rows, wire, off):
         arrive.append((r["t_arrive_ns"] + off - x["t_first_byte"], rid))
         if x["t_first_content"] is not None and r["t_first_write_ns"] is not None:
             first.append((r["t_first_write_ns"] + off - x["t_first_content"], rid))
-        if rid != "h-disconnect":
+        if not rid.endswith("-disconnect"):   # given up at the close, not a last byte
             done.append((r["t_done_ns"] + off - x["t_last_byte"], rid))
     for name, v in (("t_arrive", arrive), ("t_first_content", first), ("t_done", done)):
         worst = sorted(v, key=lambda p: -abs(p[0]))[:3]
@@ -258,6 +258,7 @@ http {{
     upstream infer {{ server 127.0.0.1:{upstream}; keepalive 8; }}
     server {{
         listen 127.0.0.1:{port};
+        location = /boom {{ return 500; }}
         location / {{
             proxy_pass http://infer;
             proxy_http_version 1.1;
@@ -269,11 +270,64 @@ http {{
 """
 
 
+def _ngx_stream(port, rid, body):
+    """One streamed request on its own connection through nginx: its status."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        return _post(c, "/v1/completions", rid, {"stream": True, **body})
+    finally:
+        c.close()
+
+
+def _ngx_disconnect(port, rid, max_tokens):
+    """A stream kpi-infer would go on with for a while, left after three events."""
+    s = socket.create_connection(("127.0.0.1", port))
+    body = json.dumps({"prompt": "x", "max_tokens": max_tokens, "ignore_eos": True, "stream": True}).encode()
+    s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nx-request-id: {rid}\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    got = b""
+    while got.count(b"data:") < 3:
+        chunk = s.recv(65536)
+        assert chunk, got
+        got += chunk
+    s.close()
+
+
+def _ngx_cases(port, ctx):
+    """The status codes of a 404 (kpi-infer's), a 500 (nginx's own), a 429
+    (kpi-infer's queue full, through nginx), three requests on one keep-alive
+    connection and a client gone mid-stream: {request id: status sent back}."""
+    want = {}
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    want["ngx-404"] = _post(c, "/v1/nope", "ngx-404", {"model": "x"})
+    want["ngx-500"] = _post(c, "/boom", "ngx-500", {"model": "x"})
+    for k in range(3):
+        want[f"ngx-keepalive-{k}"] = _post(c, "/v1/completions", f"ngx-keepalive-{k}",
+                                           {"prompt": "hello", "max_tokens": 5, "ignore_eos": True, "stream": True,
+                                            "stream_options": {"include_usage": True}})
+    c.close()
+    # 4 running and 4 queued at most: a burst of 16 long ones is partly refused
+    burst = {}
+    ts = [threading.Thread(target=lambda k=k: burst.__setitem__(f"ngx-burst-{k}", _ngx_stream(
+        port, f"ngx-burst-{k}", {"prompt": "x", "max_tokens": 48, "ignore_eos": True}))) for k in range(16)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert 429 in burst.values() and 200 in burst.values(), burst
+    want.update(burst)
+    _ngx_disconnect(port, "ngx-disconnect", ctx - 8)
+    want["ngx-disconnect"] = 200
+    return want
+
+
 def test_agent_http_nginx_in_front_of_kpi_infer():
     """nginx (Debian's) as a reverse proxy in front of kpi-infer, traced on its
     own port: its master and worker are found by --port, only the connections
     accepted on that port are followed (not its upstream ones), and every row
-    is checked against the capture of the client's side."""
+    is checked against the capture of the client's side: a load, then a 404,
+    a 500, a 429, a keep-alive connection carrying three requests and a client
+    gone mid-stream."""
     kpitest.require_root("kpi-agent")
     pcaptest.require()
     at.require_built(at.INFER)
@@ -302,17 +356,26 @@ def test_agent_http_nginx_in_front_of_kpi_infer():
     time.sleep(0.6)     # the worker as well as the master (next rescan at the latest)
     cap = pcaptest.Capture([port])
     results = at.run_load(port, 60, threads=3, max_tokens=(1, 16), prefix="ngx")
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-    st404 = _post(c, "/v1/nope", "ngx-404", {"model": "x"})
-    c.close()
+    want = _ngx_cases(port, daemon.ctx)
     pcap = cap.stop()
     time.sleep(0.3)
     assert agent.stop() == 0, agent.lines[-20:]
     ng.stop()
     rows = at.rows(db)
     wire = _wire_by_id(pcap, port)
-    assert st404 == 404 and rows.get("ngx-404", {}).get("http_status") == 404, \
-        (rows.get("ngx-404"), len(rows), list(rows)[:5], agent.lines[-15:])
+    assert want["ngx-404"] == 404 and want["ngx-500"] == 500, want
+    for rid, st in want.items():
+        r = rows.get(rid)
+        assert r is not None and r["http_status"] == st, (rid, st, r, agent.lines[-15:])
+        if st != 200:
+            assert r["decode_ns"] is None and r["content_events"] == 0 and r["end_reason"] == "complete", r
+    for k in range(3):
+        r = rows[f"ngx-keepalive-{k}"]
+        assert r["end_reason"] == "complete" and r["content_events"] == wire[f"ngx-keepalive-{k}"]["content_events"] \
+            and r["output_tokens"] == 5, r
+    dis = rows["ngx-disconnect"]
+    assert dis["end_reason"] == "client_closed" and dis["content_events"] >= 1 and \
+        dis["content_events"] == wire["ngx-disconnect"]["content_events"], (dis, wire.get("ngx-disconnect"))
     problems = []
     for res in results:
         r, x = rows.get(res.rid), wire.get(res.rid)

@@ -553,6 +553,21 @@ static void test_connection_close_response(void)
 	http_track_close(t, 40, HTTP_BY_SERVER);
 	CHECK(g.n == 1 && g.x[0].end == HTTP_END_COMPLETE && g.x[0].t_done == 40 &&
 	      g.x[0].prompt_tokens == 1 && g.x[0].flags & HTTP_X_CLOSE, "end %s", http_end_name(g.x[0].end));
+	/* the client half-closed after its request: the server's close still
+	 * ends a close-delimited body, complete */
+	in(t, "GET /v1/models HTTP/1.0\r\n\r\n", 50);
+	out(t, "HTTP/1.0 200 OK\r\nConnection: close\r\n\r\n{}", 60);
+	http_track_close(t, 70, HTTP_BY_SERVER_AFTER_CLIENT);
+	CHECK(g.n == 2 && g.x[1].end == HTTP_END_COMPLETE && g.x[1].t_done == 70, "end %s",
+	      http_end_name(g.x[1].end));
+	/* ... but a framed stream the server gave up on after the client left
+	 * (nginx closes on EPOLLRDHUP, no read or write fails) is the client's */
+	chat_request(t, 100);
+	out(t, SSE_HEAD, 200);
+	out(t, chunk(chat_events[1]), 310);
+	http_track_close(t, 320, HTTP_BY_SERVER_AFTER_CLIENT);
+	CHECK(g.n == 3 && g.x[2].end == HTTP_END_CLIENT_CLOSED && g.x[2].content_events == 1, "end %s",
+	      http_end_name(g.x[2].end));
 	http_track_free(t);
 }
 
