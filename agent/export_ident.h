@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 struct export_ident {
 	char model[128];        /* GGUF general.name, else the model file's name */
@@ -15,6 +16,16 @@ struct export_ident {
  * 0 is looked up again next time: the daemon may not listen yet).  Main
  * thread only. */
 const struct export_ident *export_ident_get(uint32_t pid);
+
+/* The model to name a request by: the process's own (its model file) when
+ * known, else the one the request asked for ("model" of an OpenAI request
+ * seen on the wire), else "unknown". */
+static inline const char *export_ident_model(const struct export_ident *id, const char *asked)
+{
+	if (id->model[0] && strcmp(id->model, "unknown"))
+		return id->model;
+	return asked && asked[0] ? asked : "unknown";
+}
 
 /* general.name from a GGUF file's header; 0 on success. */
 int export_ident_gguf_name(const char *path, char *out, size_t len);

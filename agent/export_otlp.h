@@ -36,6 +36,7 @@ struct otlp_item {
 	struct kpi_request_record r;    /* pointers cleared; strings below */
 	char finish[16], reject[32];
 	char operation[24];             /* gen_ai.operation.name; "" when not admitted */
+	char source[16];                /* usdt, http */
 	struct export_ident id;
 };
 

@@ -14,9 +14,12 @@ void otlp_item_fill(struct otlp_item *it, const struct kpi_request_record *r)
 	snprintf(it->finish, sizeof(it->finish), "%s", r->finish_reason ? r->finish_reason : "");
 	snprintf(it->reject, sizeof(it->reject), "%s", r->reject_reason ? r->reject_reason : "");
 	snprintf(it->operation, sizeof(it->operation), "%s", r->operation ? r->operation : "");
+	snprintf(it->source, sizeof(it->source), "%s", r->source ? r->source : "usdt");
 	it->r.finish_reason = NULL;
 	it->r.reject_reason = NULL;
 	it->r.operation = NULL;
+	it->r.source = NULL;
+	it->r.end_reason = NULL;
 }
 
 /* Length of the well-formed UTF-8 sequence at p (1 to 4 bytes), 0 when none
@@ -166,15 +169,21 @@ static void encode_request(FILE *out, const struct otlp_item *it, int64_t off, c
 	/* the conventions' span name "{gen_ai.operation.name} {gen_ai.request.model}";
 	 * a request refused before admission has no known endpoint: no operation
 	 * attribute, and the HTTP conventions' name for an unknown route, "HTTP" */
+	/* a server seen only on the wire: the model its request asked for, and no
+	 * gen_ai.system (the agent cannot know which engine answered) */
+	bool usdt = !strcmp(it->source, "usdt");
+	const char *model = export_ident_model(&it->id, r->model);
 	if (it->operation[0])
-		span_head(out, trace, root, NULL, it->operation, it->id.model, 2, start, end, off);
+		span_head(out, trace, root, NULL, it->operation, model, 2, start, end, off);
 	else
 		span_head(out, trace, root, NULL, "HTTP", NULL, 2, start, end, off);
 	fputs(",\"attributes\":[", out);
 	if (it->operation[0])
 		attr_str(out, &first, "gen_ai.operation.name", it->operation);
-	attr_str(out, &first, "gen_ai.system", "kpi-infer");
-	attr_str(out, &first, "gen_ai.request.model", it->id.model);
+	if (usdt)
+		attr_str(out, &first, "gen_ai.system", "kpi-infer");
+	attr_str(out, &first, "gen_ai.request.model", model);
+	attr_str(out, &first, "kpi.source", it->source);
 	attr_int(out, &first, "gen_ai.usage.input_tokens", r->prompt_tokens);
 	attr_int(out, &first, "gen_ai.usage.output_tokens", r->output_tokens);
 	if (it->finish[0])
@@ -204,10 +213,10 @@ static void encode_request(FILE *out, const struct otlp_item *it, int64_t off, c
 
 	/* children: the phases reached, contiguous by construction (a phase
 	 * lasts until the next mark reached), so each starts where the last ended */
-	static const char *const names[5] = { "net_in", "queue", "prefill", "decode", "net_out" };
-	const int64_t d[5] = { r->net_in, r->queue, r->prefill, r->decode, r->net_out };
+	static const char *const names[6] = { "net_in", "queue", "prefill", "server_wait", "decode", "net_out" };
+	const int64_t d[6] = { r->net_in, r->queue, r->prefill, r->server_wait, r->decode, r->net_out };
 	int64_t at = start;
-	for (int k = 0; k < 5; k++) {
+	for (int k = 0; k < 6; k++) {
 		uint8_t span[8];
 		if (d[k] == KPI_NULL)
 			continue;

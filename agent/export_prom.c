@@ -47,7 +47,7 @@ static struct prom_buckets b_duration = {
  * conventions say nothing about them, so a 1-2.5-5 ladder. */
 #define PHASE_LE .n = 18, .le = { 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, \
 		       0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0, 60.0 }
-enum { PH_NET_IN, PH_QUEUE, PH_PREFILL, PH_DECODE, PH_NET_OUT, N_PHASES };
+enum { PH_NET_IN, PH_QUEUE, PH_PREFILL, PH_SERVER_WAIT, PH_DECODE, PH_NET_OUT, N_PHASES };
 static struct prom_buckets b_phase[N_PHASES] = {
 	{ .name = "kpi_request_network_in_seconds",
 	  .help = "Request phase net_in: first byte read to admitted (read, parse, tokenize).", PHASE_LE },
@@ -55,6 +55,9 @@ static struct prom_buckets b_phase[N_PHASES] = {
 	  .help = "Request phase queue: admitted to scheduled into its first batch step.", PHASE_LE },
 	{ .name = "kpi_request_prefill_seconds",
 	  .help = "Request phase prefill: scheduled to first token generated.", PHASE_LE },
+	{ .name = "kpi_request_server_wait_seconds",
+	  .help = "Request phase server_wait (kpi_source http): request read to the first content "
+	  "written, queue and prefill together, which the wire cannot tell apart.", PHASE_LE },
 	{ .name = "kpi_request_decode_seconds",
 	  .help = "Request phase decode: first token to last token generated.", PHASE_LE },
 	{ .name = "kpi_request_network_out_seconds",
@@ -63,7 +66,7 @@ static struct prom_buckets b_phase[N_PHASES] = {
 
 static struct prom_buckets *all_buckets[] = {
 	&b_ttft, &b_tpot, &b_duration,
-	&b_phase[0], &b_phase[1], &b_phase[2], &b_phase[3], &b_phase[4],
+	&b_phase[0], &b_phase[1], &b_phase[2], &b_phase[3], &b_phase[4], &b_phase[5],
 };
 
 static void buckets_init(void)
@@ -130,6 +133,7 @@ static const char *const runq_behind[] = { "own_threads", "idle_cpu", "other_pro
 struct target {
 	uint32_t pid;
 	struct export_ident id;
+	char source[16];                /* of its last request: usdt, http (the kpi_source label) */
 	uint64_t last_seen;             /* CLOCK_MONOTONIC ns of the last record */
 	struct opstats op[KPI_OP__COUNT];
 	uint64_t preemptions;
@@ -222,6 +226,9 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 	pthread_mutex_lock(&p->lock);
 	struct target *tg = target_of(p, r->pid);
 	tg->id = *id;
+	/* a server seen only on the wire: the model its requests ask for */
+	snprintf(tg->id.model, sizeof(tg->id.model), "%s", export_ident_model(id, r->model));
+	snprintf(tg->source, sizeof(tg->source), "%s", r->source ? r->source : "usdt");
 	tg->last_seen = mono_ns();
 	struct opstats *t = &tg->op[op_index(r->operation)];
 	t->used = true;
@@ -241,7 +248,7 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 		else
 			p->overflow++;
 	}
-	const int64_t ph[N_PHASES] = { r->net_in, r->queue, r->prefill, r->decode, r->net_out };
+	const int64_t ph[N_PHASES] = { r->net_in, r->queue, r->prefill, r->server_wait, r->decode, r->net_out };
 	for (int k = 0; k < N_PHASES; k++)
 		hist_add(&t->phase[k], &b_phase[k], ph[k]);
 
@@ -274,7 +281,10 @@ static void on_sample(void *ctx, const struct kpi_sample_record *s)
 
 	pthread_mutex_lock(&p->lock);
 	struct target *t = target_of(p, s->pid);
+	char asked[sizeof(t->id.model)];
+	snprintf(asked, sizeof(asked), "%s", t->id.model);     /* what its requests named, if anything */
 	t->id = *id;
+	snprintf(t->id.model, sizeof(t->id.model), "%s", export_ident_model(id, asked));
 	t->last_seen = mono_ns();
 	t->sampled = true;
 	t->queue_depth = s->queue_depth;
@@ -385,6 +395,8 @@ static void put_target_labels(FILE *out, const struct target *t, int op, bool *f
 	put_label(out, "gen_ai_request_model", t->id.model[0] ? t->id.model : "unknown", first);
 	put_label(out, "server_port", port, first);
 	put_label(out, "pid", pid, first);
+	if (t->source[0])
+		put_label(out, "kpi_source", t->source, first);
 }
 
 static void family(FILE *out, const char *name, const char *type, const char *help)

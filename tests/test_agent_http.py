@@ -192,6 +192,64 @@ def test_agent_http_node_server_against_the_wire():
     _against_the_wire(lambda port: [node, SERVER_JS, str(port)])
 
 
+def test_agent_http_rows_reach_metrics_and_otlp():
+    """A server seen only on the wire, exported: /metrics and OTLP carry its
+    rows (kpi_source / kpi.source "http"), with the model its requests named,
+    server_wait as the phase where queue and prefill would be (never 0 for
+    them), and the OTLP phase spans contiguous over each row's e2e."""
+    kpitest.require_root("kpi-agent")
+    at.require_built(at.AGENT)
+    import urllib.request
+    import fleettest as ft
+    d = _tmp()
+    db = os.path.join(d, "export.db")
+    port, mport = kpitest.free_port(), kpitest.free_port()
+    srv = kpitest.Proc([sys.executable, SERVER, str(port)])
+    srv.wait_line("listening on")
+    rx = ft.Receiver()
+    agent = kpitest.Proc([at.AGENT, "--db", db, "--flush-ms", "100", "--port", str(port), "--metrics",
+                          f"127.0.0.1:{mport}", "--otlp", f"http://127.0.0.1:{rx.port}"],
+                         env={"OTEL_BSP_SCHEDULE_DELAY": "200"})
+    agent.wait_line(f"attached to pid {srv.pid}", timeout=60)
+    for k in range(12):
+        _stream(port, f"x-{k}", "event", 3 + k % 5)
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    _post(c, "/status/500", "x-500", {"model": "test-model"})
+    c.close()
+    # every row the trace gets, the exporters get: wait for the 13 spans
+    rx.wait_spans(lambda sps: sum(1 for _, _, sp in sps if "parentSpanId" not in sp) >= 13)
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    assert agent.stop() == 0, agent.lines[-20:]
+    rows = {rid: r for rid, r in at.rows(db).items() if rid.startswith("x-")}
+    assert len(rows) == 13, sorted(rows)
+    m = ft.parse_text(text)
+    want = dict(kpi_source="http", gen_ai_request_model="test-model", pid=srv.pid)
+    waits = [r["server_wait_ns"] for r in rows.values() if r["server_wait_ns"] is not None]
+    decodes = [r for r in rows.values() if r["decode_ns"] is not None]
+    assert len(waits) == 13 and len(decodes) == 12, rows     # the 500 has no content events
+    assert sum(ft.series(m, "kpi_request_server_wait_seconds_count", **want)) == len(waits), text
+    assert sum(ft.series(m, "kpi_request_decode_seconds_count", **want)) == len(decodes), text
+    assert sum(ft.series(m, "kpi_request_queue_seconds_count", **want)) == 0, text
+    assert sum(ft.series(m, "gen_ai_server_request_duration_seconds_count", **want)) == 13, text
+    got = sum(ft.series(m, "kpi_request_server_wait_seconds_sum", **want))
+    assert abs(got - sum(waits) / 1e9) <= 1e-6 * len(waits), (got, sum(waits))
+    spans = rx.spans()
+    roots = {ft.attrs(sp["attributes"])["kpi.request_id"]: sp for _, _, sp in spans if "parentSpanId" not in sp}
+    for rid, r in rows.items():
+        sp = roots[rid]
+        a = ft.attrs(sp["attributes"])
+        assert a["kpi.source"] == "http" and "gen_ai.system" not in a and \
+            a["gen_ai.request.model"] == "test-model", a
+        kids = sorted((int(k["startTimeUnixNano"]), int(k["endTimeUnixNano"]), k["name"])
+                      for _, _, k in spans if k.get("parentSpanId") == sp["spanId"])
+        names = [n for _, _, n in kids]
+        assert "queue" not in names and "prefill" not in names and names[:2] == ["net_in", "server_wait"], names
+        assert all(b[0] == a_[1] for a_, b in zip(kids, kids[1:])), kids
+        assert kids[-1][1] - kids[0][0] == r["e2e_ns"] == int(sp["endTimeUnixNano"]) - int(sp["startTimeUnixNano"])
+    srv.stop()
+
+
 def test_agent_http_kpi_infer_usdt_and_http_agree():
     """kpi-infer traced at once by an agent through its USDT probes and by one
     with --http-only: TTFT, e2e, status and event counts per request id."""

@@ -138,7 +138,7 @@ def test_fleet_prometheus_histogram_quantile_matches_trace():
     labels = sorted((dict(l) for (n, l), _ in parsed.items() if n == TTFT + "_count"),
                     key=lambda l: l["gen_ai_operation_name"])
     assert labels == [{"gen_ai_operation_name": op, "gen_ai_request_model": daemon.model,
-                       "server_port": str(daemon.port), "pid": str(pid)}
+                       "server_port": str(daemon.port), "pid": str(pid), "kpi_source": "usdt"}
                       for op in ("chat", "text_completion")], labels
     assert ft.series(parsed, "kpi_queue_depth", pid=pid), "no queue depth gauge"
     assert ft.series(parsed, "kpi_agent_ringbuf_drops_total") == [0]
@@ -178,7 +178,7 @@ def _check_spans(spans, rows, daemon, mono_to_wall, ops):
         assert abs(start - (t0 + mono_to_wall)) < 5_000_000, (rid, start, t0 + mono_to_wall)
         if r["t_done_ns"] is not None:
             assert end - start == r["t_done_ns"] - t0
-        want = {"gen_ai.system": "kpi-infer",
+        want = {"gen_ai.system": "kpi-infer", "kpi.source": "usdt",
                 "gen_ai.request.model": daemon.model, "server.port": daemon.port,
                 "http.response.status_code": r["http_status"],
                 "http.request.header.x-request-id": [rid], "kpi.request_id": rid}

@@ -25,6 +25,8 @@ static struct otlp_item item_op(const char *rid, uint32_t pid, int status, const
 	r.t_admit = 1100;
 	r.net_in = 100;
 	r.itl_p50 = r.itl_p99 = r.itl_max = r.srtt_us = r.runq_ns = KPI_NULL;
+	r.server_wait = KPI_NULL;       /* as the assembler leaves it on a usdt record */
+	r.source = "usdt";
 	r.preemptions = 0;
 	r.http_status = status;
 	if (status == 429) {
@@ -83,6 +85,18 @@ static int count(const char *s, const char *needle)
 	return n;
 }
 
+/* The n phase spans names[k], contiguous from at[k] to at[k + 1] (ns after
+ * the encoder's wall offset of 1,000 s), each present in j. */
+static void children(const char *j, const char *const *names, const int *at, int n)
+{
+	char want[200];
+	for (int k = 0; k < n; k++) {
+		snprintf(want, sizeof(want), "\"name\":\"%s\",\"kind\":1,\"startTimeUnixNano\":\"100000000%04d\","
+			 "\"endTimeUnixNano\":\"100000000%04d\"", names[k], at[k], at[k + 1]);
+		CHECK(strstr(j, want), "child %s: %s", names[k], j);
+	}
+}
+
 static void encodes_request_and_phases(void)
 {
 	struct otlp_item it = item("req-1", 42, 200);
@@ -115,17 +129,45 @@ static void encodes_request_and_phases(void)
 	CHECK(!strstr(j, "kpi.srtt_us"), "NULL columns are left out");
 	/* five children, contiguous, parented to the root */
 	CHECK(count(j, "\"parentSpanId\":\"1011121314151617\"") == 5, "children: %s", j);
-	const char *kids[] = {
-		"\"name\":\"net_in\",\"kind\":1,\"startTimeUnixNano\":\"1000000001000\",\"endTimeUnixNano\":\"1000000001100\"",
-		"\"name\":\"queue\",\"kind\":1,\"startTimeUnixNano\":\"1000000001100\",\"endTimeUnixNano\":\"1000000001300\"",
-		"\"name\":\"prefill\",\"kind\":1,\"startTimeUnixNano\":\"1000000001300\",\"endTimeUnixNano\":\"1000000001600\"",
-		"\"name\":\"decode\",\"kind\":1,\"startTimeUnixNano\":\"1000000001600\",\"endTimeUnixNano\":\"1000000002600\"",
-		"\"name\":\"net_out\",\"kind\":1,\"startTimeUnixNano\":\"1000000002600\",\"endTimeUnixNano\":\"1000000002700\"",
-	};
-	for (int i = 0; i < 5; i++)
-		CHECK(strstr(j, kids[i]), "child %d: %s", i, j);
+	children(j, (const char *const[]){ "net_in", "queue", "prefill", "decode", "net_out" },
+		 (const int[]){ 1000, 1100, 1300, 1600, 2600, 2700 }, 5);
 	CHECK(j[strlen(j) - 1] == '}' && count(j, "{") == count(j, "}") && count(j, "[") == count(j, "]"),
 	      "unbalanced JSON");
+	CHECK(strstr(j, "{\"key\":\"kpi.source\",\"value\":{\"stringValue\":\"usdt\"}}") &&
+	      strstr(j, "\"gen_ai.system\""), "%s", j);
+	free(j);
+}
+
+/* A request seen only on the wire (source http): the model it asked for
+ * names it, no gen_ai.system is claimed, and server_wait (queue and prefill
+ * together) sits between net_in and decode, the children still contiguous. */
+static void encodes_an_http_row(void)
+{
+	struct kpi_request_record r = { .pid = 7, .operation = "chat", .source = "http" };
+	struct otlp_item it = { 0 };    /* its identity: no model file, no port known */
+	snprintf(r.request_id, sizeof(r.request_id), "w-1");
+	snprintf(r.model, sizeof(r.model), "llama-3-8b");
+	r.t_arrive = 1000;
+	r.net_in = 100;
+	r.server_wait = 500;
+	r.decode = 1000;
+	r.net_out = 100;
+	r.t_done = 2700;
+	r.e2e = 1700;
+	r.ttft = 600;
+	r.t_admit = r.t_sched = r.t_first = r.t_last = r.t_first_write = KPI_NULL;
+	r.queue = r.prefill = r.tpot = r.prompt_tokens = r.output_tokens = KPI_NULL;
+	r.itl_p50 = r.itl_p99 = r.itl_max = r.srtt_us = r.runq_ns = r.preemptions = KPI_NULL;
+	r.http_status = 200;
+	otlp_item_fill(&it, &r);
+	char *j = encode(&it, 1);
+	CHECK(strstr(j, "\"name\":\"chat llama-3-8b\",\"kind\":2"), "%s", j);
+	CHECK(strstr(j, "{\"key\":\"kpi.source\",\"value\":{\"stringValue\":\"http\"}}"), "%s", j);
+	CHECK(!strstr(j, "gen_ai.system"), "no engine claimed for a wire-only row: %s", j);
+	CHECK(count(j, "\"parentSpanId\"") == 4 && !strstr(j, "\"name\":\"queue\"") &&
+	      !strstr(j, "\"name\":\"prefill\""), "%s", j);
+	children(j, (const char *const[]){ "net_in", "server_wait", "decode", "net_out" },
+		 (const int[]){ 1000, 1100, 1600, 2600, 2700 }, 4);
 	free(j);
 }
 
@@ -536,6 +578,7 @@ static void partial_success_counted_and_logged_once(void)
 int main(void)
 {
 	RUN(encodes_request_and_phases);
+	RUN(encodes_an_http_row);
 	RUN(rejected_and_grouping_and_escaping);
 	RUN(server_error_sets_status);
 	RUN(utf8_passes_invalid_bytes_become_fffd);

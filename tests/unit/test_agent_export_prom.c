@@ -25,7 +25,8 @@ static struct kpi_request_record req(const char *rid, int64_t ttft_ms, int statu
 	r.operation = status >= 400 ? NULL : "chat";    /* refused before admission: none */
 	r.tpot = r.itl_p50 = r.itl_p99 = r.itl_max = r.preemptions = r.srtt_us = r.runq_ns = KPI_NULL;
 	r.t_sched = r.t_first = r.t_last = r.t_first_write = KPI_NULL;
-	r.queue = r.prefill = r.decode = KPI_NULL;
+	r.queue = r.prefill = r.decode = r.server_wait = KPI_NULL;
+	r.source = "usdt";
 	if (status >= 400) {
 		r.net_out = 2 * ms;
 		r.t_done = r.t_admit + r.net_out;
@@ -70,6 +71,47 @@ static double value_of(const char *text, const char *series)
 		if (!strncmp(l, series, n) && l[n] == ' ')
 			return strtod(l + n + 1, NULL);
 	return NAN;
+}
+
+/* The value of the first line of series name whose labels hold both a and b. */
+static double value_with(const char *text, const char *name, const char *a, const char *b)
+{
+	size_t n = strlen(name);
+	for (const char *l = text; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+		const char *end = strchr(l, '}'), *eol = strchr(l, '\n');
+		if (strncmp(l, name, n) || l[n] != '{' || !end || (eol && end > eol))
+			continue;
+		const char *pa = strstr(l, a), *pb = strstr(l, b);
+		if (pa && pb && pa < end && pb < end)
+			return strtod(end + 2, NULL);
+	}
+	return NAN;
+}
+
+/* A row traced from the wire (source http): its server_wait is a phase of
+ * its own, queue and prefill are not observed (NULL, not 0), the model label
+ * is the one its request asked for, and kpi_source says where it came from. */
+static void http_rows(void)
+{
+	struct prom_exporter *p = prom_new();
+	struct kpi_sink s = prom_sink(p);
+	struct kpi_request_record r = req("w", 30, 200, "stop");
+	r.pid = (uint32_t)getppid();    /* a process with no model file of its own */
+	r.source = "http";
+	snprintf(r.model, sizeof(r.model), "llama-3-8b");
+	r.server_wait = r.queue + r.prefill;
+	r.queue = r.prefill = KPI_NULL;
+	s.request(s.ctx, &r);
+	char *t = render(p);
+	const char *who = "kpi_source=\"http\"", *model = "gen_ai_request_model=\"llama-3-8b\"";
+	CHECK(value_with(t, "kpi_request_server_wait_seconds_count", who, model) == 1, "%s", t);
+	CHECK(fabs(value_with(t, "kpi_request_server_wait_seconds_sum", who, model) - 0.029) < 1e-9, "%s", t);
+	CHECK(value_with(t, "kpi_request_decode_seconds_count", who, model) == 1, "%s", t);
+	CHECK(value_with(t, "kpi_request_queue_seconds_count", who, model) == 0 &&
+	      value_with(t, "kpi_request_prefill_seconds_count", who, model) == 0, "NULL is not 0: %s", t);
+	CHECK(value_with(t, "gen_ai_server_time_to_first_token_seconds_count", who, model) == 1, "%s", t);
+	free(t);
+	prom_free(p);
 }
 
 static void conventions_buckets(void)
@@ -174,11 +216,11 @@ static void exposition_text(void)
 
 	char tlab[256], nlab[256];
 	snprintf(lab, sizeof(lab), "gen_ai_operation_name=\"chat\",gen_ai_request_model=\"unknown\","
-		 "server_port=\"0\",pid=\"%d\"", getpid());
+		 "server_port=\"0\",pid=\"%d\",kpi_source=\"usdt\"", getpid());
 	snprintf(tlab, sizeof(tlab), "gen_ai_operation_name=\"text_completion\","
-		 "gen_ai_request_model=\"unknown\",server_port=\"0\",pid=\"%d\"", getpid());
+		 "gen_ai_request_model=\"unknown\",server_port=\"0\",pid=\"%d\",kpi_source=\"usdt\"", getpid());
 	/* the 429 came through no known endpoint: no operation label */
-	snprintf(nlab, sizeof(nlab), "gen_ai_request_model=\"unknown\",server_port=\"0\",pid=\"%d\"",
+	snprintf(nlab, sizeof(nlab), "gen_ai_request_model=\"unknown\",server_port=\"0\",pid=\"%d\",kpi_source=\"usdt\"",
 		 getpid());
 	const char *h = "gen_ai_server_time_to_first_token_seconds";
 	CHECK(strstr(t, "# HELP gen_ai_server_time_to_first_token_seconds "), "no HELP");
@@ -251,7 +293,7 @@ static void exposition_text(void)
 	CHECK(isnan(value_of(t, line)), "%s: a refused request processed no tokens", line);
 
 	char glab[200];
-	snprintf(glab, sizeof(glab), "gen_ai_request_model=\"unknown\",server_port=\"0\",pid=\"%d\"",
+	snprintf(glab, sizeof(glab), "gen_ai_request_model=\"unknown\",server_port=\"0\",pid=\"%d\",kpi_source=\"usdt\"",
 		 getpid());
 	snprintf(line, sizeof(line), "kpi_queue_depth{%s}", glab);
 	CHECK(value_of(t, line) == 3, "%s", line);
@@ -408,6 +450,7 @@ int main(void)
 	RUN(bucket_placement_le_rule);
 	RUN(format_double_roundtrips);
 	RUN(exposition_text);
+	RUN(http_rows);
 	RUN(http_server_on_loopback);
 	return CHECK_DONE();
 }
