@@ -1,7 +1,8 @@
 """kpi-agent's HTTP path (issue 20), for real: root, real BPF, real servers the
 project did not instrument.  A Python stdlib server streams chat completions
 (one write per event, packed, split), answers 404/429/500, loses a client
-mid-stream and serves three requests on one keep-alive connection; the agent
+mid-stream, serves three requests on one keep-alive connection and three
+pipelined ones, and one named only by its traceparent; the agent
 traces it with --port and every row is checked against a tcpdump capture of
 the same traffic.  Then kpi-infer is traced by two agents at once, one through
 its USDT probes and one with --http-only, and their rows are compared."""
@@ -54,6 +55,40 @@ def _disconnect(port, rid):
     time.sleep(0.3)     # the server's next writes fail: EPIPE / ECONNRESET
 
 
+def _pipelined(port, rids):
+    """Requests sent back to back in one write, before any answer (HTTP/1.1
+    pipelining); the answers come in order on the same connection."""
+    body = json.dumps({"model": "test-model", "stream": True, "max_tokens": 3}).encode()
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(b"".join(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-request-id: {rid}\r\n"
+                       f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body
+                       for rid in rids))
+    got = b""
+    while got.count(b"[DONE]") < len(rids):
+        chunk = s.recv(65536)
+        assert chunk, got
+        got += chunk
+    s.close()
+    return {rid: 200 for rid in rids}
+
+
+TRACE_ID = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def _traceparent(port):
+    """A request that names itself only by a W3C traceparent: its row's id is
+    the trace id."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", "/v1/chat/completions", body=json.dumps({"model": "test-model", "stream": True,
+                                                              "max_tokens": 4}),
+              headers={"Content-Type": "application/json",
+                       "traceparent": f"00-{TRACE_ID}-00f067aa0ba902b7-01"})
+    r = c.getresponse()
+    r.read()
+    c.close()
+    return r.status
+
+
 def _load(port):
     """Returns {request id: expected status} of everything sent."""
     want, lock = {}, threading.Lock()
@@ -80,6 +115,8 @@ def _load(port):
         want[rid] = _post(c, "/v1/chat/completions", rid,
                           {"model": "test-model", "stream": True, "max_tokens": 5})
     c.close()
+    want.update(_pipelined(port, [f"h-pipelined-{k}" for k in range(3)]))
+    want[TRACE_ID] = _traceparent(port)
     _disconnect(port, "h-disconnect")
     want["h-disconnect"] = 200
     return want
@@ -167,6 +204,9 @@ def _against_the_wire(argv_of_port):
     for k in range(3):
         r = rows[f"h-keepalive-{k}"]
         assert r["end_reason"] == "complete" and r["content_events"] == 5, r
+        r = rows[f"h-pipelined-{k}"]
+        assert r["end_reason"] == "complete" and r["content_events"] == 3, r
+    assert rows[TRACE_ID]["content_events"] == 4, rows[TRACE_ID]
     streamed = [r for rid, r in rows.items() if rid.startswith("h-") and r["stream"] == 1
                 and r["end_reason"] == "complete"]
     assert all(r["output_tokens"] == r["content_events"] and r["finish_reason"] == "length"
