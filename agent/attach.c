@@ -665,7 +665,7 @@ void attach_pending(struct attach *at)
 static bool is_write_syscall(const char *name)
 {
 	return !strcmp(name, "write") || !strcmp(name, "writev") || !strcmp(name, "sendto") ||
-	       !strcmp(name, "sendmsg");
+	       !strcmp(name, "sendmsg") || !strcmp(name, "sendfile64");
 }
 
 void attach_choose_programs(struct attach *at)
@@ -719,6 +719,7 @@ void attach_choose_programs(struct attach *at)
 	s->rodata->nr_recvmsg = SYS_recvmsg;
 	s->rodata->nr_sendto = SYS_sendto;
 	s->rodata->nr_sendmsg = SYS_sendmsg;
+	s->rodata->nr_sendfile = SYS_sendfile;
 	s->rodata->nr_listen = SYS_listen;
 	/* a file of this name is one before its first process is seen (the
 	 * kernel's comm: the name's first 15 characters) */

@@ -119,7 +119,7 @@ struct {
 
 enum { SYS_READ = 1, SYS_WRITE = 2 };
 /* Where a syscall's bytes are (HTTP-mode targets copy a prefix of them). */
-enum { SHAPE_BUF = 0, SHAPE_IOV = 1, SHAPE_MSG = 2 };
+enum { SHAPE_BUF = 0, SHAPE_IOV = 1, SHAPE_MSG = 2, SHAPE_FILE = 3 };   /* FILE: sendfile, no user buffer */
 struct sys_arg {
 	int fd;
 	int kind;
@@ -804,6 +804,8 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 	}
 	if (a->shape == SHAPE_BUF) {
 		payload_buf_send(e, a->buf, (__u64)ret);
+	} else if (a->shape == SHAPE_FILE) {
+		payload_send(e, 0, (__u64)ret);         /* a file's bytes: a gap the framing steps over */
 	} else if (a->shape == SHAPE_IOV) {
 		payload_iov(e, a->buf, a->cnt, ret);
 	} else {
@@ -992,6 +994,7 @@ SYS_TP(write, SYS_WRITE, SHAPE_BUF)
 SYS_TP(writev, SYS_WRITE, SHAPE_IOV)
 SYS_TP(sendto, SYS_WRITE, SHAPE_BUF)
 SYS_TP(sendmsg, SYS_WRITE, SHAPE_MSG)
+SYS_TP(sendfile64, SYS_WRITE, SHAPE_FILE)
 
 SEC("tracepoint/syscalls/sys_enter_close")
 int kpi_enter_close(struct trace_event_raw_sys_enter *ctx)
@@ -1009,7 +1012,7 @@ int kpi_enter_listen(struct trace_event_raw_sys_enter *ctx)
  * this arch's syscall numbers here before load (-1: not traced). */
 const volatile long nr_read = -1, nr_readv = -1, nr_recvfrom = -1, nr_recvmsg = -1;
 const volatile long nr_write = -1, nr_writev = -1, nr_sendto = -1, nr_sendmsg = -1;
-const volatile long nr_close = -1, nr_listen = -1;
+const volatile long nr_close = -1, nr_listen = -1, nr_sendfile = -1;
 
 SEC("raw_tp/sys_enter")
 int BPF_PROG(kpi_raw_sys_enter, struct pt_regs *regs, long id)
@@ -1034,6 +1037,8 @@ int BPF_PROG(kpi_raw_sys_enter, struct pt_regs *regs, long id)
 		return sys_enter(fd, SYS_WRITE, SHAPE_IOV, buf, cnt);
 	if (id == nr_sendmsg)
 		return sys_enter(fd, SYS_WRITE, SHAPE_MSG, buf, cnt);
+	if (id == nr_sendfile)
+		return sys_enter(fd, SYS_WRITE, SHAPE_FILE, 0, cnt);
 	if (id == nr_close)
 		return sys_close(fd);
 	if (id == nr_listen)

@@ -115,6 +115,12 @@ def _load(port):
         want[rid] = _post(c, "/v1/chat/completions", rid,
                           {"model": "test-model", "stream": True, "max_tokens": 5})
     c.close()
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("GET", "/static", headers={"x-request-id": "h-static"})
+    r = c.getresponse()
+    want["h-static"] = r.status
+    assert len(r.read()) > 1000
+    c.close()
     want.update(_pipelined(port, [f"h-pipelined-{k}" for k in range(3)]))
     want[TRACE_ID] = _traceparent(port)
     _disconnect(port, "h-disconnect")

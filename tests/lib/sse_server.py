@@ -3,7 +3,7 @@ HTTP path's tests: ThreadingHTTPServer, a chat completion streamed chunked
 (a text completion, choices[].text, on /v1/completions), one wfile.write per
 event (or, by the x-test-mode header, several events
 packed in one write, or each event split across two writes); /status/NNN
-answers NNN. A request without x-request-id gets one of the server's in the
+answers NNN; GET /static sends this file with sendfile(2). A request without x-request-id gets one of the server's in the
 response (srv-N), as the servers that make their own do, so a client that
 keys on the response's (kpi-bench) and the agent agree. Run:
 python3 sse_server.py PORT [--nagle] [--role-with-content] [--gap-ms MS] (prints
@@ -12,7 +12,7 @@ each event when the request's x-test-gap-ms does not say (default 2); --role-wit
 role rides on its first content event instead of a role-only first event
 (llama.cpp's server does so), so a client that times the first event with
 choices (kpi-bench) times the first content."""
-import itertools, json, socket, sys, time
+import itertools, json, os, socket, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 
@@ -50,6 +50,16 @@ class Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
+        if self.path == "/static":      # a file's bytes, kernel to socket: sendfile(2)
+            with open(__file__, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain")
+                self.send_header("Content-Length", str(size))
+                self.send_header("x-request-id", self._request_id())
+                self.end_headers()
+                self.connection.sendfile(f)
+            return
         self._plain(200, {"status": "ok"})
 
     def do_POST(self):
