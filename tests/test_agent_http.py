@@ -411,9 +411,13 @@ def _ngx_cases(port, ctx):
                                             "stream_options": {"include_usage": True}})
     c.close()
     # 4 running and 4 queued at most: a burst of 16 long ones is partly refused
-    burst = {}
-    ts = [threading.Thread(target=lambda k=k: burst.__setitem__(f"ngx-burst-{k}", _ngx_stream(
-        port, f"ngx-burst-{k}", {"prompt": "x", "max_tokens": 48, "ignore_eos": True}))) for k in range(16)]
+    burst, go = {}, threading.Barrier(16)
+
+    def one(k):
+        go.wait()       # all at once: 16 long streams against room for 8
+        burst[f"ngx-burst-{k}"] = _ngx_stream(port, f"ngx-burst-{k}",
+                                              {"prompt": "x", "max_tokens": 256, "ignore_eos": True})
+    ts = [threading.Thread(target=one, args=(k,)) for k in range(16)]
     for t in ts:
         t.start()
     for t in ts:
@@ -461,6 +465,12 @@ def test_agent_http_nginx_in_front_of_kpi_infer():
     cap = pcaptest.Capture([port])
     results = at.run_load(port, 60, threads=3, max_tokens=(1, 16), prefix="ngx")
     want = _ngx_cases(port, daemon.ctx)
+    # kpi-bench through nginx: the ids are kpi-infer's, passed back by nginx
+    bench_csv = os.path.join(d, "bench.csv")
+    p = kpitest.run([os.path.join(kpitest.BUILD, "kpi-bench"), "--url", f"http://127.0.0.1:{port}",
+                     "--endpoint", "completions", "--requests", "20", "--concurrency", "2", "--max-tokens", "8",
+                     "--ignore-eos", "--quiet", "--csv", bench_csv], timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
     pcap = cap.stop()
     time.sleep(0.3)
     assert agent.stop() == 0, agent.lines[-20:]
@@ -477,6 +487,13 @@ def test_agent_http_nginx_in_front_of_kpi_infer():
         r = rows[f"ngx-keepalive-{k}"]
         assert r["end_reason"] == "complete" and r["content_events"] == wire[f"ngx-keepalive-{k}"]["content_events"] \
             and r["output_tokens"] == 5, r
+    with open(bench_csv) as f:
+        bench_rows = list(csv.DictReader(f))
+    assert len(bench_rows) == 20 and all(b["request_id"] for b in bench_rows), bench_rows[:2]
+    for b in bench_rows:
+        r = rows.get(b["request_id"])
+        assert r and r["http_status"] == int(b["status"]) == 200 and r["output_tokens"] == 8 and \
+            r["content_events"] >= 1, (b, r)
     dis = rows["ngx-disconnect"]
     assert dis["end_reason"] == "client_closed" and dis["content_events"] >= 1 and \
         dis["content_events"] == wire["ngx-disconnect"]["content_events"], (dis, wire.get("ngx-disconnect"))
@@ -526,12 +543,13 @@ def test_agent_http_port_follows_a_restart():
     second.stop()
 
 
-def test_agent_http_kpi_bench_matches_the_trace():
-    """kpi-bench --url drives the Python server (chat and completions) traced
-    with --port: every request of its CSV has its row, joined on the
-    x-request-id the server answered with; the statuses are equal and the
-    client's TTFT is the server's plus the loopback and the client's own
-    parsing: never less, and within 1 ms."""
+def _bench_matches_the_trace(argv_of_port):
+    """kpi-bench --url drives a server (argv_of_port(port) runs it; chat and
+    completions) traced with --port: every request of its CSV has its row,
+    joined on the x-request-id the server answered with; the statuses and
+    content-event counts are equal and the client's TTFT is the server's plus
+    the loopback and the client's own parsing: never less, and within 1 ms at
+    p99 (one client thread on a shared 2-core machine can wait for a CPU)."""
     kpitest.require_root("kpi-agent")
     at.require_built(at.AGENT)
     bench = os.path.join(kpitest.BUILD, "kpi-bench")
@@ -539,7 +557,7 @@ def test_agent_http_kpi_bench_matches_the_trace():
     d = _tmp()
     db = os.path.join(d, "bench.db")
     port = kpitest.free_port()
-    srv = kpitest.Proc([sys.executable, SERVER, str(port), "--role-with-content"])
+    srv = kpitest.Proc(argv_of_port(port))
     srv.wait_line("listening on")
     agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
     assert "HTTP mode" in agent.wait_line(f"attached to pid {srv.pid}", timeout=60)
@@ -569,7 +587,23 @@ def test_agent_http_kpi_bench_matches_the_trace():
             assert int(b["status"]) == r["http_status"], (rid, b["status"], r["http_status"])
             assert r["content_events"] == int(b["completion_tokens"]) == 12, (rid, r["content_events"], b)
             client_ns, server_ns = float(b["ttft_ms"]) * 1e6, r["ttft_ns"]
-            assert server_ns <= client_ns <= server_ns + 1e6, (ep, rid, client_ns, server_ns)
+            assert server_ns <= client_ns, (ep, rid, client_ns, server_ns)
             diffs.append(client_ns - server_ns)
     diffs.sort()
-    print(f"     client - server TTFT, µs: p50 {diffs[len(diffs) // 2] / 1e3:.0f}, max {diffs[-1] / 1e3:.0f}")
+    p99 = diffs[int(0.99 * (len(diffs) - 1))]
+    print(f"     client - server TTFT, µs: p50 {diffs[len(diffs) // 2] / 1e3:.0f}, p99 {p99 / 1e3:.0f}, "
+          f"max {diffs[-1] / 1e3:.0f}")
+    assert p99 <= 1e6, diffs[-5:]
+
+
+def test_agent_http_kpi_bench_matches_the_trace():
+    """kpi-bench against the Python server (ThreadingHTTPServer)."""
+    _bench_matches_the_trace(lambda port: [sys.executable, SERVER, str(port), "--role-with-content"])
+
+
+def test_agent_http_kpi_bench_matches_the_trace_node():
+    """kpi-bench against the Node server (http.createServer)."""
+    node = shutil.which("node") or shutil.which("nodejs")
+    if not node:
+        raise kpitest.Skip("node is not installed (make deps installs it)")
+    _bench_matches_the_trace(lambda port: [node, SERVER_JS, str(port), "--role-with-content"])

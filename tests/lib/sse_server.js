@@ -1,18 +1,25 @@
 // sse_server.js - the Node twin of sse_server.py for the HTTP path's tests:
 // http.createServer, a chat completion streamed chunked with res.write per
-// event (x-test-mode: packed = three events a write, split = each event in
-// two writes), /status/NNN answers NNN. Run: node sse_server.js PORT.
+// event (a text completion, choices[].text, on /v1/completions; x-test-mode:
+// packed = three events a write, split = each event in two writes),
+// /status/NNN answers NNN. A request without x-request-id gets one of the
+// server's (srv-N) in the response. Run: node sse_server.js PORT
+// [--role-with-content] (a chat stream's role rides on its first content
+// event, as llama.cpp's server sends it).
 'use strict';
 const http = require('http');
 
 const port = parseInt(process.argv[2], 10);
+const roleWithContent = process.argv.includes('--role-with-content');
+let nextId = 1;
+const requestId = (req) => req.headers['x-request-id'] || (req.headers['x-request-id'] = 'srv-' + nextId++);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const sse = (o) => 'data: ' + (typeof o === 'string' ? o : JSON.stringify(o)) + '\n\n';
 
 function plain(req, res, status, body) {
   const data = JSON.stringify(body);
   const h = { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(data) };
-  if (req.headers['x-request-id']) h['x-request-id'] = req.headers['x-request-id'];
+  h['x-request-id'] = requestId(req);
   res.writeHead(status, h);
   res.end(data);
 }
@@ -21,19 +28,24 @@ async function stream(req, res, body) {
   const n = body.max_tokens || 8;
   const mode = req.headers['x-test-mode'] || 'event';
   const gap = parseFloat(req.headers['x-test-gap-ms'] || '2');
-  const id = 'chatcmpl-test';
-  const ev = [sse({ id, object: 'chat.completion.chunk',
-                    choices: [{ index: 0, delta: { role: 'assistant', content: '' } }] })];
-  for (let i = 0; i < n; i++)
-    ev.push(sse({ id, object: 'chat.completion.chunk',
-                  choices: [{ index: 0, delta: { content: ' tok' + i }, finish_reason: null }] }));
-  ev.push(sse({ id, object: 'chat.completion.chunk',
-                choices: [{ index: 0, delta: {}, finish_reason: 'length' }] }));
-  ev.push(sse({ id, object: 'chat.completion.chunk', choices: [],
+  const text = req.url.split('?')[0] === '/v1/completions';
+  const id = text ? 'cmpl-test' : 'chatcmpl-test';
+  const object = text ? 'text_completion' : 'chat.completion.chunk';
+  const role = { role: 'assistant' };
+  const ev = text || roleWithContent ? []
+    : [sse({ id, object, choices: [{ index: 0, delta: { ...role, content: '' } }] })];
+  for (let i = 0; i < n; i++) {
+    const choice = text ? { index: 0, text: ' tok' + i, finish_reason: null }
+      : { index: 0, delta: { ...(roleWithContent && i === 0 ? role : {}), content: ' tok' + i },
+          finish_reason: null };
+    ev.push(sse({ id, object, choices: [choice] }));
+  }
+  ev.push(sse({ id, object, choices: [text ? { index: 0, text: '', finish_reason: 'length' }
+    : { index: 0, delta: {}, finish_reason: 'length' }] }));
+  ev.push(sse({ id, object, choices: [],
                 usage: { prompt_tokens: 5, completion_tokens: n, total_tokens: 5 + n } }));
   ev.push(sse('[DONE]'));
-  const h = { 'Content-Type': 'text/event-stream' };
-  if (req.headers['x-request-id']) h['x-request-id'] = req.headers['x-request-id'];
+  const h = { 'Content-Type': 'text/event-stream', 'x-request-id': requestId(req) };
   res.writeHead(200, h);
   res.flushHeaders();
   let gone = false;
