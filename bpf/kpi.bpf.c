@@ -142,6 +142,18 @@ struct {
 	__type(value, struct sys_arg);
 } sys_args SEC(".maps");
 
+/* pid_tgid -> the SSL_read/SSL_write the thread is in (struct kpi_tls_call):
+ * written at the call's entry by bpf/kpi_tls.bpf.c, which the agent loads
+ * with this map shared and attaches to targets that map libssl.  The reads
+ * and writes made inside the call name its socket and its times; their
+ * ciphertext is not sent.  LRU: a thread that dies in a call never returns. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct kpi_tls_call);
+} tls_calls SEC(".maps");
+
 /* The same in the thread's own storage where the kernel has task storage
  * (sys_in_task): no hash insert and delete per syscall, and nothing to age
  * out when a thread dies. kind 0: no syscall in progress. */
@@ -755,8 +767,36 @@ static __always_inline void payload_iov(struct kpi_ev_payload *e, __u64 iov, __u
 /* A read or write of an HTTP-mode target returned ret: its bytes go to the
  * agent's HTTP tracker.  Reads are timed at their exit (and carry the first
  * unread segment's arrival), writes at their entry, as in USDT mode. */
+/* A read or write that moved bytes inside an SSL call: it names the call's
+ * socket (the first one it touches) and times it, its ciphertext is dropped
+ * (the call's return sends the plaintext). */
+static __always_inline void tls_note(struct kpi_tls_call *tc, const struct sys_arg *a,
+				     struct kpi_conn *c, __u64 now)
+{
+	struct sk_state *s;
+
+	if (tc->fd == -1)
+		tc->fd = a->fd;
+	if (tc->fd != a->fd || (a->kind == SYS_READ) != (tc->dir == KPI_PAYLOAD_IN))
+		return;
+	if (a->kind != SYS_READ) {
+		if (!tc->t_io)
+			tc->t_io = a->ts;
+		return;
+	}
+	tc->t_io = now;
+	s = bpf_map_lookup_elem(&socks, &c->sk);
+	if (s) {
+		if (!tc->t_seg && s->first_ts && s->first_ts <= now)
+			tc->t_seg = s->first_ts;
+		tc->srtt_us = s->srtt_us;
+		s->first_ts = 0;
+	}
+}
+
 static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long ret)
 {
+	__u64 pt = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns(), key = conn_key(tgid, a->fd);
 	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
 	struct payload_scratch *sc;
@@ -764,10 +804,15 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 	struct sk_state *s;
 	__u32 zero = 0;
 
+	struct kpi_tls_call *tc = bpf_map_lookup_elem(&tls_calls, &pt);
+
 	if (!c)
 		c = conn_add(key, a->fd, true);
-	if (!c || !c->is_sock)
+	if (!c || !c->is_sock) {
+		if (tc && tc->fd == -1)
+			tc->fd = -2;    /* an SSL call on a socket it did not accept */
 		return;
+	}
 	if (ret == 0 && a->kind == SYS_READ) {
 		http_close_send(tgid, a->fd, KPI_CLOSE_BY_CLIENT);      /* EOF */
 		return;
@@ -778,6 +823,10 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 	}
 	if (ret <= 0)
 		return;
+	if (tc) {
+		tls_note(tc, a, c, now);
+		return;
+	}
 	sc = bpf_map_lookup_elem(&payload_buf, &zero);
 	if (!sc)
 		return;
