@@ -159,6 +159,8 @@ bool agent_tls_readable(void *ctx, uint32_t pid)
 		t = target_add(g, pid);
 	if (!t)
 		return false;
+	if (t->state == TLS_NO_LIB && !t->reported)
+		target_check(g, t);     /* a libssl opened since the last look */
 	if (t->state == TLS_PROBED)
 		return true;
 	if (t->reported)
