@@ -10,3 +10,4 @@ $(OBJ)/agent/gpu.o $(OBJ)/agent/cost.o: $(BUILD)/include/kpi_cupti.skel.h
 # loaded by agent/tls.c on the main object's maps.
 $(OBJ)/agent/tls.o: $(BUILD)/include/kpi_tls.skel.h
 .SECONDARY: $(BUILD)/bpf/kpi_tls.bpf.o
+$(BUILD)/bpf/kpi.bpf.o $(BUILD)/bpf/kpi_tls.bpf.o: bpf/kpi_maps.bpf.h

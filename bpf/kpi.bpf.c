@@ -7,6 +7,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/usdt.bpf.h>
 #include "kpi_event.h"
+#include "kpi_maps.bpf.h"
 
 #define S_IFMT   0170000
 #define S_IFSOCK 0140000
@@ -21,27 +22,8 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* ---- maps ------------------------------------------------------------- */
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);   /* resized from --ringbuf-mb */
-} events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, KPI_CNT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
-
-/* tgid -> the processes we trace (struct kpi_target): written by the agent
- * for a process it finds in /proc, by kpi_proc_exec at the exec of a traced
- * executable; removed by kpi_proc_exit and by the agent. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, KPI_MAX_TARGETS);
-	__type(key, __u32);
-	__type(value, struct kpi_target);
-} targets SEC(".maps");
+/* events, counters, targets and tls_calls are in kpi_maps.bpf.h: kpi_tls.bpf.c
+ * is loaded on them. */
 
 /* Inode number of an executable -> the state a process gets at its exec
  * (enum kpi_target_state): TRACED once the agent attached the file's USDT
@@ -142,18 +124,6 @@ struct {
 	__type(value, struct sys_arg);
 } sys_args SEC(".maps");
 
-/* pid_tgid -> the SSL_read/SSL_write the thread is in (struct kpi_tls_call):
- * written at the call's entry by bpf/kpi_tls.bpf.c, which the agent loads
- * with this map shared and attaches to targets that map libssl.  The reads
- * and writes made inside the call name its socket and its times; their
- * ciphertext is not sent.  LRU: a thread that dies in a call never returns. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct kpi_tls_call);
-} tls_calls SEC(".maps");
-
 /* The same in the thread's own storage where the kernel has task storage
  * (sys_in_task): no hash insert and delete per syscall, and nothing to age
  * out when a thread dies. kind 0: no syscall in progress. */
@@ -191,13 +161,6 @@ struct runq_by {
 };
 
 /* ---- helpers ---------------------------------------------------------- */
-
-static __always_inline void count(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
-	if (v)
-		(*v)++;
-}
 
 static __always_inline bool is_target(__u32 tgid)
 {

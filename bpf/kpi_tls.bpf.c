@@ -10,37 +10,9 @@
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
-#include "kpi_event.h"
+#include "kpi_maps.bpf.h"
 
 char LICENSE[] SEC("license") = "GPL";
-
-/* ---- maps shared with kpi.bpf.c (same definitions, reused fds) ---------- */
-
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);
-} events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, KPI_CNT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, KPI_MAX_TARGETS);
-	__type(key, __u32);
-	__type(value, struct kpi_target);
-} targets SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, 16384);
-	__type(key, __u64);
-	__type(value, struct kpi_tls_call);
-} tls_calls SEC(".maps");
 
 /* ---- this object's own ----------------------------------------------------- */
 
@@ -69,13 +41,6 @@ struct {
 
 /* Wake the agent only once this much is waiting (the agent writes kpi.bpf.c's). */
 const volatile __u64 wakeup_bytes = 0;
-
-static __always_inline void count(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
-	if (v)
-		(*v)++;
-}
 
 /* ---- the calls --------------------------------------------------------------- */
 

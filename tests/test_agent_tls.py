@@ -5,10 +5,11 @@ through its SSL_read/SSL_write uprobes, and every row is checked against a
 tcpdump capture of nginx's port, where the TLS records time the exchange.
 A Node https server (OpenSSL linked into the executable) is reported as not
 readable, with its connections counted."""
-import http.client, json, os, shutil, socket, sqlite3, ssl, subprocess, threading, time
+import http.client, json, os, shutil, sqlite3, ssl, threading, time
 
 import kpitest
 import agenttest as at
+import nginxtest
 import pcaptest
 
 SERVER = os.path.join(kpitest.ROOT, "tests", "lib", "sse_server.py")
@@ -39,17 +40,6 @@ def _client_ctx(max_version=None):
     return ctx
 
 
-def _wait_port(port, proc):
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return
-        except OSError:
-            assert time.monotonic() < deadline and proc.p.poll() is None, proc.drain()
-            time.sleep(0.05)
-
-
 def _content_events(body):
     return sum(pcaptest.is_content_event(e) for e in body.replace(b"\r\n", b"\n").split(b"\n\n"))
 
@@ -59,14 +49,6 @@ def _meta(db, key):
     try:
         r = c.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return int(r[0]) if r else 0
-    finally:
-        c.close()
-
-
-def _mono_to_wall(db):
-    c = sqlite3.connect(db)
-    try:
-        return c.execute("SELECT mono_to_wall_ns FROM agent_runs").fetchone()[0]
     finally:
         c.close()
 
@@ -118,47 +100,6 @@ def _load(port, got, lock):
     cl.c.close()
 
 
-def _stats_us(diffs):
-    a = [abs(d) / 1e3 for d in diffs]
-    return {"n": len(a), "p50": round(at.pct(a, 50), 1), "p99": round(at.pct(a, 99), 1),
-            "max": round(max(a), 1) if a else 0}
-
-
-NGINX_TLS_CONF = """worker_processes 2;
-pid {d}/nginx.pid;
-error_log {d}/error.log;
-events {{ worker_connections 256; }}
-http {{
-    access_log off;
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    upstream backend {{ server 127.0.0.1:{upstream}; keepalive 8; }}
-    server {{
-        listen 127.0.0.1:{port} ssl;
-        ssl_certificate {crt};
-        ssl_certificate_key {key};
-        ssl_protocols TLSv1.2 TLSv1.3;
-        location / {{
-            proxy_pass http://backend;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-        }}
-    }}
-}}
-"""
-
-
-def _nginx():
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
-    if not nginx:
-        raise kpitest.Skip("nginx is not installed (make deps installs it)")
-    return nginx
-
-
 def test_agent_tls_nginx_terminating():
     """nginx terminates TLS (1.2 from Python's ssl, timed on the wire; 1.3 from
     curl) in front of a plain HTTP streaming server: nginx's inbound requests
@@ -168,7 +109,7 @@ def test_agent_tls_nginx_terminating():
     kpitest.require_root("kpi-agent")
     pcaptest.require()
     at.require_built(at.AGENT)
-    nginx = _nginx()
+    nginxtest.find()
     if not shutil.which("curl"):
         raise kpitest.Skip("curl is not installed")
     d = _tmp()
@@ -177,11 +118,7 @@ def test_agent_tls_nginx_terminating():
     backend = kpitest.Proc(["python3", SERVER, str(up)])
     backend.wait_line("listening on")
     port = kpitest.free_port()
-    conf = os.path.join(d, "nginx.conf")
-    with open(conf, "w") as f:
-        f.write(NGINX_TLS_CONF.format(d=d, upstream=up, port=port, crt=crt, key=key))
-    ng = kpitest.Proc([nginx, "-c", conf, "-g", "daemon off;"])
-    _wait_port(port, ng)
+    ng = nginxtest.start(d, port, up, workers=2, cert=(crt, key))
     db = os.path.join(d, "tls.db")
     agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
     agent.wait_line("HTTP mode", timeout=60)
@@ -225,7 +162,7 @@ def test_agent_tls_nginx_terminating():
     assert _meta(db, "loss_tls_unreadable_total") == 0
 
     wire = pcaptest.tls12_exchanges(pcap, port)
-    off = _mono_to_wall(db)
+    off = at.mono_to_wall(db)
     arrive, done = [], []
     for g in got:
         xs = wire.get(g["cport"], [])
@@ -233,7 +170,7 @@ def test_agent_tls_nginx_terminating():
         x, r = xs[g["index"]], rows[g["rid"]]
         arrive.append((r["t_arrive_ns"] + off - x["t_first_byte"], g["rid"]))
         done.append((r["t_done_ns"] + off - x["t_last_byte"], g["rid"]))
-    m = {"t_arrive": _stats_us([v for v, _ in arrive]), "t_done": _stats_us([v for v, _ in done])}
+    m = {"t_arrive": at.stats_us([v for v, _ in arrive]), "t_done": at.stats_us([v for v, _ in done])}
     for name, v in (("t_arrive", arrive), ("t_done", done)):
         worst = sorted(v, key=lambda p: -abs(p[0]))[:3]
         print(f"     worst {name}: " + ", ".join(f"{rid} {d / 1e3:+.1f} µs" for d, rid in worst))

@@ -280,3 +280,4 @@ def tls12_exchanges(path, server_port):
                 xs[-1]["t_last_byte"] = t1
         out[cport] = xs
     return out
+
