@@ -10,6 +10,7 @@
 #include "kpi.skel.h"
 #include "kpi_tls.skel.h"
 #include "bpf/kpi_event.h"
+#include "host.h"
 #include "targets.h"
 #include "tls.h"
 
@@ -61,6 +62,7 @@ static int target_attach(struct agent_tls *g, struct tls_target *t)
 		g->skel->progs.kpi_ssl_ret, g->skel->progs.kpi_ssl_ret,
 		g->skel->progs.kpi_ssl_ret_ex, g->skel->progs.kpi_ssl_ret_ex,
 	};
+	uint64_t t0 = host_mono_ns();
 	int n_ex = 0;
 
 	for (int i = 0; i < N_FUNCS; i++) {
@@ -82,8 +84,8 @@ static int target_attach(struct agent_tls *g, struct tls_target *t)
 		target_unlink(t);
 		return -1;
 	}
-	printf("TLS: pid %d: SSL_read/SSL_write%s uprobes on %s\n", t->pid,
-	       n_ex == 2 ? " (and their _ex)" : "", t->lib);
+	printf("TLS: pid %d: SSL_read/SSL_write%s uprobes on %s (%.1f ms)\n", t->pid,
+	       n_ex == 2 ? " (and their _ex)" : "", t->lib, (double)(host_mono_ns() - t0) / 1e6);
 	return 0;
 }
 
@@ -126,10 +128,12 @@ void agent_tls_sync(struct agent_tls *g, const uint32_t *pids, int n, bool reche
 		return;
 	for (int i = 0; i < g->n_t; i++)
 		g->t[i].listed = false;
+	/* a pid reused by another process is told by its start time, read on
+	 * the rescan's clock only (a /proc read per target) */
 	for (int k = 0; k < n; k++) {
 		struct tls_target *t = target_find(g, pids[k]);
-		if (t && target_start_time(t->pid) == t->start_time)
-			t->listed = true;
+		if (t)
+			t->listed = !recheck || target_start_time(t->pid) == t->start_time;
 	}
 	for (int i = g->n_t - 1; i >= 0; i--)
 		if (!g->t[i].listed) {

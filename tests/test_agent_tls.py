@@ -174,6 +174,7 @@ def test_agent_tls_nginx_terminating():
     for name, v in (("t_arrive", arrive), ("t_done", done)):
         worst = sorted(v, key=lambda p: -abs(p[0]))[:3]
         print(f"     worst {name}: " + ", ".join(f"{rid} {d / 1e3:+.1f} µs" for d, rid in worst))
+    print("     " + "; ".join(l for l in agent.lines if l.startswith("TLS")))
     print(f"     nginx TLS: agent - wire, µs (|diff|): {m}")
     for k, v in m.items():
         assert v["n"] == len(got) and v["p99"] <= WIRE_P99_US, (k, v)
