@@ -73,13 +73,15 @@ class _Client:
         return got
 
 
-def _load(port, got, lock):
-    """TLS 1.2 keep-alive connections streaming chat completions (one write
-    per event, packed, split), and an error status."""
+def _load(port, workers=3, conns=3):
+    """TLS 1.2 keep-alive connections (conns per worker thread, 4 requests
+    each) streaming chat completions (one write per event, packed, split),
+    and an error status: what each client got."""
     ctx = _client_ctx(ssl.TLSVersion.TLSv1_2)
+    got, lock = [], threading.Lock()
 
     def worker(w):
-        for c_i in range(3):
+        for c_i in range(conns):
             cl = _Client(port, ctx)
             for i in range(4):
                 mode = ("event", "packed", "split")[(i + w) % 3]
@@ -90,7 +92,7 @@ def _load(port, got, lock):
                 with lock:
                     got.append(g)
             cl.c.close()
-    ts = [threading.Thread(target=worker, args=(w,)) for w in range(3)]
+    ts = [threading.Thread(target=worker, args=(w,)) for w in range(workers)]
     for t in ts:
         t.start()
     for t in ts:
@@ -98,6 +100,47 @@ def _load(port, got, lock):
     cl = _Client(port, ctx)
     got.append(cl.post("/status/404", "tls-status-404", {"model": "x"}))
     cl.c.close()
+    return got
+
+
+def _check_rows(rows, got, db, agent):
+    """Every request a row with what its client saw; no ciphertext parsed."""
+    problems = []
+    for g in got:
+        r = rows.get(g["rid"])
+        if r is None:
+            problems.append(f"{g['rid']}: no row")
+        elif (r["http_status"], r["content_events"], r["source"]) != (g["status"], g["events"], "http"):
+            problems.append(f"{g['rid']}: status {r['http_status']}/{g['status']}, events "
+                            f"{r['content_events']}/{g['events']}, source {r['source']}")
+        elif g.get("path") and r["path"] != g["path"]:
+            problems.append(f"{g['rid']}: path {r['path']}/{g['path']}")
+    assert not problems, (problems[:10], agent.lines[-15:])
+    assert _meta(db, "loss_http_unsynced_total") == 0, ("ciphertext reached the HTTP parser",
+                                                        agent.lines[-12:])
+    assert _meta(db, "loss_tls_unreadable_total") == 0
+
+
+def _against_the_wire(rows, got, pcap, port, db, agent, name):
+    """t_arrive and t_done of each TLS 1.2 request against the capture's TLS
+    records (matched by the client's port and the request's place on it)."""
+    wire = pcaptest.tls12_exchanges(pcap, port)
+    off = at.mono_to_wall(db)
+    arrive, done = [], []
+    for g in got:
+        xs = wire.get(g["cport"], [])
+        assert g["index"] < len(xs), (g, len(xs))
+        x, r = xs[g["index"]], rows[g["rid"]]
+        arrive.append((r["t_arrive_ns"] + off - x["t_first_byte"], g["rid"]))
+        done.append((r["t_done_ns"] + off - x["t_last_byte"], g["rid"]))
+    m = {"t_arrive": at.stats_us([v for v, _ in arrive]), "t_done": at.stats_us([v for v, _ in done])}
+    for what, v in (("t_arrive", arrive), ("t_done", done)):
+        worst = sorted(v, key=lambda p: -abs(p[0]))[:3]
+        print(f"     worst {what}: " + ", ".join(f"{rid} {d / 1e3:+.1f} µs" for d, rid in worst))
+    print("     " + "; ".join(l for l in agent.lines if l.startswith("TLS")))
+    print(f"     {name}: agent - wire, µs (|diff|): {m}")
+    for k, v in m.items():
+        assert v["n"] == len(got) and v["p99"] <= WIRE_P99_US, (k, v)
 
 
 def test_agent_tls_nginx_terminating():
@@ -129,8 +172,7 @@ def test_agent_tls_nginx_terminating():
         assert time.monotonic() < deadline, agent.lines[-20:]
         time.sleep(0.1)
     cap = pcaptest.Capture([port])
-    got, lock = [], threading.Lock()
-    _load(port, got, lock)
+    got = _load(port)
     curl = []
     for i in range(4):
         rid = f"tls13-{i}"
@@ -146,38 +188,35 @@ def test_agent_tls_nginx_terminating():
     ng.stop()
     backend.stop()
     rows = at.rows(db)
-    problems = []
-    for g in got + curl:
-        r = rows.get(g["rid"])
-        if r is None:
-            problems.append(f"{g['rid']}: no row")
-        elif (r["http_status"], r["content_events"], r["source"]) != (g["status"], g["events"], "http"):
-            problems.append(f"{g['rid']}: status {r['http_status']}/{g['status']}, events "
-                            f"{r['content_events']}/{g['events']}, source {r['source']}")
-        elif g.get("path") and r["path"] != g["path"]:
-            problems.append(f"{g['rid']}: path {r['path']}/{g['path']}")
-    assert not problems, (problems[:10], agent.lines[-15:])
+    _check_rows(rows, got + curl, db, agent)
     assert all(not rid.startswith("http-") for rid in rows), "rows from nginx's upstream side"
-    assert _meta(db, "loss_http_unsynced_total") == 0, ("ciphertext reached the HTTP parser", agent.lines[-12:])
-    assert _meta(db, "loss_tls_unreadable_total") == 0
+    _against_the_wire(rows, got, pcap, port, db, agent, "nginx TLS")
 
-    wire = pcaptest.tls12_exchanges(pcap, port)
-    off = at.mono_to_wall(db)
-    arrive, done = [], []
-    for g in got:
-        xs = wire.get(g["cport"], [])
-        assert g["index"] < len(xs), (g, len(xs))
-        x, r = xs[g["index"]], rows[g["rid"]]
-        arrive.append((r["t_arrive_ns"] + off - x["t_first_byte"], g["rid"]))
-        done.append((r["t_done_ns"] + off - x["t_last_byte"], g["rid"]))
-    m = {"t_arrive": at.stats_us([v for v, _ in arrive]), "t_done": at.stats_us([v for v, _ in done])}
-    for name, v in (("t_arrive", arrive), ("t_done", done)):
-        worst = sorted(v, key=lambda p: -abs(p[0]))[:3]
-        print(f"     worst {name}: " + ", ".join(f"{rid} {d / 1e3:+.1f} µs" for d, rid in worst))
-    print("     " + "; ".join(l for l in agent.lines if l.startswith("TLS")))
-    print(f"     nginx TLS: agent - wire, µs (|diff|): {m}")
-    for k, v in m.items():
-        assert v["n"] == len(got) and v["p99"] <= WIRE_P99_US, (k, v)
+
+def test_agent_tls_python_server():
+    """A Python https server (the ssl module: libssl opened at its import,
+    SSL_read_ex / SSL_write_ex) traced by --port, against the capture."""
+    kpitest.require_root("kpi-agent")
+    pcaptest.require()
+    at.require_built(at.AGENT)
+    d = _tmp()
+    crt, key = _cert(d)
+    port = kpitest.free_port()
+    srv = kpitest.Proc(["python3", SERVER, str(port), "--tls", crt, key])
+    srv.wait_line("listening on")
+    db = os.path.join(d, "py.db")
+    agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
+    line = agent.wait_line(f"TLS: pid {srv.pid}", timeout=30)
+    assert "_ex" in line, line
+    cap = pcaptest.Capture([port])
+    got = _load(port, workers=2, conns=2)
+    pcap = cap.stop()
+    time.sleep(0.3)
+    assert agent.stop() == 0, agent.lines[-20:]
+    srv.stop()
+    rows = at.rows(db)
+    _check_rows(rows, got, db, agent)
+    _against_the_wire(rows, got, pcap, port, db, agent, "Python TLS")
 
 
 NODE_HTTPS = """
