@@ -727,9 +727,6 @@ static __always_inline void payload_iov(struct kpi_ev_payload *e, __u64 iov, __u
 		payload_send(e, 0, w.left);    /* not captured: a gap for the tracker */
 }
 
-/* A read or write of an HTTP-mode target returned ret: its bytes go to the
- * agent's HTTP tracker.  Reads are timed at their exit (and carry the first
- * unread segment's arrival), writes at their entry, as in USDT mode. */
 /* A read or write that moved bytes inside an SSL call: it names the call's
  * socket (the first one it touches) and times it, its ciphertext is dropped
  * (the call's return sends the plaintext). */
@@ -757,17 +754,20 @@ static __always_inline void tls_note(struct kpi_tls_call *tc, const struct sys_a
 	}
 }
 
+/* A read or write of an HTTP-mode target returned ret: its bytes go to the
+ * agent's HTTP tracker.  Reads are timed at their exit (and carry the first
+ * unread segment's arrival), writes at their entry, as in USDT mode.
+ * Inside an SSL call they only name and time it (tls_note). */
 static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long ret)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns(), key = conn_key(tgid, a->fd);
 	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
+	struct kpi_tls_call *tc = bpf_map_lookup_elem(&tls_calls, &pt);
 	struct payload_scratch *sc;
 	struct kpi_ev_payload *e;
 	struct sk_state *s;
 	__u32 zero = 0;
-
-	struct kpi_tls_call *tc = bpf_map_lookup_elem(&tls_calls, &pt);
 
 	if (!c)
 		c = conn_add(key, a->fd, true);
