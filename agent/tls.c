@@ -3,10 +3,14 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include "kpi.skel.h"
 #include "kpi_tls.skel.h"
 #include "bpf/kpi_event.h"
@@ -28,6 +32,7 @@ struct tls_target {
 	unsigned long long start_time;
 	enum tls_state state;
 	bool reported;                  /* 'TLS not readable' said */
+	bool exe_checked;               /* its executable was looked at for OpenSSL */
 	bool listed;                    /* in the last sync's list */
 	struct bpf_link *links[2 * N_FUNCS];
 	char lib[PATH_MAX];
@@ -89,11 +94,63 @@ static int target_attach(struct agent_tls *g, struct tls_target *t)
 	return 0;
 }
 
-/* Looks for libssl in t's maps, attaches when it is there. */
+/* Whether the ELF file at path has a symbol called name (in .dynsym or .symtab). */
+static bool elf_has_symbol(const char *path, const char *name)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	Elf_Scn *scn = NULL;
+	bool found = false;
+	Elf *e;
+
+	if (fd < 0)
+		return false;
+	elf_version(EV_CURRENT);
+	e = elf_begin(fd, ELF_C_READ_MMAP, NULL);
+	while (e && !found && (scn = elf_nextscn(e, scn))) {
+		GElf_Shdr sh;
+		Elf_Data *d;
+		if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_DYNSYM && sh.sh_type != SHT_SYMTAB) ||
+		    !sh.sh_entsize || !(d = elf_getdata(scn, NULL)))
+			continue;
+		for (size_t i = 0; i < sh.sh_size / sh.sh_entsize && !found; i++) {
+			GElf_Sym sym;
+			const char *n;
+			found = gelf_getsym(d, (int)i, &sym) && sym.st_value &&
+				(n = elf_strptr(e, sh.sh_link, sym.st_name)) && !strcmp(n, name);
+		}
+	}
+	elf_end(e);
+	close(fd);
+	return found;
+}
+
+/* Says once why pid's TLS is not read. */
+static void say_unreadable(struct agent_tls *g, struct tls_target *t, const char *why)
+{
+	char comm[32];
+
+	if (t->reported)
+		return;
+	t->reported = true;
+	g->n_unreadable++;
+	target_comm(t->pid, comm, sizeof(comm));
+	printf("TLS not readable: pid %d (%s) %s; its TLS connections are counted as "
+	       "tls_unreadable and have no rows\n", t->pid, comm, why);
+}
+
+/* Looks for libssl in t's maps, attaches when it is there.  An executable
+ * that has OpenSSL in it (Node) is named at once, before any connection. */
 static void target_check(struct agent_tls *g, struct tls_target *t)
 {
+	char exe[64];
+
 	if (target_lib_path(t->pid, TLS_LIB_NAME, t->lib, sizeof(t->lib))) {
 		t->state = TLS_NO_LIB;
+		snprintf(exe, sizeof(exe), "/proc/%d/exe", t->pid);
+		if (!t->exe_checked && elf_has_symbol(exe, "SSL_read"))
+			say_unreadable(g, t, "has OpenSSL linked into its executable (it has SSL_read) "
+				       "and maps no libssl");
+		t->exe_checked = true;
 		return;
 	}
 	t->state = target_attach(g, t) ? TLS_FAILED : TLS_PROBED;
@@ -153,7 +210,6 @@ bool agent_tls_readable(void *ctx, uint32_t pid)
 {
 	struct agent_tls *g = ctx;
 	struct tls_target *t;
-	char comm[32] = "?";
 
 	if (!g)
 		return false;
@@ -167,15 +223,8 @@ bool agent_tls_readable(void *ctx, uint32_t pid)
 		target_check(g, t);     /* a libssl opened since the last look */
 	if (t->state == TLS_PROBED)
 		return true;
-	if (t->reported)
-		return false;
-	t->reported = true;
-	g->n_unreadable++;
-	target_comm(t->pid, comm, sizeof(comm));
-	printf("TLS not readable: pid %d (%s) %s; its TLS connections are counted as "
-	       "tls_unreadable and have no rows\n", t->pid, comm,
-	       t->state == TLS_NO_LIB ? "has TLS connections but maps no libssl (TLS linked into "
-	       "the executable, as Node's is)" : "could not be probed in its libssl");
+	say_unreadable(g, t, t->state == TLS_NO_LIB ? "has TLS connections but maps no libssl "
+		       "(TLS linked into the executable, or another TLS library)" : "could not be probed in its libssl");
 	return false;
 }
 

@@ -229,8 +229,8 @@ https.createServer({ key: fs.readFileSync(process.argv[3]), cert: fs.readFileSyn
 
 def test_agent_tls_node_not_readable():
     """Node's OpenSSL is inside the node executable: no libssl to probe.  The
-    agent says so once, counts each TLS connection as tls_unreadable, and
-    parses none of its ciphertext."""
+    agent says so once, at the attach (the executable has SSL_read), counts
+    each TLS connection as tls_unreadable, and parses none of its ciphertext."""
     kpitest.require_root("kpi-agent")
     at.require_built(at.AGENT)
     node = shutil.which("node") or shutil.which("nodejs")
@@ -247,6 +247,9 @@ def test_agent_tls_node_not_readable():
     db = os.path.join(d, "node.db")
     agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
     agent.wait_line(f"attached to pid {srv.pid}", timeout=60)
+    # named at the attach, from its executable, before any connection
+    line = agent.wait_line("TLS not readable", timeout=10)
+    assert f"pid {srv.pid} (node)" in line and "linked into its executable" in line, line
     ctx = _client_ctx()
     n = 3
     for i in range(n):
@@ -254,8 +257,6 @@ def test_agent_tls_node_not_readable():
         c.request("POST", "/v1/chat/completions", body="{}", headers={"x-request-id": f"node-{i}"})
         assert c.getresponse().read() == b"ok\n"
         c.close()
-    line = agent.wait_line("TLS not readable", timeout=10)
-    assert f"pid {srv.pid} (node)" in line, line
     time.sleep(0.3)
     assert agent.stop() == 0, agent.lines[-20:]
     srv.stop()
