@@ -8,6 +8,7 @@
 #include <uthash.h>
 #include "assemble.h"
 #include "http_path.h"
+#include "targets.h"
 #include "abi/kpi_reasons.h"
 #include "schema/pct.h"
 
@@ -143,6 +144,12 @@ int assemble_add_sink(struct assembler *a, const struct kpi_sink *sink)
 	return 0;
 }
 
+void assemble_set_tls_query(struct assembler *a, bool (*readable)(void *ctx, uint32_t pid),
+			    void *ctx)
+{
+	http_path_set_tls(a->http, (struct http_tls_query){ readable, ctx });
+}
+
 void assemble_stats(const struct assembler *a, struct assemble_stats *out)
 {
 	*out = a->st;
@@ -154,6 +161,8 @@ void assemble_losses(struct assembler *a, struct kpi_loss_record *l)
 	l->total[KPI_LOSS_CLAMPED] = a->st.clamped;
 	l->total[KPI_LOSS_BEFORE_ATTACH] = a->st.before_attach;
 	l->total[KPI_LOSS_HTTP_UNSYNCED] = http_path_stats(a->http)->unsynced;
+	l->total[KPI_LOSS_TLS_UNREADABLE] = http_path_tls_stats(a->http)->unreadable +
+					    http_path_tls_stats(a->http)->unplaced;
 	for (int i = 0; i < a->n_sinks; i++)
 		if (a->sinks[i].losses)
 			a->sinks[i].losses(a->sinks[i].ctx, l);
@@ -537,23 +546,6 @@ static void on_step_end(struct assembler *a, const struct kpi_ev_step_end *e)
 	HASH_DEL(a->steps, s);
 	free(s);
 }
-/* The name of process pid, for the raw_tp flavour's RUNQ_BY events, which
- * carry no comm: read once per process and sample, within a flush interval of
- * the wait; "?" when the process has exited since. */
-static void proc_comm(uint32_t pid, char *out, size_t len)
-{
-	char path[32];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "/proc/%u/comm", pid);
-	snprintf(out, len, "?");
-	if (!(f = fopen(path, "re")))
-		return;
-	if (fgets(out, (int)len, f))
-		out[strcspn(out, "\n")] = 0;
-	fclose(f);
-}
-
 static void runq_by_add(struct pidstate *ps, uint32_t pid, const char *comm, uint64_t ns)
 {
 	int i;
@@ -586,7 +578,9 @@ static void runq_by_add(struct pidstate *ps, uint32_t pid, const char *comm, uin
 		snprintf(ps->runq_by[i].comm, sizeof(ps->runq_by[i].comm), "%.*s",
 			 (int)sizeof(ps->runq_by[i].comm) - 1, comm);
 	else
-		proc_comm(pid, ps->runq_by[i].comm, sizeof(ps->runq_by[i].comm));
+		/* the raw_tp flavour's RUNQ_BY events carry no comm: read once per
+		 * process and sample, within a flush interval of the wait */
+		target_comm((pid_t)pid, ps->runq_by[i].comm, sizeof(ps->runq_by[i].comm));
 }
 
 static void on_runq_by(struct assembler *a, const struct kpi_ev_runq_by *e)
@@ -801,6 +795,7 @@ int assemble_event(struct assembler *a, const void *rec, size_t size)
 	case KPI_EV_RESP_END: on_resp_end(a, &e->resp_end); break;
 	case KPI_EV_CLOSE: on_close(a, &e->close); break;
 	case KPI_EV_PAYLOAD:
+	case KPI_EV_TLS_PAYLOAD:
 	case KPI_EV_HTTP_CLOSE:
 		if (http_path_event(a->http, e, size)) {
 			a->st.events--;

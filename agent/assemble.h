@@ -27,6 +27,10 @@ void assemble_forget_pid(struct assembler *a, uint32_t pid);
 /* Also ends HTTP exchanges fed nothing for a minute (http_path_expire). */
 void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 		     const struct kpi_runq *runq, int n, uint64_t drops);
+/* How the HTTP path asks whether a process's TLS is read (agent/tls.c's
+ * agent_tls_readable); unset, no TLS connection is. */
+void assemble_set_tls_query(struct assembler *a, bool (*readable)(void *ctx, uint32_t pid),
+			    void *ctx);
 /* Calls fn for every request in flight. */
 void assemble_foreach_inflight(struct assembler *a,
 			       void (*fn)(void *ctx, const struct kpi_inflight_record *r), void *ctx);
@@ -57,7 +61,7 @@ struct assemble_stats {
 };
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
 /* Fills in the causes the assembler counts (orphans, clamped, before_attach,
- * http_unsynced)
+ * http_unsynced, tls_unreadable)
  * and hands l to every sink. */
 void assemble_losses(struct assembler *a, struct kpi_loss_record *l);
 

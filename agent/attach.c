@@ -821,14 +821,25 @@ int attach_live_pids(const struct attach *at, uint32_t *pids, int max)
 	return n;
 }
 
-int attach_usdt_pids(const struct attach *at, uint32_t *pids, int max)
+/* The traced targets' pids, of one path (http) or the other. */
+static int pids_of_path(const struct attach *at, uint32_t *pids, int max, bool http)
 {
 	int n = 0;
 
 	for (int i = 0; i < at->n_targets && n < max; i++)
-		if (!at->targets[i].failed && !at->targets[i].http)
+		if (!at->targets[i].failed && at->targets[i].http == http)
 			pids[n++] = (uint32_t)at->targets[i].pid;
 	return n;
+}
+
+int attach_usdt_pids(const struct attach *at, uint32_t *pids, int max)
+{
+	return pids_of_path(at, pids, max, false);
+}
+
+int attach_http_pids(const struct attach *at, uint32_t *pids, int max)
+{
+	return pids_of_path(at, pids, max, true);
 }
 
 void attach_free(struct attach *at)

@@ -68,6 +68,8 @@ int attach_count(const struct attach *at);
 int attach_live_pids(const struct attach *at, uint32_t *pids, int max);
 /* Those of them traced through their USDT probes (not in HTTP mode). */
 int attach_usdt_pids(const struct attach *at, uint32_t *pids, int max);
+/* Those in HTTP mode. */
+int attach_http_pids(const struct attach *at, uint32_t *pids, int max);
 /* Destroys every link (targets' and global). */
 void attach_free(struct attach *at);
 

@@ -59,34 +59,6 @@ static uint64_t mono_ns(void)
 
 /* ---- finding the library ------------------------------------------------ */
 
-int gpu_lib_path(pid_t pid, char *buf, size_t len)
-{
-	char maps[64], line[PATH_MAX + 256];
-	int rc = -1;
-
-	snprintf(maps, sizeof(maps), "/proc/%d/maps", pid);
-	FILE *f = fopen(maps, "re");
-	if (!f)
-		return -1;
-	while (fgets(line, sizeof(line), f)) {
-		char *path = strchr(line, '/');
-		if (!path)
-			continue;
-		path[strcspn(path, "\n")] = 0;
-		const char *base = strrchr(path, '/') + 1;
-		if (strncmp(base, GPU_LIB_NAME, strlen(GPU_LIB_NAME)) || strstr(path, " (deleted)"))
-			continue;
-		/* the target may live in another mount namespace: go through its root */
-		if (access(path, R_OK) == 0)
-			rc = snprintf(buf, len, "%s", path) < (int)len ? 0 : -1;
-		else
-			rc = snprintf(buf, len, "/proc/%d/root%s", pid, path) < (int)len ? 0 : -1;
-		break;
-	}
-	fclose(f);
-	return rc;
-}
-
 /* ---- targets -------------------------------------------------------------- */
 
 static struct gpu_target *target_find(struct agent_gpu *g, uint32_t pid)
@@ -170,7 +142,7 @@ void agent_gpu_sync(struct agent_gpu *g, const pid_t *pids, int n)
 		if (target_find(g, (uint32_t)pids[k]))
 			continue;
 		char lib[PATH_MAX];
-		if (gpu_lib_path(pids[k], lib, sizeof(lib)))
+		if (target_lib_path(pids[k], GPU_LIB_NAME, lib, sizeof(lib)))
 			continue; /* no library (yet): looked for again at the next rescan */
 		if (g->n_t == GPU_MAX_TARGETS)
 			return;

@@ -31,8 +31,4 @@ int agent_gpu_flush(struct agent_gpu *g, uint64_t now, char *err, size_t errlen)
 void agent_gpu_summary(struct agent_gpu *g, char *buf, size_t len);
 void agent_gpu_close(struct agent_gpu *g);
 
-/* Path of libkpi_cupti.so as mapped by pid (from /proc/PID/maps), usable by
- * this process. Returns 0, or -1 when pid does not map it. */
-int gpu_lib_path(pid_t pid, char *buf, size_t len);
-
 #endif

@@ -20,6 +20,9 @@ struct http_conn {
 	uint32_t srtt_us;               /* at the last read that carried it */
 	uint64_t read_ts[SEG_RING], seg_ts[SEG_RING];
 	unsigned n_reads;               /* reads ever put in the ring */
+	bool seen;                      /* bytes came: the next ones are not its first */
+	bool tls;                       /* TLS: its plaintext comes from the SSL calls,
+					 * its socket bytes are ciphertext and not parsed */
 };
 
 struct http_path {
@@ -27,6 +30,8 @@ struct http_path {
 	struct http_conn *conns;
 	struct http_track_stats totals;
 	uint64_t ids_made;
+	struct http_tls_query tls_q;
+	struct http_tls_stats tls;
 };
 
 struct http_path *http_path_new(struct assembler *a)
@@ -59,6 +64,54 @@ void http_path_free(struct http_path *hp)
 const struct http_track_stats *http_path_stats(const struct http_path *hp)
 {
 	return &hp->totals;
+}
+
+void http_path_set_tls(struct http_path *hp, struct http_tls_query q)
+{
+	hp->tls_q = q;
+}
+
+const struct http_tls_stats *http_path_tls_stats(const struct http_path *hp)
+{
+	return &hp->tls;
+}
+
+/* The first bytes of a connection that a TLS record starts with (handshake,
+ * change cipher spec, alert or application data of TLS 1.0-1.3): 1 they are
+ * one, 0 they are not (HTTP/1.1 starts with a method or "HTTP/"), -1 too few
+ * to tell (nginx peeks at one byte before its handshake). */
+static int tls_record_start(const uint8_t *d, size_t n)
+{
+	if (!n)
+		return -1;
+	if (d[0] < 0x14 || d[0] > 0x17)
+		return 0;
+	if (n < 3)
+		return -1;
+	return d[1] == 0x03 && d[2] <= 0x04;
+}
+
+/* A PAYLOAD's bytes: false when they are ciphertext, or too few to tell,
+ * which are not parsed.  A connection is TLS from its first bytes; a process
+ * whose libssl is not probed has its TLS connections counted (and named once
+ * by the query). */
+static bool cleartext(struct http_path *hp, struct http_conn *c, const struct kpi_ev_payload *p)
+{
+	if (!c->seen) {
+		int tls = tls_record_start(p->data, p->captured);
+		if (tls < 0)
+			return false;
+		c->seen = true;
+		if (tls) {
+			c->tls = true;
+			hp->tls.conns++;
+			if (!hp->tls_q.readable || !hp->tls_q.readable(hp->tls_q.ctx, c->pid))
+				hp->tls.unreadable++;
+		}
+	}
+	if (c->tls)
+		hp->tls.cipher_skipped++;
+	return !c->tls;
 }
 
 static int64_t opt(uint64_t t)
@@ -242,9 +295,19 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 	if (p->captured > KPI_PAYLOAD_MAX || p->captured > p->moved ||
 	    size < KPI_EV_PAYLOAD_HEAD + (size_t)p->captured || !p->h.ts)
 		return -1;
+	if (p->h.type == KPI_EV_TLS_PAYLOAD && p->fd == KPI_TLS_FD_UNKNOWN) {
+		hp->tls.unplaced++;
+		return 0;
+	}
 	c = conn_get(hp, p->h.pid, p->fd, true);
 	if (!c) {
 		hp->totals.no_memory++;
+		return 0;
+	}
+	if (p->h.type == KPI_EV_TLS_PAYLOAD) {
+		hp->tls.conns += !c->tls;
+		c->seen = c->tls = true;
+	} else if (!cleartext(hp, c, p)) {
 		return 0;
 	}
 	if (p->dir == KPI_PAYLOAD_IN) {

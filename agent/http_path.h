@@ -14,11 +14,29 @@
 struct assembler;
 struct http_path;
 
+/* Whether pid's TLS is read through its libssl (agent/tls.c's answer). */
+struct http_tls_query {
+	bool (*readable)(void *ctx, uint32_t pid);
+	void *ctx;
+};
+
+/* What the TLS connections came to. */
+struct http_tls_stats {
+	uint64_t conns;                 /* connections seen to be TLS */
+	uint64_t unreadable;            /* of them, of a process whose libssl is not probed */
+	uint64_t unplaced;              /* SSL calls whose socket could not be told */
+	uint64_t cipher_skipped;        /* socket reads/writes of TLS connections not parsed */
+};
+
 /* Records go out through assemble_request_out(a). */
 struct http_path *http_path_new(struct assembler *a);
 void http_path_free(struct http_path *hp);
-/* A PAYLOAD or HTTP_CLOSE record whose fixed part was checked; -1 when a
- * PAYLOAD's captured bytes do not fit size (the caller counts it malformed). */
+/* Where a TLS connection's process is asked about (unset: no TLS is read). */
+void http_path_set_tls(struct http_path *hp, struct http_tls_query q);
+/* A PAYLOAD, TLS_PAYLOAD or HTTP_CLOSE record whose fixed part was checked;
+ * -1 when a payload's captured bytes do not fit size (the caller counts it
+ * malformed).  A connection whose first bytes are a TLS record is fed the
+ * plaintext of its TLS_PAYLOAD records only. */
 int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size);
 /* Ends exchanges fed nothing for HTTP_PATH_TIMEOUT_NS, frees trackers idle
  * for HTTP_PATH_IDLE_NS; now: CLOCK_MONOTONIC ns. */
@@ -28,5 +46,6 @@ void http_path_expire(struct http_path *hp, uint64_t now);
 void http_path_forget_pid(struct http_path *hp, uint32_t pid);
 /* Sums over every tracker, the freed ones included. */
 const struct http_track_stats *http_path_stats(const struct http_path *hp);
+const struct http_tls_stats *http_path_tls_stats(const struct http_path *hp);
 
 #endif

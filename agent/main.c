@@ -20,6 +20,7 @@
 #include "attach.h"
 #include "exporters.h"
 #include "gpu.h"
+#include "tls.h"
 #include "host.h"
 #include "http_serve.h"
 #include "losses.h"
@@ -78,7 +79,9 @@ static const char usage[] =
 "  --http-only        follow every target from the HTTP exchange on its sockets\n"
 "                     (source 'http'), even a kpi-infer with its USDT probes;\n"
 "                     a --pid/--exe/--port process without kpi probes is\n"
-"                     followed so anyway (docs/agent.md, Tracing any HTTP server)\n"
+"                     followed so anyway (docs/agent.md, Tracing any HTTP server);\n"
+"                     TLS is read through SSL_read/SSL_write uprobes on the\n"
+"                     libssl it maps (a static TLS, as Node's: 'TLS not readable')\n"
 "  --no-exec-hold     in discovery mode, do not stop a kpi-infer at the exec of a\n"
 "                     build the agent has not attached yet (by default it waits,\n"
 "                     10-20 ms once per new file, until its probes are in place, so\n"
@@ -388,6 +391,7 @@ struct agent {
 	struct attach *at;                   /* the targets and the links */
 	int n_cpus;
 	struct agent_gpu *gpu;               /* NULL: GPU collection off */
+	struct agent_tls *tls;               /* NULL: TLS exchanges not read */
 	struct loss_probe losses;            /* the kernel side's losses */
 	struct exporters exp;
 	struct agent_cost *cost;             /* NULL: cost and energy off */
@@ -572,6 +576,7 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 	}
 	printf("%s\n", said);
 	ag->asm_ = assemble_new();
+	assemble_set_tls_query(ag->asm_, agent_tls_readable, ag->tls);
 	sink = trace_store_sink(ag->store);
 	assemble_add_sink(ag->asm_, &sink);
 	if (ag->cost) {
@@ -598,6 +603,15 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 }
 
 /* ---- the loop ------------------------------------------------------------------------- */
+
+/* The HTTP-mode targets' libssl probes follow the targets; recheck: look
+ * again for a libssl in those that had none (the rescan's clock). */
+static void tls_sync(struct agent *ag, bool recheck)
+{
+	uint32_t pids[KPI_MAX_TARGETS];
+
+	agent_tls_sync(ag->tls, pids, attach_http_pids(ag->at, pids, KPI_MAX_TARGETS), recheck);
+}
 
 /* Drains the ring, samples, rescans and flushes on their clocks until a
  * signal or --duration.  0, or -1 when polling fails. */
@@ -626,6 +640,7 @@ static int poll_loop(struct agent *ag)
 		 * a poll that timed out has not read them */
 		ring_buffer__consume(ag->rb);
 		attach_pending(ag->at);
+		tls_sync(ag, false);
 		now = host_mono_ns();
 		if (env.duration > 0 && now - start >= (uint64_t)(env.duration * 1e9))
 			break;
@@ -637,6 +652,7 @@ static int poll_loop(struct agent *ag)
 		}
 		if (now >= next_rescan) {
 			attach_rescan(ag->at);
+			tls_sync(ag, true);
 			next_rescan = now + RESCAN_NS;
 		}
 		if (now >= next_flush) {
@@ -680,12 +696,16 @@ static void finish(struct agent *ag)
 	agent_gpu_summary(ag->gpu, gpu_said, sizeof(gpu_said));
 	if (gpu_said[0])
 		printf("%s\n", gpu_said);
+	agent_tls_summary(ag->tls, gpu_said, sizeof(gpu_said));
+	if (gpu_said[0])
+		printf("%s\n", gpu_said);
 }
 
 int main(int argc, char **argv)
 {
 	struct agent ag = { 0 };
 	struct privdrop priv;
+	char err[512];
 	int rc = 1, r;
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -719,6 +739,11 @@ int main(int argc, char **argv)
 			"the verifier's log\n", strerror(-r));
 		goto cleanup;
 	}
+	/* on the loaded object's maps, before the privilege drop */
+	ag.tls = agent_tls_open(ag.skel, env.verbose, err, sizeof(err));
+	if (!ag.tls)
+		fprintf(stderr, "kpi-agent: TLS exchanges will not be read (their connections are "
+			"counted as tls_unreadable): %s\n", err);
 	if (attach_global(ag.at) || open_outputs(&ag, &priv))
 		goto cleanup;
 	attach_watchdog_start(ag.at);    /* after the drop: it needs no more than the main loop */
@@ -727,6 +752,7 @@ int main(int argc, char **argv)
 	/* before the line scripts wait on: what runs now is attached, and with
 	 * --exe its file's probes are in place for what starts next */
 	attach_rescan(ag.at);
+	tls_sync(&ag, true);
 	if (env.n_pids && !attach_count(ag.at)) {
 		fprintf(stderr, "kpi-agent: none of the --pid processes could be traced\n");
 		goto cleanup;
@@ -745,6 +771,7 @@ cleanup:
 	attach_free(ag.at);
 	ring_buffer__free(ag.rb);
 	agent_gpu_close(ag.gpu);
+	agent_tls_close(ag.tls);
 	agent_cost_close(ag.cost);
 	if (ag.store)
 		trace_store_close(ag.store);

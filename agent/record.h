@@ -96,6 +96,8 @@ enum kpi_loss {
 	KPI_LOSS_SHED_ROWS,             /* rows dropped while the trace could not be written */
 	KPI_LOSS_RETENTION_ROWS,        /* rows removed by retention */
 	KPI_LOSS_HTTP_UNSYNCED,         /* times an HTTP tracker lost a connection's framing */
+	KPI_LOSS_TLS_UNREADABLE,        /* TLS connections of a process whose libssl is not
+					 * probed, and SSL calls with no socket to put them on */
 	KPI_LOSS__COUNT
 };
 
@@ -105,7 +107,7 @@ static inline const char *kpi_loss_name(int cause)
 {
 	static const char *const names[KPI_LOSS__COUNT] = {
 		"ringbuf_drops", "conn_untracked", "orphans", "clamped", "map_evictions",
-		"before_attach", "shed_rows", "retention_rows", "http_unsynced",
+		"before_attach", "shed_rows", "retention_rows", "http_unsynced", "tls_unreadable",
 	};
 	return cause >= 0 && cause < KPI_LOSS__COUNT ? names[cause] : "unknown";
 }

@@ -65,8 +65,7 @@ int target_exe_path(pid_t pid, char *buf, size_t len)
 
 bool target_matches(pid_t pid, const char *exe)
 {
-	char path[PATH_MAX], comm[64] = "", f[64];
-	FILE *fp;
+	char path[PATH_MAX], comm[64];
 
 	if (target_exe_path(pid, path, sizeof(path)) == 0) {
 		char *base;
@@ -80,15 +79,22 @@ bool target_matches(pid_t pid, const char *exe)
 	}
 	if (exe)
 		return false;
-	snprintf(f, sizeof(f), "/proc/%d/comm", pid);
-	fp = fopen(f, "r");
-	if (!fp)
-		return false;
-	if (!fgets(comm, sizeof(comm), fp))
-		comm[0] = 0;
-	fclose(fp);
-	comm[strcspn(comm, "\n")] = 0;
+	target_comm(pid, comm, sizeof(comm));
 	return !strcmp(comm, TARGET_DEFAULT_NAME);
+}
+
+void target_comm(pid_t pid, char *out, size_t len)
+{
+	char path[32];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/%d/comm", pid);
+	snprintf(out, len, "?");
+	if (!(f = fopen(path, "re")))
+		return;
+	if (fgets(out, (int)len, f))
+		out[strcspn(out, "\n")] = 0;
+	fclose(f);
 }
 
 struct scan {
@@ -386,4 +392,32 @@ int target_port_owners(uint16_t port, pid_t *out, int max)
 		return 0;
 	each_number("/proc", scan_owner, &po);
 	return po.n;
+}
+
+int target_lib_path(pid_t pid, const char *name, char *buf, size_t len)
+{
+	char maps[64], line[PATH_MAX + 256];
+	int rc = -1;
+
+	snprintf(maps, sizeof(maps), "/proc/%d/maps", pid);
+	FILE *f = fopen(maps, "re");
+	if (!f)
+		return -1;
+	while (fgets(line, sizeof(line), f)) {
+		char *path = strchr(line, '/');
+		if (!path)
+			continue;
+		path[strcspn(path, "\n")] = 0;
+		const char *base = strrchr(path, '/') + 1;
+		if (strncmp(base, name, strlen(name)) || strstr(path, " (deleted)"))
+			continue;
+		/* the target may live in another mount namespace: go through its root */
+		if (access(path, R_OK) == 0)
+			rc = snprintf(buf, len, "%s", path) < (int)len ? 0 : -1;
+		else
+			rc = snprintf(buf, len, "/proc/%d/root%s", pid, path) < (int)len ? 0 : -1;
+		break;
+	}
+	fclose(f);
+	return rc;
 }

@@ -14,6 +14,8 @@
 int targets_scan(const char *exe, pid_t *out, int max);
 /* Whether pid runs exe (NULL: a file named kpi-infer), by the scan's rule. */
 bool target_matches(pid_t pid, const char *exe);
+/* pid's comm (its thread name), "?" when it is gone. */
+void target_comm(pid_t pid, char *out, size_t len);
 /* Start time of pid in clock ticks since boot (0: gone); pid + start time
  * names a process even after its pid is reused. */
 unsigned long long target_start_time(pid_t pid);
@@ -26,6 +28,11 @@ int target_listen_ports(pid_t pid, uint16_t *ports, int max);
  * forked workers share it); at most max in out, the count returned (0 also
  * when sock_diag is missing). */
 int target_port_owners(uint16_t port, pid_t *out, int max);
+/* Path of the first file pid maps whose name starts with name (from
+ * /proc/PID/maps: "libkpi_cupti.so", "libssl.so"), usable by this process
+ * (through /proc/PID/root when it is in another mount namespace).  Returns
+ * 0, or -1 when pid maps none. */
+int target_lib_path(pid_t pid, const char *name, char *buf, size_t len);
 /* Calls fn(ctx, tid) for each thread of pid until fn returns false. */
 void target_each_thread(pid_t pid, bool (*fn)(void *ctx, int tid), void *ctx);
 

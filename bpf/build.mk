@@ -1,6 +1,13 @@
-# bpf/build.mk - the GPU-side BPF object (bpf/kpi_cupti.bpf.c -> kpi_cupti.skel.h)
-# used by agent/gpu.c and agent/cost.c (its step__seqs program); the generic .bpf.o and .skel.h rules are in agent/build.mk.
+# bpf/build.mk - the BPF objects beside bpf/kpi.bpf.c: the GPU side (kpi_cupti.bpf.c,
+# used by agent/gpu.c and agent/cost.c) and the TLS side (kpi_tls.bpf.c, agent/tls.c);
+# the generic .bpf.o and .skel.h rules are in agent/build.mk.
 
 $(BUILD)/bpf/kpi_cupti.bpf.o: bpf/kpi_gpu_event.h abi/kpi_cupti_abi.h abi/kpi_step_seq.h
 $(OBJ)/agent/gpu.o $(OBJ)/agent/cost.o: $(BUILD)/include/kpi_cupti.skel.h
 .SECONDARY: $(BUILD)/bpf/kpi_cupti.bpf.o
+
+# The TLS BPF object (bpf/kpi_tls.bpf.c -> kpi_tls.skel.h): uprobes on libssl,
+# loaded by agent/tls.c on the main object's maps.
+$(OBJ)/agent/tls.o: $(BUILD)/include/kpi_tls.skel.h
+.SECONDARY: $(BUILD)/bpf/kpi_tls.bpf.o
+$(BUILD)/bpf/kpi.bpf.o $(BUILD)/bpf/kpi_tls.bpf.o: bpf/kpi_maps.bpf.h

@@ -7,6 +7,7 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/usdt.bpf.h>
 #include "kpi_event.h"
+#include "kpi_maps.bpf.h"
 
 #define S_IFMT   0170000
 #define S_IFSOCK 0140000
@@ -21,27 +22,8 @@ char LICENSE[] SEC("license") = "GPL";
 
 /* ---- maps ------------------------------------------------------------- */
 
-struct {
-	__uint(type, BPF_MAP_TYPE_RINGBUF);
-	__uint(max_entries, 8 << 20);   /* resized from --ringbuf-mb */
-} events SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, KPI_CNT_MAX);
-	__type(key, __u32);
-	__type(value, __u64);
-} counters SEC(".maps");
-
-/* tgid -> the processes we trace (struct kpi_target): written by the agent
- * for a process it finds in /proc, by kpi_proc_exec at the exec of a traced
- * executable; removed by kpi_proc_exit and by the agent. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, KPI_MAX_TARGETS);
-	__type(key, __u32);
-	__type(value, struct kpi_target);
-} targets SEC(".maps");
+/* events, counters, targets and tls_calls are in kpi_maps.bpf.h: kpi_tls.bpf.c
+ * is loaded on them. */
 
 /* Inode number of an executable -> the state a process gets at its exec
  * (enum kpi_target_state): TRACED once the agent attached the file's USDT
@@ -179,13 +161,6 @@ struct runq_by {
 };
 
 /* ---- helpers ---------------------------------------------------------- */
-
-static __always_inline void count(__u32 idx)
-{
-	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
-	if (v)
-		(*v)++;
-}
 
 static __always_inline bool is_target(__u32 tgid)
 {
@@ -752,13 +727,43 @@ static __always_inline void payload_iov(struct kpi_ev_payload *e, __u64 iov, __u
 		payload_send(e, 0, w.left);    /* not captured: a gap for the tracker */
 }
 
+/* A read or write that moved bytes inside an SSL call: it names the call's
+ * socket (the first one it touches) and times it, its ciphertext is dropped
+ * (the call's return sends the plaintext). */
+static __always_inline void tls_note(struct kpi_tls_call *tc, const struct sys_arg *a,
+				     struct kpi_conn *c, __u64 now)
+{
+	struct sk_state *s;
+
+	if (tc->fd == -1)
+		tc->fd = a->fd;
+	if (tc->fd != a->fd || (a->kind == SYS_READ) != (tc->dir == KPI_PAYLOAD_IN))
+		return;
+	if (a->kind != SYS_READ) {
+		if (!tc->t_io)
+			tc->t_io = a->ts;
+		return;
+	}
+	tc->t_io = now;
+	s = bpf_map_lookup_elem(&socks, &c->sk);
+	if (s) {
+		if (!tc->t_seg && s->first_ts && s->first_ts <= now)
+			tc->t_seg = s->first_ts;
+		tc->srtt_us = s->srtt_us;
+		s->first_ts = 0;
+	}
+}
+
 /* A read or write of an HTTP-mode target returned ret: its bytes go to the
  * agent's HTTP tracker.  Reads are timed at their exit (and carry the first
- * unread segment's arrival), writes at their entry, as in USDT mode. */
+ * unread segment's arrival), writes at their entry, as in USDT mode.
+ * Inside an SSL call they only name and time it (tls_note). */
 static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long ret)
 {
+	__u64 pt = bpf_get_current_pid_tgid();
 	__u64 now = bpf_ktime_get_ns(), key = conn_key(tgid, a->fd);
 	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
+	struct kpi_tls_call *tc = bpf_map_lookup_elem(&tls_calls, &pt);
 	struct payload_scratch *sc;
 	struct kpi_ev_payload *e;
 	struct sk_state *s;
@@ -766,8 +771,11 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 
 	if (!c)
 		c = conn_add(key, a->fd, true);
-	if (!c || !c->is_sock)
+	if (!c || !c->is_sock) {
+		if (tc && tc->fd == -1)
+			tc->fd = -2;    /* an SSL call on a socket it did not accept */
 		return;
+	}
 	if (ret == 0 && a->kind == SYS_READ) {
 		http_close_send(tgid, a->fd, KPI_CLOSE_BY_CLIENT);      /* EOF */
 		return;
@@ -778,6 +786,10 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 	}
 	if (ret <= 0)
 		return;
+	if (tc) {
+		tls_note(tc, a, c, now);
+		return;
+	}
 	sc = bpf_map_lookup_elem(&payload_buf, &zero);
 	if (!sc)
 		return;

@@ -36,6 +36,8 @@ enum kpi_event_type {
 	KPI_EV_EXIT,            /* a target's last thread exited, or it exec'd another program */
 	KPI_EV_PAYLOAD,         /* HTTP-mode target: a prefix of one socket read/write piece */
 	KPI_EV_HTTP_CLOSE,      /* HTTP-mode target: a socket connection ended */
+	KPI_EV_TLS_PAYLOAD,     /* HTTP-mode target: the plaintext of one SSL_read/SSL_write
+				 * (bpf/kpi_tls.bpf.c), laid out as PAYLOAD */
 	KPI_EV_TYPE_MAX,
 };
 
@@ -243,6 +245,34 @@ struct kpi_ev_payload {
 };
 #define KPI_EV_PAYLOAD_HEAD 48  /* offsetof(struct kpi_ev_payload, data) */
 
+/* TLS_PAYLOAD is a struct kpi_ev_payload too: the plaintext an SSL_read
+ * returned or an SSL_write took, in the record of the socket whose read or
+ * write syscall the same thread made inside the call (docs/agent.md, TLS).
+ * h.ts: that syscall's time, as for PAYLOAD (the last read that returned
+ * bytes; the entry of the first write); t_seg and srtt_us as for PAYLOAD.
+ * fd is the socket's, or KPI_TLS_FD_UNKNOWN when the call made no syscall
+ * and its SSL object was never seen to make one. */
+#define KPI_TLS_FD_UNKNOWN (-1)
+
+/* Value of the BPF `tls_calls` map (kpi.bpf.c, shared with kpi_tls.bpf.c),
+ * keyed by pid_tgid: the SSL_read/SSL_write a thread is in.  The uprobe at
+ * its entry writes it, the syscall handlers note the socket and the times
+ * of the reads/writes made inside it, the return probe sends the record. */
+struct kpi_tls_call {
+	unsigned long long ssl;         /* the SSL * */
+	unsigned long long buf;         /* its plaintext buffer */
+	unsigned long long out_len;     /* _ex calls: the size_t * of bytes moved, else 0 */
+	unsigned long long t_enter;     /* uprobe entry */
+	unsigned long long t_io;        /* reads: exit of the last one that returned bytes;
+					 * writes: entry of the first one; 0 none */
+	unsigned long long t_seg;       /* reads: the earliest unread segment (tcp_probe), 0 none */
+	int fd;                         /* socket of the syscalls inside, -1 none yet,
+					 * -2 a socket the target did not accept (its upstream) */
+	unsigned int dir;               /* enum kpi_payload_dir */
+	unsigned int srtt_us;
+	unsigned int _pad;
+};
+
 /* HTTP_CLOSE: an HTTP-mode target's socket connection ended. */
 enum kpi_closer {
 	KPI_CLOSE_BY_SERVER = 0,        /* the target closed the fd */
@@ -298,6 +328,7 @@ static inline __attribute__((always_inline)) unsigned int kpi_event_size(unsigne
 	case KPI_EV_EXIT: return sizeof(struct kpi_ev_exit);
 	case KPI_EV_PAYLOAD: return KPI_EV_PAYLOAD_HEAD;        /* + captured */
 	case KPI_EV_HTTP_CLOSE: return sizeof(struct kpi_ev_http_close);
+	case KPI_EV_TLS_PAYLOAD: return KPI_EV_PAYLOAD_HEAD;    /* + captured */
 	default: return 0;
 	}
 }
@@ -344,6 +375,7 @@ _Static_assert(sizeof(struct kpi_ev_exit) == 24, "kpi_ev_exit ABI changed: updat
 _Static_assert(sizeof(struct kpi_ev_payload) == KPI_EV_PAYLOAD_HEAD + KPI_PAYLOAD_MAX, "kpi_ev_payload ABI changed: update both sides");
 _Static_assert(__builtin_offsetof(struct kpi_ev_payload, data) == KPI_EV_PAYLOAD_HEAD, "kpi_ev_payload ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_http_close) == 24, "kpi_ev_http_close ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_tls_call) == 64, "kpi_tls_call ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_runq) == 24, "kpi_runq ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_target) == 16, "kpi_target ABI changed: update both sides");
 

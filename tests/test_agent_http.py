@@ -10,6 +10,7 @@ import csv, http.client, json, os, shutil, socket, sys, threading, time
 
 import kpitest
 import agenttest as at
+import nginxtest
 import pcaptest
 
 SERVER = os.path.join(kpitest.ROOT, "tests", "lib", "sse_server.py")
@@ -132,12 +133,6 @@ def _wire_by_id(pcap, port):
     return {x["request_headers"].get("x-request-id"): x for x in pcaptest.exchanges(pcap, port)}
 
 
-def _stats_us(diffs):
-    a = [abs(d) / 1e3 for d in diffs]
-    return {"n": len(a), "p50": round(at.pct(a, 50), 1), "p99": round(at.pct(a, 99), 1),
-            "max": round(max(a), 1) if a else 0}
-
-
 def _compare_wire(rows, wire, off):
     """Per request id: the agent's marks minus the wire's, in ns."""
     arrive, first, done = [], [], []
@@ -153,18 +148,9 @@ def _compare_wire(rows, wire, off):
     for name, v in (("t_arrive", arrive), ("t_first_content", first), ("t_done", done)):
         worst = sorted(v, key=lambda p: -abs(p[0]))[:3]
         print(f"     worst {name}: " + ", ".join(f"{rid} {d / 1e3:+.1f} µs" for d, rid in worst))
-    return {"t_arrive": _stats_us([d for d, _ in arrive]),
-            "t_first_content": _stats_us([d for d, _ in first]),
-            "t_done": _stats_us([d for d, _ in done])}
-
-
-def _mono_to_wall(db):
-    import sqlite3
-    c = sqlite3.connect(db)
-    try:
-        return c.execute("SELECT mono_to_wall_ns FROM agent_runs").fetchone()[0]
-    finally:
-        c.close()
+    return {"t_arrive": at.stats_us([d for d, _ in arrive]),
+            "t_first_content": at.stats_us([d for d, _ in first]),
+            "t_done": at.stats_us([d for d, _ in done])}
 
 
 def _against_the_wire(argv_of_port):
@@ -218,7 +204,7 @@ def _against_the_wire(argv_of_port):
     assert all(r["output_tokens"] == r["content_events"] and r["finish_reason"] == "length"
                and r["model"] == "test-model" and r["path"] == "/v1/chat/completions"
                for r in streamed), streamed[:2]
-    m = _compare_wire(rows, wire, _mono_to_wall(db))
+    m = _compare_wire(rows, wire, at.mono_to_wall(db))
     print(f"     agent - wire, µs (|diff|): {m}")
     for k, v in m.items():
         assert v["n"] > 0 and v["p99"] <= WIRE_P99_US, (k, v)
@@ -339,39 +325,13 @@ def test_agent_http_kpi_infer_usdt_and_http_agree():
         elif ru["ttft_ns"] is not None and rh["ttft_ns"] is not None:
             ttft.append(rh["ttft_ns"] - ru["ttft_ns"])
         e2e.append(rh["e2e_ns"] - ru["e2e_ns"])
-    m = {"ttft": _stats_us(ttft), "e2e": _stats_us(e2e)}
+    m = {"ttft": at.stats_us(ttft), "e2e": at.stats_us(e2e)}
     print(f"     http - usdt, µs (|diff|), {len(e2e)} requests: {m}; {empty_first} streams "
           f"whose first token had no text (TTFT not comparable), {len(wire)} on the wire")
     assert not problems, problems[:10]
     assert len(e2e) >= 0.9 * len([r for r in results if r.status is not None])
     assert m["ttft"]["p99"] <= BOTH_TTFT_P99_US, m
     daemon.stop()
-
-
-NGINX_CONF = """worker_processes 1;
-pid {d}/nginx.pid;
-error_log {d}/error.log;
-events {{ worker_connections 256; }}
-http {{
-    access_log off;
-    client_body_temp_path {d}/body;
-    proxy_temp_path {d}/proxy;
-    fastcgi_temp_path {d}/fastcgi;
-    uwsgi_temp_path {d}/uwsgi;
-    scgi_temp_path {d}/scgi;
-    upstream infer {{ server 127.0.0.1:{upstream}; keepalive 8; }}
-    server {{
-        listen 127.0.0.1:{port};
-        location = /boom {{ return 500; }}
-        location / {{
-            proxy_pass http://infer;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_buffering off;
-        }}
-    }}
-}}
-"""
 
 
 def _ngx_stream(port, rid, body):
@@ -439,25 +399,12 @@ def test_agent_http_nginx_in_front_of_kpi_infer():
     kpitest.require_root("kpi-agent")
     pcaptest.require()
     at.require_built(at.INFER)
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
-    if not nginx:
-        raise kpitest.Skip("nginx is not installed (make deps installs it)")
+    nginxtest.find()
     import servertest
     d = _tmp()
     daemon = servertest.Daemon("--max-seqs", 4, "--max-queue", 4)
     port = kpitest.free_port()
-    conf = os.path.join(d, "nginx.conf")
-    with open(conf, "w") as f:
-        f.write(NGINX_CONF.format(d=d, upstream=daemon.port, port=port))
-    ng = kpitest.Proc([nginx, "-c", conf, "-g", "daemon off;"])
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() < deadline and ng.p.poll() is None, ng.drain()
-            time.sleep(0.05)
+    ng = nginxtest.start(d, port, daemon.port)
     db = os.path.join(d, "nginx.db")
     agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
     agent.wait_line("HTTP mode", timeout=60)
@@ -508,7 +455,7 @@ def test_agent_http_nginx_in_front_of_kpi_infer():
                             f"{r['content_events']}/{x['content_events']}")
     assert not problems, problems[:10]
     assert all(not rid.startswith("http-") for rid in rows), "rows from nginx's upstream side"
-    m = _compare_wire(rows, wire, _mono_to_wall(db))
+    m = _compare_wire(rows, wire, at.mono_to_wall(db))
     print(f"     nginx: agent - wire, µs (|diff|): {m}")
     for k, v in m.items():
         assert v["n"] > 0 and v["p99"] <= WIRE_P99_US, (k, v)

@@ -355,6 +355,23 @@ def pct(values, p):
     return v[lo] + (v[hi] - v[lo]) * (ix - lo)
 
 
+def stats_us(diffs):
+    """n, p50, p99, max of |diffs| (ns), in µs."""
+    a = [abs(d) / 1e3 for d in diffs]
+    return {"n": len(a), "p50": round(pct(a, 50), 1), "p99": round(pct(a, 99), 1),
+            "max": round(max(a), 1) if a else 0}
+
+
+def mono_to_wall(db):
+    """The trace's CLOCK_MONOTONIC -> CLOCK_REALTIME offset, ns: an agent time
+    plus it is comparable with a capture's (pcaptest)."""
+    c = sqlite3.connect(db)
+    try:
+        return c.execute("SELECT mono_to_wall_ns FROM agent_runs").fetchone()[0]
+    finally:
+        c.close()
+
+
 def check_accuracy(results, db_rows, ttft_p99_ms=1.0):
     """The issue's accuracy contract, request by request.  Returns a dict of
     measured numbers for the report."""

@@ -241,3 +241,43 @@ def is_content_event(event):
         if any((tc.get("function") or {}).get("arguments") for tc in d.get("tool_calls") or []):
             return True
     return False
+
+
+def tls_records(data, times):
+    """A TLS byte stream's records: (content type, time of the first byte's
+    segment, time of the last byte's); a record cut short by the capture ends
+    the list."""
+    out, i = [], 0
+    while i + 5 <= len(data):
+        n = 5 + struct.unpack(">H", data[i + 3:i + 5])[0]
+        if i + n > len(data):
+            break
+        out.append((data[i], times[i], times[i + n - 1]))
+        i += n
+    return out
+
+
+def tls12_exchanges(path, server_port):
+    """{client_port: [exchange, ...]} of TLS 1.2 connections to server_port,
+    timed from the records alone (TLS 1.2 wraps no handshake message in an
+    application-data record, so those are the HTTP exchange's): a request is
+    a run of the client's application-data records, its response the server's
+    that follow until the client's next request.  Each exchange: t_first_byte
+    (the request's first record), t_response_first_byte, t_last_byte (the end
+    of the response's last record), CLOCK_REALTIME ns."""
+    out = {}
+    for cport, (req, resp) in streams(path, server_port).items():
+        ev = [(t0, t1, "q") for ct, t0, t1 in tls_records(*req.assemble()) if ct == 23]
+        ev += [(t0, t1, "r") for ct, t0, t1 in tls_records(*resp.assemble()) if ct == 23]
+        ev.sort()
+        xs = []
+        for t0, t1, who in ev:
+            if who == "q" and (not xs or xs[-1]["t_last_byte"] is not None):
+                xs.append({"t_first_byte": t0, "t_response_first_byte": None, "t_last_byte": None})
+            elif who == "r" and xs:
+                if xs[-1]["t_response_first_byte"] is None:
+                    xs[-1]["t_response_first_byte"] = t0
+                xs[-1]["t_last_byte"] = t1
+        out[cport] = xs
+    return out
+

@@ -6,8 +6,9 @@ packed in one write, or each event split across two writes); /status/NNN
 answers NNN; GET /static sends this file with sendfile(2). A request without x-request-id gets one of the server's in the
 response (srv-N), as the servers that make their own do, so a client that
 keys on the response's (kpi-bench) and the agent agree. Run:
-python3 sse_server.py PORT [--nagle] [--role-with-content] [--gap-ms MS] (prints
-'listening on PORT'); TCP_NODELAY unless --nagle; --gap-ms: the pause before
+python3 sse_server.py PORT [--nagle] [--role-with-content] [--gap-ms MS]
+[--tls CERT KEY] (prints 'listening on PORT'); TCP_NODELAY unless --nagle; --tls:
+HTTPS through Python's ssl (the system libssl), the handshake done at the accept; --gap-ms: the pause before
 each event when the request's x-test-gap-ms does not say (default 2); --role-with-content: a chat stream's
 role rides on its first content event instead of a role-only first event
 (llama.cpp's server does so), so a client that times the first event with
@@ -138,5 +139,11 @@ if __name__ == "__main__":
     cls = ThreadingHTTPServer if "--nagle" in sys.argv else NoDelayServer
     srv = cls(("127.0.0.1", int(sys.argv[1])), Handler)
     srv.daemon_threads = True
+    if "--tls" in sys.argv:
+        import ssl
+        i = sys.argv.index("--tls")
+        ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        ctx.load_cert_chain(sys.argv[i + 1], sys.argv[i + 2])
+        srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
     print(f"listening on {sys.argv[1]}", flush=True)
     srv.serve_forever()

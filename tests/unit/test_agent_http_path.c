@@ -1,6 +1,7 @@
 /* test_agent_http_path.c - the HTTP path from synthetic PAYLOAD / HTTP_CLOSE
  * records through the assembler: marks, phases that sum to e2e, the first
- * segment's arrival, non-streamed and cut-off exchanges, malformed records. */
+ * segment's arrival, non-streamed and cut-off exchanges, malformed records,
+ * TLS connections (plaintext from TLS_PAYLOAD only, the unreadable counted). */
 #include "tests/unit/check.h"
 #include "agent/assemble.h"
 
@@ -162,11 +163,101 @@ static void malformed_payload(void)
 	assemble_free(a);
 }
 
+/* One record of type (PAYLOAD or TLS_PAYLOAD) holding n bytes of data on fd. */
+static void feed_bytes(struct assembler *a, unsigned type, int fd, int dir, uint64_t ts,
+		       const void *data, size_t n)
+{
+	struct kpi_ev_payload e = { .h = { .type = type, .pid = 42, .ts = ts }, .fd = fd };
+
+	e.dir = (unsigned)dir;
+	e.moved = e.captured = (unsigned)n;
+	memcpy(e.data, data, n);
+	assemble_event(a, &e, KPI_EV_PAYLOAD_HEAD + n);
+}
+
+static bool readable_answer;
+static int readable_asked;
+
+static bool readable(void *ctx, uint32_t pid)
+{
+	(void)ctx;
+	readable_asked += pid == 42;
+	return readable_answer;
+}
+
+/* The ledger's tls_unreadable and http_unsynced. */
+static void tls_losses(struct assembler *a, uint64_t *unreadable, uint64_t *unsynced)
+{
+	struct kpi_loss_record l = { 0 };
+
+	assemble_losses(a, &l);
+	*unreadable = l.total[KPI_LOSS_TLS_UNREADABLE];
+	*unsynced = l.total[KPI_LOSS_HTTP_UNSYNCED];
+}
+
+/* A TLS connection: nginx's one-byte peek decides nothing, the ClientHello
+ * makes it TLS, its ciphertext is never parsed, the plaintext records make
+ * the row with their (syscall) times; an SSL call with no socket is counted. */
+static void tls_connection(void)
+{
+	static const uint8_t hello[] = { 0x16, 0x03, 0x01, 0x00, 0x20, 1, 2, 3 };
+	static const uint8_t appdata[] = { 0x17, 0x03, 0x03, 0x00, 0x40, 'G', 'E', 'T' };
+	const char *req = "GET /v1/models HTTP/1.1\r\nx-request-id: tls-1\r\n\r\n";
+	const char *resp = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}";
+	struct assembler *a = fresh();
+	uint64_t unreadable, unsynced;
+
+	readable_answer = true;
+	readable_asked = 0;
+	assemble_set_tls_query(a, readable, NULL);
+	feed_bytes(a, KPI_EV_PAYLOAD, 7, KPI_PAYLOAD_IN, 900, hello, 1);
+	feed_bytes(a, KPI_EV_PAYLOAD, 7, KPI_PAYLOAD_IN, 1000, hello, sizeof(hello));
+	feed_bytes(a, KPI_EV_PAYLOAD, 7, KPI_PAYLOAD_OUT, 1100, appdata, sizeof(appdata));
+	feed_bytes(a, KPI_EV_TLS_PAYLOAD, 7, KPI_PAYLOAD_IN, 2000, req, strlen(req));
+	feed_bytes(a, KPI_EV_PAYLOAD, 7, KPI_PAYLOAD_IN, 2050, appdata, sizeof(appdata));
+	feed_bytes(a, KPI_EV_TLS_PAYLOAD, 7, KPI_PAYLOAD_OUT, 2400, resp, strlen(resp));
+	feed_bytes(a, KPI_EV_TLS_PAYLOAD, KPI_TLS_FD_UNKNOWN, KPI_PAYLOAD_IN, 2500, req, strlen(req));
+	CHECK(n_got == 1 && !strcmp(got[0].request_id, "tls-1") && got[0].http_status == 200,
+	      "%d rows", n_got);
+	CHECK(got[0].t_arrive == 2000 && got[0].t_done == 2400, "arrive %lld done %lld",
+	      (long long)got[0].t_arrive, (long long)got[0].t_done);
+	tls_losses(a, &unreadable, &unsynced);
+	CHECK(readable_asked == 1 && unsynced == 0 && unreadable == 1, "asked %d unsynced %llu "
+	      "unreadable %llu", readable_asked, (unsigned long long)unsynced,
+	      (unsigned long long)unreadable);
+	assemble_free(a);
+}
+
+/* A process whose libssl is not probed: its TLS connection is counted, and
+ * its ciphertext is still not parsed; a plain connection beside it is. */
+static void tls_unreadable(void)
+{
+	static const uint8_t hello[] = { 0x16, 0x03, 0x01, 0x00, 0x20, 1, 2, 3 };
+	struct assembler *a = fresh();
+	uint64_t unreadable, unsynced;
+
+	readable_answer = false;
+	assemble_set_tls_query(a, readable, NULL);
+	feed_bytes(a, KPI_EV_PAYLOAD, 7, KPI_PAYLOAD_IN, 1000, hello, sizeof(hello));
+	feed_bytes(a, KPI_EV_PAYLOAD, 7, KPI_PAYLOAD_OUT, 1100, hello, sizeof(hello));
+	feed(a, KPI_PAYLOAD_IN, 2000, 0, "GET /a HTTP/1.1\r\n\r\n");  /* fd 7 still: TLS */
+	http_close(a, 3000, KPI_CLOSE_BY_SERVER);
+	feed(a, KPI_PAYLOAD_IN, 4000, 0, "GET /b HTTP/1.1\r\n\r\n");  /* a new connection */
+	feed(a, KPI_PAYLOAD_OUT, 4100, 0, "HTTP/1.1 204 No Content\r\n\r\n");
+	tls_losses(a, &unreadable, &unsynced);
+	CHECK(unreadable == 1 && unsynced == 0, "unreadable %llu unsynced %llu",
+	      (unsigned long long)unreadable, (unsigned long long)unsynced);
+	CHECK(n_got == 1 && got[0].http_status == 204, "%d rows", n_got);
+	assemble_free(a);
+}
+
 int main(void)
 {
 	RUN(streamed_exchange);
 	RUN(plain_error_then_keepalive);
 	RUN(client_disconnect);
 	RUN(malformed_payload);
+	RUN(tls_connection);
+	RUN(tls_unreadable);
 	return CHECK_DONE();
 }

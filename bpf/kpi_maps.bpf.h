@@ -1,0 +1,50 @@
+/* kpi_maps.bpf.h - the maps kpi.bpf.c and kpi_tls.bpf.c share (the agent loads the
+ * second on the first's, bpf_map__reuse_fd): one definition, so they cannot differ. */
+#ifndef KPI_MAPS_BPF_H
+#define KPI_MAPS_BPF_H
+
+#include "kpi_event.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 8 << 20);   /* resized from --ringbuf-mb */
+} events SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, KPI_CNT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} counters SEC(".maps");
+
+/* tgid -> the processes we trace (struct kpi_target): written by the agent
+ * for a process it finds in /proc, by kpi_proc_exec at the exec of a traced
+ * executable; removed by kpi_proc_exit and by the agent. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KPI_MAX_TARGETS);
+	__type(key, __u32);
+	__type(value, struct kpi_target);
+} targets SEC(".maps");
+
+/* pid_tgid -> the SSL_read/SSL_write the thread is in (struct kpi_tls_call):
+ * written at the call's entry by kpi_tls.bpf.c, attached to the targets that
+ * map libssl.  kpi.bpf.c's reads and writes made inside the call name its
+ * socket and its times, and send no ciphertext.  LRU: a thread that dies in
+ * a call never returns. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct kpi_tls_call);
+} tls_calls SEC(".maps");
+
+/* Adds one to the per-CPU counter idx (enum kpi_counter). */
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&counters, &idx);
+	if (v)
+		(*v)++;
+}
+
+#endif

@@ -1,0 +1,163 @@
+// SPDX-License-Identifier: GPL-2.0
+/* kpi_tls.bpf.c - uprobes on OpenSSL's SSL_read/SSL_write(_ex) in the libssl of
+ * HTTP-mode targets: the plaintext of each call, as a TLS_PAYLOAD record of its socket.
+ *
+ * Loaded by agent/tls.c with kpi.bpf.c's `events`, `targets`, `counters` and
+ * `tls_calls` maps shared (bpf_map__reuse_fd), so its records interleave in
+ * order with the syscall ones.  The entry probe notes the call in tls_calls;
+ * kpi.bpf.c's syscall handlers note the socket and times of the reads and
+ * writes made inside it; the return probe sends what the call moved. */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_tracing.h>
+#include "kpi_maps.bpf.h"
+
+char LICENSE[] SEC("license") = "GPL";
+
+/* ---- this object's own ----------------------------------------------------- */
+
+/* (SSL *, tgid) -> the socket its calls last read or wrote: for a call that
+ * makes no syscall (SSL_read served from what an earlier read brought in). */
+struct ssl_key {
+	__u64 ssl;
+	__u32 tgid;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct ssl_key);
+	__type(value, int);
+} ssl_fds SEC(".maps");
+
+/* The record is built here (too big for the BPF stack). */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct kpi_ev_payload);
+} tls_buf SEC(".maps");
+
+/* Wake the agent only once this much is waiting (the agent writes kpi.bpf.c's). */
+const volatile __u64 wakeup_bytes = 0;
+
+/* ---- the calls --------------------------------------------------------------- */
+
+static __always_inline int tls_enter(__u64 ssl, __u64 buf, __u64 out_len, __u32 dir)
+{
+	__u64 pt = bpf_get_current_pid_tgid();
+	__u32 tgid = pt >> 32;
+	struct kpi_target *tg = bpf_map_lookup_elem(&targets, &tgid);
+	struct kpi_tls_call c = { .ssl = ssl, .buf = buf, .out_len = out_len, .fd = -1, .dir = dir };
+
+	if (!tg || !(tg->flags & KPI_TARGET_F_HTTP))
+		return 0;
+	c.t_enter = bpf_ktime_get_ns();
+	bpf_map_update_elem(&tls_calls, &pt, &c, BPF_ANY);
+	return 0;
+}
+
+/* The call returned: n plaintext bytes moved (0: none, or it failed). */
+static __always_inline int tls_exit(__u64 n)
+{
+	__u64 pt = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns(), ws;
+	struct kpi_tls_call *p = bpf_map_lookup_elem(&tls_calls, &pt);
+	struct ssl_key k = { .tgid = pt >> 32 };
+	struct kpi_tls_call c;
+	struct kpi_ev_payload *e;
+	__u32 zero = 0;
+	int *fd;
+
+	if (!p)
+		return 0;
+	c = *p;
+	bpf_map_delete_elem(&tls_calls, &pt);
+	k.ssl = c.ssl;
+	if (c.fd != -1)
+		bpf_map_update_elem(&ssl_fds, &k, &c.fd, BPF_ANY);
+	else if ((fd = bpf_map_lookup_elem(&ssl_fds, &k)))
+		c.fd = *fd;
+	else
+		c.fd = KPI_TLS_FD_UNKNOWN;
+	if (!n || c.fd == -2)   /* nothing moved, or the target's own upstream */
+		return 0;
+	e = bpf_map_lookup_elem(&tls_buf, &zero);
+	if (!e)
+		return 0;
+	e->h.type = KPI_EV_TLS_PAYLOAD;
+	e->h.pid = k.tgid;
+	/* no syscall inside: a read's bytes were already in (timed at the
+	 * return), a write's went nowhere yet (at the entry) */
+	e->h.ts = c.t_io ? c.t_io : c.dir == KPI_PAYLOAD_IN ? now : c.t_enter;
+	e->fd = c.fd;
+	e->dir = c.dir;
+	e->moved = n > 0xffffffffULL ? 0xffffffffU : (__u32)n;
+	e->t_seg = c.t_seg;
+	e->srtt_us = c.srtt_us;
+	e->_pad = 0;
+	ws = n < KPI_PAYLOAD_MAX ? n : KPI_PAYLOAD_MAX;
+	asm volatile("" : "+r"(ws));
+	if (ws > KPI_PAYLOAD_MAX)
+		return 0;
+	if (ws && bpf_probe_read_user(e->data, ws, (const void *)c.buf))
+		ws = 0;
+	e->captured = (__u32)ws;
+	asm volatile("" : "+r"(ws));
+	if (ws > KPI_PAYLOAD_MAX)
+		return 0;
+	if (bpf_ringbuf_output(&events, e, KPI_EV_PAYLOAD_HEAD + ws,
+			       bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes
+			       ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
+		count(KPI_CNT_DROPS);
+	else
+		count(KPI_CNT_EVENTS);
+	return 0;
+}
+
+/* int SSL_read(SSL *ssl, void *buf, int num), SSL_write(SSL *, const void *, int) */
+SEC("uprobe")
+int BPF_KPROBE(kpi_ssl_read, void *ssl, void *buf, int num)
+{
+	return tls_enter((__u64)ssl, (__u64)buf, 0, KPI_PAYLOAD_IN);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(kpi_ssl_write, void *ssl, const void *buf, int num)
+{
+	return tls_enter((__u64)ssl, (__u64)buf, 0, KPI_PAYLOAD_OUT);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(kpi_ssl_ret, int ret)
+{
+	return tls_exit(ret > 0 ? (__u64)ret : 0);
+}
+
+/* int SSL_read_ex(SSL *, void *buf, size_t num, size_t *readbytes), and
+ * SSL_write_ex(SSL *, const void *buf, size_t num, size_t *written): 1 and
+ * the count through the pointer, or 0 */
+SEC("uprobe")
+int BPF_KPROBE(kpi_ssl_read_ex, void *ssl, void *buf, size_t num, size_t *readbytes)
+{
+	return tls_enter((__u64)ssl, (__u64)buf, (__u64)readbytes, KPI_PAYLOAD_IN);
+}
+
+SEC("uprobe")
+int BPF_KPROBE(kpi_ssl_write_ex, void *ssl, const void *buf, size_t num, size_t *written)
+{
+	return tls_enter((__u64)ssl, (__u64)buf, (__u64)written, KPI_PAYLOAD_OUT);
+}
+
+SEC("uretprobe")
+int BPF_KRETPROBE(kpi_ssl_ret_ex, int ret)
+{
+	__u64 pt = bpf_get_current_pid_tgid();
+	struct kpi_tls_call *p = bpf_map_lookup_elem(&tls_calls, &pt);
+	__u64 n = 0;
+
+	if (p && ret == 1 && p->out_len &&
+	    bpf_probe_read_user(&n, sizeof(n), (const void *)p->out_len))
+		n = 0;
+	return tls_exit(n);
+}
