@@ -2,11 +2,12 @@
 // http.createServer, a chat completion streamed chunked with res.write per
 // event (a text completion, choices[].text, on /v1/completions; x-test-mode:
 // packed = three events a write, split = each event in two writes),
-// /status/NNN answers NNN. A request without x-request-id gets one of the
+// /status/NNN answers NNN, GET /static this file. A request without x-request-id gets one of the
 // server's (srv-N) in the response. Run: node sse_server.js PORT
 // [--role-with-content] (a chat stream's role rides on its first content
 // event, as llama.cpp's server sends it).
 'use strict';
+const fs = require('fs');
 const http = require('http');
 
 const port = parseInt(process.argv[2], 10);
@@ -75,6 +76,12 @@ http.createServer((req, res) => {
     const m = req.url.match(/^\/status\/(\d+)/);
     if (m) plain(req, res, parseInt(m[1], 10), { error: { message: 'test error' } });
     else if (req.method === 'POST') stream(req, res, body);
+    else if (req.url === '/static') {   // this file (sse_server.py's is sent with sendfile)
+      const data = fs.readFileSync(__filename);
+      res.writeHead(200, { 'Content-Type': 'text/plain', 'Content-Length': data.length,
+                           'x-request-id': requestId(req) });
+      res.end(data);
+    }
     else plain(req, res, 200, { status: 'ok' });
   });
 }).listen(port, '127.0.0.1', () => console.log('listening on ' + port));
