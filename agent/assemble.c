@@ -7,6 +7,7 @@
 #include <string.h>
 #include <uthash.h>
 #include "assemble.h"
+#include "hop_link.h"
 #include "http_path.h"
 #include "abi/kpi_reasons.h"
 #include "schema/pct.h"
@@ -41,6 +42,7 @@ struct req {
 	int prompt, max_tokens, operation, output_tokens, finish_reason, http_status, reject_reason, preemptions;
 	uint64_t *writes;
 	size_t n_writes, cap_writes;
+	struct hop_ends ends;   /* of its connection, when a SOCK record told them */
 };
 
 /* Distinct processes a target waited behind within one sample; more than
@@ -235,8 +237,10 @@ static struct req *req_new(struct assembler *a, uint32_t pid, int fd, uint64_t t
 	r->pid = pid;
 	r->fd = fd;
 	r->t_arrive = t_arrive;
-	if (fd >= 0)
+	if (fd >= 0) {
 		conn_link(a, r);
+		hop_link_ends(http_path_hops(a->http), pid, fd, &r->ends);
+	}
 	return r;
 }
 
@@ -405,6 +409,10 @@ static void req_complete(struct assembler *a, struct req *r)
 	memcpy(rec.request_id, r->reqid, sizeof(rec.request_id));
 	rec.pid = r->pid;
 	rec.seq_id = r->has_id ? (int64_t)r->id : KPI_NULL;
+	rec.direction = "in";
+	memcpy(rec.sock_local, r->ends.local, sizeof(rec.sock_local));
+	memcpy(rec.sock_peer, r->ends.peer, sizeof(rec.sock_peer));
+	snprintf(rec.comm, sizeof(rec.comm), "%s", hop_link_comm(http_path_hops(a->http), r->pid));
 
 	writes_scan(r, &w);
 	if (!r->t_arrive)
@@ -464,6 +472,13 @@ static void req_complete(struct assembler *a, struct req *r)
 		a->st.rejected++;
 	req_unlink(a, r);
 	req_free(r);
+}
+
+void assemble_exchange_out(struct assembler *a, const struct kpi_request_record *rec)
+{
+	for (int i = 0; i < a->n_sinks; i++)
+		if (a->sinks[i].exchange_out)
+			a->sinks[i].exchange_out(a->sinks[i].ctx, rec);
 }
 
 void assemble_request_out(struct assembler *a, const struct kpi_request_record *rec)
@@ -802,6 +817,7 @@ int assemble_event(struct assembler *a, const void *rec, size_t size)
 	case KPI_EV_CLOSE: on_close(a, &e->close); break;
 	case KPI_EV_PAYLOAD:
 	case KPI_EV_HTTP_CLOSE:
+	case KPI_EV_SOCK:
 		if (http_path_event(a->http, e, size)) {
 			a->st.events--;
 			a->st.malformed++;

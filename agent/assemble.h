@@ -34,6 +34,8 @@ void assemble_foreach_inflight(struct assembler *a,
 /* Hands a finished record to every sink and counts it in its process's
  * sample (other producers of records than the USDT assembly use it too). */
 void assemble_request_out(struct assembler *a, const struct kpi_request_record *rec);
+/* Hands an outbound exchange (direction "out") to every sink that takes them. */
+void assemble_exchange_out(struct assembler *a, const struct kpi_request_record *rec);
 /* Raises each of the n marks (0: not reached) to the last reached one
  * before it; true when one moved. */
 bool assemble_marks_clamp(uint64_t *m, int n);

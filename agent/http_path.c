@@ -1,10 +1,13 @@
 /* http_path.c - turns an HTTP-mode target's socket payloads into request
- * records: a tracker per connection, its exchanges mapped onto the trace's marks. */
+ * records: a tracker per connection, its exchanges mapped onto the trace's
+ * marks; on the connections it made itself (KPI_ROLE_CLIENT) the same parser
+ * the other way round, each exchange an outbound hop (hop_link.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uthash.h>
 #include "assemble.h"
+#include "hop_link.h"
 #include "http_path.h"
 
 /* Reads whose first unread segment time is kept, to move an exchange's
@@ -17,6 +20,10 @@ struct http_conn {
 	struct http_path *hp;
 	struct http_track *t;
 	uint32_t pid;
+	int fd;
+	bool client;                    /* KPI_ROLE_CLIENT: writes are requests, reads responses */
+	uint32_t tid;                   /* of the payload being fed */
+	struct hop_ends ends;
 	uint32_t srtt_us;               /* at the last read that carried it */
 	uint64_t read_ts[SEG_RING], seg_ts[SEG_RING];
 	unsigned n_reads;               /* reads ever put in the ring */
@@ -27,12 +34,17 @@ struct http_path {
 	struct http_conn *conns;
 	struct http_track_stats totals;
 	uint64_t ids_made;
+	struct hop_link *hops;
 };
 
 struct http_path *http_path_new(struct assembler *a)
 {
 	struct http_path *hp = calloc(1, sizeof(*hp));
 
+	if (hp && !(hp->hops = hop_link_new())) {
+		free(hp);
+		return NULL;
+	}
 	if (hp)
 		hp->a = a;
 	return hp;
@@ -40,6 +52,7 @@ struct http_path *http_path_new(struct assembler *a)
 
 static void conn_free(struct http_path *hp, struct http_conn *c)
 {
+	hop_link_close_conn(hp->hops, c->pid, c->fd);
 	HASH_DEL(hp->conns, c);
 	http_track_free(c->t);
 	free(c);
@@ -53,12 +66,18 @@ void http_path_free(struct http_path *hp)
 		return;
 	HASH_ITER(hh, hp->conns, c, tmp)
 		conn_free(hp, c);
+	hop_link_free(hp->hops);
 	free(hp);
 }
 
 const struct http_track_stats *http_path_stats(const struct http_path *hp)
 {
 	return &hp->totals;
+}
+
+struct hop_link *http_path_hops(struct http_path *hp)
+{
+	return hp->hops;
 }
 
 static int64_t opt(uint64_t t)
@@ -151,6 +170,36 @@ static void times_fill(struct kpi_request_record *r, const struct http_exchange 
 		   : !(x->flags & HTTP_X_SSE) && x->t_resp_start ? (int64_t)(m[2] - m[0]) : KPI_NULL;
 }
 
+/* A request's head is complete: an inbound one becomes a parent candidate,
+ * an outbound one gets its parent now, while what was open then is known. */
+static uint64_t on_request(void *ctx, const struct http_exchange *x)
+{
+	struct http_conn *c = ctx;
+	const char *hdr = x->id_src == HTTP_ID_NONE ? "" : x->request_id;
+
+	if (c->client)
+		return hop_link_out_open(c->hp->hops, c->pid, c->fd, c->tid, hdr, x->t_arrive);
+	return hop_link_in_open(c->hp->hops, c->pid, c->fd, c->tid, hdr, x->t_arrive);
+}
+
+/* The hop columns of x's record. */
+static void hop_fill(struct http_conn *c, const struct http_exchange *x,
+		     struct kpi_request_record *rec)
+{
+	struct hop_link *hl = c->hp->hops;
+
+	rec->direction = c->client ? "out" : "in";
+	hop_link_hop_id(c->pid, x->t_arrive ? x->t_arrive : x->t_done, rec->hop_id);
+	if (c->client)
+		rec->link_rule = hop_rule_name(hop_link_out_take(hl, x->tag, rec->parent_hop_id));
+	else
+		hop_link_close(hl, x->tag);
+	rec->tid = c->tid;
+	snprintf(rec->comm, sizeof(rec->comm), "%s", hop_link_comm(hl, c->pid));
+	memcpy(rec->sock_local, c->ends.local, sizeof(rec->sock_local));
+	memcpy(rec->sock_peer, c->ends.peer, sizeof(rec->sock_peer));
+}
+
 static void on_exchange(void *ctx, const struct http_exchange *x)
 {
 	struct http_conn *c = ctx;
@@ -162,8 +211,8 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 	if (x->id_src != HTTP_ID_NONE && x->request_id[0])
 		snprintf(rec.request_id, sizeof(rec.request_id), "%s", x->request_id);
 	else
-		snprintf(rec.request_id, sizeof(rec.request_id), "http-%u-%llu", c->pid,
-			 (unsigned long long)++c->hp->ids_made);
+		snprintf(rec.request_id, sizeof(rec.request_id), "%s-%u-%llu", c->client ? "out" : "http",
+			 c->pid, (unsigned long long)++c->hp->ids_made);
 	rec.pid = c->pid;
 	rec.seq_id = KPI_NULL;
 
@@ -193,10 +242,15 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 	snprintf(rec.method, sizeof(rec.method), "%s", x->method);
 	snprintf(rec.path, sizeof(rec.path), "%s", x->path);
 	snprintf(rec.model, sizeof(rec.model), "%s", x->model);
-	assemble_request_out(c->hp->a, &rec);
+	hop_fill(c, x, &rec);
+	if (c->client)
+		assemble_exchange_out(c->hp->a, &rec);
+	else
+		assemble_request_out(c->hp->a, &rec);
 }
 
-static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bool create)
+static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bool create,
+				  bool client)
 {
 	uint64_t key = (uint64_t)pid << 32 | (uint32_t)fd;
 	struct http_conn *c;
@@ -209,7 +263,8 @@ static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bo
 		return NULL;
 	/* one older than the attach shows up as unsynced until a message
 	 * starts, and is counted so */
-	c->t = http_track_new(&(struct http_track_cfg){ .on_exchange = on_exchange, .ctx = c,
+	c->t = http_track_new(&(struct http_track_cfg){ .on_exchange = on_exchange,
+							.on_request = on_request, .ctx = c,
 							.totals = &hp->totals });
 	if (!c->t) {
 		free(c);
@@ -218,6 +273,9 @@ static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bo
 	c->key = key;
 	c->hp = hp;
 	c->pid = pid;
+	c->fd = fd;
+	c->client = client;
+	hop_link_ends(hp->hops, pid, fd, &c->ends);
 	HASH_ADD(hh, hp->conns, key, sizeof(c->key), c);
 	return c;
 }
@@ -226,12 +284,18 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 {
 	struct http_conn *c;
 
+	if (e->h.type == KPI_EV_SOCK) {
+		hop_link_sock(hp->hops, &e->sock);
+		return 0;
+	}
 	if (e->h.type == KPI_EV_HTTP_CLOSE) {
-		c = conn_get(hp, e->h.pid, e->http_close.fd, false);
+		c = conn_get(hp, e->h.pid, e->http_close.fd, false, false);
 		if (!c)
 			return 0;
-		http_track_close(c->t, e->h.ts, e->http_close.by == KPI_CLOSE_BY_CLIENT
-				 ? HTTP_BY_CLIENT : HTTP_BY_SERVER);
+		/* BY_CLIENT says the other end went away: on a connection the
+		 * target made, that is the server */
+		bool by_peer = e->http_close.by == KPI_CLOSE_BY_CLIENT;
+		http_track_close(c->t, e->h.ts, by_peer != c->client ? HTTP_BY_CLIENT : HTTP_BY_SERVER);
 		/* the fd is closed only when the server closes it */
 		if (e->http_close.by == KPI_CLOSE_BY_SERVER)
 			conn_free(hp, c);
@@ -241,20 +305,23 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 	if (p->captured > KPI_PAYLOAD_MAX || p->captured > p->moved ||
 	    size < KPI_EV_PAYLOAD_HEAD + (size_t)p->captured || !p->h.ts)
 		return -1;
-	c = conn_get(hp, p->h.pid, p->fd, true);
+	c = conn_get(hp, p->h.pid, p->fd, true, p->role == KPI_ROLE_CLIENT);
 	if (!c) {
 		hp->totals.no_memory++;
 		return 0;
 	}
-	if (p->dir == KPI_PAYLOAD_IN) {
+	c->tid = p->tid;
+	/* the tracker reads requests as HTTP_IN: on a client connection those
+	 * are the target's writes */
+	bool req_dir = (p->dir == KPI_PAYLOAD_OUT) == c->client;
+	if (!c->client && p->dir == KPI_PAYLOAD_IN) {
 		unsigned k = c->n_reads++ % SEG_RING;
 		c->read_ts[k] = p->h.ts;
 		c->seg_ts[k] = p->t_seg;
 		if (p->srtt_us)
 			c->srtt_us = p->srtt_us;
 	}
-	http_track_feed(c->t, p->dir == KPI_PAYLOAD_IN ? HTTP_IN : HTTP_OUT, p->data, p->captured,
-			p->moved, p->h.ts);
+	http_track_feed(c->t, req_dir ? HTTP_IN : HTTP_OUT, p->data, p->captured, p->moved, p->h.ts);
 	return 0;
 }
 
@@ -284,4 +351,5 @@ void http_path_forget_pid(struct http_path *hp, uint32_t pid)
 			http_track_close(c->t, http_track_last_ts(c->t), HTTP_BY_SERVER);
 		conn_free(hp, c);
 	}
+	hop_link_forget_pid(hp->hops, pid);
 }

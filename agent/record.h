@@ -42,6 +42,18 @@ struct kpi_request_record {
 	int64_t t_req_read, t_resp_start, server_wait, content_events, stream, max_tokens;
 	const char *end_reason;         /* complete | client_closed | server_closed | unsynced | timeout */
 	char method[16], path[64], model[64];
+	/* hops (schema/008_hops.sql), "" / NULL / 0 when unknown: "in" for a
+	 * request the target served, "out" for an exchange it made as a client
+	 * (its marks are then its own writes and reads: t_arrive its request's
+	 * first write, t_req_read its last, t_done the read that ended the
+	 * response); hop_id names the exchange, parent_hop_id (out only) the
+	 * inbound request it was made for, by link_rule */
+	const char *direction;
+	char hop_id[32], parent_hop_id[32];
+	const char *link_rule;          /* header | thread | loop; NULL: unlinked */
+	uint32_t tid;                   /* the thread that read the request (in) or wrote it (out) */
+	char comm[16];
+	char sock_local[48], sock_peer[48];     /* "addr:port" of this end and of the other */
 };
 
 struct kpi_step_record {
@@ -121,6 +133,9 @@ struct kpi_loss_record {
 struct kpi_sink {
 	void *ctx;
 	void (*request)(void *ctx, const struct kpi_request_record *r);
+	/* an outbound exchange of a target (direction "out"): not a request it
+	 * served, so apart from request() and the samples' counts; optional */
+	void (*exchange_out)(void *ctx, const struct kpi_request_record *r);
 	void (*step)(void *ctx, const struct kpi_step_record *s);
 	void (*sample)(void *ctx, const struct kpi_sample_record *s);
 	void (*losses)(void *ctx, const struct kpi_loss_record *l);
