@@ -145,9 +145,16 @@ int assemble_add_sink(struct assembler *a, const struct kpi_sink *sink)
 	return 0;
 }
 
+_Static_assert(HOP_RULE__COUNT == 4, "assemble_stats.hops_out has one slot per hop rule");
+
 void assemble_stats(const struct assembler *a, struct assemble_stats *out)
 {
+	const struct hop_link_stats *h = hop_link_stats(http_path_hops(a->http));
+
 	*out = a->st;
+	for (int i = 0; i < HOP_RULE__COUNT; i++)
+		out->hops_out[i] = h->links[i];
+	out->hops_ambiguous = h->ambiguous;
 }
 
 void assemble_losses(struct assembler *a, struct kpi_loss_record *l)
@@ -156,6 +163,7 @@ void assemble_losses(struct assembler *a, struct kpi_loss_record *l)
 	l->total[KPI_LOSS_CLAMPED] = a->st.clamped;
 	l->total[KPI_LOSS_BEFORE_ATTACH] = a->st.before_attach;
 	l->total[KPI_LOSS_HTTP_UNSYNCED] = http_path_stats(a->http)->unsynced;
+	l->total[KPI_LOSS_HOPS_UNLINKED] = hop_link_stats(http_path_hops(a->http))->links[HOP_RULE_NONE];
 	for (int i = 0; i < a->n_sinks; i++)
 		if (a->sinks[i].losses)
 			a->sinks[i].losses(a->sinks[i].ctx, l);

@@ -56,10 +56,14 @@ struct assemble_stats {
 	uint64_t before_attach;              /* requests that arrived while their target was
 					      * followed but its USDT probes were not
 					      * attached yet (their engine marks may lack) */
+	/* outbound exchanges of HTTP-mode targets by the rule that linked them
+	 * (enum hop_rule, hop_link.h: [0] unlinked), and of the unlinked those
+	 * made while several inbound requests were open */
+	uint64_t hops_out[4], hops_ambiguous;
 };
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
 /* Fills in the causes the assembler counts (orphans, clamped, before_attach,
- * http_unsynced)
+ * http_unsynced, hops_unlinked)
  * and hands l to every sink. */
 void assemble_losses(struct assembler *a, struct kpi_loss_record *l);
 

@@ -108,6 +108,7 @@ enum kpi_loss {
 	KPI_LOSS_SHED_ROWS,             /* rows dropped while the trace could not be written */
 	KPI_LOSS_RETENTION_ROWS,        /* rows removed by retention */
 	KPI_LOSS_HTTP_UNSYNCED,         /* times an HTTP tracker lost a connection's framing */
+	KPI_LOSS_HOPS_UNLINKED,         /* outbound exchanges no rule could give a parent */
 	KPI_LOSS__COUNT
 };
 
@@ -117,7 +118,7 @@ static inline const char *kpi_loss_name(int cause)
 {
 	static const char *const names[KPI_LOSS__COUNT] = {
 		"ringbuf_drops", "conn_untracked", "orphans", "clamped", "map_evictions",
-		"before_attach", "shed_rows", "retention_rows", "http_unsynced",
+		"before_attach", "shed_rows", "retention_rows", "http_unsynced", "hops_unlinked",
 	};
 	return cause >= 0 && cause < KPI_LOSS__COUNT ? names[cause] : "unknown";
 }

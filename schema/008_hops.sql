@@ -10,8 +10,9 @@
 --          call's request was written (link_rule: 'header' its propagated
 --          x-request-id / traceparent trace-id, 'thread' the thread that read
 --          the inbound request while it was open, 'loop' the only inbound
---          request open on the process); none of them: parent NULL, counted
---          (meta hops_unlinked_total), never guessed;
+--          request open on the process); none of them: parent NULL, never
+--          guessed, and counted: new loss cause (losses.cause, meta
+--          loss_hops_unlinked_total) hops_unlinked;
 --   in  -> the out on the other end of the same TCP connection (link_rule
 --          'socket': both ends' addresses agree, and the request arrived
 --          while the call was open), made by the views below.
