@@ -272,8 +272,9 @@ http {{
 def test_agent_http_nginx_in_front_of_kpi_infer():
     """nginx (Debian's) as a reverse proxy in front of kpi-infer, traced on its
     own port: its master and worker are found by --port, only the connections
-    accepted on that port are followed (not its upstream ones), and every row
-    is checked against the capture of the client's side."""
+    accepted on that port make request rows (its upstream ones are outbound
+    exchanges, schema/008_hops.sql), and every row is checked against the
+    capture of the client's side."""
     kpitest.require_root("kpi-agent")
     pcaptest.require()
     at.require_built(at.INFER)
