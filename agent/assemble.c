@@ -7,6 +7,7 @@
 #include <string.h>
 #include <uthash.h>
 #include "assemble.h"
+#include "hop_graph.h"
 #include "hop_link.h"
 #include "http_path.h"
 #include "abi/kpi_reasons.h"
@@ -489,9 +490,20 @@ void assemble_exchange_out(struct assembler *a, const struct kpi_request_record 
 			a->sinks[i].exchange_out(a->sinks[i].ctx, rec);
 }
 
+void assemble_integration_out(void *ctx, const struct kpi_integration_record *rec)
+{
+	struct assembler *a = ctx;
+
+	for (int i = 0; i < a->n_sinks; i++)
+		if (a->sinks[i].integration)
+			a->sinks[i].integration(a->sinks[i].ctx, rec);
+}
+
 void assemble_request_out(struct assembler *a, const struct kpi_request_record *rec)
 {
 	struct pidstate *ps = pidstate(a, rec->pid);
+
+	hop_graph_in(http_path_graph(a->http), rec);
 
 	for (int i = 0; i < a->n_sinks; i++)
 		if (a->sinks[i].request)

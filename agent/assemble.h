@@ -34,6 +34,9 @@ void assemble_foreach_inflight(struct assembler *a,
 /* Hands a finished record to every sink and counts it in its process's
  * sample (other producers of records than the USDT assembly use it too). */
 void assemble_request_out(struct assembler *a, const struct kpi_request_record *rec);
+/* Hands a top-level request's integration overhead (agent/hop_graph.c) to
+ * every sink that takes them; ctx is the assembler. */
+void assemble_integration_out(void *ctx, const struct kpi_integration_record *rec);
 /* Hands an outbound exchange (direction "out") to every sink that takes them. */
 void assemble_exchange_out(struct assembler *a, const struct kpi_request_record *rec);
 /* Raises each of the n marks (0: not reached) to the last reached one

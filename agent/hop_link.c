@@ -210,7 +210,7 @@ static bool same_tid(const struct hop_ent *h, const void *tid)
 }
 
 uint64_t hop_link_out_open(struct hop_link *hl, uint32_t pid, int fd, uint32_t tid,
-			   const char *hdr, uint64_t ts)
+			   const char *hdr, uint64_t ts, char parent[HOP_ID_LEN])
 {
 	const struct hop_ent *p = NULL;
 	bool several = false;
@@ -226,12 +226,14 @@ uint64_t hop_link_out_open(struct hop_link *hl, uint32_t pid, int fd, uint32_t t
 		rule = HOP_RULE_LOOP;
 	if (!p && several)
 		hl->st.ambiguous++;
+	parent[0] = 0;
+	if (p)
+		memcpy(parent, p->hop_id, HOP_ID_LEN);
 	h = ent_add(hl, pid, fd, tid, hdr, true);
 	if (!h)
 		return 0;
 	h->rule = rule;
-	if (p)
-		memcpy(h->hop_id, p->hop_id, sizeof(h->hop_id));
+	memcpy(h->hop_id, parent, sizeof(h->hop_id));
 	return h->tag;
 }
 

@@ -53,9 +53,10 @@ void hop_link_hop_id(uint32_t pid, uint64_t ts, char out[HOP_ID_LEN]);
 uint64_t hop_link_in_open(struct hop_link *hl, uint32_t pid, int fd, uint32_t tid,
 			  const char *hdr, uint64_t ts);
 /* An outbound request's head was written: its parent is chosen now, among
- * the inbound requests open at this moment, and kept for hop_link_out_take. */
+ * the inbound requests open at this moment (its hop id in parent, "" none),
+ * and kept for hop_link_out_take. */
 uint64_t hop_link_out_open(struct hop_link *hl, uint32_t pid, int fd, uint32_t tid,
-			   const char *hdr, uint64_t ts);
+			   const char *hdr, uint64_t ts, char parent[HOP_ID_LEN]);
 /* The parent chosen for outbound tag (its hop id in parent, "" when none);
  * forgets the tag. */
 enum hop_rule hop_link_out_take(struct hop_link *hl, uint64_t tag, char parent[HOP_ID_LEN]);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <uthash.h>
 #include "assemble.h"
+#include "hop_graph.h"
 #include "hop_link.h"
 #include "http_path.h"
 
@@ -35,13 +36,16 @@ struct http_path {
 	struct http_track_stats totals;
 	uint64_t ids_made;
 	struct hop_link *hops;
+	struct hop_graph *graph;
 };
 
 struct http_path *http_path_new(struct assembler *a)
 {
 	struct http_path *hp = calloc(1, sizeof(*hp));
 
-	if (hp && !(hp->hops = hop_link_new())) {
+	if (hp && (!(hp->hops = hop_link_new()) ||
+		   !(hp->graph = hop_graph_new(assemble_integration_out, a)))) {
+		hop_link_free(hp->hops);
 		free(hp);
 		return NULL;
 	}
@@ -67,6 +71,7 @@ void http_path_free(struct http_path *hp)
 	HASH_ITER(hh, hp->conns, c, tmp)
 		conn_free(hp, c);
 	hop_link_free(hp->hops);
+	hop_graph_free(hp->graph);
 	free(hp);
 }
 
@@ -78,6 +83,11 @@ const struct http_track_stats *http_path_stats(const struct http_path *hp)
 struct hop_link *http_path_hops(struct http_path *hp)
 {
 	return hp->hops;
+}
+
+struct hop_graph *http_path_graph(struct http_path *hp)
+{
+	return hp->graph;
 }
 
 static int64_t opt(uint64_t t)
@@ -177,8 +187,14 @@ static uint64_t on_request(void *ctx, const struct http_exchange *x)
 	struct http_conn *c = ctx;
 	const char *hdr = x->id_src == HTTP_ID_NONE ? "" : x->request_id;
 
-	if (c->client)
-		return hop_link_out_open(c->hp->hops, c->pid, c->fd, c->tid, hdr, x->t_arrive);
+	if (c->client) {
+		char hop_id[HOP_ID_LEN], parent[HOP_ID_LEN];
+		uint64_t tag = hop_link_out_open(c->hp->hops, c->pid, c->fd, c->tid, hdr, x->t_arrive,
+						 parent);
+		hop_link_hop_id(c->pid, x->t_arrive, hop_id);
+		hop_graph_out_open(c->hp->graph, hop_id, parent, &c->ends, x->t_arrive);
+		return tag;
+	}
 	return hop_link_in_open(c->hp->hops, c->pid, c->fd, c->tid, hdr, x->t_arrive);
 }
 
@@ -243,10 +259,12 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 	snprintf(rec.path, sizeof(rec.path), "%s", x->path);
 	snprintf(rec.model, sizeof(rec.model), "%s", x->model);
 	hop_fill(c, x, &rec);
-	if (c->client)
+	if (c->client) {
+		hop_graph_out_done(c->hp->graph, rec.hop_id, &c->ends, x->t_done);
 		assemble_exchange_out(c->hp->a, &rec);
-	else
+	} else {
 		assemble_request_out(c->hp->a, &rec);
+	}
 }
 
 static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bool create,
@@ -329,6 +347,7 @@ void http_path_expire(struct http_path *hp, uint64_t now)
 {
 	struct http_conn *c, *tmp;
 
+	hop_graph_expire(hp->graph, now);
 	HASH_ITER(hh, hp->conns, c, tmp) {
 		uint64_t last = http_track_last_ts(c->t);
 		if (!last || now < last)

@@ -13,6 +13,8 @@
 #define HTTP_PATH_IDLE_NS    (600ULL * 1000000000ULL)   /* an idle connection's tracker is freed */
 
 struct assembler;
+struct hop_graph;
+struct hop_link;
 struct http_path;
 
 /* Records go out through assemble_request_out(a). */
@@ -29,6 +31,8 @@ void http_path_expire(struct http_path *hp, uint64_t now);
 void http_path_forget_pid(struct http_path *hp, uint32_t pid);
 /* The outbound exchanges' parents and the connections' ends (hop_link.h). */
 struct hop_link *http_path_hops(struct http_path *hp);
+/* The recent hops, for the integration overhead of each top-level request (hop_graph.h). */
+struct hop_graph *http_path_graph(struct http_path *hp);
 /* Sums over every tracker, the freed ones included. */
 const struct http_track_stats *http_path_stats(const struct http_path *hp);
 

@@ -56,6 +56,18 @@ struct kpi_request_record {
 	char sock_local[48], sock_peer[48];     /* "addr:port" of this end and of the other */
 };
 
+/* A top-level request whose trace reached a model hop in another process
+ * (agent/hop_graph.c, as the view integration of schema/008_hops.sql finds
+ * it): sent once its hops are all known, shortly after its own record. */
+struct kpi_integration_record {
+	char request_id[KPI_REQID_LEN];
+	uint32_t pid;
+	char comm[16];                  /* the process that served it */
+	int64_t e2e, model_e2e;
+	int64_t before_model, after_model;
+	int64_t overhead;               /* e2e - model_e2e = before_model + after_model */
+};
+
 struct kpi_step_record {
 	uint32_t pid;
 	uint64_t step_id;
@@ -137,6 +149,7 @@ struct kpi_sink {
 	/* an outbound exchange of a target (direction "out"): not a request it
 	 * served, so apart from request() and the samples' counts; optional */
 	void (*exchange_out)(void *ctx, const struct kpi_request_record *r);
+	void (*integration)(void *ctx, const struct kpi_integration_record *r);     /* optional */
 	void (*step)(void *ctx, const struct kpi_step_record *s);
 	void (*sample)(void *ctx, const struct kpi_sample_record *s);
 	void (*losses)(void *ctx, const struct kpi_loss_record *l);

@@ -112,8 +112,8 @@ def _port(end):
     return int(end.rsplit(":", 1)[1]) if end else None
 
 
-def _agent(db, daemon, *ports):
-    args = ["--flush-ms", 100]
+def _agent(db, daemon, *ports, metrics=None):
+    args = ["--flush-ms", 100] + (["--metrics", f"127.0.0.1:{metrics}"] if metrics else [])
     for p in ports:
         args += ["--port", p]
     agent = at.start_agent(db, *args, pid=daemon.p.pid)
@@ -138,7 +138,8 @@ def _chain(propagate):
     guard = _serve("guardrail", rport)
     gw = _serve("gateway", gport, rport, daemon.port, *(["--propagate"] if propagate else []))
     db = os.path.join(d, "hops.db")
-    agent = _agent(db, daemon, gport, rport)
+    mport = kpitest.free_port()
+    agent = _agent(db, daemon, gport, rport, metrics=mport)
     for p in (gw, guard):
         agent.wait_line(f"attached to pid {p.pid}", timeout=60)
     cap = pcaptest.Capture([gport, rport, daemon.port])
@@ -147,9 +148,16 @@ def _chain(propagate):
     got = _load(jobs)
     pcap = cap.stop()
     time.sleep(0.3)
+    metrics = servertest.parse_metrics(kpitest.http_request(mport, "GET", "/metrics")[2].decode())
     assert agent.stop() == 0, agent.lines[-20:]
     assert all(st == 200 for st in got.values()), got
     traces = _trace_of(db)
+    # /metrics: the overhead of every top-level request, under the gateway's name
+    name, comm = "kpi_integration_overhead_seconds", traces[jobs[0][1]][0]["comm"]
+    m_count = metrics.get(f'{name}_count{{process="{comm}"}}')
+    m_sum = metrics.get(f'{name}_sum{{process="{comm}"}}')
+    v_sum = sum(r["integration_overhead_ns"] for r, _ in traces.values()) / 1e9
+    assert m_count == len(jobs) and abs(m_sum - v_sum) < 1e-6 * len(jobs), (m_count, m_sum, v_sum)
     off = _query(db, "SELECT mono_to_wall_ns AS o FROM agent_runs")[0]["o"]
     w_gw, w_guard, w_model = (_wire_by_id(pcap, gport), _wire_by_user(pcap, rport),
                               _wire_by_user(pcap, daemon.port))

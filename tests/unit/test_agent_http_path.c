@@ -27,12 +27,22 @@ static void on_out(void *ctx, const struct kpi_request_record *r)
 		outs[n_outs++] = *r;
 }
 
+static struct kpi_integration_record integ[MAXREC];
+static int n_integ;
+
+static void on_integ(void *ctx, const struct kpi_integration_record *r)
+{
+	(void)ctx;
+	if (n_integ < MAXREC)
+		integ[n_integ++] = *r;
+}
+
 static struct assembler *fresh(void)
 {
 	struct assembler *a = assemble_new();
-	struct kpi_sink s = { .request = on_req, .exchange_out = on_out };
+	struct kpi_sink s = { .request = on_req, .exchange_out = on_out, .integration = on_integ };
 
-	n_got = n_outs = 0;
+	n_got = n_outs = n_integ = 0;
 	assemble_add_sink(a, &s);
 	return a;
 }
@@ -275,6 +285,47 @@ static void call_rules(void)
 	assemble_free(a);
 }
 
+/* A gateway (fd 7 served, fd 9 its call) and the model server it calls
+ * (fd 10, the call's other end): the top-level request's integration
+ * overhead is its e2e minus the model's, sent whether the model's record
+ * comes before the gateway's or after it. */
+static void integration_overhead(void)
+{
+	for (int late = 0; late < 2; late++) {
+		struct assembler *a = fresh();
+		const char *body = "{\"prompt\":\"hi\"}";
+		char call[160];
+
+		sock(a, 7, KPI_ROLE_SERVED, 8080, 50000, false);
+		sock(a, 9, KPI_ROLE_CLIENT, 50001, 9000, false);
+		sock(a, 10, KPI_ROLE_SERVED, 9000, 50001, false);
+		snprintf(call, sizeof(call), "POST /v1/completions HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s",
+			 strlen(body), body);
+		feed_on(a, 7, 100, KPI_ROLE_SERVED, KPI_PAYLOAD_IN, 1000, 0, "GET /in HTTP/1.1\r\n\r\n");
+		feed_on(a, 9, 100, KPI_ROLE_CLIENT, KPI_PAYLOAD_OUT, 1200, 0, call);
+		feed_on(a, 10, 300, KPI_ROLE_SERVED, KPI_PAYLOAD_IN, 1250, 0, call);
+		if (!late)
+			feed_on(a, 10, 300, KPI_ROLE_SERVED, KPI_PAYLOAD_OUT, 1750, 0,
+				"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+		feed_on(a, 9, 100, KPI_ROLE_CLIENT, KPI_PAYLOAD_IN, 1800, 0,
+			"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+		feed_on(a, 7, 100, KPI_ROLE_SERVED, KPI_PAYLOAD_OUT, 2000, 0,
+			"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+		CHECK(n_integ == 0 || !late, "sent before the model's record");
+		if (late)
+			feed_on(a, 10, 300, KPI_ROLE_SERVED, KPI_PAYLOAD_OUT, 1750, 0,
+				"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+		CHECK(n_got == 2 && n_outs == 1 && n_integ == 1, "late %d: %d in, %d out, %d integration",
+		      late, n_got, n_outs, n_integ);
+		struct kpi_integration_record *r = &integ[0];
+		CHECK(r->e2e == 1000 && r->model_e2e == 500 && r->overhead == 500 &&
+		      r->before_model == 250 && r->after_model == 250 && r->pid == 42,
+		      "late %d: e2e %lld model %lld before %lld after %lld", late, (long long)r->e2e,
+		      (long long)r->model_e2e, (long long)r->before_model, (long long)r->after_model);
+		assemble_free(a);
+	}
+}
+
 int main(void)
 {
 	RUN(streamed_exchange);
@@ -283,5 +334,6 @@ int main(void)
 	RUN(malformed_payload);
 	RUN(call_linked_by_thread);
 	RUN(call_rules);
+	RUN(integration_overhead);
 	return CHECK_DONE();
 }
