@@ -119,7 +119,7 @@ m AS (
 	FROM hh
 	WHERE direction = 'in' AND (source <> 'http' OR path LIKE '%/completions')
 )
-SELECT t.trace_id, t.request_id, t.hop_id, t.pid, t.comm, t.e2e_ns,
+SELECT t.trace_id, t.request_id, t.hop_id, t.pid, t.comm, t.t_arrive_ns, t.e2e_ns,
        m.request_id AS model_request_id, m.hop_id AS model_hop_id, m.comm AS model_comm,
        m.e2e_ns AS model_e2e_ns, m.queue_ns AS model_queue_ns, m.prefill_ns AS model_prefill_ns,
        m.server_wait_ns AS model_server_wait_ns, m.decode_ns AS model_decode_ns,

@@ -280,3 +280,41 @@ def test_agent_hops_two_gateways_one_model():
     assert not wrong, wrong[:10]
     assert not unlinked, unlinked[:10]
     daemon.stop()
+
+
+def test_agent_hops_report_names_the_guardrail():
+    """The guardrail slows (1-2 ms, then 20-25 ms): kpi-report over that
+    window, against the one before, names the guardrail hop first, with its
+    share of the top-level requests' p99 increase."""
+    _require()
+    import servertest, tracetest
+    at.require_built(tracetest.REPORT)
+    d = _tmp()
+    daemon = servertest.Daemon("--max-seqs", 8, "--max-queue", 64)
+    gport, rport = kpitest.free_port(), kpitest.free_port()
+    guard = _serve("guardrail", rport)
+    gw = _serve("gateway", gport, rport, daemon.port)
+    db = os.path.join(d, "report.db")
+    agent = _agent(db, daemon, gport, rport)
+    for p in (gw, guard):
+        agent.wait_line(f"attached to pid {p.pid}", timeout=60)
+    t0 = time.time()
+    _load([(gport, f"base-{i}", 1000 + (i * 97) % 1000, daemon.model) for i in range(60)])
+    t1 = time.time()
+    time.sleep(2.1)
+    t2 = time.time()
+    _load([(gport, f"slow-{i}", 20000 + (i * 97) % 5000, daemon.model) for i in range(60)])
+    t3 = time.time()
+    time.sleep(0.5)
+    assert agent.stop() == 0, agent.lines[-20:]
+    p = tracetest.run_tool([tracetest.REPORT, "--db", db, "--from", f"@{t2:.3f}", "--to", f"@{t3 + 0.2:.3f}",
+                            "--baseline", f"@{t0 - 0.2:.3f}..@{t1 + 0.2:.3f}"])
+    assert p.returncode == 0, p.stderr
+    found = tracetest.report_findings(p.stdout)
+    title, phase, cause = found[0]
+    print(f"     first finding: {title} (phase {phase}, cause {cause}); then "
+          f"{[c for _, _, c in found[1:]]}")
+    assert cause == "integration overhead" and "/v1/check" in title, found
+    share = float(title.split("grew, ")[1].split("%")[0])
+    assert share >= 80, title
+    daemon.stop()
