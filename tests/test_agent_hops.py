@@ -221,7 +221,25 @@ def _chain(propagate):
         assert "header" not in rules, rules
     assert m["guardrail_tax"]["max"] <= WIRE_US, m
     assert m["integration_overhead"]["p99"] <= WIRE_US, m
+    _kpitop_hops(db, f"{tag}-7", rules)
     daemon.stop()
+
+
+def _kpitop_hops(db, rid, rules):
+    """kpitop's hops view of one request: its five hops, indented, linked."""
+    import tracetest
+    kpitop = os.path.join(kpitest.BIN, "kpitop")
+    at.require_built(kpitop)
+    p = tracetest.run_tool([kpitop, "--db", db, "--once", "--at", "end", "--window", "5m", "--hops", rid,
+                            "--width", "140"])
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    head = next(i for i, l in enumerate(lines) if l.startswith(f" HOPS of {rid}"))
+    hops = [l for l in lines[head + 1:head + 6]]
+    print("     kpitop:\n" + "\n".join(lines[head:head + 6]))
+    assert " top " in hops[0] and any("kpi-infer" in l and " socket " in l for l in hops), hops
+    rule = "header" if "header" in rules else "thread"
+    assert sum(f" {rule} " in l for l in hops) == 2 and sum(" socket " in l for l in hops) == 2, hops
 
 
 def test_agent_hops_chain_with_request_id():

@@ -8,7 +8,7 @@
 
 struct trace_hops {
 	sqlite3 *db;
-	sqlite3_stmt *q;
+	sqlite3_stmt *q, *q_of;
 	char names[TRACE_HOPS_NAMES][TRACE_HOPS_NAME_LEN];
 	int n_names, model;
 	struct trace_hops_req *rows;
@@ -40,6 +40,15 @@ struct trace_hops *trace_hops_open(struct trace *t, char *err, size_t errlen)
 		trace_hops_close(h);
 		return NULL;
 	}
+	if (sqlite3_prepare_v2(h->db,
+		"SELECT depth, pid, comm, direction, link_rule, path, peer, t_arrive_ns, t_done_ns, e2e_ns, "
+		"net_in_ns, queue_ns, prefill_ns, decode_ns, net_out_ns, server_wait_ns FROM hops "
+		"WHERE trace_id = (SELECT trace_id FROM hops WHERE pid = ?1 AND t_arrive_ns = ?2 "
+		"AND direction = 'in' LIMIT 1) ORDER BY t_arrive_ns LIMIT ?3", -1, &h->q_of, NULL) != SQLITE_OK) {
+		snprintf(err, errlen, "%s: %s", trace_path(t), sqlite3_errmsg(h->db));
+		trace_hops_close(h);
+		return NULL;
+	}
 	return h;
 }
 
@@ -48,6 +57,7 @@ void trace_hops_close(struct trace_hops *h)
 	if (!h)
 		return;
 	sqlite3_finalize(h->q);
+	sqlite3_finalize(h->q_of);
 	sqlite3_close(h->db);
 	free(h->rows);
 	free(h);
@@ -135,4 +145,41 @@ const char *trace_hops_name(const struct trace_hops *h, int k)
 int trace_hops_model(const struct trace_hops *h)
 {
 	return h->model;
+}
+
+static void text_col(sqlite3_stmt *q, int i, char *out, size_t len)
+{
+	snprintf(out, len, "%s", col_text(q, i) ? col_text(q, i) : "");
+}
+
+static int64_t ns_col(sqlite3_stmt *q, int i)
+{
+	return sqlite3_column_type(q, i) == SQLITE_NULL ? -1 : sqlite3_column_int64(q, i);
+}
+
+int trace_hops_of(struct trace_hops *h, int pid, int64_t t_arrive_ns, struct trace_hop *out, int max)
+{
+	int n = 0, rc;
+
+	sqlite3_reset(h->q_of);
+	sqlite3_bind_int(h->q_of, 1, pid);
+	sqlite3_bind_int64(h->q_of, 2, t_arrive_ns);
+	sqlite3_bind_int(h->q_of, 3, max);
+	while ((rc = sqlite3_step(h->q_of)) == SQLITE_ROW && n < max) {
+		struct trace_hop *o = &out[n++];
+		o->depth = sqlite3_column_int(h->q_of, 0);
+		o->pid = sqlite3_column_int(h->q_of, 1);
+		text_col(h->q_of, 2, o->comm, sizeof(o->comm));
+		text_col(h->q_of, 3, o->direction, sizeof(o->direction));
+		text_col(h->q_of, 4, o->link_rule, sizeof(o->link_rule));
+		text_col(h->q_of, 5, o->path, sizeof(o->path));
+		text_col(h->q_of, 6, o->peer, sizeof(o->peer));
+		o->t_arrive_ns = ns_col(h->q_of, 7);
+		o->t_done_ns = ns_col(h->q_of, 8);
+		o->e2e_ns = ns_col(h->q_of, 9);
+		for (int p = 0; p < PH_N; p++)
+			o->phase[p] = ns_col(h->q_of, 10 + p);
+		o->server_wait_ns = ns_col(h->q_of, 15);
+	}
+	return rc == SQLITE_ROW || rc == SQLITE_DONE ? n : -1;
 }

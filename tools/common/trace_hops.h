@@ -1,6 +1,7 @@
 /* trace_hops.h - where each top-level request's time went, hop by hop
- * (schema/008_hops.sql), for kpi-report's integration finding: its e2e split
- * into the hops its calls reached and what its own process kept. */
+ * (schema/008_hops.sql): for kpi-report's integration finding, its e2e split
+ * into the hops its calls reached and what its own process kept; for
+ * kpitop's hops view, every hop of one request's trace. */
 #ifndef KPI_TRACE_HOPS_H
 #define KPI_TRACE_HOPS_H
 
@@ -34,5 +35,17 @@ int trace_hops_n_names(const struct trace_hops *h);
 const char *trace_hops_name(const struct trace_hops *h, int k);
 /* k is the model hop's name in the last window that had one (-1: none seen). */
 int trace_hops_model(const struct trace_hops *h);
+
+/* One hop of a trace, as the view hops has it (unknown times and phases -1). */
+struct trace_hop {
+	int depth, pid;
+	char comm[16], direction[4], link_rule[8], path[48], peer[48];
+	int64_t t_arrive_ns, t_done_ns, e2e_ns;
+	int64_t phase[PH_N], server_wait_ns;
+};
+/* The hops of the trace that holds the inbound request of pid that arrived
+ * at t_arrive_ns, in order of arrival: how many (<= max; 0 when it is in
+ * none), or -1 on a failed query. */
+int trace_hops_of(struct trace_hops *h, int pid, int64_t t_arrive_ns, struct trace_hop *out, int max);
 
 #endif
