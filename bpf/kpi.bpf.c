@@ -803,6 +803,55 @@ static __always_inline void payload_iov(struct kpi_ev_payload *e, __u64 iov, __u
 /* A read or write of an HTTP-mode target returned ret: its bytes go to the
  * agent's HTTP tracker.  Reads are timed at their exit (and carry the first
  * unread segment's arrival), writes at their entry, as in USDT mode. */
+/* The first bytes a syscall moved (its first buffer or iovec), 0 when unreadable. */
+static __always_inline __u32 first_word(const struct sys_arg *a, long ret)
+{
+	__u64 p = a->buf;
+	struct iovec v;
+	__u32 w = 0;
+
+	if (ret < 4)
+		return 0;
+	if (a->shape == SHAPE_MSG) {
+		struct user_msghdr m;
+		if (bpf_probe_read_user(&m, sizeof(m), (const void *)p))
+			return 0;
+		p = (__u64)m.msg_iov;
+	}
+	if (a->shape != SHAPE_BUF) {
+		if (bpf_probe_read_user(&v, sizeof(v), (const void *)p) || v.iov_len < 4)
+			return 0;
+		p = (__u64)v.iov_base;
+	}
+	bpf_probe_read_user(&w, sizeof(w), (const void *)p);
+	return w;
+}
+
+#define WORD(a, b, c, d) ((__u32)(a) | (__u32)(b) << 8 | (__u32)(c) << 16 | (__u32)(d) << 24)
+
+/* A connection the target made is followed while it speaks HTTP/1.1: its
+ * first write a request line, or (one opened before the attach) its first
+ * read a status line.  Anything else (a database's protocol, TLS, a server
+ * that speaks first) is left at once: no payload copies for it, and nothing
+ * for the agent's HTTP tracker to count as lost framing. */
+static __always_inline bool client_http(struct kpi_conn *c, const struct sys_arg *a, long ret)
+{
+	__u32 w;
+
+	if (c->http)
+		return true;
+	w = first_word(a, ret);
+	if (a->kind == SYS_READ ? w == WORD('H', 'T', 'T', 'P') :
+	    w == WORD('G', 'E', 'T', ' ') || w == WORD('P', 'O', 'S', 'T') || w == WORD('P', 'U', 'T', ' ') ||
+	    w == WORD('H', 'E', 'A', 'D') || w == WORD('D', 'E', 'L', 'E') || w == WORD('P', 'A', 'T', 'C') ||
+	    w == WORD('O', 'P', 'T', 'I') || w == WORD('C', 'O', 'N', 'N') || w == WORD('T', 'R', 'A', 'C')) {
+		c->http = 1;
+		return true;
+	}
+	c->is_sock = 0;
+	return false;
+}
+
 static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long ret)
 {
 	__u64 now = bpf_ktime_get_ns(), key = conn_key(tgid, a->fd);
@@ -815,6 +864,8 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 	if (!c)
 		c = conn_add(key, a->fd, true);
 	if (!c || !c->is_sock)
+		return;
+	if (c->role == KPI_ROLE_CLIENT && ret > 0 && !client_http(c, a, ret))
 		return;
 	if (ret == 0 && a->kind == SYS_READ) {
 		http_close_send(tgid, a->fd, KPI_CLOSE_BY_CLIENT);      /* EOF */

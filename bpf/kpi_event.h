@@ -337,7 +337,8 @@ struct kpi_conn {
 	unsigned char is_sock;
 	unsigned char n_writes; /* write times waiting in writes[] */
 	unsigned char role;     /* enum kpi_conn_role */
-	unsigned char pad[4];
+	unsigned char http;     /* KPI_ROLE_CLIENT: its first bytes looked like HTTP/1.1 */
+	unsigned char pad[3];
 	long long bytes;        /* bytes those writes moved */
 	unsigned long long writes[KPI_WRITE_BATCH]; /* sys_enter times not yet sent */
 };

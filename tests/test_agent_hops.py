@@ -134,9 +134,11 @@ def _chain(propagate):
     import servertest
     d = _tmp()
     daemon = servertest.Daemon("--max-seqs", 8, "--max-queue", 64)
-    gport, rport = kpitest.free_port(), kpitest.free_port()
+    gport, rport, eport = kpitest.free_port(), kpitest.free_port(), kpitest.free_port()
     guard = _serve("guardrail", rport)
-    gw = _serve("gateway", gport, rport, daemon.port, *(["--propagate"] if propagate else []))
+    _serve("echo", eport)      # not traced: the gateway's line protocol calls to it are not HTTP
+    gw = _serve("gateway", gport, rport, daemon.port, "--echo", eport,
+                *(["--propagate"] if propagate else []))
     db = os.path.join(d, "hops.db")
     mport = kpitest.free_port()
     agent = _agent(db, daemon, gport, rport, metrics=mport)
@@ -215,6 +217,7 @@ def _chain(propagate):
     print(f"     {tag}: agent - wire, µs (|diff|): {m}; link rules {rules}; {hop_line}")
     assert not problems, problems[:10]
     assert hop_line and " 0 unlinked" in hop_line[0], hop_line
+    assert "losses: none" in agent.lines, [l for l in agent.lines if l.startswith("losses:")]
     if propagate:
         assert set(rules) == {"header", "socket"}, rules
     else:

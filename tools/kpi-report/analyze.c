@@ -552,7 +552,8 @@ static void finding_network(const struct fctx *c)
 }
 
 /* Mean part of each hop name over the top-level requests ranked within +-1
- * percentile of the p99 of e2e; *p99 that percentile, *n the requests. */
+ * percentile of the p99 of e2e, and at least the slowest 5 (one stall of a
+ * single request does not name a hop); *p99 that percentile, *n the requests. */
 static void hops_band(struct trace_hops *h, int64_t from, int64_t to, double *mean, double *p99, int *n)
 {
 	const struct trace_hops_req *rows;
@@ -575,6 +576,8 @@ static void hops_band(struct trace_hops *h, int64_t from, int64_t to, double *me
 	int lo = (int)floor(ix), hi = lo + 1 < m ? lo + 1 : lo;
 	*p99 = (double)k[lo].key + ((double)k[hi].key - (double)k[lo].key) * (ix - lo);
 	int a = (int)floor((m - 1) * 0.98), b = m - 1;
+	if (b - a + 1 < 5)
+		a = b - 4 > 0 ? b - 4 : 0;
 	for (int j = a; j <= b; j++)
 		for (int q = 0; q < TRACE_HOPS_NAMES; q++)
 			mean[q] += (double)rows[k[j].i].part_ns[q];
