@@ -10,7 +10,7 @@ with the capture of the gateway's and kpi-infer's ports.  Then two gateways
 call one kpi-infer at once, and no call may be linked to the wrong request.
 The truth comes from the wire: each call's body names the client's request
 ("user"), which the agent never reads."""
-import http.client, json, os, sqlite3, sys, threading, time
+import http.client, json, os, sys, threading, time
 
 import kpitest
 import agenttest as at
@@ -89,25 +89,6 @@ def _wire_by_user(pcap, port):
     return out
 
 
-def _wire_by_id(pcap, port):
-    return {x["request_headers"].get("x-request-id"): x for x in pcaptest.exchanges(pcap, port)}
-
-
-def _query(db, sql, *args):
-    c = sqlite3.connect(db)
-    c.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in c.execute(sql, args)]
-    finally:
-        c.close()
-
-
-def _stats_us(diffs):
-    a = [abs(d) / 1e3 for d in diffs]
-    return {"n": len(a), "p50": round(at.pct(a, 50), 1), "p99": round(at.pct(a, 99), 1),
-            "max": round(max(a), 1) if a else 0}
-
-
 def _port(end):
     return int(end.rsplit(":", 1)[1]) if end else None
 
@@ -123,10 +104,10 @@ def _agent(db, daemon, *ports, metrics=None):
 def _trace_of(db):
     """{top-level request_id: (integration row, [hops rows of its trace])}."""
     hops = {}
-    for h in _query(db, "SELECT * FROM hops"):
+    for h in at.query(db, "SELECT * FROM hops"):
         hops.setdefault(h["trace_id"], []).append(h)
     return {r["request_id"]: (r, hops.get(r["trace_id"], []))
-            for r in _query(db, "SELECT * FROM integration")}
+            for r in at.query(db, "SELECT * FROM integration")}
 
 
 def _chain(propagate):
@@ -160,8 +141,8 @@ def _chain(propagate):
     m_sum = metrics.get(f'{name}_sum{{process="{comm}"}}')
     v_sum = sum(r["integration_overhead_ns"] for r, _ in traces.values()) / 1e9
     assert m_count == len(jobs) and abs(m_sum - v_sum) < 1e-6 * len(jobs), (m_count, m_sum, v_sum)
-    off = _query(db, "SELECT mono_to_wall_ns AS o FROM agent_runs")[0]["o"]
-    w_gw, w_guard, w_model = (_wire_by_id(pcap, gport), _wire_by_user(pcap, rport),
+    off = at.query(db, "SELECT mono_to_wall_ns AS o FROM agent_runs")[0]["o"]
+    w_gw, w_guard, w_model = (pcaptest.exchanges_by_id(pcap, gport), _wire_by_user(pcap, rport),
                               _wire_by_user(pcap, daemon.port))
     problems, tax, overhead, tax_out, rules = [], [], [], [], {}
     for _, rid, wait_us, _ in jobs:
@@ -208,9 +189,9 @@ def _chain(propagate):
         assert row["before_model_ns"] + row["after_model_ns"] == row["integration_overhead_ns"], row
         assert row["before_model_ns"] > wait_us * 1000, (rid, row["before_model_ns"], wait_us)
     hop_line = [l for l in agent.lines if l.startswith("hops:")]
-    m = {"guardrail_tax": _stats_us([t for t, _ in tax]),
-         "guardrail_tax_gateway_side": _stats_us(tax_out),
-         "integration_overhead": _stats_us([o for o, _ in overhead])}
+    m = {"guardrail_tax": at.abs_stats_us([t for t, _ in tax]),
+         "guardrail_tax_gateway_side": at.abs_stats_us(tax_out),
+         "integration_overhead": at.abs_stats_us([o for o, _ in overhead])}
     for name, v in (("tax", tax), ("overhead", overhead)):
         worst = sorted(v, key=lambda p: -abs(p[0]))[:3]
         print(f"     worst {name}: " + ", ".join(f"{r} {x / 1e3:+.1f} µs" for x, r in worst))

@@ -85,16 +85,6 @@ def _load(port):
     return want
 
 
-def _wire_by_id(pcap, port):
-    return {x["request_headers"].get("x-request-id"): x for x in pcaptest.exchanges(pcap, port)}
-
-
-def _stats_us(diffs):
-    a = [abs(d) / 1e3 for d in diffs]
-    return {"n": len(a), "p50": round(at.pct(a, 50), 1), "p99": round(at.pct(a, 99), 1),
-            "max": round(max(a), 1) if a else 0}
-
-
 def _compare_wire(rows, wire, off):
     """Per request id: the agent's marks minus the wire's, in ns."""
     arrive, first, done = [], [], []
@@ -110,9 +100,9 @@ def _compare_wire(rows, wire, off):
     for name, v in (("t_arrive", arrive), ("t_first_content", first), ("t_done", done)):
         worst = sorted(v, key=lambda p: -abs(p[0]))[:3]
         print(f"     worst {name}: " + ", ".join(f"{rid} {d / 1e3:+.1f} µs" for d, rid in worst))
-    return {"t_arrive": _stats_us([d for d, _ in arrive]),
-            "t_first_content": _stats_us([d for d, _ in first]),
-            "t_done": _stats_us([d for d, _ in done])}
+    return {"t_arrive": at.abs_stats_us([d for d, _ in arrive]),
+            "t_first_content": at.abs_stats_us([d for d, _ in first]),
+            "t_done": at.abs_stats_us([d for d, _ in done])}
 
 
 def _mono_to_wall(db):
@@ -144,7 +134,7 @@ def _against_the_wire(argv_of_port):
     time.sleep(0.3)
     assert agent.stop() == 0, agent.lines[-20:]
     rows = at.rows(db)
-    wire = _wire_by_id(pcap, port)
+    wire = pcaptest.exchanges_by_id(pcap, port)
 
     missing = [rid for rid in want if rid not in rows]
     assert not missing, f"no row for {missing}; agent said:\n" + "\n".join(agent.lines[-20:])
@@ -206,7 +196,7 @@ def test_agent_http_kpi_infer_usdt_and_http_agree():
     assert "HTTP mode (--http-only)" in a_http.wait_line(f"attached to pid {daemon.p.pid}")
     cap = pcaptest.Capture([daemon.port]) if os.geteuid() == 0 and pcaptest.shutil.which("tcpdump") else None
     results = at.run_load(daemon.port, 120, threads=4, max_tokens=(1, 16), prefix="both")
-    wire = _wire_by_id(cap.stop(), daemon.port) if cap else {}
+    wire = pcaptest.exchanges_by_id(cap.stop(), daemon.port) if cap else {}
     time.sleep(0.3)
     assert a_usdt.stop() == 0, a_usdt.lines[-20:]
     assert a_http.stop() == 0, a_http.lines[-20:]
@@ -235,7 +225,7 @@ def test_agent_http_kpi_infer_usdt_and_http_agree():
         elif ru["ttft_ns"] is not None and rh["ttft_ns"] is not None:
             ttft.append(rh["ttft_ns"] - ru["ttft_ns"])
         e2e.append(rh["e2e_ns"] - ru["e2e_ns"])
-    m = {"ttft": _stats_us(ttft), "e2e": _stats_us(e2e)}
+    m = {"ttft": at.abs_stats_us(ttft), "e2e": at.abs_stats_us(e2e)}
     print(f"     http - usdt, µs (|diff|), {len(e2e)} requests: {m}; {empty_first} streams "
           f"whose first token had no text (TTFT not comparable), {len(wire)} on the wire")
     assert not problems, problems[:10]
@@ -311,7 +301,7 @@ def test_agent_http_nginx_in_front_of_kpi_infer():
     assert agent.stop() == 0, agent.lines[-20:]
     ng.stop()
     rows = at.rows(db)
-    wire = _wire_by_id(pcap, port)
+    wire = pcaptest.exchanges_by_id(pcap, port)
     assert st404 == 404 and rows.get("ngx-404", {}).get("http_status") == 404, \
         (rows.get("ngx-404"), len(rows), list(rows)[:5], agent.lines[-15:])
     problems = []

@@ -345,6 +345,23 @@ def rows(db):
 PHASES = ("net_in_ns", "queue_ns", "prefill_ns", "decode_ns", "net_out_ns")
 
 
+def query(db, sql, *args):
+    """The rows of one query on db, as dicts."""
+    c = sqlite3.connect(db)
+    c.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in c.execute(sql, args)]
+    finally:
+        c.close()
+
+
+def abs_stats_us(diffs):
+    """n, p50, p99 and max of |diffs| (ns) in µs, for agent - wire comparisons."""
+    a = [abs(d) / 1e3 for d in diffs]
+    return {"n": len(a), "p50": round(pct(a, 50), 1), "p99": round(pct(a, 99), 1),
+            "max": round(max(a), 1) if a else 0}
+
+
 def pct(values, p):
     v = sorted(values)
     if not v:

@@ -179,6 +179,11 @@ def exchanges(path, server_port):
     return result
 
 
+def exchanges_by_id(path, server_port):
+    """exchanges(), keyed by the request's x-request-id."""
+    return {x["request_headers"].get("x-request-id"): x for x in exchanges(path, server_port)}
+
+
 def _content_events(rdata, rtimes, b_off, body, rhdr):
     """The wire time of the first SSE event with generated content, and how
     many there are: the time of the byte that completes the event (its blank
