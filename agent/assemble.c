@@ -7,6 +7,8 @@
 #include <string.h>
 #include <uthash.h>
 #include "assemble.h"
+#include "hop_graph.h"
+#include "hop_link.h"
 #include "http_path.h"
 #include "targets.h"
 #include "abi/kpi_reasons.h"
@@ -42,6 +44,7 @@ struct req {
 	int prompt, max_tokens, operation, output_tokens, finish_reason, http_status, reject_reason, preemptions;
 	uint64_t *writes;
 	size_t n_writes, cap_writes;
+	struct hop_ends ends;   /* of its connection, when a SOCK record told them */
 };
 
 /* Distinct processes a target waited behind within one sample; more than
@@ -149,10 +152,16 @@ void assemble_set_tls_query(struct assembler *a, bool (*readable)(void *ctx, uin
 {
 	http_path_set_tls(a->http, (struct http_tls_query){ readable, ctx });
 }
+_Static_assert(HOP_RULE__COUNT == 4, "assemble_stats.hops_out has one slot per hop rule");
 
 void assemble_stats(const struct assembler *a, struct assemble_stats *out)
 {
+	const struct hop_link_stats *h = hop_link_stats(http_path_hops(a->http));
+
 	*out = a->st;
+	for (int i = 0; i < HOP_RULE__COUNT; i++)
+		out->hops_out[i] = h->links[i];
+	out->hops_ambiguous = h->ambiguous;
 }
 
 void assemble_losses(struct assembler *a, struct kpi_loss_record *l)
@@ -163,6 +172,7 @@ void assemble_losses(struct assembler *a, struct kpi_loss_record *l)
 	l->total[KPI_LOSS_HTTP_UNSYNCED] = http_path_stats(a->http)->unsynced;
 	l->total[KPI_LOSS_TLS_UNREADABLE] = http_path_tls_stats(a->http)->unreadable +
 					    http_path_tls_stats(a->http)->unplaced;
+	l->total[KPI_LOSS_HOPS_UNLINKED] = hop_link_stats(http_path_hops(a->http))->links[HOP_RULE_NONE];
 	for (int i = 0; i < a->n_sinks; i++)
 		if (a->sinks[i].losses)
 			a->sinks[i].losses(a->sinks[i].ctx, l);
@@ -244,8 +254,10 @@ static struct req *req_new(struct assembler *a, uint32_t pid, int fd, uint64_t t
 	r->pid = pid;
 	r->fd = fd;
 	r->t_arrive = t_arrive;
-	if (fd >= 0)
+	if (fd >= 0) {
 		conn_link(a, r);
+		hop_link_ends(http_path_hops(a->http), pid, fd, &r->ends);
+	}
 	return r;
 }
 
@@ -414,6 +426,10 @@ static void req_complete(struct assembler *a, struct req *r)
 	memcpy(rec.request_id, r->reqid, sizeof(rec.request_id));
 	rec.pid = r->pid;
 	rec.seq_id = r->has_id ? (int64_t)r->id : KPI_NULL;
+	rec.direction = "in";
+	memcpy(rec.sock_local, r->ends.local, sizeof(rec.sock_local));
+	memcpy(rec.sock_peer, r->ends.peer, sizeof(rec.sock_peer));
+	snprintf(rec.comm, sizeof(rec.comm), "%s", hop_link_comm(http_path_hops(a->http), r->pid));
 
 	writes_scan(r, &w);
 	if (!r->t_arrive)
@@ -475,9 +491,27 @@ static void req_complete(struct assembler *a, struct req *r)
 	req_free(r);
 }
 
+void assemble_exchange_out(struct assembler *a, const struct kpi_request_record *rec)
+{
+	for (int i = 0; i < a->n_sinks; i++)
+		if (a->sinks[i].exchange_out)
+			a->sinks[i].exchange_out(a->sinks[i].ctx, rec);
+}
+
+void assemble_integration_out(void *ctx, const struct kpi_integration_record *rec)
+{
+	struct assembler *a = ctx;
+
+	for (int i = 0; i < a->n_sinks; i++)
+		if (a->sinks[i].integration)
+			a->sinks[i].integration(a->sinks[i].ctx, rec);
+}
+
 void assemble_request_out(struct assembler *a, const struct kpi_request_record *rec)
 {
 	struct pidstate *ps = pidstate(a, rec->pid);
+
+	hop_graph_in(http_path_graph(a->http), rec);
 
 	for (int i = 0; i < a->n_sinks; i++)
 		if (a->sinks[i].request)
@@ -797,6 +831,7 @@ int assemble_event(struct assembler *a, const void *rec, size_t size)
 	case KPI_EV_PAYLOAD:
 	case KPI_EV_TLS_PAYLOAD:
 	case KPI_EV_HTTP_CLOSE:
+	case KPI_EV_SOCK:
 		if (http_path_event(a->http, e, size)) {
 			a->st.events--;
 			a->st.malformed++;

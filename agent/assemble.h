@@ -38,6 +38,11 @@ void assemble_foreach_inflight(struct assembler *a,
 /* Hands a finished record to every sink and counts it in its process's
  * sample (other producers of records than the USDT assembly use it too). */
 void assemble_request_out(struct assembler *a, const struct kpi_request_record *rec);
+/* Hands a top-level request's integration overhead (agent/hop_graph.c) to
+ * every sink that takes them; ctx is the assembler. */
+void assemble_integration_out(void *ctx, const struct kpi_integration_record *rec);
+/* Hands an outbound exchange (direction "out") to every sink that takes them. */
+void assemble_exchange_out(struct assembler *a, const struct kpi_request_record *rec);
 /* Raises each of the n marks (0: not reached) to the last reached one
  * before it; true when one moved. */
 bool assemble_marks_clamp(uint64_t *m, int n);
@@ -58,10 +63,14 @@ struct assemble_stats {
 	uint64_t before_attach;              /* requests that arrived while their target was
 					      * followed but its USDT probes were not
 					      * attached yet (their engine marks may lack) */
+	/* outbound exchanges of HTTP-mode targets by the rule that linked them
+	 * (enum hop_rule, hop_link.h: [0] unlinked), and of the unlinked those
+	 * made while several inbound requests were open */
+	uint64_t hops_out[4], hops_ambiguous;
 };
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
 /* Fills in the causes the assembler counts (orphans, clamped, before_attach,
- * http_unsynced, tls_unreadable)
+ * http_unsynced, tls_unreadable, hops_unlinked)
  * and hands l to every sink. */
 void assemble_losses(struct assembler *a, struct kpi_loss_record *l);
 

@@ -18,6 +18,7 @@
 #define PROM_MAX_OUTCOMES  24    /* distinct (status, finish reason) per process */
 #define PROM_EVICT_NS      (300ull * 1000000000ull)  /* forget a quiet, gone process */
 #define PROM_MAX_COLLECTORS 4
+#define PROM_MAX_INTEG     16    /* process names with an integration-overhead histogram */
 
 /* ---- buckets ----------------------------------------------------------------------- */
 
@@ -64,9 +65,18 @@ static struct prom_buckets b_phase[N_PHASES] = {
 	  .help = "Request phase net_out: last token generated to last byte written.", PHASE_LE },
 };
 
+/* Labelled by the top-level process's name, not its pid: a gateway that
+ * restarts keeps its series (schema/008_hops.sql, integration). */
+static struct prom_buckets b_integ = {
+	.name = "kpi_integration_overhead_seconds",
+	.help = "What the client of a top-level request waited beyond its model hop's server-side "
+	"end-to-end time (gateway, guardrail, retrieval and the way back), by the process that "
+	"served the top-level request.", PHASE_LE,
+};
+
 static struct prom_buckets *all_buckets[] = {
 	&b_ttft, &b_tpot, &b_duration,
-	&b_phase[0], &b_phase[1], &b_phase[2], &b_phase[3], &b_phase[4], &b_phase[5],
+	&b_phase[0], &b_phase[1], &b_phase[2], &b_phase[3], &b_phase[4], &b_phase[5], &b_integ,
 };
 
 static void buckets_init(void)
@@ -152,6 +162,8 @@ struct prom_exporter {
 	uint64_t overflow;
 	struct { void (*fn)(void *, FILE *); void *ctx; } coll[PROM_MAX_COLLECTORS];
 	int n_coll;
+	struct { char comm[16]; struct hist h; } integ[PROM_MAX_INTEG];
+	int n_integ;
 };
 
 static uint64_t mono_ns(void)
@@ -212,6 +224,25 @@ static int op_index(const char *operation)
 		if (!strcmp(operation, kpi_operation_name(k)))
 			return k;
 	return KPI_OP_NONE;
+}
+
+/* One top-level request's integration overhead, under its process's name. */
+static void on_integration(void *ctx, const struct kpi_integration_record *r)
+{
+	struct prom_exporter *p = ctx;
+	const char *comm = r->comm[0] ? r->comm : "unknown";
+	int i;
+
+	pthread_mutex_lock(&p->lock);
+	for (i = 0; i < p->n_integ && strcmp(p->integ[i].comm, comm); i++)
+		;
+	if (i == p->n_integ && i < PROM_MAX_INTEG)
+		snprintf(p->integ[p->n_integ++].comm, sizeof(p->integ[0].comm), "%s", comm);
+	if (i < p->n_integ)
+		hist_add(&p->integ[i].h, &b_integ, r->overhead);
+	else
+		p->overflow++;
+	pthread_mutex_unlock(&p->lock);
 }
 
 static void on_request(void *ctx, const struct kpi_request_record *r)
@@ -336,7 +367,7 @@ void prom_free(struct prom_exporter *p)
 struct kpi_sink prom_sink(struct prom_exporter *p)
 {
 	return (struct kpi_sink){ .ctx = p, .request = on_request, .sample = on_sample,
-				  .losses = on_losses };
+				  .losses = on_losses, .integration = on_integration };
 }
 
 void prom_add_collector(struct prom_exporter *p, void (*fn)(void *ctx, FILE *out), void *ctx)
@@ -441,6 +472,35 @@ static void put_hist(FILE *out, const struct prom_buckets *b, const struct targe
 	}
 }
 
+static void put_integ(FILE *out, const char *comm, const struct hist *h)
+{
+	uint64_t cum = 0;
+	char le[32], sum[32];
+	bool first;
+
+	for (int k = 0; k <= b_integ.n; k++) {
+		cum += h->counts[k];
+		if (k < b_integ.n)
+			prom_format_double(le, sizeof(le), b_integ.le[k]);
+		else
+			snprintf(le, sizeof(le), "+Inf");
+		first = true;
+		fprintf(out, "%s_bucket{", b_integ.name);
+		put_label(out, "process", comm, &first);
+		put_label(out, "le", le, &first);
+		fprintf(out, "} %llu\n", (unsigned long long)cum);
+	}
+	prom_format_double(sum, sizeof(sum), (double)h->sum_ns / 1e9);
+	first = true;
+	fprintf(out, "%s_sum{", b_integ.name);
+	put_label(out, "process", comm, &first);
+	fprintf(out, "} %s\n", sum);
+	first = true;
+	fprintf(out, "%s_count{", b_integ.name);
+	put_label(out, "process", comm, &first);
+	fprintf(out, "} %llu\n", (unsigned long long)h->count);
+}
+
 static void put_gauge_line(FILE *out, const char *name, const struct target *t, double v)
 {
 	char val[32];
@@ -490,6 +550,9 @@ int prom_render(struct prom_exporter *p, FILE *out)
 		FOR_OPS(p, i, op)
 			put_hist(out, &b_phase[ph], &p->t[i], op, &p->t[i].op[op].phase[ph], NULL);
 	}
+	family(out, b_integ.name, "histogram", b_integ.help);
+	for (int i = 0; i < p->n_integ; i++)
+		put_integ(out, p->integ[i].comm, &p->integ[i].h);
 
 	family(out, "kpi_requests_total", "counter",
 	       "Requests completed or rejected, by HTTP status and finish reason.");

@@ -1,10 +1,14 @@
 /* http_path.c - turns an HTTP-mode target's socket payloads into request
- * records: a tracker per connection, its exchanges mapped onto the trace's marks. */
+ * records: a tracker per connection, its exchanges mapped onto the trace's
+ * marks; on the connections it made itself (KPI_ROLE_CLIENT) the same parser
+ * the other way round, each exchange an outbound hop (hop_link.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uthash.h>
 #include "assemble.h"
+#include "hop_graph.h"
+#include "hop_link.h"
 #include "http_path.h"
 
 /* Reads whose first unread segment time is kept, to move an exchange's
@@ -17,6 +21,10 @@ struct http_conn {
 	struct http_path *hp;
 	struct http_track *t;
 	uint32_t pid;
+	int fd;
+	bool client;                    /* KPI_ROLE_CLIENT: writes are requests, reads responses */
+	uint32_t tid;                   /* of the payload being fed */
+	struct hop_ends ends;
 	uint32_t srtt_us;               /* at the last read that carried it */
 	uint64_t read_ts[SEG_RING], seg_ts[SEG_RING];
 	unsigned n_reads;               /* reads ever put in the ring */
@@ -32,12 +40,20 @@ struct http_path {
 	uint64_t ids_made;
 	struct http_tls_query tls_q;
 	struct http_tls_stats tls;
+	struct hop_link *hops;
+	struct hop_graph *graph;
 };
 
 struct http_path *http_path_new(struct assembler *a)
 {
 	struct http_path *hp = calloc(1, sizeof(*hp));
 
+	if (hp && (!(hp->hops = hop_link_new()) ||
+		   !(hp->graph = hop_graph_new(assemble_integration_out, a)))) {
+		hop_link_free(hp->hops);
+		free(hp);
+		return NULL;
+	}
 	if (hp)
 		hp->a = a;
 	return hp;
@@ -45,6 +61,7 @@ struct http_path *http_path_new(struct assembler *a)
 
 static void conn_free(struct http_path *hp, struct http_conn *c)
 {
+	hop_link_close_conn(hp->hops, c->pid, c->fd);
 	HASH_DEL(hp->conns, c);
 	http_track_free(c->t);
 	free(c);
@@ -58,6 +75,8 @@ void http_path_free(struct http_path *hp)
 		return;
 	HASH_ITER(hh, hp->conns, c, tmp)
 		conn_free(hp, c);
+	hop_link_free(hp->hops);
+	hop_graph_free(hp->graph);
 	free(hp);
 }
 
@@ -112,6 +131,16 @@ static bool cleartext(struct http_path *hp, struct http_conn *c, const struct kp
 	if (c->tls)
 		hp->tls.cipher_skipped++;
 	return !c->tls;
+}
+
+struct hop_link *http_path_hops(struct http_path *hp)
+{
+	return hp->hops;
+}
+
+struct hop_graph *http_path_graph(struct http_path *hp)
+{
+	return hp->graph;
 }
 
 static int64_t opt(uint64_t t)
@@ -204,6 +233,42 @@ static void times_fill(struct kpi_request_record *r, const struct http_exchange 
 		   : !(x->flags & HTTP_X_SSE) && x->t_resp_start ? (int64_t)(m[2] - m[0]) : KPI_NULL;
 }
 
+/* A request's head is complete: an inbound one becomes a parent candidate,
+ * an outbound one gets its parent now, while what was open then is known. */
+static uint64_t on_request(void *ctx, const struct http_exchange *x)
+{
+	struct http_conn *c = ctx;
+	const char *hdr = x->id_src == HTTP_ID_NONE ? "" : x->request_id;
+
+	if (c->client) {
+		char hop_id[HOP_ID_LEN], parent[HOP_ID_LEN];
+		uint64_t tag = hop_link_out_open(c->hp->hops, c->pid, c->fd, c->tid, hdr, x->t_arrive,
+						 parent);
+		hop_link_hop_id(c->pid, x->t_arrive, hop_id);
+		hop_graph_out_open(c->hp->graph, hop_id, parent, &c->ends, x->t_arrive);
+		return tag;
+	}
+	return hop_link_in_open(c->hp->hops, c->pid, c->fd, c->tid, hdr, x->t_arrive);
+}
+
+/* The hop columns of x's record. */
+static void hop_fill(struct http_conn *c, const struct http_exchange *x,
+		     struct kpi_request_record *rec)
+{
+	struct hop_link *hl = c->hp->hops;
+
+	rec->direction = c->client ? "out" : "in";
+	hop_link_hop_id(c->pid, x->t_arrive ? x->t_arrive : x->t_done, rec->hop_id);
+	if (c->client)
+		rec->link_rule = hop_rule_name(hop_link_out_take(hl, x->tag, rec->parent_hop_id));
+	else
+		hop_link_close(hl, x->tag);
+	rec->tid = c->tid;
+	snprintf(rec->comm, sizeof(rec->comm), "%s", hop_link_comm(hl, c->pid));
+	memcpy(rec->sock_local, c->ends.local, sizeof(rec->sock_local));
+	memcpy(rec->sock_peer, c->ends.peer, sizeof(rec->sock_peer));
+}
+
 static void on_exchange(void *ctx, const struct http_exchange *x)
 {
 	struct http_conn *c = ctx;
@@ -215,8 +280,8 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 	if (x->id_src != HTTP_ID_NONE && x->request_id[0])
 		snprintf(rec.request_id, sizeof(rec.request_id), "%s", x->request_id);
 	else
-		snprintf(rec.request_id, sizeof(rec.request_id), "http-%u-%llu", c->pid,
-			 (unsigned long long)++c->hp->ids_made);
+		snprintf(rec.request_id, sizeof(rec.request_id), "%s-%u-%llu", c->client ? "out" : "http",
+			 c->pid, (unsigned long long)++c->hp->ids_made);
 	rec.pid = c->pid;
 	rec.seq_id = KPI_NULL;
 
@@ -246,10 +311,17 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 	snprintf(rec.method, sizeof(rec.method), "%s", x->method);
 	snprintf(rec.path, sizeof(rec.path), "%s", x->path);
 	snprintf(rec.model, sizeof(rec.model), "%s", x->model);
-	assemble_request_out(c->hp->a, &rec);
+	hop_fill(c, x, &rec);
+	if (c->client) {
+		hop_graph_out_done(c->hp->graph, rec.hop_id, &c->ends, x->t_done);
+		assemble_exchange_out(c->hp->a, &rec);
+	} else {
+		assemble_request_out(c->hp->a, &rec);
+	}
 }
 
-static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bool create)
+static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bool create,
+				  bool client)
 {
 	uint64_t key = (uint64_t)pid << 32 | (uint32_t)fd;
 	struct http_conn *c;
@@ -262,7 +334,8 @@ static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bo
 		return NULL;
 	/* one older than the attach shows up as unsynced until a message
 	 * starts, and is counted so */
-	c->t = http_track_new(&(struct http_track_cfg){ .on_exchange = on_exchange, .ctx = c,
+	c->t = http_track_new(&(struct http_track_cfg){ .on_exchange = on_exchange,
+							.on_request = on_request, .ctx = c,
 							.totals = &hp->totals });
 	if (!c->t) {
 		free(c);
@@ -271,22 +344,41 @@ static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bo
 	c->key = key;
 	c->hp = hp;
 	c->pid = pid;
+	c->fd = fd;
+	c->client = client;
+	hop_link_ends(hp->hops, pid, fd, &c->ends);
 	HASH_ADD(hh, hp->conns, key, sizeof(c->key), c);
 	return c;
+}
+
+/* Who ended a connection, for its tracker, whose "server" writes the
+ * responses: on a connection the target accepted that is the target; on one
+ * it made (client), the peer.  The kernel says who closed first from the
+ * target's side: BY_CLIENT the peer went away (EOF, EPIPE, a reset), BY_SERVER
+ * the target closed, AFTER_PEER the target closed after the peer's FIN or RST. */
+static enum http_closer closer(unsigned by, bool client)
+{
+	if (client)
+		return by == KPI_CLOSE_BY_SERVER ? HTTP_BY_CLIENT : HTTP_BY_SERVER;
+	return by == KPI_CLOSE_BY_CLIENT ? HTTP_BY_CLIENT :
+	       by == KPI_CLOSE_AFTER_PEER ? HTTP_BY_SERVER_AFTER_CLIENT : HTTP_BY_SERVER;
 }
 
 int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 {
 	struct http_conn *c;
 
+	if (e->h.type == KPI_EV_SOCK) {
+		hop_link_sock(hp->hops, &e->sock);
+		return 0;
+	}
 	if (e->h.type == KPI_EV_HTTP_CLOSE) {
-		c = conn_get(hp, e->h.pid, e->http_close.fd, false);
+		c = conn_get(hp, e->h.pid, e->http_close.fd, false, false);
 		if (!c)
 			return 0;
 		unsigned by = e->http_close.by;
-		http_track_close(c->t, e->h.ts, by == KPI_CLOSE_BY_CLIENT ? HTTP_BY_CLIENT :
-				 by == KPI_CLOSE_AFTER_PEER ? HTTP_BY_SERVER_AFTER_CLIENT : HTTP_BY_SERVER);
-		/* the fd is closed only when the server closes it */
+		http_track_close(c->t, e->h.ts, closer(by, c->client));
+		/* the fd is closed only when the target closes it */
 		if (by != KPI_CLOSE_BY_CLIENT)
 			conn_free(hp, c);
 		return 0;
@@ -299,7 +391,7 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 		hp->tls.unplaced++;
 		return 0;
 	}
-	c = conn_get(hp, p->h.pid, p->fd, true);
+	c = conn_get(hp, p->h.pid, p->fd, true, p->role == KPI_ROLE_CLIENT);
 	if (!c) {
 		hp->totals.no_memory++;
 		return 0;
@@ -310,15 +402,18 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 	} else if (!cleartext(hp, c, p)) {
 		return 0;
 	}
-	if (p->dir == KPI_PAYLOAD_IN) {
+	c->tid = p->tid;
+	/* the tracker reads requests as HTTP_IN: on a client connection those
+	 * are the target's writes */
+	bool req_dir = (p->dir == KPI_PAYLOAD_OUT) == c->client;
+	if (!c->client && p->dir == KPI_PAYLOAD_IN) {
 		unsigned k = c->n_reads++ % SEG_RING;
 		c->read_ts[k] = p->h.ts;
 		c->seg_ts[k] = p->t_seg;
 		if (p->srtt_us)
 			c->srtt_us = p->srtt_us;
 	}
-	http_track_feed(c->t, p->dir == KPI_PAYLOAD_IN ? HTTP_IN : HTTP_OUT, p->data, p->captured,
-			p->moved, p->h.ts);
+	http_track_feed(c->t, req_dir ? HTTP_IN : HTTP_OUT, p->data, p->captured, p->moved, p->h.ts);
 	return 0;
 }
 
@@ -326,6 +421,7 @@ void http_path_expire(struct http_path *hp, uint64_t now)
 {
 	struct http_conn *c, *tmp;
 
+	hop_graph_expire(hp->graph, now);
 	HASH_ITER(hh, hp->conns, c, tmp) {
 		uint64_t last = http_track_last_ts(c->t);
 		if (!last || now < last)
@@ -348,4 +444,5 @@ void http_path_forget_pid(struct http_path *hp, uint32_t pid)
 			http_track_close(c->t, http_track_last_ts(c->t), HTTP_BY_SERVER);
 		conn_free(hp, c);
 	}
+	hop_link_forget_pid(hp->hops, pid);
 }

@@ -1,6 +1,7 @@
 /* http_path.h - the agent's HTTP path: one http_track per (pid, fd) of an
- * HTTP-mode target, fed from PAYLOAD / HTTP_CLOSE records; each exchange
- * becomes a request record with source "http" (docs/agent.md). */
+ * HTTP-mode target, fed from PAYLOAD / HTTP_CLOSE / SOCK records; each exchange
+ * it served becomes a request record with source "http", each one it made as a
+ * client an outbound exchange record (docs/agent.md). */
 #ifndef KPI_HTTP_PATH_H
 #define KPI_HTTP_PATH_H
 
@@ -12,6 +13,8 @@
 #define HTTP_PATH_IDLE_NS    (600ULL * 1000000000ULL)   /* an idle connection's tracker is freed */
 
 struct assembler;
+struct hop_graph;
+struct hop_link;
 struct http_path;
 
 /* Whether pid's TLS is read through its libssl (agent/tls.c's answer). */
@@ -44,6 +47,10 @@ void http_path_expire(struct http_path *hp, uint64_t now);
 /* The target exited: its exchanges in flight end as closed by the server,
  * its trackers are freed. */
 void http_path_forget_pid(struct http_path *hp, uint32_t pid);
+/* The outbound exchanges' parents and the connections' ends (hop_link.h). */
+struct hop_link *http_path_hops(struct http_path *hp);
+/* The recent hops, for the integration overhead of each top-level request (hop_graph.h). */
+struct hop_graph *http_path_graph(struct http_path *hp);
 /* Sums over every tracker, the freed ones included. */
 const struct http_track_stats *http_path_stats(const struct http_path *hp);
 const struct http_tls_stats *http_path_tls_stats(const struct http_path *hp);

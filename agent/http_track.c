@@ -742,6 +742,10 @@ static void head_end(struct http_track *t, struct dir *d, uint64_t ts)
 		dir_reset(d, D_START);          /* interim: the final response follows */
 		return;
 	}
+	if (in && n && t->cfg.on_request) {
+		pick_id(n);
+		n->x.tag = t->cfg.on_request(t->cfg.ctx, &n->x);
+	}
 	if (n)
 		n->x.flags |= (h->close ? HTTP_X_CLOSE : 0) | (in && h->expect ? HTTP_X_CONTINUE : 0) |
 			      (!in && h->sse ? HTTP_X_SSE : 0) | (!in && h->chunked ? HTTP_X_CHUNKED : 0);

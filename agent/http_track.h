@@ -94,6 +94,7 @@ struct http_exchange {
 	 * callback only; n_content_writes < content_events when capped */
 	const uint64_t *content_writes;
 	size_t n_content_writes;
+	uint64_t tag;                   /* what on_request returned for it, 0 without one */
 };
 
 /* What a tracker (and, summed, the module) lost or could not follow. */
@@ -115,6 +116,10 @@ struct http_track_cfg {
 	/* called when an exchange completes or is given up; x and its arrays
 	 * are valid during the call only */
 	void (*on_exchange)(void *ctx, const struct http_exchange *x);
+	/* optional: called once a request's head is complete, with its method,
+	 * path, t_arrive and header id (request_id, id_src) filled; what it
+	 * returns comes back as the exchange's tag */
+	uint64_t (*on_request)(void *ctx, const struct http_exchange *x);
 	void *ctx;
 	struct http_track_stats *totals; /* module-wide sums every tracker adds to, or NULL */
 	bool midstream;                  /* opened before tracking began: find a message start first */

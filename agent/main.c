@@ -692,6 +692,14 @@ static void finish(struct agent *ag)
 	       "shed while the database could not be written; %zu rows unwritten\n",
 	       (unsigned long long)st.exit_completed, (unsigned long long)st.exit_cut,
 	       (unsigned long long)shed_req, trace_store_pending(ag->store));
+	if (st.hops_out[0] + st.hops_out[1] + st.hops_out[2] + st.hops_out[3])
+		printf("hops: %llu outbound exchanges linked to the request they served (%llu by "
+		       "header, %llu by thread, %llu by the only one open), %llu unlinked (%llu while "
+		       "several were open)\n",
+		       (unsigned long long)(st.hops_out[1] + st.hops_out[2] + st.hops_out[3]),
+		       (unsigned long long)st.hops_out[1], (unsigned long long)st.hops_out[2],
+		       (unsigned long long)st.hops_out[3], (unsigned long long)st.hops_out[0],
+		       (unsigned long long)st.hops_ambiguous);
 	losses_print(&lost);
 	agent_gpu_summary(ag->gpu, gpu_said, sizeof(gpu_said));
 	if (gpu_said[0])

@@ -42,6 +42,30 @@ struct kpi_request_record {
 	int64_t t_req_read, t_resp_start, server_wait, content_events, stream, max_tokens;
 	const char *end_reason;         /* complete | client_closed | server_closed | unsynced | timeout */
 	char method[16], path[64], model[64];
+	/* hops (schema/008_hops.sql), "" / NULL / 0 when unknown: "in" for a
+	 * request the target served, "out" for an exchange it made as a client
+	 * (its marks are then its own writes and reads: t_arrive its request's
+	 * first write, t_req_read its last, t_done the read that ended the
+	 * response); hop_id names the exchange, parent_hop_id (out only) the
+	 * inbound request it was made for, by link_rule */
+	const char *direction;
+	char hop_id[32], parent_hop_id[32];
+	const char *link_rule;          /* header | thread | loop; NULL: unlinked */
+	uint32_t tid;                   /* the thread that read the request (in) or wrote it (out) */
+	char comm[16];
+	char sock_local[48], sock_peer[48];     /* "addr:port" of this end and of the other */
+};
+
+/* A top-level request whose trace reached a model hop in another process
+ * (agent/hop_graph.c, as the view integration of schema/008_hops.sql finds
+ * it): sent once its hops are all known, shortly after its own record. */
+struct kpi_integration_record {
+	char request_id[KPI_REQID_LEN];
+	uint32_t pid;
+	char comm[16];                  /* the process that served it */
+	int64_t e2e, model_e2e;
+	int64_t before_model, after_model;
+	int64_t overhead;               /* e2e - model_e2e = before_model + after_model */
 };
 
 struct kpi_step_record {
@@ -98,6 +122,7 @@ enum kpi_loss {
 	KPI_LOSS_HTTP_UNSYNCED,         /* times an HTTP tracker lost a connection's framing */
 	KPI_LOSS_TLS_UNREADABLE,        /* TLS connections of a process whose libssl is not
 					 * probed, and SSL calls with no socket to put them on */
+	KPI_LOSS_HOPS_UNLINKED,         /* outbound exchanges no rule could give a parent */
 	KPI_LOSS__COUNT
 };
 
@@ -108,6 +133,7 @@ static inline const char *kpi_loss_name(int cause)
 	static const char *const names[KPI_LOSS__COUNT] = {
 		"ringbuf_drops", "conn_untracked", "orphans", "clamped", "map_evictions",
 		"before_attach", "shed_rows", "retention_rows", "http_unsynced", "tls_unreadable",
+		"hops_unlinked",
 	};
 	return cause >= 0 && cause < KPI_LOSS__COUNT ? names[cause] : "unknown";
 }
@@ -123,6 +149,10 @@ struct kpi_loss_record {
 struct kpi_sink {
 	void *ctx;
 	void (*request)(void *ctx, const struct kpi_request_record *r);
+	/* an outbound exchange of a target (direction "out"): not a request it
+	 * served, so apart from request() and the samples' counts; optional */
+	void (*exchange_out)(void *ctx, const struct kpi_request_record *r);
+	void (*integration)(void *ctx, const struct kpi_integration_record *r);     /* optional */
 	void (*step)(void *ctx, const struct kpi_step_record *s);
 	void (*sample)(void *ctx, const struct kpi_sample_record *s);
 	void (*losses)(void *ctx, const struct kpi_loss_record *l);

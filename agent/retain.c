@@ -18,9 +18,10 @@
 /* Tables whose rows carry their own wall_ns. Only requests has an index on
  * it; the others are written in time order, so their first row by rowid is
  * their oldest. (A request's row is written when it ends, so a long one can
- * follow shorter ones that arrived after it.) */
-static const char *const wall_tables[] = { "requests", "steps", "samples", "runq_by", "losses",
-					     "cost_samples", "energy_readings" };
+ * follow shorter ones that arrived after it; so can an exchanges_out row,
+ * whose first by rowid is then its oldest but for those.) */
+static const char *const wall_tables[] = { "requests", "exchanges_out", "steps", "samples",
+					     "runq_by", "losses", "cost_samples", "energy_readings" };
 #define N_WALL_TABLES (sizeof(wall_tables) / sizeof(wall_tables[0]))
 
 static const char *oldest_sql(const char *table)

@@ -20,6 +20,7 @@
 struct pending_req {
 	struct kpi_request_record r;
 	uint64_t *tokens;
+	bool out;                       /* an outbound exchange: exchanges_out, no tokens */
 };
 
 struct vec {
@@ -36,7 +37,7 @@ struct pending_loss {
 
 struct trace_store {
 	sqlite3 *db;
-	sqlite3_stmt *ins_req, *ins_step, *ins_sample, *ins_runq_by, *ins_token, *ins_inflight,
+	sqlite3_stmt *ins_req, *ins_out, *ins_step, *ins_sample, *ins_runq_by, *ins_token, *ins_inflight,
 		*del_inflight, *set_meta, *ins_loss;
 	bool token_detail;
 	int64_t run_id, mono_to_wall;
@@ -75,6 +76,25 @@ static int64_t mono_to_wall_offset(void)
 	clock_gettime(CLOCK_MONOTONIC, &m);
 	clock_gettime(CLOCK_REALTIME, &w);
 	return ((int64_t)w.tv_sec - m.tv_sec) * 1000000000LL + (w.tv_nsec - m.tv_nsec);
+}
+
+/* One row of requests or of exchanges_out (schema/008_hops.sql): the same columns. */
+static const char *insert_request_sql(const char *table)
+{
+	static char sql[2][1024];
+	char *out = sql[strcmp(table, "requests") != 0];
+
+	snprintf(out, sizeof(sql[0]),
+		 "INSERT INTO %s(request_id, pid, seq_id, run_id, wall_ns, t_arrive_ns, t_admit_ns, "
+		 "t_sched_ns, t_first_ns, t_last_ns, t_first_write_ns, t_done_ns, net_in_ns, queue_ns, "
+		 "prefill_ns, decode_ns, net_out_ns, ttft_ns, tpot_ns, e2e_ns, itl_p50_ns, itl_p99_ns, "
+		 "itl_max_ns, prompt_tokens, output_tokens, http_status, finish_reason, reject_reason, "
+		 "preemptions, srtt_us, runq_ns, source, server_wait_ns, t_req_read_ns, t_resp_start_ns, "
+		 "content_events, stream, max_tokens, end_reason, method, path, model, direction, hop_id, "
+		 "parent_hop_id, link_rule, tid, comm, sock_local, sock_peer) VALUES "
+		 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
+		 "?,?,?,?,?,?,?,?)", table);
+	return out;
 }
 
 int trace_store_schema_version(void)
@@ -248,15 +268,8 @@ struct trace_store *trace_store_open(const char *path, bool token_detail, char *
 	sqlite3_finalize(s);
 	st->run_id = sqlite3_last_insert_rowid(st->db);
 
-	if (prepare(st, &st->ins_req,
-		    "INSERT INTO requests(request_id, pid, seq_id, run_id, wall_ns, t_arrive_ns, t_admit_ns, "
-		    "t_sched_ns, t_first_ns, t_last_ns, t_first_write_ns, t_done_ns, net_in_ns, queue_ns, "
-		    "prefill_ns, decode_ns, net_out_ns, ttft_ns, tpot_ns, e2e_ns, itl_p50_ns, itl_p99_ns, "
-		    "itl_max_ns, prompt_tokens, output_tokens, http_status, finish_reason, reject_reason, "
-		    "preemptions, srtt_us, runq_ns, source, server_wait_ns, t_req_read_ns, t_resp_start_ns, "
-		    "content_events, stream, max_tokens, end_reason, method, path, model) VALUES "
-		    "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
-		    err, errlen) ||
+	if (prepare(st, &st->ins_req, insert_request_sql("requests"), err, errlen) ||
+	    prepare(st, &st->ins_out, insert_request_sql("exchanges_out"), err, errlen) ||
 	    prepare(st, &st->ins_step,
 		    "INSERT INTO steps(pid, step_id, run_id, wall_ns, t_start_ns, t_end_ns, prefill_tokens, "
 		    "decode_seqs, kv_used, kv_free) VALUES (?,?,?,?,?,?,?,?,?,?)", err, errlen) ||
@@ -307,9 +320,9 @@ void trace_store_shed(const struct trace_store *st, uint64_t *requests, uint64_t
 
 /* ---- sink: copy records into the pending queues ------------------------------ */
 
-static void sink_request(void *ctx, const struct kpi_request_record *r)
+static void sink_request_or_out(struct trace_store *st, const struct kpi_request_record *r,
+				bool out)
 {
-	struct trace_store *st = ctx;
 	struct pending_req *p;
 
 	if (st->reqs.n >= st->max_backlog) {
@@ -319,9 +332,10 @@ static void sink_request(void *ctx, const struct kpi_request_record *r)
 	p = vec_push(&st->reqs);
 
 	p->r = *r;
+	p->out = out;
 	p->tokens = NULL;
 	p->r.token_writes = NULL;
-	if (st->token_detail && r->n_token_writes) {
+	if (st->token_detail && r->n_token_writes && !out) {
 		p->tokens = malloc(r->n_token_writes * sizeof(uint64_t));
 		if (!p->tokens)
 			abort();
@@ -329,6 +343,16 @@ static void sink_request(void *ctx, const struct kpi_request_record *r)
 	} else {
 		p->r.n_token_writes = 0;
 	}
+}
+
+static void sink_request(void *ctx, const struct kpi_request_record *r)
+{
+	sink_request_or_out(ctx, r, false);
+}
+
+static void sink_exchange_out(void *ctx, const struct kpi_request_record *r)
+{
+	sink_request_or_out(ctx, r, true);
 }
 
 static void sink_step(void *ctx, const struct kpi_step_record *s)
@@ -373,7 +397,8 @@ static void sink_sample(void *ctx, const struct kpi_sample_record *s)
 
 struct kpi_sink trace_store_sink(struct trace_store *st)
 {
-	return (struct kpi_sink){ .ctx = st, .request = sink_request, .step = sink_step,
+	return (struct kpi_sink){ .ctx = st, .request = sink_request,
+				  .exchange_out = sink_exchange_out, .step = sink_step,
 				  .sample = sink_sample, .losses = sink_losses };
 }
 
@@ -412,7 +437,7 @@ static int step_done(struct trace_store *st, sqlite3_stmt *s)
 static int write_request(struct trace_store *st, const struct pending_req *p)
 {
 	const struct kpi_request_record *r = &p->r;
-	sqlite3_stmt *s = st->ins_req;
+	sqlite3_stmt *s = p->out ? st->ins_out : st->ins_req;
 	int i = 1;
 	int64_t ts[] = { r->t_arrive, r->t_admit, r->t_sched, r->t_first, r->t_last, r->t_first_write,
 			 r->t_done, r->net_in, r->queue, r->prefill, r->decode, r->net_out, r->ttft,
@@ -448,6 +473,14 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	bind_text_opt(s, i++, r->method[0] ? r->method : NULL);
 	bind_text_opt(s, i++, r->path[0] ? r->path : NULL);
 	bind_text_opt(s, i++, r->model[0] ? r->model : NULL);
+	bind_text_opt(s, i++, r->direction);
+	bind_text_opt(s, i++, r->hop_id[0] ? r->hop_id : NULL);
+	bind_text_opt(s, i++, r->parent_hop_id[0] ? r->parent_hop_id : NULL);
+	bind_text_opt(s, i++, r->link_rule);
+	bind_opt(s, i++, r->tid ? (int64_t)r->tid : KPI_NULL);
+	bind_text_opt(s, i++, r->comm[0] ? r->comm : NULL);
+	bind_text_opt(s, i++, r->sock_local[0] ? r->sock_local : NULL);
+	bind_text_opt(s, i++, r->sock_peer[0] ? r->sock_peer : NULL);
 	if (step_done(st, s))
 		return -1;
 	for (size_t k = 0; k < r->n_token_writes; k++) {
@@ -676,7 +709,7 @@ fail:
 
 void trace_store_close(struct trace_store *st)
 {
-	sqlite3_stmt **stmts[] = { &st->ins_req, &st->ins_step, &st->ins_sample, &st->ins_runq_by,
+	sqlite3_stmt **stmts[] = { &st->ins_req, &st->ins_out, &st->ins_step, &st->ins_sample, &st->ins_runq_by,
 				   &st->ins_token, &st->ins_inflight, &st->del_inflight, &st->set_meta,
 				   &st->ins_loss };
 

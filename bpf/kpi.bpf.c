@@ -5,6 +5,7 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
 #include <bpf/bpf_core_read.h>
+#include <bpf/bpf_endian.h>
 #include <bpf/usdt.bpf.h>
 #include "kpi_event.h"
 #include "kpi_maps.bpf.h"
@@ -490,8 +491,7 @@ static __always_inline int sys_enter(int fd, int kind, int shape, __u64 buf, __u
 }
 
 /* A connection accepted on one of the targets' listening ports: the server
- * side.  Its own client connections (a proxy's upstream, a gateway's calls)
- * carry the other direction of HTTP and are not followed. */
+ * side (KPI_ROLE_SERVED). */
 static __always_inline bool served_here(__u64 sk)
 {
 	__u16 port = BPF_CORE_READ((struct sock *)sk, __sk_common.skc_num);
@@ -499,16 +499,64 @@ static __always_inline bool served_here(__u64 sk)
 	return bpf_map_lookup_elem(&target_ports, &port) != NULL;
 }
 
+#define AF_INET_NR  2
+#define AF_INET6_NR 10
+#define IPPROTO_TCP_NR 6
+
+/* A connected TCP socket over IPv4 or IPv6 (what SOCK describes). */
+static __always_inline bool tcp_connected(__u64 sk)
+{
+	struct sock *s = (struct sock *)sk;
+	__u16 family = BPF_CORE_READ(s, __sk_common.skc_family);
+
+	return (family == AF_INET_NR || family == AF_INET6_NR) &&
+	       BPF_CORE_READ(s, sk_protocol) == IPPROTO_TCP_NR &&
+	       BPF_CORE_READ(s, __sk_common.skc_dport) != 0;
+}
+
+/* Tells the agent a connection's role and both ends (struct kpi_ev_sock). */
+static __always_inline void sock_send(__u32 tgid, int fd, __u64 sk, __u32 role)
+{
+	struct sock *s = (struct sock *)sk;
+	struct kpi_ev_sock *e = EV_NEW(kpi_ev_sock, KPI_EV_SOCK, tgid, bpf_ktime_get_ns());
+
+	if (!e)
+		return;
+	e->fd = fd;
+	e->role = role;
+	e->family = BPF_CORE_READ(s, __sk_common.skc_family);
+	e->lport = BPF_CORE_READ(s, __sk_common.skc_num);
+	e->rport = bpf_ntohs(BPF_CORE_READ(s, __sk_common.skc_dport));
+	if (e->family == AF_INET_NR) {
+		bpf_probe_read_kernel(e->laddr, 4, &s->__sk_common.skc_rcv_saddr);
+		bpf_probe_read_kernel(e->raddr, 4, &s->__sk_common.skc_daddr);
+	} else {
+		bpf_probe_read_kernel(e->laddr, 16, &s->__sk_common.skc_v6_rcv_saddr);
+		bpf_probe_read_kernel(e->raddr, 16, &s->__sk_common.skc_v6_daddr);
+	}
+	ev_send(e);
+}
+
 /* The conns entry of a connection seen first now: whether fd is a socket
- * (in HTTP mode, one accepted on a target's port) is looked up once. */
+ * followed, and in which role, is looked up once.  In HTTP mode that is one
+ * accepted on a target's port (served), or any other connected TCP socket
+ * (its own client connections: a proxy's upstream, a gateway's calls). */
 static __always_inline struct kpi_conn *conn_add(__u64 key, int fd, bool http)
 {
 	struct kpi_conn n = {};
+	bool tcp;
 
 	n.sk = fd_to_sk(fd);
-	n.is_sock = n.sk != 0 && (!http || served_here(n.sk));
-	if (bpf_map_update_elem(&conns, &key, &n, BPF_NOEXIST) && n.is_sock)
-		count(KPI_CNT_CONN_FULL);
+	tcp = n.sk != 0 && tcp_connected(n.sk);
+	if (http && n.sk && !served_here(n.sk))
+		n.role = KPI_ROLE_CLIENT;
+	n.is_sock = n.sk != 0 && (!http || n.role == KPI_ROLE_SERVED || tcp);
+	if (bpf_map_update_elem(&conns, &key, &n, BPF_NOEXIST)) {
+		if (n.is_sock)
+			count(KPI_CNT_CONN_FULL);
+	} else if (n.is_sock && tcp) {
+		sock_send(key >> 32, fd, n.sk, n.role);
+	}
 	return bpf_map_lookup_elem(&conns, &key);
 }
 
@@ -754,6 +802,55 @@ static __always_inline void tls_note(struct kpi_tls_call *tc, const struct sys_a
 	}
 }
 
+/* The first bytes a syscall moved (its first buffer or iovec), 0 when unreadable. */
+static __always_inline __u32 first_word(const struct sys_arg *a, long ret)
+{
+	__u64 p = a->buf;
+	struct iovec v;
+	__u32 w = 0;
+
+	if (ret < 4)
+		return 0;
+	if (a->shape == SHAPE_MSG) {
+		struct user_msghdr m;
+		if (bpf_probe_read_user(&m, sizeof(m), (const void *)p))
+			return 0;
+		p = (__u64)m.msg_iov;
+	}
+	if (a->shape != SHAPE_BUF) {
+		if (bpf_probe_read_user(&v, sizeof(v), (const void *)p) || v.iov_len < 4)
+			return 0;
+		p = (__u64)v.iov_base;
+	}
+	bpf_probe_read_user(&w, sizeof(w), (const void *)p);
+	return w;
+}
+
+#define WORD(a, b, c, d) ((__u32)(a) | (__u32)(b) << 8 | (__u32)(c) << 16 | (__u32)(d) << 24)
+
+/* A connection the target made is followed while it speaks HTTP/1.1: its
+ * first write a request line, or (one opened before the attach) its first
+ * read a status line.  Anything else (a database's protocol, TLS, a server
+ * that speaks first) is left at once: no payload copies for it, and nothing
+ * for the agent's HTTP tracker to count as lost framing. */
+static __always_inline bool client_http(struct kpi_conn *c, const struct sys_arg *a, long ret)
+{
+	__u32 w;
+
+	if (c->http)
+		return true;
+	w = first_word(a, ret);
+	if (a->kind == SYS_READ ? w == WORD('H', 'T', 'T', 'P') :
+	    w == WORD('G', 'E', 'T', ' ') || w == WORD('P', 'O', 'S', 'T') || w == WORD('P', 'U', 'T', ' ') ||
+	    w == WORD('H', 'E', 'A', 'D') || w == WORD('D', 'E', 'L', 'E') || w == WORD('P', 'A', 'T', 'C') ||
+	    w == WORD('O', 'P', 'T', 'I') || w == WORD('C', 'O', 'N', 'N') || w == WORD('T', 'R', 'A', 'C')) {
+		c->http = 1;
+		return true;
+	}
+	c->is_sock = 0;
+	return false;
+}
+
 /* A read or write of an HTTP-mode target returned ret: its bytes go to the
  * agent's HTTP tracker.  Reads are timed at their exit (and carry the first
  * unread segment's arrival), writes at their entry, as in USDT mode.
@@ -776,6 +873,8 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 			tc->fd = -2;    /* an SSL call on a socket it did not accept */
 		return;
 	}
+	if (c->role == KPI_ROLE_CLIENT && ret > 0 && !client_http(c, a, ret))
+		return;
 	if (ret == 0 && a->kind == SYS_READ) {
 		http_close_send(tgid, a->fd, KPI_CLOSE_BY_CLIENT);      /* EOF */
 		return;
@@ -799,6 +898,8 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 	e->fd = a->fd;
 	e->t_seg = 0;
 	e->srtt_us = 0;
+	e->tid = (__u32)bpf_get_current_pid_tgid();
+	e->role = c->role;
 	e->_pad = 0;
 	if (a->kind == SYS_READ) {
 		e->h.ts = now;

@@ -38,6 +38,7 @@ enum kpi_event_type {
 	KPI_EV_HTTP_CLOSE,      /* HTTP-mode target: a socket connection ended */
 	KPI_EV_TLS_PAYLOAD,     /* HTTP-mode target: the plaintext of one SSL_read/SSL_write
 				 * (bpf/kpi_tls.bpf.c), laid out as PAYLOAD */
+	KPI_EV_SOCK,            /* a target's TCP connection seen first: its role and addresses */
 	KPI_EV_TYPE_MAX,
 };
 
@@ -227,6 +228,13 @@ enum kpi_payload_dir {
 	KPI_PAYLOAD_OUT = 1,    /* the target wrote them */
 };
 
+/* What a target is on a connection (PAYLOAD, SOCK). */
+enum kpi_conn_role {
+	KPI_ROLE_SERVED = 0,    /* accepted on one of the targets' listening ports */
+	KPI_ROLE_CLIENT = 1,    /* HTTP mode: one it connect()ed (a proxy's upstream, a
+				 * gateway's calls): its writes are requests */
+};
+
 /* PAYLOAD: one piece (a buffer, or consecutive iovecs) of a socket read or
  * write of an HTTP-mode target that moved bytes.  h.ts: a read's sys_exit, a write's
  * sys_enter.  Sent at offsetof(data) + captured bytes: kpi_event_size gives
@@ -240,10 +248,12 @@ struct kpi_ev_payload {
 	unsigned long long t_seg;       /* reads: the first data segment not consumed before
 					 * this read (tcp_probe), 0 unknown */
 	unsigned int srtt_us;           /* reads: the connection's smoothed RTT, 0 unknown */
+	unsigned int tid;               /* the thread that read or wrote */
+	unsigned int role;              /* enum kpi_conn_role */
 	unsigned int _pad;
 	unsigned char data[KPI_PAYLOAD_MAX];
 };
-#define KPI_EV_PAYLOAD_HEAD 48  /* offsetof(struct kpi_ev_payload, data) */
+#define KPI_EV_PAYLOAD_HEAD 56  /* offsetof(struct kpi_ev_payload, data) */
 
 /* TLS_PAYLOAD is a struct kpi_ev_payload too: the plaintext an SSL_read
  * returned or an SSL_write took, in the record of the socket whose read or
@@ -285,6 +295,22 @@ struct kpi_ev_http_close {
 	unsigned int by;                /* enum kpi_closer */
 };
 
+/* SOCK: a target's TCP connection (AF_INET or AF_INET6) that the programs
+ * began to follow (its first read, or in HTTP mode its first read or write):
+ * sent once per (pid, fd) until it closes, so that the agent can tie the two
+ * ends of one loopback connection together (schema/008_hops.sql). */
+struct kpi_ev_sock {
+	struct kpi_ev_hdr h;
+	int fd;
+	unsigned int role;              /* enum kpi_conn_role */
+	unsigned short family;          /* AF_INET (2) or AF_INET6 (10) */
+	unsigned short lport;           /* local port, host order */
+	unsigned short rport;           /* peer port, host order */
+	unsigned short _pad;
+	unsigned char laddr[16];        /* AF_INET: the first 4 bytes, network order */
+	unsigned char raddr[16];
+};
+
 /* Any record, for code that holds one whatever its type (the agent's tests,
  * the WRITE it rebuilds from the map); the ring carries each at its own size. */
 union kpi_event {
@@ -304,6 +330,7 @@ union kpi_event {
 	struct kpi_ev_exit exit;
 	struct kpi_ev_payload payload;
 	struct kpi_ev_http_close http_close;
+	struct kpi_ev_sock sock;
 };
 
 /* The size a record of this type has in the ring; 0 for a type not sent. */
@@ -329,6 +356,7 @@ static inline __attribute__((always_inline)) unsigned int kpi_event_size(unsigne
 	case KPI_EV_PAYLOAD: return KPI_EV_PAYLOAD_HEAD;        /* + captured */
 	case KPI_EV_HTTP_CLOSE: return sizeof(struct kpi_ev_http_close);
 	case KPI_EV_TLS_PAYLOAD: return KPI_EV_PAYLOAD_HEAD;    /* + captured */
+	case KPI_EV_SOCK: return sizeof(struct kpi_ev_sock);
 	default: return 0;
 	}
 }
@@ -340,7 +368,9 @@ struct kpi_conn {
 	unsigned char busy;     /* a request is in progress on this connection */
 	unsigned char is_sock;
 	unsigned char n_writes; /* write times waiting in writes[] */
-	unsigned char pad[5];
+	unsigned char role;     /* enum kpi_conn_role */
+	unsigned char http;     /* KPI_ROLE_CLIENT: its first bytes looked like HTTP/1.1 */
+	unsigned char pad[3];
 	long long bytes;        /* bytes those writes moved */
 	unsigned long long writes[KPI_WRITE_BATCH]; /* sys_enter times not yet sent */
 };
@@ -376,6 +406,7 @@ _Static_assert(sizeof(struct kpi_ev_payload) == KPI_EV_PAYLOAD_HEAD + KPI_PAYLOA
 _Static_assert(__builtin_offsetof(struct kpi_ev_payload, data) == KPI_EV_PAYLOAD_HEAD, "kpi_ev_payload ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_http_close) == 24, "kpi_ev_http_close ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_tls_call) == 64, "kpi_tls_call ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_sock) == 64, "kpi_ev_sock ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_runq) == 24, "kpi_runq ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_target) == 16, "kpi_target ABI changed: update both sides");
 

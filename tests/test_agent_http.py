@@ -129,10 +129,6 @@ def _load(port):
     return want
 
 
-def _wire_by_id(pcap, port):
-    return {x["request_headers"].get("x-request-id"): x for x in pcaptest.exchanges(pcap, port)}
-
-
 def _compare_wire(rows, wire, off):
     """Per request id: the agent's marks minus the wire's, in ns."""
     arrive, first, done = [], [], []
@@ -173,7 +169,7 @@ def _against_the_wire(argv_of_port):
     time.sleep(0.3)
     assert agent.stop() == 0, agent.lines[-20:]
     rows = at.rows(db)
-    wire = _wire_by_id(pcap, port)
+    wire = pcaptest.exchanges_by_id(pcap, port)
 
     missing = [rid for rid in want if rid not in rows]
     assert not missing, f"no row for {missing}; agent said:\n" + "\n".join(agent.lines[-20:])
@@ -296,7 +292,7 @@ def test_agent_http_kpi_infer_usdt_and_http_agree():
     assert "HTTP mode (--http-only)" in a_http.wait_line(f"attached to pid {daemon.p.pid}")
     cap = pcaptest.Capture([daemon.port]) if os.geteuid() == 0 and pcaptest.shutil.which("tcpdump") else None
     results = at.run_load(daemon.port, 120, threads=4, max_tokens=(1, 16), prefix="both")
-    wire = _wire_by_id(cap.stop(), daemon.port) if cap else {}
+    wire = pcaptest.exchanges_by_id(cap.stop(), daemon.port) if cap else {}
     time.sleep(0.3)
     assert a_usdt.stop() == 0, a_usdt.lines[-20:]
     assert a_http.stop() == 0, a_http.lines[-20:]
@@ -392,10 +388,11 @@ def _ngx_cases(port, ctx):
 def test_agent_http_nginx_in_front_of_kpi_infer():
     """nginx (Debian's) as a reverse proxy in front of kpi-infer, traced on its
     own port: its master and worker are found by --port, only the connections
-    accepted on that port are followed (not its upstream ones), and every row
-    is checked against the capture of the client's side: a load, then a 404,
-    a 500, a 429, a keep-alive connection carrying three requests and a client
-    gone mid-stream."""
+    accepted on that port make request rows (its upstream ones are outbound
+    exchanges, schema/008_hops.sql), and every row is checked against the
+    capture of the client's side: a load, then a 404, a 500, a 429, a
+    keep-alive connection carrying three requests and a client gone
+    mid-stream."""
     kpitest.require_root("kpi-agent")
     pcaptest.require()
     at.require_built(at.INFER)
@@ -423,7 +420,7 @@ def test_agent_http_nginx_in_front_of_kpi_infer():
     assert agent.stop() == 0, agent.lines[-20:]
     ng.stop()
     rows = at.rows(db)
-    wire = _wire_by_id(pcap, port)
+    wire = pcaptest.exchanges_by_id(pcap, port)
     assert want["ngx-404"] == 404 and want["ngx-500"] == 500, want
     for rid, st in want.items():
         r = rows.get(rid)

@@ -1,7 +1,7 @@
 """Cost and energy per request (issue 23, docs/cost.md), for real: root, real
 BPF, real kpi-infer under load, RAPL counters in a powercap directory this
 test writes and advances at known rates (wrap-arounds included)."""
-import ctypes, os, re, sqlite3, threading, time
+import ctypes, os, re, threading, time
 
 import kpitest
 import agenttest as at
@@ -76,13 +76,7 @@ class Powercap:
         return {k: z["start"] + z["total"] >= z["range"] for k, z in self.zones.items()}
 
 
-def _rows(db, sql, *args):
-    c = sqlite3.connect(db)
-    c.row_factory = sqlite3.Row
-    try:
-        return [dict(r) for r in c.execute(sql, args)]
-    finally:
-        c.close()
+_rows = at.query      # the rows of one query, as dicts
 
 
 def _window_sums(db, t0, t1):

@@ -345,6 +345,16 @@ def rows(db):
 PHASES = ("net_in_ns", "queue_ns", "prefill_ns", "decode_ns", "net_out_ns")
 
 
+def query(db, sql, *args):
+    """The rows of one query on db, as dicts."""
+    c = sqlite3.connect(db)
+    c.row_factory = sqlite3.Row
+    try:
+        return [dict(r) for r in c.execute(sql, args)]
+    finally:
+        c.close()
+
+
 def pct(values, p):
     v = sorted(values)
     if not v:

@@ -157,7 +157,7 @@ def _messages(data, times, is_request):
 
 def exchanges(path, server_port):
     """Every request/response pair on the wire to server_port, in order per
-    connection: dicts with the request line, headers, the first request byte's
+    connection: dicts with the request line, headers, body, the first request byte's
     time, the response status, the time of the first SSE event carrying
     generated content (None for none), the number of such events, and the
     time of the response's last byte. Times are CLOCK_REALTIME ns."""
@@ -167,15 +167,21 @@ def exchanges(path, server_port):
         rdata, rtimes = resp.assemble()
         reqs = _messages(qdata, qtimes, True)
         resps = _messages(rdata, rtimes, False)
-        for (qline, qhdr, _, q_first, q_last, _, _), r in zip(reqs, resps):
+        for (qline, qhdr, qbody, q_first, q_last, _, _), r in zip(reqs, resps):
             rline, rhdr, body, r_first, r_last, b_off, _ = r
             first_content, n_content = _content_events(rdata, rtimes, b_off, body, rhdr)
-            result.append({"request_line": qline, "request_headers": qhdr, "t_first_byte": q_first,
+            result.append({"request_line": qline, "request_headers": qhdr, "request_body": qbody,
+                           "t_first_byte": q_first,
                            "t_request_read": q_last, "status": int(rline.split(" ")[1]),
                            "response_headers": rhdr, "t_response_first_byte": r_first,
                            "t_first_content": first_content, "content_events": n_content,
                            "t_last_byte": r_last, "client_port": cport})
     return result
+
+
+def exchanges_by_id(path, server_port):
+    """exchanges(), keyed by the request's x-request-id."""
+    return {x["request_headers"].get("x-request-id"): x for x in exchanges(path, server_port)}
 
 
 def _content_events(rdata, rtimes, b_off, body, rhdr):

@@ -1,9 +1,11 @@
 /* test_agent_http_path.c - the HTTP path from synthetic PAYLOAD / HTTP_CLOSE
  * records through the assembler: marks, phases that sum to e2e, the first
  * segment's arrival, non-streamed and cut-off exchanges, malformed records,
- * TLS connections (plaintext from TLS_PAYLOAD only, the unreadable counted). */
+ * TLS connections (plaintext from TLS_PAYLOAD only, the unreadable counted);
+ * outbound exchanges (SOCK, client role) and the rules that link them. */
 #include "tests/unit/check.h"
 #include "agent/assemble.h"
+#include "agent/hop_link.h"
 
 #define MAXREC 8
 static struct kpi_request_record got[MAXREC];
@@ -16,20 +18,42 @@ static void on_req(void *ctx, const struct kpi_request_record *r)
 		got[n_got++] = *r;
 }
 
+static struct kpi_request_record outs[MAXREC];
+static int n_outs;
+
+static void on_out(void *ctx, const struct kpi_request_record *r)
+{
+	(void)ctx;
+	if (n_outs < MAXREC)
+		outs[n_outs++] = *r;
+}
+
+static struct kpi_integration_record integ[MAXREC];
+static int n_integ;
+
+static void on_integ(void *ctx, const struct kpi_integration_record *r)
+{
+	(void)ctx;
+	if (n_integ < MAXREC)
+		integ[n_integ++] = *r;
+}
+
 static struct assembler *fresh(void)
 {
 	struct assembler *a = assemble_new();
-	struct kpi_sink s = { .request = on_req };
+	struct kpi_sink s = { .request = on_req, .exchange_out = on_out, .integration = on_integ };
 
-	n_got = 0;
+	n_got = n_outs = n_integ = 0;
 	assemble_add_sink(a, &s);
 	return a;
 }
 
-/* One PAYLOAD record of str, sent at its real size; t_seg for reads. */
-static int feed(struct assembler *a, int dir, uint64_t ts, uint64_t t_seg, const char *str)
+/* One PAYLOAD record of str on (42, fd) by thread tid in role, at its real size. */
+static int feed_on(struct assembler *a, int fd, unsigned tid, unsigned role, int dir, uint64_t ts,
+		   uint64_t t_seg, const char *str)
 {
-	struct kpi_ev_payload e = { .h = { .type = KPI_EV_PAYLOAD, .pid = 42, .ts = ts }, .fd = 7 };
+	struct kpi_ev_payload e = { .h = { .type = KPI_EV_PAYLOAD, .pid = 42, .ts = ts }, .fd = fd,
+				    .tid = tid, .role = role };
 	size_t n = strlen(str);
 
 	e.dir = (unsigned)dir;
@@ -38,6 +62,29 @@ static int feed(struct assembler *a, int dir, uint64_t ts, uint64_t t_seg, const
 	e.srtt_us = t_seg ? 25 : 0;
 	memcpy(e.data, str, n);
 	return assemble_event(a, &e, KPI_EV_PAYLOAD_HEAD + n);
+}
+
+/* One PAYLOAD record of str on the served connection fd 7; t_seg for reads. */
+static int feed(struct assembler *a, int dir, uint64_t ts, uint64_t t_seg, const char *str)
+{
+	return feed_on(a, 7, 0, KPI_ROLE_SERVED, dir, ts, t_seg, str);
+}
+
+/* A SOCK record for (42, fd): IPv4 127.0.0.1 both ends, or (mapped) a
+ * dual-stack socket's IPv4-mapped IPv6 addresses. */
+static void sock(struct assembler *a, int fd, unsigned role, unsigned lport, unsigned rport, bool mapped)
+{
+	struct kpi_ev_sock e = { .h = { .type = KPI_EV_SOCK, .pid = 42, .ts = 1 }, .fd = fd,
+				 .role = role, .family = mapped ? 10 : 2, .lport = (unsigned short)lport,
+				 .rport = (unsigned short)rport };
+	const unsigned char v4[4] = { 127, 0, 0, 1 };
+	int at = mapped ? 12 : 0;
+
+	if (mapped)
+		e.laddr[10] = e.laddr[11] = e.raddr[10] = e.raddr[11] = 0xff;
+	memcpy(e.laddr + at, v4, 4);
+	memcpy(e.raddr + at, v4, 4);
+	assemble_event(a, &e, sizeof(e));
 }
 
 static void http_close(struct assembler *a, uint64_t ts, unsigned by)
@@ -251,6 +298,123 @@ static void tls_unreadable(void)
 	assemble_free(a);
 }
 
+/* An inbound request on fd 7 (thread 100) whose server calls another on fd 9:
+ * the call's request is written with id hdr ("" none) by thread call_tid. */
+static void call_within(struct assembler *a, uint64_t t0, const char *id, const char *hdr,
+			unsigned call_tid)
+{
+	char req[160], call[160];
+
+	snprintf(req, sizeof(req), "GET /in HTTP/1.1\r\nx-request-id: %s\r\n\r\n", id);
+	snprintf(call, sizeof(call), "GET /call HTTP/1.1\r\n%s%s%s\r\n", hdr[0] ? "x-request-id: " : "",
+		 hdr, hdr[0] ? "\r\n" : "");
+	feed_on(a, 7, 100, KPI_ROLE_SERVED, KPI_PAYLOAD_IN, t0, 0, req);
+	feed_on(a, 9, call_tid, KPI_ROLE_CLIENT, KPI_PAYLOAD_OUT, t0 + 100, 0, call);
+	feed_on(a, 9, call_tid, KPI_ROLE_CLIENT, KPI_PAYLOAD_IN, t0 + 400, 0,
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+	feed_on(a, 7, 100, KPI_ROLE_SERVED, KPI_PAYLOAD_OUT, t0 + 500, 0,
+		"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+}
+
+/* The call is an outbound record, linked by thread to the request being
+ * served, both ends spelled alike (a mapped v6 address as v4). */
+static void call_linked_by_thread(void)
+{
+	struct assembler *a = fresh();
+	struct assemble_stats st;
+
+	sock(a, 7, KPI_ROLE_SERVED, 8080, 50000, true);
+	sock(a, 9, KPI_ROLE_CLIENT, 50001, 9000, false);
+	call_within(a, 1000, "in-1", "", 100);
+	CHECK(n_got == 1 && n_outs == 1, "%d in, %d out", n_got, n_outs);
+	struct kpi_request_record *in = &got[0], *out = &outs[0];
+	CHECK(!strcmp(in->direction, "in") && !strcmp(in->hop_id, "42.1000") && in->tid == 100,
+	      "in %s %s", in->direction, in->hop_id);
+	CHECK(!strcmp(in->sock_local, "127.0.0.1:8080") && !strcmp(in->sock_peer, "127.0.0.1:50000"),
+	      "%s %s", in->sock_local, in->sock_peer);
+	CHECK(!strcmp(out->direction, "out") && !strcmp(out->hop_id, "42.1100") &&
+	      !strcmp(out->parent_hop_id, "42.1000") && !strcmp(out->link_rule, "thread"),
+	      "out %s parent %s rule %s", out->hop_id, out->parent_hop_id, out->link_rule);
+	CHECK(!strcmp(out->sock_local, "127.0.0.1:50001") && !strcmp(out->sock_peer, "127.0.0.1:9000"),
+	      "%s %s", out->sock_local, out->sock_peer);
+	CHECK(out->t_arrive == 1100 && out->t_resp_start == 1400 && out->t_done == 1400 &&
+	      out->http_status == 200 && !strcmp(out->path, "/call") && phase_sum(out) == out->e2e,
+	      "out marks %lld %lld", (long long)out->t_arrive, (long long)out->t_done);
+	CHECK(!strncmp(out->request_id, "out-42-", 7), "%s", out->request_id);
+	assemble_stats(a, &st);
+	CHECK(st.hops_out[HOP_RULE_THREAD] == 1 && st.hops_out[HOP_RULE_NONE] == 0, "stats");
+	assemble_free(a);
+}
+
+/* A propagated id links first; with none, another thread's call while one
+ * request is open links by the loop rule; with two open, by none. */
+static void call_rules(void)
+{
+	struct assembler *a = fresh();
+	struct assemble_stats st;
+
+	call_within(a, 1000, "in-1", "in-1", 100);
+	CHECK(n_outs == 1 && !strcmp(outs[0].link_rule, "header") &&
+	      !strcmp(outs[0].request_id, "in-1"), "%s", outs[0].link_rule);
+	call_within(a, 2000, "in-2", "", 200);
+	CHECK(n_outs == 2 && !strcmp(outs[1].link_rule, "loop") &&
+	      !strcmp(outs[1].parent_hop_id, "42.2000"), "%s", outs[1].link_rule);
+	/* a second request open on fd 8 (thread 300): the call of thread 200 has no parent */
+	feed_on(a, 8, 300, KPI_ROLE_SERVED, KPI_PAYLOAD_IN, 2900, 0, "GET /other HTTP/1.1\r\n\r\n");
+	call_within(a, 3000, "in-3", "", 200);
+	CHECK(n_outs == 3 && outs[2].link_rule == NULL && !outs[2].parent_hop_id[0], "%s",
+	      outs[2].link_rule);
+	assemble_stats(a, &st);
+	CHECK(st.hops_out[HOP_RULE_NONE] == 1 && st.hops_ambiguous == 1, "unlinked %llu",
+	      (unsigned long long)st.hops_out[HOP_RULE_NONE]);
+	struct kpi_loss_record l = { 0 };
+	assemble_losses(a, &l);
+	CHECK(l.total[KPI_LOSS_HOPS_UNLINKED] == 1, "loss %llu",
+	      (unsigned long long)l.total[KPI_LOSS_HOPS_UNLINKED]);
+	assemble_free(a);
+}
+
+/* A gateway (fd 7 served, fd 9 its call) and the model server it calls
+ * (fd 10, the call's other end): the top-level request's integration
+ * overhead is its e2e minus the model's, sent whether the model's record
+ * comes before the gateway's or after it. */
+static void integration_overhead(void)
+{
+	for (int late = 0; late < 2; late++) {
+		struct assembler *a = fresh();
+		const char *body = "{\"prompt\":\"hi\"}";
+		char call[160];
+
+		sock(a, 7, KPI_ROLE_SERVED, 8080, 50000, false);
+		sock(a, 9, KPI_ROLE_CLIENT, 50001, 9000, false);
+		sock(a, 10, KPI_ROLE_SERVED, 9000, 50001, false);
+		snprintf(call, sizeof(call), "POST /v1/completions HTTP/1.1\r\nContent-Length: %zu\r\n\r\n%s",
+			 strlen(body), body);
+		feed_on(a, 7, 100, KPI_ROLE_SERVED, KPI_PAYLOAD_IN, 1000, 0, "GET /in HTTP/1.1\r\n\r\n");
+		feed_on(a, 9, 100, KPI_ROLE_CLIENT, KPI_PAYLOAD_OUT, 1200, 0, call);
+		feed_on(a, 10, 300, KPI_ROLE_SERVED, KPI_PAYLOAD_IN, 1250, 0, call);
+		if (!late)
+			feed_on(a, 10, 300, KPI_ROLE_SERVED, KPI_PAYLOAD_OUT, 1750, 0,
+				"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+		feed_on(a, 9, 100, KPI_ROLE_CLIENT, KPI_PAYLOAD_IN, 1800, 0,
+			"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+		feed_on(a, 7, 100, KPI_ROLE_SERVED, KPI_PAYLOAD_OUT, 2000, 0,
+			"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+		CHECK(n_integ == 0 || !late, "sent before the model's record");
+		if (late)
+			feed_on(a, 10, 300, KPI_ROLE_SERVED, KPI_PAYLOAD_OUT, 1750, 0,
+				"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+		CHECK(n_got == 2 && n_outs == 1 && n_integ == 1, "late %d: %d in, %d out, %d integration",
+		      late, n_got, n_outs, n_integ);
+		struct kpi_integration_record *r = &integ[0];
+		CHECK(r->e2e == 1000 && r->model_e2e == 500 && r->overhead == 500 &&
+		      r->before_model == 250 && r->after_model == 250 && r->pid == 42,
+		      "late %d: e2e %lld model %lld before %lld after %lld", late, (long long)r->e2e,
+		      (long long)r->model_e2e, (long long)r->before_model, (long long)r->after_model);
+		assemble_free(a);
+	}
+}
+
 int main(void)
 {
 	RUN(streamed_exchange);
@@ -259,5 +423,8 @@ int main(void)
 	RUN(malformed_payload);
 	RUN(tls_connection);
 	RUN(tls_unreadable);
+	RUN(call_linked_by_thread);
+	RUN(call_rules);
+	RUN(integration_overhead);
 	return CHECK_DONE();
 }

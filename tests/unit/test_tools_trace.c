@@ -120,9 +120,12 @@ static void test_open_refusals(void)
 	CHECK(!trace_open("/nonexistent/trace.db", err, sizeof(err)), "missing store refused");
 	CHECK(strstr(err, "/nonexistent/trace.db") && strstr(err, "kpi-agent"), "names path and agent: %s", err);
 
-	char *p = tmpdb("CREATE TABLE x(a); PRAGMA user_version = 7;");
+	char newer[96], said[32];
+	snprintf(newer, sizeof(newer), "CREATE TABLE x(a); PRAGMA user_version = %d;", TRACE_SCHEMA_VERSION + 1);
+	snprintf(said, sizeof(said), "version %d", TRACE_SCHEMA_VERSION + 1);
+	char *p = tmpdb(newer);
 	CHECK(!trace_open(p, err, sizeof(err)), "unknown schema version refused");
-	CHECK(strstr(err, "version 7") && strstr(err, "version 1"), "says both versions: %s", err);
+	CHECK(strstr(err, said) && strstr(err, "version 1"), "says both versions: %s", err);
 	unlink(p);
 
 	p = tmpdb("CREATE TABLE x(a);");

@@ -16,9 +16,11 @@
  * what the daemon's threads waited behind, read where the trace has it; 5
  * (005_cost.sql) cost and energy, read where the trace has them; 6
  * (006_http.sql) each request's source and, for requests traced from the
- * HTTP exchange, the server's wait (queue and prefill together). */
+ * HTTP exchange, the server's wait (queue and prefill together); 8
+ * (008_hops.sql) the hops of a request across processes, which the readers
+ * read where the trace has them (7 is another change's number). */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 6
+#define TRACE_SCHEMA_VERSION 8
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 

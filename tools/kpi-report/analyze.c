@@ -551,6 +551,100 @@ static void finding_network(const struct fctx *c)
 	}
 }
 
+/* Mean part of each hop name over the top-level requests ranked within +-1
+ * percentile of the p99 of e2e, and at least the slowest 5 (one stall of a
+ * single request does not name a hop); *p99 that percentile, *n the requests. */
+static void hops_band(struct trace_hops *h, int64_t from, int64_t to, double *mean, double *p99, int *n)
+{
+	const struct trace_hops_req *rows;
+	int m = trace_hops_window(h, from, to, &rows);
+
+	memset(mean, 0, sizeof(double) * TRACE_HOPS_NAMES);
+	*p99 = 0;
+	*n = m > 0 ? m : 0;
+	if (m <= 0)
+		return;
+	struct keyed *k = malloc(sizeof(*k) * (size_t)m);
+	if (!k) {
+		*n = 0;
+		return;
+	}
+	for (int i = 0; i < m; i++)
+		k[i] = (struct keyed){ .key = rows[i].e2e_ns, .i = i };
+	qsort(k, (size_t)m, sizeof(*k), cmp_keyed);
+	double ix = (m - 1) * 0.99;
+	int lo = (int)floor(ix), hi = lo + 1 < m ? lo + 1 : lo;
+	*p99 = (double)k[lo].key + ((double)k[hi].key - (double)k[lo].key) * (ix - lo);
+	int a = (int)floor((m - 1) * 0.98), b = m - 1;
+	if (b - a + 1 < 5)
+		a = b - 4 > 0 ? b - 4 : 0;
+	for (int j = a; j <= b; j++)
+		for (int q = 0; q < TRACE_HOPS_NAMES; q++)
+			mean[q] += (double)rows[k[j].i].part_ns[q];
+	for (int q = 0; q < TRACE_HOPS_NAMES; q++)
+		mean[q] /= (b - a + 1);
+	free(k);
+}
+
+/* 6. integration overhead: the top-level requests' p99 grew, and the hops of
+ * their traces say which one (a guardrail, a retrieval call, the gateway
+ * itself, or the model) */
+static void finding_integration(const struct fctx *c)
+{
+	struct report *r = c->r;
+	double mb[TRACE_HOPS_NAMES], mi[TRACE_HOPS_NAMES], pb, pi, pos = 0;
+	char err[256], s1[16], s2[16], s3[16], s4[16];
+	struct trace_hops *h = trace_hops_open(r->t, err, sizeof(err));
+	struct rp_finding *f;
+	int nb, ni, top = 0;
+
+	if (!h)
+		return;         /* a trace without hops (before schema version 8) */
+	hops_band(h, r->base.from_ns, r->base.to_ns, mb, &pb, &nb);
+	hops_band(h, r->inc.from_ns, r->inc.to_ns, mi, &pi, &ni);
+	int names = trace_hops_n_names(h), model = trace_hops_model(h);
+	if (nb < 5 || ni < 5 || pi <= 1.05 * pb || !names) {
+		trace_hops_close(h);
+		return;
+	}
+	for (int k = 0; k < names; k++) {
+		pos += fmax(mi[k] - mb[k], 0);
+		if (mi[k] - mb[k] > mi[top] - mb[top])
+			top = k;
+	}
+	double share = pos > 0 ? fmax(mi[top] - mb[top], 0) / pos : 0;
+	int is_model = top == model;
+	if (pos > 0 && (f = add_finding(r, "integration overhead", "integration",
+					is_model ? 1 + 0.5 * share : 4 + 0.9 * share, 6))) {
+		const char *name = trace_hops_name(h, top);
+		snprintf(f->title, sizeof(f->title), "%s: the %s hop grew, %.0f%% of the p99 increase of the "
+			 "top-level requests%s", is_model ? "Model hop" : "Integration overhead", name,
+			 share * 100, is_model ? " (the model server itself: see its own findings)" : "");
+		int n = snprintf(f->evidence, sizeof(f->evidence),
+				 "%d top-level requests with several hops (baseline %d); their p99 e2e %s "
+				 "(baseline %s); around the p99, %s took %s (baseline %s)", ni, nb,
+				 timefmt_dur(s1, 16, pi), timefmt_dur(s2, 16, pb), name,
+				 timefmt_dur(s3, 16, mi[top]), timefmt_dur(s4, 16, mb[top]));
+		for (int k = 0; k < names && n < (int)sizeof(f->evidence) - 80; k++) {
+			if (k == top || pos <= 0 || fmax(mi[k] - mb[k], 0) / pos < 0.05)
+				continue;
+			n += snprintf(f->evidence + n, sizeof(f->evidence) - (size_t)n, "; %s %.0f%% (%s → %s)",
+				      trace_hops_name(h, k), fmax(mi[k] - mb[k], 0) / pos * 100,
+				      timefmt_dur(s1, 16, mb[k]), timefmt_dur(s2, 16, mi[k]));
+		}
+		if (is_model)
+			snprintf(f->action, sizeof(f->action), "the time went to the model server: read its "
+				 "phases (queue, prefill, decode) in the findings above");
+		else if (strstr(name, " (itself)"))
+			snprintf(f->action, sizeof(f->action), "the front process's own time grew (its work, or "
+				 "calls to something not traced): profile it, trace what it calls");
+		else
+			snprintf(f->action, sizeof(f->action), "look at the %s service: the client waits for it "
+				 "besides the model (its latency, or run it beside the model call)", name);
+	}
+	trace_hops_close(h);
+}
+
 static void findings(struct report *r)
 {
 	const struct trace_window *i = &r->inc.w;
@@ -573,6 +667,7 @@ static void findings(struct report *r)
 	}
 	finding_cpu(&c);
 	finding_network(&c);
+	finding_integration(&c);
 	if (!r->nf && (f = add_finding(r, "no known cause matched", trace_phase_name[c.ee->top], 0, 9))) {
 		snprintf(f->title, sizeof(f->title), "No known cause matched; the largest change is in %s",
 			 e2e_names[c.ee->top]);

@@ -6,6 +6,7 @@
 #include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
 #include "tools/common/trace_cost.h"
+#include "tools/common/trace_hops.h"
 
 #include <stdio.h>
 

@@ -14,6 +14,10 @@
 struct kt_source {
 	struct trace *tr;
 	struct trace_cost *cost;    /* NULL: the trace has no cost tables */
+	struct trace_hops *hops;    /* opened at the hops view's first use */
+	int hops_tried;
+	int hops_pid;               /* the request whose hops d->hops holds */
+	int64_t hops_t;
 	struct trace_stat_rows rows;
 	int64_t lo_ns, hi_ns;
 	int64_t last_rowid;
@@ -53,6 +57,7 @@ void kt_close(struct kt_data *d)
 {
 	if (!d->src) return;
 	trace_cost_close(d->src->cost);
+	trace_hops_close(d->src->hops);
 	trace_close(d->src->tr);
 	trace_stat_rows_free(&d->src->rows);
 	free(d->src);
@@ -175,4 +180,39 @@ int kt_sample(struct kt_data *d)
 	}
 	d->sample_ms = now_ms() - t0;
 	return rc;
+}
+
+void kt_hops(struct kt_data *d, const struct trace_req *r)
+{
+	struct kt_source *s = d->src;
+
+	if (!r) {
+		d->nhops = 0;
+		d->hops_of[0] = 0;
+		snprintf(d->hops_why, sizeof(d->hops_why), "no request selected");
+		return;
+	}
+	if (s->hops_pid == r->pid && s->hops_t == r->t_arrive_ns && d->hops_of[0])
+		return;
+	snprintf(d->hops_of, sizeof(d->hops_of), "%s", r->id);
+	s->hops_pid = r->pid;
+	s->hops_t = r->t_arrive_ns;
+	d->nhops = 0;
+	d->hops_why[0] = 0;
+	if (!s->hops && !s->hops_tried) {
+		s->hops_tried = 1;
+		s->hops = trace_hops_open(s->tr, d->hops_why, sizeof(d->hops_why));
+	}
+	if (!s->hops) {
+		snprintf(d->hops_why, sizeof(d->hops_why), "this trace has no hops (written before schema "
+			 "version 8)");
+		return;
+	}
+	int n = trace_hops_of(s->hops, r->pid, r->t_arrive_ns, d->hops, KT_MAX_HOPS);
+	if (n < 0)
+		snprintf(d->hops_why, sizeof(d->hops_why), "reading its hops failed");
+	else if (n == 0)
+		snprintf(d->hops_why, sizeof(d->hops_why), "not in a trace of hops yet (in flight, or "
+			 "written before the agent followed hops)");
+	d->nhops = n > 0 ? n : 0;
 }

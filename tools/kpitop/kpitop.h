@@ -7,10 +7,12 @@
 #include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
 #include "tools/common/trace_cost.h"
+#include "tools/common/trace_hops.h"
 #include "tools/kpitop/canvas.h"
 
 #define KT_MAX_REQS 400
 #define KT_SPARK 60
+#define KT_MAX_HOPS 32
 
 /* ---- data layer (data.c, the one file that calls tools/common/trace.h) ---- */
 struct kt_source;                   /* the open trace and the rows kept between frames */
@@ -36,6 +38,12 @@ struct kt_data {
 	struct trace_cost_window cost;
 	double sample_ms;           /* what the last sample took */
 	long rows_read;             /* request rows it read from the store */
+	/* the hops view: every hop of the selected request's trace (schema
+	 * version 8), read when the selection changes; hops_why says why none */
+	char hops_of[64];
+	struct trace_hop hops[KT_MAX_HOPS];
+	int nhops;
+	char hops_why[160];
 };
 
 /* Opens the trace at path for d (live, the window given). Returns 0, or -1
@@ -51,6 +59,8 @@ int kt_seek(struct kt_data *d, const char *time, char *err, size_t errlen);
  * the trace when live). Returns 0, or -1 (kt_errmsg says why). */
 int kt_sample(struct kt_data *d);
 const char *kt_errmsg(const struct kt_data *d);
+/* The hops view's rows for request r (kept until another is asked for). */
+void kt_hops(struct kt_data *d, const struct trace_req *r);
 
 /* ---- view state (keys) ------------------------------------------------------ */
 enum kt_sort { KS_ARRIVAL, KS_AGE, KS_TTFT, KS_E2E, KS_TPOT, KS_N };
@@ -58,6 +68,7 @@ extern const char *const kt_sort_name[KS_N];
 
 struct kt_view {
 	int paused, help, editing;
+	int hops;                   /* the panel shows the selected request's hops */
 	enum kt_sort sort;
 	char filter[64];            /* applied: id or state contains it */
 	char edit[64];              /* being typed after '/' */

@@ -48,9 +48,12 @@ static void usage(FILE *f)
 		"  --price-per-hour USD\n"
 		"                   the machine's price for the cost meter (default: the agent's\n"
 		"                   --price-per-hour, from the trace); docs/cost.md\n"
+		"  --hops ID        with --once: the panel shows the hops of the first request whose\n"
+		"                   id contains ID (as the t key does for the selected one)\n"
 		"  -h, --help       this help\n\n"
 		"Keys: q quit, h/F1 help, s sort, / filter, p pause, 1/2/3 window, arrows scroll,\n"
-		"\u2190/\u2192 move the window through time. NO_COLOR=1 for monochrome.\n",
+		"\u2190/\u2192 move the window through time, t/Enter the selected request's hops\n"
+		"(Esc back). NO_COLOR=1 for monochrome.\n",
 		TRACE_DEFAULT_DB);
 }
 
@@ -124,6 +127,16 @@ static void clamp_sel(struct kt_data *d, struct kt_view *v)
 	if (v->top < 0) v->top = 0;
 }
 
+/* The hops view reads the selected request's hops (only when it shows). */
+static void hops_select(struct kt_data *d, const struct kt_view *v)
+{
+	int idx[KT_MAX_REQS];
+	int n = kt_panel_rows(d, v, idx);
+
+	if (v->hops)
+		kt_hops(d, n && v->sel < n ? &d->reqs[idx[v->sel]] : NULL);
+}
+
 /* Returns 1 when the data must be sampled again. */
 static int on_key(int ch, struct kt_data *d, struct kt_view *v, int *quit)
 {
@@ -154,6 +167,8 @@ static int on_key(int ch, struct kt_data *d, struct kt_view *v, int *quit)
 	case 'q': case 'Q': case KEY_F(10): *quit = 1; return 0;
 	case 'h': case '?': case KEY_F(1): v->help = 1; return 0;
 	case 's': v->sort = (enum kt_sort)((v->sort + 1) % KS_N); return 0;
+	case 't': case '\n': case '\r': case KEY_ENTER: v->hops = ch == 't' ? !v->hops : 1; return 0;
+	case 27: v->hops = 0; return 0;
 	case '/': v->editing = 1; snprintf(v->edit, sizeof(v->edit), "%s", v->filter); return 0;
 	case 'p': case ' ': v->paused = !v->paused; return !v->paused;
 	case '1': d->window_ns = 10 * NS_PER_S; return 1;
@@ -232,6 +247,7 @@ static int run_live(struct kt_screen *s, struct kt_data *d, struct kt_view *v, i
 		} else {
 			if (canvas_resize(&c, w, h)) break;
 			clamp_sel(d, v);
+			hops_select(d, v);
 			kt_render(s, &c, d, v, 0);
 			blit(&c);
 		}
@@ -287,6 +303,7 @@ static int run_once(struct kt_screen *s, struct kt_data *d, struct kt_view *v, i
 			fprintf(stderr, "kpitop: reading %s failed: %s\n", d->path, kt_errmsg(d));
 			goto out;
 		}
+		hops_select(d, v);
 		used = kt_render(s, &c, d, v, 1);
 		ms[f] = mono_ms() - t0;
 	}
@@ -303,7 +320,7 @@ out:
 
 /* ---- command line ------------------------------------------------------------ */
 struct kt_opts {
-	const char *db, *at;
+	const char *db, *at, *hops;
 	int interval, once, rows, frames, width;
 	int64_t window;
 	double price;               /* --price-per-hour; < 0: the agent's */
@@ -327,7 +344,7 @@ static int parse_args(int argc, char **argv, struct kt_opts *o)
 		{ "window", required_argument, 0, 'w' }, { "at", required_argument, 0, 'a' },
 		{ "once", no_argument, 0, 'o' }, { "width", required_argument, 0, 'W' },
 		{ "rows", required_argument, 0, 'R' }, { "frames", required_argument, 0, 'F' },
-		{ "price-per-hour", required_argument, 0, 'P' },
+		{ "price-per-hour", required_argument, 0, 'P' }, { "hops", required_argument, 0, 'H' },
 		{ "help", no_argument, 0, 'h' }, { 0 },
 	};
 	char err[512], *end;
@@ -337,6 +354,7 @@ static int parse_args(int argc, char **argv, struct kt_opts *o)
 		case 'd': o->db = optarg; break;
 		case 'a': o->at = optarg; break;
 		case 'o': o->once = 1; break;
+		case 'H': o->hops = optarg; break;
 		case 'i':
 			if (!int_arg(optarg, 50, 60000, &o->interval)) break;
 			fprintf(stderr, "kpitop: --interval '%s': give milliseconds from 50 to 60000\n", optarg);
@@ -370,8 +388,8 @@ static int parse_args(int argc, char **argv, struct kt_opts *o)
 		fprintf(stderr, "kpitop: unexpected argument '%s' (see kpitop --help)\n", argv[optind]);
 		return 2;
 	}
-	if (o->frames && !o->once) {
-		fprintf(stderr, "kpitop: --frames goes with --once\n");
+	if ((o->frames || o->hops) && !o->once) {
+		fprintf(stderr, "kpitop: --%s goes with --once\n", o->frames ? "frames" : "hops");
 		return 2;
 	}
 	return -1;
@@ -426,6 +444,10 @@ int main(int argc, char **argv)
 	if (o.once) {
 		const char *cols = getenv("COLUMNS");
 		int width = o.width ? o.width : cols && atoi(cols) >= KT_MIN_W ? atoi(cols) : 120;
+		if (o.hops) {
+			snprintf(v.filter, sizeof(v.filter), "%s", o.hops);
+			v.hops = 1;
+		}
 		rc = run_once(&screen, &d, &v, width, o.rows, o.frames, d.live ? 0 : o.interval * NS_PER_MS);
 	} else {
 		rc = start_live(&screen, &d, &v, o.interval);

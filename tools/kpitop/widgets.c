@@ -385,6 +385,9 @@ struct panel {
 	struct kt_widget base;
 	struct trace_req rows[KT_MAX_REQS];     /* filtered and sorted */
 	int n;
+	int hops, nhops;                        /* the hops view, and its rows */
+	struct trace_hop hop[KT_MAX_HOPS];
+	char hops_of[64], hops_why[160];
 	enum kt_sort sort;
 	char filter[64];
 	int top, sel;
@@ -402,6 +405,57 @@ static void panel_fill(struct kt_widget *w, const struct kt_data *d, const struc
 	snprintf(p->filter, sizeof(p->filter), "%s", v->filter);
 	p->top = v->top;
 	p->sel = v->sel;
+	p->hops = v->hops;
+	p->nhops = d->nhops;
+	memcpy(p->hop, d->hops, sizeof(p->hop[0]) * (size_t)d->nhops);
+	snprintf(p->hops_of, sizeof(p->hops_of), "%s", d->hops_of);
+	snprintf(p->hops_why, sizeof(p->hops_why), "%s", d->hops_why);
+}
+
+/* The hops view: one line per hop of the selected request's trace, indented
+ * by depth, each bar placed on the trace's one time scale (its first hop's
+ * arrival to its last end) and split into the hop's phases. */
+static void hops_draw(const struct panel *p, struct canvas *c, int y, int width, int h)
+{
+	int barx = 72, barw = width - barx - 1;
+	int64_t t0 = INT64_MAX, t1 = 0;
+	char a[16], b[16];
+
+	canvas_fill(c, y, 0, width, L' ', CC_TITLE, CF_REVERSE);
+	char title[80];
+	snprintf(title, sizeof(title), "HOPS of %s", p->hops_of);
+	canvas_text(c, y, 0, width, CC_TITLE, CF_REVERSE, " %-30.30s %-4s %-7s %-8s %8s %8s  %s", title, "DIR",
+		    "LINK", "PID", "START", "E2E", "ONE TIME SCALE (t or Esc: the list)");
+	if (!p->nhops) {
+		canvas_text(c, y + 1, 1, -1, CC_DIM, 0, "%s", p->hops_why);
+		return;
+	}
+	for (int i = 0; i < p->nhops; i++) {
+		const struct trace_hop *o = &p->hop[i];
+		if (o->t_arrive_ns >= 0 && o->t_arrive_ns < t0) t0 = o->t_arrive_ns;
+		if (o->t_done_ns > t1) t1 = o->t_done_ns;
+	}
+	double span = t1 > t0 ? (double)(t1 - t0) : 1;
+	for (int i = 0; i < p->nhops && i < h - 1; i++) {
+		const struct trace_hop *o = &p->hop[i];
+		char what[64];
+		int yy = y + 1 + i;
+		snprintf(what, sizeof(what), "%*s%s %s", 2 * (o->depth < 8 ? o->depth : 8), "", o->comm, o->path);
+		canvas_text(c, yy, 1, 30, CC_VALUE, 0, "%-30.30s", what);
+		canvas_text(c, yy, 32, 4, o->direction[0] == 'o' ? CC_WARN : CC_DEFAULT, 0, "%-4s", o->direction);
+		canvas_text(c, yy, 37, 7, o->link_rule[0] ? CC_DEFAULT : CC_DIM, 0, "%-7s",
+			    o->link_rule[0] ? o->link_rule : (o->depth ? "?" : "top"));
+		canvas_text(c, yy, 45, 8, CC_DIM, 0, "%-8d", o->pid);
+		canvas_rtext(c, yy, 54, 8, CC_DEFAULT, 0, dur(a, (double)(o->t_arrive_ns - t0)));
+		canvas_rtext(c, yy, 63, 8, CC_VALUE, 0, dur(b, (double)o->e2e_ns));
+		if (barw < 5 || o->t_arrive_ns < 0 || o->e2e_ns < 0)
+			continue;
+		int x = barx + (int)((double)(o->t_arrive_ns - t0) / span * barw);
+		int len = (int)((double)o->e2e_ns / span * barw + 0.5);
+		if (len < 1) len = 1;
+		if (x + len > barx + barw) len = barx + barw - x;
+		phase_bar(c, yy, x, len, o->phase, o->server_wait_ns);
+	}
 }
 
 static int state_color(enum trace_req_state s)
@@ -435,6 +489,10 @@ static void panel_row(struct canvas *c, int y, int width, const struct trace_req
 static void panel_draw(const struct kt_widget *w, struct canvas *c, int y, int width, int h)
 {
 	const struct panel *p = (const struct panel *)w;
+	if (p->hops) {
+		hops_draw(p, c, y, width, h);
+		return;
+	}
 	canvas_fill(c, y, 0, width, L' ', CC_TITLE, CF_REVERSE);
 	canvas_text(c, y, 0, width, CC_TITLE, CF_REVERSE, " %-14s S %-9s %8s %6s %5s %8s %8s %8s  PHASES (sort: %s%s%s)",
 		    "ID", "STATE", "AGE", "PROMPT", "OUT", "TTFT", "TPOT", "E2E", kt_sort_name[p->sort],
@@ -471,7 +529,7 @@ static void status_fill(struct kt_widget *w, const struct kt_data *d, const stru
 		snprintf(st->text, sizeof(st->text), "%s", v->message);
 	else
 		snprintf(st->text, sizeof(st->text), "q quit  h help  s sort  / filter  p pause  1/2/3 window 10s/1m/5m  "
-			 "↑↓ scroll  ←→ %s", d->live ? "go back in time" : "move through time");
+			 "↑↓ scroll  ←→ %s  t hops", d->live ? "go back in time" : "move through time");
 }
 
 static void status_draw(const struct kt_widget *w, struct canvas *c, int y, int width, int h)
@@ -532,6 +590,8 @@ static const char *const help_lines[] = {
 	"  ↑ ↓ PgUp PgDn Home End   move in the request list",
 	"  ← →           move the window back / forward through the trace",
 	"                (← leaves live mode; → past the end returns to it)",
+	"  t, Enter      the selected request's hops: every process it passed, one line",
+	"                each on one time scale, with the rule that linked it (Esc back)",
 	"",
 	"Phases: N net-in  Q queue  P prefill  D decode  O net-out",
 	"        W server wait: queue and prefill together, where the request was",

@@ -1,0 +1,314 @@
+/* hop_link.c - the parent of each outbound exchange of a target, by the rules
+ * of hop_link.h in order; the ends of the targets' TCP connections and names. */
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+#include "hop_link.h"
+
+struct sock_ent {
+	UT_hash_handle hh;
+	uint64_t key;                   /* pid << 32 | fd */
+	struct hop_ends ends;
+};
+
+struct comm_ent {
+	UT_hash_handle hh;
+	uint32_t pid;
+	char comm[16];
+};
+
+/* An inbound request open on its process, or an outbound one whose parent
+ * was chosen and not yet taken. */
+struct hop_ent {
+	UT_hash_handle hh;
+	uint64_t tag;
+	uint64_t conn;                  /* pid << 32 | fd */
+	uint32_t pid, tid;
+	bool out;
+	enum hop_rule rule;             /* out: the rule that chose parent */
+	char hop_id[HOP_ID_LEN];        /* in: its own; out: its parent's */
+	char hdr[HOP_HDR_LEN];
+};
+
+struct hop_link {
+	struct sock_ent *socks;
+	struct comm_ent *comms;
+	struct hop_ent *hops;
+	uint64_t next_tag;
+	struct hop_link_stats st;
+};
+
+static uint64_t conn_key(uint32_t pid, int fd)
+{
+	return (uint64_t)pid << 32 | (uint32_t)fd;
+}
+
+struct hop_link *hop_link_new(void)
+{
+	return calloc(1, sizeof(struct hop_link));
+}
+
+void hop_link_free(struct hop_link *hl)
+{
+	struct sock_ent *s, *st;
+	struct comm_ent *c, *ct;
+	struct hop_ent *h, *ht;
+
+	if (!hl)
+		return;
+	HASH_ITER(hh, hl->socks, s, st) {
+		HASH_DEL(hl->socks, s);
+		free(s);
+	}
+	HASH_ITER(hh, hl->comms, c, ct) {
+		HASH_DEL(hl->comms, c);
+		free(c);
+	}
+	HASH_ITER(hh, hl->hops, h, ht) {
+		HASH_DEL(hl->hops, h);
+		free(h);
+	}
+	free(hl);
+}
+
+/* "a.b.c.d:port", "[v6]:port"; an IPv4-mapped v6 address (a dual-stack
+ * listener's view of a v4 client) as v4, so that both ends spell it alike. */
+static void end_fmt(char *out, unsigned family, const unsigned char *addr, unsigned port)
+{
+	static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	char a[INET6_ADDRSTRLEN] = "";
+
+	if (family == 10 && !memcmp(addr, mapped, 12)) {
+		family = 2;
+		addr += 12;
+	}
+	if (family == 2) {
+		inet_ntop(AF_INET, addr, a, sizeof(a));
+		snprintf(out, HOP_END_LEN, "%s:%u", a, port);
+	} else {
+		inet_ntop(AF_INET6, addr, a, sizeof(a));
+		snprintf(out, HOP_END_LEN, "[%s]:%u", a, port);
+	}
+}
+
+void hop_link_sock(struct hop_link *hl, const struct kpi_ev_sock *e)
+{
+	uint64_t key = conn_key(e->h.pid, e->fd);
+	struct sock_ent *s;
+
+	if (e->family != 2 && e->family != 10)
+		return;
+	HASH_FIND(hh, hl->socks, &key, sizeof(key), s);
+	if (!s) {
+		if (!(s = calloc(1, sizeof(*s))))
+			return;
+		s->key = key;
+		HASH_ADD(hh, hl->socks, key, sizeof(s->key), s);
+	}
+	end_fmt(s->ends.local, e->family, e->laddr, e->lport);
+	end_fmt(s->ends.peer, e->family, e->raddr, e->rport);
+}
+
+bool hop_link_ends(const struct hop_link *hl, uint32_t pid, int fd, struct hop_ends *out)
+{
+	uint64_t key = conn_key(pid, fd);
+	struct sock_ent *s;
+
+	HASH_FIND(hh, hl->socks, &key, sizeof(key), s);
+	if (s)
+		*out = s->ends;
+	else
+		out->local[0] = out->peer[0] = 0;
+	return s != NULL;
+}
+
+const char *hop_link_comm(struct hop_link *hl, uint32_t pid)
+{
+	struct comm_ent *c;
+	char path[64];
+	FILE *f;
+
+	HASH_FIND(hh, hl->comms, &pid, sizeof(pid), c);
+	if (c)
+		return c->comm;
+	if (!(c = calloc(1, sizeof(*c))))
+		return "";
+	c->pid = pid;
+	snprintf(path, sizeof(path), "/proc/%u/comm", pid);
+	if ((f = fopen(path, "r"))) {
+		if (fgets(c->comm, sizeof(c->comm), f))
+			c->comm[strcspn(c->comm, "\n")] = 0;
+		fclose(f);
+	}
+	HASH_ADD(hh, hl->comms, pid, sizeof(c->pid), c);
+	return c->comm;
+}
+
+void hop_link_hop_id(uint32_t pid, uint64_t ts, char out[HOP_ID_LEN])
+{
+	snprintf(out, HOP_ID_LEN, "%u.%llu", pid, (unsigned long long)ts);
+}
+
+static struct hop_ent *ent_add(struct hop_link *hl, uint32_t pid, int fd, uint32_t tid,
+			       const char *hdr, bool out)
+{
+	struct hop_ent *h = calloc(1, sizeof(*h));
+
+	if (!h)
+		return NULL;
+	h->tag = ++hl->next_tag;
+	h->conn = conn_key(pid, fd);
+	h->pid = pid;
+	h->tid = tid;
+	h->out = out;
+	snprintf(h->hdr, sizeof(h->hdr), "%s", hdr);
+	HASH_ADD(hh, hl->hops, tag, sizeof(h->tag), h);
+	return h;
+}
+
+uint64_t hop_link_in_open(struct hop_link *hl, uint32_t pid, int fd, uint32_t tid,
+			  const char *hdr, uint64_t ts)
+{
+	struct hop_ent *h = ent_add(hl, pid, fd, tid, hdr, false);
+
+	if (!h)
+		return 0;
+	hop_link_hop_id(pid, ts, h->hop_id);
+	return h->tag;
+}
+
+/* The one open inbound request of pid that keep() accepts; NULL when none
+ * or several (*several says which). */
+static const struct hop_ent *only_open(const struct hop_link *hl, uint32_t pid,
+				       bool (*keep)(const struct hop_ent *, const void *),
+				       const void *arg, bool *several)
+{
+	const struct hop_ent *h, *tmp, *found = NULL;
+
+	HASH_ITER(hh, hl->hops, h, tmp) {
+		if (h->out || h->pid != pid || (keep && !keep(h, arg)))
+			continue;
+		if (found) {
+			*several = true;
+			return NULL;
+		}
+		found = h;
+	}
+	return found;
+}
+
+static bool same_hdr(const struct hop_ent *h, const void *hdr)
+{
+	return h->hdr[0] && !strcmp(h->hdr, hdr);
+}
+
+static bool same_tid(const struct hop_ent *h, const void *tid)
+{
+	return h->tid == *(const uint32_t *)tid;
+}
+
+uint64_t hop_link_out_open(struct hop_link *hl, uint32_t pid, int fd, uint32_t tid,
+			   const char *hdr, uint64_t ts, char parent[HOP_ID_LEN])
+{
+	const struct hop_ent *p = NULL;
+	bool several = false;
+	enum hop_rule rule = HOP_RULE_NONE;
+	struct hop_ent *h;
+
+	(void)ts;
+	if (hdr[0] && (p = only_open(hl, pid, same_hdr, hdr, &several)))
+		rule = HOP_RULE_HEADER;
+	else if (tid && (p = only_open(hl, pid, same_tid, &tid, &several)))
+		rule = HOP_RULE_THREAD;
+	else if ((p = only_open(hl, pid, NULL, NULL, &several)))
+		rule = HOP_RULE_LOOP;
+	if (!p && several)
+		hl->st.ambiguous++;
+	parent[0] = 0;
+	if (p)
+		memcpy(parent, p->hop_id, HOP_ID_LEN);
+	h = ent_add(hl, pid, fd, tid, hdr, true);
+	if (!h)
+		return 0;
+	h->rule = rule;
+	memcpy(h->hop_id, parent, sizeof(h->hop_id));
+	return h->tag;
+}
+
+enum hop_rule hop_link_out_take(struct hop_link *hl, uint64_t tag, char parent[HOP_ID_LEN])
+{
+	struct hop_ent *h;
+	enum hop_rule rule = HOP_RULE_NONE;
+
+	parent[0] = 0;
+	HASH_FIND(hh, hl->hops, &tag, sizeof(tag), h);
+	if (h && h->out) {
+		rule = h->rule;
+		memcpy(parent, h->hop_id, HOP_ID_LEN);
+		HASH_DEL(hl->hops, h);
+		free(h);
+	}
+	hl->st.links[rule]++;
+	return rule;
+}
+
+void hop_link_close(struct hop_link *hl, uint64_t tag)
+{
+	struct hop_ent *h;
+
+	HASH_FIND(hh, hl->hops, &tag, sizeof(tag), h);
+	if (h && !h->out) {
+		HASH_DEL(hl->hops, h);
+		free(h);
+	}
+}
+
+static void drop_where(struct hop_link *hl, uint64_t conn, uint32_t pid)
+{
+	struct hop_ent *h, *tmp;
+
+	HASH_ITER(hh, hl->hops, h, tmp) {
+		if (conn ? h->conn != conn : h->pid != pid)
+			continue;
+		HASH_DEL(hl->hops, h);
+		free(h);
+	}
+}
+
+void hop_link_close_conn(struct hop_link *hl, uint32_t pid, int fd)
+{
+	drop_where(hl, conn_key(pid, fd), 0);
+}
+
+void hop_link_forget_pid(struct hop_link *hl, uint32_t pid)
+{
+	struct sock_ent *s, *st;
+	struct comm_ent *c;
+
+	drop_where(hl, 0, pid);
+	HASH_ITER(hh, hl->socks, s, st) {
+		if (s->key >> 32 != pid)
+			continue;
+		HASH_DEL(hl->socks, s);
+		free(s);
+	}
+	HASH_FIND(hh, hl->comms, &pid, sizeof(pid), c);
+	if (c) {
+		HASH_DEL(hl->comms, c);
+		free(c);
+	}
+}
+
+const struct hop_link_stats *hop_link_stats(const struct hop_link *hl)
+{
+	return &hl->st;
+}
+
+const char *hop_rule_name(enum hop_rule r)
+{
+	static const char *const names[HOP_RULE__COUNT] = { NULL, "header", "thread", "loop" };
+
+	return r >= 0 && r < HOP_RULE__COUNT ? names[r] : NULL;
+}
