@@ -20,30 +20,6 @@ def _tmp():
     return kpitest.tmpdir("kpi-agent-tls-")
 
 
-def _cert(d):
-    """A self-signed certificate for 127.0.0.1: (cert, key) paths."""
-    if not shutil.which("openssl"):
-        raise kpitest.Skip("openssl is not installed (make deps installs it)")
-    crt, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
-    kpitest.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
-                 "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", crt,
-                 "-days", "1", "-subj", "/CN=127.0.0.1"], check=True)
-    return crt, key
-
-
-def _client_ctx(max_version=None):
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    if max_version:
-        ctx.maximum_version = max_version
-    return ctx
-
-
-def _content_events(body):
-    return sum(pcaptest.is_content_event(e) for e in body.replace(b"\r\n", b"\n").split(b"\n\n"))
-
-
 def _meta(db, key):
     c = sqlite3.connect(db)
     try:
@@ -53,36 +29,16 @@ def _meta(db, key):
         c.close()
 
 
-class _Client:
-    """One keep-alive TLS connection; what each request sent and got back."""
-
-    def __init__(self, port, ctx):
-        self.c = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ctx)
-        self.c.connect()
-        self.cport = self.c.sock.getsockname()[1]
-        self.n = 0
-
-    def post(self, path, rid, body, headers=None):
-        h = {"Content-Type": "application/json", "x-request-id": rid, **(headers or {})}
-        self.c.request("POST", path, body=json.dumps(body), headers=h)
-        r = self.c.getresponse()
-        data = r.read()
-        got = {"rid": rid, "status": r.status, "path": path, "events": _content_events(data),
-               "cport": self.cport, "index": self.n}
-        self.n += 1
-        return got
-
-
 def _load(port, workers=3, conns=3):
     """TLS 1.2 keep-alive connections (conns per worker thread, 4 requests
     each) streaming chat completions (one write per event, packed, split),
     and an error status: what each client got."""
-    ctx = _client_ctx(ssl.TLSVersion.TLSv1_2)
+    ctx = nginxtest.client_ctx(ssl.TLSVersion.TLSv1_2)
     got, lock = [], threading.Lock()
 
     def worker(w):
         for c_i in range(conns):
-            cl = _Client(port, ctx)
+            cl = nginxtest.TLSClient(port, ctx)
             for i in range(4):
                 mode = ("event", "packed", "split")[(i + w) % 3]
                 rid = f"tls-{w}-{c_i}-{i}"
@@ -97,7 +53,7 @@ def _load(port, workers=3, conns=3):
         t.start()
     for t in ts:
         t.join()
-    cl = _Client(port, ctx)
+    cl = nginxtest.TLSClient(port, ctx)
     got.append(cl.post("/status/404", "tls-status-404", {"model": "x"}))
     cl.c.close()
     return got
@@ -156,7 +112,7 @@ def test_agent_tls_nginx_terminating():
     if not shutil.which("curl"):
         raise kpitest.Skip("curl is not installed")
     d = _tmp()
-    crt, key = _cert(d)
+    crt, key = nginxtest.cert(d)
     up = kpitest.free_port()
     backend = kpitest.Proc(["python3", SERVER, str(up)])
     backend.wait_line("listening on")
@@ -181,7 +137,7 @@ def test_agent_tls_nginx_terminating():
                          "--data", json.dumps({"model": "m", "stream": True, "max_tokens": 5 + i}),
                          f"https://127.0.0.1:{port}/v1/chat/completions"], check=True)
         body, code = p.stdout.rsplit("\n", 1)
-        curl.append({"rid": rid, "status": int(code), "events": _content_events(body.encode())})
+        curl.append({"rid": rid, "status": int(code), "events": nginxtest.content_events(body.encode())})
     pcap = cap.stop()
     time.sleep(0.3)
     assert agent.stop() == 0, agent.lines[-20:]
@@ -200,7 +156,7 @@ def test_agent_tls_python_server():
     pcaptest.require()
     at.require_built(at.AGENT)
     d = _tmp()
-    crt, key = _cert(d)
+    crt, key = nginxtest.cert(d)
     port = kpitest.free_port()
     srv = kpitest.Proc(["python3", SERVER, str(port), "--tls", crt, key])
     srv.wait_line("listening on")
@@ -237,7 +193,7 @@ def test_agent_tls_node_not_readable():
     if not node:
         raise kpitest.Skip("node is not installed")
     d = _tmp()
-    crt, key = _cert(d)
+    crt, key = nginxtest.cert(d)
     js = os.path.join(d, "https.js")
     with open(js, "w") as f:
         f.write(NODE_HTTPS)
@@ -250,7 +206,7 @@ def test_agent_tls_node_not_readable():
     # named at the attach, from its executable, before any connection
     line = agent.wait_line("TLS not readable", timeout=10)
     assert f"pid {srv.pid} (node)" in line and "linked into its executable" in line, line
-    ctx = _client_ctx()
+    ctx = nginxtest.client_ctx()
     n = 3
     for i in range(n):
         c = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ctx)

@@ -1,8 +1,9 @@
 """nginx (Debian's) for the agent's tests: a reverse proxy on loopback in front of
 an upstream port, plain or terminating TLS, configured in a test's temporary directory."""
-import os, shutil, socket, time
+import http.client, json, os, shutil, socket, ssl, time
 
 import kpitest
+import pcaptest
 
 CONF = """worker_processes {workers};
 pid {d}/nginx.pid;
@@ -23,7 +24,7 @@ http {{
             proxy_pass http://backend;
             proxy_http_version 1.1;
             proxy_set_header Connection "";
-            proxy_buffering off;
+            proxy_buffering off;{headers}
         }}
     }}
 }}
@@ -43,16 +44,19 @@ def find():
     return nginx
 
 
-def start(d, port, upstream, workers=1, cert=None):
+def start(d, port, upstream, workers=1, cert=None, propagate_id=False):
     """nginx on 127.0.0.1:port proxying to upstream, unbuffered; cert: a
-    (certificate, key) pair to terminate TLS 1.2/1.3 with.  Returns the
+    (certificate, key) pair to terminate TLS 1.2/1.3 with; propagate_id: the
+    client's x-request-id goes upstream with the request.  Returns the
     kpitest.Proc once the port accepts."""
     nginx = find()
     conf = os.path.join(d, "nginx.conf")
     with open(conf, "w") as f:
         f.write(CONF.format(d=d, upstream=upstream, port=port, workers=workers,
                             ssl=" ssl" if cert else "",
-                            tls=TLS.format(crt=cert[0], key=cert[1]) if cert else ""))
+                            tls=TLS.format(crt=cert[0], key=cert[1]) if cert else "",
+                            headers="\n            proxy_set_header X-Request-Id $http_x_request_id;"
+                            if propagate_id else ""))
     ng = kpitest.Proc([nginx, "-c", conf, "-g", "daemon off;"])
     deadline = time.monotonic() + 20
     while True:
@@ -62,3 +66,48 @@ def start(d, port, upstream, workers=1, cert=None):
         except OSError:
             assert time.monotonic() < deadline and ng.p.poll() is None, ng.drain()
             time.sleep(0.05)
+
+
+def content_events(body):
+    """The SSE events of a response body that carry generated content."""
+    return sum(pcaptest.is_content_event(e) for e in body.replace(b"\r\n", b"\n").split(b"\n\n"))
+
+
+def cert(d):
+    """A self-signed certificate for 127.0.0.1: (cert, key) paths."""
+    if not shutil.which("openssl"):
+        raise kpitest.Skip("openssl is not installed (make deps installs it)")
+    crt, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    kpitest.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                 "ec_paramgen_curve:prime256v1", "-nodes", "-keyout", key, "-out", crt,
+                 "-days", "1", "-subj", "/CN=127.0.0.1"], check=True)
+    return crt, key
+
+
+def client_ctx(max_version=None):
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    if max_version:
+        ctx.maximum_version = max_version
+    return ctx
+
+
+class TLSClient:
+    """One keep-alive TLS connection; what each request sent and got back."""
+
+    def __init__(self, port, ctx):
+        self.c = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=ctx)
+        self.c.connect()
+        self.cport = self.c.sock.getsockname()[1]
+        self.n = 0
+
+    def post(self, path, rid, body, headers=None):
+        h = {"Content-Type": "application/json", "x-request-id": rid, **(headers or {})}
+        self.c.request("POST", path, body=json.dumps(body), headers=h)
+        r = self.c.getresponse()
+        data = r.read()
+        got = {"rid": rid, "status": r.status, "path": path, "events": content_events(data),
+               "cport": self.cport, "index": self.n}
+        self.n += 1
+        return got
