@@ -193,7 +193,7 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 	snprintf(rec.method, sizeof(rec.method), "%s", x->method);
 	snprintf(rec.path, sizeof(rec.path), "%s", x->path);
 	snprintf(rec.model, sizeof(rec.model), "%s", x->model);
-	assemble_request_out(c->hp->a, &rec);
+	assemble_http_request_out(c->hp->a, &rec);
 }
 
 static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bool create)

@@ -20,6 +20,7 @@
 #include "attach.h"
 #include "exporters.h"
 #include "gpu.h"
+#include "llama.h"
 #include "host.h"
 #include "http_serve.h"
 #include "losses.h"
@@ -391,6 +392,7 @@ struct agent {
 	struct loss_probe losses;            /* the kernel side's losses */
 	struct exporters exp;
 	struct agent_cost *cost;             /* NULL: cost and energy off */
+	struct agent_llama *llama;           /* NULL: llama.cpp's engine split off */
 };
 
 
@@ -408,6 +410,27 @@ static int handle_event(void *ctx, void *data, size_t size)
 	if (!attach_event(ag->at, data, size))          /* processes starting, ending */
 		assemble_event(ag->asm_, data, size);   /* counts a malformed one */
 	return 0;
+}
+
+/* The HTTP-mode targets (traced, not through USDT) to the llama.cpp side,
+ * which attaches to those that map llama.cpp. */
+static void llama_sync(struct agent *ag)
+{
+	uint32_t live[KPI_MAX_TARGETS], usdt[KPI_MAX_TARGETS];
+	pid_t http[KPI_MAX_TARGETS];
+	int n_live = attach_live_pids(ag->at, live, KPI_MAX_TARGETS), n_usdt, n = 0;
+
+	if (!ag->llama)
+		return;
+	n_usdt = attach_usdt_pids(ag->at, usdt, KPI_MAX_TARGETS);
+	for (int i = 0; i < n_live; i++) {
+		bool by_usdt = false;
+		for (int k = 0; k < n_usdt && !by_usdt; k++)
+			by_usdt = usdt[k] == live[i];
+		if (!by_usdt)
+			http[n++] = (pid_t)live[i];
+	}
+	agent_llama_sync(ag->llama, http, n);
 }
 
 /* ---- writing -------------------------------------------------------------------------- */
@@ -559,6 +582,9 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 	ag->gpu = agent_gpu_open(env.db, trace_store_run_id(ag->store), env.verbose, err, sizeof(err));
 	if (!ag->gpu)
 		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
+	ag->llama = agent_llama_open(env.verbose, err, sizeof(err));
+	if (!ag->llama)
+		fprintf(stderr, "kpi-agent: llama.cpp servers will be traced from HTTP only: %s\n", err);
 	ag->cost = agent_cost_open(env.db, trace_store_run_id(ag->store), env.powercap_root,
 				   env.price_per_hour, err, sizeof(err));
 	if (!ag->cost)
@@ -592,6 +618,11 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
 		agent_gpu_close(ag->gpu);
 		ag->gpu = NULL;
+	}
+	if (ag->llama && agent_llama_connect(ag->llama, ag->asm_, ag->rb, err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: llama.cpp servers will be traced from HTTP only: %s\n", err);
+		agent_llama_close(ag->llama);
+		ag->llama = NULL;
 	}
 	attach_set_consumers(ag->at, ag->rb, ag->asm_, ag->gpu);
 	return 0;
@@ -637,9 +668,11 @@ static int poll_loop(struct agent *ag)
 		}
 		if (now >= next_rescan) {
 			attach_rescan(ag->at);
+			llama_sync(ag);
 			next_rescan = now + RESCAN_NS;
 		}
 		if (now >= next_flush) {
+			agent_llama_flush(ag->llama, now, false);   /* the requests it held, into this flush */
 			flush(ag, now, false);
 			gpu_flush(ag, now, false);
 			agent_cost_flush(ag->cost, now, false);
@@ -662,6 +695,7 @@ static void finish(struct agent *ag)
 	/* with the ledger's final totals */
 	ring_buffer__consume(ag->rb);
 	losses_sample(ag, host_mono_ns(), &lost);
+	agent_llama_flush(ag->llama, host_mono_ns(), true);
 	flush(ag, host_mono_ns(), true);
 	gpu_flush(ag, host_mono_ns(), true);
 	agent_cost_flush(ag->cost, host_mono_ns(), true);
@@ -678,6 +712,9 @@ static void finish(struct agent *ag)
 	       (unsigned long long)shed_req, trace_store_pending(ag->store));
 	losses_print(&lost);
 	agent_gpu_summary(ag->gpu, gpu_said, sizeof(gpu_said));
+	if (gpu_said[0])
+		printf("%s\n", gpu_said);
+	agent_llama_summary(ag->llama, gpu_said, sizeof(gpu_said));
 	if (gpu_said[0])
 		printf("%s\n", gpu_said);
 }
@@ -727,6 +764,7 @@ int main(int argc, char **argv)
 	/* before the line scripts wait on: what runs now is attached, and with
 	 * --exe its file's probes are in place for what starts next */
 	attach_rescan(ag.at);
+	llama_sync(&ag);
 	if (env.n_pids && !attach_count(ag.at)) {
 		fprintf(stderr, "kpi-agent: none of the --pid processes could be traced\n");
 		goto cleanup;
@@ -745,6 +783,7 @@ cleanup:
 	attach_free(ag.at);
 	ring_buffer__free(ag.rb);
 	agent_gpu_close(ag.gpu);
+	agent_llama_close(ag.llama);
 	agent_cost_close(ag.cost);
 	if (ag.store)
 		trace_store_close(ag.store);

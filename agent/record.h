@@ -42,6 +42,11 @@ struct kpi_request_record {
 	int64_t t_req_read, t_resp_start, server_wait, content_events, stream, max_tokens;
 	const char *end_reason;         /* complete | client_closed | server_closed | unsynced | timeout */
 	char method[16], path[64], model[64];
+	/* http+libllama only (KPI_NULL / NULL otherwise, agent/llama.c): prompt
+	 * tokens the KV cache held, the prompt as the engine computed it (cached +
+	 * prefilled), its prefill steps, and the rule that matched its sequence */
+	int64_t cached_prompt_tokens, engine_prompt_tokens, prefill_steps;
+	const char *engine_join;
 };
 
 struct kpi_step_record {
@@ -49,6 +54,7 @@ struct kpi_step_record {
 	uint64_t step_id;
 	uint64_t t_start, t_end;
 	int prefill_tokens, decode_seqs, kv_used, kv_free;
+	const char *source;             /* NULL: "usdt" (kpi-infer's probes); "libllama" (agent/llama.c) */
 };
 
 /* Run-queue delay of a target's threads in one sample that ended when a task

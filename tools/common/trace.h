@@ -18,7 +18,7 @@
  * (006_http.sql) each request's source and, for requests traced from the
  * HTTP exchange, the server's wait (queue and prefill together). */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 6
+#define TRACE_SCHEMA_VERSION 7
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 
