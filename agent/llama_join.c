@@ -201,23 +201,58 @@ static int by_read(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static int64_t gen_prompt(const struct gen *g)
+{
+	return g->prefill_tokens + (g->pos_first > 0 ? g->pos_first : 0);
+}
+
+/* How well g's counts fit r's usage: 2 per count that agrees, 0 unknown. */
+static int usage_fit(const struct gen *g, const struct kpi_request_record *r)
+{
+	int fit = 0;
+
+	if (r->prompt_tokens != KPI_NULL)
+		fit += gen_prompt(g) == r->prompt_tokens ? 2 : 0;
+	if (r->output_tokens != KPI_NULL)
+		fit += g->decode_steps + 1 == r->output_tokens ? 2 : 0;
+	return fit;
+}
+
+static bool gen_free_for(const struct gen *g, const struct kpi_request_record *r)
+{
+	return !g->taken && (int64_t)g->t_sched >= r->t_req_read && (int64_t)g->t_last <= r->t_done;
+}
+
 /* The read-order rule: the first generation no request took that started
  * after r was read, skipping those still running after r ended (they are
- * requests in flight that were read before r). */
-static struct gen *gen_of(struct llama_join *j, const struct kpi_request_record *r)
+ * requests in flight that were read before r). Generations that started in
+ * the same step are in the batch's order, not the requests': among them the
+ * one whose counts fit r's usage best is taken (*rule says which). */
+static struct gen *gen_of(struct llama_join *j, const struct kpi_request_record *r, const char **rule)
 {
+	struct gen *first = NULL, *best = NULL;
+	int best_fit = -1;
+
 	for (size_t i = 0; i < j->n_gens; i++) {
 		struct gen *g = j->gens[i];
-		if (g->taken || (int64_t)g->t_sched < r->t_req_read || (int64_t)g->t_last > r->t_done)
+		if (!gen_free_for(g, r) || (first && g->t_sched != first->t_sched))
 			continue;
-		return g;
+		if (!first)
+			first = g;
+		int fit = usage_fit(g, r);
+		if (fit > best_fit) {
+			best = g;
+			best_fit = fit;
+		}
 	}
-	return NULL;
+	*rule = best == first ? "read-order" : "read-order+usage";
+	return best;
 }
 
 static void join_one(struct llama_join *j, struct kpi_request_record *r)
 {
-	struct gen *g = r->t_req_read != KPI_NULL ? gen_of(j, r) : NULL;
+	const char *rule = NULL;
+	struct gen *g = r->t_req_read != KPI_NULL ? gen_of(j, r, &rule) : NULL;
 
 	if (!g) {
 		j->st.no_generation++;
@@ -241,11 +276,11 @@ static void join_one(struct llama_join *j, struct kpi_request_record *r)
 	r->server_wait = KPI_NULL;      /* split into queue and prefill */
 	r->seq_id = g->seq_id;
 	r->cached_prompt_tokens = g->pos_first >= 0 ? g->pos_first : KPI_NULL;
-	r->engine_prompt_tokens = g->prefill_tokens + (g->pos_first > 0 ? g->pos_first : 0);
+	r->engine_prompt_tokens = gen_prompt(g);
 	r->prefill_steps = g->prefill_steps;
 	if (r->prompt_tokens == KPI_NULL)
 		r->prompt_tokens = r->engine_prompt_tokens;
-	r->engine_join = "read-order";
+	r->engine_join = rule;
 	r->source = "http+libllama";
 	j->st.joined++;
 }

@@ -16,5 +16,5 @@ ALTER TABLE steps ADD COLUMN source TEXT;                   -- 'usdt' | 'libllam
 ALTER TABLE requests ADD COLUMN cached_prompt_tokens INTEGER; -- prompt tokens the KV cache already held (first position)
 ALTER TABLE requests ADD COLUMN engine_prompt_tokens INTEGER; -- cached + prefilled: the prompt as the engine saw it
 ALTER TABLE requests ADD COLUMN prefill_steps INTEGER;      -- steps that computed its prompt
-ALTER TABLE requests ADD COLUMN engine_join TEXT;           -- how the sequence was matched: 'read-order' (docs/agent.md)
+ALTER TABLE requests ADD COLUMN engine_join TEXT;           -- how the sequence was matched: 'read-order' | 'read-order+usage' (docs/agent.md)
 CREATE INDEX IF NOT EXISTS steps_source ON steps(source, pid, t_start_ns);
