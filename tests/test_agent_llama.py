@@ -41,9 +41,18 @@ class Traced:
         self.db = os.path.join(self.dir, "llama.db")
         self.marks = os.path.join(self.dir, "marks.jsonl")
         self.port = kpitest.free_port()
-        self.srv = kpitest.Proc([node, SERVER, str(self.port), servertest.tiny_model(),
-                                 self.marks, str(n_seq)])
+        # the fixture is the reference clock: ahead of the test's own client
+        # threads (and the machine's other work) for the CPU, its marks are
+        # not late by a run-queue wait (nice execs: the pid is node's)
+        self.srv = kpitest.Proc(["nice", "-n", "-20", node, SERVER, str(self.port),
+                                 servertest.tiny_model(), self.marks, str(n_seq)])
         self.srv.wait_line("listening on", timeout=120)
+        # the fixture's first requests run its JavaScript cold (compiled as it
+        # goes, marks late by milliseconds): they are done before the agent
+        # attaches, and their marks are not compared
+        _concurrently(self.port, [(f"warm-{i}", f"warm up {i}", 8) for i in range(n_seq)])
+        with open(self.marks) as f:
+            self.skip_marks = len(f.readlines())
         self.agent = at.start_agent(self.db, "--flush-ms", 100, "--port", self.port)
         line = self.agent.wait_line(f"attached to pid {self.srv.pid}", timeout=60)
         assert "HTTP mode" in line, line
@@ -66,7 +75,7 @@ class Traced:
         self.rows = at.rows(self.db)
         self.fx_steps, self.fx_reqs = [], {}
         with open(self.marks) as f:
-            for line in f:
+            for line in f.readlines()[self.skip_marks:]:
                 m = json.loads(line)
                 if m["kind"] == "step":
                     m["t0"], m["t1"] = int(m["t0"]), int(m["t1"])
@@ -105,12 +114,14 @@ def _concurrently(port, jobs):
 
 
 def _fixture_marks(steps, req):
-    """The request's engine marks from the fixture's own decode-call times."""
+    """The fixture's steps (indexes) that scheduled the request, computed its
+    first token, and were its last, from its own decode-call records."""
     t_sub, t_end = int(req["t_submit"]), int(req["t_last_tok"])
-    mine = [s for s in steps if t_sub <= s["t0"] and s["t1"] <= t_end
+    mine = [i for i, s in enumerate(steps) if t_sub <= s["t0"] and s["t1"] <= t_end
             and any(it[0] == req["seq"] for it in s["items"])]
-    first = next(s for s in mine if any(it[0] == req["seq"] and it[3] > 0 for it in s["items"]))
-    return mine[0]["t0"], first["t1"], mine[-1]["t1"], len(mine)
+    first = next(i for i in mine
+                 if any(it[0] == req["seq"] and it[3] > 0 for it in steps[i]["items"]))
+    return mine[0], first, mine[-1], len(mine)
 
 
 def _p(values, p):
@@ -136,9 +147,13 @@ def _check_rows(t, want):
         assert r["seq_id"] == fx["seq"], (rid, r["seq_id"], fx["seq"])
 
 
-def _check_marks(t, rids):
-    """Every fixture decode call is one 'libllama' step; each request's
-    scheduled / first-token / last-step marks agree with the fixture's."""
+def _check_marks(t, rids, timed):
+    """Every fixture decode call is one 'libllama' step, inside the fixture's
+    bracket around it; each request's scheduled / first-token / last-step
+    marks are exactly those of the steps the fixture ran it in; with timed,
+    all of them agree with the fixture's times within 1 ms at p99 (the
+    fixture's marks are JavaScript's: a burst that fills the machine's two
+    cores makes some late by a run-queue wait, which the agent's are not)."""
     assert len(t.steps) == len(t.fx_steps), (len(t.steps), len(t.fx_steps))
     d_start = [a["t_start_ns"] - f["t0"] for a, f in zip(t.steps, t.fx_steps)]
     d_end = [f["t1"] - a["t_end_ns"] for a, f in zip(t.steps, t.fx_steps)]
@@ -147,14 +162,23 @@ def _check_marks(t, rids):
     for rid in rids:
         r = t.rows[rid]
         sched, first, last, n = _fixture_marks(t.fx_steps, t.fx_reqs[rid])
-        d_seq += [r["t_sched_ns"] - sched, first - r["t_first_ns"], last - r["t_last_ns"]]
-        assert r["prefill_steps"] >= 1 and r["prefill_steps"] <= n, (rid, r["prefill_steps"], n)
+        want = (t.steps[sched]["t_start_ns"], t.steps[first]["t_end_ns"], t.steps[last]["t_end_ns"])
+        got = (r["t_sched_ns"], r["t_first_ns"], r["t_last_ns"])
+        assert got == want, (rid, got, want, sched, first, last)
+        assert 1 <= r["prefill_steps"] <= first - sched + 1, (rid, r["prefill_steps"], sched, first)
+        fx = t.fx_steps
+        d_seq += [got[0] - fx[sched]["t0"], fx[first]["t1"] - got[1], fx[last]["t1"] - got[2]]
+    worst = sorted(range(len(d_start)), key=lambda i: -max(d_start[i], d_end[i]))[:4]
+    worst = "; ".join(f"step {i}: start +{d_start[i] / 1e3:.0f} µs, end +{d_end[i] / 1e3:.0f} µs, "
+                      f"{t.fx_steps[i]['items']}" for i in worst)
     us = lambda v, p: round(_p(v, p) / 1e3, 1)
+    every = d_start + d_end + d_seq
     print(f"     agent vs fixture, µs: step start p50 {us(d_start, 50)} p99 {us(d_start, 99)}, "
-          f"step end p50 {us(d_end, 50)} p99 {us(d_end, 99)}, sequence marks p50 "
-          f"{us(d_seq, 50)} p99 {us(d_seq, 99)} (n={len(d_seq)})")
-    for name, v in (("step start", d_start), ("step end", d_end), ("sequence marks", d_seq)):
-        assert _p(v, 99) <= MARKS_P99_NS, (name, _p(v, 99))
+          f"step end p50 {us(d_end, 50)} p99 {us(d_end, 99)} (n={len(d_start)} steps); "
+          f"sequence marks p50 {us(d_seq, 50)} p99 {us(d_seq, 99)} (n={len(d_seq)}); "
+          f"all marks p99 {us(every, 99)} max {round(max(every) / 1e3, 1)}")
+    for name, v in (("step start", d_start), ("step end", d_end), ("all marks", every)):
+        assert not timed or _p(v, 99) <= MARKS_P99_NS, (name, _p(v, 99), "worst: " + worst)
 
 
 def test_agent_llama_engine_marks_and_prefix_reuse():
@@ -168,7 +192,7 @@ def test_agent_llama_engine_marks_and_prefix_reuse():
         rid = f"l-seq-{i}"
         want[rid] = _stream(t.port, rid, f"request {i}: " + "tell me something " * (i + 1), 3 + i)
     want.update(_concurrently(t.port, [(f"l-conc-{i}", f"concurrent {i} " + "abc " * (3 * i),
-                                        2 + i % 5) for i in range(8)]))
+                                        8 + 3 * i) for i in range(8)]))
     for k in range(2):
         rid = f"l-long-{k}"
         want[rid] = _stream(t.port, rid, LONG, 4)
@@ -182,18 +206,18 @@ def test_agent_llama_engine_marks_and_prefix_reuse():
     print(f"     long prompt of {n} tokens: {first['cached_prompt_tokens']} reused, prefill "
           f"{first['prefill_ns'] / 1e6:.2f} ms; again: {again['cached_prompt_tokens']} reused, "
           f"prefill {again['prefill_ns'] / 1e6:.2f} ms")
-    _check_marks(t, list(want))
+    _check_marks(t, list(want), timed=True)
 
 
 def test_agent_llama_burst_queue_grows():
     """16 requests at once on 4 sequences: the last ones wait for a sequence,
     and the queue time the agent gives them grows with their position."""
     t = Traced(4)
-    want = _concurrently(t.port, [(f"l-burst-{i:02d}", f"burst {i} " + "xyz " * 6, 6)
+    want = _concurrently(t.port, [(f"l-burst-{i:02d}", f"burst {i} " + "xyz " * 6, 24)
                                   for i in range(16)])
     t.stop()
     _check_rows(t, want)
-    _check_marks(t, list(want))
+    _check_marks(t, list(want), timed=False)
     order = sorted(want, key=lambda rid: t.rows[rid]["t_req_read_ns"])
     q = [t.rows[rid]["queue_ns"] for rid in order]
     groups = [sum(q[k:k + 4]) / 4 for k in range(0, 16, 4)]
