@@ -5,58 +5,30 @@ the project does not instrument.  The agent traces it with --port: HTTP from
 its sockets, the engine from uprobes on libllama's llama_decode.  Every row is
 checked against the server's own CLOCK_MONOTONIC marks around its decode calls
 and its tokenizer's counts."""
-import http.client, json, os, shutil, sqlite3, threading, time
+import os, sqlite3, time
 
 import kpitest
 import agenttest as at
-import servertest
+import llamatest as lt
 
-SERVER = os.path.join(kpitest.ROOT, "tests", "lib", "llama_server.mjs")
-NODE_LLAMA = os.path.join(kpitest.BUILD, "node-llama")
 MARKS_P99_NS = 1_000_000        # the issue's bound: |agent - fixture| p99
 PHASES = ("net_in_ns", "queue_ns", "prefill_ns", "decode_ns", "net_out_ns")
 LONG = " ".join(f"word{i} of a long shared prompt" for i in range(40))
 
 
-def _require():
-    kpitest.require_root("kpi-agent")
-    at.require_built(at.AGENT)
-    node = shutil.which("node") or shutil.which("nodejs")
-    if not node:
-        raise kpitest.Skip("node is not installed (make deps installs it)")
-    failed = os.path.join(NODE_LLAMA, "install-failed.txt")
-    if os.path.exists(failed):
-        raise kpitest.Skip("node-llama-cpp is not installed: " + open(failed).read().strip())
-    if not os.path.isdir(os.path.join(NODE_LLAMA, "node_modules", "node-llama-cpp")):
-        raise kpitest.Skip("node-llama-cpp is not installed (run make node-llama)")
-    return node
-
-
 class Traced:
-    """llama_server.mjs with n_seq sequences, traced by an agent with --port."""
+    """The fixture with n_seq sequences, traced by an agent with --port."""
 
     def __init__(self, n_seq):
-        node = _require()
-        self.dir = kpitest.tmpdir("kpi-agent-llama-")
-        self.db = os.path.join(self.dir, "llama.db")
-        self.marks = os.path.join(self.dir, "marks.jsonl")
-        self.port = kpitest.free_port()
-        # the fixture is the reference clock: ahead of the test's own client
-        # threads (and the machine's other work) for the CPU, its marks are
-        # not late by a run-queue wait (nice execs: the pid is node's)
-        self.srv = kpitest.Proc(["nice", "-n", "-20", node, SERVER, str(self.port),
-                                 servertest.tiny_model(), self.marks, str(n_seq)])
-        self.srv.wait_line("listening on", timeout=120)
-        # the fixture's first requests run its JavaScript cold (compiled as it
-        # goes, marks late by milliseconds): they are done before the agent
-        # attaches, and their marks are not compared
-        _concurrently(self.port, [(f"warm-{i}", f"warm up {i}", 8) for i in range(n_seq)])
-        with open(self.marks) as f:
-            self.skip_marks = len(f.readlines())
+        lt.require()
+        d = kpitest.tmpdir("kpi-agent-llama-")
+        self.db = os.path.join(d, "llama.db")
+        self.fx = lt.Fixture(n_seq, d)
+        self.port = self.fx.port
         self.agent = at.start_agent(self.db, "--flush-ms", 100, "--port", self.port)
-        line = self.agent.wait_line(f"attached to pid {self.srv.pid}", timeout=60)
+        line = self.agent.wait_line(f"attached to pid {self.fx.pid}", timeout=60)
         assert "HTTP mode" in line, line
-        line = self.agent.wait_line(f"tracing llama_decode of pid {self.srv.pid}", timeout=30)
+        line = self.agent.wait_line(f"tracing llama_decode of pid {self.fx.pid}", timeout=30)
         assert "libllama" in line, line
 
     def stop(self):
@@ -64,7 +36,7 @@ class Traced:
         assert self.agent.stop() == 0, self.agent.lines[-20:]
         said = [l for l in self.agent.lines if l.startswith("libllama:")]
         print("     " + (said[0] if said else "(no libllama line)"))
-        self.srv.stop()
+        self.fx.stop()
         c = sqlite3.connect(self.db)
         c.row_factory = sqlite3.Row
         try:
@@ -73,44 +45,8 @@ class Traced:
         finally:
             c.close()
         self.rows = at.rows(self.db)
-        self.fx_steps, self.fx_reqs = [], {}
-        with open(self.marks) as f:
-            for line in f.readlines()[self.skip_marks:]:
-                m = json.loads(line)
-                if m["kind"] == "step":
-                    m["t0"], m["t1"] = int(m["t0"]), int(m["t1"])
-                    self.fx_steps.append(m)
-                else:
-                    self.fx_reqs[m["id"]] = m
+        self.fx_steps, self.fx_reqs = self.fx.marks()
         return self
-
-
-def _stream(port, rid, prompt, max_tokens):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-    try:
-        c.request("POST", "/v1/chat/completions", headers={
-            "Content-Type": "application/json", "x-request-id": rid},
-            body=json.dumps({"model": "tiny", "stream": True, "max_tokens": max_tokens,
-                             "messages": [{"role": "user", "content": prompt}]}))
-        r = c.getresponse()
-        r.read()
-        return r.status
-    finally:
-        c.close()
-
-
-def _concurrently(port, jobs):
-    """jobs: (rid, prompt, max_tokens), all sent at once; returns {rid: status}."""
-    out, ts = {}, []
-    for rid, prompt, n in jobs:
-        ts.append(threading.Thread(target=lambda a=(rid, prompt, n): out.__setitem__(
-            a[0], _stream(port, *a))))
-    for t in ts:
-        t.start()
-        time.sleep(0.002)       # arrival order = position
-    for t in ts:
-        t.join()
-    return out
 
 
 def _fixture_marks(steps, req):
@@ -190,12 +126,12 @@ def test_agent_llama_engine_marks_and_prefix_reuse():
     want = {}
     for i in range(4):
         rid = f"l-seq-{i}"
-        want[rid] = _stream(t.port, rid, f"request {i}: " + "tell me something " * (i + 1), 3 + i)
-    want.update(_concurrently(t.port, [(f"l-conc-{i}", f"concurrent {i} " + "abc " * (3 * i),
+        want[rid] = lt.stream(t.port, rid, f"request {i}: " + "tell me something " * (i + 1), 3 + i)
+    want.update(lt.concurrently(t.port, [(f"l-conc-{i}", f"concurrent {i} " + "abc " * (3 * i),
                                         8 + 3 * i) for i in range(8)]))
     for k in range(2):
         rid = f"l-long-{k}"
-        want[rid] = _stream(t.port, rid, LONG, 4)
+        want[rid] = lt.stream(t.port, rid, LONG, 4)
     t.stop()
     _check_rows(t, want)
     first, again = t.rows["l-long-0"], t.rows["l-long-1"]
@@ -213,7 +149,7 @@ def test_agent_llama_burst_queue_grows():
     """16 requests at once on 4 sequences: the last ones wait for a sequence,
     and the queue time the agent gives them grows with their position."""
     t = Traced(4)
-    want = _concurrently(t.port, [(f"l-burst-{i:02d}", f"burst {i} " + "xyz " * 6, 24)
+    want = lt.concurrently(t.port, [(f"l-burst-{i:02d}", f"burst {i} " + "xyz " * 6, 24)
                                   for i in range(16)])
     t.stop()
     _check_rows(t, want)
