@@ -3,12 +3,15 @@
 libllama's llama_decode, per call (a batch step), against the step's own
 duration.  The real llama.cpp (node-llama-cpp, make node-llama) behind
 tests/lib/llama_server.mjs runs the same load in rounds without and with an
-agent attached (--port), alternating.  Per step: the BPF programs' own time
-(kernel.bpf_stats_enabled: run_time_ns of kpi_llama_decode_entry and
-_return), and the wall time the pair adds to a decode call as the server sees
-it (median of its own marks around each call, on minus off: the traps, the
-programs and the return trampoline).  Writes llama.json."""
-import argparse, json, os, shutil, statistics, sys, tempfile, time
+agent attached (--port), alternating, and in rounds with only an empty
+uprobe/uretprobe pair on llama_decode (bpftrace, where installed).  Per step:
+the BPF programs' own time (kernel.bpf_stats_enabled: run_time_ns of
+kpi_llama_decode_entry and _return), and the wall time added to a decode call
+as the server times it (median of its own marks around each call, minus the
+rounds without: with bpftrace's empty pair, the traps and the return
+trampoline; with the agent, also its programs and the CPU the agent takes from
+the server on a small machine).  Writes llama.json."""
+import argparse, json, os, shutil, signal, statistics, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "lib"))
@@ -36,14 +39,32 @@ def load(fx, tag, n):
                               for i in range(n)])
 
 
-def round_(fx, tmp, tag, n, agent_on):
+def libllama(pid):
+    """The fixture's libllama (libllama.v0.5.0.so, not libllama-common.so)."""
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            path = line.split()[-1]
+            base = os.path.basename(path)
+            if base.startswith("libllama.") and ".so" in base:
+                return path
+    return None
+
+
+def round_(fx, tmp, tag, n, agent_on, lib=None):
     fx.restart_marks()
-    agent = None
+    agent = tracer = None
+    if lib:
+        tracer = kpitest.Proc(["bpftrace", "-p", str(fx.pid), "-e",
+                               f"BEGIN {{ printf(\"ready\\n\"); }} uprobe:{lib}:llama_decode {{ }} "
+                               f"uretprobe:{lib}:llama_decode {{ }}"])
+        tracer.wait_line("ready", timeout=60)
     if agent_on:
         agent = at.start_agent(os.path.join(tmp, f"{tag}.db"), "--flush-ms", 200, "--port", fx.port)
         agent.wait_line(f"tracing llama_decode of pid {fx.pid}", timeout=60)
         before = programs()
     load(fx, tag, n)
+    if tracer:
+        tracer.stop(signal.SIGINT)
     out = {}
     if agent_on:
         after = programs()
@@ -72,13 +93,16 @@ def main():
     tmp = tempfile.mkdtemp(prefix="kpi-llama-bench-")
     with open(STATS) as f:
         was = f.read().strip()
-    off, on, prog = [], [], {}
+    off, on, empty, prog = [], [], [], {}
     try:
         with open(STATS, "w") as f:
             f.write("1")
         fx = lt.Fixture(4, tmp)
+        lib = libllama(fx.pid) if shutil.which("bpftrace") else None
         for k in range(pairs):
             off += round_(fx, tmp, f"off{k}", n, False)["call_us"]
+            if lib:
+                empty += round_(fx, tmp, f"empty{k}", n, False, lib)["call_us"]
             r = round_(fx, tmp, f"on{k}", n, True)
             on += r.pop("call_us")
             for name, v in r.items():
@@ -95,7 +119,9 @@ def main():
     bpf_us = sum(p["ns"] for p in prog.values()) / calls / 1e3 if calls else None
     med_off, med_on = statistics.median(off), statistics.median(on)
     added = med_on - med_off
-    summary = {"calls_on": calls, "calls_off": len(off), "programs": prog,
+    med_empty = statistics.median(empty) if empty else None
+    summary = {"call_median_us_empty_pair": med_empty,
+               "trap_wall_us_per_call": med_empty - med_off if empty else None,"calls_on": calls, "calls_off": len(off), "programs": prog,
                "bpf_us_per_call": bpf_us, "call_median_us_off": med_off,
                "call_median_us_on": med_on, "added_wall_us_per_call": added,
                "bpf_share_of_call": bpf_us / med_on if bpf_us else None,
@@ -115,11 +141,16 @@ def main():
                   f"{p['ns'] / p['runs'] / 1e3 / med_on:.2%} |")
     if bpf_us is not None:
         print(f"| both programs | {bpf_us:.2f} | {bpf_us / med_on:.2%} |")
-    print(f"| wall time added to a call, as the server times it (median on − off) | {added:.1f} | "
+    if empty:
+        print(f"| wall time an empty uprobe + uretprobe pair adds to a call (bpftrace; median − "
+              f"off) | {med_empty - med_off:.1f} | {(med_empty - med_off) / med_off:.1%} |")
+    print(f"| wall time added to a call with the agent attached (median on − off) | {added:.1f} | "
           f"{added / med_off:.1%} |")
-    print(f"\nThe call itself: median {med_off:.0f} µs without the agent, {med_on:.0f} µs with. "
-          f"The added wall time also holds the two traps and the return trampoline, which "
-          f"bpf_stats does not count, and the machine's noise (a difference of medians).\n")
+    print(f"\nThe call itself: median {med_off:.0f} µs alone, {med_on:.0f} µs with the agent. "
+          f"The added wall times are differences of medians (the machine's noise is in them); "
+          f"the empty pair's is the traps and the return trampoline, which bpf_stats does not "
+          f"count; the agent's also holds the CPU it takes from the server (it follows every "
+          f"token write) on this {os.cpu_count()}-CPU machine.\n")
 
 
 if __name__ == "__main__":
