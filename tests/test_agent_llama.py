@@ -10,6 +10,7 @@ import os, sqlite3, time
 import kpitest
 import agenttest as at
 import llamatest as lt
+import servertest
 
 MARKS_P99_NS = 1_000_000        # the issue's bound: |agent - fixture| p99
 PHASES = ("net_in_ns", "queue_ns", "prefill_ns", "decode_ns", "net_out_ns")
@@ -25,11 +26,20 @@ class Traced:
         self.db = os.path.join(d, "llama.db")
         self.fx = lt.Fixture(n_seq, d)
         self.port = self.fx.port
-        self.agent = at.start_agent(self.db, "--flush-ms", 100, "--port", self.port)
+        self.metrics_port = kpitest.free_port()
+        self.agent = at.start_agent(self.db, "--flush-ms", 100, "--port", self.port,
+                                    "--metrics", f"127.0.0.1:{self.metrics_port}")
         line = self.agent.wait_line(f"attached to pid {self.fx.pid}", timeout=60)
         assert "HTTP mode" in line, line
         line = self.agent.wait_line(f"tracing llama_decode of pid {self.fx.pid}", timeout=30)
         assert "libllama" in line, line
+
+    def metrics(self):
+        """/metrics once every held record is out (settled 200 ms, flushed)."""
+        time.sleep(0.6)
+        st, _, data = kpitest.http_request(self.metrics_port, "GET", "/metrics")
+        assert st == 200, st
+        return servertest.parse_metrics(data.decode())
 
     def stop(self):
         time.sleep(0.3)
@@ -132,6 +142,7 @@ def test_agent_llama_engine_marks_and_prefix_reuse():
     for k in range(2):
         rid = f"l-long-{k}"
         want[rid] = lt.stream(t.port, rid, LONG, 4)
+    m = t.metrics()
     t.stop()
     _check_rows(t, want)
     first, again = t.rows["l-long-0"], t.rows["l-long-1"]
@@ -139,6 +150,12 @@ def test_agent_llama_engine_marks_and_prefix_reuse():
     assert again["cached_prompt_tokens"] == n - 1 and first["cached_prompt_tokens"] < n // 2, \
         (first["cached_prompt_tokens"], again["cached_prompt_tokens"], n)
     assert again["prefill_ns"] < first["prefill_ns"], (first["prefill_ns"], again["prefill_ns"])
+    # /metrics: the prompt tokens of every joined request (warm-up ones
+    # before the attach are not in it), and the part the cache held
+    rows = [t.rows[rid] for rid in want]
+    for name, col in (("kpi_prompt_tokens_engine_total", "engine_prompt_tokens"),
+                      ("kpi_prompt_tokens_cached_total", "cached_prompt_tokens")):
+        assert m.get(name) == sum(r[col] for r in rows), (name, m.get(name), col)
     print(f"     long prompt of {n} tokens: {first['cached_prompt_tokens']} reused, prefill "
           f"{first['prefill_ns'] / 1e6:.2f} ms; again: {again['cached_prompt_tokens']} reused, "
           f"prefill {again['prefill_ns'] / 1e6:.2f} ms")
