@@ -5,7 +5,7 @@ the project does not instrument.  The agent traces it with --port: HTTP from
 its sockets, the engine from uprobes on libllama's llama_decode.  Every row is
 checked against the server's own CLOCK_MONOTONIC marks around its decode calls
 and its tokenizer's counts."""
-import os, sqlite3, time
+import os, re, sqlite3, time
 
 import kpitest
 import agenttest as at
@@ -177,3 +177,37 @@ def test_agent_llama_burst_queue_grows():
     print("     queue by position (mean of 4), ms: " + ", ".join(f"{g / 1e6:.2f}" for g in groups))
     assert all(a < b for a, b in zip(groups, groups[1:])), groups
     assert groups[-1] > groups[0] + 1e6, groups
+
+
+def test_agent_llama_tools_show_prefix_reuse():
+    """kpi-report and kpitop on a synthetic trace of a llama.cpp server
+    (http+libllama rows): its prefix cache holds 80% of the prompt tokens,
+    then for a minute 5%, and the prompts are computed again (prefill x6,
+    TTFT with it). kpi-report names the drop; kpitop shows the hit ratio."""
+    import tracetest
+    tracetest.require(tracetest.REPORT, "tools/kpi-report/")
+    tracetest.require(tracetest.KPITOP, "tools/kpitop/")
+    db_path = os.path.join(kpitest.tmpdir("kpi-llama-tools-"), "reuse.db")
+    db = tracetest.generate(db_path, duration_s=900, rate=10)
+    tracetest.migrate(db)
+    t0, t1 = tracetest.T0 + 600 * 10**9, tracetest.T0 + 660 * 10**9
+    db.execute("UPDATE requests SET source = 'http+libllama', engine_join = 'read-order', "
+               "engine_prompt_tokens = prompt_tokens, cached_prompt_tokens = prompt_tokens * 4 / 5")
+    db.execute("UPDATE requests SET cached_prompt_tokens = prompt_tokens / 20, "
+               "ttft_ns = ttft_ns + 5 * prefill_ns, e2e_ns = e2e_ns + 5 * prefill_ns, "
+               "prefill_ns = 6 * prefill_ns WHERE t_arrive_ns >= ? AND t_arrive_ns < ?", (t0, t1))
+    db.execute(f"PRAGMA user_version = {tracetest.schema_version()}")
+    db.commit()
+    db.close()
+    p = tracetest.run_tool([tracetest.REPORT, "--db", db_path])
+    assert p.returncode == 0, p.stderr
+    causes = [c for _, _, c in tracetest.report_findings(p.stdout)]
+    assert "prefix-cache reuse dropped" in causes, causes
+    m = re.search(r"^\| prompt tokens from the prefix cache % \| (\d+) \| (\d+) \|$", p.stdout, re.M)
+    assert m and int(m.group(1)) >= 75 and int(m.group(2)) <= 10, (m and m.groups(), p.stdout)
+    print(f"     kpi-report: {causes}; reuse {m.group(1)}% -> {m.group(2)}%")
+    p = tracetest.run_tool([tracetest.KPITOP, "--db", db_path, "--once", "--window", "1m",
+                            "--at", "+630s", "--width", "200"])
+    assert p.returncode == 0, p.stderr
+    assert re.search(r"prefix cache: \d+% of prompt tokens reused \(\d+ of \d+ requests\)",
+                     p.stdout), p.stdout[:400]

@@ -120,9 +120,13 @@ static void test_open_refusals(void)
 	CHECK(!trace_open("/nonexistent/trace.db", err, sizeof(err)), "missing store refused");
 	CHECK(strstr(err, "/nonexistent/trace.db") && strstr(err, "kpi-agent"), "names path and agent: %s", err);
 
-	char *p = tmpdb("CREATE TABLE x(a); PRAGMA user_version = 7;");
+	/* one past what this reader knows: a store from a newer agent */
+	char sql[64], newer[32];
+	snprintf(sql, sizeof(sql), "CREATE TABLE x(a); PRAGMA user_version = %d;", TRACE_SCHEMA_VERSION + 1);
+	snprintf(newer, sizeof(newer), "version %d", TRACE_SCHEMA_VERSION + 1);
+	char *p = tmpdb(sql);
 	CHECK(!trace_open(p, err, sizeof(err)), "unknown schema version refused");
-	CHECK(strstr(err, "version 7") && strstr(err, "version 1"), "says both versions: %s", err);
+	CHECK(strstr(err, newer) && strstr(err, "version 1"), "says both versions: %s", err);
 	unlink(p);
 
 	p = tmpdb("CREATE TABLE x(a);");
