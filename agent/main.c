@@ -660,7 +660,10 @@ static int poll_loop(struct agent *ag)
 		/* events are submitted without a wake-up until the ring fills up:
 		 * a poll that timed out has not read them */
 		ring_buffer__consume(ag->rb);
+		int n_targets = attach_count(ag->at);
 		attach_pending(ag->at);
+		if (attach_count(ag->at) != n_targets)
+			llama_sync(ag);         /* a target met at its exec, or gone */
 		now = host_mono_ns();
 		if (env.duration > 0 && now - start >= (uint64_t)(env.duration * 1e9))
 			break;
