@@ -16,6 +16,7 @@
 #include "assemble.h"
 #include "llama.h"
 #include "llama_join.h"
+#include "losses.h"
 #include "targets.h"
 
 #define LLAMA_MAX_TARGETS 64
@@ -341,14 +342,7 @@ void agent_llama_close(struct agent_llama *L)
 
 static uint64_t counter(struct agent_llama *L, uint32_t idx)
 {
-	uint64_t vals[1024], sum = 0;
-	if (L->n_cpus <= 0 || L->n_cpus > 1024 ||
-	    bpf_map__lookup_elem(L->skel->maps.llama_counters, &idx, sizeof(idx), vals,
-				 sizeof(uint64_t) * L->n_cpus, 0))
-		return 0;
-	for (int i = 0; i < L->n_cpus; i++)
-		sum += vals[i];
-	return sum;
+	return losses_percpu_sum(L->skel->maps.llama_counters, idx, L->n_cpus);
 }
 
 void agent_llama_summary(struct agent_llama *L, char *buf, size_t len)
