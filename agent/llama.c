@@ -37,7 +37,6 @@ struct llama_target {
 struct agent_llama {
 	struct kpi_llama_bpf *skel;
 	struct assembler *a;
-	bool verbose;
 	struct llama_target *t[LLAMA_MAX_TARGETS];
 	int n_t, n_attached;
 	struct llama_join_stats gone;   /* sums of the targets freed */
@@ -289,14 +288,13 @@ void agent_llama_flush(struct agent_llama *L, uint64_t now, bool final)
 
 /* ---- open / close ----------------------------------------------------------------- */
 
-struct agent_llama *agent_llama_open(bool verbose, char *err, size_t errlen)
+struct agent_llama *agent_llama_open(char *err, size_t errlen)
 {
 	struct agent_llama *L = calloc(1, sizeof(*L));
 	int r;
 
 	if (!L)
 		abort();
-	L->verbose = verbose;
 	L->n_cpus = libbpf_num_possible_cpus();
 	L->skel = kpi_llama_bpf__open();
 	if (!L->skel) {

@@ -15,7 +15,7 @@ struct agent_llama;
 
 /* Loads bpf/kpi_llama.bpf.c: before privileges drop. Returns NULL with the
  * reason in err. */
-struct agent_llama *agent_llama_open(bool verbose, char *err, size_t errlen);
+struct agent_llama *agent_llama_open(char *err, size_t errlen);
 /* Adds its ring buffer to the agent's, so one poll drains both, and takes
  * the HTTP records of a (assemble_set_http_hold) of the processes it attaches
  * to. 0, or -1 with the reason in err. */

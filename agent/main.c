@@ -586,7 +586,7 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 	ag->gpu = agent_gpu_open(env.db, trace_store_run_id(ag->store), env.verbose, err, sizeof(err));
 	if (!ag->gpu)
 		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
-	ag->llama = agent_llama_open(env.verbose, err, sizeof(err));
+	ag->llama = agent_llama_open(err, sizeof(err));
 	if (!ag->llama)
 		fprintf(stderr, "kpi-agent: llama.cpp servers will be traced from HTTP only: %s\n", err);
 	ag->cost = agent_cost_open(env.db, trace_store_run_id(ag->store), env.powercap_root,
