@@ -1,7 +1,10 @@
 /* test_agent_llama_join.c - agent/llama_join.c with hand-made llama_decode
  * calls and HTTP records: steps, generations (a reused sequence id, a cut
- * prefix), the read-order join and its check, ties broken by usage. */
+ * prefix), the read-order join and its check, ties broken by usage; and the
+ * ELF look-ups agent/llama.c's attach and ABI check rest on. */
+#include <unistd.h>
 #include "tests/unit/check.h"
+#include "agent/llama.h"
 #include "agent/llama_join.h"
 
 #define MS 1000000ull
@@ -165,10 +168,32 @@ static void ties_and_running_generations(void)
 	llama_join_free(j);
 }
 
+/* Defined functions are found in the symbol tables, undefined ones are not;
+ * in node-llama-cpp's build (make node-llama) libllama defines llama_decode
+ * and the ABI marker, libllama-common neither. */
+static void elf_symbols(void)
+{
+	CHECK(llama_elf_defines("/proc/self/exe", "main"), "main");
+	CHECK(!llama_elf_defines("/proc/self/exe", "llama_decode"), "llama_decode here");
+	CHECK(!llama_elf_defines("/nonexistent", "main"), "a missing file");
+	char lib[4096];
+	CHECK(llama_lib_path(getpid(), lib, sizeof(lib)) == -1, "this process maps no llama.cpp");
+	const char *dir = "build/node-llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64";
+	char a[512], b[512];
+	snprintf(a, sizeof(a), "%s/libllama.v0.5.0.so", dir);
+	snprintf(b, sizeof(b), "%s/libllama-common.so", dir);
+	if (access(a, R_OK))
+		SKIP("node-llama-cpp is not installed in build/node-llama (make node-llama)");
+	CHECK(llama_elf_defines(a, "llama_decode") && llama_elf_defines(a, "llama_model_load_from_file"),
+	      "%s", a);
+	CHECK(!llama_elf_defines(b, "llama_decode"), "%s", b);
+}
+
 int main(void)
 {
 	RUN(generations_and_marks);
 	RUN(failed_check_leaves_marks_out);
 	RUN(ties_and_running_generations);
+	RUN(elf_symbols);
 	return CHECK_DONE();
 }
