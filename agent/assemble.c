@@ -93,6 +93,9 @@ struct assembler {
 	struct assemble_stats st;
 	uint64_t drops_before;  /* drops at the previous assemble_sample() */
 	struct http_path *http; /* HTTP-mode targets' records (PAYLOAD, HTTP_CLOSE) */
+	/* takes HTTP records to complete them later (agent/llama.c), or NULL */
+	bool (*http_hold)(void *ctx, const struct kpi_request_record *rec);
+	void *http_hold_ctx;
 };
 
 struct assembler *assemble_new(void)
@@ -507,6 +510,26 @@ void assemble_integration_out(void *ctx, const struct kpi_integration_record *re
 			a->sinks[i].integration(a->sinks[i].ctx, rec);
 }
 
+void assemble_step_out(struct assembler *a, const struct kpi_step_record *step)
+{
+	for (int i = 0; i < a->n_sinks; i++)
+		if (a->sinks[i].step)
+			a->sinks[i].step(a->sinks[i].ctx, step);
+}
+
+void assemble_set_http_hold(struct assembler *a,
+			    bool (*hold)(void *ctx, const struct kpi_request_record *rec), void *ctx)
+{
+	a->http_hold = hold;
+	a->http_hold_ctx = ctx;
+}
+
+void assemble_http_request_out(struct assembler *a, const struct kpi_request_record *rec)
+{
+	if (!a->http_hold || !a->http_hold(a->http_hold_ctx, rec))
+		assemble_request_out(a, rec);
+}
+
 void assemble_request_out(struct assembler *a, const struct kpi_request_record *rec)
 {
 	struct pidstate *ps = pidstate(a, rec->pid);
@@ -574,9 +597,7 @@ static void on_step_end(struct assembler *a, const struct kpi_ev_step_end *e)
 	if (!s)
 		return;
 	s->rec.t_end = e->h.ts;
-	for (int i = 0; i < a->n_sinks; i++)
-		if (a->sinks[i].step)
-			a->sinks[i].step(a->sinks[i].ctx, &s->rec);
+	assemble_step_out(a, &s->rec);
 	HASH_DEL(a->steps, s);
 	free(s);
 }

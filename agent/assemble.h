@@ -43,6 +43,15 @@ void assemble_request_out(struct assembler *a, const struct kpi_request_record *
 void assemble_integration_out(void *ctx, const struct kpi_integration_record *rec);
 /* Hands an outbound exchange (direction "out") to every sink that takes them. */
 void assemble_exchange_out(struct assembler *a, const struct kpi_request_record *rec);
+/* What agent/http_path.c hands a finished exchange's record to: the hold set
+ * below first, which may take it (copied) to hand out later completed with
+ * assemble_request_out; else assemble_request_out now. */
+void assemble_http_request_out(struct assembler *a, const struct kpi_request_record *rec);
+void assemble_set_http_hold(struct assembler *a,
+			    bool (*hold)(void *ctx, const struct kpi_request_record *rec), void *ctx);
+/* Hands a finished batch step to every sink (producers other than the USDT
+ * assembly use it too). */
+void assemble_step_out(struct assembler *a, const struct kpi_step_record *step);
 /* Raises each of the n marks (0: not reached) to the last reached one
  * before it; true when one moved. */
 bool assemble_marks_clamp(uint64_t *m, int n);

@@ -107,6 +107,10 @@ static void on_step(void *ctx, const struct kpi_step_record *s)
 {
 	struct agent_cost *c = ctx;
 
+	/* the split needs kpi-infer's step__seqs: a llama.cpp server's steps
+	 * (agent/llama.c) have no sequence list to split by */
+	if (s->source)
+		return;
 	target_ensure(c, s->pid);
 	cost_attr_step(c->attr, s->pid, s->step_id, s->t_start, s->t_end);
 }

@@ -134,6 +134,9 @@ struct opstats {
 	struct outcome out[PROM_MAX_OUTCOMES];
 	int n_out;
 	uint64_t tokens_in, tokens_out;
+	/* requests with the engine's split (http+libllama): their prompt as the
+	 * engine computed it, and the part its KV cache already held */
+	uint64_t prompt_engine, prompt_cached;
 };
 
 /* Behind whom the daemon's threads waited for a CPU (the `behind` label). */
@@ -302,6 +305,11 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 		t->tokens_in += (uint64_t)r->prompt_tokens;
 	if (r->output_tokens != KPI_NULL && r->output_tokens > 0)
 		t->tokens_out += (uint64_t)r->output_tokens;
+	if (r->engine_join && r->engine_prompt_tokens > 0) {
+		t->prompt_engine += (uint64_t)r->engine_prompt_tokens;
+		if (r->cached_prompt_tokens > 0)
+			t->prompt_cached += (uint64_t)r->cached_prompt_tokens;
+	}
 	pthread_mutex_unlock(&p->lock);
 }
 
@@ -583,6 +591,29 @@ int prom_render(struct prom_exporter *p, FILE *out)
 			put_target_labels(out, &p->t[i], op, &first);
 			put_label(out, "gen_ai_token_type", k ? "output" : "input", &first);
 			fprintf(out, "} %llu\n", (unsigned long long)(k ? s->tokens_out : s->tokens_in));
+		}
+	}
+	/* only where a llama.cpp server's requests were joined to its engine */
+	for (int k = 0; k < 2; k++) {
+		const char *name = k ? "kpi_prompt_tokens_cached_total" : "kpi_prompt_tokens_engine_total";
+		bool any = false;
+		FOR_OPS(p, i, op)
+			any |= p->t[i].op[op].prompt_engine > 0;
+		if (!any)
+			continue;
+		family(out, name, "counter", k
+		       ? "Prompt tokens the KV cache already held (prefix-cache reuse), of requests "
+			 "joined to a llama.cpp engine (source http+libllama)."
+		       : "Prompt tokens as the engine computed them (cached + prefilled), of requests "
+			 "joined to a llama.cpp engine: the prefix-cache hit ratio's denominator.");
+		FOR_OPS(p, i, op) {
+			const struct opstats *s = &p->t[i].op[op];
+			if (!s->prompt_engine)
+				continue;
+			first = true;
+			fprintf(out, "%s{", name);
+			put_target_labels(out, &p->t[i], op, &first);
+			fprintf(out, "} %llu\n", (unsigned long long)(k ? s->prompt_cached : s->prompt_engine));
 		}
 	}
 #undef FOR_OPS

@@ -14,6 +14,7 @@
 #include "gpu.h"
 #include "gpu_attr.h"
 #include "gpu_store.h"
+#include "losses.h"
 #include "targets.h"
 
 #define GPU_MAX_TARGETS 64
@@ -324,14 +325,7 @@ void agent_gpu_close(struct agent_gpu *g)
 
 static uint64_t counter(struct agent_gpu *g, uint32_t idx)
 {
-	uint64_t vals[1024], sum = 0;
-	if (g->n_cpus <= 0 || g->n_cpus > 1024 ||
-	    bpf_map__lookup_elem(g->skel->maps.gpu_counters, &idx, sizeof(idx), vals,
-				 sizeof(uint64_t) * g->n_cpus, 0))
-		return 0;
-	for (int i = 0; i < g->n_cpus; i++)
-		sum += vals[i];
-	return sum;
+	return losses_percpu_sum(g->skel->maps.gpu_counters, idx, g->n_cpus);
 }
 
 static const char *kernel_name(struct agent_gpu *g, const struct gpu_store_row *q)

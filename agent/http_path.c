@@ -316,7 +316,7 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 		hop_graph_out_done(c->hp->graph, rec.hop_id, &c->ends, x->t_done);
 		assemble_exchange_out(c->hp->a, &rec);
 	} else {
-		assemble_request_out(c->hp->a, &rec);
+		assemble_http_request_out(c->hp->a, &rec);   /* the engine's join may hold it */
 	}
 }
 

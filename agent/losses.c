@@ -7,17 +7,22 @@
 
 #define SCAN_NS 5000000000ull   /* LRU tables are counted every 5 s */
 
-uint64_t losses_bpf_counter(const struct loss_probe *lp, unsigned int idx)
+uint64_t losses_percpu_sum(const struct bpf_map *map, unsigned int idx, int n_cpus)
 {
 	__u64 vals[1024];
 	uint64_t sum = 0;
 
-	if (lp->n_cpus > 1024 || bpf_map__lookup_elem(lp->skel->maps.counters, &idx, sizeof(idx),
-						       vals, sizeof(__u64) * lp->n_cpus, 0))
+	if (n_cpus <= 0 || n_cpus > 1024 ||
+	    bpf_map__lookup_elem(map, &idx, sizeof(idx), vals, sizeof(__u64) * n_cpus, 0))
 		return 0;
-	for (int i = 0; i < lp->n_cpus; i++)
+	for (int i = 0; i < n_cpus; i++)
 		sum += vals[i];
 	return sum;
+}
+
+uint64_t losses_bpf_counter(const struct loss_probe *lp, unsigned int idx)
+{
+	return losses_percpu_sum(lp->skel->maps.counters, idx, lp->n_cpus);
 }
 
 /* Entries now in a hash table with 8-byte keys; -1 when it cannot be read. */

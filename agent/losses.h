@@ -8,6 +8,7 @@
 #include "record.h"
 
 struct kpi_bpf;
+struct bpf_map;
 
 struct loss_probe {
 	struct kpi_bpf *skel;
@@ -16,6 +17,9 @@ struct loss_probe {
 	uint64_t next_scan;     /* CLOCK_MONOTONIC ns of the next table count */
 };
 
+/* The sum over n_cpus CPUs of entry idx of a per-CPU array of u64 counters
+ * (any BPF object's); 0 when it cannot be read. */
+uint64_t losses_percpu_sum(const struct bpf_map *map, unsigned int idx, int n_cpus);
 /* The sum over CPUs of the BPF `counters` entry idx (enum kpi_counter). */
 uint64_t losses_bpf_counter(const struct loss_probe *lp, unsigned int idx);
 

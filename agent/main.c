@@ -21,6 +21,7 @@
 #include "exporters.h"
 #include "gpu.h"
 #include "tls.h"
+#include "llama.h"
 #include "host.h"
 #include "http_serve.h"
 #include "losses.h"
@@ -127,6 +128,10 @@ static const char usage[] =
 "Targets that have libkpi_cupti.so loaded (CUDA_INJECTION64_PATH) also get\n"
 "their GPU kernels recorded (gpu_kernels, steps.gpu_busy_ns and the requests'\n"
 "prefill_gpu_ns / decode_gpu_ns; docs/cupti.md).\n"
+"HTTP-mode targets that map a llama.cpp library defining llama_decode also get\n"
+"the engine's split from uprobes on it: 'libllama' steps, and requests with\n"
+"queue, prefill, decode and prefix-cache reuse (source 'http+libllama';\n"
+"docs/agent.md, llama.cpp servers).\n"
 "\n"
 "Needs root, or CAP_BPF + CAP_PERFMON. Prints 'writing PATH' once ready,\n"
 "'attached to pid N' for each target ('..., traced N ms after its exec' for\n"
@@ -395,6 +400,7 @@ struct agent {
 	struct loss_probe losses;            /* the kernel side's losses */
 	struct exporters exp;
 	struct agent_cost *cost;             /* NULL: cost and energy off */
+	struct agent_llama *llama;           /* NULL: llama.cpp's engine split off */
 };
 
 
@@ -412,6 +418,27 @@ static int handle_event(void *ctx, void *data, size_t size)
 	if (!attach_event(ag->at, data, size))          /* processes starting, ending */
 		assemble_event(ag->asm_, data, size);   /* counts a malformed one */
 	return 0;
+}
+
+/* The HTTP-mode targets (traced, not through USDT) to the llama.cpp side,
+ * which attaches to those that map llama.cpp. */
+static void llama_sync(struct agent *ag)
+{
+	uint32_t live[KPI_MAX_TARGETS], usdt[KPI_MAX_TARGETS];
+	pid_t http[KPI_MAX_TARGETS];
+	int n_live = attach_live_pids(ag->at, live, KPI_MAX_TARGETS), n_usdt, n = 0;
+
+	if (!ag->llama)
+		return;
+	n_usdt = attach_usdt_pids(ag->at, usdt, KPI_MAX_TARGETS);
+	for (int i = 0; i < n_live; i++) {
+		bool by_usdt = false;
+		for (int k = 0; k < n_usdt && !by_usdt; k++)
+			by_usdt = usdt[k] == live[i];
+		if (!by_usdt)
+			http[n++] = (pid_t)live[i];
+	}
+	agent_llama_sync(ag->llama, http, n);
 }
 
 /* ---- writing -------------------------------------------------------------------------- */
@@ -563,6 +590,9 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 	ag->gpu = agent_gpu_open(env.db, trace_store_run_id(ag->store), env.verbose, err, sizeof(err));
 	if (!ag->gpu)
 		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
+	ag->llama = agent_llama_open(err, sizeof(err));
+	if (!ag->llama)
+		fprintf(stderr, "kpi-agent: llama.cpp servers will be traced from HTTP only: %s\n", err);
 	ag->cost = agent_cost_open(env.db, trace_store_run_id(ag->store), env.powercap_root,
 				   env.price_per_hour, err, sizeof(err));
 	if (!ag->cost)
@@ -597,6 +627,11 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
 		agent_gpu_close(ag->gpu);
 		ag->gpu = NULL;
+	}
+	if (ag->llama && agent_llama_connect(ag->llama, ag->asm_, ag->rb, err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: llama.cpp servers will be traced from HTTP only: %s\n", err);
+		agent_llama_close(ag->llama);
+		ag->llama = NULL;
 	}
 	attach_set_consumers(ag->at, ag->rb, ag->asm_, ag->gpu);
 	return 0;
@@ -639,8 +674,11 @@ static int poll_loop(struct agent *ag)
 		/* events are submitted without a wake-up until the ring fills up:
 		 * a poll that timed out has not read them */
 		ring_buffer__consume(ag->rb);
+		int n_targets = attach_count(ag->at);
 		attach_pending(ag->at);
 		tls_sync(ag, false);
+		if (attach_count(ag->at) != n_targets)
+			llama_sync(ag);         /* a target met at its exec, or gone */
 		now = host_mono_ns();
 		if (env.duration > 0 && now - start >= (uint64_t)(env.duration * 1e9))
 			break;
@@ -653,9 +691,11 @@ static int poll_loop(struct agent *ag)
 		if (now >= next_rescan) {
 			attach_rescan(ag->at);
 			tls_sync(ag, true);
+			llama_sync(ag);
 			next_rescan = now + RESCAN_NS;
 		}
 		if (now >= next_flush) {
+			agent_llama_flush(ag->llama, now, false);   /* the requests it held, into this flush */
 			flush(ag, now, false);
 			gpu_flush(ag, now, false);
 			agent_cost_flush(ag->cost, now, false);
@@ -678,6 +718,7 @@ static void finish(struct agent *ag)
 	/* with the ledger's final totals */
 	ring_buffer__consume(ag->rb);
 	losses_sample(ag, host_mono_ns(), &lost);
+	agent_llama_flush(ag->llama, host_mono_ns(), true);
 	flush(ag, host_mono_ns(), true);
 	gpu_flush(ag, host_mono_ns(), true);
 	agent_cost_flush(ag->cost, host_mono_ns(), true);
@@ -705,6 +746,9 @@ static void finish(struct agent *ag)
 	if (gpu_said[0])
 		printf("%s\n", gpu_said);
 	agent_tls_summary(ag->tls, gpu_said, sizeof(gpu_said));
+	if (gpu_said[0])
+		printf("%s\n", gpu_said);
+	agent_llama_summary(ag->llama, gpu_said, sizeof(gpu_said));
 	if (gpu_said[0])
 		printf("%s\n", gpu_said);
 }
@@ -761,6 +805,7 @@ int main(int argc, char **argv)
 	 * --exe its file's probes are in place for what starts next */
 	attach_rescan(ag.at);
 	tls_sync(&ag, true);
+	llama_sync(&ag);
 	if (env.n_pids && !attach_count(ag.at)) {
 		fprintf(stderr, "kpi-agent: none of the --pid processes could be traced\n");
 		goto cleanup;
@@ -780,6 +825,7 @@ cleanup:
 	ring_buffer__free(ag.rb);
 	agent_gpu_close(ag.gpu);
 	agent_tls_close(ag.tls);
+	agent_llama_close(ag.llama);
 	agent_cost_close(ag.cost);
 	if (ag.store)
 		trace_store_close(ag.store);

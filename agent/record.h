@@ -54,6 +54,11 @@ struct kpi_request_record {
 	uint32_t tid;                   /* the thread that read the request (in) or wrote it (out) */
 	char comm[16];
 	char sock_local[48], sock_peer[48];     /* "addr:port" of this end and of the other */
+	/* http+libllama only (KPI_NULL / NULL otherwise, agent/llama.c): prompt
+	 * tokens the KV cache held, the prompt as the engine computed it (cached +
+	 * prefilled), its prefill steps, and the rule that matched its sequence */
+	int64_t cached_prompt_tokens, engine_prompt_tokens, prefill_steps;
+	const char *engine_join;
 };
 
 /* A top-level request whose trace reached a model hop in another process
@@ -73,6 +78,7 @@ struct kpi_step_record {
 	uint64_t step_id;
 	uint64_t t_start, t_end;
 	int prefill_tokens, decode_seqs, kv_used, kv_free;
+	const char *source;             /* NULL: "usdt" (kpi-infer's probes); "libllama" (agent/llama.c) */
 };
 
 /* Run-queue delay of a target's threads in one sample that ended when a task

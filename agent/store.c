@@ -90,10 +90,11 @@ static const char *insert_request_sql(const char *table)
 		 "prefill_ns, decode_ns, net_out_ns, ttft_ns, tpot_ns, e2e_ns, itl_p50_ns, itl_p99_ns, "
 		 "itl_max_ns, prompt_tokens, output_tokens, http_status, finish_reason, reject_reason, "
 		 "preemptions, srtt_us, runq_ns, source, server_wait_ns, t_req_read_ns, t_resp_start_ns, "
-		 "content_events, stream, max_tokens, end_reason, method, path, model, direction, hop_id, "
-		 "parent_hop_id, link_rule, tid, comm, sock_local, sock_peer) VALUES "
+		 "content_events, stream, max_tokens, end_reason, method, path, model, cached_prompt_tokens, "
+		 "engine_prompt_tokens, prefill_steps, engine_join, direction, hop_id, parent_hop_id, "
+		 "link_rule, tid, comm, sock_local, sock_peer) VALUES "
 		 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-		 "?,?,?,?,?,?,?,?)", table);
+		 "?,?,?,?,?,?,?,?,?,?,?,?)", table);
 	return out;
 }
 
@@ -272,7 +273,7 @@ struct trace_store *trace_store_open(const char *path, bool token_detail, char *
 	    prepare(st, &st->ins_out, insert_request_sql("exchanges_out"), err, errlen) ||
 	    prepare(st, &st->ins_step,
 		    "INSERT INTO steps(pid, step_id, run_id, wall_ns, t_start_ns, t_end_ns, prefill_tokens, "
-		    "decode_seqs, kv_used, kv_free) VALUES (?,?,?,?,?,?,?,?,?,?)", err, errlen) ||
+		    "decode_seqs, kv_used, kv_free, source) VALUES (?,?,?,?,?,?,?,?,?,?,?)", err, errlen) ||
 	    prepare(st, &st->ins_sample,
 		    "INSERT INTO samples(pid, run_id, wall_ns, t_ns, queue_depth, running, kv_used, kv_free, "
 		    "kv_usage, requests_per_s, output_tokens_per_s, preemptions, rejections, errors, drops, "
@@ -473,6 +474,11 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	bind_text_opt(s, i++, r->method[0] ? r->method : NULL);
 	bind_text_opt(s, i++, r->path[0] ? r->path : NULL);
 	bind_text_opt(s, i++, r->model[0] ? r->model : NULL);
+	/* the engine's columns belong to joined rows only: other producers leave them 0 */
+	bind_opt(s, i++, r->engine_join ? r->cached_prompt_tokens : KPI_NULL);
+	bind_opt(s, i++, r->engine_join ? r->engine_prompt_tokens : KPI_NULL);
+	bind_opt(s, i++, r->engine_join ? r->prefill_steps : KPI_NULL);
+	bind_text_opt(s, i++, r->engine_join);
 	bind_text_opt(s, i++, r->direction);
 	bind_text_opt(s, i++, r->hop_id[0] ? r->hop_id : NULL);
 	bind_text_opt(s, i++, r->parent_hop_id[0] ? r->parent_hop_id : NULL);
@@ -507,6 +513,7 @@ static int write_step(struct trace_store *st, const struct kpi_step_record *x)
 	sqlite3_bind_int(s, 8, x->decode_seqs);
 	sqlite3_bind_int(s, 9, x->kv_used);
 	sqlite3_bind_int(s, 10, x->kv_free);
+	bind_text_opt(s, 11, x->source);
 	return step_done(st, s);
 }
 

@@ -32,8 +32,8 @@ ALTER TABLE requests ADD COLUMN sock_local TEXT;
 ALTER TABLE requests ADD COLUMN sock_peer TEXT;
 CREATE INDEX IF NOT EXISTS requests_sock ON requests(sock_local, sock_peer);
 
--- The calls HTTP-mode targets made: the columns of requests, from the
--- client's side.  t_arrive_ns: the write of the request's first byte (entry);
+-- The calls HTTP-mode targets made: the columns of requests (007's engine
+-- columns stay NULL here), from the client's side.  t_arrive_ns: the write of the request's first byte (entry);
 -- t_req_read_ns: the write that completed it; t_resp_start_ns: the read of
 -- the status line (exit); t_first_write_ns: the read that completed the first
 -- content event; t_done_ns: the read that completed the response.  Phases:
@@ -50,8 +50,9 @@ CREATE TABLE IF NOT EXISTS exchanges_out (
 	preemptions INTEGER NOT NULL DEFAULT 0, srtt_us INTEGER, runq_ns INTEGER, source TEXT,
 	server_wait_ns INTEGER, t_req_read_ns INTEGER, t_resp_start_ns INTEGER,
 	content_events INTEGER, stream INTEGER, max_tokens INTEGER, end_reason TEXT, method TEXT,
-	path TEXT, model TEXT, direction TEXT, hop_id TEXT, parent_hop_id TEXT, link_rule TEXT,
-	tid INTEGER, comm TEXT, sock_local TEXT, sock_peer TEXT
+	path TEXT, model TEXT, cached_prompt_tokens INTEGER, engine_prompt_tokens INTEGER,
+	prefill_steps INTEGER, engine_join TEXT, direction TEXT, hop_id TEXT, parent_hop_id TEXT,
+	link_rule TEXT, tid INTEGER, comm TEXT, sock_local TEXT, sock_peer TEXT
 );
 CREATE INDEX IF NOT EXISTS exchanges_out_sock ON exchanges_out(sock_peer, sock_local);
 CREATE INDEX IF NOT EXISTS exchanges_out_wall ON exchanges_out(wall_ns);

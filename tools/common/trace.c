@@ -40,6 +40,7 @@ struct trace {
 	sqlite3 *db;
 	char *path;
 	bool has_source;                    /* requests.source (006_http.sql) */
+	bool has_engine;                    /* requests.engine_prompt_tokens (007_llama.sql) */
 	int64_t mono_to_wall;
 	sqlite3_stmt *q_window, *q_since, *q_samples, *q_inflight, *q_replay, *q_recent,
 		*q_slowest, *q_steps, *q_runq_by, *q_losses;
@@ -258,7 +259,8 @@ struct trace *trace_open(const char *path, char *err, size_t errlen)
 	}
 	int ver;
 	if (open_db(t, path, err, errlen) || (ver = schema_version(t, err, errlen)) < 0 ||
-	    (t->has_source = has_column(t, "requests", "source"), 0) ||
+	    (t->has_source = has_column(t, "requests", "source"),
+	     t->has_engine = has_column(t, "requests", "engine_prompt_tokens"), 0) ||
 	    prep_window_queries(t, ver, err, errlen) || prep_list_queries(t, err, errlen)) {
 		trace_close(t);
 		return NULL;
@@ -727,12 +729,18 @@ int trace_slowest(struct trace *t, int64_t from_ns, int64_t to_ns, struct trace_
 	return n;
 }
 
+bool trace_has_prompt_reuse(const struct trace *t)
+{
+	return t->has_engine;
+}
+
 int trace_column(struct trace *t, const char *column, int64_t from_ns, int64_t to_ns,
 		 const int64_t **t_arrive, const int64_t **values)
 {
 	static const char *const allowed[] = {
 		"ttft_ns", "tpot_ns", "e2e_ns", "queue_ns", "prefill_ns", "decode_ns", "net_in_ns",
 		"net_out_ns", "runq_ns", "itl_max_ns", "itl_p99_ns",
+		"engine_prompt_tokens", "cached_prompt_tokens",     /* version 7: trace_reuse.c */
 	};
 	int ok = 0;
 	for (size_t i = 0; i < sizeof(allowed) / sizeof(*allowed); i++)

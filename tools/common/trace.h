@@ -16,9 +16,11 @@
  * what the daemon's threads waited behind, read where the trace has it; 5
  * (005_cost.sql) cost and energy, read where the trace has them; 6
  * (006_http.sql) each request's source and, for requests traced from the
- * HTTP exchange, the server's wait (queue and prefill together); 8
- * (008_hops.sql) the hops of a request across processes, which the readers
- * read where the trace has them (7 is another change's number). */
+ * HTTP exchange, the server's wait (queue and prefill together); 7
+ * (007_llama.sql) a llama.cpp engine's split of such requests, read as the
+ * usdt rows' (the source is not 'http'), and its prefix-cache reuse
+ * (trace_reuse.h); 8 (008_hops.sql) the hops of a request across processes,
+ * which the readers read where the trace has them. */
 #define TRACE_SCHEMA_VERSION_MIN 1
 #define TRACE_SCHEMA_VERSION 8
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
@@ -256,6 +258,8 @@ int trace_step_stats(struct trace *t, int64_t from_ns, int64_t to_ns, int min_pr
 
 /* The last error message of the store (sqlite's), for a failed query. */
 const char *trace_errmsg(const struct trace *t);
+/* The store has the requests' engine prompt counts (schema version 7). */
+bool trace_has_prompt_reuse(const struct trace *t);
 const char *trace_path(const struct trace *t);
 
 /* ---- time ---------------------------------------------------------------- */

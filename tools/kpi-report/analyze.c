@@ -133,6 +133,7 @@ static int load_window(struct report *r, struct rp_window *w)
 {
 	if (trace_window_stats(r->t, w->from_ns, w->to_ns, true, &w->w)) return -1;
 	if (trace_step_stats(r->t, w->from_ns, w->to_ns, 512, &w->steps)) return -1;
+	if (trace_prefix_reuse(r->t, w->from_ns, w->to_ns, &w->reuse)) return -1;
 	w->valid = 1;
 	return 0;
 }
@@ -461,6 +462,36 @@ static void finding_prefill(const struct fctx *c)
 	}
 }
 
+/* 3b. a llama.cpp engine's prefix cache reused less, and TTFT rose with it:
+ * its prompts are computed again instead of read from the KV cache */
+static void finding_reuse(const struct fctx *c)
+{
+	struct report *r = c->r;
+	const struct trace_reuse *i = &r->inc.reuse, *b = &r->base.reuse;
+	const struct rp_attr *tt = c->tt;
+	char s1[16], s2[16], s3[16], s4[16];
+	struct rp_finding *f;
+
+	if (!i->requests || !b->requests || i->hit_ratio < 0 || b->hit_ratio < 0)
+		return;
+	double drop = b->hit_ratio - i->hit_ratio;
+	if (drop < 0.2 || i->hit_ratio > 0.75 * b->hit_ratio || tt->inc < 1.2 * tt->base)
+		return;
+	if (!(f = add_finding(r, "prefix-cache reuse dropped", "prefill", 1.5 + drop, 3)))
+		return;
+	snprintf(f->title, sizeof(f->title), "Prefix-cache reuse dropped: prompts the KV cache held "
+		 "before are computed again (prefill), and TTFT rose with it");
+	snprintf(f->evidence, sizeof(f->evidence),
+		 "%.0f%% of prompt tokens came from the cache (%d of %d requests reused some), baseline "
+		 "%.0f%% (%d of %d); p99 prefill %s (baseline %s); p99 TTFT %s (baseline %s)",
+		 i->hit_ratio * 100, i->reused, i->requests, b->hit_ratio * 100, b->reused, b->requests,
+		 timefmt_dur(s1, 16, c->i->m[TM_PREFILL].p99), timefmt_dur(s2, 16, c->b->m[TM_PREFILL].p99),
+		 timefmt_dur(s3, 16, tt->inc), timefmt_dur(s4, 16, tt->base));
+	snprintf(f->action, sizeof(f->action), "send requests that share a prefix to the server (and "
+		 "slot) that holds it, give the cache more sequences or context, or look for what changed "
+		 "the prompts' common prefix (a template, a timestamp at its start)");
+}
+
 /* 4. run-queue delay of the engine's threads: the process's summed
  * runnable-but-waiting time (samples), and per request while in flight */
 static void finding_cpu(const struct fctx *c)
@@ -664,6 +695,7 @@ static void findings(struct report *r)
 		finding_queue(&c);
 		finding_kv(&c);
 		finding_prefill(&c);
+		finding_reuse(&c);
 	}
 	finding_cpu(&c);
 	finding_network(&c);

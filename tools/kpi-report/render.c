@@ -185,6 +185,16 @@ static void summary_rows(const struct report *r, FILE *o, int html)
 		if (rows[k].iv < 0) snprintf(iv, sizeof(iv), "-");
 		rp_row(o, html, r->compare, rows[k].name, bv, iv);
 	}
+	/* a llama.cpp engine's prefix cache, where the trace has one */
+	const struct trace_reuse *rb = &r->base.reuse, *ri = &r->inc.reuse;
+	if (rb->requests || ri->requests) {
+		char bv[32] = "-", iv[32] = "-";
+		if (rb->hit_ratio >= 0) snprintf(bv, sizeof(bv), "%.0f", rb->hit_ratio * 100);
+		if (ri->hit_ratio >= 0) snprintf(iv, sizeof(iv), "%.0f", ri->hit_ratio * 100);
+		const char *name = "prompt tokens from the prefix cache %";
+		if (html) fprintf(o, "<tr><td>%s</td><td>%s</td><td>%s</td></tr>\n", name, bv, iv);
+		else fprintf(o, "| %s | %s | %s |\n", name, bv, iv);
+	}
 }
 
 /* ---- markdown ------------------------------------------------------------- */

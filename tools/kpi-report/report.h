@@ -7,6 +7,7 @@
 #include "tools/common/trace.h"
 #include "tools/common/trace_cost.h"
 #include "tools/common/trace_hops.h"
+#include "tools/common/trace_reuse.h"
 
 #include <stdio.h>
 
@@ -19,6 +20,7 @@ struct rp_window {
 	int valid;
 	struct trace_window w;
 	struct trace_steps steps;
+	struct trace_reuse reuse;       /* a llama.cpp engine's prefix cache (requests 0: none) */
 };
 
 /* How a percentile's change splits over phases: the mean phase times of the

@@ -137,6 +137,7 @@ static int sample_frame(struct kt_data *d)
 	d->have_data = trace_span(s->tr, &d->first_ns, &d->last_ns);
 	if (!d->have_data) {
 		memset(&d->win, 0, sizeof(d->win));
+		memset(&d->reuse, 0, sizeof(d->reuse));
 		d->have_cost = 0;
 		d->culprit = -1;
 		d->nreqs = d->ninflight = 0;
@@ -154,6 +155,8 @@ static int sample_frame(struct kt_data *d)
 				   d->spark))
 		return -1;
 	d->have_cost = s->cost && !trace_cost_window(s->cost, from, d->to_ns, &d->cost) && d->cost.have;
+	if (trace_prefix_reuse(s->tr, from, d->to_ns, &d->reuse))
+		return -1;
 	const struct trace_runq_by *who = trace_runq_culprit(&d->win);
 	d->culprit = who ? (int)(who - d->win.runq_by) : -1;
 	d->from_wall_ns = trace_mono_to_wall(s->tr, from);

@@ -8,6 +8,7 @@
 #include "tools/common/trace.h"
 #include "tools/common/trace_cost.h"
 #include "tools/common/trace_hops.h"
+#include "tools/common/trace_reuse.h"
 #include "tools/kpitop/canvas.h"
 
 #define KT_MAX_REQS 400
@@ -33,6 +34,9 @@ struct kt_data {
 	struct trace_point spark[KT_SPARK];
 	struct trace_req reqs[KT_MAX_REQS];
 	int nreqs, ninflight;
+	/* prefix-cache reuse of a llama.cpp engine's requests in the window
+	 * (schema version 7; trace_reuse.h): requests 0 when none */
+	struct trace_reuse reuse;
 	/* cost and energy over the window (schema version 5; trace_cost.h) */
 	int have_cost;
 	struct trace_cost_window cost;

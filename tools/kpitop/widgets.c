@@ -81,6 +81,12 @@ static void title_fill(struct kt_widget *w, const struct kt_data *d, const struc
 		else
 			snprintf(t->text + n, sizeof(t->text) - (size_t)n, "  source: http");
 	}
+	/* a llama.cpp engine's prefix cache (source http+libllama) */
+	n = (int)strlen(t->text);
+	if (d->reuse.requests && d->reuse.hit_ratio >= 0 && (size_t)n < sizeof(t->text))
+		snprintf(t->text + n, sizeof(t->text) - (size_t)n, "  prefix cache: %.0f%% of prompt "
+			 "tokens reused (%d of %d requests)", d->reuse.hit_ratio * 100, d->reuse.reused,
+			 d->reuse.requests);
 	t->paused = v->paused;
 }
 

@@ -1,0 +1,30 @@
+# tests/lib/build.mk - the real llama.cpp for tests/test_agent_llama.py:
+# node-llama-cpp 3 with only its CPU prebuilt binaries (@node-llama-cpp/linux-x64),
+# from the npm registry into build/node-llama. Never built from source, never
+# fetched at run time: a failed install leaves its reason for the test to skip with.
+
+NODE_LLAMA_VERSION := 3.22.1
+NODE_LLAMA_DIR := $(BUILD)/node-llama
+NODE_LLAMA_STAMP := $(NODE_LLAMA_DIR)/installed-$(NODE_LLAMA_VERSION)
+
+.PHONY: node-llama
+node-llama: $(NODE_LLAMA_STAMP)
+test: node-llama
+
+# --omit=optional drops the CUDA / Vulkan / other-platform variants the
+# package lists; NODE_LLAMA_CPP_SKIP_DOWNLOAD stops its postinstall from
+# building llama.cpp when no prebuilt binary fits.
+$(NODE_LLAMA_STAMP): tests/lib/build.mk
+	@mkdir -p $(NODE_LLAMA_DIR)
+	$(call msg,NPM,node-llama-cpp@$(NODE_LLAMA_VERSION))
+	$(Q)rm -f $(NODE_LLAMA_DIR)/install-failed.txt $(NODE_LLAMA_DIR)/installed-*; \
+	if NODE_LLAMA_CPP_SKIP_DOWNLOAD=true npm install --prefix $(NODE_LLAMA_DIR) --no-save \
+		--no-audit --no-fund --omit=optional --loglevel=error \
+		node-llama-cpp@$(NODE_LLAMA_VERSION) @node-llama-cpp/linux-x64@$(NODE_LLAMA_VERSION) \
+		> $(NODE_LLAMA_DIR)/npm.log 2>&1; then \
+		touch $@; \
+	else \
+		{ echo "npm install of node-llama-cpp@$(NODE_LLAMA_VERSION) failed:"; \
+		  tail -5 $(NODE_LLAMA_DIR)/npm.log; } > $(NODE_LLAMA_DIR)/install-failed.txt; \
+		echo "make node-llama: $$(head -c 300 $(NODE_LLAMA_DIR)/install-failed.txt | tr '\n' ' ') (tests/test_agent_llama.py will skip)" >&2; \
+	fi

@@ -1,0 +1,101 @@
+"""Helpers for the llama.cpp path's test and bench: the real llama.cpp from npm
+(node-llama-cpp, `make node-llama` into build/node-llama) behind
+tests/lib/llama_server.mjs, started warm, its own marks, a streaming client."""
+import http.client, json, os, shutil, threading, time
+
+import kpitest
+import agenttest as at
+import servertest
+
+SERVER = os.path.join(kpitest.ROOT, "tests", "lib", "llama_server.mjs")
+NODE_LLAMA = os.path.join(kpitest.BUILD, "node-llama")
+
+
+def require():
+    """node, node-llama-cpp and a built agent, as root; returns node's path."""
+    kpitest.require_root("kpi-agent")
+    at.require_built(at.AGENT)
+    node = shutil.which("node") or shutil.which("nodejs")
+    if not node:
+        raise kpitest.Skip("node is not installed (make deps installs it)")
+    failed = os.path.join(NODE_LLAMA, "install-failed.txt")
+    if os.path.exists(failed):
+        raise kpitest.Skip("node-llama-cpp is not installed: " + open(failed).read().strip())
+    if not os.path.isdir(os.path.join(NODE_LLAMA, "node_modules", "node-llama-cpp")):
+        raise kpitest.Skip("node-llama-cpp is not installed (run make node-llama)")
+    return node
+
+
+class Fixture:
+    """llama_server.mjs with n_seq sequences on a free port, warmed up."""
+
+    def __init__(self, n_seq, tmp):
+        node = require()
+        self.marks_path = os.path.join(tmp, "marks.jsonl")
+        self.port = kpitest.free_port()
+        # the fixture is the reference clock: ahead of the test's own client
+        # threads (and the machine's other work) for the CPU, its marks are
+        # not late by a run-queue wait (nice execs: the pid is node's)
+        self.proc = kpitest.Proc(["nice", "-n", "-20", node, SERVER, str(self.port),
+                                  servertest.tiny_model(), self.marks_path, str(n_seq)])
+        self.proc.wait_line("listening on", timeout=120)
+        self.pid = self.proc.pid
+        # its first requests run its JavaScript cold (compiled as it goes,
+        # marks late by milliseconds): done before anything is measured
+        concurrently(self.port, [(f"warm-{i}", f"warm up {i}", 8) for i in range(n_seq)])
+        self.skip_marks = self._n_marks()
+
+    def _n_marks(self):
+        with open(self.marks_path) as f:
+            return len(f.readlines())
+
+    def restart_marks(self):
+        """Marks read later start from here."""
+        self.skip_marks = self._n_marks()
+
+    def marks(self):
+        """(decode-call steps with int t0/t1, {request id: request marks}) since
+        the warm-up or the last restart_marks()."""
+        steps, reqs = [], {}
+        with open(self.marks_path) as f:
+            for line in f.readlines()[self.skip_marks:]:
+                m = json.loads(line)
+                if m["kind"] == "step":
+                    m["t0"], m["t1"] = int(m["t0"]), int(m["t1"])
+                    steps.append(m)
+                else:
+                    reqs[m["id"]] = m
+        return steps, reqs
+
+    def stop(self):
+        self.proc.stop()
+
+
+def stream(port, rid, prompt, max_tokens):
+    """One streamed chat completion; returns its status once it is read."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    try:
+        c.request("POST", "/v1/chat/completions", headers={
+            "Content-Type": "application/json", "x-request-id": rid},
+            body=json.dumps({"model": "tiny", "stream": True, "max_tokens": max_tokens,
+                             "messages": [{"role": "user", "content": prompt}]}))
+        r = c.getresponse()
+        r.read()
+        return r.status
+    finally:
+        c.close()
+
+
+def concurrently(port, jobs):
+    """jobs: (rid, prompt, max_tokens), sent 2 ms apart, all at once; returns
+    {rid: status}."""
+    out, ts = {}, []
+    for rid, prompt, n in jobs:
+        ts.append(threading.Thread(target=lambda a=(rid, prompt, n): out.__setitem__(
+            a[0], stream(port, *a))))
+    for t in ts:
+        t.start()
+        time.sleep(0.002)       # arrival order = position
+    for t in ts:
+        t.join()
+    return out
