@@ -15,7 +15,7 @@ const char *const trace_metric_name[TM_N] = {
 	"TTFT", "TPOT", "ITL", "e2e", "net-in", "queue", "prefill", "decode", "net-out", "run-queue",
 	"server-wait",
 };
-const char *const trace_source_name[TRACE_SRC_N] = { "usdt", "http" };
+const char *const trace_source_name[TRACE_SRC_N] = { "usdt", "http", "http+libllama" };
 const char *const trace_state_name[TRS_N] = {
 	"arriving", "queued", "prefill", "decode", "writing", "done", "rejected", "error", "cancelled",
 };
@@ -77,7 +77,7 @@ struct trace {
 /* server_wait_ns, then 1 for an http row, where the store has them */
 static const char *sql_src_cols(const struct trace *t)
 {
-	return t->has_source ? "server_wait_ns, source = 'http'" : "NULL, 0";
+	return t->has_source ? "server_wait_ns, " TRACE_SRC_SQL : "NULL, 0";
 }
 
 /* ---- opening ------------------------------------------------------------- */
@@ -203,7 +203,7 @@ static bool has_column(struct trace *t, const char *table, const char *column)
 static int prep_window_queries(struct trace *t, int ver, char *err, size_t errlen)
 {
 	char sql[1024], win[1024], since[1024], rows[1024];
-	const char *wait = t->has_source ? "server_wait_ns" : "NULL", *http = t->has_source ? "source = 'http'" : "0";
+	const char *wait = t->has_source ? "server_wait_ns" : "NULL", *http = t->has_source ? TRACE_SRC_SQL : "0";
 	snprintf(win, sizeof(win), "SELECT " SQL_STAT_COLS ", %s FROM requests "
 		 "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2", wait, http);
 	snprintf(since, sizeof(since), "SELECT " SQL_STAT_COLS ", %s FROM requests "
@@ -355,7 +355,8 @@ static void stat_row_read(sqlite3_stmt *st, struct trace_stat_row *r)
 	r->flags = (fin && !strcmp(fin, "error") ? TSR_ERROR : 0) |
 		   (fin && !strcmp(fin, "cancelled") ? TSR_CANCELLED : 0) |
 		   (sqlite3_column_int(st, 17) > 0 ? TSR_PREEMPTED : 0) |
-		   (sqlite3_column_int(st, 20) ? TSR_HTTP : 0);
+		   (sqlite3_column_int(st, 20) == 1 ? TSR_HTTP : 0) |
+		   (sqlite3_column_int(st, 20) == 2 ? TSR_LIBLLAMA : 0);
 	r->t_done_ns = col_or_null(st, 18);
 	r->t_arrive_ns = sqlite3_column_int64(st, 19);
 }
@@ -623,7 +624,7 @@ static void req_from_row(sqlite3_stmt *st, int64_t now_ns, struct trace_req *r)
 	r->runq_ns = col_ns(st, 22);
 	r->itl_max_ns = col_ns(st, 23);
 	r->server_wait_ns = col_ns(st, 24);
-	r->source = sqlite3_column_int(st, 25) ? TRACE_SRC_HTTP : TRACE_SRC_USDT;
+	r->source = trace_source_of(sqlite3_column_int(st, 25));
 	if (done >= 0 && done <= now_ns) {
 		if (r->http_status == 429 || (rej && *rej)) r->state = TRS_REJECTED;
 		else if (fin && !strcmp(fin, "cancelled")) r->state = TRS_CANCELLED;
@@ -790,7 +791,7 @@ int trace_rows(struct trace *t, int64_t from_ns, int64_t to_ns, const struct tra
 		r->e2e_ns = sqlite3_column_int64(st, 2);
 		for (int p = 0; p < PH_N; p++) r->phase[p] = sqlite3_column_int64(st, 3 + p);
 		r->server_wait_ns = sqlite3_column_int64(st, 8);
-		r->source = sqlite3_column_int(st, 9) ? TRACE_SRC_HTTP : TRACE_SRC_USDT;
+		r->source = trace_source_of(sqlite3_column_int(st, 9));
 	}
 	if (rc != SQLITE_DONE) return -1;
 	*rows = t->rows;

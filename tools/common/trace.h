@@ -46,8 +46,14 @@ extern const char *const trace_metric_name[TM_N];  /* "TTFT", "TPOT", ... */
 /* Which path of the agent made a request's row (requests.source, schema
  * version 6; older rows and traces: usdt). An http row knows no engine
  * split: its queue and prefill are unknown, its server wait is known. */
-enum trace_source { TRACE_SRC_USDT, TRACE_SRC_HTTP, TRACE_SRC_N };
-extern const char *const trace_source_name[TRACE_SRC_N];   /* "usdt", "http" */
+enum trace_source { TRACE_SRC_USDT, TRACE_SRC_HTTP, TRACE_SRC_LIBLLAMA, TRACE_SRC_N };
+extern const char *const trace_source_name[TRACE_SRC_N];   /* "usdt", "http", "http+libllama" */
+/* The source column's code in the statements: 0 usdt, 1 http, 2 http+libllama. */
+#define TRACE_SRC_SQL "CASE source WHEN 'http' THEN 1 WHEN 'http+libllama' THEN 2 ELSE 0 END"
+static inline enum trace_source trace_source_of(int code)
+{
+	return code == 1 ? TRACE_SRC_HTTP : code == 2 ? TRACE_SRC_LIBLLAMA : TRACE_SRC_USDT;
+}
 
 /* Percentiles (ns) over the requests of a window that have the value.
  * ITL: p50 over each request's median gap, p95/p99 over each request's p99
@@ -151,6 +157,7 @@ enum {
 	TSR_CANCELLED = 2,
 	TSR_PREEMPTED = 4,          /* preempted at least once */
 	TSR_HTTP = 8,               /* source http: no engine split */
+	TSR_LIBLLAMA = 16,          /* source http+libllama: the engine's split from libllama */
 };
 struct trace_stat_row {
 	int64_t t_arrive_ns, t_done_ns;

@@ -229,7 +229,9 @@ static int attribute(struct report *r, struct rp_attr *a, const char *metric, do
 	a->p = p;
 	a->nph = ttft ? RP_TTFT_NPH : PH_N;
 	const int *src = r->inc.w.by_source, *bsrc = r->base.w.by_source;
-	int http = src[TRACE_SRC_HTTP] + bsrc[TRACE_SRC_HTTP], usdt = src[TRACE_SRC_USDT] + bsrc[TRACE_SRC_USDT];
+	/* rows with the engine's split (usdt, http+libllama) and without (http) */
+	int http = src[TRACE_SRC_HTTP] + bsrc[TRACE_SRC_HTTP], usdt = src[TRACE_SRC_USDT] + bsrc[TRACE_SRC_USDT] +
+		   src[TRACE_SRC_LIBLLAMA] + bsrc[TRACE_SRC_LIBLLAMA];
 	a->names = !http ? (ttft ? ttft_names : e2e_names) : !usdt ? (ttft ? ttft_names_http : e2e_names_http)
 		   : (ttft ? ttft_names_mixed : e2e_names_mixed);
 	double mb[PH_N], mi[PH_N];
@@ -689,7 +691,7 @@ static void findings(struct report *r)
 	};
 	struct rp_finding *f;
 
-	if (i->by_source[TRACE_SRC_HTTP] && !i->by_source[TRACE_SRC_USDT]) {
+	if (i->by_source[TRACE_SRC_HTTP] && !i->by_source[TRACE_SRC_USDT] && !i->by_source[TRACE_SRC_LIBLLAMA]) {
 		finding_split_unknown(&c);
 	} else {
 		finding_queue(&c);

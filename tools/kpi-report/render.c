@@ -24,16 +24,26 @@ static int pct_skip(const struct report *r, int k)
 	return pct_rows[k] == TM_SERVER_WAIT && !r->base.w.m[TM_SERVER_WAIT].n && !r->inc.w.m[TM_SERVER_WAIT].n;
 }
 
-/* "120 usdt, 30 http" of a window: where its requests' rows came from. */
+/* "120 usdt, 30 http" of a window, or "http (30)" when there is one source:
+ * where its requests' rows came from. */
 static char *sources(char *b, size_t n, const struct trace_window *w)
 {
 	const int *src = w->by_source;
-	if (src[TRACE_SRC_USDT] && src[TRACE_SRC_HTTP])
-		snprintf(b, n, "%d usdt, %d http", src[TRACE_SRC_USDT], src[TRACE_SRC_HTTP]);
-	else if (src[TRACE_SRC_HTTP])
-		snprintf(b, n, "http (%d)", src[TRACE_SRC_HTTP]);
-	else
-		snprintf(b, n, "usdt (%d)", src[TRACE_SRC_USDT]);
+	int kinds = 0, only = TRACE_SRC_USDT;
+	size_t o = 0;
+	for (int k = 0; k < TRACE_SRC_N; k++)
+		if (src[k]) {
+			kinds++;
+			only = k;
+		}
+	if (kinds <= 1) {
+		snprintf(b, n, "%s (%d)", trace_source_name[only], src[only]);
+		return b;
+	}
+	b[0] = '\0';
+	for (int k = 0; k < TRACE_SRC_N && o < n; k++)
+		if (src[k])
+			o += (size_t)snprintf(b + o, n - o, "%s%d %s", o ? ", " : "", src[k], trace_source_name[k]);
 	return b;
 }
 
@@ -158,7 +168,10 @@ static int in_window(const struct report *r, int i, const struct rp_window *w)
 
 /* A window of http rows without the engine's samples: its queue depth is
  * unknown, not 0. */
-static int no_samples(const struct trace_window *w) { return !w->samples && w->by_source[TRACE_SRC_HTTP]; }
+static int no_samples(const struct trace_window *w)
+{
+	return !w->samples && (w->by_source[TRACE_SRC_HTTP] || w->by_source[TRACE_SRC_LIBLLAMA]);
+}
 
 static void summary_rows(const struct report *r, FILE *o, int html)
 {
