@@ -9,7 +9,8 @@ with a tcpdump capture of the guardrail's port and the integration overhead
 with the capture of the gateway's and kpi-infer's ports.  Then two gateways
 call one kpi-infer at once, and no call may be linked to the wrong request.
 The truth comes from the wire: each call's body names the client's request
-("user"), which the agent never reads."""
+("user"), which the agent never reads.  Last, nginx terminating TLS in front
+of kpi-infer: three hops a request, the overhead against both ports' capture."""
 import http.client, json, os, sys, threading, time
 
 import kpitest
@@ -319,4 +320,87 @@ def test_agent_hops_report_names_the_guardrail():
     assert cause == "integration overhead" and "/v1/check" in title, found
     share = float(title.split("grew, ")[1].split("%")[0])
     assert share >= 80, title
+    daemon.stop()
+
+
+def test_agent_hops_nginx_tls_in_front_of_kpi_infer():
+    """nginx terminating TLS (its libssl read through uprobes) in front of
+    kpi-infer, the client's x-request-id passed upstream
+    (proxy_set_header X-Request-Id $http_x_request_id): each client request
+    on nginx is linked to nginx's call and that call to kpi-infer's request
+    (both directions seen: three hops), and its integration overhead agrees
+    with the capture of both ports, nginx's timed by its TLS records."""
+    _require()
+    import nginxtest
+    import servertest
+    import ssl
+    nginxtest.find()
+    d = _tmp()
+    crt, key = nginxtest.cert(d)
+    daemon = servertest.Daemon("--max-seqs", 8, "--max-queue", 64)
+    port = kpitest.free_port()
+    ng = nginxtest.start(d, port, daemon.port, cert=(crt, key), propagate_id=True)
+    db = os.path.join(d, "nginx-tls.db")
+    agent = _agent(db, daemon, port)
+    deadline = time.monotonic() + 20
+    while sum("TLS: pid" in l for l in agent.drain()) < 2:     # the master and the worker
+        assert time.monotonic() < deadline, agent.lines[-20:]
+        time.sleep(0.1)
+    cap = pcaptest.Capture([port, daemon.port])
+    ctx = nginxtest.client_ctx(ssl.TLSVersion.TLSv1_2)
+    got, lock = [], threading.Lock()
+
+    def worker(w):
+        cl = nginxtest.TLSClient(port, ctx)
+        for i in range(10):
+            g = cl.post("/v1/completions", f"ngt-{w}-{i}", {"model": daemon.model, "prompt": "hello there",
+                                                          "max_tokens": 2 + (i + w) % 7, "stream": True})
+            with lock:
+                got.append(g)
+        cl.c.close()
+    ts = [threading.Thread(target=worker, args=(w,)) for w in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    pcap = cap.stop()
+    time.sleep(0.3)
+    assert agent.stop() == 0, agent.lines[-20:]
+    ng.stop()
+    assert all(g["status"] == 200 for g in got), got
+    traces = _trace_of(db)
+    off = at.mono_to_wall(db)
+    w_tls, w_model = pcaptest.tls12_exchanges(pcap, port), pcaptest.exchanges_by_id(pcap, daemon.port)
+    problems, overhead, rules = [], [], {}
+    for g in got:
+        rid = g["rid"]
+        if rid not in traces:
+            problems.append(f"{rid}: no top-level request in integration")
+            continue
+        row, hops = traces[rid]
+        for h in hops:
+            rules[h["link_rule"]] = rules.get(h["link_rule"], 0) + 1
+        kinds = sorted((h["direction"], h["depth"]) for h in hops)
+        if kinds != [("in", 0), ("in", 2), ("out", 1)] or \
+                any(h["link_rule"] is None for h in hops if h["depth"] > 0):
+            problems.append(f"{rid}: hops {[(h['comm'], h['direction'], h['depth'], h['link_rule']) for h in hops]}")
+            continue
+        if row["model_request_id"] != rid or row["model_comm"] != "kpi-infer":
+            problems.append(f"{rid}: model hop {row['model_request_id']} of {row['model_comm']}")
+            continue
+        xs, xm = w_tls.get(g["cport"], []), w_model.get(rid)
+        if g["index"] >= len(xs) or not xm:
+            problems.append(f"{rid}: on the wire: TLS {len(xs)} exchanges, model {bool(xm)}")
+            continue
+        xn = xs[g["index"]]
+        w_over = (xn["t_last_byte"] - xn["t_first_byte"]) - (xm["t_last_byte"] - xm["t_first_byte"])
+        overhead.append((row["integration_overhead_ns"] - w_over, rid))
+        assert row["before_model_ns"] + row["after_model_ns"] == row["integration_overhead_ns"], row
+    assert not problems, (problems[:10], agent.lines[-15:])
+    m = at.stats_us([o for o, _ in overhead])
+    worst = sorted(overhead, key=lambda p: -abs(p[0]))[:3]
+    print(f"     worst overhead: " + ", ".join(f"{r} {x / 1e3:+.1f} µs" for x, r in worst))
+    print(f"     nginx TLS -> kpi-infer: integration overhead agent - wire, µs (|diff|): {m}; link rules {rules}")
+    assert set(rules) == {None, "header", "socket"}, rules     # None: the top-level request
+    assert m["n"] == len(got) and m["p99"] <= WIRE_US, m
     daemon.stop()
