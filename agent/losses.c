@@ -68,7 +68,10 @@ void losses_collect(struct loss_probe *lp, uint64_t now, struct kpi_loss_record 
 		if (bpf_map__autocreate(lp->skel->maps.sys_args))
 			count_evicted(lp, 1, lp->skel->maps.sys_args, KPI_CNT_SYS_ARGS_INS,
 				      KPI_CNT_SYS_ARGS_DEL);
+		/* an SSL call whose thread died inside it, or one of more calls
+		 * in flight at once than the table holds */
+		count_evicted(lp, 2, lp->skel->maps.tls_calls, KPI_CNT_TLS_CALLS_INS, KPI_CNT_TLS_CALLS_DEL);
 		lp->next_scan = now + SCAN_NS;
 	}
-	out->total[KPI_LOSS_MAP_EVICTIONS] = lp->evicted[0] + lp->evicted[1];
+	out->total[KPI_LOSS_MAP_EVICTIONS] = lp->evicted[0] + lp->evicted[1] + lp->evicted[2];
 }

@@ -13,7 +13,7 @@ struct bpf_map;
 struct loss_probe {
 	struct kpi_bpf *skel;
 	int n_cpus;
-	uint64_t evicted[2];    /* socks, sys_args: the most seen (a total only grows) */
+	uint64_t evicted[3];    /* socks, sys_args, tls_calls: the most seen (a total only grows) */
 	uint64_t next_scan;     /* CLOCK_MONOTONIC ns of the next table count */
 };
 

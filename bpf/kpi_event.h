@@ -87,6 +87,8 @@ enum kpi_counter {
 	KPI_CNT_SOCKS_DEL,
 	KPI_CNT_SYS_ARGS_INS,
 	KPI_CNT_SYS_ARGS_DEL,
+	KPI_CNT_TLS_CALLS_INS,  /* tls_calls: an SSL call entered, and returned */
+	KPI_CNT_TLS_CALLS_DEL,
 	KPI_CNT_MAX,
 };
 

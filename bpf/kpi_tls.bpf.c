@@ -54,7 +54,8 @@ static __always_inline int tls_enter(__u64 ssl, __u64 buf, __u64 out_len, __u32 
 	if (!tg || !(tg->flags & KPI_TARGET_F_HTTP))
 		return 0;
 	c.t_enter = bpf_ktime_get_ns();
-	bpf_map_update_elem(&tls_calls, &pt, &c, BPF_ANY);
+	if (!bpf_map_update_elem(&tls_calls, &pt, &c, BPF_ANY))
+		count(KPI_CNT_TLS_CALLS_INS);
 	return 0;
 }
 
@@ -72,7 +73,8 @@ static __always_inline int tls_exit(__u64 n)
 	if (!p)
 		return 0;
 	c = *p;
-	bpf_map_delete_elem(&tls_calls, &pt);
+	if (!bpf_map_delete_elem(&tls_calls, &pt))
+		count(KPI_CNT_TLS_CALLS_DEL);
 	k.ssl = c.ssl;
 	if (c.fd != -1)
 		bpf_map_update_elem(&ssl_fds, &k, &c.fd, BPF_ANY);

@@ -75,6 +75,8 @@ def _check_rows(rows, got, db, agent):
     assert _meta(db, "loss_http_unsynced_total") == 0, ("ciphertext reached the HTTP parser",
                                                         agent.lines[-12:])
     assert _meta(db, "loss_tls_unreadable_total") == 0
+    # every SSL call's entry in tls_calls was taken out at its return: none evicted
+    assert _meta(db, "loss_map_evictions_total") == 0
 
 
 def _against_the_wire(rows, got, pcap, port, db, agent, name):
