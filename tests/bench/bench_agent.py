@@ -21,7 +21,7 @@ added CPU as a share of the daemon's.
 Last, HTTP mode (issue 20): the agent's CPU per request and per content event
 tracing tests/lib/sse_server.py from its socket payloads, and its ring-buffer
 drops at the highest event rate that server reaches (--http-only: that alone)."""
-import argparse, contextlib, json, os, resource, signal, sqlite3, statistics, sys, tempfile, time
+import argparse, json, os, resource, signal, sqlite3, statistics, sys, tempfile, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "lib"))
@@ -138,44 +138,16 @@ def cpu_cost(rs):
             "rounds_detail": rs}
 
 
-def bpf_programs():
-    """run_cnt / run_time_ns of the loaded kpi-agent programs, by id."""
-    p = kpitest.run(["bpftool", "prog", "show", "--json"])
-    if p.returncode != 0:
-        return {}
-    return {prog["id"]: prog for prog in json.loads(p.stdout)
-            if prog.get("name", "").startswith(("kpi_", "bpf_usdt"))}
-
-
-@contextlib.contextmanager
-def bpf_stats():
-    """kernel.bpf_stats_enabled for the duration (the counting itself costs
-    two clock reads per program run: rounds under it stay outside the ratios)."""
-    path = "/proc/sys/kernel/bpf_stats_enabled"
-    with open(path) as f:
-        was = f.read().strip()
-    with open(path, "w") as f:
-        f.write("1")
-    try:
-        yield
-    finally:
-        with open(path, "w") as f:
-            f.write(was)
-
-
 def bpf_per_request(before, after, requests):
-    """The programs' run counts and in-kernel time between two bpf_programs()
+    """The agent's programs' run counts and in-kernel time between two
     readings, per request, busiest first."""
-    progs = []
-    for i, a in after.items():
-        b = before.get(i, {})
-        n = a.get("run_cnt", 0) - b.get("run_cnt", 0)
-        t = a.get("run_time_ns", 0) - b.get("run_time_ns", 0)
-        if n:
-            progs.append({"name": a["name"], "runs_per_request": n / requests,
-                          "ns_per_run": t / n, "us_per_request": t / requests / 1e3})
+    progs = [{"name": name, "runs_per_request": d["runs"] / requests, "ns_per_run": d["ns"] / d["runs"],
+              "us_per_request": d["ns"] / requests / 1e3} for name, d in bt.bpf_delta(before, after).items()]
     progs.sort(key=lambda x: -x["us_per_request"])
     return progs
+
+
+AGENT_PROGS = ("kpi_", "bpf_usdt")
 
 
 def bpf_cost_round(url, pid, args, tmp):
@@ -184,10 +156,10 @@ def bpf_cost_round(url, pid, args, tmp):
     machine's noise does not blur."""
     agent = at.start_agent(os.path.join(tmp, "stats.db"), "--flush-ms", 200, pid=pid)
     c0 = cpu_s(agent.pid)
-    with bpf_stats():
-        before = bpf_programs()
+    with bt.bpf_stats():
+        before = bt.bpf_programs(AGENT_PROGS)
         p = load(url, args, args.requests, os.path.join(tmp, "stats.json"))
-        after = bpf_programs()
+        after = bt.bpf_programs(AGENT_PROGS)
     c1 = cpu_s(agent.pid)
     assert agent.stop() == 0, agent.lines[-10:]
     if p.returncode != 0 or not after:
@@ -251,13 +223,13 @@ def http_bpf_cost(url, srv_pid, n, tmp):
     agent = at.start_agent(os.path.join(tmp, "http-stats.db"), "--flush-ms", 200, pid=srv_pid)
     per, progs = {}, {}
     try:
-        with bpf_stats():
+        with bt.bpf_stats():
             for ev in (1, 64):
-                before = bpf_programs()
+                before = bt.bpf_programs(AGENT_PROGS)
                 p = bt.kpi_bench("--url", url, "--endpoint", "completions", "--concurrency", 8,
                                  "--requests", n[ev], "--prompt-len", 16, "--max-tokens", ev,
                                  "--seed", 7 + ev, timeout=600)
-                after = bpf_programs()
+                after = bt.bpf_programs(AGENT_PROGS)
                 if p.returncode != 0 or not after:
                     return None
                 progs[ev] = bpf_per_request(before, after, n[ev])

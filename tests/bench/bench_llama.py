@@ -11,24 +11,16 @@ as the server times it (median of its own marks around each call, minus the
 rounds without: with bpftrace's empty pair, the traps and the return
 trampoline; with the agent, also its programs and the CPU the agent takes from
 the server on a small machine).  Writes llama.json."""
-import argparse, json, os, shutil, signal, statistics, sys, tempfile
+import json, os, shutil, signal, statistics, sys, tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "lib"))
 import kpitest  # noqa: E402
 import agenttest as at  # noqa: E402
+import benchtest as bt  # noqa: E402
 import llamatest as lt  # noqa: E402
 
 TITLE = "## kpi-agent on llama.cpp: the uprobe pair per llama_decode call"
-STATS = "/proc/sys/kernel/bpf_stats_enabled"
-
-
-def programs():
-    """run_cnt / run_time_ns of the loaded kpi_llama programs, by name."""
-    p = kpitest.run(["bpftool", "prog", "show", "--json"])
-    if p.returncode != 0:
-        return {}
-    return {x["name"]: x for x in json.loads(p.stdout) if x.get("name", "").startswith("kpi_llama")}
 
 
 def load(fx, tag, n):
@@ -61,58 +53,51 @@ def round_(fx, tmp, tag, n, agent_on, lib=None):
     if agent_on:
         agent = at.start_agent(os.path.join(tmp, f"{tag}.db"), "--flush-ms", 200, "--port", fx.port)
         agent.wait_line(f"tracing llama_decode of pid {fx.pid}", timeout=60)
-        before = programs()
+        before = bt.bpf_programs(("kpi_llama",))
     load(fx, tag, n)
     if tracer:
         tracer.stop(signal.SIGINT)
     out = {}
     if agent_on:
-        after = programs()
+        after = bt.bpf_programs(("kpi_llama",))
         assert agent.stop() == 0, agent.lines[-10:]
-        for name, a in after.items():
-            b = before.get(name, {})
-            out[name] = {"runs": a.get("run_cnt", 0) - b.get("run_cnt", 0),
-                         "ns": a.get("run_time_ns", 0) - b.get("run_time_ns", 0)}
+        out.update(bt.bpf_delta(before, after))
     steps, _ = fx.marks()
     out["call_us"] = [(s["t1"] - s["t0"]) / 1e3 for s in steps]
     return out
 
 
+def rounds(tmp, pairs, n):
+    """pairs of rounds without and with the agent (and with bpftrace's empty
+    pair, where installed), alternating: the call times of each, and the
+    agent's programs' runs and time."""
+    off, on, empty, prog = [], [], [], {}
+    fx = lt.Fixture(4, tmp)
+    lib = libllama(fx.pid) if shutil.which("bpftrace") else None
+    for k in range(pairs):
+        off += round_(fx, tmp, f"off{k}", n, False)["call_us"]
+        if lib:
+            empty += round_(fx, tmp, f"empty{k}", n, False, lib)["call_us"]
+        r = round_(fx, tmp, f"on{k}", n, True)
+        on += r.pop("call_us")
+        bt.bpf_add(prog, r)
+    fx.stop()
+    return off, on, empty, prog
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", default=os.path.join(kpitest.BUILD, "bench"))
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
+    args = bt.bench_args(__doc__)
     pairs, n = (1, 6) if args.quick else (3, 12)
-    os.makedirs(args.out, exist_ok=True)
     try:
         lt.require()
     except kpitest.Skip as e:
         print(f"{TITLE}\n\nskipped: {e}\n")
         return
     tmp = tempfile.mkdtemp(prefix="kpi-llama-bench-")
-    with open(STATS) as f:
-        was = f.read().strip()
-    off, on, empty, prog = [], [], [], {}
     try:
-        with open(STATS, "w") as f:
-            f.write("1")
-        fx = lt.Fixture(4, tmp)
-        lib = libllama(fx.pid) if shutil.which("bpftrace") else None
-        for k in range(pairs):
-            off += round_(fx, tmp, f"off{k}", n, False)["call_us"]
-            if lib:
-                empty += round_(fx, tmp, f"empty{k}", n, False, lib)["call_us"]
-            r = round_(fx, tmp, f"on{k}", n, True)
-            on += r.pop("call_us")
-            for name, v in r.items():
-                p = prog.setdefault(name, {"runs": 0, "ns": 0})
-                p["runs"] += v["runs"]
-                p["ns"] += v["ns"]
-        fx.stop()
+        with bt.bpf_stats():
+            off, on, empty, prog = rounds(tmp, pairs, n)
     finally:
-        with open(STATS, "w") as f:
-            f.write(was)
         kpitest.cleanup()
         shutil.rmtree(tmp, True)
     calls = max((p["runs"] for p in prog.values()), default=0)

@@ -1,7 +1,7 @@
 """Helpers for kpi-bench's tests and benchmarks: start a real kpi-infer on a
 generated tiny model, run kpi-bench, read its CSV/JSON, and a byte-relaying
 TCP proxy that records every x-request-id the server sends."""
-import csv, json, os, re, shutil, socket, subprocess, tempfile, threading
+import contextlib, csv, json, os, re, shutil, socket, subprocess, tempfile, threading
 
 import kpitest
 
@@ -117,3 +117,65 @@ class IdProxy:
                     s.shutdown(socket.SHUT_RDWR)
                 except OSError:
                     pass
+
+
+# ---- the BPF programs' own time (benchmarks) ------------------------------------------
+
+STATS_PATH = "/proc/sys/kernel/bpf_stats_enabled"
+
+
+@contextlib.contextmanager
+def bpf_stats():
+    """kernel.bpf_stats_enabled for the duration, put back as it was after
+    (the counting itself costs two clock reads per program run: rounds under
+    it stay out of the wall-time ratios)."""
+    with open(STATS_PATH) as f:
+        was = f.read().strip()
+    with open(STATS_PATH, "w") as f:
+        f.write("1")
+    try:
+        yield
+    finally:
+        with open(STATS_PATH, "w") as f:
+            f.write(was)
+
+
+def bpf_programs(prefixes):
+    """run_cnt / run_time_ns of the loaded programs whose name starts with one
+    of prefixes, by id ({} when bpftool cannot say)."""
+    p = kpitest.run(["bpftool", "prog", "show", "--json"])
+    if p.returncode != 0:
+        return {}
+    return {x["id"]: x for x in json.loads(p.stdout) if x.get("name", "").startswith(tuple(prefixes))}
+
+
+def bpf_delta(before, after):
+    """{program name: {"runs", "ns"}} between two bpf_programs() readings
+    (programs of one name summed: one per attach)."""
+    out = {}
+    for i, a in after.items():
+        b = before.get(i, {})
+        d = out.setdefault(a["name"], {"runs": 0, "ns": 0})
+        d["runs"] += a.get("run_cnt", 0) - b.get("run_cnt", 0)
+        d["ns"] += a.get("run_time_ns", 0) - b.get("run_time_ns", 0)
+    return {k: v for k, v in out.items() if v["runs"]}
+
+
+def bpf_add(total, delta):
+    """Adds one bpf_delta() into a running {name: {"runs", "ns"}} total."""
+    for name, v in delta.items():
+        p = total.setdefault(name, {"runs": 0, "ns": 0})
+        p["runs"] += v["runs"]
+        p["ns"] += v["ns"]
+    return total
+
+
+def bench_args(description):
+    """A benchmark's command line (--out DIR, --quick), its DIR made."""
+    import argparse
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--out", default=os.path.join(kpitest.BUILD, "bench"))
+    ap.add_argument("--quick", action="store_true")
+    args = ap.parse_args()
+    os.makedirs(args.out, exist_ok=True)
+    return args

@@ -1,0 +1,181 @@
+#!/usr/bin/env python3
+"""The cost of reading TLS (issue 21): the uprobe pairs on libssl's
+SSL_read/SSL_write in a server that terminates TLS, per SSL call and per
+request.  nginx (one worker) terminates TLS 1.2 in front of
+tests/lib/sse_server.py; keep-alive clients stream chat completions through
+it in rounds without and with kpi-agent attached (--port), alternating
+(off on on off ...), and the same against an identical nginx without TLS, so
+that what reading TLS adds stands apart from the rest of the HTTP path.  Per round: the nginx worker's CPU per request (its
+schedstat run time: the uprobe traps, the return trampolines and the programs
+all run on its time); with the agent, the TLS programs' own time
+(kernel.bpf_stats_enabled) and the SSL calls they saw.  Writes tls.json."""
+import http.client, json, os, shutil, ssl, statistics, sys, tempfile, threading
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                                "lib"))
+import kpitest  # noqa: E402
+import agenttest as at  # noqa: E402
+import benchtest as bt  # noqa: E402
+import nginxtest  # noqa: E402
+
+TITLE = "## kpi-agent on a TLS server: the uprobe pairs on SSL_read/SSL_write"
+SERVER = os.path.join(kpitest.ROOT, "tests", "lib", "sse_server.py")
+TLS_PROGS = ("kpi_ssl_",)
+
+
+def cpu_s(pid):
+    """The process's time on a CPU, all its threads (schedstat: ns, not ticks)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+            total += int(f.read().split()[0])
+    return total / 1e9
+
+
+def worker_pid(master):
+    """nginx's one worker: the master's child."""
+    with open(f"/proc/{master}/task/{master}/children") as f:
+        kids = f.read().split()
+    assert len(kids) == 1, kids
+    return int(kids[0])
+
+
+class _PlainClient(nginxtest.TLSClient):
+    """The same keep-alive client without TLS."""
+
+    def __init__(self, port):
+        self.c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        self.c.connect()
+        self.cport = self.c.sock.getsockname()[1]
+        self.n = 0
+
+
+def load(port, n, tag, tls, conns=4):
+    """n streamed requests over conns keep-alive connections (TLS 1.2 or
+    plain), one thread each."""
+    ctx = nginxtest.client_ctx(ssl.TLSVersion.TLSv1_2)
+
+    def one(c):
+        cl = nginxtest.TLSClient(port, ctx) if tls else _PlainClient(port)
+        for i in range(n // conns):
+            g = cl.post("/v1/chat/completions", f"{tag}-{c}-{i}",
+                        {"model": "m", "stream": True, "max_tokens": 16}, {"x-test-gap-ms": "0"})
+            assert g["status"] == 200, g
+        cl.c.close()
+    ts = [threading.Thread(target=one, args=(c,)) for c in range(conns)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return n // conns * conns
+
+
+def round_(ng, n, tmp, tag, agent_on, tls):
+    """One round against the TLS nginx or the plain one: the worker's CPU per
+    request, and with the agent its TLS programs' runs and time."""
+    port, worker = ng
+    agent = None
+    if agent_on:
+        agent = at.start_agent(os.path.join(tmp, f"{tag}.db"), "--flush-ms", 200, "--port", port)
+        agent.wait_line("TLS: pid" if tls else "HTTP mode", timeout=60)
+        before = bt.bpf_programs(TLS_PROGS)
+    c0 = cpu_s(worker)
+    done = load(port, n, tag, tls)
+    c1 = cpu_s(worker)
+    out = {"agent": agent_on, "tls": tls, "requests": done, "worker_cpu_us": (c1 - c0) / done * 1e6}
+    if agent:
+        out["programs"] = bt.bpf_delta(before, bt.bpf_programs(TLS_PROGS))
+        assert agent.stop() == 0, agent.lines[-10:]
+    return out
+
+
+def main():
+    args = bt.bench_args(__doc__)
+    pairs, n = (1, 400) if args.quick else (3, 1200)
+    try:
+        kpitest.require_root("kpi-agent")
+        at.require_built(at.AGENT)
+        nginxtest.find()
+    except kpitest.Skip as e:
+        print(f"{TITLE}\n\nskipped: {e}\n")
+        return
+    tmp = tempfile.mkdtemp(prefix="kpi-tls-bench-")
+    rounds = []
+    try:
+        crt, key = nginxtest.cert(tmp)
+        up = kpitest.free_port()
+        backend = kpitest.Proc([sys.executable, SERVER, str(up)])
+        backend.wait_line("listening on")
+        procs, ngs = [], {}
+        for tls in (True, False):
+            port = kpitest.free_port()
+            d = os.path.join(tmp, "tls" if tls else "plain")
+            os.makedirs(d)
+            procs.append(nginxtest.start(d, port, up, cert=(crt, key) if tls else None))
+            ngs[tls] = (port, worker_pid(procs[-1].pid))
+            load(port, 40, "warm", tls)
+        with bt.bpf_stats():
+            for k in range(pairs):
+                for on in ((False, True) if k % 2 == 0 else (True, False)):
+                    for tls in (True, False):
+                        rounds.append(round_(ngs[tls], n, tmp, f"r{len(rounds)}", on, tls))
+        for p in procs:
+            p.stop()
+        backend.stop()
+    finally:
+        kpitest.cleanup()
+        shutil.rmtree(tmp, True)
+    def cpu(agent, tls):
+        return [r["worker_cpu_us"] for r in rounds if r["agent"] == agent and r["tls"] == tls]
+    off, on = cpu(False, True), cpu(True, True)
+    plain_added = statistics.median(cpu(True, False)) - statistics.median(cpu(False, False))
+    prog, requests_on = {}, sum(r["requests"] for r in rounds if r["agent"] and r["tls"])
+    for r in rounds:
+        bt.bpf_add(prog, r.get("programs", {}))
+    calls = sum(p["runs"] for name, p in prog.items() if "_ret" not in name)
+    bpf_ns = sum(p["ns"] for p in prog.values())
+    added = statistics.median(on) - statistics.median(off)
+    tls_added = added - plain_added      # what reading TLS adds beyond the plain HTTP path
+    summary = {
+        "rounds": rounds, "programs": prog,
+        "ssl_calls_per_request": calls / requests_on if requests_on else None,
+        "bpf_us_per_ssl_call": bpf_ns / calls / 1e3 if calls else None,
+        "worker_cpu_us_per_request_off": statistics.median(off),
+        "worker_cpu_us_per_request_on": statistics.median(on),
+        "worker_cpu_spread_off": [min(off), max(off)], "worker_cpu_spread_on": [min(on), max(on)],
+        "added_worker_cpu_us_per_request": added,
+        "added_worker_cpu_us_per_request_plain": plain_added,
+        "tls_added_worker_cpu_us_per_request": tls_added,
+        "tls_added_worker_cpu_us_per_ssl_call": tls_added / (calls / requests_on) if calls else None,
+    }
+    with open(os.path.join(args.out, "tls.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+    print(f"{TITLE}\n")
+    print(f"nginx (1 worker, TLS 1.2) in front of tests/lib/sse_server.py, {n} streamed chat "
+          f"completions of 16 tokens a round over 4 keep-alive connections; {pairs} rounds "
+          f"without and {pairs} with the agent, alternating.\n")
+    print("| | value |")
+    print("|---|---:|")
+    print(f"| SSL calls a request (SSL_read + SSL_write, and their _ex) | "
+          f"{summary['ssl_calls_per_request']:.1f} |")
+    for name in sorted(prog):
+        p = prog[name]
+        print(f"| BPF `{name}` (bpf_stats), µs a run | {p['ns'] / p['runs'] / 1e3:.2f} |")
+    print(f"| BPF programs, µs per SSL call (entry + return) | {summary['bpf_us_per_ssl_call']:.2f} |")
+    print(f"| nginx worker CPU per request, µs: off (median, min-max) | {statistics.median(off):.0f} "
+          f"({min(off):.0f}-{max(off):.0f}) |")
+    print(f"| nginx worker CPU per request, µs: agent on | {statistics.median(on):.0f} "
+          f"({min(on):.0f}-{max(on):.0f}) |")
+    print(f"| added per request with the agent, µs (difference of medians): TLS / plain HTTP | "
+          f"{added:.1f} / {plain_added:.1f} |")
+    print(f"| of it, reading TLS: per request / per SSL call, µs | {tls_added:.1f} / "
+          f"{summary['tls_added_worker_cpu_us_per_ssl_call']:.2f} |")
+    print("\nThe worker's CPU holds everything the agent makes it run: the syscall and tcp "
+          "programs and payload copies of its client and upstream connections (the plain HTTP "
+          "rounds, against an identical nginx without TLS), and for TLS the uprobe traps, return "
+          "trampolines and plaintext copies, which bpf_stats counts only in part (its programs' "
+          "own time). Differences of medians: the machine's noise is in them.\n")
+
+
+if __name__ == "__main__":
+    main()
