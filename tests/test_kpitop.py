@@ -122,6 +122,32 @@ def test_once_http_rows_show_source_and_unknown_phases():
     assert "source" not in once(usdt).splitlines()[0]
 
 
+def test_hops_view_reaches_back_a_long_trace():
+    """kpitop's hops view runs the hops views on a copy of the rows around the
+    selected request (tools/common/trace_hops.c): of 2,000 three-hop requests
+    and one whose top lasted 60 s, the model request of that one, which
+    arrived 40 s after its top, still shows the whole trace, as the view over
+    the whole trace has it."""
+    tracetest.require(KPITOP, "tools/kpitop/")
+    d = tmp()
+    db = os.path.join(d, "hops.db")
+    tracetest.hops_trace(db, 2000)
+    want = sqlite3.connect(db).execute(
+        "SELECT comm, direction, COALESCE(link_rule, 'top') FROM hops WHERE trace_id = "
+        "(SELECT trace_id FROM hops WHERE request_id = 'm-long') ORDER BY t_arrive_ns").fetchall()
+    assert [w[2] for w in want] == ["top", "header", "socket"], want
+    for rid, n in (("m-long", 3), ("r1999", 3)):
+        p = run_tool([KPITOP, "--db", db, "--once", "--at", "end", "--window", "5m", "--hops", rid,
+                      "--width", "140"])
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.splitlines()
+        head = next(i for i, l in enumerate(lines) if l.startswith(f" HOPS of {rid}"))
+        got = [l.split()[:4] for l in lines[head + 1:head + 1 + n]]
+        assert [g[-2:] for g in got] == [["in", "top"], ["out", "header"], ["in", "socket"]], lines[head:head + 5]
+        if rid == "m-long":
+            assert [(g[0], g[-2], g[-1]) for g in got] == [(c, dr, lr) for c, dr, lr in want], (got, want)
+
+
 def test_once_cpu_wait_names_who():
     """On a version-3 trace the cpu-wait meter says behind whom most of the
     wait was spent: the daemon's own threads or the process named first."""

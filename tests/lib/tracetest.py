@@ -15,6 +15,7 @@ BENCH = os.path.join(kpitest.BUILD, "kpi-bench")
 EXT = os.path.join(kpitest.BUILD, "libkpi_sqlite.so")
 
 T0 = 1_000 * 10**9                     # monotonic start of synthetic traces
+NS = 10**9                             # a second, in ns
 WALL0 = 1_764_670_000 * 10**9          # its wall-clock instant (2025-12-02)
 MS = 10**6
 
@@ -299,3 +300,41 @@ def run_tool(argv, timeout=120, env=None):
     if env:
         e.update(env)
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=e)
+
+
+def hops_trace(path, n, step_ns=10_000_000):
+    """A trace of n three-hop requests (a gateway's request, its call, the
+    model's request: schema 008's rows, linked by header and socket), then
+    one whose top lasted 60 s and whose call reached the model 40 s in
+    ("m-long"): the longest request, for tools that read around a request."""
+    db = new_store(path)
+    migrate(db)
+    db.execute(f"PRAGMA user_version = {schema_version()}")
+    cols = ("request_id, pid, run_id, wall_ns, t_arrive_ns, t_done_ns, e2e_ns, source, direction, "
+            "hop_id, parent_hop_id, link_rule, comm, sock_local, sock_peer, path")
+
+    def rows(i, t, top_e2e, call_at, model_at, model_e2e, mid):
+        cport, mport = 20000 + i % 30000, 40000 + i % 20000
+        path = "/v1/chat/completions"
+        top = (f"r{i}", 100, 1, t, t, t + top_e2e, top_e2e, "http", "in", f"100.{t}", None, None,
+               "gateway", "127.0.0.1:8000", f"127.0.0.1:{cport}", path)
+        out = (f"r{i}", 100, 1, t + call_at, t + call_at, t + model_at + model_e2e + 100_000,
+               model_at + model_e2e + 100_000 - call_at, "http", "out", f"100.{t + call_at}", f"100.{t}",
+               "header", "gateway", f"127.0.0.1:{mport}", "127.0.0.1:9000", path)
+        model = (mid, 200, 1, t + model_at, t + model_at, t + model_at + model_e2e, model_e2e, "usdt", "in",
+                 None, None, None, "kpi-infer", "127.0.0.1:9000", f"127.0.0.1:{mport}", path)
+        return top, out, model
+
+    ins, outs = [], []
+    for i in range(n):
+        top, out, model = rows(i, T0 + i * step_ns, 9_000_000, 1_000_000, 1_100_000, 6_800_000, f"r{i}")
+        ins += [top, model]
+        outs.append(out)
+    top, out, model = rows(n, T0 + n * step_ns, 60 * NS, NS, 40 * NS, 10 * NS, "m-long")
+    ins += [top, model]
+    outs.append(out)
+    q = ",".join("?" * 16)
+    db.executemany(f"INSERT INTO requests({cols}) VALUES ({q})", ins)
+    db.executemany(f"INSERT INTO exchanges_out({cols}) VALUES ({q})", outs)
+    db.commit()
+    db.close()
