@@ -866,6 +866,8 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 	struct sk_state *s;
 	__u32 zero = 0;
 
+	if (tc && tc->task_start != task_start32())
+		tc = NULL;      /* left by a thread that died in its call; this one is not in one */
 	if (!c)
 		c = conn_add(key, a->fd, true);
 	if (!c || !c->is_sock) {

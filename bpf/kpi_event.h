@@ -282,7 +282,9 @@ struct kpi_tls_call {
 					 * -2 a socket the target did not accept (its upstream) */
 	unsigned int dir;               /* enum kpi_payload_dir */
 	unsigned int srtt_us;
-	unsigned int _pad;
+	unsigned int task_start;        /* the thread's start_time (low 32 bits of its ns): an
+					 * entry left by a thread that died inside its call is
+					 * not taken for the call of a new thread given its id */
 };
 
 /* HTTP_CLOSE: an HTTP-mode target's socket connection ended. */

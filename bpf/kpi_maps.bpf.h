@@ -3,6 +3,7 @@
 #ifndef KPI_MAPS_BPF_H
 #define KPI_MAPS_BPF_H
 
+#include <bpf/bpf_core_read.h>
 #include "kpi_event.h"
 
 struct {
@@ -38,6 +39,12 @@ struct {
 	__type(key, __u64);
 	__type(value, struct kpi_tls_call);
 } tls_calls SEC(".maps");
+
+/* The value kpi_tls_call.task_start holds for the current thread. */
+static __always_inline unsigned int task_start32(void)
+{
+	return (unsigned int)BPF_CORE_READ((struct task_struct *)bpf_get_current_task(), start_time);
+}
 
 /* Adds one to the per-CPU counter idx (enum kpi_counter). */
 static __always_inline void count(__u32 idx)

@@ -54,6 +54,7 @@ static __always_inline int tls_enter(__u64 ssl, __u64 buf, __u64 out_len, __u32 
 	if (!tg || !(tg->flags & KPI_TARGET_F_HTTP))
 		return 0;
 	c.t_enter = bpf_ktime_get_ns();
+	c.task_start = task_start32();
 	if (!bpf_map_update_elem(&tls_calls, &pt, &c, BPF_ANY))
 		count(KPI_CNT_TLS_CALLS_INS);
 	return 0;
