@@ -150,6 +150,11 @@ int assemble_add_sink(struct assembler *a, const struct kpi_sink *sink)
 	return 0;
 }
 
+void assemble_set_http_timeout(struct assembler *a, uint64_t ns)
+{
+	http_path_set_timeout(a->http, ns);
+}
+
 void assemble_set_tls_query(struct assembler *a, bool (*readable)(void *ctx, uint32_t pid),
 			    void *ctx)
 {

@@ -29,6 +29,8 @@ void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 		     const struct kpi_runq *runq, int n, uint64_t drops);
 /* How the HTTP path asks whether a process's TLS is read (agent/tls.c's
  * agent_tls_readable); unset, no TLS connection is. */
+/* How long an HTTP exchange may move no byte before it ends as a timeout. */
+void assemble_set_http_timeout(struct assembler *a, uint64_t ns);
 void assemble_set_tls_query(struct assembler *a, bool (*readable)(void *ctx, uint32_t pid),
 			    void *ctx);
 /* Calls fn for every request in flight. */

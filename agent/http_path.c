@@ -42,6 +42,7 @@ struct http_path {
 	struct http_tls_stats tls;
 	struct hop_link *hops;
 	struct hop_graph *graph;
+	uint64_t timeout_ns;
 };
 
 struct http_path *http_path_new(struct assembler *a)
@@ -54,8 +55,10 @@ struct http_path *http_path_new(struct assembler *a)
 		free(hp);
 		return NULL;
 	}
-	if (hp)
+	if (hp) {
 		hp->a = a;
+		hp->timeout_ns = HTTP_PATH_TIMEOUT_NS;
+	}
 	return hp;
 }
 
@@ -417,6 +420,11 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 	return 0;
 }
 
+void http_path_set_timeout(struct http_path *hp, uint64_t ns)
+{
+	hp->timeout_ns = ns;
+}
+
 void http_path_expire(struct http_path *hp, uint64_t now)
 {
 	struct http_conn *c, *tmp;
@@ -426,7 +434,7 @@ void http_path_expire(struct http_path *hp, uint64_t now)
 		uint64_t last = http_track_last_ts(c->t);
 		if (!last || now < last)
 			continue;
-		if (http_track_in_flight(c->t) && now - last > HTTP_PATH_TIMEOUT_NS)
+		if (http_track_in_flight(c->t) && now - last > hp->timeout_ns)
 			http_track_expire(c->t, now);
 		else if (!http_track_in_flight(c->t) && now - last > HTTP_PATH_IDLE_NS)
 			conn_free(hp, c);

@@ -9,7 +9,8 @@
 #include "http_track.h"
 #include "bpf/kpi_event.h"
 
-#define HTTP_PATH_TIMEOUT_NS (60ULL * 1000000000ULL)    /* an exchange fed nothing this long ends */
+#define HTTP_PATH_TIMEOUT_NS (60ULL * 1000000000ULL)    /* an exchange fed nothing this long ends
+							 * (the default: kpi-agent --http-timeout) */
 #define HTTP_PATH_IDLE_NS    (600ULL * 1000000000ULL)   /* an idle connection's tracker is freed */
 
 struct assembler;
@@ -41,8 +42,9 @@ void http_path_set_tls(struct http_path *hp, struct http_tls_query q);
  * malformed).  A connection whose first bytes are a TLS record is fed the
  * plaintext of its TLS_PAYLOAD records only. */
 int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size);
-/* Ends exchanges fed nothing for HTTP_PATH_TIMEOUT_NS, frees trackers idle
- * for HTTP_PATH_IDLE_NS; now: CLOCK_MONOTONIC ns. */
+void http_path_set_timeout(struct http_path *hp, uint64_t ns);
+/* Ends exchanges fed nothing for the timeout (HTTP_PATH_TIMEOUT_NS unless
+ * set), frees trackers idle for HTTP_PATH_IDLE_NS; now: CLOCK_MONOTONIC ns. */
 void http_path_expire(struct http_path *hp, uint64_t now);
 /* The target exited: its exchanges in flight end as closed by the server,
  * its trackers are freed. */

@@ -23,6 +23,7 @@
 #include "tls.h"
 #include "llama.h"
 #include "host.h"
+#include "http_path.h"
 #include "http_serve.h"
 #include "losses.h"
 #include "privdrop.h"
@@ -42,6 +43,7 @@ static struct env {
 	uint16_t ports[KPI_MAX_TARGETS];
 	int n_ports;
 	bool http_only;
+	int64_t http_timeout_ns; /* --http-timeout DURATION */
 	int flush_ms;
 	int ringbuf_mb;
 	bool token_detail;
@@ -57,6 +59,7 @@ static struct env {
 	const char *powercap_root; /* --powercap-root DIR */
 	double price_per_hour;   /* --price-per-hour USD; < 0: none */
 } env = { .db = TRACE_STORE_DEFAULT_PATH, .flush_ms = 200, .ringbuf_mb = 16,
+	      .http_timeout_ns = HTTP_PATH_TIMEOUT_NS,
 	      .max_backlog = TRACE_STORE_DEFAULT_BACKLOG, .retain_ns = RETAIN_DEFAULT_KEEP_NS,
 	      .max_db_mb = RETAIN_DEFAULT_MAX_MB, .powercap_root = ENERGY_POWERCAP_DEFAULT,
 	      .price_per_hour = -1 };
@@ -83,6 +86,11 @@ static const char usage[] =
 "                     followed so anyway (docs/agent.md, Tracing any HTTP server);\n"
 "                     TLS is read through SSL_read/SSL_write uprobes on the\n"
 "                     libssl it maps (a static TLS, as Node's: 'TLS not readable')\n"
+"  --http-timeout DURATION\n"
+"                     an HTTP exchange that moves no byte this long ends as\n"
+"                     end_reason 'timeout' (N followed by s, m or h; default 60s):\n"
+"                     raise it for servers that think longer before their first\n"
+"                     byte\n"
 "  --no-exec-hold     in discovery mode, do not stop a kpi-infer at the exec of a\n"
 "                     build the agent has not attached yet (by default it waits,\n"
 "                     10-20 ms once per new file, until its probes are in place, so\n"
@@ -200,7 +208,7 @@ static int64_t parse_duration(const char *flag, const char *s)
 	return 0;
 }
 
-/* Which processes: --pid, --exe, --port, --http-only, --no-exec-hold. false: not one of these. */
+/* Which processes: --pid, --exe, --port, --http-only, --http-timeout, --no-exec-hold. false: not one of these. */
 static bool parse_targets_option(int c)
 {
 	switch (c) {
@@ -221,6 +229,11 @@ static bool parse_targets_option(int c)
 		break;
 	case 'H':
 		env.http_only = true;
+		break;
+	case 'W':
+		env.http_timeout_ns = parse_duration("--http-timeout", optarg);
+		if (!env.http_timeout_ns)
+			die_usage("--http-timeout wants a duration above 0, like 60s or 10m");
 		break;
 	case 'X':
 		env.no_exec_hold = true;
@@ -318,6 +331,7 @@ static void parse_args(int argc, char **argv)
 		{ "exe", required_argument, NULL, 'e' },
 		{ "port", required_argument, NULL, 'T' },
 		{ "http-only", no_argument, NULL, 'H' },
+		{ "http-timeout", required_argument, NULL, 'W' },
 		{ "flush-ms", required_argument, NULL, 'f' },
 		{ "ringbuf-mb", required_argument, NULL, 'r' },
 		{ "token-detail", no_argument, NULL, 't' },
@@ -607,6 +621,7 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 	printf("%s\n", said);
 	ag->asm_ = assemble_new();
 	assemble_set_tls_query(ag->asm_, agent_tls_readable, ag->tls);
+	assemble_set_http_timeout(ag->asm_, (uint64_t)env.http_timeout_ns);
 	sink = trace_store_sink(ag->store);
 	assemble_add_sink(ag->asm_, &sink);
 	if (ag->cost) {

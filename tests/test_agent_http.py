@@ -278,6 +278,51 @@ def test_agent_http_rows_reach_metrics_and_otlp():
     srv.stop()
 
 
+SILENT_SERVER = """import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(8)
+print("listening on", sys.argv[1], flush=True)
+held = []
+while True:             # read each request, answer none
+    c, _ = s.accept()
+    c.recv(65536)
+    held.append(c)
+"""
+
+
+def test_agent_http_timeout_ends_a_silent_exchange():
+    """A server that reads a request and never answers, traced with
+    --http-timeout 1s: the exchange ends as 'timeout', with no status, about
+    a second after its last byte moved, while the connection is still open
+    (the agent's expiry runs once a second)."""
+    kpitest.require_root("kpi-agent")
+    at.require_built(at.AGENT)
+    d = _tmp()
+    db = os.path.join(d, "silent.db")
+    port = kpitest.free_port()
+    srv = kpitest.Proc([sys.executable, "-c", SILENT_SERVER, str(port)])
+    srv.wait_line("listening on")
+    agent = at.start_agent(db, "--flush-ms", 100, "--port", port, "--http-timeout", "1s")
+    agent.wait_line(f"attached to pid {srv.pid}", timeout=60)
+    body = json.dumps({"model": "m", "stream": True, "max_tokens": 4}).encode()
+    c = socket.create_connection(("127.0.0.1", port))
+    c.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-request-id: t-silent\r\n"
+              f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    deadline = time.monotonic() + 15
+    while "t-silent" not in at.rows(db):        # the row, once the agent gives the exchange up
+        assert time.monotonic() < deadline, agent.lines[-10:]
+        time.sleep(0.1)
+    r = at.rows(db)["t-silent"]
+    c.close()
+    assert agent.stop() == 0, agent.lines[-10:]
+    assert r["end_reason"] == "timeout" and r["http_status"] is None and r["source"] == "http", r
+    # it waited for the server until given up: that wait is the row's server_wait
+    assert 1e9 < r["e2e_ns"] <= 3e9 and r["net_in_ns"] + r["server_wait_ns"] == r["e2e_ns"], r
+    srv.stop()
+
+
 def test_agent_http_kpi_infer_usdt_and_http_agree():
     """kpi-infer traced at once by an agent through its USDT probes and by one
     with --http-only: TTFT, e2e, status and event counts per request id."""
