@@ -129,8 +129,10 @@ def _load(port):
     return want
 
 
-def _compare_wire(rows, wire, off):
-    """Per request id: the agent's marks minus the wire's, in ns."""
+def _compare_wire(rows, wire, db, label="agent - wire"):
+    """Per request id, the agent's marks minus the wire's: each mark's
+    |difference| within WIRE_P99_US at p99 (printed with the worst three)."""
+    off = at.mono_to_wall(db)
     arrive, first, done = [], [], []
     for rid, x in wire.items():
         r = rows.get(rid)
@@ -144,9 +146,12 @@ def _compare_wire(rows, wire, off):
     for name, v in (("t_arrive", arrive), ("t_first_content", first), ("t_done", done)):
         worst = sorted(v, key=lambda p: -abs(p[0]))[:3]
         print(f"     worst {name}: " + ", ".join(f"{rid} {d / 1e3:+.1f} µs" for d, rid in worst))
-    return {"t_arrive": at.stats_us([d for d, _ in arrive]),
-            "t_first_content": at.stats_us([d for d, _ in first]),
-            "t_done": at.stats_us([d for d, _ in done])}
+    m = {"t_arrive": at.stats_us([d for d, _ in arrive]),
+         "t_first_content": at.stats_us([d for d, _ in first]),
+         "t_done": at.stats_us([d for d, _ in done])}
+    print(f"     {label}, µs (|diff|): {m}")
+    for k, v in m.items():
+        assert v["n"] > 0 and v["p99"] <= WIRE_P99_US, (k, v)
 
 
 def _against_the_wire(argv_of_port):
@@ -200,10 +205,7 @@ def _against_the_wire(argv_of_port):
     assert all(r["output_tokens"] == r["content_events"] and r["finish_reason"] == "length"
                and r["model"] == "test-model" and r["path"] == "/v1/chat/completions"
                for r in streamed), streamed[:2]
-    m = _compare_wire(rows, wire, at.mono_to_wall(db))
-    print(f"     agent - wire, µs (|diff|): {m}")
-    for k, v in m.items():
-        assert v["n"] > 0 and v["p99"] <= WIRE_P99_US, (k, v)
+    _compare_wire(rows, wire, db)
     srv.stop()
 
 
@@ -497,10 +499,7 @@ def test_agent_http_nginx_in_front_of_kpi_infer():
                             f"{r['content_events']}/{x['content_events']}")
     assert not problems, problems[:10]
     assert all(not rid.startswith("http-") for rid in rows), "rows from nginx's upstream side"
-    m = _compare_wire(rows, wire, at.mono_to_wall(db))
-    print(f"     nginx: agent - wire, µs (|diff|): {m}")
-    for k, v in m.items():
-        assert v["n"] > 0 and v["p99"] <= WIRE_P99_US, (k, v)
+    _compare_wire(rows, wire, db, "nginx: agent - wire")
     daemon.stop()
 
 
