@@ -93,19 +93,30 @@ def _uj(j):
     return int(round(j * 1e6))
 
 
+def _metered(name, max_seqs):
+    """A kpi-infer, test-driven RAPL counters (started), a trace path and a
+    free port for /metrics."""
+    ft.require()
+    d = ft.workdir()
+    pc = Powercap(os.path.join(d, "powercap"))
+    daemon = servertest.Daemon("--max-seqs", max_seqs)
+    mport = kpitest.free_port()
+    pc.start()
+    return pc, os.path.join(d, name), daemon, mport
+
+
+def _priced_agent(db, pc, daemon, mport):
+    """The agent on daemon, reading pc's counters, at PRICE, serving /metrics."""
+    return at.start_agent(db, "--flush-ms", 100, "--powercap-root", pc.root, "--price-per-hour",
+                          PRICE, "--metrics", f"127.0.0.1:{mport}", pid=daemon.p.pid)
+
+
 def test_cost_attribution_exact_on_kpi_infer():
     """Per window the requests' energy plus the idle line equals the counters'
     delta to the µJ (wraps included); cost sums to price x duration; half the
     batch size costs about twice as much per token."""
-    ft.require()
-    d = ft.workdir()
-    pc = Powercap(os.path.join(d, "powercap"))
-    db = os.path.join(d, "cost.db")
-    daemon = servertest.Daemon("--max-seqs", 8)
-    mport = kpitest.free_port()
-    pc.start()
-    agent = at.start_agent(db, "--flush-ms", 100, "--powercap-root", pc.root, "--price-per-hour",
-                           PRICE, "--metrics", f"127.0.0.1:{mport}", pid=daemon.p.pid)
+    pc, db, daemon, mport = _metered("cost.db", 8)
+    agent = _priced_agent(db, pc, daemon, mport)
     said = [l for l in agent.lines if l.startswith("energy:")]
     assert said and "rapl:package-0,dram-0" in said[0], agent.lines
     marks = []
@@ -266,16 +277,9 @@ def test_cost_prometheus_rates_the_counters():
     rate() of kpi_cost_usd_total the price per second, and with no load the
     idle energy is all of it."""
     import fleettest
-    ft.require()
-    d = ft.workdir()
-    pc = Powercap(os.path.join(d, "powercap"))
-    db = os.path.join(d, "prom.db")
-    daemon = servertest.Daemon("--max-seqs", 4)
-    mport = kpitest.free_port()
-    pc.start()
+    pc, db, daemon, mport = _metered("prom.db", 4)
     try:
-        agent = at.start_agent(db, "--flush-ms", 100, "--powercap-root", pc.root, "--price-per-hour",
-                               PRICE, "--metrics", f"127.0.0.1:{mport}", pid=daemon.p.pid)
+        agent = _priced_agent(db, pc, daemon, mport)
         prom = fleettest.Prometheus([f"127.0.0.1:{mport}"])
         # the counters move once a sample: a window of 12 one-second scrapes
         # keeps a sample that comes late on a busy machine within the bounds
