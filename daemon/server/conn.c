@@ -1,22 +1,53 @@
 /* conn.c - one client connection's state machine: read a request head and
- * body, hand it to server_dispatch, write the response (one send() per call
- * while nothing is queued), keep alive, linger or close. */
-#include "daemon/server/server_int.h"
+ * body, hand it to the request handler, write the response (one send() per
+ * call while nothing is queued), keep alive, linger or close. Calls nothing
+ * above it: the handler and the owners' callbacks are function pointers. */
+#include "daemon/server/conn.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "kpi_probes.h"
 #include "abi/kpi_reasons.h"
 #include "daemon/server/openai.h"
+#include "daemon/server/state.h"
 
 #define READ_CHUNK 65536
 #define OUT_LIMIT (8u << 20)   /* unread response bytes before a client counts as gone */
+#define LINGER_NS (2000000000ull)
+
+static conn_handler_fn conn_handler;
+
+static void conn_process(struct conn *c);
+
+void conn_set_handler(conn_handler_fn fn)
+{
+	conn_handler = fn;
+}
+
+void conn_attach(struct conn *c, void *owner, void (*on_gone)(struct conn *, void *),
+		 void (*on_sent)(struct conn *, void *))
+{
+	c->owner = owner;
+	c->on_gone = on_gone;
+	c->on_sent = on_sent;
+}
+
+void conn_detach(struct conn *c)
+{
+	c->owner = NULL;
+	c->on_gone = NULL;
+	c->on_sent = NULL;
+}
 
 /* ---- epoll interest and lifetime ------------------------------------------- */
 
@@ -77,14 +108,12 @@ void conn_close(struct conn *c)
 {
 	if (c->state == CS_CLOSED)
 		return;
-	struct req *r = c->req;
-	if (r) {
-		/* the client went away mid-request: free its sequence at once */
-		if (KPI_REQUEST_CANCELLED_ENABLED())
-			KPI_REQUEST_CANCELLED(r->id);
-		eth_finish(&srv.eth, r->id, KPI_FINISH_CANCELLED);
-		r->conn = NULL;
-		c->req = NULL;
+	if (c->on_gone) {
+		/* the client went away mid-request: its server frees it at once */
+		void (*gone)(struct conn *, void *) = c->on_gone;
+		void *owner = c->owner;
+		conn_detach(c);
+		gone(c, owner);
 	}
 	epoll_ctl(srv.epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
@@ -100,6 +129,29 @@ void conn_close(struct conn *c)
 	/* freed later: the loop may still hold this pointer in its event batch */
 	c->dead_next = srv.dead;
 	srv.dead = c;
+}
+
+/* A response ended inside a call from above (conn_send): the requests
+ * pipelined behind it are read at the end of the loop iteration, never from
+ * inside that call. */
+static void conn_mark_ready(struct conn *c)
+{
+	if (c->on_ready || !c->in.len)
+		return;
+	c->on_ready = true;
+	c->ready_next = srv.ready;
+	srv.ready = c;
+}
+
+void conn_run_ready(void)
+{
+	while (srv.ready) {
+		struct conn *c = srv.ready;
+		srv.ready = c->ready_next;
+		c->on_ready = false;
+		if (c->state == CS_HEAD && c->in.len)
+			conn_process(c);
+	}
 }
 
 void conn_reap_dead(void)
@@ -133,7 +185,13 @@ static void response_done(struct conn *c)
 		KPI_RESPONSE_END(c->resp_id, c->fd, c->resp_status);
 	if (c->resp_status >= 100 && c->resp_status < 600)
 		srv.m.http_status[c->resp_status]++;
-	c->resp_started = c->resp_final = false;
+	if (c->on_sent) {
+		void (*sent)(struct conn *, void *) = c->on_sent;
+		void *owner = c->owner;
+		conn_detach(c);
+		sent(c, owner);
+	}
+	c->resp_started = c->resp_final = c->out_unlimited = false;
 	c->resp_id = 0;
 	c->t_first_byte = 0;
 	c->t_activity = eth_now_ns();
@@ -143,9 +201,10 @@ static void response_done(struct conn *c)
 	}
 	c->state = CS_HEAD;
 	conn_update_events(c);
+	conn_mark_ready(c);
 }
 
-void conn_send(struct conn *c, const char *data, size_t len, bool final)
+void conn_sendv(struct conn *c, const struct iovec *iov, int n, bool final)
 {
 	if (c->state == CS_CLOSED)
 		return;
@@ -154,19 +213,24 @@ void conn_send(struct conn *c, const char *data, size_t len, bool final)
 		if (KPI_RESPONSE_START_ENABLED())
 			KPI_RESPONSE_START(c->resp_id, c->fd);
 	}
-	size_t off = 0;
+	size_t sent = 0;
 	if (c->out.len == 0) {
-		ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+		struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n };
+		ssize_t k = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
 			conn_close(c);
 			return;
 		}
-		if (n > 0)
-			off = (size_t)n;
+		if (k > 0)
+			sent = (size_t)k;
 	}
-	if (off < len)
-		sbuf_add(&c->out, data + off, len - off);
-	if (c->out.len > OUT_LIMIT) {
+	for (int i = 0; i < n; i++) { /* what did not go out waits, in order */
+		size_t skip = sent < iov[i].iov_len ? sent : iov[i].iov_len;
+		sent -= skip;
+		if (skip < iov[i].iov_len)
+			sbuf_add(&c->out, (const char *)iov[i].iov_base + skip, iov[i].iov_len - skip);
+	}
+	if (c->out.len > OUT_LIMIT && !c->out_unlimited) {
 		conn_close(c); /* not reading its response: treat as gone */
 		return;
 	}
@@ -176,6 +240,12 @@ void conn_send(struct conn *c, const char *data, size_t len, bool final)
 		response_done(c);
 	else
 		conn_update_events(c);
+}
+
+void conn_send(struct conn *c, const char *data, size_t len, bool final)
+{
+	struct iovec iov = { (void *)data, len };
+	conn_sendv(c, &iov, 1, final);
 }
 
 static void conn_flush(struct conn *c)
@@ -191,9 +261,7 @@ static void conn_flush(struct conn *c)
 		sbuf_consume(&c->out, (size_t)n);
 	}
 	if (c->out.len == 0 && c->resp_final) {
-		response_done(c);
-		if (c->state == CS_HEAD && c->in.len)
-			conn_process(c); /* a pipelined request waited behind this response */
+		response_done(c); /* a pipelined request waiting behind it is read next */
 	} else {
 		conn_update_events(c);
 	}
@@ -252,6 +320,26 @@ void conn_make_request_id(struct conn *c, uint64_t n)
 	snprintf(c->rid, sizeof(c->rid), "req-%x-%llu", srv.pid, (unsigned long long)n);
 }
 
+void conn_peer(const struct conn *c, char *out, size_t n)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+	if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0) {
+		if (ss.ss_family == AF_INET) {
+			struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+			inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+			port = ntohs(a->sin_port);
+		} else if (ss.ss_family == AF_INET6) {
+			struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+			inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+			port = ntohs(a->sin6_port);
+		}
+	}
+	snprintf(out, n, "%s:%d", host, port);
+}
+
 static int reason_for_status(int status)
 {
 	switch (status) {
@@ -300,6 +388,12 @@ static bool conn_read_head(struct conn *c)
 		http_sanitize_request_id(h.request_id, h.request_id_len, c->rid);
 	else
 		c->rid[0] = 0;
+	c->prefill[0] = 0;
+	c->has_model_fp = false;
+	if (r > 0 && h.prefill)
+		http_sanitize_hostport(h.prefill, h.prefill_len, c->prefill, sizeof(c->prefill));
+	if (r > 0 && h.model_fp)
+		c->has_model_fp = http_parse_hex64(h.model_fp, h.model_fp_len, &c->model_fp);
 	if (!c->rid[0])
 		conn_make_request_id(c, srv.seq);
 	if (r < 0) {
@@ -361,7 +455,8 @@ static void conn_send_continue(struct conn *c)
 	}
 }
 
-void conn_process(struct conn *c)
+/* Parses and serves every complete request in c->in, one at a time. */
+static void conn_process(struct conn *c)
 {
 	while (c->state == CS_HEAD || c->state == CS_BODY) {
 		if (c->state == CS_HEAD && !conn_read_head(c))
@@ -374,7 +469,7 @@ void conn_process(struct conn *c)
 		if (k <= 0)
 			return;
 		c->state = CS_ACTIVE;
-		server_dispatch(c, body, len);
+		conn_handler(c, body, len);
 		if (c->state == CS_CLOSED || c->state == CS_LINGER)
 			return; /* linger already dropped the input */
 		sbuf_consume(&c->in, total);
@@ -418,6 +513,29 @@ static void conn_readable(struct conn *c)
 	c->in.data[c->in.len] = 0;
 	c->t_activity = eth_now_ns();
 	conn_process(c);
+}
+
+void conn_sweep(uint64_t now)
+{
+	uint64_t req_ns = (uint64_t)srv.cfg->request_timeout_s * 1000000000ull;
+	uint64_t idle_ns = (uint64_t)srv.cfg->idle_timeout_s * 1000000000ull;
+	for (struct conn *c = srv.conns, *next; c; c = next) {
+		next = c->next;
+		if ((c->state == CS_HEAD || c->state == CS_BODY) && c->t_first_byte &&
+		    now - c->t_first_byte > req_ns) {
+			if (!c->rid[0] || c->state == CS_HEAD)
+				conn_make_request_id(c, ++srv.seq);
+			char msg[128];
+			snprintf(msg, sizeof(msg), "request not received within %d s "
+				 "(--request-timeout)", srv.cfg->request_timeout_s);
+			conn_reject(c, 408, KPI_REJECT_TIMEOUT, msg, true, NULL);
+		} else if (c->state == CS_HEAD && !c->t_first_byte &&
+			   (now - c->t_activity > idle_ns || srv.draining)) {
+			conn_close(c);
+		} else if (c->state == CS_LINGER && now - c->t_activity > LINGER_NS) {
+			conn_close(c);
+		}
+	}
 }
 
 void conn_event(struct conn *c, uint32_t ev)

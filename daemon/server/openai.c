@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "daemon/server/server_int.h"
+#include "daemon/server/req.h"
 #include "daemon/server/text.h"
 
 /* The fields every body and chunk starts with; whole: a non-stream body. */

@@ -1,6 +1,8 @@
 /* req.c - the in-flight request table: requests by their engine id, from
  * admission to their FINISHED event (uthash, as the agent's in-flight maps). */
-#include "daemon/server/server_int.h"
+#include "daemon/server/req.h"
+
+#include "daemon/server/state.h"
 
 void req_insert(struct req *r)
 {
@@ -24,6 +26,7 @@ void req_free(struct req *r)
 	for (int i = 0; i < r->n_stop; i++)
 		free(r->stop[i]);
 	sbuf_free(&r->text);
+	free(r->prompt_ids);
 	free(r);
 }
 
