@@ -62,6 +62,8 @@ static void on_token(struct req *r, const struct eth_event *ev, bool last)
 		return; /* the client has gone; the cancel is on its way to the engine */
 
 	int32_t tok = ev->ev.token;
+	if (r->return_token_ids)
+		sbuf_add(&r->token_ids, &tok, sizeof(tok));
 	if (tok != srv.mi->eos_id && tok != srv.mi->bos_id) {
 		char piece[256];
 		int n = engine_token_piece(srv.e, tok, piece, sizeof(piece));

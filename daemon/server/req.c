@@ -26,6 +26,7 @@ void req_free(struct req *r)
 	for (int i = 0; i < r->n_stop; i++)
 		free(r->stop[i]);
 	sbuf_free(&r->text);
+	sbuf_free(&r->token_ids);
 	free(r->prompt_ids);
 	free(r);
 }

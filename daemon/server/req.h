@@ -42,6 +42,8 @@ struct req {
 	bool submitted;            /* handed to the engine thread */
 	struct utf8_stream u8;
 	struct sbuf text;          /* generated text, repaired */
+	struct sbuf token_ids;     /* return_token_ids: the generated ids, int32 each */
+	bool return_token_ids;
 	size_t emitted;            /* bytes of text already sent */
 	uint64_t t_arrive, t_admit, t_sched, t_first, t_prev;
 	long long created;
