@@ -71,7 +71,8 @@ struct kpi_kv_end {
 	int32_t first_token;     /* sampled from the prompt's last position */
 	uint32_t n_tokens;       /* the header's, again */
 	uint64_t sampler_state;  /* the request's sampler after drawing first_token */
-	uint64_t checksum;       /* XXH3-64 of every layer's K and V bytes, in stream order */
+	uint64_t checksum;       /* XXH3-64 of every layer's K and V bytes in stream order,
+				  * then of this frame's 24 bytes before this field */
 };
 
 _Static_assert(sizeof(struct kpi_kv_header) == 128, "kpi_kv_header is ABI: 128 bytes");

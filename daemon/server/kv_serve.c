@@ -7,6 +7,7 @@
  * the prefix cache). */
 #include "daemon/server/kv_serve.h"
 
+#include <stddef.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <xxhash.h>
@@ -199,8 +200,9 @@ static void send_end(struct kv_send *s, const struct eth_event *ev)
 	struct kpi_kv_end end = {
 		.magic = KPI_KV_END_MAGIC, .status = KPI_KV_OK, .first_token = ev->ev.token,
 		.n_tokens = s->hdr.n_tokens, .sampler_state = ev->ev.sampler_state,
-		.checksum = XXH3_64bits_digest(s->xx),
 	};
+	XXH3_64bits_update(s->xx, &end, offsetof(struct kpi_kv_end, checksum));
+	end.checksum = XXH3_64bits_digest(s->xx);
 	s->ended = true;
 	conn_send(s->c, (const char *)&end, sizeof(end), true); /* on_sent may free s */
 }

@@ -5,6 +5,7 @@
 #include "daemon/server/kv_wire.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -184,6 +185,7 @@ static void check_end(struct kv_reader *r)
 			       e->first_token, r->m->vocab_size);
 		return;
 	}
+	XXH3_64bits_update(r->xx, e, offsetof(struct kpi_kv_end, checksum));
 	uint64_t sum = XXH3_64bits_digest(r->xx);
 	if (sum != e->checksum) {
 		kv_reader_fail(r, KPI_KV_ERR_CHECKSUM, "KV checksum %016llx, the stream says %016llx",
