@@ -135,6 +135,11 @@ int engine_submit_decode(struct engine *e, uint64_t id, const int32_t *prompt, i
 			 size_t errlen);
 
 void engine_kv_layout(const struct engine *e, struct engine_kv_layout *l);
+/* A buffer for transferred KV (a layer going out, a prompt's KV coming in),
+ * freed with free(): tens of MB written once each, so backed by huge pages
+ * where the kernel gives them (2 MiB faults, not 4 KiB ones). NULL when out
+ * of memory. */
+void *engine_kv_buffer(size_t bytes);
 /* Sets config.kv_layer and its context (before the first engine_step). */
 void engine_set_kv_layer(struct engine *e, void (*fn)(void *, uint64_t, int, void *, size_t),
 			 void *ctx);

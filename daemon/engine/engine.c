@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -466,6 +467,18 @@ int engine_submit_decode(struct engine *e, uint64_t id, const int32_t *prompt, i
 	return 0;
 }
 
+void *engine_kv_buffer(size_t bytes)
+{
+	const size_t huge = 2u << 20;
+	if (bytes < huge)
+		return malloc(bytes ? bytes : 1);
+	void *p = NULL;
+	if (posix_memalign(&p, huge, (bytes + huge - 1) / huge * huge))
+		return NULL;
+	madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE); /* a hint: fine if refused */
+	return p;
+}
+
 void engine_set_kv_layer(struct engine *e, void (*fn)(void *, uint64_t, int, void *, size_t),
 			 void *ctx)
 {
@@ -649,7 +662,7 @@ static void kv_export_layer(void *ctx, int layer)
 		struct seq *s = e->b_export[i];
 		int n = s->n_prompt;
 		size_t half = kv_half_bytes(e, n);
-		char *buf = malloc(2 * half);
+		char *buf = engine_kv_buffer(2 * half);
 		if (buf)
 			for (int j = 0; j * bs < n; j++) {
 				int slots = n - j * bs < bs ? n - j * bs : bs;

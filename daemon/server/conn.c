@@ -28,6 +28,7 @@
 static conn_handler_fn conn_handler;
 
 static void conn_process(struct conn *c);
+static void conn_out_free(struct conn *c);
 
 void conn_set_handler(conn_handler_fn fn)
 {
@@ -67,7 +68,7 @@ void conn_update_events(struct conn *c)
 	uint32_t ev = EPOLLRDHUP;
 	if (c->state == CS_HEAD || c->state == CS_BODY || c->state == CS_LINGER)
 		ev |= EPOLLIN;
-	if (c->out.len)
+	if (c->out_bytes)
 		ev |= EPOLLOUT;
 	conn_set_events(c, ev);
 }
@@ -160,7 +161,7 @@ void conn_reap_dead(void)
 		struct conn *c = srv.dead;
 		srv.dead = c->dead_next;
 		sbuf_free(&c->in);
-		sbuf_free(&c->out);
+		conn_out_free(c);
 		sbuf_free(&c->body);
 		free(c);
 	}
@@ -204,20 +205,114 @@ static void response_done(struct conn *c)
 	conn_mark_ready(c);
 }
 
-void conn_sendv(struct conn *c, const struct iovec *iov, int n, bool final)
+/* ---- the output queue: what the socket did not take, in order ----------------- */
+
+struct conn_seg {
+	struct conn_seg *next;
+	char *data;       /* ext, or the bytes after this header */
+	size_t len, off;
+	bool ext;         /* the caller's malloc'd buffer, handed over: free(data) */
+};
+
+static void seg_push(struct conn *c, struct conn_seg *g)
 {
-	if (c->state == CS_CLOSED)
+	g->next = NULL;
+	if (c->out_tail)
+		c->out_tail->next = g;
+	else
+		c->out_head = g;
+	c->out_tail = g;
+	c->out_bytes += g->len - g->off;
+}
+
+/* Queues p[0..n): a copy, or p itself when owned (taken: freed once sent). */
+static void seg_add(struct conn *c, const char *p, size_t n, bool owned)
+{
+	if (!n) {
+		if (owned)
+			free((void *)p);
 		return;
+	}
+	struct conn_seg *g = malloc(sizeof(*g) + (owned ? 0 : n));
+	if (!g) {
+		fprintf(stderr, "kpi-infer: out of memory queueing %zu response bytes\n", n);
+		abort();
+	}
+	g->data = owned ? (char *)p : (char *)(g + 1);
+	if (!owned)
+		memcpy(g->data, p, n);
+	g->len = n;
+	g->off = 0;
+	g->ext = owned;
+	seg_push(c, g);
+}
+
+static void seg_free(struct conn_seg *g)
+{
+	if (g->ext)
+		free(g->data);
+	free(g);
+}
+
+static void conn_out_free(struct conn *c)
+{
+	while (c->out_head) {
+		struct conn_seg *g = c->out_head;
+		c->out_head = g->next;
+		seg_free(g);
+	}
+	c->out_tail = NULL;
+	c->out_bytes = 0;
+}
+
+/* Sends what the socket takes from the queue now; -1 when the connection failed. */
+static int out_drain(struct conn *c)
+{
+	while (c->out_head) {
+		struct iovec iov[64];
+		int k = 0;
+		for (struct conn_seg *g = c->out_head; g && k < 64; g = g->next)
+			iov[k++] = (struct iovec){ g->data + g->off, g->len - g->off };
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)k };
+		ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+		c->out_bytes -= (size_t)n;
+		while (n > 0) {
+			struct conn_seg *g = c->out_head;
+			size_t left = g->len - g->off, take = (size_t)n < left ? (size_t)n : left;
+			g->off += take;
+			n -= (ssize_t)take;
+			if (g->off == g->len) {
+				c->out_head = g->next;
+				if (!c->out_head)
+					c->out_tail = NULL;
+				seg_free(g);
+			}
+		}
+	}
+	return 0;
+}
+
+static void sendv(struct conn *c, const struct iovec *iov, int n, bool final, bool owned_last)
+{
+	if (c->state == CS_CLOSED) {
+		if (owned_last)
+			free(iov[n - 1].iov_base);
+		return;
+	}
 	if (!c->resp_started) {
 		c->resp_started = true;
 		if (KPI_RESPONSE_START_ENABLED())
 			KPI_RESPONSE_START(c->resp_id, c->fd);
 	}
 	size_t sent = 0;
-	if (c->out.len == 0) {
+	if (!c->out_bytes) {
 		struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n };
 		ssize_t k = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+			if (owned_last)
+				free(iov[n - 1].iov_base);
 			conn_close(c);
 			return;
 		}
@@ -227,40 +322,53 @@ void conn_sendv(struct conn *c, const struct iovec *iov, int n, bool final)
 	for (int i = 0; i < n; i++) { /* what did not go out waits, in order */
 		size_t skip = sent < iov[i].iov_len ? sent : iov[i].iov_len;
 		sent -= skip;
-		if (skip < iov[i].iov_len)
-			sbuf_add(&c->out, (const char *)iov[i].iov_base + skip, iov[i].iov_len - skip);
+		bool own = owned_last && i == n - 1;
+		if (own && skip < iov[i].iov_len) {
+			/* handed over without a copy: sent from where it stands */
+			seg_add(c, iov[i].iov_base, iov[i].iov_len, true);
+			c->out_tail->off = skip;
+			c->out_bytes -= skip;
+		} else if (skip < iov[i].iov_len) {
+			seg_add(c, (const char *)iov[i].iov_base + skip, iov[i].iov_len - skip, false);
+		} else if (own) {
+			free(iov[i].iov_base);
+		}
 	}
-	if (c->out.len > OUT_LIMIT && !c->out_unlimited) {
+	if (c->out_bytes > OUT_LIMIT && !c->out_unlimited) {
 		conn_close(c); /* not reading its response: treat as gone */
 		return;
 	}
 	if (final)
 		c->resp_final = true;
-	if (c->out.len == 0 && final)
+	if (!c->out_bytes && final)
 		response_done(c);
 	else
 		conn_update_events(c);
 }
 
+void conn_sendv(struct conn *c, const struct iovec *iov, int n, bool final)
+{
+	sendv(c, iov, n, final, false);
+}
+
+void conn_sendv_owned(struct conn *c, const struct iovec *iov, int n, bool final)
+{
+	sendv(c, iov, n, final, true);
+}
+
 void conn_send(struct conn *c, const char *data, size_t len, bool final)
 {
 	struct iovec iov = { (void *)data, len };
-	conn_sendv(c, &iov, 1, final);
+	sendv(c, &iov, 1, final, false);
 }
 
 static void conn_flush(struct conn *c)
 {
-	while (c->out.len) {
-		ssize_t n = send(c->fd, c->out.data, c->out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-				break;
-			conn_close(c);
-			return;
-		}
-		sbuf_consume(&c->out, (size_t)n);
+	if (out_drain(c) < 0) {
+		conn_close(c);
+		return;
 	}
-	if (c->out.len == 0 && c->resp_final) {
+	if (!c->out_bytes && c->resp_final) {
 		response_done(c); /* a pipelined request waiting behind it is read next */
 	} else {
 		conn_update_events(c);

@@ -21,7 +21,9 @@ enum conn_state {
 	CS_CLOSED,  /* freed at the end of this loop iteration */
 };
 
-#define CONN_PREFILL_MAX 128 /* "host:port" of an x-kpi-prefill header */
+#define CONN_PREFILL_MAX 128
+
+struct conn_seg; /* "host:port" of an x-kpi-prefill header */
 
 struct conn {
 	int tag;                   /* TAG_CONN */
@@ -31,7 +33,9 @@ struct conn {
 	bool on_ready;
 	enum conn_state state;
 	uint32_t events;           /* current epoll interest */
-	struct sbuf in, out;
+	struct sbuf in;
+	struct conn_seg *out_head, *out_tail; /* what the socket has not taken yet */
+	size_t out_bytes;
 	uint64_t t_first_byte;     /* of the request being read; 0: none yet */
 	uint64_t t_activity;
 
@@ -94,6 +98,9 @@ void conn_send(struct conn *c, const char *data, size_t len, bool final);
 /* The same for several pieces, in one sendmsg(). */
 struct iovec;
 void conn_sendv(struct conn *c, const struct iovec *iov, int n, bool final);
+/* The same, the last piece a malloc'd buffer handed over: what the socket
+ * does not take now waits in place, not copied, and it is freed once sent. */
+void conn_sendv_owned(struct conn *c, const struct iovec *iov, int n, bool final);
 /* The status line and headers; clen < 0: no Content-Length. */
 void conn_resp_head(struct sbuf *b, struct conn *c, int status, const char *ctype,
 		    long long clen, bool chunked, const char *extra);

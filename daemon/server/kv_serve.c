@@ -169,7 +169,7 @@ static void send_start(struct kv_send *s, struct sbuf *b)
 	}
 }
 
-static void send_layer(struct kv_send *s, const struct eth_event *ev)
+static void send_layer(struct kv_send *s, struct eth_event *ev)
 {
 	uint64_t want = s->hdr.payload_bytes / s->hdr.n_layers;
 	if (!ev->data || ev->len != want || (uint32_t)ev->layer != s->layers_sent) {
@@ -187,7 +187,8 @@ static void send_layer(struct kv_send *s, const struct eth_event *ev)
 	s->layers_sent++;
 	s->bytes += ev->len;
 	struct iovec iov[2] = { { head.data, head.len }, { ev->data, ev->len } };
-	conn_sendv(s->c, iov, 2, false);
+	ev->data = NULL; /* the connection has it now: sent from where it stands */
+	conn_sendv_owned(s->c, iov, 2, false);
 	sbuf_free(&head);
 }
 

@@ -4,6 +4,8 @@
  * of the KV are all checked before the payload is handed out. */
 #include "daemon/server/kv_wire.h"
 
+#include "daemon/engine.h"
+
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -136,7 +138,7 @@ static void check_header(struct kv_reader *r)
 		return;
 	}
 	r->layer_bytes = want / m->n_layers;
-	r->payload = malloc(want ? want : 1);
+	r->payload = engine_kv_buffer(want);
 	r->xx = XXH3_createState();
 	if (!r->payload || !r->xx) {
 		kv_reader_fail(r, KPI_KV_ERR_SIZE, "out of memory for %llu KV bytes",
