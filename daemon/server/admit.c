@@ -1,6 +1,8 @@
 /* admit.c - the admission limits and the request record (admit.h). */
 #include "daemon/server/admit.h"
 
+#include "daemon/server/api.h"
+
 #include <string.h>
 #include <time.h>
 
@@ -8,6 +10,23 @@
 #include "abi/kpi_reasons.h"
 #include "daemon/server/conn.h"
 #include "daemon/server/state.h"
+
+bool admit_parse(struct conn *c, const char *body, size_t len, bool chat, struct api_request *ar)
+{
+	char err[512];
+	bool bad_json;
+	memset(ar, 0, sizeof(*ar));
+	if (srv.draining) {
+		conn_reject(c, 503, KPI_REJECT_DRAINING, "the server is shutting down", true, NULL);
+		return false;
+	}
+	if (api_request_parse(body, len, chat, ar, &bad_json, err, sizeof(err)) < 0) {
+		conn_reject(c, 400, bad_json ? KPI_REJECT_BAD_JSON : KPI_REJECT_BAD_PARAM, err,
+			    false, NULL);
+		return false;
+	}
+	return true;
+}
 
 int admit_limits(struct conn *c, int n_prompt, int max_tokens, bool chat)
 {

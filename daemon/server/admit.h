@@ -12,6 +12,13 @@
 
 struct conn;
 
+struct api_request;
+
+/* The body of a completion (chat: of a chat completion) decoded into ar;
+ * false after a 503 (draining) or a 400 naming the field. ar is always safe
+ * to free. */
+bool admit_parse(struct conn *c, const char *body, size_t len, bool chat, struct api_request *ar);
+
 /* The request fits the context and the KV pool, and the waiting queue has
  * room. Returns max_tokens (given < 0: the default, a whole context for
  * chat, else 16), or -1 after a 400 or 429. */

@@ -160,18 +160,10 @@ static void on_event(struct req *r, struct eth_event *ev, bool last)
 {
 	switch ((int)ev->ev.kind) {
 	case ENGINE_EV_SCHEDULED:
-		if (r->waiting) {
-			r->waiting = false;
-			srv.n_waiting--;
-		}
-		if (!r->t_sched)
-			r->t_sched = ev->t_ns;
+		req_scheduled(r, ev->t_ns);
 		break;
 	case ENGINE_EV_PREEMPTED:
-		if (!r->waiting) {
-			r->waiting = true;
-			srv.n_waiting++;
-		}
+		req_preempted(r);
 		break;
 	case ENGINE_EV_TOKEN:
 		on_token(r, ev, last);

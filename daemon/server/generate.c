@@ -107,17 +107,8 @@ static void generate_submit(struct conn *c, struct req *r, const struct api_requ
 
 void generate_handle(struct conn *c, const char *body, size_t len, bool chat)
 {
-	char err[512];
-	bool bad_json;
 	struct api_request ar;
-
-	if (srv.draining) {
-		conn_reject(c, 503, KPI_REJECT_DRAINING, "the server is shutting down", true, NULL);
-		return;
-	}
-	if (api_request_parse(body, len, chat, &ar, &bad_json, err, sizeof(err)) < 0) {
-		conn_reject(c, 400, bad_json ? KPI_REJECT_BAD_JSON : KPI_REJECT_BAD_PARAM, err,
-			    false, NULL);
+	if (!admit_parse(c, body, len, chat, &ar)) {
 		api_request_free(&ar);
 		return;
 	}

@@ -57,21 +57,34 @@ static void parse_connection(const char *v, size_t n, struct http_request *req)
 	}
 }
 
+/* A Content-Length value into *cl (a second one must agree); NULL, or why
+ * not with the status it calls for (400, or 413 past 15 digits). */
+static const char *content_length(const char *v, size_t vlen, long long *cl, int *status)
+{
+	if (vlen == 0 || vlen > 15) {
+		*status = vlen > 15 ? 413 : 400;
+		return "Content-Length is not a valid size";
+	}
+	long long n = 0;
+	for (size_t i = 0; i < vlen; i++) {
+		if (v[i] < '0' || v[i] > '9')
+			return "Content-Length is not a decimal number";
+		n = n * 10 + (v[i] - '0');
+	}
+	if (*cl >= 0 && *cl != n)
+		return "conflicting Content-Length headers";
+	*cl = n;
+	return NULL;
+}
+
 static int parse_header(const char *name, size_t nlen, const char *v, size_t vlen,
 			struct http_request *req, bool *saw_te)
 {
 	if (http_token_eq(name, nlen, "content-length")) {
-		if (vlen == 0 || vlen > 15)
-			return fail(req, vlen > 15 ? 413 : 400, "Content-Length is not a valid size");
-		long long cl = 0;
-		for (size_t i = 0; i < vlen; i++) {
-			if (v[i] < '0' || v[i] > '9')
-				return fail(req, 400, "Content-Length is not a decimal number");
-			cl = cl * 10 + (v[i] - '0');
-		}
-		if (req->content_length >= 0 && req->content_length != cl)
-			return fail(req, 400, "conflicting Content-Length headers");
-		req->content_length = cl;
+		int status = 400;
+		const char *why = content_length(v, vlen, &req->content_length, &status);
+		if (why)
+			return fail(req, status, why);
 	} else if (http_token_eq(name, nlen, "transfer-encoding")) {
 		if (*saw_te || !http_token_eq(v, vlen, "chunked"))
 			return fail(req, 501, "only Transfer-Encoding: chunked is supported");
@@ -499,17 +512,10 @@ int http_parse_response_head(const char *buf, size_t len, struct http_response *
 	bool saw_te = false;
 	while (http_next_header(buf, end, &pos, &name, &nlen, &v, &vlen)) {
 		if (http_token_eq(name, nlen, "content-length")) {
-			if (vlen == 0 || vlen > 15)
-				return resp_fail(r, "Content-Length is not a valid size");
-			long long cl = 0;
-			for (size_t i = 0; i < vlen; i++) {
-				if (v[i] < '0' || v[i] > '9')
-					return resp_fail(r, "Content-Length is not a decimal number");
-				cl = cl * 10 + (v[i] - '0');
-			}
-			if (r->content_length >= 0 && r->content_length != cl)
-				return resp_fail(r, "conflicting Content-Length headers");
-			r->content_length = cl;
+			int status;
+			const char *why = content_length(v, vlen, &r->content_length, &status);
+			if (why)
+				return resp_fail(r, why);
 		} else if (http_token_eq(name, nlen, "transfer-encoding")) {
 			if (saw_te || !http_token_eq(v, vlen, "chunked"))
 				return resp_fail(r, "only Transfer-Encoding: chunked is supported");

@@ -94,12 +94,7 @@ static void send_abort(struct kv_send *s, int status, const char *msg)
 void kv_serve_handle(struct conn *c, const char *body, size_t len)
 {
 	char err[512];
-	bool bad_json;
 	struct api_request ar;
-	if (srv.draining) {
-		conn_reject(c, 503, KPI_REJECT_DRAINING, "the server is shutting down", true, NULL);
-		return;
-	}
 	if (c->has_model_fp && c->model_fp != srv.kvm.fingerprint) {
 		snprintf(err, sizeof(err), "this prefill worker serves '%s' (fingerprint %016llx), "
 			 "the decode worker expects fingerprint %016llx: start both on the same GGUF "
@@ -108,9 +103,7 @@ void kv_serve_handle(struct conn *c, const char *body, size_t len)
 		conn_reject(c, 409, KPI_REJECT_MODEL_MISMATCH, err, false, NULL);
 		return;
 	}
-	if (api_request_parse(body, len, false, &ar, &bad_json, err, sizeof(err)) < 0) {
-		conn_reject(c, 400, bad_json ? KPI_REJECT_BAD_JSON : KPI_REJECT_BAD_PARAM, err,
-			    false, NULL);
+	if (!admit_parse(c, body, len, false, &ar)) {
 		api_request_free(&ar);
 		return;
 	}
@@ -235,18 +228,10 @@ void kv_serve_event(struct req *r, struct eth_event *ev)
 			send_layer(s, ev);
 		break;
 	case ENGINE_EV_SCHEDULED:
-		if (r->waiting) {
-			r->waiting = false;
-			srv.n_waiting--;
-		}
-		if (!r->t_sched)
-			r->t_sched = ev->t_ns;
+		req_scheduled(r, ev->t_ns);
 		break;
 	case ENGINE_EV_PREEMPTED:
-		if (!r->waiting) {
-			r->waiting = true;
-			srv.n_waiting++;
-		}
+		req_preempted(r);
 		break;
 	case ENGINE_EV_TOKEN:
 		prefill_metrics(r, ev);

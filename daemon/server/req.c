@@ -4,6 +4,24 @@
 
 #include "daemon/server/state.h"
 
+void req_scheduled(struct req *r, uint64_t t_ns)
+{
+	if (r->waiting) {
+		r->waiting = false;
+		srv.n_waiting--;
+	}
+	if (!r->t_sched)
+		r->t_sched = t_ns;
+}
+
+void req_preempted(struct req *r)
+{
+	if (!r->waiting) {
+		r->waiting = true;
+		srv.n_waiting++;
+	}
+}
+
 void req_insert(struct req *r)
 {
 	HASH_ADD(hh, srv.reqs, id, sizeof(r->id), r);

@@ -54,6 +54,11 @@ struct req {
 	struct kv_send *send;      /* prefill: the KV stream going out */
 };
 
+/* The engine put r in the running set (t_ns: the step's start), or took it
+ * back to the queue: the waiting count follows. */
+void req_scheduled(struct req *r, uint64_t t_ns);
+void req_preempted(struct req *r);
+
 void req_insert(struct req *r);
 struct req *req_find(uint64_t id);
 void req_remove(struct req *r);

@@ -15,6 +15,7 @@
 
 #include "kpi_probes.h"
 #include "abi/kpi_reasons.h"
+#include "daemon/server/admit.h"
 #include "daemon/server/api.h"
 #include "daemon/server/conn.h"
 #include "daemon/server/route_policy.h"
@@ -416,17 +417,9 @@ static size_t prompt_prefix(const struct api_request *ar, const void **p)
 
 void router_handle(struct conn *c, const char *body, size_t len, bool chat)
 {
-	char err[512];
-	bool bad_json;
 	struct api_request ar;
-	if (srv.draining) {
-		conn_reject(c, 503, KPI_REJECT_DRAINING, "the server is shutting down", true, NULL);
-		return;
-	}
 	/* refused here as a worker would refuse it, without costing one a round trip */
-	if (api_request_parse(body, len, chat, &ar, &bad_json, err, sizeof(err)) < 0) {
-		conn_reject(c, 400, bad_json ? KPI_REJECT_BAD_JSON : KPI_REJECT_BAD_PARAM, err,
-			    false, NULL);
+	if (!admit_parse(c, body, len, chat, &ar)) {
 		api_request_free(&ar);
 		return;
 	}

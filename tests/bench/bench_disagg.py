@@ -83,6 +83,19 @@ def loopback_gbps(total, chunk):
     return total / res["s"] / 1e9
 
 
+def proc_cpu(pid):
+    """user + system seconds of a process so far."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def self_cpu():
+    import resource
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def transfer_seconds(d):
     m = d.metrics()
     return m["kpi_infer_kv_transfer_seconds_sum"], m["kpi_infer_kv_transfer_bytes_total"]
@@ -94,14 +107,19 @@ def throughput(model, rounds):
     rng = random.Random(1)
     prompt = dt.random_prompt(rng, 1500)
     dt.token_ids(d.port, prompt, 1, headers={"x-kpi-prefill": p.addr})  # cached from here on
-    kv, tcp = [], []
+    kv, tcp, kv_cpu, tcp_cpu = [], [], [], []
     layer = 1500 * 2 * 768 * 2
     for r in range(rounds):
         s0, b0 = transfer_seconds(d)
+        c0 = proc_cpu(p.p.pid) + proc_cpu(d.p.pid)
         dt.token_ids(d.port, prompt, 1, headers={"x-kpi-prefill": p.addr})
+        c1 = proc_cpu(p.p.pid) + proc_cpu(d.p.pid)
         s1, b1 = transfer_seconds(d)
         kv.append((b1 - b0) / (s1 - s0) / 1e9)
+        kv_cpu.append((c1 - c0) / ((b1 - b0) / 1e9))
+        c0 = self_cpu()
         tcp.append(loopback_gbps(int(b1 - b0), layer))
+        tcp_cpu.append((self_cpu() - c0) / ((b1 - b0) / 1e9))
         print(f"throughput round {r + 1}/{rounds}: KV {kv[-1]:.2f} GB/s, loopback {tcp[-1]:.2f} GB/s",
               file=sys.stderr)
     hits = p.metrics()["vllm:prefix_cache_hits_total"]
@@ -109,7 +127,12 @@ def throughput(model, rounds):
     d.stop()
     share = [a / b for a, b in zip(kv, tcp)]
     return dict(kv_bytes=int(b1 - b0), kv_gbps=agg(kv), loopback_gbps=agg(tcp),
-                share_of_loopback=agg(share), prefix_hit_tokens=hits)
+                share_of_loopback=agg(share), prefix_hit_tokens=hits,
+                # CPU seconds per GB moved, both processes (the KV request's decode
+                # step and HTTP included) against both ends of the TCP stream: what
+                # the transfer costs, whatever else the machine runs
+                kv_cpu_s_per_gb=agg(kv_cpu), loopback_cpu_s_per_gb=agg(tcp_cpu),
+                loadavg=os.getloadavg())
 
 
 # ---- 2. share of TTFT -----------------------------------------------------------------
@@ -310,8 +333,11 @@ def main():
     print(f"Small preset. Medians over alternating rounds (min-max).\n")
     print(f"**KV-transfer throughput**: {t['kv_bytes'] / 1e6:.1f} MB (1,500 tokens, prefix cached on "
           f"the prefill worker): {cell(t['kv_gbps'])} GB/s against one loopback TCP stream's "
-          f"{cell(t['loopback_gbps'])} GB/s: **{cell(t['share_of_loopback'], '%.0f%%' if False else '%.2f')}** "
-          "of loopback (target >= 0.50).\n")
+          f"{cell(t['loopback_gbps'])} GB/s: **{cell(t['share_of_loopback'])}** "
+          f"of loopback (target >= 0.50). CPU per GB moved: {cell(t['kv_cpu_s_per_gb'])} s "
+          f"(prefill + decode worker) against {cell(t['loopback_cpu_s_per_gb'])} s (both ends of "
+          f"the TCP stream); load average during the run {t['loadavg'][0]:.1f} on "
+          f"{os.cpu_count()} CPUs.\n")
     print("| prompt tokens | KV MB | TTFT ms | transfer span ms | span / TTFT | exposed ms | exposed / TTFT |")
     print("|---|---|---|---|---|---|---|")
     for n, v in doc["ttft_share"].items():
