@@ -22,13 +22,16 @@
 #define KPI_KV_PREFILL_HEADER "x-kpi-prefill"
 
 /* The answer's body, all integers little-endian:
- *   header                              struct kpi_kv_header (128 bytes)
- *   n_layers x { layer frame            struct kpi_kv_layer (16 bytes)
- *                K [n_kv_heads][n_tokens][head_dim]   dtype
- *                V [n_kv_heads][n_tokens][head_dim] }  dtype
- *   end frame                           struct kpi_kv_end (32 bytes)
- * Layers go in order 0..n_layers-1, each sent as soon as the prefill's
- * forward pass has computed it (the transfer overlaps the prefill's tail).
+ *   header                               struct kpi_kv_header (128 bytes)
+ *   2 x n_layers x { frame               struct kpi_kv_layer (24 bytes)
+ *                    K [n_kv_heads][n_pos][head_dim]   dtype
+ *                    V [n_kv_heads][n_pos][head_dim] }  dtype
+ *   end frame                            struct kpi_kv_end (32 bytes)
+ * The first n_layers frames (layers 0..n_layers-1 in order) carry positions
+ * [0, c): the prompt's prefix the prefill worker had cached, sent before any
+ * compute (c may be 0: frames of no payload). The next n_layers frames carry
+ * [c, n_tokens), each sent as soon as the forward pass has computed its layer
+ * (the transfer overlaps the prefill's tail). c is the same in every frame.
  * Content-Length is exactly kpi_kv_stream_bytes(). */
 #define KPI_KV_MAGIC 0x564b504bu       /* "KPKV" */
 #define KPI_KV_LAYER_MAGIC 0x594c504bu /* "KPLY" */
@@ -61,8 +64,10 @@ struct kpi_kv_header {
 
 struct kpi_kv_layer {
 	uint32_t magic;          /* KPI_KV_LAYER_MAGIC */
-	uint32_t layer;          /* 0..n_layers-1, in order */
-	uint64_t bytes;          /* K and V of this layer: payload_bytes / n_layers */
+	uint32_t layer;          /* 0..n_layers-1, in order within each half of the stream */
+	uint32_t first_pos;      /* 0 in the first half, c in the second */
+	uint32_t n_pos;          /* c in the first half, n_tokens - c in the second */
+	uint64_t bytes;          /* 2 x n_kv_heads x n_pos x head_dim x dtype size */
 };
 
 struct kpi_kv_end {
@@ -76,7 +81,7 @@ struct kpi_kv_end {
 };
 
 _Static_assert(sizeof(struct kpi_kv_header) == 128, "kpi_kv_header is ABI: 128 bytes");
-_Static_assert(sizeof(struct kpi_kv_layer) == 16, "kpi_kv_layer is ABI: 16 bytes");
+_Static_assert(sizeof(struct kpi_kv_layer) == 24, "kpi_kv_layer is ABI: 24 bytes");
 _Static_assert(sizeof(struct kpi_kv_end) == 32, "kpi_kv_end is ABI: 32 bytes");
 #if defined(__BYTE_ORDER__) && __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "the KV stream is little-endian; this host is not: add byte swapping"
@@ -96,7 +101,7 @@ static inline uint64_t kpi_kv_payload_bytes(uint32_t n_layers, uint32_t n_tokens
 
 static inline uint64_t kpi_kv_stream_bytes(uint32_t n_layers, uint64_t payload_bytes)
 {
-	return sizeof(struct kpi_kv_header) + (uint64_t)n_layers * sizeof(struct kpi_kv_layer) +
+	return sizeof(struct kpi_kv_header) + 2ull * n_layers * sizeof(struct kpi_kv_layer) +
 	       payload_bytes + sizeof(struct kpi_kv_end);
 }
 

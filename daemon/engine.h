@@ -25,12 +25,16 @@ struct engine_config {
 	bool prefix_cache;       /* reuse cached full blocks of earlier prompts (docs/engine.md) */
 	bool fingerprint;        /* hash the model file: its identity in a KV transfer */
 	/* Prefill side of a KV transfer: called on the engine thread, inside
-	 * engine_step, for a sequence submitted with engine_submit_prefill, once
-	 * per layer of the step that completes its prefill, as soon as that
-	 * layer is computed (the transfer overlaps the rest of the forward pass).
-	 * data (malloc'd; the callee frees it) is the layer's K then V, each
-	 * [n_kv_heads][n_tokens][head_dim] in the cache's dtype. */
-	void (*kv_layer)(void *ctx, uint64_t id, int layer, void *data, size_t len);
+	 * engine_step, for a sequence submitted with engine_submit_prefill: at its
+	 * admission, for every layer, with the positions [0, c) the prefix cache
+	 * held (when c > 0), before any compute; then once per layer of the step
+	 * that completes its prefill, as soon as that layer is computed, with the
+	 * positions [c, n_prompt) (the transfer overlaps the rest of the forward
+	 * pass). data (from engine_kv_buffer; the callee frees it) is K then V of
+	 * those positions, each [n_kv_heads][n_pos][head_dim] in the cache's
+	 * dtype. */
+	void (*kv_layer)(void *ctx, uint64_t id, int layer, int first_pos, int n_pos, void *data,
+			 size_t len);
 	void *kv_ctx;
 };
 
@@ -141,8 +145,8 @@ void engine_kv_layout(const struct engine *e, struct engine_kv_layout *l);
  * of memory. */
 void *engine_kv_buffer(size_t bytes);
 /* Sets config.kv_layer and its context (before the first engine_step). */
-void engine_set_kv_layer(struct engine *e, void (*fn)(void *, uint64_t, int, void *, size_t),
-			 void *ctx);
+void engine_set_kv_layer(struct engine *e,
+			 void (*fn)(void *, uint64_t, int, int, int, void *, size_t), void *ctx);
 
 /* Ends a queued or running request now, freeing its blocks; its
  * ENGINE_EV_FINISHED (with reason) comes from the next engine_step. */

@@ -167,14 +167,21 @@ def test_bad_kv_streams_fail_their_request_alone():
     ids = dt.random_prompt(random.Random(3), 40)
     hdr, layers, end = _good_stream(p, ids)
     assert hdr["n_tokens"] == 40 and hdr["version"] == 1 and hdr["header_bytes"] == 128
-    assert hdr["payload_bytes"] == 4 * 40 * 2 * 128 * 2 == sum(len(l[1]) for l in layers)
+    assert hdr["payload_bytes"] == 4 * 40 * 2 * 128 * 2 == sum(len(f[3]) for f in layers)
+    # nothing cached yet: the first half's frames are empty, the second carries all 40
+    assert [(f[0], f[1], f[2]) for f in layers] == [(l, 0, 0) for l in range(4)] + \
+        [(l, 0, 40) for l in range(4)], [f[:3] for f in layers]
+    cached = dt.parse_stream(dt.kv_request(p.port, ids, int(dt.load(p.port)["fingerprint"], 16))[2])
+    assert [(f[0], f[1], f[2]) for f in cached[1]] == [(l, 0, 32) for l in range(4)] + \
+        [(l, 32, 8) for l in range(4)], "the cached prefix goes first"
+    assert cached[2][2] == end[2]  # same first token
     good = dt.build_stream(hdr, layers, end)
 
     def forged(**over):
         h = dict(hdr, **over)
         return dt.build_stream(h, layers, end)
 
-    flipped = [(i, bytes(b[:7]) + bytes([b[7] ^ 1]) + bytes(b[8:]) if i == 2 else b) for i, b in layers]
+    flipped = layers[:-1] + [layers[-1][:3] + (bytes([layers[-1][3][0] ^ 1]) + layers[-1][3][1:],)]
     bad_token = end[:2] + (99999,) + end[3:]
     big = dict(hdr, n_tokens=4000, payload_bytes=4 * 4000 * 2 * 128 * 2)
     cases = [
@@ -182,7 +189,7 @@ def test_bad_kv_streams_fail_their_request_alone():
          "serves another model"),
         ("wrong version", dt.kv_answer(forged(version=2)), None, "version", "version 2"),
         ("not a stream", dt.kv_answer(b"X" * len(good)), None, "magic", "not a KV stream"),
-        ("truncated", dt.kv_answer(good), 128 + 16 + 5000, "truncated", "closed the connection"),
+        ("truncated", dt.kv_answer(good), 128 + 8 * 24 + 5000, "truncated", "closed the connection"),
         ("oversized", dt.kv_answer(dt.build_stream(big, layers, end),
                                    length=len(good) + 4 * 3960 * 2 * 128 * 2), 200, "size",
          "announces"),

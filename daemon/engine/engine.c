@@ -45,6 +45,7 @@ struct seq {
 	uint64_t preempted_at; /* step of the last preemption, +1 (0: never) */
 	bool export_kv;        /* prefill-only: its KV goes out layer by layer (kv_layer) */
 	struct engine_kv_import *import; /* KV computed elsewhere, copied in at admission */
+	int n_exported;        /* prefill-only: positions whose KV went out at admission */
 	int n_keyed;           /* leading full blocks given a prefix-cache key */
 	uint64_t key;          /* the key of block n_keyed - 1 (0: none) */
 	struct seq *prev, *next;
@@ -479,8 +480,8 @@ void *engine_kv_buffer(size_t bytes)
 	return p;
 }
 
-void engine_set_kv_layer(struct engine *e, void (*fn)(void *, uint64_t, int, void *, size_t),
-			 void *ctx)
+void engine_set_kv_layer(struct engine *e,
+			 void (*fn)(void *, uint64_t, int, int, int, void *, size_t), void *ctx)
 {
 	e->cfg.kv_layer = fn;
 	e->cfg.kv_ctx = ctx;
@@ -651,27 +652,33 @@ static size_t kv_half_bytes(const struct engine *e, int n)
 	return (size_t)mi->n_kv_heads * n * mi->head_dim * db;
 }
 
+/* Sends one layer's K/V of positions [p0, p1) of s (p0 a block boundary). */
+static void kv_export_range(struct engine *e, struct seq *s, int layer, int p0, int p1)
+{
+	const int bs = e->cfg.block_size, hd = e->model->info.head_dim, n = p1 - p0;
+	size_t row = kv_half_bytes(e, 1) / e->model->info.n_kv_heads; /* one position of one head */
+	size_t half = kv_half_bytes(e, n);
+	char *buf = engine_kv_buffer(2 * half);
+	if (buf)
+		for (int p = p0; p < p1; p += bs) {
+			int slots = p1 - p < bs ? p1 - p : bs;
+			e->ops->kv_read(e->be, layer, s->bt.ids[p / bs], 0, slots,
+					buf + (size_t)(p - p0) * row, buf + half + (size_t)(p - p0) * row,
+					(size_t)n * hd);
+		}
+	/* NULL: no memory for it; the server fails that transfer */
+	e->cfg.kv_layer(e->cfg.kv_ctx, s->id, layer, p0, n, buf, buf ? 2 * half : 0);
+}
+
 /* backend_batch.layer_done: the layer is computed for the whole step, so the
- * prefill-only sequences finishing their prefill in it send it now. */
+ * prefill-only sequences finishing their prefill in it send it now (the
+ * positions the cache did not already send at admission). */
 static void kv_export_layer(void *ctx, int layer)
 {
 	struct engine *e = ctx;
-	const int bs = e->cfg.block_size, hd = e->model->info.head_dim;
-	size_t row = kv_half_bytes(e, 1) / e->model->info.n_kv_heads; /* one position of one head */
-	for (int i = 0; i < e->n_export; i++) {
-		struct seq *s = e->b_export[i];
-		int n = s->n_prompt;
-		size_t half = kv_half_bytes(e, n);
-		char *buf = engine_kv_buffer(2 * half);
-		if (buf)
-			for (int j = 0; j * bs < n; j++) {
-				int slots = n - j * bs < bs ? n - j * bs : bs;
-				e->ops->kv_read(e->be, layer, s->bt.ids[j], 0, slots, buf + (size_t)j * bs * row,
-						buf + half + (size_t)j * bs * row, (size_t)n * hd);
-			}
-		/* NULL: no memory for it; the server fails that transfer */
-		e->cfg.kv_layer(e->cfg.kv_ctx, s->id, layer, buf, buf ? 2 * half : 0);
-	}
+	for (int i = 0; i < e->n_export; i++)
+		kv_export_range(e, e->b_export[i], layer, e->b_export[i]->n_exported,
+				e->b_export[i]->n_prompt);
 }
 
 /* Copies an imported prompt's KV into s's blocks (reserved for n_prompt). */
@@ -814,6 +821,12 @@ static int schedule(struct engine *e)
 				KPI_REQUEST_PREFIX_HIT(s->id, hit);
 		}
 		kv_table_reserve(&e->kv, &s->bt, s->n_cached + take, bs);
+		if (s->export_kv && hit && !s->n_exported) {
+			/* the cached prefix is final: it leaves now, ahead of any compute */
+			for (int l = 0; l < e->model->info.n_layers; l++)
+				kv_export_range(e, s, l, 0, hit);
+			s->n_exported = hit;
+		}
 		list_remove(&e->waiting, s);
 		s->state = SEQ_RUNNING;
 		list_insert_by_arrival(&e->running, s);

@@ -87,14 +87,16 @@ void eth_event_free(struct eth_event *ev)
 /* The engine's kv_layer callback, on the engine thread mid-step: the layer
  * goes to the I/O thread at once, so it is on the wire while the step's
  * remaining layers compute. */
-static void eth_kv_layer(void *ctx, uint64_t id, int layer, void *data, size_t len)
+static void eth_kv_layer(void *ctx, uint64_t id, int layer, int first_pos, int n_pos, void *data,
+			 size_t len)
 {
 	struct engine_thread *t = ctx;
 	pthread_mutex_lock(&t->mu);
 	t->evs = grow(t->evs, &t->evs_cap, t->nevs + 1, sizeof(*t->evs));
 	t->evs[t->nevs++] = (struct eth_event){
 		.ev = { .kind = ETH_EV_KV_LAYER, .id = id },
-		.t_ns = eth_now_ns(), .layer = layer, .data = data, .len = len,
+		.t_ns = eth_now_ns(), .layer = layer, .first_pos = first_pos, .n_pos = n_pos,
+		.data = data, .len = len,
 	};
 	pthread_mutex_unlock(&t->mu);
 	uint64_t one = 1;

@@ -22,7 +22,8 @@ struct eth_event {
 	struct engine_event ev;
 	uint64_t t_ns;     /* CLOCK_MONOTONIC: step start for SCHEDULED, step end otherwise */
 	char *err;         /* ETH_EV_SUBMIT_FAILED: engine's message (owned) */
-	int layer;         /* ETH_EV_KV_LAYER */
+	int layer;         /* ETH_EV_KV_LAYER: the layer, and the positions it carries */
+	int first_pos, n_pos;
 	void *data;        /* ETH_EV_KV_LAYER: K then V (owned; NULL when out of memory) */
 	size_t len;
 };

@@ -30,7 +30,8 @@ struct kv_send {
 	struct conn *c;
 	struct kpi_kv_header hdr;
 	XXH3_state_t *xx;
-	uint32_t layers_sent;
+	uint32_t frames_sent;      /* of 2 x n_layers: the cached halves, then the computed ones */
+	uint32_t cached;           /* c: positions the cached frames carry */
 	uint64_t bytes;            /* KV bytes handed to the connection */
 	bool started, ended;       /* first byte written; end frame written */
 	uint64_t t_start;
@@ -162,22 +163,42 @@ static void send_start(struct kv_send *s, struct sbuf *b)
 	}
 }
 
+static void add_frame(struct kv_send *s, struct sbuf *b, uint32_t layer, uint32_t first,
+		      uint32_t n_pos, uint64_t bytes)
+{
+	struct kpi_kv_layer lf = { KPI_KV_LAYER_MAGIC, layer, first, n_pos, bytes };
+	sbuf_add(b, &lf, sizeof(lf));
+	s->frames_sent++;
+}
+
+/* One layer's K/V of positions [first_pos, first_pos + n_pos): the cached
+ * prefix at admission (first_pos 0, n_pos c), or the computed rest. */
 static void send_layer(struct kv_send *s, struct eth_event *ev)
 {
-	uint64_t want = s->hdr.payload_bytes / s->hdr.n_layers;
-	if (!ev->data || ev->len != want || (uint32_t)ev->layer != s->layers_sent) {
+	const struct kpi_kv_header *h = &s->hdr;
+	struct sbuf head = { 0 };
+	if (!s->started) {
+		send_start(s, &head);
+		if (ev->first_pos == 0 && (uint32_t)ev->n_pos == h->n_tokens)
+			for (uint32_t l = 0; l < h->n_layers; l++) /* nothing was cached */
+				add_frame(s, &head, l, 0, 0, 0);
+		else
+			s->cached = (uint32_t)ev->n_pos;
+	}
+	bool second = s->frames_sent >= h->n_layers;
+	uint32_t layer = s->frames_sent % h->n_layers;
+	uint32_t first = second ? s->cached : 0, count = second ? h->n_tokens - s->cached : s->cached;
+	uint64_t want = 2ull * h->n_kv_heads * count * h->head_dim * kpi_kv_dtype_bytes(h->dtype);
+	if (!ev->data || ev->len != want || (uint32_t)ev->layer != layer ||
+	    (uint32_t)ev->first_pos != first || (uint32_t)ev->n_pos != count) {
+		sbuf_free(&head);
 		send_abort(s, KPI_KV_ERR_SIZE, ev->data ? "the engine gave a layer out of order" :
 			   "out of memory for a KV layer");
 		return;
 	}
-	struct sbuf head = { 0 };
-	if (!s->started)
-		send_start(s, &head);
-	struct kpi_kv_layer lf = { KPI_KV_LAYER_MAGIC, (uint32_t)ev->layer, ev->len };
-	sbuf_add(&head, &lf, sizeof(lf));
+	add_frame(s, &head, layer, first, count, ev->len);
 	if (s->xx)
 		XXH3_64bits_update(s->xx, ev->data, ev->len);
-	s->layers_sent++;
 	s->bytes += ev->len;
 	struct iovec iov[2] = { { head.data, head.len }, { ev->data, ev->len } };
 	ev->data = NULL; /* the connection has it now: sent from where it stands */
@@ -187,7 +208,7 @@ static void send_layer(struct kv_send *s, struct eth_event *ev)
 
 static void send_end(struct kv_send *s, const struct eth_event *ev)
 {
-	if (s->layers_sent != s->hdr.n_layers || !s->xx) {
+	if (s->frames_sent != 2 * s->hdr.n_layers || !s->xx) {
 		send_abort(s, KPI_KV_ERR_FRAME, "the prefill ended before every KV layer was sent");
 		return;
 	}

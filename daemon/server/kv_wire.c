@@ -63,6 +63,19 @@ void kv_reader_fail(struct kv_reader *r, int status, const char *fmt, ...)
 	r->payload = NULL;
 }
 
+/* Where the current frame's current run (head h's n_pos rows of K, then of
+ * V) goes in the payload, laid out [layer][K, V][head][n_tokens][head_dim]. */
+static char *run_at(const struct kv_reader *r, size_t *len)
+{
+	const struct kv_model *m = r->m;
+	size_t row = (size_t)m->head_dim * kpi_kv_dtype_bytes(m->dtype);
+	size_t per_head = (size_t)r->hdr.n_tokens * row, half = per_head * m->n_kv_heads;
+	uint32_t kv = r->run / m->n_kv_heads, h = r->run % m->n_kv_heads;
+	*len = (size_t)r->lf.n_pos * row;
+	return r->payload + (size_t)r->lf.layer * r->layer_bytes + kv * half + h * per_head +
+	       (size_t)r->lf.first_pos * row;
+}
+
 void kv_reader_want(struct kv_reader *r, char **p, size_t *n)
 {
 	switch (r->stage) {
@@ -74,10 +87,12 @@ void kv_reader_want(struct kv_reader *r, char **p, size_t *n)
 		*p = (char *)&r->lf + r->have;
 		*n = sizeof(r->lf) - r->have;
 		return;
-	case KVR_PAYLOAD:
-		*p = r->payload + r->layer * r->layer_bytes + r->have;
-		*n = (size_t)(r->layer_bytes - r->have);
+	case KVR_PAYLOAD: {
+		size_t len;
+		*p = run_at(r, &len) + r->have;
+		*n = len - r->have;
 		return;
+	}
 	case KVR_END:
 		*p = (char *)&r->end + r->have;
 		*n = sizeof(r->end) - r->have;
@@ -149,20 +164,39 @@ static void check_header(struct kv_reader *r)
 	r->stage = KVR_LAYER;
 }
 
+/* The frame after the current one: the next layer, the second half, or the end. */
+static void next_frame(struct kv_reader *r)
+{
+	r->run = 0;
+	r->stage = ++r->frame == 2 * r->m->n_layers ? KVR_END : KVR_LAYER;
+}
+
 static void check_layer(struct kv_reader *r)
 {
-	if (r->lf.magic != KPI_KV_LAYER_MAGIC || r->lf.layer != r->layer) {
-		kv_reader_fail(r, KPI_KV_ERR_FRAME, "expected the frame of layer %u, got magic %08x "
-			       "layer %u", r->layer, r->lf.magic, r->lf.layer);
+	const struct kv_model *m = r->m;
+	uint32_t n = r->hdr.n_tokens, layer = r->frame % m->n_layers;
+	bool second = r->frame >= m->n_layers;
+	if (r->frame == 0 && r->lf.magic == KPI_KV_LAYER_MAGIC && r->lf.n_pos < n)
+		r->cached = r->lf.n_pos; /* c, for every frame after */
+	uint32_t first = second ? r->cached : 0, count = second ? n - r->cached : r->cached;
+	if (r->lf.magic != KPI_KV_LAYER_MAGIC || r->lf.layer != layer || r->lf.first_pos != first ||
+	    r->lf.n_pos != count) {
+		kv_reader_fail(r, KPI_KV_ERR_FRAME, "expected frame %u: layer %u, positions %u+%u; got "
+			       "magic %08x layer %u positions %u+%u", r->frame, layer, first, count,
+			       r->lf.magic, r->lf.layer, r->lf.first_pos, r->lf.n_pos);
 		return;
 	}
-	if (r->lf.bytes != r->layer_bytes) {
-		kv_reader_fail(r, KPI_KV_ERR_SIZE, "layer %u frame of %llu bytes; the header makes it %llu",
-			       r->layer, (unsigned long long)r->lf.bytes,
-			       (unsigned long long)r->layer_bytes);
+	uint64_t want = 2ull * m->n_kv_heads * count * m->head_dim * kpi_kv_dtype_bytes(m->dtype);
+	if (r->lf.bytes != want) {
+		kv_reader_fail(r, KPI_KV_ERR_SIZE, "frame %u (layer %u, %u positions) of %llu bytes; "
+			       "they make %llu", r->frame, layer, count, (unsigned long long)r->lf.bytes,
+			       (unsigned long long)want);
 		return;
 	}
-	r->stage = KVR_PAYLOAD;
+	if (count == 0)
+		next_frame(r);
+	else
+		r->stage = KVR_PAYLOAD;
 }
 
 static void check_end(struct kv_reader *r)
@@ -214,12 +248,14 @@ enum kv_reader_stage kv_reader_got(struct kv_reader *r, size_t n)
 		}
 		break;
 	case KVR_PAYLOAD: {
-		char *at = r->payload + r->layer * r->layer_bytes + r->have - n;
+		size_t len;
+		char *at = run_at(r, &len) + r->have - n;
 		XXH3_64bits_update(r->xx, at, n);
 		r->received += n;
-		if (r->have == r->layer_bytes) {
+		if (r->have == len) {
 			r->have = 0;
-			r->stage = ++r->layer == r->m->n_layers ? KVR_END : KVR_LAYER;
+			if (++r->run == 2 * r->m->n_kv_heads)
+				next_frame(r);
 		}
 		break;
 	}

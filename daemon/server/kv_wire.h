@@ -32,8 +32,10 @@ struct kv_reader {
 	struct kpi_kv_layer lf;
 	struct kpi_kv_end end;
 	size_t have;               /* bytes of the current item so far */
-	uint32_t layer;            /* the next layer expected */
-	uint64_t layer_bytes;      /* each layer's K and V */
+	uint32_t frame;            /* the frame being read, 0..2 x n_layers - 1 */
+	uint32_t cached;           /* c: the positions of the first half's frames */
+	uint32_t run;              /* the K or V row run of one head being read */
+	uint64_t layer_bytes;      /* each layer's K and V, all positions */
 	char *payload;             /* hdr.payload_bytes, allocated once the header passed */
 	uint64_t received;         /* payload bytes in */
 	void *xx;                  /* XXH3 state of the payload */

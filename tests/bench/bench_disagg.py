@@ -47,9 +47,10 @@ def cell(m, f="%.2f"):
 
 # ---- 1. throughput ------------------------------------------------------------------
 
-def loopback_gbps(total, chunk):
-    """One TCP stream over loopback moving total bytes in chunk-sized writes:
-    GB/s from the first byte received to the last."""
+def loopback_gbps(total, chunk, cpus=None):
+    """One TCP stream over loopback moving total bytes in chunk-sized writes,
+    the receiving thread on cpus[1] and the sending one on cpus[0] (as the
+    workers are pinned): GB/s from the first byte received to the last."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
     srv.listen(1)
@@ -57,6 +58,8 @@ def loopback_gbps(total, chunk):
     res = {}
 
     def recv():
+        if cpus:
+            os.sched_setaffinity(0, {cpus[1]})  # this thread
         c, _ = srv.accept()
         sink = bytearray(1 << 22)
         mv = memoryview(sink)
@@ -71,6 +74,9 @@ def loopback_gbps(total, chunk):
 
     t = threading.Thread(target=recv)
     t.start()
+    if cpus:
+        before = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, {cpus[0]})
     s = socket.create_connection(srv.getsockname())
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sent = 0
@@ -78,6 +84,8 @@ def loopback_gbps(total, chunk):
         s.sendall(buf[:min(chunk, total - sent)])
         sent += min(chunk, total - sent)
     t.join()
+    if cpus:
+        os.sched_setaffinity(0, before)
     s.close()
     srv.close()
     return total / res["s"] / 1e9
@@ -102,8 +110,12 @@ def transfer_seconds(d):
 
 
 def throughput(model, rounds):
-    p = dt.worker("prefill", model=model, shared=True)
-    d = dt.worker("decode", model=model, shared=True)
+    # one core each, as the TCP stream's two ends: the prefill worker's engine
+    # thread paces the layers, so it gets a core of its own
+    cpus = sorted(os.sched_getaffinity(0))[:2]
+    pin = (lambda k: ["taskset", "-c", str(cpus[k])]) if len(cpus) == 2 else (lambda k: [])
+    p = dt.worker("prefill", "--threads", 1, model=model, shared=True, prefix=pin(0))
+    d = dt.worker("decode", "--threads", 1, model=model, shared=True, prefix=pin(1))
     rng = random.Random(1)
     prompt = dt.random_prompt(rng, 1500)
     dt.token_ids(d.port, prompt, 1, headers={"x-kpi-prefill": p.addr})  # cached from here on
@@ -118,7 +130,7 @@ def throughput(model, rounds):
         kv.append((b1 - b0) / (s1 - s0) / 1e9)
         kv_cpu.append((c1 - c0) / ((b1 - b0) / 1e9))
         c0 = self_cpu()
-        tcp.append(loopback_gbps(int(b1 - b0), layer))
+        tcp.append(loopback_gbps(int(b1 - b0), layer, cpus if len(cpus) == 2 else None))
         tcp_cpu.append((self_cpu() - c0) / ((b1 - b0) / 1e9))
         print(f"throughput round {r + 1}/{rounds}: KV {kv[-1]:.2f} GB/s, loopback {tcp[-1]:.2f} GB/s",
               file=sys.stderr)
@@ -321,9 +333,16 @@ def main():
     lengths = [16, 256, 1024, 1500] if a.quick else [16, 128, 512, 1024, 1500]
     doc = dict(model="small preset (12 layers, 12 KV heads x 64, F16 KV: 36 KiB a token)",
                quick=a.quick)
-    doc["throughput"] = throughput(model, 3 if a.quick else 6)
-    doc["ttft_share"] = ttft_share(model, lengths, rounds, tmp)
-    doc["interference"] = interference(model, 2 if a.quick else 3, a.quick)
+    part = os.environ.get("KPI_BENCH_PART", "")  # one part alone, while working on it
+    if part in ("", "throughput"):
+        doc["throughput"] = throughput(model, 3 if a.quick else 6)
+    if part in ("", "share"):
+        doc["ttft_share"] = ttft_share(model, lengths, rounds, tmp)
+    if part in ("", "interference"):
+        doc["interference"] = interference(model, 2 if a.quick else 3, a.quick)
+    if part:
+        print(json.dumps(doc, indent=1))
+        return
     kpitest.cleanup()
     with open(os.path.join(a.out, "disagg.json"), "w") as f:
         json.dump(doc, f, indent=1)

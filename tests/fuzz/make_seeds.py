@@ -59,8 +59,11 @@ def kv_wire_seeds():
     payload = layers * n_tok * 2 * heads * hd * 2
     hdr = struct.pack("<IHHQ64sIIIIIIQIIQ", 0x564B504B, 1, 128, 0x1234567890ABCDEF, b"tiny",
                       layers, heads, hd, 1, 16, n_tok, payload, 259, 0, 0)
-    per = payload // layers
-    body = b"".join(struct.pack("<IIQ", 0x594C504B, l, per) + bytes(per) for l in range(layers))
+    per, c = payload // layers, 2  # two positions from the cache, three computed
+    body = b"".join(struct.pack("<IIIIQ", 0x594C504B, l, 0, c, per * c // n_tok) + bytes(per * c // n_tok)
+                    for l in range(layers))
+    body += b"".join(struct.pack("<IIIIQ", 0x594C504B, l, c, n_tok - c, per * (n_tok - c) // n_tok) +
+                     bytes(per * (n_tok - c) // n_tok) for l in range(layers))
     end = struct.pack("<IIiIQQ", 0x444E504B, 0, 42, n_tok, 7, 0)
     put("kv_wire", "five_tokens", bytes([4, 13]) + hdr + body + end)
     put("kv_wire", "header_only", bytes([4, 96]) + hdr)

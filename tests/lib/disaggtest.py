@@ -11,9 +11,9 @@ KV_PATH = "/v1/kv/prefill"
 KV_CTYPE = "application/vnd.kpiscope.kv"
 # struct kpi_kv_header, kpi_kv_layer, kpi_kv_end (abi/kpi_kv_wire.h), little-endian
 HEADER = struct.Struct("<IHHQ64sIIIIIIQIIQ")
-LAYER = struct.Struct("<IIQ")
+LAYER = struct.Struct("<IIIIQ")
 END = struct.Struct("<IIiIQQ")
-assert HEADER.size == 128 and LAYER.size == 16 and END.size == 32
+assert HEADER.size == 128 and LAYER.size == 24 and END.size == 32
 HEADER_FIELDS = ("magic", "version", "header_bytes", "fingerprint", "model", "n_layers",
                  "n_kv_heads", "head_dim", "dtype", "block_size", "n_tokens", "payload_bytes",
                  "vocab_size", "reserved0", "reserved1")
@@ -65,23 +65,24 @@ def kv_request(p_port, ids, fingerprint=None, seed=7, rid="kv-test"):
 
 
 def parse_stream(body):
-    """A KV stream as (header dict, [(layer, payload bytes)], end tuple)."""
+    """A KV stream as (header dict, [(layer, first_pos, n_pos, payload bytes)]
+    for its 2 x n_layers frames, end tuple)."""
     hdr = dict(zip(HEADER_FIELDS, HEADER.unpack_from(body, 0)))
-    off, layers = HEADER.size, []
-    for _ in range(hdr["n_layers"]):
-        magic, layer, n = LAYER.unpack_from(body, off)
+    off, frames = HEADER.size, []
+    for _ in range(2 * hdr["n_layers"]):
+        magic, layer, first, n_pos, n = LAYER.unpack_from(body, off)
         off += LAYER.size
-        layers.append((layer, body[off:off + n]))
+        frames.append((layer, first, n_pos, body[off:off + n]))
         off += n
     end = END.unpack_from(body, off)
     assert off + END.size == len(body), (off, len(body))
-    return hdr, layers, end
+    return hdr, frames, end
 
 
-def build_stream(hdr, layers, end):
+def build_stream(hdr, frames, end):
     out = bytearray(HEADER.pack(*(hdr[k] for k in HEADER_FIELDS)))
-    for layer, payload in layers:
-        out += LAYER.pack(0x594C504B, layer, len(payload)) + payload
+    for layer, first, n_pos, payload in frames:
+        out += LAYER.pack(0x594C504B, layer, first, n_pos, len(payload)) + payload
     out += END.pack(*end)
     return bytes(out)
 

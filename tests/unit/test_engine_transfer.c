@@ -58,27 +58,36 @@ static void drain(struct engine *e, int32_t out[][MAXOUT], int *n_out, int n_ids
 
 /* ---- the prefill side's kv_layer callback: layers collected per request ---- */
 
+enum { NL = 4, NKV = 2, ROW = 64 * 2 }; /* tiny: layers, KV heads, bytes of one head's position */
+
 static struct {
-	char *data[NREQ];     /* all layers of request r, in order */
-	size_t layer_bytes[NREQ];
-	int layers[NREQ];
+	char *data[NREQ];     /* all layers of request r: [layer][K, V][head][n][head_dim] */
+	int n[NREQ];          /* its prompt length */
+	int covered[NREQ][NL];/* positions received per layer, in order */
+	int cached[NREQ];     /* positions the admission-time frames carried */
 	int calls;
 } got;
 
-static void on_layer(void *ctx, uint64_t id, int layer, void *data, size_t len)
+static void on_layer(void *ctx, uint64_t id, int layer, int first, int n_pos, void *data, size_t len)
 {
 	got.calls++;
-	if (id >= NREQ || !data || layer != got.layers[id]) {
-		got.layers[id < NREQ ? id : 0] = -1000; /* checked below */
+	int n = id < NREQ ? got.n[id] : 0;
+	if (!n || !data || layer < 0 || layer >= NL || first != got.covered[id][layer] ||
+	    first + n_pos > n || len != (size_t)2 * NKV * n_pos * ROW) {
+		got.covered[id < NREQ ? id : 0][0] = -100000; /* checked below */
 		free(data);
 		return;
 	}
-	if (layer == 0) {
-		got.layer_bytes[id] = len;
-		got.data[id] = malloc(len * 4); /* tiny: 4 layers */
-	}
-	memcpy(got.data[id] + (size_t)layer * len, data, len);
-	got.layers[id]++;
+	if (first == 0 && n_pos < n)
+		got.cached[id] = n_pos;
+	size_t half = (size_t)NKV * n * ROW;
+	for (int kv = 0; kv < 2; kv++)
+		for (int h = 0; h < NKV; h++)
+			memcpy(got.data[id] + (size_t)layer * 2 * half + kv * half + (size_t)h * n * ROW +
+				       (size_t)first * ROW,
+			       (char *)data + (size_t)kv * NKV * n_pos * ROW + (size_t)h * n_pos * ROW,
+			       (size_t)n_pos * ROW);
+	got.covered[id][layer] += n_pos;
 	free(data);
 }
 
@@ -115,6 +124,8 @@ static void test_prefill_then_decode_equals_one_engine(void)
 			continue;
 		struct sampling_params sp = params_of(r);
 		int n = prompt_of(r, prompt);
+		got.n[r] = n;
+		got.data[r] = malloc((size_t)NL * 2 * NKV * n * ROW);
 		if (wave)
 			want_hits += 16 * (uint64_t)((n - 1) / 16 < 4 ? (n - 1) / 16 : 4);
 		CHECK(engine_submit_prefill(p, r, prompt, n, &sp, err, sizeof(err)) == 0, "%s", err);
@@ -124,8 +135,10 @@ static void test_prefill_then_decode_equals_one_engine(void)
 		for (int i = 0; i < k; i++) {
 			int id = (int)ev[i].id;
 			if (ev[i].kind == ENGINE_EV_TOKEN) {
-				CHECK(ev[i].first && got.layers[id] == 4, "request %d: token before its 4 layers (%d)",
-				      id, got.layers[id]);
+				for (int l = 0; l < NL; l++)
+					CHECK(ev[i].first && got.covered[id][l] == got.n[id],
+					      "request %d: token with layer %d at %d of %d positions", id, l,
+					      got.covered[id][l], got.n[id]);
 				first[id][n_first[id]++] = ev[i].token;
 				sampler[id] = ev[i].sampler_state;
 			}
@@ -149,8 +162,10 @@ static void test_prefill_then_decode_equals_one_engine(void)
 		int n = prompt_of(r, prompt);
 		CHECK(n_first[r] == 1 && first[r][0] == want[r][0], "request %d: first token %d, want %d", r,
 		      first[r][0], want[r][0]);
-		CHECK(got.layer_bytes[r] == (size_t)kpi_kv_payload_bytes(1, n, 2, 64, KPI_KV_WIRE_F16),
-		      "request %d: layer of %zu bytes", r, got.layer_bytes[r]);
+		/* what the cache held went out at admission: the 64 shared tokens' whole blocks */
+		int want_cached = r == 1 ? 0 : 16 * ((n - 1) / 16 < 4 ? (n - 1) / 16 : 4);
+		CHECK(got.cached[r] == want_cached, "request %d: %d positions sent from the cache, want %d",
+		      r, got.cached[r], want_cached);
 		struct engine_kv_import kv = { n, first[r][0], sampler[r], got.data[r] };
 		struct sampling_params sp = params_of(r);
 		CHECK(engine_submit_decode(d, r, prompt, n, &sp, &kv, err, sizeof(err)) == 0, "%s", err);

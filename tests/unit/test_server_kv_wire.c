@@ -18,26 +18,43 @@ static const struct kv_model model = {
 	.context_length = 2048,
 };
 
-enum { NTOK = 21 };
+enum { NTOK = 21, ROW = 8 * 2 };
 
-/* A valid stream of NTOK positions; *payload_out: its KV bytes. */
+static int cached = 16; /* positions of the first half's frames */
+
+/* The payload byte of (layer, K or V, head, position, byte in the row). */
+static unsigned char byte_of(int l, int kv, int h, int p, int b)
+{
+	return (unsigned char)(l * 31 + kv * 17 + h * 5 + p * 3 + b + 1);
+}
+
+/* A valid stream of NTOK positions, the first `cached` in the first half's
+ * frames; *payload_out: its KV as the reader lays it out. */
 static size_t make_stream(unsigned char *buf, unsigned char *payload_out)
 {
 	struct kpi_kv_header h;
 	kv_wire_header(&model, NTOK, &h);
-	size_t off = 0, per = h.payload_bytes / h.n_layers;
+	size_t off = 0, half = (size_t)2 * NTOK * ROW;
 	memcpy(buf, &h, sizeof(h));
 	off += sizeof(h);
 	XXH3_state_t *xx = XXH3_createState();
 	XXH3_64bits_reset(xx);
-	for (uint32_t l = 0; l < h.n_layers; l++) {
-		struct kpi_kv_layer lf = { KPI_KV_LAYER_MAGIC, l, per };
+	for (int f = 0; f < 6; f++) {
+		int l = f % 3, first = f < 3 ? 0 : cached, np = f < 3 ? cached : NTOK - cached;
+		struct kpi_kv_layer lf = { KPI_KV_LAYER_MAGIC, (uint32_t)l, (uint32_t)first, (uint32_t)np,
+					   (uint64_t)2 * 2 * np * ROW };
 		memcpy(buf + off, &lf, sizeof(lf));
 		off += sizeof(lf);
-		for (size_t i = 0; i < per; i++)
-			buf[off + i] = payload_out[l * per + i] = (unsigned char)(i * 7 + l * 31 + 1);
-		XXH3_64bits_update(xx, buf + off, per);
-		off += per;
+		size_t start = off;
+		for (int kv = 0; kv < 2; kv++)
+			for (int hh = 0; hh < 2; hh++)
+				for (int p = first; p < first + np; p++)
+					for (int b = 0; b < ROW; b++) {
+						buf[off++] = byte_of(l, kv, hh, p, b);
+						payload_out[l * 2 * half + kv * half + hh * NTOK * ROW + p * ROW + b] =
+							byte_of(l, kv, hh, p, b);
+					}
+		XXH3_64bits_update(xx, buf + start, off - start);
 	}
 	struct kpi_kv_end e = { KPI_KV_END_MAGIC, 0, 42, NTOK, 0xfeedull, 0 };
 	XXH3_64bits_update(xx, &e, offsetof(struct kpi_kv_end, checksum));
@@ -51,6 +68,7 @@ static unsigned char stream[65536], payload[65536];
 
 static void test_any_split_arrives_whole(void)
 {
+	for (cached = 0; cached < NTOK; cached += 4) {
 	size_t n = make_stream(stream, payload);
 	CHECK(n == kpi_kv_stream_bytes(3, kpi_kv_payload_bytes(3, NTOK, 2, 8, KPI_KV_WIRE_F16)), "size %zu", n);
 	uint64_t rs = 1;
@@ -73,6 +91,8 @@ static void test_any_split_arrives_whole(void)
 		free(p);
 		kv_reader_free(&r);
 	}
+	}
+	cached = 16;
 }
 
 static void test_cut_anywhere_is_never_done(void)
@@ -144,6 +164,10 @@ static void m_frame(unsigned char *b)
 {
 	((struct kpi_kv_layer *)(b + sizeof(struct kpi_kv_header)))->layer = 1;
 }
+static void m_cached_all(unsigned char *b)
+{
+	((struct kpi_kv_layer *)(b + sizeof(struct kpi_kv_header)))->n_pos = NTOK;
+}
 static void m_status(unsigned char *b)
 {
 	size_t n = kpi_kv_stream_bytes(3, H(b)->payload_bytes);
@@ -168,6 +192,7 @@ static void test_each_mismatch_names_its_cause(void)
 		{ m_size, NTOK, KPI_KV_ERR_SIZE, "announces" },
 		{ m_huge, NTOK, KPI_KV_ERR_SIZE, "announces 4611686018427387904" },
 		{ m_frame, NTOK, KPI_KV_ERR_FRAME, "layer 0" },
+		{ m_cached_all, NTOK, KPI_KV_ERR_FRAME, "positions 0+0" },
 		{ m_status, NTOK, KPI_KV_ERR_UPSTREAM, "status 6 (size)" },
 	};
 	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
