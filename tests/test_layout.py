@@ -37,7 +37,7 @@ def test_crossing_includes_are_named_with_file_and_line():
     cases = [
         ("daemon/server/http.h", "bpf/kpi_event.h"),       # daemon -> bpf
         ("bpf/kpi_gpu_event.h", "cupti/convert.h"),        # bpf -> cupti
-        ("agent/assemble.c", "daemon/engine.h"),           # agent -> daemon
+        ("agent/track/assemble.c", "daemon/engine.h"),           # agent -> daemon
         ("abi/kpi_reasons.h", "bpf/kpi_event.h"),          # abi -> anything
         ("tools/kpitop/main.c", "agent/record.h"),         # tools -> agent
         ("tools/kpi-report/main.c", "tools/kpitop/kpitop.h"),  # one tool -> another
@@ -54,8 +54,8 @@ def test_crossing_includes_are_named_with_file_and_line():
 
 def test_allowed_includes_pass_in_a_copy():
     root = copy_tree()
-    for rel, inc in [("agent/assemble.c", "abi/kpi_step_seq.h"), ("agent/main.c", "schema/trace_path.h"),
-                     ("tools/kpitop/main.c", "tools/common/trace.h"), ("agent/assemble.c", "schema/pct.h"), ("daemon/engine/kv.c", "abi/kpi_step.h")]:
+    for rel, inc in [("agent/track/assemble.c", "abi/kpi_step_seq.h"), ("agent/main.c", "schema/trace_path.h"),
+                     ("tools/kpitop/main.c", "tools/common/trace.h"), ("agent/track/assemble.c", "schema/pct.h"), ("daemon/engine/kv.c", "abi/kpi_step.h")]:
         add_include(root, rel, inc)
     p = run_check(root)
     assert p.returncode == 0, p.stdout + p.stderr

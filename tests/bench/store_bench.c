@@ -6,8 +6,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "agent/assemble.h"
-#include "agent/store.h"
+#include "agent/track/assemble.h"
+#include "agent/sinks/store.h"
 #include "tests/unit/event_util.h"
 
 static double now_s(void)

@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "agent/http_track.h"
+#include "agent/track/http/http_track.h"
 
 struct seen {
 	unsigned n;

@@ -2,7 +2,7 @@
  * arithmetic, rejected and cancelled requests, keep-alive, in-flight states. */
 #include <math.h>
 #include "tests/unit/check.h"
-#include "agent/assemble.h"
+#include "agent/track/assemble.h"
 #include "tests/unit/event_util.h"
 #include "abi/kpi_reasons.h"
 

@@ -4,8 +4,8 @@
  * unlisted steps, two targets at once, wraps of the split; sums are exact. */
 #include <inttypes.h>
 #include "tests/unit/check.h"
-#include "agent/cost_attr.h"
-#include "agent/energy.h"
+#include "agent/track/cost_attr.h"
+#include "agent/sources/energy.h"
 
 #define MAXO 1024
 static struct {

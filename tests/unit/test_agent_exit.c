@@ -2,7 +2,7 @@
  * (assemble_forget_pid): finished and written out -> a row with t_done = the
  * last write and no status; anything else -> no row, counted as cut off. */
 #include "tests/unit/check.h"
-#include "agent/assemble.h"
+#include "agent/track/assemble.h"
 #include "tests/unit/event_util.h"
 
 #define MAXREC 8

@@ -4,7 +4,7 @@
  * rows not yet written, expiry; per-request GPU time sums to the kernels'. */
 #include <inttypes.h>
 #include "tests/unit/check.h"
-#include "agent/gpu_attr.h"
+#include "agent/track/gpu_attr.h"
 
 #define MS 1000000ull
 

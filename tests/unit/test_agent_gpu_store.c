@@ -7,8 +7,8 @@
 #include <unistd.h>
 #include "tests/unit/check.h"
 #include "tests/unit/sql_util.h"
-#include "agent/gpu_store.h"
-#include "agent/store.h"
+#include "agent/sinks/gpu_store.h"
+#include "agent/sinks/store.h"
 #include "kpi_schema.h"
 
 static char dir[64];

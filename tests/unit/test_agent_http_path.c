@@ -4,8 +4,8 @@
  * TLS connections (plaintext from TLS_PAYLOAD only, the unreadable counted);
  * outbound exchanges (SOCK, client role) and the rules that link them. */
 #include "tests/unit/check.h"
-#include "agent/assemble.h"
-#include "agent/hop_link.h"
+#include "agent/track/assemble.h"
+#include "agent/track/hop_link.h"
 
 #define MAXREC 8
 static struct kpi_request_record got[MAXREC];

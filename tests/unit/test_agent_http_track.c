@@ -5,7 +5,7 @@
 #include <inttypes.h>
 #include <stdarg.h>
 #include "tests/unit/check.h"
-#include "agent/http_track.h"
+#include "agent/track/http/http_track.h"
 
 /* ---- what the callback saw -------------------------------------------------- */
 

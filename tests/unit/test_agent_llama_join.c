@@ -4,8 +4,8 @@
  * ELF look-ups agent/llama.c's attach and ABI check rest on. */
 #include <unistd.h>
 #include "tests/unit/check.h"
-#include "agent/llama.h"
-#include "agent/llama_join.h"
+#include "agent/sources/llama.h"
+#include "agent/track/llama_join.h"
 
 #define MS 1000000ull
 

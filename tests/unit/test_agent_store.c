@@ -6,7 +6,7 @@
 #include <unistd.h>
 #include "tests/unit/check.h"
 #include "tests/unit/sql_util.h"
-#include "agent/store.h"
+#include "agent/sinks/store.h"
 #include "tests/unit/event_util.h"
 
 static char dir[64];

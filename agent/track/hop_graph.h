@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 #include "hop_link.h"
-#include "record.h"
+#include "agent/record.h"
 
 #define HOP_GRAPH_KEEP_NS (120ULL * 1000000000ULL)     /* a hop is kept this long after it ended */
 #define HOP_GRAPH_OPEN_NS (600ULL * 1000000000ULL)     /* an outbound one never ended: given up */

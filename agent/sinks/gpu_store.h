@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "gpu_attr.h"
+#include "agent/track/gpu_attr.h"
 
 struct gpu_store;
 

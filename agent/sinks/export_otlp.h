@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include "export_ident.h"
-#include "record.h"
+#include "agent/record.h"
 
 /* Settings, from the OpenTelemetry SDK's environment variables. */
 struct otlp_config {

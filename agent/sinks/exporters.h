@@ -4,7 +4,7 @@
 #define KPI_EXPORTERS_H
 
 #include <stddef.h>
-#include "assemble.h"
+#include "agent/track/assemble.h"
 
 struct exporters {
 	struct prom_exporter *prom;

@@ -3,7 +3,7 @@
 #ifndef KPI_ASSEMBLE_H
 #define KPI_ASSEMBLE_H
 
-#include "record.h"
+#include "agent/record.h"
 
 #define ASSEMBLE_MAX_SINKS 6
 

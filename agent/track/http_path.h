@@ -6,7 +6,7 @@
 #define KPI_HTTP_PATH_H
 
 #include <stdint.h>
-#include "http_track.h"
+#include "agent/track/http/http_track.h"
 #include "bpf/kpi_event.h"
 
 #define HTTP_PATH_TIMEOUT_NS (60ULL * 1000000000ULL)    /* an exchange fed nothing this long ends

@@ -5,7 +5,7 @@
 #define KPI_LOSSES_H
 
 #include <stdint.h>
-#include "record.h"
+#include "agent/record.h"
 
 struct kpi_bpf;
 struct bpf_map;

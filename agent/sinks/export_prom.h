@@ -5,7 +5,7 @@
 #define KPI_EXPORT_PROM_H
 
 #include <stdio.h>
-#include "record.h"
+#include "agent/record.h"
 
 #define PROM_MAX_BOUNDS 24
 

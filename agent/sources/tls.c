@@ -14,8 +14,8 @@
 #include "kpi.skel.h"
 #include "kpi_tls.skel.h"
 #include "bpf/kpi_event.h"
-#include "host.h"
-#include "targets.h"
+#include "agent/host/host.h"
+#include "agent/host/targets.h"
 #include "tls.h"
 
 /* SSL_read, SSL_write, SSL_read_ex, SSL_write_ex: entry and return each */

@@ -4,7 +4,7 @@
 #ifndef KPI_STORE_H
 #define KPI_STORE_H
 
-#include "assemble.h"
+#include "agent/track/assemble.h"
 #include "schema/trace_path.h"
 
 #define KPI_AGENT_VERSION "0.1.0"

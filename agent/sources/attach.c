@@ -15,11 +15,11 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #include "kpi.skel.h"
-#include "assemble.h"
+#include "agent/track/assemble.h"
 #include "attach.h"
 #include "gpu.h"
-#include "host.h"
-#include "targets.h"
+#include "agent/host/host.h"
+#include "agent/host/targets.h"
 #include "usdt.h"
 
 #ifndef PIDFD_THREAD

@@ -10,7 +10,7 @@
 #include "hop_graph.h"
 #include "hop_link.h"
 #include "http_path.h"
-#include "targets.h"
+#include "agent/host/targets.h"
 #include "abi/kpi_reasons.h"
 #include "schema/pct.h"
 

@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
-#include "cost_attr.h"
+#include "agent/track/cost_attr.h"
 
 struct cost_store;
 

@@ -5,7 +5,7 @@
 #define KPI_LLAMA_JOIN_H
 
 #include <stdint.h>
-#include "record.h"
+#include "agent/record.h"
 #include "bpf/kpi_llama_event.h"
 
 /* A held request is handed out once its t_done is this old: every step of its

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 #include "export_ident.h"
-#include "targets.h"
+#include "agent/host/targets.h"
 
 #define IDENT_CACHE 64
 

@@ -12,11 +12,11 @@
 #include "kpi_cupti.skel.h"
 #include "bpf/kpi_gpu_event.h"
 #include "cost.h"
-#include "cost_attr.h"
-#include "cost_store.h"
+#include "agent/track/cost_attr.h"
+#include "agent/sinks/cost_store.h"
 #include "energy.h"
-#include "export_prom.h"
-#include "targets.h"
+#include "agent/sinks/export_prom.h"
+#include "agent/host/targets.h"
 
 #define COST_MAX_TARGETS 64
 #define COST_RING_BYTES (16u << 20)   /* ~4000 step lists between two flushes */

@@ -12,10 +12,10 @@
 #include <unistd.h>
 #include "kpi_cupti.skel.h"
 #include "gpu.h"
-#include "gpu_attr.h"
-#include "gpu_store.h"
+#include "agent/track/gpu_attr.h"
+#include "agent/sinks/gpu_store.h"
 #include "losses.h"
-#include "targets.h"
+#include "agent/host/targets.h"
 
 #define GPU_MAX_TARGETS 64
 #define GPU_MAX_QUEUED  (1u << 20)  /* kernel rows kept while the store fails */

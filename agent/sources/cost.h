@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "record.h"
+#include "agent/record.h"
 
 struct agent_cost;
 struct prom_exporter;

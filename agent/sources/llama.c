@@ -13,11 +13,11 @@
 #include <string.h>
 #include <unistd.h>
 #include "kpi_llama.skel.h"
-#include "assemble.h"
+#include "agent/track/assemble.h"
 #include "llama.h"
-#include "llama_join.h"
+#include "agent/track/llama_join.h"
 #include "losses.h"
-#include "targets.h"
+#include "agent/host/targets.h"
 
 #define LLAMA_MAX_TARGETS 64
 /* A symbol llama.cpp has exported since January 2025, three months after
