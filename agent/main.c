@@ -15,6 +15,7 @@
 #include <unistd.h>
 #include "kpi.skel.h"
 #include "agent/track/assemble.h"
+#include "agent/track/bus.h"
 #include "agent/sources/cost.h"
 #include "agent/sources/energy.h"
 #include "agent/sources/attach.h"
@@ -404,6 +405,7 @@ static void on_signal(int sig)
 struct agent {
 	struct kpi_bpf *skel;
 	struct ring_buffer *rb;
+	struct bus *bus;                     /* every record, to every sink in turn */
 	struct assembler *asm_;
 	struct trace_store *store;
 	struct host_features feat;
@@ -476,8 +478,9 @@ static void flush(struct agent *ag, uint64_t now, bool final)
 	static uint64_t last_err, failing_since;
 	char err[512];
 	size_t pending = trace_store_pending(ag->store);
+	struct kpi_inflight_view live = assemble_inflight_view(ag->asm_);
 
-	if (!trace_store_flush(ag->store, ag->asm_, now, losses_bpf_counter(&ag->losses, KPI_CNT_DROPS), err, sizeof(err))) {
+	if (!trace_store_flush(ag->store, &live, now, losses_bpf_counter(&ag->losses, KPI_CNT_DROPS), err, sizeof(err))) {
 		if (failing_since) {
 			uint64_t shed_req, shed_rows;
 			trace_store_shed(ag->store, &shed_req, &shed_rows);
@@ -619,19 +622,26 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 		return -1;
 	}
 	printf("%s\n", said);
-	ag->asm_ = assemble_new();
+	ag->bus = bus_new();
+	if (!ag->bus || !(ag->asm_ = assemble_new(ag->bus))) {
+		fprintf(stderr, "kpi-agent: out of memory\n");
+		return -1;
+	}
 	assemble_set_tls_query(ag->asm_, agent_tls_readable, ag->tls);
 	assemble_set_http_timeout(ag->asm_, (uint64_t)env.http_timeout_ns);
+	/* the sinks, in the order every record reaches them */
 	sink = trace_store_sink(ag->store);
-	assemble_add_sink(ag->asm_, &sink);
+	bus_add(ag->bus, &sink);
 	if (ag->cost) {
 		sink = agent_cost_sink(ag->cost);
-		assemble_add_sink(ag->asm_, &sink);
+		bus_add(ag->bus, &sink);
 	}
-	if (exporters_start(&ag->exp, ag->asm_, env.metrics, env.otlp, err, sizeof(err))) {
+	if (exporters_start(&ag->exp, env.metrics, env.otlp, err, sizeof(err))) {
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		return -1;
 	}
+	for (int i = 0; i < ag->exp.n_sinks; i++)
+		bus_add(ag->bus, &ag->exp.sinks[i]);
 	agent_cost_metrics(ag->cost, ag->exp.prom);
 	ag->rb = ring_buffer__new(bpf_map__fd(ag->skel->maps.events), handle_event, ag, NULL);
 	if (!ag->rb) {
@@ -643,7 +653,7 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 		agent_gpu_close(ag->gpu);
 		ag->gpu = NULL;
 	}
-	if (ag->llama && agent_llama_connect(ag->llama, ag->asm_, ag->rb, err, sizeof(err))) {
+	if (ag->llama && agent_llama_connect(ag->llama, ag->bus, ag->rb, err, sizeof(err))) {
 		fprintf(stderr, "kpi-agent: llama.cpp servers will be traced from HTTP only: %s\n", err);
 		agent_llama_close(ag->llama);
 		ag->llama = NULL;
@@ -845,6 +855,7 @@ cleanup:
 	if (ag.store)
 		trace_store_close(ag.store);
 	assemble_free(ag.asm_);
+	bus_free(ag.bus);
 	kpi_bpf__destroy(ag.skel);
 	return rc;
 }

@@ -12,10 +12,9 @@ static int render(void *ctx, FILE *out)
 	return prom_render(ctx, out);
 }
 
-int exporters_start(struct exporters *x, struct assembler *a, const char *metrics_addr,
-		    const char *otlp_url, char *err, size_t errlen)
+int exporters_start(struct exporters *x, const char *metrics_addr, const char *otlp_url,
+		    char *err, size_t errlen)
 {
-	struct kpi_sink sink;
 	char why[256];
 
 	memset(x, 0, sizeof(*x));
@@ -28,8 +27,7 @@ int exporters_start(struct exporters *x, struct assembler *a, const char *metric
 		x->otlp = otlp_start(otlp_url, &cfg, err, errlen);
 		if (!x->otlp)
 			return -1;
-		sink = otlp_sink(x->otlp);
-		assemble_add_sink(a, &sink);
+		x->sinks[x->n_sinks++] = otlp_sink(x->otlp);
 		printf("exporting traces to %s (OTLP/HTTP JSON)\n", otlp_url);
 	}
 	if (metrics_addr) {
@@ -45,8 +43,7 @@ int exporters_start(struct exporters *x, struct assembler *a, const char *metric
 			snprintf(err, errlen, "--metrics %s: %s", metrics_addr, why);
 			return -1;
 		}
-		sink = prom_sink(x->prom);
-		assemble_add_sink(a, &sink);
+		x->sinks[x->n_sinks++] = prom_sink(x->prom);
 		printf("serving metrics on http://%s/metrics\n", http_serve_bound(x->http));
 	}
 	return 0;

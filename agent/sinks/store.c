@@ -652,8 +652,8 @@ uint64_t trace_store_retained(const struct trace_store *st)
 	return st->ret.removed;
 }
 
-int trace_store_flush(struct trace_store *st, struct assembler *a, uint64_t now_mono,
-		      uint64_t drops, char *err, size_t errlen)
+int trace_store_flush(struct trace_store *st, const struct kpi_inflight_view *live,
+		      uint64_t now_mono, uint64_t drops, char *err, size_t errlen)
 {
 	struct inflight_ctx ic = { st, now_mono, 0 };
 	const char *what = "BEGIN";
@@ -679,17 +679,13 @@ int trace_store_flush(struct trace_store *st, struct assembler *a, uint64_t now_
 	what = "rewrite inflight";
 	if (step_done(st, st->del_inflight))
 		goto fail;
-	if (a)
-		assemble_foreach_inflight(a, write_inflight, &ic);
+	if (live)
+		live->each(live->ctx, write_inflight, &ic);
 	if (ic.rc)
 		goto fail;
 	what = "update meta";
-	if (a) {
-		struct assemble_stats as;
-		assemble_stats(a, &as);
-		if (set_meta(st, "before_attach_arrivals", (int64_t)as.before_attach))
-			goto fail;
-	}
+	if (live && set_meta(st, "before_attach_arrivals", (int64_t)live->before_attach))
+		goto fail;
 	if (set_meta(st, "last_flush_ns", (int64_t)now_mono) ||
 	    set_meta(st, "last_flush_wall_ns", (int64_t)now_mono + st->mono_to_wall) ||
 	    set_meta(st, "drops_total", (int64_t)drops) || set_meta(st, "run_id", st->run_id) ||

@@ -4,7 +4,7 @@
 #ifndef KPI_STORE_H
 #define KPI_STORE_H
 
-#include "agent/track/assemble.h"
+#include "agent/record.h"
 #include "schema/trace_path.h"
 
 #define KPI_AGENT_VERSION "0.1.0"
@@ -21,10 +21,11 @@ struct trace_store;
 struct trace_store *trace_store_open(const char *path, bool token_detail, char *err, size_t errlen);
 /* The sink that queues records for the next flush. */
 struct kpi_sink trace_store_sink(struct trace_store *st);
-/* One transaction: queued rows, the inflight table rewritten from a, meta.
- * Returns 0, or -1 with the error in err (the rows stay queued). */
-int trace_store_flush(struct trace_store *st, struct assembler *a, uint64_t now_mono,
-		      uint64_t drops, char *err, size_t errlen);
+/* One transaction: queued rows, the inflight table rewritten from live
+ * (NULL: emptied) and meta. Returns 0, or -1 with the error in err (the rows
+ * stay queued). */
+int trace_store_flush(struct trace_store *st, const struct kpi_inflight_view *live,
+		      uint64_t now_mono, uint64_t drops, char *err, size_t errlen);
 size_t trace_store_pending(const struct trace_store *st);
 void trace_store_set_max_backlog(struct trace_store *st, size_t rows);
 /* Requests, and steps + samples, shed because the backlog was full. */

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 #include "kpi_llama.skel.h"
-#include "agent/track/assemble.h"
+#include "agent/track/bus.h"
 #include "llama.h"
 #include "agent/track/llama_join.h"
 #include "losses.h"
@@ -36,7 +36,7 @@ struct llama_target {
 
 struct agent_llama {
 	struct kpi_llama_bpf *skel;
-	struct assembler *a;
+	struct bus *bus;
 	struct llama_target *t[LLAMA_MAX_TARGETS];
 	int n_t, n_attached;
 	struct llama_join_stats gone;   /* sums of the targets freed */
@@ -189,7 +189,7 @@ static bool target_attach(struct agent_llama *L, struct llama_target *t)
 
 static void request_out(void *ctx, const struct kpi_request_record *rec)
 {
-	assemble_request_out(((struct agent_llama *)ctx)->a, rec);
+	bus_request(((struct agent_llama *)ctx)->bus, rec);
 }
 
 static void stats_add(struct llama_join_stats *to, const struct llama_join_stats *s)
@@ -263,7 +263,7 @@ static int on_event(void *ctx, void *data, size_t size)
 	if (!t || !t->j)
 		return 0;
 	llama_join_call(t->j, e, &step);
-	assemble_step_out(L->a, &step);
+	bus_step(L->bus, &step);
 	return 0;
 }
 
@@ -313,7 +313,7 @@ fail:
 	return NULL;
 }
 
-int agent_llama_connect(struct agent_llama *L, struct assembler *a, struct ring_buffer *rb,
+int agent_llama_connect(struct agent_llama *L, struct bus *bus, struct ring_buffer *rb,
 			char *err, size_t errlen)
 {
 	int r = ring_buffer__add(rb, bpf_map__fd(L->skel->maps.llama_events), on_event, L);
@@ -321,8 +321,8 @@ int agent_llama_connect(struct agent_llama *L, struct assembler *a, struct ring_
 		snprintf(err, errlen, "cannot add the llama.cpp ring buffer: %s", strerror(-r));
 		return -1;
 	}
-	L->a = a;
-	assemble_set_http_hold(a, hold, L);
+	L->bus = bus;
+	bus_set_hold(bus, hold, L);
 	return 0;
 }
 
@@ -330,8 +330,8 @@ void agent_llama_close(struct agent_llama *L)
 {
 	if (!L)
 		return;
-	if (L->a)
-		assemble_set_http_hold(L->a, NULL, NULL);
+	if (L->bus)
+		bus_set_hold(L->bus, NULL, NULL);
 	for (int i = 0; i < L->n_t; i++)
 		target_free(L, L->t[i], 0);
 	kpi_llama_bpf__destroy(L->skel);

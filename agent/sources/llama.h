@@ -10,16 +10,17 @@
 #include <sys/types.h>
 
 struct ring_buffer;
-struct assembler;
+struct bus;
 struct agent_llama;
 
 /* Loads bpf/kpi_llama.bpf.c: before privileges drop. Returns NULL with the
  * reason in err. */
 struct agent_llama *agent_llama_open(char *err, size_t errlen);
-/* Adds its ring buffer to the agent's, so one poll drains both, and takes
- * the HTTP records of a (assemble_set_http_hold) of the processes it attaches
- * to. 0, or -1 with the reason in err. */
-int agent_llama_connect(struct agent_llama *L, struct assembler *a, struct ring_buffer *rb,
+/* Adds its ring buffer to the agent's, so one poll drains both, publishes
+ * its steps and joined requests on bus, and holds the HTTP records there
+ * (bus_set_hold) of the processes it attaches to. 0, or -1 with the reason
+ * in err. */
+int agent_llama_connect(struct agent_llama *L, struct bus *bus, struct ring_buffer *rb,
 			char *err, size_t errlen);
 /* The agent's HTTP-mode targets now: attaches to those that map llama.cpp and
  * are not attached yet (looked for again at every call until they do); hands

@@ -1,18 +1,17 @@
 /* assemble.c - request assembly: one struct req per request in flight, found
  * by connection (pid, fd) for socket events and by (pid, id) for engine
- * events; completed at response__end (or close) and handed to the sinks. */
-#include <math.h>
+ * events; completed at response__end (or close) and published on the bus. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uthash.h>
 #include "assemble.h"
-#include "hop_graph.h"
+#include "bus.h"
 #include "hop_link.h"
 #include "http_path.h"
+#include "marks.h"
 #include "agent/host/targets.h"
 #include "abi/kpi_reasons.h"
-#include "schema/pct.h"
 
 /* ---- state -------------------------------------------------------------- */
 
@@ -86,23 +85,28 @@ struct assembler {
 	struct recent *recent;  /* (pid, id) of requests completed lately */
 	struct recent ring[RECENT_MAX];
 	size_t n_recent;        /* entries ever put in ring[] */
-	struct kpi_sink sinks[ASSEMBLE_MAX_SINKS];
-	int n_sinks;
+	struct bus *bus;        /* where records go */
 	struct pidstate pids[KPI_MAX_TARGETS];
 	int n_pids;
 	struct assemble_stats st;
 	uint64_t drops_before;  /* drops at the previous assemble_sample() */
 	struct http_path *http; /* HTTP-mode targets' records (PAYLOAD, HTTP_CLOSE) */
-	/* takes HTTP records to complete them later (agent/llama.c), or NULL */
-	bool (*http_hold)(void *ctx, const struct kpi_request_record *rec);
-	void *http_hold_ctx;
 };
 
-struct assembler *assemble_new(void)
+static void count_request(void *ctx, const struct kpi_request_record *rec);
+
+struct assembler *assemble_new(struct bus *bus)
 {
 	struct assembler *a = calloc(1, sizeof(struct assembler));
 
-	if (a && !(a->http = http_path_new(a))) {
+	if (!a)
+		return NULL;
+	a->bus = bus;
+	/* the HTTP path subscribes the hop graph, then the counts: the sinks
+	 * main adds later see every record after both, as they always did */
+	if (!(a->http = http_path_new(bus)) ||
+	    bus_add(bus, &(struct kpi_sink){ .ctx = a, .request = count_request })) {
+		http_path_free(a->http);
 		free(a);
 		return NULL;
 	}
@@ -142,14 +146,6 @@ void assemble_free(struct assembler *a)
 	free(a);
 }
 
-int assemble_add_sink(struct assembler *a, const struct kpi_sink *sink)
-{
-	if (a->n_sinks == ASSEMBLE_MAX_SINKS)
-		return -1;
-	a->sinks[a->n_sinks++] = *sink;
-	return 0;
-}
-
 void assemble_set_http_timeout(struct assembler *a, uint64_t ns)
 {
 	http_path_set_timeout(a->http, ns);
@@ -181,9 +177,7 @@ void assemble_losses(struct assembler *a, struct kpi_loss_record *l)
 	l->total[KPI_LOSS_TLS_UNREADABLE] = http_path_tls_stats(a->http)->unreadable +
 					    http_path_tls_stats(a->http)->unplaced;
 	l->total[KPI_LOSS_HOPS_UNLINKED] = hop_link_stats(http_path_hops(a->http))->links[HOP_RULE_NONE];
-	for (int i = 0; i < a->n_sinks; i++)
-		if (a->sinks[i].losses)
-			a->sinks[i].losses(a->sinks[i].ctx, l);
+	bus_losses(a->bus, l);
 }
 
 static struct pidstate *pidstate(struct assembler *a, uint32_t pid)
@@ -351,25 +345,6 @@ static void writes_scan(struct req *r, struct resp_writes *w)
 	}
 }
 
-/* Each of the n marks (0: not reached) no earlier than the last one reached
- * before it: events from different CPUs can be a few ns out of order. Returns
- * whether one had to move. */
-bool assemble_marks_clamp(uint64_t *m, int n)
-{
-	bool clamped = false;
-
-	for (int i = 1; i < n; i++) {
-		uint64_t prev = 0;
-		for (int j = i - 1; j >= 0 && !prev; j--)
-			prev = m[j];
-		if (m[i] && m[i] < prev) {
-			m[i] = prev;
-			clamped = true;
-		}
-	}
-	return clamped;
-}
-
 /* The five phases from the marks arrive, admit, sched, first, last, done: a
  * phase whose start mark was reached lasts until the next mark reached, so
  * the non-null ones sum to e2e. A refused request is network in, then the
@@ -385,45 +360,10 @@ static void phases_fill(struct kpi_request_record *rec, const uint64_t m[6], boo
 		rec->net_out = (int64_t)(m[5] - m[1]);
 		return;
 	}
-	assemble_phases(m, 6, ph);
+	marks_phases(m, 6, ph);
 }
 
-void assemble_phases(const uint64_t *m, int n, int64_t *const *ph)
-{
-	for (int i = 0; i < n - 1; i++)
-		*ph[i] = KPI_NULL;
-	for (int i = 0; i < n - 1; i++) {
-		if (i > 0 && !m[i])
-			continue;
-		int j = i + 1;
-		while (j < n - 1 && !m[j])
-			j++;
-		*ph[i] = (int64_t)(m[j] - m[i]);
-	}
-}
-
-/* Inter-token latency of n token writes: p50 and p99 by the trace's one
- * percentile definition (schema/pct.h), and the largest gap. */
-void assemble_itl(struct kpi_request_record *rec, const uint64_t *tok, size_t n_tok)
-{
-	size_t n = n_tok - 1;
-	/* ns gaps are exact in a double up to 104 days */
-	double *gap = malloc(n * sizeof(double));
-
-	if (!gap)
-		abort();
-	rec->itl_max = 0;
-	for (size_t i = 0; i < n; i++) {
-		gap[i] = (double)(tok[i + 1] - tok[i]);
-		if ((int64_t)gap[i] > rec->itl_max)
-			rec->itl_max = (int64_t)gap[i];
-	}
-	rec->itl_p50 = llround(pct_select_f64(gap, n, 50));
-	rec->itl_p99 = llround(pct_select_f64(gap, n, 99));
-	free(gap);
-}
-
-/* Build the row and hand it to every sink. */
+/* Build the row and publish it. */
 static void req_complete(struct assembler *a, struct req *r)
 {
 	struct kpi_request_record rec;
@@ -448,7 +388,7 @@ static void req_complete(struct assembler *a, struct req *r)
 	m[3] = r->t_first;
 	m[4] = r->t_last;
 	m[5] = w.t_done;
-	bool clamped = assemble_marks_clamp(m, 6);
+	bool clamped = marks_clamp(m, 6);
 	if (w.t_first_write && w.t_first_write < m[0]) {
 		w.t_first_write = m[0];
 		clamped = true;
@@ -475,7 +415,7 @@ static void req_complete(struct assembler *a, struct req *r)
 			rec.tpot = (int64_t)(m[4] - m[3]) / (r->output_tokens - 1);
 	}
 	if (w.n_tok > 1)
-		assemble_itl(&rec, w.tok, w.n_tok);
+		marks_itl(&rec, w.tok, w.n_tok);
 	rec.prompt_tokens = r->admitted ? r->prompt : KPI_NULL;
 	rec.output_tokens = r->finished ? r->output_tokens : (r->admitted ? 0 : KPI_NULL);
 	rec.http_status = r->http_status ? r->http_status : KPI_NULL;
@@ -492,58 +432,20 @@ static void req_complete(struct assembler *a, struct req *r)
 	rec.t_req_read = rec.t_resp_start = rec.server_wait = rec.content_events = KPI_NULL;
 	rec.stream = rec.max_tokens = KPI_NULL;
 
-	assemble_request_out(a, &rec);
+	bus_request(a->bus, &rec);
 	if (r->rejected)
 		a->st.rejected++;
 	req_unlink(a, r);
 	req_free(r);
 }
 
-void assemble_exchange_out(struct assembler *a, const struct kpi_request_record *rec)
-{
-	for (int i = 0; i < a->n_sinks; i++)
-		if (a->sinks[i].exchange_out)
-			a->sinks[i].exchange_out(a->sinks[i].ctx, rec);
-}
-
-void assemble_integration_out(void *ctx, const struct kpi_integration_record *rec)
+/* Every request record on the bus (the HTTP path's and the llama.cpp join's
+ * too) counts in its process's next sample. */
+static void count_request(void *ctx, const struct kpi_request_record *rec)
 {
 	struct assembler *a = ctx;
-
-	for (int i = 0; i < a->n_sinks; i++)
-		if (a->sinks[i].integration)
-			a->sinks[i].integration(a->sinks[i].ctx, rec);
-}
-
-void assemble_step_out(struct assembler *a, const struct kpi_step_record *step)
-{
-	for (int i = 0; i < a->n_sinks; i++)
-		if (a->sinks[i].step)
-			a->sinks[i].step(a->sinks[i].ctx, step);
-}
-
-void assemble_set_http_hold(struct assembler *a,
-			    bool (*hold)(void *ctx, const struct kpi_request_record *rec), void *ctx)
-{
-	a->http_hold = hold;
-	a->http_hold_ctx = ctx;
-}
-
-void assemble_http_request_out(struct assembler *a, const struct kpi_request_record *rec)
-{
-	if (!a->http_hold || !a->http_hold(a->http_hold_ctx, rec))
-		assemble_request_out(a, rec);
-}
-
-void assemble_request_out(struct assembler *a, const struct kpi_request_record *rec)
-{
 	struct pidstate *ps = pidstate(a, rec->pid);
 
-	hop_graph_in(http_path_graph(a->http), rec);
-
-	for (int i = 0; i < a->n_sinks; i++)
-		if (a->sinks[i].request)
-			a->sinks[i].request(a->sinks[i].ctx, rec);
 	a->st.requests++;
 	if (ps) {
 		ps->completed++;
@@ -602,7 +504,7 @@ static void on_step_end(struct assembler *a, const struct kpi_ev_step_end *e)
 	if (!s)
 		return;
 	s->rec.t_end = e->h.ts;
-	assemble_step_out(a, &s->rec);
+	bus_step(a->bus, &s->rec);
 	HASH_DEL(a->steps, s);
 	free(s);
 }
@@ -1002,9 +904,7 @@ void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 		if (s.runq_idle_ns)
 			runq_by_add(ps, 0, "(idle)", s.runq_idle_ns);
 		runq_by_take(ps, &s);
-		for (int k = 0; k < a->n_sinks; k++)
-			if (a->sinks[k].sample)
-				a->sinks[k].sample(a->sinks[k].ctx, &s);
+		bus_sample(a->bus, &s);
 		ps->last_t = now;
 		ps->last_runq = runq[i].total;
 		ps->last_runq_self = runq[i].self;
@@ -1038,4 +938,16 @@ void assemble_foreach_inflight(struct assembler *a,
 	HASH_ITER(hh_id, a->by_id, r, tmp)
 		if (r->fd < 0)
 			visit(r, fn, ctx);
+}
+
+static void each_inflight(void *ctx, void (*fn)(void *, const struct kpi_inflight_record *),
+			  void *fctx)
+{
+	assemble_foreach_inflight(ctx, fn, fctx);
+}
+
+struct kpi_inflight_view assemble_inflight_view(struct assembler *a)
+{
+	return (struct kpi_inflight_view){ .ctx = a, .each = each_inflight,
+					   .before_attach = a->st.before_attach };
 }

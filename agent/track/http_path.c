@@ -6,10 +6,11 @@
 #include <stdlib.h>
 #include <string.h>
 #include <uthash.h>
-#include "assemble.h"
+#include "bus.h"
 #include "hop_graph.h"
 #include "hop_link.h"
 #include "http_path.h"
+#include "marks.h"
 
 /* Reads whose first unread segment time is kept, to move an exchange's
  * t_arrive (the read with its first byte) back to that segment. */
@@ -34,7 +35,7 @@ struct http_conn {
 };
 
 struct http_path {
-	struct assembler *a;
+	struct bus *bus;
 	struct http_conn *conns;
 	struct http_track_stats totals;
 	uint64_t ids_made;
@@ -45,19 +46,29 @@ struct http_path {
 	uint64_t timeout_ns;
 };
 
-struct http_path *http_path_new(struct assembler *a)
+static void integration_out(void *ctx, const struct kpi_integration_record *r)
+{
+	bus_integration(ctx, r);
+}
+
+/* Every request record on the bus is a hop the graph keeps. */
+static void graph_in(void *ctx, const struct kpi_request_record *r)
+{
+	hop_graph_in(ctx, r);
+}
+
+struct http_path *http_path_new(struct bus *bus)
 {
 	struct http_path *hp = calloc(1, sizeof(*hp));
 
-	if (hp && (!(hp->hops = hop_link_new()) ||
-		   !(hp->graph = hop_graph_new(assemble_integration_out, a)))) {
-		hop_link_free(hp->hops);
-		free(hp);
+	if (!hp)
 		return NULL;
-	}
-	if (hp) {
-		hp->a = a;
-		hp->timeout_ns = HTTP_PATH_TIMEOUT_NS;
+	hp->bus = bus;
+	hp->timeout_ns = HTTP_PATH_TIMEOUT_NS;
+	if (!(hp->hops = hop_link_new()) || !(hp->graph = hop_graph_new(integration_out, bus)) ||
+	    bus_add(bus, &(struct kpi_sink){ .ctx = hp->graph, .request = graph_in })) {
+		http_path_free(hp);
+		return NULL;
 	}
 	return hp;
 }
@@ -141,11 +152,6 @@ struct hop_link *http_path_hops(struct http_path *hp)
 	return hp->hops;
 }
 
-struct hop_graph *http_path_graph(struct http_path *hp)
-{
-	return hp->graph;
-}
-
 static int64_t opt(uint64_t t)
 {
 	return t ? (int64_t)t : KPI_NULL;
@@ -216,8 +222,8 @@ static void times_fill(struct kpi_request_record *r, const struct http_exchange 
 	bool req_cut = !m[1];
 	if (req_cut)
 		m[1] = m[0];
-	assemble_marks_clamp(m, 5);
-	assemble_phases(m, 5, ph);
+	marks_clamp(m, 5);
+	marks_phases(m, 5, ph);
 	if (req_cut)
 		r->net_in = KPI_NULL;
 	if (!content)
@@ -294,7 +300,7 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 		rec.tpot = (int64_t)(x->t_last_content - x->t_first_content) /
 			   (x->completion_tokens - 1);
 	if (x->n_content_writes > 1)
-		assemble_itl(&rec, x->content_writes, x->n_content_writes);
+		marks_itl(&rec, x->content_writes, x->n_content_writes);
 	rec.prompt_tokens = opt_count(x->prompt_tokens);
 	rec.output_tokens = opt_count(x->completion_tokens);
 	rec.http_status = x->status ? x->status : KPI_NULL;
@@ -317,9 +323,9 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 	hop_fill(c, x, &rec);
 	if (c->client) {
 		hop_graph_out_done(c->hp->graph, rec.hop_id, &c->ends, x->t_done);
-		assemble_exchange_out(c->hp->a, &rec);
+		bus_exchange_out(c->hp->bus, &rec);
 	} else {
-		assemble_http_request_out(c->hp->a, &rec);   /* the engine's join may hold it */
+		bus_request_or_hold(c->hp->bus, &rec);   /* the engine's join may hold it */
 	}
 }
 

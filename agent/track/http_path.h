@@ -13,7 +13,7 @@
 							 * (the default: kpi-agent --http-timeout) */
 #define HTTP_PATH_IDLE_NS    (600ULL * 1000000000ULL)   /* an idle connection's tracker is freed */
 
-struct assembler;
+struct bus;
 struct hop_graph;
 struct hop_link;
 struct http_path;
@@ -32,8 +32,10 @@ struct http_tls_stats {
 	uint64_t cipher_skipped;        /* socket reads/writes of TLS connections not parsed */
 };
 
-/* Records go out through assemble_request_out(a). */
-struct http_path *http_path_new(struct assembler *a);
+/* Records go out on bus (an inbound exchange through bus_request_or_hold, an
+ * outbound one through bus_exchange_out), where the hop graph subscribes
+ * here. NULL when out of memory. */
+struct http_path *http_path_new(struct bus *bus);
 void http_path_free(struct http_path *hp);
 /* Where a TLS connection's process is asked about (unset: no TLS is read). */
 void http_path_set_tls(struct http_path *hp, struct http_tls_query q);
@@ -51,8 +53,6 @@ void http_path_expire(struct http_path *hp, uint64_t now);
 void http_path_forget_pid(struct http_path *hp, uint32_t pid);
 /* The outbound exchanges' parents and the connections' ends (hop_link.h). */
 struct hop_link *http_path_hops(struct http_path *hp);
-/* The recent hops, for the integration overhead of each top-level request (hop_graph.h). */
-struct hop_graph *http_path_graph(struct http_path *hp);
 /* Sums over every tracker, the freed ones included. */
 const struct http_track_stats *http_path_stats(const struct http_path *hp);
 const struct http_tls_stats *http_path_tls_stats(const struct http_path *hp);

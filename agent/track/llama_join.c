@@ -2,8 +2,8 @@
  * and their join to its HTTP requests (docs/agent.md "llama.cpp servers"). */
 #include <stdlib.h>
 #include <string.h>
-#include "assemble.h"
 #include "llama_join.h"
+#include "marks.h"
 
 #define LLAMA_JOIN_MAX_OPEN 1024        /* (context, sequence id) pairs followed */
 #define LLAMA_JOIN_MAX_GENS 65536       /* generations kept, taken or not */
@@ -268,8 +268,8 @@ static void join_one(struct llama_join *j, struct kpi_request_record *r)
 	uint64_t m[6] = { (uint64_t)r->t_arrive, (uint64_t)r->t_req_read, g->t_sched, g->t_first,
 			  g->t_last, (uint64_t)r->t_done };
 	int64_t *ph[5] = { &r->net_in, &r->queue, &r->prefill, &r->decode, &r->net_out };
-	assemble_marks_clamp(m, 6);
-	assemble_phases(m, 6, ph);
+	marks_clamp(m, 6);
+	marks_phases(m, 6, ph);
 	r->t_sched = (int64_t)m[2];
 	r->t_first = (int64_t)m[3];
 	r->t_last = (int64_t)m[4];
