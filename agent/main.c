@@ -29,6 +29,7 @@
 #include "agent/sources/losses.h"
 #include "agent/host/privdrop.h"
 #include "agent/sinks/retain.h"
+#include "agent/sinks/side_store.h"
 #include "agent/sinks/store.h"
 #include "agent/host/targets.h"
 
@@ -417,6 +418,7 @@ struct agent {
 	struct exporters exp;
 	struct agent_cost *cost;             /* NULL: cost and energy off */
 	struct agent_llama *llama;           /* NULL: llama.cpp's engine split off */
+	struct side_store *side;             /* the GPU and cost rows' connection */
 };
 
 
@@ -434,27 +436,6 @@ static int handle_event(void *ctx, void *data, size_t size)
 	if (!attach_event(ag->at, data, size))          /* processes starting, ending */
 		assemble_event(ag->asm_, data, size);   /* counts a malformed one */
 	return 0;
-}
-
-/* The HTTP-mode targets (traced, not through USDT) to the llama.cpp side,
- * which attaches to those that map llama.cpp. */
-static void llama_sync(struct agent *ag)
-{
-	uint32_t live[KPI_MAX_TARGETS], usdt[KPI_MAX_TARGETS];
-	pid_t http[KPI_MAX_TARGETS];
-	int n_live = attach_live_pids(ag->at, live, KPI_MAX_TARGETS), n_usdt, n = 0;
-
-	if (!ag->llama)
-		return;
-	n_usdt = attach_usdt_pids(ag->at, usdt, KPI_MAX_TARGETS);
-	for (int i = 0; i < n_live; i++) {
-		bool by_usdt = false;
-		for (int k = 0; k < n_usdt && !by_usdt; k++)
-			by_usdt = usdt[k] == live[i];
-		if (!by_usdt)
-			http[n++] = (pid_t)live[i];
-	}
-	agent_llama_sync(ag->llama, http, n);
 }
 
 /* ---- writing -------------------------------------------------------------------------- */
@@ -604,16 +585,21 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 	}
 	trace_store_set_max_backlog(ag->store, (size_t)env.max_backlog);
 	trace_store_set_retention(ag->store, env.retain_ns, (int64_t)env.max_db_mb << 20);
-	ag->gpu = agent_gpu_open(env.db, trace_store_run_id(ag->store), env.verbose, err, sizeof(err));
-	if (!ag->gpu)
-		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
+	ag->side = side_store_open(env.db, trace_store_run_id(ag->store), err, sizeof(err));
+	if (!ag->side)
+		fprintf(stderr, "kpi-agent: GPU kernels, cost and energy will not be recorded: %s\n", err);
+	ag->gpu = ag->side ? agent_gpu_open(ag->side, env.verbose, err, sizeof(err)) : NULL;
+	if (ag->side && !ag->gpu)
+		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded, nor steps split per request "
+			"by their sequences: %s\n", err);
 	ag->llama = agent_llama_open(err, sizeof(err));
 	if (!ag->llama)
 		fprintf(stderr, "kpi-agent: llama.cpp servers will be traced from HTTP only: %s\n", err);
-	ag->cost = agent_cost_open(env.db, trace_store_run_id(ag->store), env.powercap_root,
-				   env.price_per_hour, err, sizeof(err));
-	if (!ag->cost)
+	ag->cost = ag->side ? agent_cost_open(ag->side, env.powercap_root, env.price_per_hour, err,
+					      sizeof(err)) : NULL;
+	if (ag->side && !ag->cost)
 		fprintf(stderr, "kpi-agent: cost and energy will not be attributed: %s\n", err);
+	agent_cost_listen(ag->cost, ag->gpu);
 	/* loaded and attached (the USDT probes attach with what is kept, as
 	 * they will for every kpi-infer that starts later); before any thread */
 	if (privdrop_own_db(priv, env.db, err, sizeof(err)) ||
@@ -649,7 +635,9 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 		return -1;
 	}
 	if (ag->gpu && agent_gpu_add_ring(ag->gpu, ag->rb, err, sizeof(err))) {
-		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
+		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded, nor steps split per request "
+			"by their sequences: %s\n", err);
+		agent_cost_listen(ag->cost, NULL);
 		agent_gpu_close(ag->gpu);
 		ag->gpu = NULL;
 	}
@@ -658,20 +646,15 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 		agent_llama_close(ag->llama);
 		ag->llama = NULL;
 	}
-	attach_set_consumers(ag->at, ag->rb, ag->asm_, ag->gpu);
+	attach_set_consumers(ag->at, ag->rb, ag->asm_);
+	/* the side objects follow the targets, told them at once by attach */
+	attach_add_side(ag->at, agent_gpu_side(ag->gpu));
+	attach_add_side(ag->at, agent_tls_side(ag->tls));
+	attach_add_side(ag->at, agent_llama_side(ag->llama));
 	return 0;
 }
 
 /* ---- the loop ------------------------------------------------------------------------- */
-
-/* The HTTP-mode targets' libssl probes follow the targets; recheck: look
- * again for a libssl in those that had none (the rescan's clock). */
-static void tls_sync(struct agent *ag, bool recheck)
-{
-	uint32_t pids[KPI_MAX_TARGETS];
-
-	agent_tls_sync(ag->tls, pids, attach_http_pids(ag->at, pids, KPI_MAX_TARGETS), recheck);
-}
 
 /* Drains the ring, samples, rescans and flushes on their clocks until a
  * signal or --duration.  0, or -1 when polling fails. */
@@ -699,11 +682,7 @@ static int poll_loop(struct agent *ag)
 		/* events are submitted without a wake-up until the ring fills up:
 		 * a poll that timed out has not read them */
 		ring_buffer__consume(ag->rb);
-		int n_targets = attach_count(ag->at);
-		attach_pending(ag->at);
-		tls_sync(ag, false);
-		if (attach_count(ag->at) != n_targets)
-			llama_sync(ag);         /* a target met at its exec, or gone */
+		attach_pending(ag->at);         /* targets met at their exec, or gone */
 		now = host_mono_ns();
 		if (env.duration > 0 && now - start >= (uint64_t)(env.duration * 1e9))
 			break;
@@ -715,8 +694,6 @@ static int poll_loop(struct agent *ag)
 		}
 		if (now >= next_rescan) {
 			attach_rescan(ag->at);
-			tls_sync(ag, true);
-			llama_sync(ag);
 			next_rescan = now + RESCAN_NS;
 		}
 		if (now >= next_flush) {
@@ -829,8 +806,6 @@ int main(int argc, char **argv)
 	/* before the line scripts wait on: what runs now is attached, and with
 	 * --exe its file's probes are in place for what starts next */
 	attach_rescan(ag.at);
-	tls_sync(&ag, true);
-	llama_sync(&ag);
 	if (env.n_pids && !attach_count(ag.at)) {
 		fprintf(stderr, "kpi-agent: none of the --pid processes could be traced\n");
 		goto cleanup;
@@ -852,6 +827,7 @@ cleanup:
 	agent_tls_close(ag.tls);
 	agent_llama_close(ag.llama);
 	agent_cost_close(ag.cost);
+	side_store_close(ag.side);
 	if (ag.store)
 		trace_store_close(ag.store);
 	assemble_free(ag.asm_);

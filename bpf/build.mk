@@ -1,10 +1,11 @@
-# bpf/build.mk - the BPF objects beside bpf/kpi.bpf.c: the GPU side (kpi_cupti.bpf.c,
-# used by agent/sources/gpu.c and agent/sources/cost.c), the TLS side (kpi_tls.bpf.c, agent/sources/tls.c) and the
-# llama.cpp side (kpi_llama.bpf.c, agent/sources/llama.c); the generic .bpf.o and .skel.h rules
-# are in agent/build.mk.
+# bpf/build.mk - the BPF objects beside bpf/kpi.bpf.c, each loaded by
+# agent/sources/loader.c: the CUPTI side (kpi_cupti.bpf.c, agent/sources/gpu.c:
+# GPU records and every target's step__seqs), the TLS side (kpi_tls.bpf.c,
+# agent/sources/tls.c) and the llama.cpp side (kpi_llama.bpf.c,
+# agent/sources/llama.c); the generic .bpf.o and .skel.h rules are in agent/build.mk.
 
 $(BUILD)/bpf/kpi_cupti.bpf.o: bpf/kpi_gpu_event.h abi/kpi_cupti_abi.h abi/kpi_step_seq.h
-$(OBJ)/agent/sources/gpu.o $(OBJ)/agent/sources/cost.o: $(BUILD)/include/kpi_cupti.skel.h
+$(OBJ)/agent/sources/gpu.o: $(BUILD)/include/kpi_cupti.skel.h
 .SECONDARY: $(BUILD)/bpf/kpi_cupti.bpf.o
 
 # The TLS BPF object (bpf/kpi_tls.bpf.c -> kpi_tls.skel.h): uprobes on libssl,

@@ -1,13 +1,13 @@
 /* cost_store.c - cost and energy rows into the trace store: prepared statements
- * on a connection of their own (WAL: the agent's writers take turns, same thread). */
-#include <sqlite3.h>
+ * on the side connection (side_store.h). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include "cost_store.h"
+#include "side_store.h"
 
 struct cost_store {
-	sqlite3 *db;
+	struct side_store *side;
 	sqlite3_stmt *ins_iv, *ins_rd, *upd_req, *set_meta;
 	int64_t run_id, mono_to_wall;
 	double price;                  /* per hour; < 0: none */
@@ -15,32 +15,23 @@ struct cost_store {
 
 static int prepare(struct cost_store *s, sqlite3_stmt **st, const char *sql, char *err, size_t errlen)
 {
-	if (sqlite3_prepare_v3(s->db, sql, -1, SQLITE_PREPARE_PERSISTENT, st, NULL) == SQLITE_OK)
-		return 0;
-	snprintf(err, errlen, "cannot prepare the cost statements (%s): is the trace store at schema "
-		 "version 5 (schema/005_cost.sql)?", sqlite3_errmsg(s->db));
-	return -1;
+	return side_store_prepare(s->side, st, sql, "cost", 5, err, errlen);
 }
 
-struct cost_store *cost_store_open(const char *path, int64_t run_id, double price_per_hour,
-				   char *err, size_t errlen)
+struct cost_store *cost_store_open(struct side_store *side, double price_per_hour, char *err,
+				   size_t errlen)
 {
 	struct cost_store *s = calloc(1, sizeof(*s));
 	sqlite3_stmt *q = NULL;
 
 	if (!s)
 		abort();
-	s->run_id = run_id;
+	s->side = side;
+	s->run_id = side_store_run_id(side);
 	s->price = price_per_hour;
-	if (sqlite3_open_v2(path, &s->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
-		snprintf(err, errlen, "cannot open %s for the cost tables: %s", path,
-			 s->db ? sqlite3_errmsg(s->db) : "out of memory");
-		goto fail;
-	}
-	sqlite3_busy_timeout(s->db, 2000);
 	if (prepare(s, &q, "SELECT mono_to_wall_ns FROM agent_runs WHERE run_id = ?", err, errlen))
 		goto fail;
-	sqlite3_bind_int64(q, 1, run_id);
+	sqlite3_bind_int64(q, 1, s->run_id);
 	if (sqlite3_step(q) == SQLITE_ROW)
 		s->mono_to_wall = sqlite3_column_int64(q, 0);
 	sqlite3_finalize(q);
@@ -72,8 +63,6 @@ void cost_store_close(struct cost_store *s)
 	sqlite3_finalize(s->ins_rd);
 	sqlite3_finalize(s->upd_req);
 	sqlite3_finalize(s->set_meta);
-	if (s->db)
-		sqlite3_close(s->db);
 	free(s);
 }
 
@@ -115,14 +104,6 @@ void cost_queue_free(struct cost_queue *q)
 
 /* ---- writes --------------------------------------------------------------- */
 
-static int run(sqlite3_stmt *st)
-{
-	int rc = sqlite3_step(st);
-	sqlite3_reset(st);
-	sqlite3_clear_bindings(st);
-	return rc == SQLITE_DONE ? 0 : -1;
-}
-
 static void bind_opt_int(sqlite3_stmt *st, int col, int64_t v)
 {
 	if (v >= 0)
@@ -154,7 +135,7 @@ static int put_interval(struct cost_store *s, const struct cost_interval *c)
 		sqlite3_bind_double(st, 13, s->price);
 	bind_cost(st, 14, s->price, c->interval_ns);
 	bind_cost(st, 15, s->price, c->idle_ns);
-	return run(st);
+	return side_store_run(st);
 }
 
 static int put_reading(struct cost_store *s, const struct cost_reading *r, const char *domain)
@@ -166,7 +147,7 @@ static int put_reading(struct cost_store *s, const struct cost_reading *r, const
 	sqlite3_bind_text(st, 4, domain, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 5, (int64_t)r->reading_uj);
 	bind_opt_int(st, 6, r->delta_uj);
-	return run(st);
+	return side_store_run(st);
 }
 
 /* 1: updated, 0: the row is not in the store yet, -1: error */
@@ -180,26 +161,26 @@ static int put_req(struct cost_store *s, const struct cost_req *r)
 	sqlite3_bind_int64(st, 4, r->pid);
 	sqlite3_bind_int64(st, 5, (int64_t)r->seq_id);
 	sqlite3_bind_int64(st, 6, s->run_id);
-	if (run(st))
+	if (side_store_run(st))
 		return -1;
-	return sqlite3_changes(s->db) > 0;
+	return side_store_changes(s->side) > 0;
 }
 
 int cost_store_meta(struct cost_store *s, const char *const *kv, int n, char *err, size_t errlen)
 {
-	if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+	if (side_store_begin(s->side))
 		goto fail;
 	for (int i = 0; i < n; i++) {
 		sqlite3_bind_text(s->set_meta, 1, kv[2 * i], -1, SQLITE_STATIC);
 		sqlite3_bind_text(s->set_meta, 2, kv[2 * i + 1], -1, SQLITE_STATIC);
-		if (run(s->set_meta))
+		if (side_store_run(s->set_meta))
 			goto fail;
 	}
-	if (sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) == SQLITE_OK)
+	if (!side_store_commit(s->side))
 		return 0;
 fail:
-	snprintf(err, errlen, "writing the cost method into meta failed: %s", sqlite3_errmsg(s->db));
-	sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+	snprintf(err, errlen, "writing the cost method into meta failed: %s", side_store_errmsg(s->side));
+	side_store_rollback(s->side);
 	return -1;
 }
 
@@ -215,7 +196,7 @@ int cost_store_flush(struct cost_store *s, struct cost_queue *q, const char *con
 	keep = calloc(q->n_req ? q->n_req : 1, 1);
 	if (!keep)
 		abort();
-	if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
+	if (side_store_begin(s->side))
 		goto fail;
 	what = "insert into cost_samples";
 	for (size_t i = 0; i < q->n_iv; i++)
@@ -235,7 +216,7 @@ int cost_store_flush(struct cost_store *s, struct cost_queue *q, const char *con
 		dropped += r == 0 && !keep[i];
 	}
 	what = "COMMIT";
-	if (sqlite3_exec(s->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
+	if (side_store_commit(s->side))
 		goto fail;
 	for (size_t i = 0; i < q->n_req; i++)
 		if (keep[i])
@@ -248,7 +229,7 @@ int cost_store_flush(struct cost_store *s, struct cost_queue *q, const char *con
 fail:
 	free(keep);
 	snprintf(err, errlen, "writing cost rows failed (%s: %s); they are kept for the next flush",
-		 what, sqlite3_errmsg(s->db));
-	sqlite3_exec(s->db, "ROLLBACK", NULL, NULL, NULL);
+		 what, side_store_errmsg(s->side));
+	side_store_rollback(s->side);
 	return -1;
 }

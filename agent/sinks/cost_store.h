@@ -1,21 +1,48 @@
 /* cost_store.h - kpi-agent's cost and energy rows in the trace store
  * (schema/005_cost.sql): cost_samples, energy_readings, the requests'
- * machine_ns / energy_j / cost_usd and the method in meta, on its own connection. */
+ * machine_ns / energy_j / cost_usd and the method in meta, on the side
+ * connection (side_store.h). */
 #ifndef KPI_COST_STORE_H
 #define KPI_COST_STORE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include "agent/track/cost_attr.h"
 
 struct cost_store;
+struct side_store;
 
-/* Opens path, already migrated to version >= 5 by trace_store_open; rows carry
- * run_id. price_per_hour < 0: no price (cost columns NULL). Returns NULL with
- * the reason in err. */
-struct cost_store *cost_store_open(const char *path, int64_t run_id, double price_per_hour,
-				   char *err, size_t errlen);
-void cost_store_close(struct cost_store *s);
+/* An interval waits for a step still open at its end at most this long;
+ * a request's shares without a row are dropped (and counted) after it. */
+#define COST_KEEP_NS 30000000000ull
+
+/* One settled sample interval (t_end - interval_ns, t_end]: interval_ns =
+ * busy_ns + idle_ns, busy_ns = the union of its steps, of which
+ * unattributed_ns fell to steps with no sequence list. The energies (µJ,
+ * < 0: not measured) split the same way, exactly: energy_uj = the requests'
+ * part + idle_energy_uj + unattributed_energy_uj. */
+struct cost_interval {
+	uint64_t t_end, interval_ns, busy_ns, idle_ns, unattributed_ns;
+	uint64_t steps, step_tokens;
+	int64_t energy_uj, idle_energy_uj, unattributed_energy_uj;
+};
+
+/* A request whose row was handed to the store and whose every interval has
+ * settled: its machine time and energy (µJ, < 0: not measured). */
+struct cost_req {
+	uint32_t pid;
+	uint64_t seq_id;
+	uint64_t machine_ns;
+	int64_t energy_uj;
+	uint64_t t_done;
+};
+
+/* Prepares its statements on s (a trace at schema version >= 5), which must
+ * outlive it. price_per_hour < 0: no price (cost columns NULL). Returns NULL
+ * with the reason in err. */
+struct cost_store *cost_store_open(struct side_store *s, double price_per_hour, char *err,
+				   size_t errlen);
+void cost_store_close(struct cost_store *c);
 
 /* A counter's reading at t (delta < 0: its first). */
 struct cost_reading {

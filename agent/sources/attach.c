@@ -17,7 +17,7 @@
 #include "kpi.skel.h"
 #include "agent/track/assemble.h"
 #include "attach.h"
-#include "gpu.h"
+#include "loader.h"
 #include "agent/host/host.h"
 #include "agent/host/targets.h"
 #include "usdt.h"
@@ -56,7 +56,8 @@ struct attach {
 	struct attach_want want;
 	struct ring_buffer *rb;
 	struct assembler *asm_;
-	struct agent_gpu *gpu;               /* NULL: GPU collection off */
+	struct side *sides[ATTACH_MAX_SIDES];        /* told the live targets */
+	int n_sides;
 	struct target targets[KPI_MAX_TARGETS];
 	int n_targets;
 	struct usdt_files files;             /* executables attached for every process */
@@ -525,16 +526,18 @@ static int port_owners(struct attach *at, pid_t *found, int n_found, int max)
 	return n_found;
 }
 
-/* those that map libkpi_cupti.so also get their GPU kernels recorded */
-static void gpu_sync(struct attach *at)
+/* Every side object (TLS, llama.cpp, CUPTI) is told the live targets at
+ * once; recheck on the rescan's clock. */
+static void sides_sync(struct attach *at, bool recheck)
 {
-	pid_t live[KPI_MAX_TARGETS];
-	int n_live = 0;
+	struct side_live live[KPI_MAX_TARGETS];
+	int n = 0;
 
 	for (int i = 0; i < at->n_targets; i++)
 		if (!at->targets[i].failed)
-			live[n_live++] = at->targets[i].pid;
-	agent_gpu_sync(at->gpu, live, n_live);
+			live[n++] = (struct side_live){ at->targets[i].pid, at->targets[i].http };
+	for (int k = 0; k < at->n_sides; k++)
+		side_sync(at->sides[k], live, n, recheck);
 }
 
 void attach_rescan(struct attach *at)
@@ -575,7 +578,7 @@ void attach_rescan(struct attach *at)
 		if ((n = find_target(at, on_port[i])) >= 0)
 			at->targets[n].by_port = !wanted_pid(at, on_port[i]);
 	}
-	gpu_sync(at);
+	sides_sync(at, true);
 }
 
 /* ---- processes starting and ending ------------------------------------------------ */
@@ -657,7 +660,7 @@ void attach_pending(struct attach *at)
 	}
 	at->n_events = 0;
 	if (any)
-		gpu_sync(at);
+		sides_sync(at, false);
 }
 
 /* ---- program selection --------------------------------------------------------- */
@@ -798,12 +801,16 @@ struct attach *attach_new(struct kpi_bpf *skel, const struct host_features *feat
 	return at;
 }
 
-void attach_set_consumers(struct attach *at, struct ring_buffer *rb, struct assembler *asm_,
-			  struct agent_gpu *gpu)
+void attach_set_consumers(struct attach *at, struct ring_buffer *rb, struct assembler *asm_)
 {
 	at->rb = rb;
 	at->asm_ = asm_;
-	at->gpu = gpu;
+}
+
+void attach_add_side(struct attach *at, struct side *s)
+{
+	if (s && at->n_sides < ATTACH_MAX_SIDES)
+		at->sides[at->n_sides++] = s;
 }
 
 int attach_count(const struct attach *at)
@@ -821,26 +828,16 @@ int attach_live_pids(const struct attach *at, uint32_t *pids, int max)
 	return n;
 }
 
-/* The traced targets' pids, of one path (http) or the other. */
-static int pids_of_path(const struct attach *at, uint32_t *pids, int max, bool http)
+int attach_usdt_pids(const struct attach *at, uint32_t *pids, int max)
 {
 	int n = 0;
 
 	for (int i = 0; i < at->n_targets && n < max; i++)
-		if (!at->targets[i].failed && at->targets[i].http == http)
+		if (!at->targets[i].failed && !at->targets[i].http)
 			pids[n++] = (uint32_t)at->targets[i].pid;
 	return n;
 }
 
-int attach_usdt_pids(const struct attach *at, uint32_t *pids, int max)
-{
-	return pids_of_path(at, pids, max, false);
-}
-
-int attach_http_pids(const struct attach *at, uint32_t *pids, int max)
-{
-	return pids_of_path(at, pids, max, true);
-}
 
 void attach_free(struct attach *at)
 {

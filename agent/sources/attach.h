@@ -12,7 +12,9 @@ struct kpi_bpf;
 struct host_features;
 struct ring_buffer;
 struct assembler;
-struct agent_gpu;
+struct side;
+
+#define ATTACH_MAX_SIDES 4
 
 /* What to trace: the --pid list and the processes on the --port list, else
  * every process running exe (NULL: any file named kpi-infer).  One without
@@ -45,13 +47,16 @@ void attach_watchdog_start(struct attach *at);
  * on stderr when one cannot be attached. */
 int attach_global(struct attach *at);
 /* Where a target's exit sends what is left of it: rb is drained before its
- * map entries go, asm_ is told, gpu (may be NULL) follows the targets. */
-void attach_set_consumers(struct attach *at, struct ring_buffer *rb, struct assembler *asm_,
-			  struct agent_gpu *gpu);
+ * map entries go, asm_ is told. */
+void attach_set_consumers(struct attach *at, struct ring_buffer *rb, struct assembler *asm_);
+/* A side object (loader.h; NULL: ignored) that follows the targets: told the
+ * live ones after every rescan (recheck) and every exec or exit handled. */
+void attach_add_side(struct attach *at, struct side *s);
 /* The /proc scan, at start-up and every RESCAN_NS: detaches targets that
  * exited, refreshes the ports and threads of the others, attaches to new ones
  * (prints 'attached to pid N' / 'detached from pid N'); with --exe, attaches
- * that file's probes for every process before one runs. */
+ * that file's probes for every process before one runs. Then the side
+ * objects follow. */
 void attach_rescan(struct attach *at);
 /* A ring-buffer record: true when it is an EXEC or EXIT record, which is
  * kept for attach_pending (called from the ring's callback, which must not
@@ -68,8 +73,6 @@ int attach_count(const struct attach *at);
 int attach_live_pids(const struct attach *at, uint32_t *pids, int max);
 /* Those of them traced through their USDT probes (not in HTTP mode). */
 int attach_usdt_pids(const struct attach *at, uint32_t *pids, int max);
-/* Those in HTTP mode. */
-int attach_http_pids(const struct attach *at, uint32_t *pids, int max);
 /* Destroys every link (targets' and global). */
 void attach_free(struct attach *at);
 

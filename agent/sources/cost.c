@@ -1,39 +1,32 @@
-/* cost.c - kpi-agent's cost side: the energy meter read each sample, its own
- * step__seqs program (bpf/kpi_cupti.bpf.c) on every target, cost_attr's split
- * of each interval into the trace store and /metrics. */
-#include <bpf/bpf.h>
-#include <bpf/libbpf.h>
-#include <errno.h>
-#include <limits.h>
+/* cost.c - kpi-agent's cost side: the energy meter read each sample, each
+ * step's sequences from the CUPTI side (gpu.h), cost_attr's split of each
+ * interval into the trace store and /metrics. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include "kpi_cupti.skel.h"
-#include "bpf/kpi_gpu_event.h"
-#include "cost.h"
-#include "agent/track/cost_attr.h"
-#include "agent/sinks/cost_store.h"
-#include "energy.h"
-#include "agent/sinks/export_prom.h"
 #include "agent/host/targets.h"
+#include "agent/sinks/cost_store.h"
+#include "agent/sinks/export_prom.h"
+#include "agent/track/cost_attr.h"
+#include "cost.h"
+#include "energy.h"
+#include "gpu.h"
 
 #define COST_MAX_TARGETS 64
-#define COST_RING_BYTES (16u << 20)   /* ~4000 step lists between two flushes */
 #define COST_ERR_NS 1000000000ull
 
+/* A target whose steps were heard: its open steps close when it goes. */
 struct cost_target {
 	uint32_t pid;
 	unsigned long long start_time;
-	struct bpf_link *link;          /* NULL: the attach failed, not retried */
 };
 
 struct agent_cost {
 	struct energy_meter *em;
 	struct cost_attr *attr;
 	struct cost_store *store;
-	struct kpi_cupti_bpf *skel;
-	struct ring_buffer *rb;
+	struct agent_gpu *gpu;          /* where step lists come from; NULL: none */
 	struct cost_target t[COST_MAX_TARGETS];
 	int n_t;
 	double price;
@@ -49,40 +42,30 @@ struct agent_cost {
 
 /* ---- step__seqs ---------------------------------------------------------- */
 
-static int on_event(void *ctx, void *data, size_t size)
+static void on_step_seqs(void *ctx, uint32_t pid, uint64_t step, uint32_t n_total, uint32_t first,
+			 const struct kpi_step_seq *e, uint32_t n, uint64_t t_probe)
 {
-	struct agent_cost *c = ctx;
-	const struct kpi_gpu_ev_step_seqs *s = data;
-
-	if (size < sizeof(*s) || s->h.type != KPI_GEV_STEP_SEQS)
-		return 0;
-	cost_attr_step_seqs(c->attr, s->h.pid, s->step, s->n_total, s->first, s->entries,
-			    s->n < KPI_STEP_SEQS_CHUNK ? s->n : KPI_STEP_SEQS_CHUNK, s->h.ts);
-	return 0;
+	cost_attr_step_seqs(((struct agent_cost *)ctx)->attr, pid, step, n_total, first, e, n, t_probe);
 }
 
-/* The first step of a target, or the first sample that lists it: from then
- * on its steps come with their sequences. */
+void agent_cost_listen(struct agent_cost *c, struct agent_gpu *g)
+{
+	if (!c)
+		return;
+	c->gpu = g;
+	agent_gpu_listen_steps(g, (struct gpu_step_listener){ on_step_seqs, c });
+}
+
+/* The first step of a target, or the first sample that lists it. */
 static void target_ensure(struct agent_cost *c, uint32_t pid)
 {
-	char exe[PATH_MAX];
-	struct cost_target *t;
-
 	for (int i = 0; i < c->n_t; i++)
 		if (c->t[i].pid == pid)
 			return;
 	if (c->n_t == COST_MAX_TARGETS)
 		return;
-	t = &c->t[c->n_t++];
-	*t = (struct cost_target){ .pid = pid, .start_time = target_start_time((pid_t)pid) };
-	if (target_exe_path((pid_t)pid, exe, sizeof(exe)))
-		return;
-	t->link = bpf_program__attach_usdt(c->skel->progs.kpi_step_seqs, (pid_t)pid, exe, "kpi",
-					   "step__seqs", NULL);
-	if (!t->link)
-		fprintf(stderr, "kpi-agent: pid %d (%s): cannot attach to kpi:step__seqs (%s): its "
-			"steps' time and energy are counted as unattributed, not per request; "
-			"rebuild kpi-infer\n", (int)pid, exe, strerror(errno));
+	c->t[c->n_t++] = (struct cost_target){ .pid = pid,
+						.start_time = target_start_time((pid_t)pid) };
 }
 
 static void targets_sync(struct agent_cost *c, const uint32_t *pids, int n, uint64_t now)
@@ -93,7 +76,6 @@ static void targets_sync(struct agent_cost *c, const uint32_t *pids, int n, uint
 			listed = pids[k] == c->t[i].pid;
 		if (listed && target_start_time((pid_t)c->t[i].pid) == c->t[i].start_time)
 			continue;
-		bpf_link__destroy(c->t[i].link);
 		cost_attr_forget_pid(c->attr, c->t[i].pid, now);
 		c->t[i] = c->t[--c->n_t];
 	}
@@ -108,7 +90,7 @@ static void on_step(void *ctx, const struct kpi_step_record *s)
 	struct agent_cost *c = ctx;
 
 	/* the split needs kpi-infer's step__seqs: a llama.cpp server's steps
-	 * (agent/llama.c) have no sequence list to split by */
+	 * (agent/sources/llama.c) have no sequence list to split by */
 	if (s->source)
 		return;
 	target_ensure(c, s->pid);
@@ -198,7 +180,6 @@ static void sample_energy(struct agent_cost *c, uint64_t now, bool final)
 	uint64_t reading[ENERGY_MAX_DOMAINS], delta[ENERGY_MAX_DOMAINS], sum = 0;
 	int first[ENERGY_MAX_DOMAINS], n = energy_domains(c->em);
 
-	ring_buffer__consume(c->rb);
 	if (n)
 		sum = energy_read(c->em, reading, delta, first);
 	pthread_mutex_lock(&c->lock);
@@ -220,24 +201,8 @@ void agent_cost_sample(struct agent_cost *c, uint64_t now, const uint32_t *pids,
 {
 	if (!c)
 		return;
-	ring_buffer__consume(c->rb);
 	targets_sync(c, pids, n, now);
 	sample_energy(c, now, false);
-}
-
-/* Step lists the ring buffer had no room for: their steps are unattributed. */
-static uint64_t lists_dropped(struct agent_cost *c)
-{
-	uint64_t vals[1024], sum = 0;
-	uint32_t idx = KPI_GCNT_DROPS;
-	int n = libbpf_num_possible_cpus();
-
-	if (n <= 0 || n > 1024 || bpf_map__lookup_elem(c->skel->maps.gpu_counters, &idx, sizeof(idx),
-						       vals, sizeof(uint64_t) * n, 0))
-		return 0;
-	for (int i = 0; i < n; i++)
-		sum += vals[i];
-	return sum;
 }
 
 static void print_totals(struct agent_cost *c)
@@ -254,10 +219,10 @@ static void print_totals(struct agent_cost *c)
 		snprintf(joules, sizeof(joules), "; %.6f J to requests, %.6f J idle",
 			 (double)c->attributed_uj / 1e6, (double)c->idle_uj / 1e6);
 	printf("cost: %.3f s sampled: %.3f s to %llu requests, %.3f s idle, %.3f s in steps with no "
-	       "sequence list (%llu lists lost to a full ring)%s%s; token share of batch steps, idle "
+	       "sequence list (%llu CUPTI ring records lost to a full ring)%s%s; token share of batch steps, idle "
 	       "apart (docs/cost.md)\n", (double)(c->t_last - c->t_first) / 1e9,
 	       (double)st.attributed_ns / 1e9, (unsigned long long)st.requests, (double)st.idle_ns / 1e9,
-	       (double)st.unattributed_ns / 1e9, (unsigned long long)lists_dropped(c), joules, money);
+	       (double)st.unattributed_ns / 1e9, (unsigned long long)agent_gpu_ring_drops(c->gpu), joules, money);
 }
 
 void agent_cost_flush(struct agent_cost *c, uint64_t now, bool final)
@@ -266,7 +231,6 @@ void agent_cost_flush(struct agent_cost *c, uint64_t now, bool final)
 
 	if (!c)
 		return;
-	ring_buffer__consume(c->rb);
 	if (final)
 		sample_energy(c, now, true);
 	if (cost_store_flush(c->store, &c->q, c->domains, now, final, &c->not_found, err, sizeof(err)) &&
@@ -303,13 +267,11 @@ static int write_meta(struct agent_cost *c, char *err, size_t errlen)
 	return cost_store_meta(c->store, kv, n, err, errlen);
 }
 
-struct agent_cost *agent_cost_open(const char *db, int64_t run_id, const char *powercap_root,
+struct agent_cost *agent_cost_open(struct side_store *store, const char *powercap_root,
 				   double price_per_hour, char *err, size_t errlen)
 {
 	struct agent_cost *c = calloc(1, sizeof(*c));
-	struct bpf_program *p;
 	char said[1024];
-	int r;
 
 	if (!c)
 		abort();
@@ -319,25 +281,7 @@ struct agent_cost *agent_cost_open(const char *db, int64_t run_id, const char *p
 	c->em = energy_open(powercap_root, said, sizeof(said));
 	for (int i = 0; i < energy_domains(c->em); i++)
 		c->domains[i] = energy_domain_name(c->em, i);
-	c->skel = kpi_cupti_bpf__open();
-	if (!c->skel) {
-		snprintf(err, errlen, "cannot open the step__seqs BPF object: %s", strerror(errno));
-		goto fail;
-	}
-	bpf_object__for_each_program(p, c->skel->obj)
-		bpf_program__set_autoload(p, p == c->skel->progs.kpi_step_seqs);
-	bpf_map__set_max_entries(c->skel->maps.gpu_events, COST_RING_BYTES);
-	r = kpi_cupti_bpf__load(c->skel);
-	if (r) {
-		snprintf(err, errlen, "loading the step__seqs BPF program failed (%s)", strerror(-r));
-		goto fail;
-	}
-	c->rb = ring_buffer__new(bpf_map__fd(c->skel->maps.gpu_events), on_event, c, NULL);
-	if (!c->rb) {
-		snprintf(err, errlen, "cannot open the step__seqs ring buffer: %s", strerror(errno));
-		goto fail;
-	}
-	c->store = cost_store_open(db, run_id, price_per_hour, err, errlen);
+	c->store = cost_store_open(store, price_per_hour, err, errlen);
 	if (!c->store || write_meta(c, err, errlen))
 		goto fail;
 	printf("%s\n", said);
@@ -357,10 +301,6 @@ void agent_cost_close(struct agent_cost *c)
 {
 	if (!c)
 		return;
-	for (int i = 0; i < c->n_t; i++)
-		bpf_link__destroy(c->t[i].link);
-	ring_buffer__free(c->rb);
-	kpi_cupti_bpf__destroy(c->skel);
 	cost_store_close(c->store);
 	cost_attr_free(c->attr);
 	energy_close(c->em);

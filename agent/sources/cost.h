@@ -1,6 +1,7 @@
 /* cost.h - kpi-agent's cost and energy per request: samples the energy
- * counters, hears each step's sequences (kpi:step__seqs), splits every sample
- * interval by cost_attr and writes schema/005_cost.sql's rows (docs/cost.md). */
+ * counters, hears each step's sequences (kpi:step__seqs, from the CUPTI side),
+ * splits every sample interval by cost_attr and writes schema/005_cost.sql's
+ * rows (docs/cost.md). */
 #ifndef KPI_AGENT_COST_H
 #define KPI_AGENT_COST_H
 
@@ -10,16 +11,21 @@
 #include "agent/record.h"
 
 struct agent_cost;
+struct agent_gpu;
 struct prom_exporter;
+struct side_store;
 
-/* Finds the energy counters (energy.h, powercap_root for RAPL), loads its
- * step__seqs program and opens db (migrated by trace_store_open): before
- * privileges drop. price_per_hour < 0: no price. Prints the one line on
- * energy and the one on cost. Returns NULL with the reason in err. */
-struct agent_cost *agent_cost_open(const char *db, int64_t run_id, const char *powercap_root,
+/* Finds the energy counters (energy.h, powercap_root for RAPL) and prepares
+ * its statements on store (which must outlive it): before privileges drop.
+ * price_per_hour < 0: no price. Prints the one line on energy and the one on
+ * cost. Returns NULL with the reason in err. */
+struct agent_cost *agent_cost_open(struct side_store *store, const char *powercap_root,
 				   double price_per_hour, char *err, size_t errlen);
-/* The sink that hears steps (and attaches step__seqs to their process) and
- * requests (whose rows get their figures once their time has settled). */
+/* Hears each step's sequence list from g (the one CUPTI object, which
+ * attaches kpi:step__seqs); without it (NULL) every step is unattributed. */
+void agent_cost_listen(struct agent_cost *c, struct agent_gpu *g);
+/* The sink that hears steps and requests (whose rows get their figures once
+ * their time has settled). */
 struct kpi_sink agent_cost_sink(struct agent_cost *c);
 /* kpi_energy_joules_total{domain}, kpi_cost_usd_total and the idle parts in
  * p's /metrics (p NULL: nothing). */

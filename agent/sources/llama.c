@@ -4,93 +4,42 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 #include "kpi_llama.skel.h"
-#include "agent/track/bus.h"
-#include "llama.h"
-#include "agent/track/llama_join.h"
-#include "losses.h"
+#include "agent/host/elf.h"
 #include "agent/host/targets.h"
+#include "agent/track/bus.h"
+#include "agent/track/llama_join.h"
+#include "llama.h"
+#include "loader.h"
+#include "losses.h"
 
-#define LLAMA_MAX_TARGETS 64
 /* A symbol llama.cpp has exported since January 2025, three months after
  * llama_batch lost its all_pos_0 / all_pos_1 / all_seq_id fields and took the
  * 56-byte layout bpf/kpi_llama_event.h reads: its presence dates the library. */
 #define LLAMA_ABI_MARKER "llama_model_load_from_file"
+enum { L_ENTRY, L_RETURN };
 
+/* Per target (side_target.data): NULL when refused or failed, not retried. */
 struct llama_target {
-	pid_t pid;
-	unsigned long long start_time;
 	char lib[PATH_MAX];
-	struct bpf_link *entry, *ret;
-	bool attached;                  /* false: refused or failed, not retried */
 	struct llama_join *j;
 };
 
 struct agent_llama {
 	struct kpi_llama_bpf *skel;
+	struct side side;               /* the object and its targets (loader.h) */
 	struct bus *bus;
-	struct llama_target *t[LLAMA_MAX_TARGETS];
-	int n_t, n_attached;
+	int n_attached;
 	struct llama_join_stats gone;   /* sums of the targets freed */
 	int n_cpus;
 };
 
 /* ---- finding llama_decode ---------------------------------------------------- */
-
-bool llama_elf_defines(const char *path, const char *symbol)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	bool found = false;
-	Elf_Scn *scn = NULL;
-	Elf *e;
-
-	if (fd < 0)
-		return false;
-	elf_version(EV_CURRENT);
-	e = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-	while (e && !found && (scn = elf_nextscn(e, scn))) {
-		GElf_Shdr sh;
-		if (!gelf_getshdr(scn, &sh) || (sh.sh_type != SHT_DYNSYM && sh.sh_type != SHT_SYMTAB) ||
-		    !sh.sh_entsize)
-			continue;
-		Elf_Data *d = elf_getdata(scn, NULL);
-		for (size_t i = 0; d && i < sh.sh_size / sh.sh_entsize && !found; i++) {
-			GElf_Sym sym;
-			if (!gelf_getsym(d, (int)i, &sym) || sym.st_shndx == SHN_UNDEF ||
-			    GELF_ST_TYPE(sym.st_info) != STT_FUNC)
-				continue;
-			const char *name = elf_strptr(e, sh.sh_link, sym.st_name);
-			found = name && !strcmp(name, symbol);
-		}
-	}
-	elf_end(e);
-	close(fd);
-	return found;
-}
-
-static bool elf_is_x86_64(const char *path)
-{
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	GElf_Ehdr eh;
-	bool ok = false;
-
-	if (fd < 0)
-		return false;
-	elf_version(EV_CURRENT);
-	Elf *e = elf_begin(fd, ELF_C_READ_MMAP, NULL);
-	ok = e && gelf_getehdr(e, &eh) && eh.e_machine == EM_X86_64 && gelf_getclass(e) == ELFCLASS64;
-	elf_end(e);
-	close(fd);
-	return ok;
-}
 
 /* Files whose name says llama (libllama*.so*, llama-addon.node, llama-server,
  * ollama): the first of them that defines llama_decode. */
@@ -118,7 +67,7 @@ int llama_lib_path(pid_t pid, char *buf, size_t len)
 			snprintf(open_path, sizeof(open_path), "/proc/%d/root%s", pid, path);
 		else
 			snprintf(open_path, sizeof(open_path), "%s", path);
-		if (llama_elf_defines(open_path, "llama_decode"))
+		if (elf_defines(open_path, "llama_decode"))
 			rc = snprintf(buf, len, "%s", open_path) < (int)len ? 0 : -1;
 	}
 	fclose(f);
@@ -141,48 +90,39 @@ static void lib_version(const char *path, char *buf, size_t len)
 
 /* ---- targets ------------------------------------------------------------------- */
 
-static struct llama_target *target_find(struct agent_llama *L, uint32_t pid)
-{
-	for (int i = 0; i < L->n_t; i++)
-		if ((uint32_t)L->t[i]->pid == pid)
-			return L->t[i];
-	return NULL;
-}
-
 /* The ABI check, then the uprobe pair. */
-static bool target_attach(struct agent_llama *L, struct llama_target *t)
+static bool target_attach(struct agent_llama *L, struct side_target *st, const char *lib)
 {
 	LIBBPF_OPTS(bpf_uprobe_opts, opts, .func_name = "llama_decode");
 	char ver[64];
 
-	lib_version(t->lib, ver, sizeof(ver));
-	if (!elf_is_x86_64(t->lib)) {
+	lib_version(lib, ver, sizeof(ver));
+	if (!elf_is_x86_64(lib)) {
 		fprintf(stderr, "kpi-agent: pid %d: %s is not an x86-64 ELF: llama_decode's batch is read "
 			"as the x86-64 SysV ABI passes it, so its engine split is off (HTTP only)\n",
-			t->pid, t->lib);
+			st->pid, lib);
 		return false;
 	}
-	if (!llama_elf_defines(t->lib, LLAMA_ABI_MARKER)) {
+	if (!elf_defines(lib, LLAMA_ABI_MARKER)) {
 		fprintf(stderr, "kpi-agent: pid %d: %s defines llama_decode but not %s: a llama.cpp "
 			"older than January 2025, whose llama_batch may not be the 56-byte layout "
 			"kpi-agent reads (docs/agent.md); its engine split is off (HTTP only)\n",
-			t->pid, t->lib, LLAMA_ABI_MARKER);
+			st->pid, lib, LLAMA_ABI_MARKER);
 		return false;
 	}
-	t->entry = bpf_program__attach_uprobe_opts(L->skel->progs.kpi_llama_decode_entry, t->pid,
-						   t->lib, 0, &opts);
+	st->links[L_ENTRY] = bpf_program__attach_uprobe_opts(L->skel->progs.kpi_llama_decode_entry,
+							     st->pid, lib, 0, &opts);
 	opts.retprobe = true;
-	if (t->entry)
-		t->ret = bpf_program__attach_uprobe_opts(L->skel->progs.kpi_llama_decode_return,
-							 t->pid, t->lib, 0, &opts);
-	if (!t->entry || !t->ret) {
+	if (st->links[L_ENTRY])
+		st->links[L_RETURN] = bpf_program__attach_uprobe_opts(L->skel->progs.kpi_llama_decode_return,
+								      st->pid, lib, 0, &opts);
+	if (!st->links[L_ENTRY] || !st->links[L_RETURN]) {
 		fprintf(stderr, "kpi-agent: pid %d: cannot attach to llama_decode in %s (%s); its engine "
-			"split is off (HTTP only)\n", t->pid, t->lib, strerror(errno));
-		bpf_link__destroy(t->entry);
-		t->entry = NULL;
+			"split is off (HTTP only)\n", st->pid, lib, strerror(errno));
+		side_unlink(st);
 		return false;
 	}
-	printf("tracing llama_decode of pid %d in %s (llama.cpp %s)\n", t->pid, t->lib,
+	printf("tracing llama_decode of pid %d in %s (llama.cpp %s)\n", st->pid, lib,
 	       ver[0] ? ver : "of unknown version");
 	return true;
 }
@@ -204,49 +144,47 @@ static void stats_add(struct llama_join_stats *to, const struct llama_join_stats
 	to->forgotten += s->forgotten;
 }
 
-static void target_free(struct agent_llama *L, struct llama_target *t, uint64_t now)
+/* An HTTP-mode target: attached when it maps llama.cpp (a Node server loads
+ * it late: until then it is looked for again at every sync). */
+static bool target_add(void *ctx, struct side_target *st)
 {
-	bpf_link__destroy(t->ret);
-	bpf_link__destroy(t->entry);
-	if (t->j) {
-		llama_join_release(t->j, now, true, request_out, L);
-		stats_add(&L->gone, llama_join_stats(t->j));
-		llama_join_free(t->j);
-	}
-	free(t);
-}
+	struct agent_llama *L = ctx;
+	char lib[PATH_MAX];
 
-void agent_llama_sync(struct agent_llama *L, const pid_t *pids, int n)
-{
-	if (!L)
-		return;
-	for (int i = L->n_t - 1; i >= 0; i--) {
-		struct llama_target *t = L->t[i];
-		bool listed = false;
-		for (int k = 0; k < n && !listed; k++)
-			listed = pids[k] == t->pid;
-		if (!listed || target_start_time(t->pid) != t->start_time) {
-			target_free(L, t, 0);
-			L->t[i] = L->t[--L->n_t];
-		}
-	}
-	for (int k = 0; k < n && L->n_t < LLAMA_MAX_TARGETS; k++) {
-		char lib[PATH_MAX];
-		if (target_find(L, (uint32_t)pids[k]) || llama_lib_path(pids[k], lib, sizeof(lib)))
-			continue; /* no llama.cpp (yet: a Node server loads it late): looked for again */
+	if (llama_lib_path(st->pid, lib, sizeof(lib)))
+		return false;
+	if (target_attach(L, st, lib)) {
 		struct llama_target *t = calloc(1, sizeof(*t));
 		if (!t)
 			abort();
-		t->pid = pids[k];
-		t->start_time = target_start_time(t->pid);
 		snprintf(t->lib, sizeof(t->lib), "%s", lib);
-		L->t[L->n_t++] = t;
-		t->attached = target_attach(L, t);
-		if (t->attached) {
-			t->j = llama_join_new((uint32_t)t->pid);
-			L->n_attached++;
-		}
+		t->j = llama_join_new((uint32_t)st->pid);
+		st->data = t;
+		L->n_attached++;
 	}
+	return true;    /* refused or failed: kept, not retried */
+}
+
+/* Hands out what is held of it, then forgets it. */
+static void target_drop(void *ctx, struct side_target *st)
+{
+	struct agent_llama *L = ctx;
+	struct llama_target *t = st->data;
+
+	if (!t)
+		return;
+	llama_join_release(t->j, 0, true, request_out, L);
+	stats_add(&L->gone, llama_join_stats(t->j));
+	llama_join_free(t->j);
+	free(t);
+	st->data = NULL;
+}
+
+static struct llama_join *join_of(struct agent_llama *L, uint32_t pid)
+{
+	struct side_target *st = side_find(&L->side, (pid_t)pid);
+
+	return st && st->data ? ((struct llama_target *)st->data)->j : NULL;
 }
 
 /* ---- events and records ------------------------------------------------------- */
@@ -259,21 +197,21 @@ static int on_event(void *ctx, void *data, size_t size)
 
 	if (size < sizeof(*e))
 		return 0;
-	struct llama_target *t = target_find(L, e->pid);
-	if (!t || !t->j)
+	struct llama_join *j = join_of(L, e->pid);
+	if (!j)
 		return 0;
-	llama_join_call(t->j, e, &step);
+	llama_join_call(j, e, &step);
 	bus_step(L->bus, &step);
 	return 0;
 }
 
 static bool hold(void *ctx, const struct kpi_request_record *rec)
 {
-	struct llama_target *t = target_find(ctx, rec->pid);
+	struct llama_join *j = join_of(ctx, rec->pid);
 
-	if (!t || !t->j)
+	if (!j)
 		return false;
-	llama_join_hold(t->j, rec);
+	llama_join_hold(j, rec);
 	return true;
 }
 
@@ -281,9 +219,11 @@ void agent_llama_flush(struct agent_llama *L, uint64_t now, bool final)
 {
 	if (!L)
 		return;
-	for (int i = 0; i < L->n_t; i++)
-		if (L->t[i]->j)
-			llama_join_release(L->t[i]->j, now, final, request_out, L);
+	for (int i = 0; i < L->side.n_t; i++) {
+		struct llama_target *t = L->side.t[i].data;
+		if (t)
+			llama_join_release(t->j, now, final, request_out, L);
+	}
 }
 
 /* ---- open / close ----------------------------------------------------------------- */
@@ -291,36 +231,31 @@ void agent_llama_flush(struct agent_llama *L, uint64_t now, bool final)
 struct agent_llama *agent_llama_open(char *err, size_t errlen)
 {
 	struct agent_llama *L = calloc(1, sizeof(*L));
-	int r;
 
 	if (!L)
 		abort();
 	L->n_cpus = libbpf_num_possible_cpus();
 	L->skel = kpi_llama_bpf__open();
-	if (!L->skel) {
-		snprintf(err, errlen, "cannot open the llama.cpp BPF object: %s", strerror(errno));
+	if (side_open(&L->side, "llama.cpp", L->skel, L->skel ? L->skel->skeleton : NULL, err, errlen) ||
+	    side_load(&L->side, err, errlen))
 		goto fail;
-	}
-	r = kpi_llama_bpf__load(L->skel);
-	if (r) {
-		snprintf(err, errlen, "loading the llama.cpp BPF programs failed (%s); run with -v for "
-			 "the verifier's log", strerror(-r));
-		goto fail;
-	}
+	side_follow(&L->side, true, &(struct side_ops){ .add = target_add, .drop = target_drop }, L);
 	return L;
 fail:
 	agent_llama_close(L);
 	return NULL;
 }
 
+struct side *agent_llama_side(struct agent_llama *L)
+{
+	return L ? &L->side : NULL;
+}
+
 int agent_llama_connect(struct agent_llama *L, struct bus *bus, struct ring_buffer *rb,
 			char *err, size_t errlen)
 {
-	int r = ring_buffer__add(rb, bpf_map__fd(L->skel->maps.llama_events), on_event, L);
-	if (r) {
-		snprintf(err, errlen, "cannot add the llama.cpp ring buffer: %s", strerror(-r));
+	if (side_add_ring(&L->side, rb, L->skel->maps.llama_events, on_event, L, err, errlen))
 		return -1;
-	}
 	L->bus = bus;
 	bus_set_hold(bus, hold, L);
 	return 0;
@@ -332,9 +267,7 @@ void agent_llama_close(struct agent_llama *L)
 		return;
 	if (L->bus)
 		bus_set_hold(L->bus, NULL, NULL);
-	for (int i = 0; i < L->n_t; i++)
-		target_free(L, L->t[i], 0);
-	kpi_llama_bpf__destroy(L->skel);
+	side_close(&L->side);
 	free(L);
 }
 
@@ -351,9 +284,11 @@ void agent_llama_summary(struct agent_llama *L, char *buf, size_t len)
 	if (!L || !L->n_attached)
 		return;
 	s = L->gone;
-	for (int i = 0; i < L->n_t; i++)
-		if (L->t[i]->j)
-			stats_add(&s, llama_join_stats(L->t[i]->j));
+	for (int i = 0; i < L->side.n_t; i++) {
+		struct llama_target *t = L->side.t[i].data;
+		if (t)
+			stats_add(&s, llama_join_stats(t->j));
+	}
 	snprintf(buf, len, "libllama: %llu llama_decode calls (%llu failed, %llu summarised in part, "
 		 "%llu not read as a llama_batch, %llu ring-buffer drops), %llu generations; %llu "
 		 "requests joined, %llu failed the check (no engine marks), %llu found no generation",

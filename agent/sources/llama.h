@@ -11,6 +11,7 @@
 
 struct ring_buffer;
 struct bus;
+struct side;
 struct agent_llama;
 
 /* Loads bpf/kpi_llama.bpf.c: before privileges drop. Returns NULL with the
@@ -22,10 +23,10 @@ struct agent_llama *agent_llama_open(char *err, size_t errlen);
  * in err. */
 int agent_llama_connect(struct agent_llama *L, struct bus *bus, struct ring_buffer *rb,
 			char *err, size_t errlen);
-/* The agent's HTTP-mode targets now: attaches to those that map llama.cpp and
- * are not attached yet (looked for again at every call until they do); hands
- * out what is held of those no longer listed. */
-void agent_llama_sync(struct agent_llama *L, const pid_t *pids, int n);
+/* Its targets follow the agent's (loader.h): the HTTP-mode ones that map
+ * llama.cpp get the uprobe pair (one that does not yet is looked at again at
+ * every sync); what is held of one no longer listed is handed out. */
+struct side *agent_llama_side(struct agent_llama *L);
 /* Hands out the held records that settled (all when final), joined. */
 void agent_llama_flush(struct agent_llama *L, uint64_t now, bool final);
 /* One line of totals for the agent's exit message ("" when nothing was attached). */
@@ -35,7 +36,5 @@ void agent_llama_close(struct agent_llama *L);
 /* The mapped file of pid that defines llama_decode (a libllama, a Node addon,
  * a statically linked server), as a path this process can open. 0, or -1. */
 int llama_lib_path(pid_t pid, char *buf, size_t len);
-/* Whether the ELF file at path defines symbol (dynamic or static table). */
-bool llama_elf_defines(const char *path, const char *symbol);
 
 #endif

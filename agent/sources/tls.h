@@ -11,17 +11,18 @@
 #define TLS_LIB_NAME "libssl.so"        /* OpenSSL's, any version (Debian: libssl.so.3) */
 
 struct kpi_bpf;
+struct side;
 struct agent_tls;
 
 /* Loads bpf/kpi_tls.bpf.c on the loaded main object's events, counters,
  * targets and tls_calls maps: before privileges drop.  NULL with the reason
  * in err. */
 struct agent_tls *agent_tls_open(struct kpi_bpf *main_skel, bool verbose, char *err, size_t errlen);
-/* The HTTP-mode targets now: attaches the uprobes to those that map libssl
- * and are not attached yet (prints 'TLS: pid N: ...'), forgets those no longer
- * listed.  recheck: look again in the maps of those that had no libssl (a
- * library opened since, as Python's ssl module does at its import). */
-void agent_tls_sync(struct agent_tls *t, const uint32_t *pids, int n, bool recheck);
+/* Its targets follow the agent's (loader.h): the HTTP-mode ones that map
+ * libssl get the uprobes (prints 'TLS: pid N: ...'); at the rescan's sync
+ * those that had none are looked at again (a library opened since, as
+ * Python's ssl module does at its import). */
+struct side *agent_tls_side(struct agent_tls *t);
 /* Whether pid's TLS is read (its libssl is probed).  The first no for a pid
  * prints why ('pid N (comm): TLS not readable: ...').  For http_path's
  * query (ctx: the struct agent_tls; NULL: no TLS side, nothing readable). */

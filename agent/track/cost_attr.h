@@ -1,43 +1,21 @@
 /* cost_attr.h - splits each sample interval's time and energy across the batch
  * steps in it, and each step's share across its requests by weighted tokens
- * (docs/cost.md). Pure bookkeeping, no BPF or SQLite: tests feed it records. */
+ * (docs/cost.md). Pure bookkeeping, no BPF or SQLite: tests feed it records;
+ * what it settles are the rows cost_store.h writes. */
 #ifndef KPI_COST_ATTR_H
 #define KPI_COST_ATTR_H
 
 #include <stdbool.h>
 #include <stdint.h>
 #include "abi/kpi_step_seq.h"
+#include "agent/sinks/cost_store.h"   /* the rows it settles: struct cost_interval, cost_req */
 
 /* A token's weight in its step's split: a prompt token prefilled, a token
  * decoded. Stated in the trace's meta (cost_prefill_weight, cost_decode_weight). */
 #define COST_PREFILL_WEIGHT 1
 #define COST_DECODE_WEIGHT 1
-/* An interval waits for a step still open at its end at most this long;
- * a request's shares without a row are dropped (and counted) after it. */
-#define COST_KEEP_NS 30000000000ull
 
 struct cost_attr;
-
-/* One settled sample interval (t_end - interval_ns, t_end]: interval_ns =
- * busy_ns + idle_ns, busy_ns = the union of its steps, of which
- * unattributed_ns fell to steps with no sequence list. The energies (µJ,
- * < 0: not measured) split the same way, exactly: energy_uj = the requests'
- * part + idle_energy_uj + unattributed_energy_uj. */
-struct cost_interval {
-	uint64_t t_end, interval_ns, busy_ns, idle_ns, unattributed_ns;
-	uint64_t steps, step_tokens;
-	int64_t energy_uj, idle_energy_uj, unattributed_energy_uj;
-};
-
-/* A request whose row was handed to the store and whose every interval has
- * settled: its machine time and energy (µJ, < 0: not measured). */
-struct cost_req {
-	uint32_t pid;
-	uint64_t seq_id;
-	uint64_t machine_ns;
-	int64_t energy_uj;
-	uint64_t t_done;
-};
 
 struct cost_attr_stats {
 	uint64_t intervals, steps, unlisted_steps;   /* steps settled, of which with no list */

@@ -1,5 +1,6 @@
 /* gpu_attr.c - per-step GPU busy time and its token-share split across the
  * step's requests; incremental, so records that arrive late still add up. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uthash.h>
@@ -262,4 +263,56 @@ void gpu_attr_forget_pid(struct gpu_attr *a, uint32_t pid)
 void gpu_attr_stats(const struct gpu_attr *a, struct gpu_attr_stats *out)
 {
 	*out = a->st;
+}
+
+/* ---- into the store ----------------------------------------------------------- */
+
+struct write_ctx {
+	struct gpu_store *s;
+	int rc;
+};
+
+static bool write_step(void *ctx, const struct gpu_attr_step *x)
+{
+	struct write_ctx *c = ctx;
+	int r = gpu_store_step_busy(c->s, x->pid, x->step, x->busy_ns);
+	if (r < 0)
+		c->rc = -1;
+	return r > 0; /* 0: the step's row is not written yet */
+}
+
+static bool write_req(void *ctx, const struct gpu_attr_req *x)
+{
+	struct write_ctx *c = ctx;
+	int r = gpu_store_request_gpu(c->s, x->pid, x->id, x->prefill_ns, x->decode_ns);
+	if (r < 0)
+		c->rc = -1;
+	return r > 0; /* 0: the request is still in flight */
+}
+
+int gpu_attr_write(struct gpu_attr *a, struct gpu_store *store, uint64_t now,
+		   const struct gpu_store_row *rows, size_t n, char *err, size_t errlen)
+{
+	struct write_ctx c = { store, 0 };
+	const char *what = "BEGIN";
+
+	if (gpu_store_begin(store))
+		goto fail;
+	what = "insert into gpu_kernels";
+	for (size_t i = 0; i < n; i++)
+		if (gpu_store_kernel(store, &rows[i]))
+			goto fail;
+	what = "update the GPU columns of steps and requests";
+	gpu_attr_drain(a, now, write_step, write_req, &c);
+	if (c.rc)
+		goto fail;
+	what = "COMMIT";
+	if (gpu_store_commit(store))
+		goto fail;
+	return 0;
+fail:
+	snprintf(err, errlen, "writing GPU records failed (%s: %s); %zu kernel rows kept for the "
+		 "next flush", what, gpu_store_errmsg(store), n);
+	gpu_store_rollback(store);
+	return -1;
 }

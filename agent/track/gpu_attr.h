@@ -1,11 +1,14 @@
 /* gpu_attr.h - per-step GPU busy time and its split across requests: joins
  * libkpi_cupti.so's records (by pid + step) with kpi-infer's step__seqs lists.
- * Pure bookkeeping, no BPF or SQLite, so tests feed it synthetic records. */
+ * Bookkeeping, no BPF or SQLite (gpu_attr_write hands what changed to
+ * gpu_store), so tests feed it synthetic records. */
 #ifndef KPI_GPU_ATTR_H
 #define KPI_GPU_ATTR_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
+#include "agent/sinks/gpu_store.h"
 #include "bpf/kpi_gpu_event.h"
 
 /* How long a step or request is kept after its last record or list (late
@@ -45,6 +48,13 @@ struct gpu_attr_req { uint32_t pid; uint64_t id, prefill_ns, decode_ns; };
 void gpu_attr_drain(struct gpu_attr *a, uint64_t now,
 		    bool (*step_fn)(void *ctx, const struct gpu_attr_step *s),
 		    bool (*req_fn)(void *ctx, const struct gpu_attr_req *r), void *ctx);
+
+/* One transaction on the store: rows into gpu_kernels, then every step and
+ * request gpu_attr_drain offers (settle first). Those whose row is not in
+ * the store yet stay dirty for the next call. 0, or -1 with the error in err,
+ * everything rolled back (the caller keeps rows). */
+int gpu_attr_write(struct gpu_attr *a, struct gpu_store *store, uint64_t now,
+		   const struct gpu_store_row *rows, size_t n, char *err, size_t errlen);
 
 /* The target exited: drop its steps and requests. */
 void gpu_attr_forget_pid(struct gpu_attr *a, uint32_t pid);
