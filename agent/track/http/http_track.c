@@ -1,25 +1,25 @@
-/* http_track.c - the HTTP/1.1 + server-sent-events state machine behind
- * http_track.h: framing per direction, a bounded key scan of JSON bodies and
- * events, exchanges queued in request order and matched to responses in order. */
+/* http_track.c - the HTTP/1.1 framing behind http_track.h: message heads and
+ * bodies per direction, gaps and lost framing, exchanges queued in request
+ * order and matched to responses in order. Chunked bodies are decoded by
+ * http_chunked.c, JSON bodies scanned by http_json.c, events by http_sse.c. */
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include "http_chunked.h"
+#include "http_json.h"
+#include "http_sse.h"
+#include "http_text.h"
 #include "http_track.h"
 
 /* ---- limits and state ---------------------------------------------------- */
 
-#define LINE_KEEP  160  /* bytes of a head or chunk-size line kept: what we need is at its start */
-#define EVENT_KEEP 480u /* bytes of an SSE event kept to classify it */
-#define CARRY_KEEP 112  /* body bytes carried to the next piece: a key and value cut at its end */
-#define KEY_MAX    24   /* longest quoted key looked at */
-#define WS_MAX     4    /* whitespace stepped over around ':' */
-#define SCAN_SEG   1024 /* body bytes scanned per step */
+#define LINE_KEEP  160  /* bytes of a head line kept: what we need is at its start */
 
 enum dstate {
 	D_START,        /* between messages */
 	D_HEAD,         /* start line and headers */
 	D_BODY,         /* Content-Length bytes left, or until the close */
-	D_CHUNK_SIZE, D_CHUNK_DATA, D_CHUNK_CRLF, D_TRAILER,
+	D_CHUNKED,      /* a chunked body (http_chunked.h) */
 	D_UNSYNCED,     /* framing lost: looking for a message start */
 	D_DEAD,         /* upgraded to another protocol: ignored */
 };
@@ -34,25 +34,16 @@ struct head {
 
 struct dir {
 	uint8_t state;
-	uint8_t crlf_left;              /* of a chunk's CRLF */
 	bool close_delim;               /* D_BODY runs until the close */
 	bool line_cut;                  /* the line was longer than LINE_KEEP */
-	uint16_t line_len, carry_len;
-	uint64_t left;                  /* bytes left in the body or chunk */
+	uint16_t line_len;
+	uint64_t left;                  /* bytes left in the body */
 	uint64_t msg_ts;                /* ts of the message's first byte */
 	struct head h;
 	struct xnode *x;                /* the exchange of this message; NULL: not tracked */
+	struct http_chunked ch;         /* D_CHUNKED */
+	struct http_json_carry carry;   /* a body's key scan across pieces */
 	char line[LINE_KEEP];
-	char carry[CARRY_KEEP];
-};
-
-/* The SSE event being split out of a response body: its first bytes, CRs
- * dropped, lines ended by '\n', a cut (gap) marked by '\0'. */
-struct sse {
-	uint16_t len;
-	bool in_line;                   /* bytes since the last LF: the next LF ends a line */
-	bool cut;                       /* part of the event was not seen */
-	char buf[EVENT_KEEP];
 };
 
 struct xnode {
@@ -71,7 +62,7 @@ struct http_track {
 	unsigned queued;
 	unsigned owed;                  /* responses still due to exchanges handed over (expired) */
 	struct dir in, out;
-	struct sse ev;
+	struct http_sse ev;
 };
 
 #define STAT(t, f, n) do { (t)->st.f += (n); \
@@ -79,322 +70,39 @@ struct http_track {
 
 static void dir_unsync(struct http_track *t, struct dir *d, uint64_t ts, bool malformed);
 
-/* ---- small text helpers ------------------------------------------------- */
-
-static bool id_char(unsigned char c)
-{
-	return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-	       c == '.' || c == '_' || c == ':' || c == '-';
-}
-
-/* An id keeps [A-Za-z0-9._:-] of s, as kpi-infer keeps a client's
- * x-request-id; a text its printable ASCII (a JSON escape keeps its letter). */
-static void copy_clean(char *dst, size_t cap, const char *s, size_t n, bool id)
-{
-	size_t o = 0;
-	for (size_t i = 0; i < n && o + 1 < cap; i++)
-		if (id ? id_char((unsigned char)s[i]) : s[i] != '\\' && s[i] >= 0x20 && s[i] < 0x7f)
-			dst[o++] = s[i];
-	dst[o] = 0;
-}
-
-static bool has_ci(const char *s, size_t n, const char *word)
-{
-	size_t w = strlen(word);
-	for (size_t i = 0; i + w <= n; i++)
-		if (!strncasecmp(s + i, word, w))
-			return true;
-	return false;
-}
-
-static int64_t parse_dec(const char *s, size_t n)
-{
-	int64_t v = 0;
-	if (!n || n > 18)
-		return -1;
-	for (size_t i = 0; i < n; i++) {
-		if (s[i] < '0' || s[i] > '9')
-			return -1;
-		v = v * 10 + (s[i] - '0');
-	}
-	return v;
-}
-
-/* ---- bounded JSON key scan ------------------------------------------------ */
-
-enum key { K_NONE, K_MODEL, K_STREAM, K_MAX_TOKENS, K_MAX_COMPLETION_TOKENS,
-	K_FINISH_REASON, K_PROMPT_TOKENS, K_COMPLETION_TOKENS, K_INPUT_TOKENS, K_OUTPUT_TOKENS,
-	K_TYPE, K_CONTENT, K_REASONING_CONTENT, K_REASONING, K_TEXT, K_ARGUMENTS, K__COUNT };
-
-#define KEY(s) { s, sizeof(s) - 1 }
-static const struct { const char *s; size_t n; } key_names[K__COUNT] = { KEY(""), KEY("model"),
-	KEY("stream"), KEY("max_tokens"), KEY("max_completion_tokens"), KEY("finish_reason"),
-	KEY("prompt_tokens"), KEY("completion_tokens"), KEY("input_tokens"), KEY("output_tokens"),
-	KEY("type"), KEY("content"), KEY("reasoning_content"), KEY("reasoning"), KEY("text"),
-	KEY("arguments") };
-
-#define KM(k) (1u << (k))
-#define REQ_KEYS   (KM(K_MODEL) | KM(K_STREAM) | KM(K_MAX_TOKENS) | KM(K_MAX_COMPLETION_TOKENS))
-#define USAGE_KEYS (KM(K_FINISH_REASON) | KM(K_PROMPT_TOKENS) | KM(K_COMPLETION_TOKENS) | \
-		    KM(K_INPUT_TOKENS) | KM(K_OUTPUT_TOKENS))
-#define EVENT_KEYS (USAGE_KEYS | KM(K_TYPE) | KM(K_CONTENT) | KM(K_REASONING_CONTENT) | \
-		    KM(K_REASONING) | KM(K_TEXT) | KM(K_ARGUMENTS))
-
-enum jtype { J_STR, J_NUM, J_TRUE, J_FALSE, J_NULL, J_OTHER };
-
-/* A value as far as it was seen: an incomplete one ran off the end. */
-struct jval {
-	enum jtype type;
-	bool complete;
-	const char *s;                  /* J_STR: raw bytes, escapes kept */
-	size_t len;
-	int64_t num;
-};
-
-typedef void key_fn(void *ctx, int key, const struct jval *v);
-
-static int key_find(const char *s, size_t n, unsigned mask)
-{
-	for (int k = 1; k < K__COUNT; k++)
-		if ((mask & KM(k)) && key_names[k].n == n && !memcmp(key_names[k].s, s, n))
-			return k;
-	return K_NONE;
-}
-
-static size_t skip_ws(const char *p, size_t i, size_t n)
-{
-	for (int k = 0; k < WS_MAX && i < n && (p[i] == ' ' || p[i] == '\t' || p[i] == '\r' ||
-						 p[i] == '\n'); k++)
-		i++;
-	return i;
-}
-
-/* Reads the value at p[i]; returns the index after it (n when it ran off).
- * Numbers: the non-negative integers our fields are; others are J_OTHER. */
-static size_t json_value(const char *p, size_t i, size_t n, struct jval *v)
-{
-	size_t j = i + 1;
-	*v = (struct jval){ .type = J_OTHER, .complete = true };
-	if (p[i] == '"') {
-		while (j < n && p[j] != '"')
-			j += p[j] == '\\' ? 2 : 1;
-		*v = (struct jval){ J_STR, j < n, p + i + 1, (j < n ? j : n) - i - 1, 0 };
-		return j < n ? j + 1 : n;
-	}
-	if (p[i] >= '0' && p[i] <= '9') {
-		while (j < n && p[j] >= '0' && p[j] <= '9')
-			j++;
-		v->num = parse_dec(p + i, j - i);
-		v->type = v->num < 0 || (j < n && memchr(".eE", p[j], 3)) ? J_OTHER : J_NUM;
-		v->complete = j < n;
-		return j;
-	}
-	const char *lit = p[i] == 't' ? "true" : p[i] == 'f' ? "false" : p[i] == 'n' ? "null" : NULL;
-	size_t ln = lit ? strlen(lit) : 1;
-	if (!lit || (n - i >= ln && memcmp(p + i, lit, ln)))
-		return i + 1;
-	v->type = p[i] == 't' ? J_TRUE : p[i] == 'f' ? J_FALSE : J_NULL;
-	v->complete = n - i >= ln;
-	return v->complete ? i + ln : n;
-}
-
-/* Calls fn for every "key": value in p[0..n) whose key is in mask, without
- * parsing the JSON: a quoted name followed by ':' is a key (inside a string a
- * quote is escaped, so text never matches). Returns where a key or value cut
- * by the end begins (n when none): a caller with more to come carries it. */
-static size_t scan_keys(const char *p, size_t n, unsigned mask, key_fn *fn, void *ctx)
-{
-	size_t i = 0;
-	while (i < n) {
-		const char *q = memchr(p + i, '"', n - i);
-		if (!q)
-			return n;
-		size_t k = (size_t)(q - p), e = k + 1;
-		while (e < n && e - k <= KEY_MAX && p[e] != '"')
-			e++;
-		if (e >= n)
-			return k;
-		if (p[e] != '"') {
-			i = k + 1;
-			continue;
-		}
-		int key = key_find(p + k + 1, e - k - 1, mask);
-		size_t c = key ? skip_ws(p, e + 1, n) : e;
-		if (key && c < n && p[c] == ':') {
-			size_t vi = skip_ws(p, c + 1, n);
-			struct jval v;
-			if (vi >= n)
-				return k;
-			i = json_value(p, vi, n, &v);
-			fn(ctx, key, &v);
-			if (!v.complete)
-				return k;
-		} else if (key && c >= n) {
-			return k;
-		} else {
-			i = e;
-		}
-	}
-	return n;
-}
-
 /* ---- what is kept from bodies and events -------------------------------- */
 
-static void req_key(void *ctx, int key, const struct jval *v)
+static void req_key(void *ctx, int key, const struct http_jval *v)
 {
 	struct http_exchange *x = ctx;
-	if (key == K_MODEL && v->type == J_STR && !x->model[0] &&
+	if (key == HTTP_K_MODEL && v->type == HTTP_J_STR && !x->model[0] &&
 	    (v->complete || v->len >= HTTP_TRACK_MODEL_LEN - 1))
-		copy_clean(x->model, sizeof(x->model), v->s, v->len, false);
+		http_copy_clean(x->model, sizeof(x->model), v->s, v->len, false);
 	if (!v->complete)
 		return;
-	if (key == K_STREAM && x->stream < 0 && (v->type == J_TRUE || v->type == J_FALSE))
-		x->stream = v->type == J_TRUE;
-	else if (key == K_MAX_TOKENS && v->type == J_NUM)
+	if (key == HTTP_K_STREAM && x->stream < 0 && (v->type == HTTP_J_TRUE || v->type == HTTP_J_FALSE))
+		x->stream = v->type == HTTP_J_TRUE;
+	else if (key == HTTP_K_MAX_TOKENS && v->type == HTTP_J_NUM)
 		x->max_tokens = v->num;
-	else if (key == K_MAX_COMPLETION_TOKENS && v->type == J_NUM && x->max_tokens < 0)
+	else if (key == HTTP_K_MAX_COMPLETION_TOKENS && v->type == HTTP_J_NUM && x->max_tokens < 0)
 		x->max_tokens = v->num;
 }
 
 /* usage and finish_reason: the last seen wins (continuous usage stats). */
-static void usage_key(void *ctx, int key, const struct jval *v)
+static void usage_key(void *ctx, int key, const struct http_jval *v)
 {
 	struct http_exchange *x = ctx;
 	if (!v->complete)
 		return;
-	if (key == K_FINISH_REASON && v->type == J_STR && v->len)
-		copy_clean(x->finish_reason, sizeof(x->finish_reason), v->s, v->len, true);
-	else if ((key == K_PROMPT_TOKENS || key == K_INPUT_TOKENS) && v->type == J_NUM)
+	if (key == HTTP_K_FINISH_REASON && v->type == HTTP_J_STR && v->len)
+		http_copy_clean(x->finish_reason, sizeof(x->finish_reason), v->s, v->len, true);
+	else if ((key == HTTP_K_PROMPT_TOKENS || key == HTTP_K_INPUT_TOKENS) && v->type == HTTP_J_NUM)
 		x->prompt_tokens = v->num;
-	else if ((key == K_COMPLETION_TOKENS || key == K_OUTPUT_TOKENS) && v->type == J_NUM)
+	else if ((key == HTTP_K_COMPLETION_TOKENS || key == HTTP_K_OUTPUT_TOKENS) && v->type == HTTP_J_NUM)
 		x->completion_tokens = v->num;
 }
 
-/* What one event's data says about its kind. */
-struct evclass {
-	struct http_exchange *x;
-	bool content;                   /* a non-empty content-like string */
-	int rtype;                      /* Responses API type: 1 *.delta, 2 other, 0 none */
-};
-
-static int response_type(const char *s, size_t n)
-{
-	if (n < 9 || memcmp(s, "response.", 9))
-		return 0;
-	return n > 15 && !memcmp(s + n - 6, ".delta", 6) ? 1 : 2;
-}
-
-static void event_key(void *ctx, int key, const struct jval *v)
-{
-	struct evclass *c = ctx;
-	if (key == K_TYPE) {
-		if (!c->rtype && v->type == J_STR && v->complete)
-			c->rtype = response_type(v->s, v->len);
-	} else if (key >= K_CONTENT) {
-		/* `"content":"` with the rest not captured counts (docs/agent.md) */
-		if (v->type == J_STR && (v->len || !v->complete))
-			c->content = true;
-	} else {
-		usage_key(c->x, key, v);
-	}
-}
-
-/* Carries a body's JSON scan across pieces, CARRY_KEEP bytes at most. */
-static void body_scan(struct dir *d, const char *p, size_t n, unsigned mask, key_fn *fn,
-		      void *ctx)
-{
-	char buf[CARRY_KEEP + SCAN_SEG];
-	while (n) {
-		size_t seg = n < SCAN_SEG ? n : SCAN_SEG, len = d->carry_len + seg;
-		memcpy(buf, d->carry, d->carry_len);
-		memcpy(buf + d->carry_len, p, seg);
-		size_t off = scan_keys(buf, len, mask, fn, ctx);
-		size_t keep = len - off <= CARRY_KEEP ? len - off : 0;
-		memcpy(d->carry, buf + off, keep);
-		memset(d->carry + keep, 0, d->carry_len > keep ? d->carry_len - keep : 0);
-		d->carry_len = (uint16_t)keep;
-		explicit_bzero(buf, len);
-		p += seg;
-		n -= seg;
-	}
-}
-
-static void carry_clear(struct dir *d)
-{
-	memset(d->carry, 0, d->carry_len);
-	d->carry_len = 0;
-}
-
 /* ---- server-sent events --------------------------------------------------- */
-
-enum ev_kind { EV_OTHER, EV_CONTENT, EV_UNKNOWN };
-
-static bool field(const char *l, size_t n, const char *name)
-{
-	size_t k = strlen(name);
-	return n >= k && !memcmp(l, name, k);
-}
-
-/* CONTENT, OTHER, or UNKNOWN when the bytes that would tell were not seen. */
-static enum ev_kind sse_classify(const struct sse *e, struct http_exchange *x)
-{
-	struct evclass c = { .x = x };
-	const char *p = e->buf, *end = e->buf + e->len;
-	int named = 0;
-	bool done = false;
-	while (p < end) {
-		const char *nl = p;
-		while (nl < end && *nl != '\n' && *nl != '\0')
-			nl++;
-		size_t n = (size_t)(nl - p);
-		bool whole = nl < end && *nl == '\n';
-		if (field(p, n, "event:") && whole) {
-			size_t s = n > 6 && p[6] == ' ' ? 7 : 6;
-			named = response_type(p + s, n - s);
-		} else if (field(p, n, "data:")) {
-			size_t s = n > 5 && p[5] == ' ' ? 6 : 5;
-			if (n - s == 6 && !memcmp(p + s, "[DONE]", 6))
-				done = true;
-			else
-				scan_keys(p + s, n - s, EVENT_KEYS, event_key, &c);
-		} else if (n && p[0] != ':' && !field(p, n, "id:") && !field(p, n, "retry:") &&
-			   !field(p, n, "event:")) {
-			scan_keys(p, n, EVENT_KEYS, event_key, &c); /* a line's tail after a cut */
-		}
-		p = nl + 1;
-	}
-	int rtype = named ? named : c.rtype;
-	if (done)
-		return EV_OTHER;
-	if (rtype)
-		return rtype == 1 ? EV_CONTENT : EV_OTHER;
-	if (c.content)
-		return EV_CONTENT;
-	return e->cut ? EV_UNKNOWN : EV_OTHER;
-}
-
-static void sse_reset(struct sse *e)
-{
-	memset(e->buf, 0, e->len);
-	e->len = 0;
-	e->in_line = e->cut = false;
-}
-
-static void sse_put(struct sse *e, const char *p, size_t n)
-{
-	size_t c = n < EVENT_KEEP - e->len ? n : EVENT_KEEP - e->len;
-	memcpy(e->buf + e->len, p, c);
-	e->len += (uint16_t)c;
-	e->cut |= c < n;
-}
-
-/* Part of the event was not captured: it ends at the next blank line seen
- * (events wholly inside the gap are not counted: they cannot be seen). */
-static void sse_cut(struct sse *e)
-{
-	sse_put(e, "", 1);
-	e->cut = e->in_line = true;
-}
 
 static void note_content(struct http_track *t, struct xnode *n, uint64_t ts)
 {
@@ -416,51 +124,24 @@ static void note_content(struct http_track *t, struct xnode *n, uint64_t ts)
 	n->writes[n->n_writes++] = ts;
 }
 
-static void sse_dispatch(struct http_track *t, struct xnode *n, uint64_t ts)
-{
-	struct sse *e = &t->ev;
-	if (!e->len && !e->cut)
-		return;
-	enum ev_kind k = sse_classify(e, &n->x);
-	if (k == EV_CONTENT) {
-		note_content(t, n, ts);
-	} else if (k == EV_UNKNOWN) {
-		n->x.unknown_events++;
-		STAT(t, unknown_events, 1);
-	} else {
-		n->x.other_events++;
-	}
-	sse_reset(e);
-}
+/* The event a write completed takes that write's time. */
+struct sse_ctx {
+	struct http_track *t;
+	struct xnode *n;
+	uint64_t ts;
+};
 
-/* Splits events at blank lines (LF or CRLF line ends); an event takes the
- * time of the write that completes it. */
-static void sse_feed(struct http_track *t, struct xnode *n, const char *p, size_t len,
-		     uint64_t ts)
+static void sse_event(void *ctx, const struct http_sse *e)
 {
-	struct sse *e = &t->ev;
-	while (len) {
-		const char *lf = memchr(p, '\n', len);
-		size_t seg = lf ? (size_t)(lf - p) : len;
-		for (size_t i = 0; i < seg;) {          /* the line's bytes, CRs dropped */
-			const char *cr = memchr(p + i, '\r', seg - i);
-			size_t run = cr ? (size_t)(cr - p) - i : seg - i;
-			if (run) {
-				e->in_line = true;
-				sse_put(e, p + i, run);
-			}
-			i += run + (cr != NULL);
-		}
-		if (!lf)
-			return;
-		if (e->in_line) {
-			sse_put(e, "\n", 1);
-			e->in_line = false;
-		} else {
-			sse_dispatch(t, n, ts);
-		}
-		p += seg + 1;
-		len -= seg + 1;
+	struct sse_ctx *c = ctx;
+	enum http_ev_kind k = http_sse_classify(e, usage_key, &c->n->x);
+	if (k == HTTP_EV_CONTENT) {
+		note_content(c->t, c->n, c->ts);
+	} else if (k == HTTP_EV_UNKNOWN) {
+		c->n->x.unknown_events++;
+		STAT(c->t, unknown_events, 1);
+	} else {
+		c->n->x.other_events++;
 	}
 }
 
@@ -509,7 +190,7 @@ static void line_clear(struct dir *d)
 static void dir_reset(struct dir *d, enum dstate state)
 {
 	line_clear(d);
-	carry_clear(d);
+	http_json_carry_clear(&d->carry);
 	d->close_delim = false;
 	d->state = state;
 	d->x = NULL;
@@ -524,7 +205,7 @@ static void give_up(struct http_track *t, uint64_t ts)
 		deliver(t, HTTP_END_UNSYNCED, ts);
 	dir_reset(&t->in, D_UNSYNCED);
 	dir_reset(&t->out, D_UNSYNCED);
-	sse_reset(&t->ev);
+	http_sse_reset(&t->ev);
 	t->owed = 0;
 }
 
@@ -582,7 +263,7 @@ static int status_line(const char *l, size_t n)
 	if (n < 12 || memcmp(l, "HTTP/1.", 7) || (l[7] != '0' && l[7] != '1') || l[8] != ' ' ||
 	    (n > 12 && l[12] != ' '))
 		return -1;
-	int64_t code = parse_dec(l + 9, 3);
+	int64_t code = http_dec(l + 9, 3);
 	return code >= 100 && code <= 599 ? (int)code : -1;
 }
 
@@ -676,17 +357,17 @@ static void header_line(struct http_track *t, struct dir *d)
 		vn--;
 #define IS(name) (nn == sizeof(name) - 1 && !strncasecmp(l, name, nn))
 	if (IS("content-length"))
-		d->h.content_length = parse_dec(v, vn);
+		d->h.content_length = http_dec(v, vn);
 	else if (IS("transfer-encoding"))
-		d->h.chunked = has_ci(v, vn, "chunked");
+		d->h.chunked = http_has_ci(v, vn, "chunked");
 	else if (IS("content-type"))
 		d->h.sse = vn >= 17 && !strncasecmp(v, "text/event-stream", 17);
 	else if (IS("connection"))
-		d->h.close = has_ci(v, vn, "close");
+		d->h.close = http_has_ci(v, vn, "close");
 	else if (IS("expect"))
-		d->h.expect = has_ci(v, vn, "100-continue");
+		d->h.expect = http_has_ci(v, vn, "100-continue");
 	else if (IS("x-request-id") && d->x)
-		copy_clean(d == &t->in ? d->x->req_id : d->x->resp_id, HTTP_TRACK_ID_LEN, v, vn, true);
+		http_copy_clean(d == &t->in ? d->x->req_id : d->x->resp_id, HTTP_TRACK_ID_LEN, v, vn, true);
 	else if (IS("traceparent") && d->x && d == &t->in)
 		traceparent(d->x, v, vn);
 #undef IS
@@ -700,21 +381,21 @@ static void body_data(struct http_track *t, struct dir *d, const uint8_t *p, siz
 	if (!d->x)
 		return;
 	if (d == &t->in)
-		body_scan(d, (const char *)p, n, REQ_KEYS, req_key, &d->x->x);
+		http_json_scan_body(&d->carry, (const char *)p, n, HTTP_REQ_KEYS, req_key, &d->x->x);
 	else if (d->h.sse)
-		sse_feed(t, d->x, (const char *)p, n, ts);
+		http_sse_feed(&t->ev, (const char *)p, n, sse_event, &(struct sse_ctx){ t, d->x, ts });
 	else
-		body_scan(d, (const char *)p, n, USAGE_KEYS, usage_key, &d->x->x);
+		http_json_scan_body(&d->carry, (const char *)p, n, HTTP_USAGE_KEYS, usage_key, &d->x->x);
 }
 
 static void body_gap(struct http_track *t, struct dir *d)
 {
-	carry_clear(d);
+	http_json_carry_clear(&d->carry);
 	if (!d->x)
 		return;
 	d->x->x.flags |= HTTP_X_BODY_GAP;
 	if (d == &t->out && d->h.sse)
-		sse_cut(&t->ev);
+		http_sse_cut(&t->ev);
 }
 
 /* The message ended by its framing at ts. */
@@ -723,7 +404,7 @@ static void msg_done(struct http_track *t, struct dir *d, uint64_t ts)
 	struct xnode *n = d->x;
 	dir_reset(d, D_START);
 	if (d == &t->out)
-		sse_reset(&t->ev);      /* an event without its blank line is no event */
+		http_sse_reset(&t->ev); /* an event without its blank line is no event */
 	if (!n)
 		return;
 	if (d == &t->in)
@@ -760,12 +441,13 @@ static void head_end(struct http_track *t, struct dir *d, uint64_t ts)
 			    (n && !strcmp(n->x.method, "HEAD")));
 	line_clear(d);
 	if (!in)
-		sse_reset(&t->ev);
+		http_sse_reset(&t->ev);
 	if (none || (!h->chunked && h->content_length == 0) ||
 	    (in && !h->chunked && h->content_length < 0)) {
 		msg_done(t, d, ts);
 	} else if (h->chunked) {
-		d->state = D_CHUNK_SIZE;
+		d->state = D_CHUNKED;
+		http_chunked_start(&d->ch);
 	} else {
 		d->state = D_BODY;
 		d->left = h->content_length > 0 ? (uint64_t)h->content_length : 0;
@@ -813,29 +495,18 @@ static size_t st_head(struct http_track *t, struct dir *d, const uint8_t *p, siz
 	return used;
 }
 
-static size_t st_chunk_size(struct http_track *t, struct dir *d, const uint8_t *p, size_t n,
-			    uint64_t ts)
+/* A chunked body: its data to the body's scan, its end, or bad framing. */
+static size_t st_chunked(struct http_track *t, struct dir *d, const uint8_t *p, size_t n,
+			 uint64_t ts)
 {
-	bool done;
-	size_t used = line_take(d, p, n, &done), i = 0;
-	uint64_t size = 0;
-	if (!done)
-		return used;
-	for (; i < d->line_len && i < 15; i++) {
-		char c = d->line[i];
-		int v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 :
-			c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-		if (v < 0)
-			break;
-		size = size * 16 + (uint64_t)v;
-	}
-	if (!i || (i < d->line_len && d->line[i] != ';' && d->line[i] != ' ' && d->line[i] != '\t')) {
+	enum http_chunked_step step;
+	size_t used = http_chunked_feed(&d->ch, p, n, &step);
+	if (step == HTTP_CHUNKED_DATA)
+		body_data(t, d, p, used, ts);
+	else if (step == HTTP_CHUNKED_END)
+		msg_done(t, d, ts);
+	else if (step == HTTP_CHUNKED_BAD)
 		dir_unsync(t, d, ts, true);
-		return used;
-	}
-	line_clear(d);
-	d->left = size;
-	d->state = size ? D_CHUNK_DATA : D_TRAILER;
 	return used;
 }
 
@@ -847,39 +518,9 @@ static size_t st_body(struct http_track *t, struct dir *d, const uint8_t *p, siz
 	if (d->close_delim)
 		return c;
 	d->left -= c;
-	if (d->state == D_CHUNK_DATA && !d->left) {
-		d->state = D_CHUNK_CRLF;
-		d->crlf_left = 2;
-	} else if (d->state == D_BODY && !d->left) {
+	if (!d->left)
 		msg_done(t, d, ts);
-	}
 	return c;
-}
-
-static size_t st_chunk_crlf(struct http_track *t, struct dir *d, const uint8_t *p, uint64_t ts)
-{
-	if (p[0] == '\r' && d->crlf_left == 2) {
-		d->crlf_left = 1;
-		return 1;
-	}
-	if (p[0] == '\n') {
-		d->state = D_CHUNK_SIZE;
-		return 1;
-	}
-	dir_unsync(t, d, ts, true);
-	return 0;
-}
-
-static size_t st_trailer(struct http_track *t, struct dir *d, const uint8_t *p, size_t n,
-			 uint64_t ts)
-{
-	bool done;
-	size_t used = line_take(d, p, n, &done);
-	if (done && !d->line_len)
-		msg_done(t, d, ts);
-	else if (done)
-		line_clear(d);
-	return used;
 }
 
 /* A plausible message start: a request line on the way in; on the way out a
@@ -931,11 +572,8 @@ static void dir_bytes(struct http_track *t, struct dir *d, const uint8_t *p, siz
 		switch (d->state) {
 		case D_START:      off += st_start(t, d, q, ts); break;
 		case D_HEAD:       off += st_head(t, d, q, left, ts); break;
-		case D_BODY:
-		case D_CHUNK_DATA: off += st_body(t, d, q, left, ts); break;
-		case D_CHUNK_SIZE: off += st_chunk_size(t, d, q, left, ts); break;
-		case D_CHUNK_CRLF: off += st_chunk_crlf(t, d, q, ts); break;
-		case D_TRAILER:    off += st_trailer(t, d, q, left, ts); break;
+		case D_BODY:       off += st_body(t, d, q, left, ts); break;
+		case D_CHUNKED:    off += st_chunked(t, d, q, left, ts); break;
 		case D_UNSYNCED:   off += st_seek(t, d, q, left, off == 0); break;
 		default:           off = n; break;
 		}
@@ -960,7 +598,7 @@ static void dir_unsync(struct http_track *t, struct dir *d, uint64_t ts, bool ma
 			n->x.flags |= HTTP_X_REQ_CUT;
 		return;
 	}
-	sse_reset(&t->ev);
+	http_sse_reset(&t->ev);
 	if (!n && between) {
 		if (t->owed) {
 			t->owed--;
@@ -977,29 +615,21 @@ static void dir_gap(struct http_track *t, struct dir *d, uint64_t n, uint64_t ts
 	STAT(t, gaps, 1);
 	while (n) {
 		uint64_t c = d->close_delim || d->left > n ? n : d->left;
-		bool cr = d->line_len == 1 && d->line[0] == '\r';
-		if (d->state == D_BODY || d->state == D_CHUNK_DATA) {
+		bool data = false;
+		if (d->state == D_BODY) {
 			body_gap(t, d);
 			STAT(t, gap_bytes_skipped, c);
 			n -= c;
 			if (d->close_delim || (d->left -= c))
 				continue;
-			if (d->state == D_BODY) {
-				msg_done(t, d, ts);
-			} else {
-				d->state = D_CHUNK_CRLF;
-				d->crlf_left = 2;
-			}
-		} else if (d->state == D_CHUNK_CRLF) {
-			c = n < d->crlf_left ? n : d->crlf_left;   /* servers write CRLF */
+			msg_done(t, d, ts);
+		} else if (d->state == D_CHUNKED && (c = http_chunked_gap(&d->ch, n, &data))) {
+			if (data)
+				body_gap(t, d);
 			STAT(t, gap_bytes_skipped, c);
 			n -= c;
-			if (!(d->crlf_left -= (uint8_t)c))
-				d->state = D_CHUNK_SIZE;
-		} else if (d->state == D_TRAILER && (d->line_len == 0 || cr) && n >= 2u - cr) {
-			STAT(t, gap_bytes_skipped, 2u - cr);      /* the last chunk's blank line */
-			n -= 2u - cr;
-			msg_done(t, d, ts);
+			if (http_chunked_done(&d->ch))
+				msg_done(t, d, ts);
 		} else {
 			if (d->state != D_UNSYNCED && d->state != D_DEAD)
 				dir_unsync(t, d, ts, false);
@@ -1062,7 +692,7 @@ void http_track_close(struct http_track *t, uint64_t ts, enum http_closer who)
 		deliver(t, who == HTTP_BY_SERVER ? HTTP_END_SERVER_CLOSED : HTTP_END_CLIENT_CLOSED, ts);
 	dir_reset(&t->in, D_START);
 	dir_reset(&t->out, D_START);
-	sse_reset(&t->ev);
+	http_sse_reset(&t->ev);
 	t->owed = 0;
 }
 

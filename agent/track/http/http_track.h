@@ -2,7 +2,9 @@
  * server-sent events of streamed responses, from the server's socket reads and
  * writes; hands one plain record per request/response pair to a callback.
  *
- * Pure user space: it knows nothing of BPF, pids or fds. The caller keeps one
+ * Pure user space: it knows nothing of BPF, pids or fds, and neither do its
+ * parts: http_track.c (framing, exchanges), http_chunked.c (chunked bodies),
+ * http_json.c (the key scan of bodies), http_sse.c (events). The caller keeps one
  * tracker per connection, feeds it every read (HTTP_IN) and write (HTTP_OUT)
  * of the server with what BPF managed to copy of it, and closes it when the
  * connection ends. No prompt or generated text is kept: only the numbers,
