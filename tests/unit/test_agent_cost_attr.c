@@ -1,4 +1,4 @@
-/* test_agent_cost_attr.c - the agent's cost attribution (agent/cost_attr.c) on
+/* test_agent_cost_attr.c - the agent's cost attribution (agent/track/cost_attr.c) on
  * synthetic steps, step__seqs lists and samples: time and energy by step time
  * then by weighted tokens, idle apart, steps across samples and still open,
  * unlisted steps, two targets at once, wraps of the split; sums are exact. */

@@ -1,4 +1,4 @@
-/* test_agent_http_track.c - the HTTP/1.1 + SSE stream tracker (agent/http_track.c)
+/* test_agent_http_track.c - the HTTP/1.1 + SSE stream tracker (agent/track/http/http_track.c)
  * on the shapes real servers write: vLLM/OpenAI chat and completions streams,
  * the Responses API, keep-alive, pipelining, errors, disconnects, 100-continue,
  * truncated captures, close-delimited bodies; fed whole, packed, split, bytewise. */

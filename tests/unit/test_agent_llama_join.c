@@ -1,7 +1,7 @@
-/* test_agent_llama_join.c - agent/llama_join.c with hand-made llama_decode
+/* test_agent_llama_join.c - agent/track/llama_join.c with hand-made llama_decode
  * calls and HTTP records: steps, generations (a reused sequence id, a cut
  * prefix), the read-order join and its check, ties broken by usage; and the
- * ELF look-ups agent/llama.c's attach and ABI check rest on. */
+ * ELF look-ups agent/sources/llama.c's attach and ABI check rest on. */
 #include <unistd.h>
 #include "tests/unit/check.h"
 #include "agent/host/elf.h"
