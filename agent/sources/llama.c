@@ -129,7 +129,10 @@ static bool target_attach(struct agent_llama *L, struct side_target *st, const c
 
 static void request_out(void *ctx, const struct kpi_request_record *rec)
 {
-	bus_request(((struct agent_llama *)ctx)->bus, rec);
+	struct agent_llama *L = ctx;
+
+	if (L->bus)     /* closing: the sinks may be gone (finish() released everything first) */
+		bus_request(L->bus, rec);
 }
 
 static void stats_add(struct llama_join_stats *to, const struct llama_join_stats *s)
@@ -267,6 +270,7 @@ void agent_llama_close(struct agent_llama *L)
 		return;
 	if (L->bus)
 		bus_set_hold(L->bus, NULL, NULL);
+	L->bus = NULL;
 	side_close(&L->side);
 	free(L);
 }
