@@ -70,7 +70,8 @@ struct kpi_request_record {
 	 * net_out; their marks: t_admit the routing decision (the decode
 	 * worker's admission on its own row), t_pd_admit the decode worker's
 	 * admission, t_sched and t_first the prefill worker's, t_kv_end the
-	 * decode worker's kv__recv_end, t_pd_sched its request__scheduled */
+	 * decode worker's kv__recv_end, t_pd_sched its request__scheduled.  The
+	 * strings here are fixed words (static), which a sink may keep */
 	const char *pd_role;
 	int64_t t_pd_admit, t_kv_end, t_pd_sched;
 	int64_t router_ns, kv_transfer_ns, decode_queue_ns;
