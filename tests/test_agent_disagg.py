@@ -164,3 +164,128 @@ def test_agent_disagg_rows_match_the_wire():
     d.stop()
     p.stop()
     r.stop()
+
+
+def _send_all(port, tag, prompts, max_tokens, threads):
+    """The prompts (token ids) as non-stream completions from `threads` client
+    threads, ids tag-N; returns the wall-clock span they took (ns) and
+    {id: usage}."""
+    import concurrent.futures as cf
+    usage = {}
+
+    def one(i):
+        status, _, body = dt.complete(port, prompts[i], max_tokens, headers={"x-request-id": f"{tag}-{i}"})
+        assert status == 200, (tag, i, status, body)
+        usage[f"{tag}-{i}"] = body["usage"]
+    t0 = time.time_ns()
+    with cf.ThreadPoolExecutor(threads) as ex:
+        list(ex.map(one, range(len(prompts))))
+    return (t0, time.time_ns()), usage
+
+
+def _report(db, inc, base):
+    """kpi-report on the incident window inc against base ((from, to) wall ns)."""
+    kpi_report = os.path.join(kpitest.BIN, "kpi-report")
+    at.require_built(kpi_report)
+    at_ = lambda ns: f"@{ns / 1e9:.6f}"  # noqa: E731
+    p = kpitest.run([kpi_report, "--db", db, "--from", at_(inc[0]), "--to", at_(inc[1]),
+                     "--baseline", f"{at_(base[0])}..{at_(base[1])}"])
+    assert p.returncode == 0, p.stderr
+    findings = re.findall(r"^\d+\. \*\*(.*?)\*\* — phase: \*\*(.*?)\*\*; cause: \*\*(.*?)\*\*", p.stdout, re.M)
+    return p.stdout, findings
+
+
+def _median(v):
+    return at.pct(v, 50)
+
+
+def test_agent_disagg_throttled_link_names_kv_transfer():
+    """The prefill worker in a network namespace of its own, behind a veth:
+    24 requests of 300 tokens at line rate, then 24 with the namespace's
+    egress limited to 40 Mbit/s by tc tbf.  Each throttled transfer's stream
+    cannot beat the link, the rows' kv_transfer_ns rise by what it adds, and
+    kpi-report names the KV transfer as the cause of the TTFT rise."""
+    _require()
+    link = dt.NetnsLink()
+    p = st.Daemon("--role", "prefill", "--host", link.peer_ip, prefix=link.prefix, models=False)
+    d = dt.worker("decode")
+    r = st.Daemon("--role", "router", "--decode", d.addr, "--prefill", f"{link.peer_ip}:{p.port}", model=None)
+    db = os.path.join(_tmp(), "link.db")
+    agent = _agent(db, (r, d, p))
+    import random
+    rng = random.Random(31)
+    tokens, rate_bps, burst = 300, 40e6 / 8, 16 * 1024
+    base, _ = _send_all(r.port, "line", [dt.random_prompt(rng, tokens) for _ in range(24)], 4, 2)
+    link.limit("40mbit", burst)
+    inc, _ = _send_all(r.port, "tbf", [dt.random_prompt(rng, tokens) for _ in range(24)], 4, 2)
+    assert agent.stop() == 0, agent.lines[-20:]
+    rows = _rows_by_role(db)
+    by = {t: [g["router"] for rid, g in rows.items() if rid.startswith(t + "-") and "router" in g]
+          for t in ("line", "tbf")}
+    assert len(by["line"]) == len(by["tbf"]) == 24, {k: len(v) for k, v in by.items()}
+    problems = []
+    for t, rs in by.items():
+        for ro in rs:
+            problems += _phase_problems(ro["request_id"], ro)
+            if ro["kv_bytes"] != tokens * TINY_KV_PER_TOKEN or ro["kv_peer"] != f"{link.peer_ip}:{p.port}":
+                problems.append(f"{ro['request_id']}: kv {ro['kv_bytes']} from {ro['kv_peer']}")
+    assert not problems, problems[:10]
+    # the link's floor: past its burst, a stream moves no faster than the
+    # rate; it began no earlier than the prefill (the prompt is not cached),
+    # so prefill + the exposed transfer hold all of it
+    for ro in by["tbf"]:
+        floor = (ro["kv_bytes"] - burst) / rate_bps * 1e9
+        assert ro["kv_stream_ns"] >= floor, (ro["request_id"], ro["kv_stream_ns"], floor)
+        assert ro["prefill_ns"] + ro["kv_transfer_ns"] >= floor, (ro["request_id"], ro["prefill_ns"],
+                                                                 ro["kv_transfer_ns"], floor)
+    kv = {t: _median([ro["kv_transfer_ns"] for ro in rs]) for t, rs in by.items()}
+    ttft = {t: _median([ro["ttft_ns"] for ro in rs]) for t, rs in by.items()}
+    expect = _median([(ro["kv_bytes"] - burst) / rate_bps * 1e9 - ro["prefill_ns"] for ro in by["tbf"]])
+    print(f"     median kv_transfer: line {kv['line'] / 1e6:.2f} ms, tbf {kv['tbf'] / 1e6:.2f} ms "
+          f"(the link's floor less the prefill: {expect / 1e6:.2f} ms); median TTFT line "
+          f"{ttft['line'] / 1e6:.1f} ms, tbf {ttft['tbf'] / 1e6:.1f} ms")
+    assert kv["tbf"] - kv["line"] >= 0.5 * (ttft["tbf"] - ttft["line"]), (kv, ttft)
+    out, findings = _report(db, inc, base)
+    print("     kpi-report findings: " + "; ".join(f"{c} ({ph})" for _, ph, c in findings))
+    assert findings and findings[0][2] == "KV transfer slowed" and findings[0][1] == "KV transfer", out
+    assert "Disaggregated requests (24, baseline 24)" in out and "is KV transfer" in out, out
+    for w in (r, d, p):
+        w.stop()
+
+
+def test_agent_disagg_decode_short_of_slots():
+    """A decode worker with one running slot: 16 requests one at a time, then
+    16 from 8 clients at once.  They wait with their KV in hand, kv__slot_wait
+    says the running set was full, and kpi-report names the decode slots."""
+    _require()
+    p = dt.worker("prefill")
+    d = dt.worker("decode", "--max-seqs", 1)
+    r = dt.router([d], [p])
+    db = os.path.join(_tmp(), "slots.db")
+    agent = _agent(db, (r, d, p))
+    import random
+    rng = random.Random(7)
+    base, _ = _send_all(r.port, "alone", [dt.random_prompt(rng, 24) for _ in range(16)], 48, 1)
+    inc, _ = _send_all(r.port, "crowd", [dt.random_prompt(rng, 24) for _ in range(16)], 48, 8)
+    assert agent.stop() == 0, agent.lines[-20:]
+    rows = _rows_by_role(db)
+    by = {t: [g["router"] for rid, g in rows.items() if rid.startswith(t + "-") and "router" in g]
+          for t in ("alone", "crowd")}
+    assert len(by["alone"]) == len(by["crowd"]) == 16, {k: len(v) for k, v in by.items()}
+    problems = [x for t in by for ro in by[t] for x in _phase_problems(ro["request_id"], ro)]
+    assert not problems, problems[:10]
+    slots = {t: sorted(ro["slot_wait"] for ro in rs) for t, rs in by.items()}
+    waited = [ro for ro in by["crowd"] if ro["slot_wait"] == "slots"]
+    print(f"     slot waits: {slots}; median decode queue alone "
+          f"{_median([ro['decode_queue_ns'] for ro in by['alone']]) / 1e6:.2f} ms, crowd "
+          f"{_median([ro['decode_queue_ns'] for ro in by['crowd']]) / 1e6:.1f} ms")
+    assert "slots" not in slots["alone"], slots
+    assert len(waited) >= 8, slots
+    # one slot: a request that found it taken waited at least until one
+    # decode ended, and no decode of 48 tokens is shorter than the fastest seen
+    fastest = min(ro["decode_ns"] for ro in by["alone"])
+    assert all(ro["decode_queue_ns"] >= 0.5 * fastest for ro in waited), \
+        ([ro["decode_queue_ns"] for ro in waited], fastest)
+    out, findings = _report(db, inc, base)
+    print("     kpi-report findings: " + "; ".join(f"{c} ({ph})" for _, ph, c in findings))
+    assert findings and findings[0][2] == "decode side out of slots" and findings[0][1] == "decode queue", out
