@@ -74,11 +74,16 @@ struct kpi_request_record {
 	 * strings here are fixed words (static), which a sink may keep */
 	const char *pd_role;
 	int64_t t_pd_admit, t_kv_end, t_pd_sched;
+	/* the transfer's own marks: its first KV byte handed to the prefill
+	 * worker's socket (kv__send_start; on a decode worker's row whose
+	 * prefill worker's row is not in, its own kv__recv_start) and its last
+	 * byte in and checked (kv__recv_end; on a prefill worker's row, the
+	 * last byte handed over, kv__send_end) */
+	int64_t t_kv_start;
 	int64_t router_ns, kv_transfer_ns, decode_queue_ns;
 	/* the transfer: bytes moved (received; sent on a prefill row), the
-	 * worker's KV blocks, the whole stream's time (kv__recv_start to
-	 * kv__recv_end; send_start to send_end on a prefill row), its status
-	 * (enum kpi_kv_status name) and the other worker ("host:port") */
+	 * worker's KV blocks, the whole stream's time (t_kv_end - t_kv_start),
+	 * its status (enum kpi_kv_status name) and the other worker ("host:port") */
 	int64_t kv_bytes, kv_blocks, kv_stream_ns;
 	const char *kv_status;
 	char kv_peer[KPI_PD_ADDR_LEN];

@@ -38,14 +38,19 @@ ALTER TABLE requests ADD COLUMN router_ns INTEGER;
 ALTER TABLE requests ADD COLUMN kv_transfer_ns INTEGER;
 ALTER TABLE requests ADD COLUMN decode_queue_ns INTEGER;
 ALTER TABLE requests ADD COLUMN t_pd_admit_ns INTEGER;
+ALTER TABLE requests ADD COLUMN t_kv_start_ns INTEGER;
 ALTER TABLE requests ADD COLUMN t_kv_end_ns INTEGER;
 ALTER TABLE requests ADD COLUMN t_pd_sched_ns INTEGER;
 -- The KV transfer: kv_bytes the KV moved (received by the decode worker; on
 -- the prefill worker's row, sent), = layers x prompt tokens x 2 x KV heads x
 -- head size x dtype size for a whole one; kv_blocks the worker's KV blocks
--- for the prompt; kv_stream_ns the whole stream (the decode worker's
--- kv__recv_start to kv__recv_end; the prefill worker's kv__send_start to
--- kv__send_end), so kv_bytes / kv_stream_ns is the transfer's rate; kv_status
+-- for the prompt; t_kv_start_ns the transfer's first KV byte handed to the
+-- prefill worker's socket (kv__send_start), t_kv_end_ns its last byte in and
+-- checked on the decode worker (kv__recv_end), kv_stream_ns between them:
+-- the whole transfer, the layers sent while the prefill ran included, so
+-- kv_bytes / kv_stream_ns is a floor of the link's rate (where the prefill
+-- worker's row is not in: the decode worker's kv__recv_start; on the prefill
+-- worker's own row, its kv__send_start to kv__send_end); kv_status
 -- 'ok' or why it failed (abi/kpi_kv_wire.h: model, truncated, checksum, ...);
 -- kv_peer the other worker, "host:port".
 ALTER TABLE requests ADD COLUMN kv_bytes INTEGER;
@@ -71,6 +76,7 @@ ALTER TABLE exchanges_out ADD COLUMN router_ns INTEGER;
 ALTER TABLE exchanges_out ADD COLUMN kv_transfer_ns INTEGER;
 ALTER TABLE exchanges_out ADD COLUMN decode_queue_ns INTEGER;
 ALTER TABLE exchanges_out ADD COLUMN t_pd_admit_ns INTEGER;
+ALTER TABLE exchanges_out ADD COLUMN t_kv_start_ns INTEGER;
 ALTER TABLE exchanges_out ADD COLUMN t_kv_end_ns INTEGER;
 ALTER TABLE exchanges_out ADD COLUMN t_pd_sched_ns INTEGER;
 ALTER TABLE exchanges_out ADD COLUMN kv_bytes INTEGER;

@@ -231,8 +231,10 @@ def test_agent_disagg_throttled_link_names_kv_transfer():
                 problems.append(f"{ro['request_id']}: kv {ro['kv_bytes']} from {ro['kv_peer']}")
     assert not problems, problems[:10]
     # the link's floor: past its burst, a stream moves no faster than the
-    # rate; it began no earlier than the prefill (the prompt is not cached),
-    # so prefill + the exposed transfer hold all of it
+    # rate.  kv_stream_ns runs from its first byte handed to the prefill
+    # worker's socket to its last byte in on the decode worker; it began no
+    # earlier than the prefill (the prompt is not cached), so prefill + the
+    # exposed transfer hold all of it too
     for ro in by["tbf"]:
         floor = (ro["kv_bytes"] - burst) / rate_bps * 1e9
         assert ro["kv_stream_ns"] >= floor, (ro["request_id"], ro["kv_stream_ns"], floor)
@@ -249,8 +251,27 @@ def test_agent_disagg_throttled_link_names_kv_transfer():
     print("     kpi-report findings: " + "; ".join(f"{c} ({ph})" for _, ph, c in findings))
     assert findings and findings[0][2] == "KV transfer slowed" and findings[0][1] == "KV transfer", out
     assert "Disaggregated requests (24, baseline 24)" in out and "is KV transfer" in out, out
+    _kpitop_pd(db, by["line"] + by["tbf"])
     for w in (r, d, p):
         w.stop()
+
+
+def _kpitop_pd(db, rows):
+    """kpitop's P/D line over the whole run: every request, and the p99 of
+    their KV transfer phase as the rows have it (printed to 3 digits)."""
+    import tracetest
+    kpitop = os.path.join(kpitest.BIN, "kpitop")
+    at.require_built(kpitop)
+    p = tracetest.run_tool([kpitop, "--db", db, "--once", "--at", "end", "--window", "5m", "--width", "160"])
+    assert p.returncode == 0, p.stderr
+    line = next((l for l in p.stdout.splitlines() if l.startswith(" P/D ")), None)
+    print(f"     kpitop: {line}")
+    assert line and line.startswith(f" P/D {len(rows)} KV stream "), p.stdout
+    m = re.search(r" KV ([0-9.]+)(µs|ms|s) ", line)
+    assert m, line
+    got = float(m.group(1)) * {"µs": 1e3, "ms": 1e6, "s": 1e9}[m.group(2)]
+    want = at.pct([ro["kv_transfer_ns"] for ro in rows], 99)
+    assert abs(got - want) <= 0.006 * want, (got, want, line)
 
 
 def test_agent_disagg_decode_short_of_slots():
@@ -281,11 +302,11 @@ def test_agent_disagg_decode_short_of_slots():
           f"{_median([ro['decode_queue_ns'] for ro in by['crowd']]) / 1e6:.1f} ms")
     assert "slots" not in slots["alone"], slots
     assert len(waited) >= 8, slots
-    # one slot: a request that found it taken waited at least until one
-    # decode ended, and no decode of 48 tokens is shorter than the fastest seen
-    fastest = min(ro["decode_ns"] for ro in by["alone"])
-    assert all(ro["decode_queue_ns"] >= 0.5 * fastest for ro in waited), \
-        ([ro["decode_queue_ns"] for ro in waited], fastest)
+    # one slot: the decodes ran one after another (the decode worker's own
+    # marks on the router's rows: scheduled to last token)
+    spans = sorted((ro["t_pd_sched_ns"], ro["t_last_ns"], ro["request_id"]) for ro in by["crowd"])
+    for (a0, a1, ra), (b0, b1, rb) in zip(spans, spans[1:]):
+        assert a1 <= b0, (ra, rb, a1, b0)
     out, findings = _report(db, inc, base)
     print("     kpi-report findings: " + "; ".join(f"{c} ({ph})" for _, ph, c in findings))
     assert findings and findings[0][2] == "decode side out of slots" and findings[0][1] == "decode queue", out

@@ -93,11 +93,11 @@ static const char *insert_request_sql(const char *table)
 		 "content_events, stream, max_tokens, end_reason, method, path, model, cached_prompt_tokens, "
 		 "engine_prompt_tokens, prefill_steps, engine_join, direction, hop_id, parent_hop_id, "
 		 "link_rule, tid, comm, sock_local, sock_peer, pd_role, router_ns, kv_transfer_ns, "
-		 "decode_queue_ns, t_pd_admit_ns, t_kv_end_ns, t_pd_sched_ns, kv_bytes, kv_blocks, "
+		 "decode_queue_ns, t_pd_admit_ns, t_kv_start_ns, t_kv_end_ns, t_pd_sched_ns, kv_bytes, kv_blocks, "
 		 "kv_stream_ns, kv_status, kv_peer, route_policy, decode_worker, prefill_worker, slot_wait, "
 		 "slot_waiting_ahead) VALUES "
 		 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-		 "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", table);
+		 "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", table);
 	return out;
 }
 
@@ -494,7 +494,7 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	/* disaggregated prefill and decode (schema/009_disagg.sql): NULL unless
 	 * pd_role is set (other producers leave the numbers 0) */
 	bool pd = r->pd_role != NULL;
-	int64_t pdv[] = { r->router_ns, r->kv_transfer_ns, r->decode_queue_ns, r->t_pd_admit, r->t_kv_end,
+	int64_t pdv[] = { r->router_ns, r->kv_transfer_ns, r->decode_queue_ns, r->t_pd_admit, r->t_kv_start, r->t_kv_end,
 			  r->t_pd_sched, r->kv_bytes, r->kv_blocks, r->kv_stream_ns };
 	bind_text_opt(s, i++, r->pd_role);
 	for (size_t k = 0; k < sizeof(pdv) / sizeof(pdv[0]); k++)

@@ -387,7 +387,7 @@ static void phases_fill(struct kpi_request_record *rec, const uint64_t m[6], boo
  * processes' rows makes the rest (disagg.c). */
 static void pd_fill(const struct req *r, struct kpi_request_record *rec)
 {
-	rec->t_pd_admit = rec->t_kv_end = rec->t_pd_sched = KPI_NULL;
+	rec->t_pd_admit = rec->t_kv_start = rec->t_kv_end = rec->t_pd_sched = KPI_NULL;
 	rec->router_ns = rec->kv_transfer_ns = rec->decode_queue_ns = KPI_NULL;
 	rec->kv_bytes = rec->kv_blocks = rec->kv_stream_ns = rec->slot_waiting_ahead = KPI_NULL;
 	if (r->routed) {
@@ -404,10 +404,11 @@ static void pd_fill(const struct req *r, struct kpi_request_record *rec)
 		rec->pd_role = r->kv_send ? "prefill" : "decode";
 		rec->kv_bytes = (int64_t)r->kv_bytes;
 		rec->kv_blocks = r->kv_blocks >= 0 ? r->kv_blocks : KPI_NULL;
+		rec->t_kv_start = (int64_t)r->t_kv_start;
 		if (r->kv_ended) {
 			rec->kv_status = kpi_kv_status_name(r->kv_status);
 			rec->kv_stream_ns = (int64_t)(r->t_kv_end - r->t_kv_start);
-			if (r->kv_recv && r->kv_status == KPI_KV_OK)
+			if (r->kv_status == KPI_KV_OK)
 				rec->t_kv_end = (int64_t)r->t_kv_end;
 		}
 		memcpy(rec->kv_peer, r->kv_peer, sizeof(rec->kv_peer));

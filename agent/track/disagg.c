@@ -295,6 +295,7 @@ static void copy_worker_fields(struct kpi_request_record *to, const struct kpi_r
 	to->kv_bytes = d0->kv_bytes;
 	to->kv_blocks = d0->kv_blocks;
 	to->kv_stream_ns = d0->kv_stream_ns;
+	to->t_kv_start = d0->t_kv_start;
 	to->kv_status = d0->kv_status;
 	memcpy(to->kv_peer, d0->kv_peer, sizeof(to->kv_peer));
 	to->slot_wait = d0->slot_wait;
@@ -349,8 +350,16 @@ static void flight_send(struct disagg *d, struct flight *f)
 	char hop[HOP_ID_LEN];
 	bool clamped = false;
 
-	if (dw)
+	if (dw) {
+		/* the whole transfer: the prefill worker's first KV byte out to
+		 * the decode worker's last byte in, on the one clock */
+		if (p && p->rec.t_kv_start != KPI_NULL && dw->rec.t_kv_end != KPI_NULL &&
+		    dw->rec.t_kv_end >= p->rec.t_kv_start) {
+			dw->rec.t_kv_start = p->rec.t_kv_start;
+			dw->rec.kv_stream_ns = dw->rec.t_kv_end - p->rec.t_kv_start;
+		}
 		d0 = dw->rec;
+	}
 	/* the router's row: split as far as its workers' rows tell (one the
 	 * router refused itself keeps the error's split: net-in, then out) */
 	if (r && !r->rec.reject_reason) {

@@ -169,8 +169,11 @@ static void three_rows_joined(void)
 	CHECK(r->tpot == 100, "tpot %lld", (long long)r->tpot);
 	CHECK(r->prompt_tokens == 10 && r->output_tokens == 3 && !strcmp(r->finish_reason, "length"),
 	      "the decode worker's counts on the router's row");
-	CHECK(r->kv_bytes == (int64_t)bytes && !strcmp(r->kv_status, "ok") && r->kv_stream_ns == 1000 &&
-	      !strcmp(r->kv_peer, "127.0.0.1:8001"), "kv %lld", (long long)r->kv_bytes);
+	/* the whole transfer: the prefill worker's first byte out to the last in */
+	CHECK(r->kv_bytes == (int64_t)bytes && !strcmp(r->kv_status, "ok") && r->kv_stream_ns == 1100 &&
+	      r->t_kv_start == 2000 && !strcmp(r->kv_peer, "127.0.0.1:8001"), "kv %lld %lld",
+	      (long long)r->kv_bytes, (long long)r->kv_stream_ns);
+	CHECK(d->kv_stream_ns == 1100 && d->t_kv_start == 2000 && d->t_kv_end == 3100, "decode's transfer");
 	CHECK(!strcmp(r->slot_wait, "slots") && r->slot_waiting_ahead == 0, "%s", r->slot_wait);
 	CHECK(!strcmp(r->route_policy, "round-robin") && !strcmp(r->decode_worker, "127.0.0.1:8003") &&
 	      !strcmp(r->prefill_worker, "127.0.0.1:8001"), "decision");
@@ -184,8 +187,8 @@ static void three_rows_joined(void)
 	CHECK(!strcmp(p->parent_hop_id, "20.1200") && !strcmp(p->link_rule, "header"), "%s",
 	      p->parent_hop_id);
 	CHECK(r->parent_hop_id[0] == 0 && r->link_rule == NULL, "the router's row is the trace's root");
-	CHECK(p->kv_bytes == (int64_t)bytes && p->kv_stream_ns == 1031 && !strcmp(p->kv_status, "ok"),
-	      "prefill kv %lld", (long long)p->kv_stream_ns);
+	CHECK(p->kv_bytes == (int64_t)bytes && p->kv_stream_ns == 1031 && p->t_kv_start == 2000 &&
+	      p->t_kv_end == 3031 && !strcmp(p->kv_status, "ok"), "prefill kv %lld", (long long)p->kv_stream_ns);
 	CHECK(p->queue == 100 && p->prefill == 1400, "the prefill worker keeps its own phases");
 	CHECK(n_integ == 1 && integ[0].pid == ROUTER && integ[0].e2e == 2720 &&
 	      integ[0].model_e2e == 2500 && integ[0].overhead == 220, "%d", n_integ);
