@@ -244,12 +244,13 @@ def test_rate_sweep_max_rate_holds_for_30s():
     assert best is not None and js["max_slo_confirmed"] and not js["slo_held_at_highest_load"], p.stdout
     assert js["at_max_slo"]["offered_rate"] == best and js["at_max_slo"]["meets_slo"]
     assert js["at_max_slo"]["sustained"], js["at_max_slo"]
-    # everything below the answer met the SLO; the load above it did not
-    assert all(pt["meets_slo"] for pt in pts if pt["offered_rate"] <= best), pts
-    above = [pt for pt in pts if pt["offered_rate"] > best]
-    assert above and not above[0]["meets_slo"], pts
-    # confirmed at that load, as long as the longest point
+    # everything below the answer met the SLO; the lowest load above it that
+    # missed, as a point or in its confirmation, is within the bisection's 10%
     conf = js["confirmations"]
+    assert all(pt["meets_slo"] for pt in pts if pt["offered_rate"] <= best), pts
+    missed = [x["offered_rate"] for x in pts + conf if not x["meets_slo"] and x["offered_rate"] > best]
+    assert missed and min(missed) / best - 1 <= 0.1 + 1e-9, (best, missed, loads)
+    # confirmed at that load, as long as the longest point
     assert conf and conf[-1]["offered_rate"] == best and conf[-1]["meets_slo"], conf
     assert conf[-1]["sending_s"] >= max(pt["sending_s"] for pt in pts) - 0.1, (conf, pts)
     assert all(c["offered_rate"] > best and not c["meets_slo"] for c in conf[:-1]), conf
