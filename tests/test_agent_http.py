@@ -23,6 +23,14 @@ def _tmp():
     return kpitest.tmpdir("kpi-agent-http-")
 
 
+def _node():
+    """The node executable, or a Skip."""
+    node = shutil.which("node") or shutil.which("nodejs")
+    if not node:
+        raise kpitest.Skip("node is not installed (make deps installs it)")
+    return node
+
+
 def _post(conn, path, rid, body, headers=None):
     data = json.dumps(body)
     h = {"Content-Type": "application/json", "x-request-id": rid, **(headers or {})}
@@ -216,9 +224,7 @@ def test_agent_http_python_server_against_the_wire():
 
 def test_agent_http_node_server_against_the_wire():
     """Node http.createServer, res.write per event (chunked by Node)."""
-    node = shutil.which("node") or shutil.which("nodejs")
-    if not node:
-        raise kpitest.Skip("node is not installed (make deps installs it)")
+    node = _node()
     _against_the_wire(lambda port: [node, SERVER_JS, str(port)])
 
 
@@ -302,9 +308,7 @@ def test_agent_http_python_response_ends_where_the_client_saw_it():
 
 def test_agent_http_node_response_ends_where_the_client_saw_it():
     """Node: the same two ends, from res.end()."""
-    node = shutil.which("node") or shutil.which("nodejs")
-    if not node:
-        raise kpitest.Skip("node is not installed (make deps installs it)")
+    node = _node()
     _ends_against_the_wire(lambda port: [node, SERVER_JS, str(port)])
 
 
@@ -677,7 +681,5 @@ def test_agent_http_kpi_bench_matches_the_trace():
 
 def test_agent_http_kpi_bench_matches_the_trace_node():
     """kpi-bench against the Node server (http.createServer)."""
-    node = shutil.which("node") or shutil.which("nodejs")
-    if not node:
-        raise kpitest.Skip("node is not installed (make deps installs it)")
+    node = _node()
     _bench_matches_the_trace(lambda port: [node, SERVER_JS, str(port), "--role-with-content"])
