@@ -209,12 +209,14 @@ int report_csv(const char *path, const struct run *run);
  * it: the median TTFT of the requests sent in its last third exceeds the
  * first third's by no more than STEADY_TREND_SHARE of it or
  * STEADY_TREND_SLO_SHARE of the TTFT bound (e2e when none), whichever is
- * larger (at least STEADY_TREND_MIN_MS). */
+ * larger (at least STEADY_TREND_MIN_MS), or by no more than
+ * STEADY_TREND_SIGMAS standard errors (from the thirds' spreads). */
 #define STEADY_KEEP_UP 0.95
 #define STEADY_TREND_SHARE 0.5
 #define STEADY_TREND_SLO_SHARE 0.1
 #define STEADY_TREND_MIN_MS 1.0
-#define STEADY_MIN_THIRD 3      /* fewer answers in a third: no trend is judged */
+#define STEADY_TREND_SIGMAS 3.0
+#define STEADY_MIN_THIRD 10     /* fewer answers in a third: no trend is judged */
 
 struct steady {
 	double sent_rps;        /* (sent - 1) / the span of the sends */

@@ -13,10 +13,15 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
-/* Median of one metric (TTFT or e2e) of the successful requests sent in
- * [lo, hi) ms; -1 when fewer than STEADY_MIN_THIRD of them (too few to tell
- * a trend from noise). */
-static double third_median(const struct run *run, bool e2e, double lo, double hi, double *v)
+/* One metric (TTFT or e2e) of the successful requests sent in one third of
+ * a run: its median, and the standard error of that median from the third's
+ * interquartile range (0.93 IQR / sqrt(n): a normal spread's), so that a
+ * rise between thirds is told from the spread within them. */
+struct third {
+	double median, se;      /* ms; median -1: fewer than STEADY_MIN_THIRD answers */
+};
+
+static struct third third_of(const struct run *run, bool e2e, double lo, double hi, double *v)
 {
 	size_t k = 0;
 	for (size_t i = 0; i < run->n_res; i++) {
@@ -26,19 +31,30 @@ static double third_median(const struct run *run, bool e2e, double lo, double hi
 			v[k++] = x;
 	}
 	if (k < STEADY_MIN_THIRD)
-		return -1;
+		return (struct third){ -1, 0 };
 	qsort(v, k, sizeof(*v), cmp_double);
-	return pct_sorted_f64(v, k, 50);
+	double iqr = pct_sorted_f64(v, k, 75) - pct_sorted_f64(v, k, 25);
+	return (struct third){ pct_sorted_f64(v, k, 50), 0.93 * iqr / sqrt((double)k) };
 }
 
-/* How much the last third's median TTFT may exceed the first's before it is
- * a trend: half the first's, and a tenth of the bound the queue eats into
- * (TTFT, else e2e), so that a few ms of a shared machine's noise under a
+/* Whether the median rose from the first third to the last beyond the noise
+ * of a few answers: by more than STEADY_TREND_SIGMAS standard errors of the
+ * difference. */
+static bool significant(struct third first, struct third last)
+{
+	return first.median >= 0 && last.median >= 0 &&
+	       last.median - first.median > STEADY_TREND_SIGMAS * hypot(first.se, last.se);
+}
+
+/* TTFT climbing: a significant rise, by more than half the first third's,
+ * and by more than a tenth of the bound the queue eats into (TTFT, else
+ * e2e; at least 1 ms), so that a few ms of a shared machine's noise under a
  * bound of hundreds is not called a trend. */
-static double trend_floor(const struct config *cfg)
+static bool climbing(const struct config *cfg, struct third first, struct third last)
 {
 	double bound = cfg->slo_ttft > 0 ? cfg->slo_ttft : cfg->slo_e2e;
-	return bound > 0 ? fmax(STEADY_TREND_MIN_MS, STEADY_TREND_SLO_SHARE * bound) : STEADY_TREND_MIN_MS;
+	double floor = bound > 0 ? fmax(STEADY_TREND_MIN_MS, STEADY_TREND_SLO_SHARE * bound) : STEADY_TREND_MIN_MS;
+	return significant(first, last) && last.median - first.median > fmax(STEADY_TREND_SHARE * first.median, floor);
 }
 
 void steady_judge(const struct config *cfg, const struct run *run, struct steady *st)
@@ -58,31 +74,34 @@ void steady_judge(const struct config *cfg, const struct run *run, struct steady
 		hi = fmax(hi, r->t_sent);
 	}
 	st->sent_rps = sent > 1 && hi > lo ? (sent - 1) / ((hi - lo) / 1e3) : 0;
+	struct third tf = { -1, 0 }, tl = tf, ef = tf, el = tf;
 	double *v = malloc((run->n_res ? run->n_res : 1) * sizeof(*v));
 	if (v && hi > lo) {
 		double third = (hi - lo) / 3;
-		st->ttft_first = third_median(run, false, lo, lo + third, v);
-		st->ttft_last = third_median(run, false, hi - third, hi + 1e-9, v);
-		st->e2e_first = third_median(run, true, lo, lo + third, v);
-		st->e2e_last = third_median(run, true, hi - third, hi + 1e-9, v);
+		tf = third_of(run, false, lo, lo + third, v);
+		tl = third_of(run, false, hi - third, hi + 1e-9, v);
+		ef = third_of(run, true, lo, lo + third, v);
+		el = third_of(run, true, hi - third, hi + 1e-9, v);
 	}
+	st->ttft_first = tf.median;
+	st->ttft_last = tl.median;
+	st->e2e_first = ef.median;
+	st->e2e_last = el.median;
 	free(v);
 	/* Answers come back at the rate sent, times the share answered, over
 	 * 1 + the slope of e2e against the time sent: a request sent a second
 	 * later that takes b s longer comes back 1 + b s later. The slope runs
 	 * between the thirds' medians (their centres lie two thirds of the
 	 * point apart), which the spread of e2e does not move as it moves the
-	 * first and last answers. */
-	double slope = st->e2e_first >= 0 && st->e2e_last >= 0 && hi > lo ?
+	 * first and last answers; a rise within the spread of a few answers is
+	 * none: in a point a few e2e long, a few ms of it would read as 10% behind. */
+	double slope = significant(ef, el) && hi > lo ?
 		       (st->e2e_last - st->e2e_first) / (2.0 / 3 * (hi - lo)) : 0;
-	slope = fmax(slope, -0.5);
 	st->achieved_rps = sent ? st->sent_rps * ok / sent / (1 + slope) : 0;
 	/* a single request has no rate: it kept up if it was answered */
 	bool keeps_up = sent > 1 ? st->achieved_rps >= STEADY_KEEP_UP * st->sent_rps : ok == sent;
 
-	double rise = st->ttft_last - st->ttft_first;
-	bool rising = st->ttft_first >= 0 && st->ttft_last >= 0 &&
-		      rise > fmax(STEADY_TREND_SHARE * st->ttft_first, trend_floor(cfg));
+	bool rising = climbing(cfg, tf, tl);
 
 	st->sustained = sent > 0 && ok > 0 && keeps_up && !rising;
 	if (!sent || !ok)
