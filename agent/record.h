@@ -62,7 +62,7 @@ struct kpi_request_record {
 	/* usdt rows of kpi-infer with its prefix cache on: cached_prompt_tokens
 	 * is the prompt tokens it held (request__prefix_hit), 0 for a miss */
 	bool prefix_cache;
-	/* disaggregated prefill and decode (schema/009_disagg.sql,
+	/* disaggregated prefill and decode (schema/010_disagg.sql,
 	 * agent/track/disagg.c); KPI_NULL / NULL / "" where not one.  pd_role:
 	 * "router" (the row the client sees), "decode", "prefill".  The router's
 	 * and the decode worker's rows split e2e as net_in, router_ns, queue

@@ -562,6 +562,21 @@ int BPF_USDT(kpi_request_prefix_hit, __u64 id, int cached_tokens)
 
 /* ---- TCP: first data segment of a request, smoothed RTT ---------------- */
 
+/* Whether every byte of the segment was received before: a retransmission
+ * of data the socket already has (the sender's copy of the ACK was late: a
+ * throttled link whose queue holds the ACKs behind the data going the other
+ * way).  TCP drops it, no read follows, and as a first segment it would
+ * stand as the next request's arrival, however much later that comes. */
+static __always_inline bool seg_old(const struct trace_event_raw_tcp_probe *ctx)
+{
+	struct sk_buff *skb = (struct sk_buff *)ctx->skbaddr;
+	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)__builtin_preserve_access_index(&skb->cb);
+	__u32 end_seq = BPF_CORE_READ(cb, end_seq);
+	__u32 rcv_nxt = BPF_CORE_READ((struct tcp_sock *)ctx->skaddr, rcv_nxt);
+
+	return (__s32)(end_seq - rcv_nxt) <= 0;
+}
+
 /* A data segment reached a socket whose local port is a target's: note the
  * first one not yet consumed by a read, and the smoothed RTT.  Pure ACKs
  * (most segments: one per token the daemon sends) carry no request and are
@@ -573,7 +588,7 @@ int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
 	__u64 sk = (__u64)ctx->skaddr;
 	struct sk_state *s, init = {};
 
-	if (!ctx->data_len || !bpf_map_lookup_elem(&target_ports, &port))
+	if (!ctx->data_len || !bpf_map_lookup_elem(&target_ports, &port) || seg_old(ctx))
 		return 0;
 	s = bpf_map_lookup_elem(&socks, &sk);
 	if (s) {

@@ -61,7 +61,7 @@ ORDER BY minute_s, metric;
 -- Each phase's share of the summed end-to-end time (0..1; the shares add
 -- up to 1 because a request's non-null phases add up to its e2e).  A
 -- disaggregated request counts once, by its router's row (its workers'
--- rows hang under it: schema/009_disagg.sql), with its three phases of its
+-- rows hang under it: schema/010_disagg.sql), with its three phases of its
 -- own; an http row's server wait is its queue and prefill together.
 DROP VIEW IF EXISTS phase_share;
 CREATE VIEW phase_share AS
@@ -95,7 +95,7 @@ FROM requests WHERE e2e_ns > 0 AND (pd_role IS NULL OR parent_hop_id IS NULL)
 GROUP BY wall_ns / 60000000000
 ORDER BY 1;
 
--- Disaggregated requests (schema/009_disagg.sql), one row each: the one its
+-- Disaggregated requests (schema/010_disagg.sql), one row each: the one its
 -- client saw (the router's; a decode worker's where no router was traced),
 -- its eight phases in ms in their order (they sum to e2e_ms), the KV moved
 -- and the whole transfer's rate (a floor of the link's: the layers sent

@@ -491,7 +491,7 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	bind_text_opt(s, i++, r->comm[0] ? r->comm : NULL);
 	bind_text_opt(s, i++, r->sock_local[0] ? r->sock_local : NULL);
 	bind_text_opt(s, i++, r->sock_peer[0] ? r->sock_peer : NULL);
-	/* disaggregated prefill and decode (schema/009_disagg.sql): NULL unless
+	/* disaggregated prefill and decode (schema/010_disagg.sql): NULL unless
 	 * pd_role is set (other producers leave the numbers 0) */
 	bool pd = r->pd_role != NULL;
 	int64_t pdv[] = { r->router_ns, r->kv_transfer_ns, r->decode_queue_ns, r->t_pd_admit, r->t_kv_start, r->t_kv_end,

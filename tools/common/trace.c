@@ -43,7 +43,7 @@ struct trace {
 	bool has_engine;                    /* requests.engine_prompt_tokens (007_llama.sql) */
 	/* " AND ..." that leaves out a disaggregated request's worker rows (the
 	 * decode and prefill workers' hops under the router's row, which stands
-	 * for the request: 009_disagg.sql); "" before version 9 */
+	 * for the request: 010_disagg.sql); "" before version 10 */
 	const char *top;
 	int64_t mono_to_wall;
 	sqlite3_stmt *q_window, *q_since, *q_samples, *q_inflight, *q_replay, *q_recent,

@@ -22,8 +22,8 @@
  * (trace_reuse.h); 8 (008_hops.sql) the hops of a request across processes,
  * which the readers read where the trace has them. */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 9
-/* Version 9 (009_disagg.sql): a disaggregated request's router row has its
+#define TRACE_SCHEMA_VERSION 10
+/* Version 10 (010_disagg.sql): a disaggregated request's router row has its
  * phases across the router, decode and prefill workers; the workers' own
  * rows hang under it (parent_hop_id).  The window statistics, timelines and
  * request lists count the request once, by its router's row: this is the

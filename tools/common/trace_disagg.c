@@ -29,7 +29,7 @@ struct trace_disagg {
 };
 
 /* The row that stands for the request: the router's, or a decode worker's
- * that no traced router's row holds (009_disagg.sql). */
+ * that no traced router's row holds (010_disagg.sql). */
 #define PD_TOP "pd_role IN ('router', 'decode') AND parent_hop_id IS NULL"
 
 struct trace_disagg *trace_disagg_open(struct trace *t, char *err, size_t errlen)
@@ -51,7 +51,7 @@ struct trace_disagg *trace_disagg_open(struct trace *t, char *err, size_t errlen
 			       "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 AND " PD_TOP,
 			       -1, &d->q, NULL) != SQLITE_OK) {
 		snprintf(err, errlen, "%s: no disaggregation columns (%s): a trace written before schema "
-			 "version 9 has no disaggregated requests", trace_path(t), sqlite3_errmsg(d->db));
+			 "version 10 has no disaggregated requests", trace_path(t), sqlite3_errmsg(d->db));
 		goto fail;
 	}
 	return d;

@@ -1,5 +1,5 @@
 /* trace_disagg.h - disaggregated requests over a window of the trace (schema
- * version 9, docs/disaggregation.md): their phases across the router, prefill
+ * version 10, docs/disaggregation.md): their phases across the router, prefill
  * and decode workers, the KV transfer's bytes and rate, why the decode side
  * made them wait for a slot, and what made up their TTFT around its p99. */
 #ifndef KPI_TRACE_DISAGG_H
@@ -44,7 +44,7 @@ struct trace_disagg_window {
 struct trace_disagg;
 
 /* A reader on a connection of its own; NULL with the reason in err when the
- * trace has no disaggregation columns (written before schema version 9). */
+ * trace has no disaggregation columns (written before schema version 10). */
 struct trace_disagg *trace_disagg_open(struct trace *t, char *err, size_t errlen);
 void trace_disagg_close(struct trace_disagg *d);
 /* Fills w for the requests that arrived in [from_ns, to_ns) (requests 0:

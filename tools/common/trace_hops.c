@@ -123,7 +123,7 @@ struct trace_hops *trace_hops_open(struct trace *t, char *err, size_t errlen)
 	/* each top-level request, then one row per hop its calls reached: the
 	 * inbound request on the other end of each call (depth 2, by socket),
 	 * or one that hangs under it directly (depth 1: a disaggregated
-	 * request's decode worker, schema version 9) */
+	 * request's decode worker, schema version 10) */
 	if (sqlite3_prepare_v2(h->db,
 		"SELECT i.trace_id, i.e2e_ns, i.comm, h.comm, h.path, h.e2e_ns, h.hop_id = i.model_hop_id "
 		"FROM integration i LEFT JOIN hops h ON h.trace_id = i.trace_id AND h.direction = 'in' "

@@ -140,7 +140,7 @@ void report_disagg_findings(struct report *r)
 	int top;
 
 	if (!d)
-		return;         /* a trace before schema version 9 */
+		return;         /* a trace before schema version 10 */
 	if (trace_disagg_window(d, r->base.from_ns, r->base.to_ns, &b) ||
 	    trace_disagg_window(d, r->inc.from_ns, r->inc.to_ns, &i) ||
 	    b.requests < MIN_REQUESTS || i.requests < MIN_REQUESTS || !b.band_n || !i.band_n) {

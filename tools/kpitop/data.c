@@ -14,7 +14,7 @@
 struct kt_source {
 	struct trace *tr;
 	struct trace_cost *cost;    /* NULL: the trace has no cost tables */
-	struct trace_disagg *pd;    /* NULL: no disaggregation columns (before version 9) */
+	struct trace_disagg *pd;    /* NULL: no disaggregation columns (before version 10) */
 	struct trace_hops *hops;    /* opened at the hops view's first use */
 	int hops_tried;
 	int hops_pid;               /* the request whose hops d->hops holds */

@@ -41,7 +41,7 @@ struct kt_data {
 	/* cost and energy over the window (schema version 5; trace_cost.h) */
 	int have_cost;
 	struct trace_cost_window cost;
-	/* disaggregated requests in the window (schema version 9;
+	/* disaggregated requests in the window (schema version 10;
 	 * trace_disagg.h): have_pd 0 when the trace has no such columns */
 	int have_pd;
 	struct trace_disagg_window pd;

@@ -35,7 +35,7 @@ static void pd_draw(const struct kt_widget *w, struct canvas *c, int y, int widt
 
 	if (!m->have || !pw->requests) {
 		canvas_text(c, y, x, width - x, CC_DIM, 0, "P/D: no disaggregated request in this window%s",
-			    m->have ? "" : " (the trace has no such columns: schema version 9 on)");
+			    m->have ? "" : " (the trace has no such columns: schema version 10 on)");
 		return;
 	}
 	x += canvas_text(c, y, x, -1, CC_LABEL, 0, "P/D ");

@@ -1,4 +1,4 @@
--- 009_disagg.sql - kpiscope trace store, schema version 9: disaggregated
+-- 010_disagg.sql - kpiscope trace store, schema version 10: disaggregated
 -- prefill and decode (docs/disaggregation.md "How to read the trace").
 -- Applied on top of the previous version in one transaction; the agent sets
 -- user_version.
