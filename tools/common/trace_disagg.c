@@ -112,33 +112,47 @@ static int cmp_ttft(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
-/* The p99 TTFT band: rows sorted by TTFT (those without one first, skipped). */
-static void ttft_band(struct trace_disagg *d, struct trace_disagg_window *w)
+/* The mean phases of the rows ranked within +-width percentiles of the p-th
+ * by TTFT (at least the 5 nearest) into band[]; d->rows sorted by TTFT, the
+ * first lo without one.  Returns how many rows it took. */
+static int ttft_band(const struct trace_disagg *d, size_t lo, double p, double width, double *band)
 {
-	size_t lo = 0, m;
-
-	qsort(d->rows, d->n, sizeof(*d->rows), cmp_ttft);
-	while (lo < d->n && d->rows[lo].ttft < 0)
-		lo++;
-	m = d->n - lo;
+	size_t m = d->n - lo;
 	if (!m)
-		return;
-	size_t a = (size_t)floor((double)(m - 1) * 0.98), b = m - 1;
-	if (b - a + 1 < 5)
-		a = b >= 4 ? b - 4 : 0;
+		return 0;
+	size_t a = (size_t)floor((double)(m - 1) * fmax(p - width, 0) / 100);
+	size_t b = (size_t)ceil((double)(m - 1) * fmin(p + width, 100) / 100);
+	while (b - a + 1 < 5 && (a > 0 || b < m - 1)) {
+		if (b < m - 1)
+			b++;
+		if (b - a + 1 < 5 && a > 0)
+			a--;
+	}
 	for (size_t j = a; j <= b; j++) {
 		const struct pd_row *r = &d->rows[lo + j];
 		double known = 0;
 		for (int k = 0; k < TD_TTFT_N; k++) {
 			double v = r->ph[k] > 0 ? (double)r->ph[k] : 0;
-			w->band[k] += v;
+			band[k] += v;
 			known += v;
 		}
-		w->band[TD_TTFT_N] += fmax((double)r->ttft - known, 0);
+		band[TD_TTFT_N] += fmax((double)r->ttft - known, 0);
 	}
-	w->band_n = (int)(b - a + 1);
 	for (int k = 0; k <= TD_TTFT_N; k++)
-		w->band[k] /= w->band_n;
+		band[k] /= (double)(b - a + 1);
+	return (int)(b - a + 1);
+}
+
+/* The p99 and the median TTFT bands (rows without a TTFT left out). */
+static void ttft_bands(struct trace_disagg *d, struct trace_disagg_window *w)
+{
+	size_t lo = 0;
+
+	qsort(d->rows, d->n, sizeof(*d->rows), cmp_ttft);
+	while (lo < d->n && d->rows[lo].ttft < 0)
+		lo++;
+	w->band_n = ttft_band(d, lo, 99, 1, w->band);
+	w->band50_n = ttft_band(d, lo, 50, 5, w->band50);
 }
 
 int trace_disagg_window(struct trace_disagg *d, int64_t from_ns, int64_t to_ns,
@@ -210,6 +224,6 @@ int trace_disagg_window(struct trace_disagg *d, int64_t from_ns, int64_t to_ns,
 				d->scratch[n++] = (double)d->rows[i].kv_bytes / ((double)d->rows[i].kv_stream / 1e9);
 		w->rate_p50 = pct_select_f64(d->scratch, n, 50);
 	}
-	ttft_band(d, w);
+	ttft_bands(d, w);
 	return 0;
 }

@@ -36,9 +36,12 @@ struct trace_disagg_window {
 	int slot_ahead_max;             /* the most that waited ahead of one */
 	/* the requests ranked within +-1 percentile of the p99 TTFT (at least the
 	 * slowest 5): the mean of each phase before the first token, and
-	 * [TD_TTFT_N] what of their TTFT those do not cover (the first write) */
-	int band_n;
-	double band[TD_TTFT_N + 1];
+	 * [TD_TTFT_N] what of their TTFT those do not cover (the first write);
+	 * band50 the same of those within +-5 percentiles of the median (at
+	 * least the 5 nearest), the typical request, which a few stalled ones
+	 * (a busy machine) do not move */
+	int band_n, band50_n;
+	double band[TD_TTFT_N + 1], band50[TD_TTFT_N + 1];
 };
 
 struct trace_disagg;

@@ -31,45 +31,57 @@ static char *rate(char *b, size_t n, double bps)
 	return b;
 }
 
-/* The TTFT band's change by phase, as shares of the increase. */
-static void shares(const struct trace_disagg_window *b, const struct trace_disagg_window *i,
-		   double *share, int *top)
+/* A TTFT band's change by phase (band, band50), as shares of the increase. */
+static void shares(const double *b, const double *i, double *share, int *top)
 {
 	double pos = 0;
 
 	for (int k = 0; k <= TD_TTFT_N; k++)
-		pos += fmax(i->band[k] - b->band[k], 0);
+		pos += fmax(i[k] - b[k], 0);
 	*top = 0;
 	for (int k = 0; k <= TD_TTFT_N; k++) {
-		share[k] = pos > 0 ? fmax(i->band[k] - b->band[k], 0) / pos : 0;
+		share[k] = pos > 0 ? fmax(i[k] - b[k], 0) / pos : 0;
 		if (share[k] > share[*top])
 			*top = k;
 	}
 }
 
-static void words(struct report *r, const struct trace_disagg_window *b, const struct trace_disagg_window *i,
-		  const double *share, int top)
+/* "N% of their <what> TTFT change (x → y) is <top>, <other> M%, ..." */
+static int change_words(char *out, size_t len, const char *what, double from, double to,
+			const double *share, int top)
 {
 	char x[16], y[16];
-	int n = snprintf(r->pd_words, sizeof(r->pd_words),
-			 "Disaggregated requests (%d, baseline %d): %.0f%% of their p99 TTFT change (%s → %s) is %s",
-			 i->requests, b->requests, share[top] * 100, dur(x, b->ttft.p99), dur(y, i->ttft.p99),
-			 band_name[top]);
-	for (int k = 0; k <= TD_TTFT_N && n < (int)sizeof(r->pd_words) - 48; k++) {
+	int n = snprintf(out, len, "%.0f%% of their %s TTFT change (%s → %s) is %s", share[top] * 100, what,
+			 dur(x, from), dur(y, to), band_name[top]);
+	for (int k = 0; k <= TD_TTFT_N && n < (int)len - 48; k++) {
 		if (k == top || share[k] < 0.05)
 			continue;
-		n += snprintf(r->pd_words + n, sizeof(r->pd_words) - (size_t)n, ", %s %.0f%%", band_name[k],
-			      share[k] * 100);
+		n += snprintf(out + n, len - (size_t)n, ", %s %.0f%%", band_name[k], share[k] * 100);
 	}
-	snprintf(r->pd_words + n, sizeof(r->pd_words) - (size_t)n, " (the router, the KV transfer and the "
-		 "decode queue sit in \"first write\" in the split above).");
+	return n;
+}
+
+static void words(struct report *r, const struct trace_disagg_window *b, const struct trace_disagg_window *i,
+		  const double *share, int top, const double *share50, int top50)
+{
+	size_t len = sizeof(r->pd_words);
+	int n = snprintf(r->pd_words, len, "Disaggregated requests (%d, baseline %d): ", i->requests, b->requests);
+	n += change_words(r->pd_words + n, len - (size_t)n, "p99", b->ttft.p99, i->ttft.p99, share, top);
+	if (n < (int)len - 160) {
+		n += snprintf(r->pd_words + n, len - (size_t)n, "; ");
+		n += change_words(r->pd_words + n, len - (size_t)n, "median", b->ttft.p50, i->ttft.p50, share50,
+				  top50);
+	}
+	if (n < (int)len)
+		snprintf(r->pd_words + n, len - (size_t)n, " (the router, the KV transfer and the decode queue "
+			 "sit in \"first write\" in the split above).");
 }
 
 /* The transfers slowed (the rate fell), or carried more (longer prompts). */
 static void finding_transfer(struct report *r, const struct trace_disagg_window *b,
-			     const struct trace_disagg_window *i, double share)
+			     const struct trace_disagg_window *i, double share, const char *what)
 {
-	char s1[16], s2[16], s3[16], s4[16], r1[24], r2[24], r3[24];
+	char s1[16], s2[16], s3[16], s4[16], s5[16], s6[16], r1[24], r2[24], r3[24];
 	int slower = i->rate >= 0 && b->rate > 0 && i->rate < 0.7 * b->rate;
 	int bigger = b->kv_bytes_mean > 0 && i->kv_bytes_mean > 1.5 * b->kv_bytes_mean;
 	struct rp_finding *f = rp_add_finding(r, slower || !bigger ? "KV transfer slowed" : "KV transfers grew",
@@ -79,16 +91,18 @@ static void finding_transfer(struct report *r, const struct trace_disagg_window 
 		return;
 	if (slower || !bigger)
 		snprintf(f->title, sizeof(f->title), "KV transfer: the KV cache moved from the prefill to the decode "
-			 "workers %s, %.0f%% of the p99 TTFT increase (the link between them: its bandwidth, a "
-			 "rate limit, congestion)", slower ? "more slowly" : "for longer", share * 100);
+			 "workers %s, %.0f%% of the %s TTFT increase (the link between them: its bandwidth, a "
+			 "rate limit, congestion)", slower ? "more slowly" : "for longer", share * 100, what);
 	else
 		snprintf(f->title, sizeof(f->title), "KV transfer: each request moved more KV (longer prompts), "
-			 "%.0f%% of the p99 TTFT increase", share * 100);
+			 "%.0f%% of the %s TTFT increase", share * 100, what);
 	snprintf(f->evidence, sizeof(f->evidence),
-		 "around the p99 TTFT the KV transfer took %s (baseline %s); the transfers ran at %s (median "
+		 "around the p99 TTFT the KV transfer took %s (baseline %s), around the median %s (baseline %s); "
+		 "the transfers ran at %s (median "
 		 "request %s), baseline %s; %.0f kB of KV per request (baseline %.0f kB); p99 KV transfer %s "
 		 "(baseline %s); %d of %d transfers failed",
-		 dur(s1, i->band[TD_KV]), dur(s2, b->band[TD_KV]), rate(r1, sizeof(r1), i->rate),
+		 dur(s1, i->band[TD_KV]), dur(s2, b->band[TD_KV]), dur(s5, i->band50[TD_KV]),
+		 dur(s6, b->band50[TD_KV]), rate(r1, sizeof(r1), i->rate),
 		 rate(r2, sizeof(r2), i->rate_p50), rate(r3, sizeof(r3), b->rate), i->kv_bytes_mean / 1e3,
 		 b->kv_bytes_mean / 1e3, dur(s3, i->ph[TD_KV].p99), dur(s4, b->ph[TD_KV].p99), i->failed,
 		 i->transfers);
@@ -102,7 +116,7 @@ static void finding_transfer(struct report *r, const struct trace_disagg_window 
 /* The decode side kept requests waiting, their KV in hand: the running set
  * was full (slots) or its KV pool short (blocks), as kv__slot_wait said. */
 static void finding_slots(struct report *r, const struct trace_disagg_window *b,
-			  const struct trace_disagg_window *i, double share)
+			  const struct trace_disagg_window *i, double share, const char *what)
 {
 	char s1[16], s2[16], s3[16], s4[16];
 	int waited = i->slot[TD_SLOT_SLOTS] + i->slot[TD_SLOT_BLOCKS] + i->slot[TD_SLOT_QUEUE];
@@ -113,8 +127,8 @@ static void finding_slots(struct report *r, const struct trace_disagg_window *b,
 	if (!f)
 		return;
 	snprintf(f->title, sizeof(f->title), "Decode queue: the decode workers ran out of %s, and requests "
-		 "waited with their KV in hand, %.0f%% of the p99 TTFT increase",
-		 blocks ? "KV blocks for new prompts" : "running slots (--max-seqs)", share * 100);
+		 "waited with their KV in hand, %.0f%% of the %s TTFT increase",
+		 blocks ? "KV blocks for new prompts" : "running slots (--max-seqs)", share * 100, what);
 	snprintf(f->evidence, sizeof(f->evidence),
 		 "around the p99 TTFT the decode queue took %s (baseline %s); p99 decode queue %s (baseline "
 		 "%s); of %d requests, %d waited with the running set full, %d for KV blocks, %d behind others "
@@ -136,8 +150,8 @@ void report_disagg_findings(struct report *r)
 	struct trace_disagg_window b, i;
 	char err[256];
 	struct trace_disagg *d = trace_disagg_open(r->t, err, sizeof(err));
-	double share[TD_TTFT_N + 1];
-	int top;
+	double share[TD_TTFT_N + 1], share50[TD_TTFT_N + 1];
+	int top, top50;
 
 	if (!d)
 		return;         /* a trace before schema version 10 */
@@ -147,13 +161,24 @@ void report_disagg_findings(struct report *r)
 		trace_disagg_close(d);
 		return;
 	}
-	shares(&b, &i, share, &top);
-	words(r, &b, &i, share, top);
-	if (i.ttft.p99 > 1.2 * b.ttft.p99) {
-		if (top == TD_KV && share[TD_KV] >= 0.4)
-			finding_transfer(r, &b, &i, share[TD_KV]);
-		if (top == TD_DECODE_QUEUE && share[TD_DECODE_QUEUE] >= 0.4)
-			finding_slots(r, &b, &i, share[TD_DECODE_QUEUE]);
+	shares(b.band, i.band, share, &top);
+	shares(b.band50, i.band50, share50, &top50);
+	words(r, &b, &i, share, top, share50, top50);
+	/* a cause is named from the p99 band when it leads that band's rise, else
+	 * from the median's: a window whose typical request waited on the link
+	 * while a few stalled on a busy CPU still rose because of the link */
+	for (int k = 0; k < 2; k++) {
+		int phase = k ? TD_DECODE_QUEUE : TD_KV;
+		int by99 = i.ttft.p99 > 1.2 * b.ttft.p99 && top == phase && share[phase] >= 0.4;
+		int by50 = i.ttft.p50 > 1.2 * b.ttft.p50 && top50 == phase && share50[phase] >= 0.4;
+		if (!by99 && !by50)
+			continue;
+		double s = by99 ? share[phase] : share50[phase];
+		const char *what = by99 ? "p99" : "median";
+		if (k)
+			finding_slots(r, &b, &i, s, what);
+		else
+			finding_transfer(r, &b, &i, s, what);
 	}
 	trace_disagg_close(d);
 }

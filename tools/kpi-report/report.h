@@ -70,7 +70,7 @@ struct report {
 	char cost_source[256], cost_why[512];
 	/* disaggregated requests' p99 TTFT change by phase across the router,
 	 * prefill and decode workers (disagg.c); "" when the windows have none */
-	char pd_words[512];
+	char pd_words[768];
 };
 
 /* A finding to fill in (NULL when the list is full); findings are sorted
