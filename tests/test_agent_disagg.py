@@ -230,7 +230,9 @@ def test_agent_disagg_throttled_link_names_kv_transfer():
             problems += _phase_problems(ro["request_id"], ro)
             if ro["kv_bytes"] != tokens * TINY_KV_PER_TOKEN or ro["kv_peer"] != f"{link.peer_ip}:{p.port}":
                 problems.append(f"{ro['request_id']}: kv {ro['kv_bytes']} from {ro['kv_peer']}")
-    assert not problems, problems[:10]
+    assert not problems, (problems[:10], {rid: sorted(g) for rid, g in rows.items() if rid in
+                                          {x.split()[0].rstrip(':') for x in problems}},
+                          [ln for ln in agent.lines if "disaggregated" in ln])
     # the link's floor: past its burst, a stream moves no faster than the
     # rate.  kv_stream_ns runs from its first byte handed to the prefill
     # worker's socket to its last byte in on the decode worker; it began no
