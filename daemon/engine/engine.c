@@ -11,7 +11,9 @@
 #include "daemon/engine.h"
 #include "daemon/engine/backend.h"
 #include "daemon/engine/kv.h"
+#include "daemon/engine/kernels.h"
 #include "daemon/engine/model.h"
+#include "daemon/engine/qmatmul.h"
 #include "daemon/engine/sample.h"
 #include "abi/kpi_step_seq.h"
 #include "abi/kpi_step.h"
@@ -84,6 +86,7 @@ struct engine {
 	struct sample_scratch ss;
 
 	struct engine_stats st;
+	char kernels[48]; /* engine_kernels */
 };
 
 /* ---- lists ------------------------------------------------------------- */
@@ -216,6 +219,14 @@ struct engine *engine_create(const struct engine_config *cfg, char *err, size_t 
 	e->be = e->ops->create(&bp, err, errlen);
 	if (!e->be)
 		goto fail;
+	unsigned kinds = model_matrix_kinds(e->model);
+	if (e->ops != &cpu_backend_ops)
+		snprintf(e->kernels, sizeof(e->kernels), "%s", e->ops->name);
+	else if (kinds == (MODEL_QUANT_MATRICES | MODEL_FLOAT_MATRICES))
+		snprintf(e->kernels, sizeof(e->kernels), "%s+%s", qmm_isa_name(qmm_isa_get()), matmul_kernels_name());
+	else
+		snprintf(e->kernels, sizeof(e->kernels), "%s",
+			 kinds & MODEL_QUANT_MATRICES ? qmm_isa_name(qmm_isa_get()) : matmul_kernels_name());
 	int ms = c->max_seqs, vocab = mi->vocab_size;
 	e->pad_bt.cap = (ms + c->block_size - 1) / c->block_size;
 	e->pad_bt.ids = malloc(sizeof(int32_t) * e->pad_bt.cap);
@@ -287,6 +298,26 @@ void engine_destroy(struct engine *e)
 const struct model_info *engine_model(const struct engine *e)
 {
 	return &e->model->info;
+}
+
+const char *engine_kernels(const struct engine *e)
+{
+	return e->kernels;
+}
+
+uint64_t engine_weight_bytes(const struct engine *e)
+{
+	const struct model *m = e->model;
+	uint64_t n = mtensor_bytes(&m->tok_embd);
+	if (m->output.data != m->tok_embd.data)
+		n += mtensor_bytes(&m->output);
+	for (int l = 0; l < m->info.n_layers; l++) {
+		const struct model_layer *L = &m->layers[l];
+		const struct mtensor *t[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+		for (int k = 0; k < 7; k++)
+			n += mtensor_bytes(t[k]);
+	}
+	return n;
 }
 
 /* ---- tokenizer --------------------------------------------------------- */
