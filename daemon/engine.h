@@ -64,6 +64,9 @@ struct engine_stats {
 	uint64_t steps;            /* since start */
 	uint64_t prompt_tokens, generation_tokens; /* since start */
 	int last_step_tokens, last_step_seqs; /* the latest step's batch (prefill + decode) */
+	const char *weight_type;   /* model_info's, for /metrics */
+	const char *kernels;       /* engine_kernels() */
+	uint64_t weight_bytes;     /* engine_weight_bytes() */
 };
 
 struct engine;

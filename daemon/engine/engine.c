@@ -87,6 +87,7 @@ struct engine {
 
 	struct engine_stats st;
 	char kernels[48]; /* engine_kernels */
+	uint64_t weight_bytes; /* engine_weight_bytes, counted once */
 };
 
 /* ---- lists ------------------------------------------------------------- */
@@ -219,6 +220,7 @@ struct engine *engine_create(const struct engine_config *cfg, char *err, size_t 
 	e->be = e->ops->create(&bp, err, errlen);
 	if (!e->be)
 		goto fail;
+	e->weight_bytes = model_matrix_bytes(e->model);
 	unsigned kinds = model_matrix_kinds(e->model);
 	if (e->ops != &cpu_backend_ops)
 		snprintf(e->kernels, sizeof(e->kernels), "%s", e->ops->name);
@@ -307,17 +309,7 @@ const char *engine_kernels(const struct engine *e)
 
 uint64_t engine_weight_bytes(const struct engine *e)
 {
-	const struct model *m = e->model;
-	uint64_t n = mtensor_bytes(&m->tok_embd);
-	if (m->output.data != m->tok_embd.data)
-		n += mtensor_bytes(&m->output);
-	for (int l = 0; l < m->info.n_layers; l++) {
-		const struct model_layer *L = &m->layers[l];
-		const struct mtensor *t[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
-		for (int k = 0; k < 7; k++)
-			n += mtensor_bytes(t[k]);
-	}
-	return n;
+	return e->weight_bytes;
 }
 
 /* ---- tokenizer --------------------------------------------------------- */
@@ -480,6 +472,9 @@ void engine_stats(const struct engine *e, struct engine_stats *st)
 	st->kv_blocks_total = e->kv.n_blocks;
 	st->kv_blocks_free = e->kv.n_free;
 	st->kv_blocks_used = e->kv.n_blocks - e->kv.n_free;
+	st->weight_type = e->model->info.weight_type;
+	st->kernels = e->kernels;
+	st->weight_bytes = e->weight_bytes;
 }
 
 /* ---- scheduler --------------------------------------------------------- */

@@ -583,6 +583,20 @@ unsigned model_matrix_kinds(const struct model *m)
 	return kinds;
 }
 
+size_t model_matrix_bytes(const struct model *m)
+{
+	size_t n = mtensor_bytes(&m->tok_embd);
+	if (m->output.data != m->tok_embd.data)
+		n += mtensor_bytes(&m->output);
+	for (int l = 0; l < m->info.n_layers; l++) {
+		const struct model_layer *L = &m->layers[l];
+		const struct mtensor *t[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+		for (int k = 0; k < 7; k++)
+			n += mtensor_bytes(t[k]);
+	}
+	return n;
+}
+
 void model_release_pages(const struct mtensor *t)
 {
 	/* every tensor points into the read-only file mapping of gguf_open,

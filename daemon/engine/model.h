@@ -70,6 +70,8 @@ size_t mtensor_bytes(const struct mtensor *t);
  * kernels.h) and quantized ones (Q8_0, Q4_0, Q4_K: qmatmul.h). */
 enum { MODEL_FLOAT_MATRICES = 1, MODEL_QUANT_MATRICES = 2 };
 unsigned model_matrix_kinds(const struct model *m);
+/* Bytes of all the model's matrices (the embeddings counted once when tied). */
+size_t model_matrix_bytes(const struct model *m);
 /* Hands back this process's pages of t's data (the whole pages inside it) to
  * the mapped file, for a backend that keeps its own copy: a later read
  * faults them in again from the page cache, so nothing is lost. */

@@ -51,7 +51,7 @@ async function greedy() {
   const context = await model.createContext({ contextSize: 512, threads: 1, sequences: 1 });
   const seq = context.getSequence();
   const out = [];
-  for await (const t of seq.evaluate(ids, { temperature: 0 })) {
+  for await (const t of seq.evaluate(ids, { temperature: 0, yieldEogToken: true })) {
     out.push(t);
     if (out.length >= n)
       break;
@@ -127,7 +127,7 @@ async function decode() {
     for (let i = 0; i < prompt; i++)
       ids.push(3 + ((i * 31 + s * 17) % (vocab - 3)));
     let n = 0;
-    for await (const t of seqs[s].evaluate(ids, { temperature: 0 })) {
+    for await (const t of seqs[s].evaluate(ids, { temperature: 0, yieldEogToken: true })) {
       void t;
       n++;
       if (n === 1 && ++firsts === nSeq) {
