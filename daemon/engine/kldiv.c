@@ -181,13 +181,16 @@ static void visit_q(void *arg, int c, int j, const double *lp, int top, int next
 	size_t at = (size_t)c * s->scored + j;
 	const float *ref = s->ref_lp + at * s->vocab;
 	double kl = 0;
+	/* both sides rounded to float as the reference was kept: a model
+	 * against itself is 0 to the bit */
 	for (int i = 0; i < s->vocab; i++)
-		kl += exp(ref[i]) * (ref[i] - lp[i]);
+		kl += exp(ref[i]) * (ref[i] - (float)lp[i]);
+	double lq = (float)lp[next];
 	s->kld[s->n] = kl;
-	s->nll_q[s->n] = -lp[next];
+	s->nll_q[s->n] = -lq;
 	s->nll_ref[s->n] = -ref[next];
-	s->ln_ratio[s->n] = ref[next] - lp[next];
-	s->dp[s->n] = exp(lp[next]) - exp(ref[next]);
+	s->ln_ratio[s->n] = ref[next] - lq;
+	s->dp[s->n] = exp(lq) - exp(ref[next]);
 	s->same_top += top == s->ref_top[at];
 	s->n++;
 }

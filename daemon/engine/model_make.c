@@ -55,7 +55,9 @@ static uint32_t file_type(uint32_t type)
 	}
 }
 
-static int write_model(FILE *f, const struct preset *p, uint64_t seed, uint32_t wt)
+/* wt: the matrices' type; via: a quantized type the weights go through
+ * first (written as wt = F32: the values that type's file holds), or wt. */
+static int write_model(FILE *f, const struct preset *p, uint64_t seed, uint32_t wt, uint32_t via)
 {
 	int hd = p->dim / p->n_heads;
 	enum { N_VOCAB = 3 + 256 };
@@ -147,7 +149,7 @@ static int write_model(FILE *f, const struct preset *p, uint64_t seed, uint32_t 
 		if ((size_t)(specs[i].ne[0] * specs[i].ne[1]) > max_n)
 			max_n = specs[i].ne[0] * specs[i].ne[1];
 	float *fb = malloc(max_n * 4);
-	void *out = malloc(max_n * 4);
+	void *out = malloc(max_n * 4), *qrow = malloc(max_n * 4);
 	for (int i = 0; i < k && rc == 0; i++) {
 		int64_t cols = specs[i].ne[0], rows = specs[i].n_dims > 1 ? specs[i].ne[1] : 1;
 		size_t n = (size_t)cols * rows, row_bytes = ggml_row_bytes(specs[i].type, cols);
@@ -155,12 +157,19 @@ static int write_model(FILE *f, const struct preset *p, uint64_t seed, uint32_t 
 		for (size_t j = 0; j < n; j++)
 			fb[j] = specs[i].scale == 0 ? 1.0f
 				: specs[i].scale * (float)((double)(splitmix64(&s) >> 11) * 0x1p-52 - 1.0);
-		for (int64_t r = 0; r < rows; r++)
-			quant_quantize_row(specs[i].type, fb + (size_t)r * cols, (char *)out + (size_t)r * row_bytes, cols);
+		for (int64_t r = 0; r < rows; r++) {
+			float *row = fb + (size_t)r * cols;
+			if (via != wt && specs[i].n_dims == 2) {
+				quant_quantize_row(via, row, qrow, cols);
+				quant_dequantize_row(via, qrow, row, cols);
+			}
+			quant_quantize_row(specs[i].type, row, (char *)out + (size_t)r * row_bytes, cols);
+		}
 		rc = gguf_w_data(w, out, row_bytes * rows);
 	}
 	free(fb);
 	free(out);
+	free(qrow);
 	free(specs);
 	if (gguf_w_end(w))
 		rc = -1;
@@ -172,8 +181,23 @@ int model_make(const char *path, const char *preset, uint64_t seed, char *err, s
 	return model_make_type(path, preset, seed, GGML_F16, err, errlen);
 }
 
+static int make(const char *path, const char *preset, uint64_t seed, uint32_t type, uint32_t via, char *err,
+		size_t errlen);
+
 int model_make_type(const char *path, const char *preset, uint64_t seed, uint32_t type, char *err,
 		    size_t errlen)
+{
+	return make(path, preset, seed, type, type, err, errlen);
+}
+
+int model_make_dequantized(const char *path, const char *preset, uint64_t seed, uint32_t type, char *err,
+			   size_t errlen)
+{
+	return make(path, preset, seed, GGML_F32, type, err, errlen);
+}
+
+static int make(const char *path, const char *preset, uint64_t seed, uint32_t type, uint32_t via, char *err,
+		size_t errlen)
 {
 	const struct preset *p = NULL;
 	for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
@@ -183,8 +207,10 @@ int model_make_type(const char *path, const char *preset, uint64_t seed, uint32_
 		snprintf(err, errlen, "unknown model preset '%s' (use tiny or small)", preset);
 		return -1;
 	}
-	if (type != GGML_F32 && type != GGML_F16 && !ggml_type_is_quant(type)) {
-		snprintf(err, errlen, "cannot write weights of type %u (use F32, F16, Q8_0, Q4_0 or Q4_K)", type);
+	if ((type != GGML_F32 && type != GGML_F16 && !ggml_type_is_quant(type)) ||
+	    (via != GGML_F32 && via != GGML_F16 && !ggml_type_is_quant(via))) {
+		snprintf(err, errlen, "cannot write weights of type %u (use F32, F16, Q8_0, Q4_0 or Q4_K)",
+			 type != via ? via : type);
 		return -1;
 	}
 	char tmp[4096];
@@ -194,7 +220,7 @@ int model_make_type(const char *path, const char *preset, uint64_t seed, uint32_
 		snprintf(err, errlen, "cannot create %s: %s (is the directory writable?)", tmp, strerror(errno));
 		return -1;
 	}
-	int rc = write_model(f, p, seed, type);
+	int rc = write_model(f, p, seed, type, via);
 	if (fclose(f) != 0)
 		rc = -1;
 	if (rc) {

@@ -17,6 +17,12 @@ int model_make(const char *path, const char *preset, uint64_t seed, char *err, s
  * model the others approximate. */
 int model_make_type(const char *path, const char *preset, uint64_t seed, uint32_t type, char *err,
 		    size_t errlen);
+/* An F32 file holding exactly the values the type's file holds (each
+ * matrix quantized to type, then dequantized): the float model a quantized
+ * one is. The same model without activation quantization, so a comparison
+ * with it shows what rounding the activations to 8 bits alone costs. */
+int model_make_dequantized(const char *path, const char *preset, uint64_t seed, uint32_t type, char *err,
+			   size_t errlen);
 /* A weight type by name ("F32", "f16", "Q4_K", ...: case ignored) for
  * model_make_type; -1 if it cannot write it. */
 int model_make_parse_type(const char *name);

@@ -58,7 +58,8 @@ static void usage(FILE *f)
 		"usage: engine-bench MODE [options]  (prints one JSON object)\n"
 		"modes:\n"
 		"  make       --out PATH --preset tiny|small [--seed N] [--type T]\n"
-		"             write a model (T: F32, F16 (default), Q8_0, Q4_0, Q4_K)\n"
+		"             [--dequantized]  write a model (T: F32, F16 (default), Q8_0, Q4_0,\n"
+		"             Q4_K); --dequantized: as F32, the values T's file holds\n"
 		"  bandwidth  [--mib N] [--threads N]                    memory-read GB/s\n"
 		"  fma        [--threads N]                              FMA peak GFLOP/s, the\n"
 		"             engine's vector width, every thread\n"
@@ -621,6 +622,7 @@ int main(int argc, char **argv)
 	const char *mode = argv[1], *model = NULL, *out = NULL, *preset = "tiny", *type = "F16";
 	const char *ids = NULL;
 	int rows = 2048, cols = 768;
+	bool dequantized = false;
 	int seqs = 1, prompt = 128, gen = 64, threads = 0, mib = 1024, reps = 3, requests = 256;
 	int mean = 64, maxlen = 512;
 	uint64_t seed = 0;
@@ -632,7 +634,7 @@ int main(int argc, char **argv)
 		{ "reps", 1, 0, 'r' }, { "requests", 1, 0, 'R' }, { "mean", 1, 0, 'e' },
 		{ "max", 1, 0, 'x' }, { "batching", 1, 0, 'b' }, { "help", 0, 0, 'h' },
 		{ "type", 1, 0, 'T' }, { "kernels", 1, 0, 'K' }, { "prompt-ids", 1, 0, 'I' },
-		{ "rows", 1, 0, 'w' }, { "cols", 1, 0, 'c' }, { 0 }
+		{ "rows", 1, 0, 'w' }, { "cols", 1, 0, 'c' }, { "dequantized", 0, 0, 'D' }, { 0 }
 	};
 	int c;
 	optind = 2;
@@ -660,6 +662,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'T': type = optarg; break;
+		case 'D': dequantized = true; break;
 		case 'I': ids = optarg; break;
 		case 'w': rows = atoi(optarg); break;
 		case 'c': cols = atoi(optarg); break;
@@ -694,12 +697,13 @@ int main(int argc, char **argv)
 			fprintf(stderr, "engine-bench make: --type %s: use F32, F16, Q8_0, Q4_0 or Q4_K\n", type);
 			return 2;
 		}
-		if (model_make_type(out, preset, seed, (uint32_t)t, err, sizeof(err))) {
+		if ((dequantized ? model_make_dequantized : model_make_type)(out, preset, seed, (uint32_t)t, err,
+									     sizeof(err))) {
 			fprintf(stderr, "engine-bench: %s\n", err);
 			return 1;
 		}
-		printf("{\"mode\":\"make\",\"out\":\"%s\",\"preset\":\"%s\",\"type\":\"%s\"}\n", out, preset,
-		       ggml_type_name(t));
+		printf("{\"mode\":\"make\",\"out\":\"%s\",\"preset\":\"%s\",\"type\":\"%s\",\"dequantized\":%s}\n",
+		       out, preset, ggml_type_name(t), dequantized ? "true" : "false");
 		return 0;
 	}
 	if (!strcmp(mode, "kernel"))

@@ -1,6 +1,10 @@
 // llama_run.mjs - the real llama.cpp (node-llama-cpp from build/node-llama) on
 // a GGUF file, for the quantization tests and benchmark: one JSON line out.
 //
+// greedy, logits and first run llama.cpp without flash attention, its most
+// precise configuration (its CPU flash attention sums V in fp16); decode
+// runs it as node-llama-cpp's defaults do, the configuration people get.
+//
 //   node llama_run.mjs greedy MODEL IDS N
 //       the N greedy tokens after the prompt token ids IDS (comma-separated,
 //       BOS included as given), end-of-generation tokens not stopping it
@@ -42,13 +46,16 @@ const emit = (obj) => {
   }
 };
 
+const vocabSize = (model) => model.fileInsights.vocabularySize;
+
 const [mode, modelPath, ...args] = process.argv.slice(2);
 const llama = await getLlama({ gpu: false, build: 'never', progressLogs: false, logLevel: 'error' });
 
 async function greedy() {
   const ids = args[0].split(',').map(Number), n = Number(args[1]);
   const model = await llama.loadModel({ modelPath });
-  const context = await model.createContext({ contextSize: 512, threads: 1, sequences: 1 });
+  const context = await model.createContext({ contextSize: 512, threads: 1, sequences: 1,
+                                              flashAttention: false });
   const seq = context.getSequence();
   const out = [];
   for await (const t of seq.evaluate(ids, { temperature: 0, yieldEogToken: true })) {
@@ -62,8 +69,8 @@ async function greedy() {
 async function logits() {
   const ids = args[0].split(',').map(Number);
   const model = await llama.loadModel({ modelPath });
-  const nVocab = model.tokens.vocabSize ?? model.fileInsights.vocabularySize;
-  const context = await model.createContext({ contextSize: Math.max(512, ids.length + 16), threads: 1, flashAttention: process.env.LLAMA_FA === '1',
+  const nVocab = vocabSize(model);
+  const context = await model.createContext({ contextSize: Math.max(512, ids.length + 16), threads: 1, flashAttention: false,
                                               sequences: 1, batchSize: Math.max(512, ids.length) });
   const seq = context.getSequence();
   const res = await seq.controlledEvaluate(ids.map((t) => [t, { generateNext: { logits: true } }]));
@@ -79,7 +86,7 @@ async function logits() {
 async function first() {
   const ids = args[0].split(',').map(Number);
   const model = await llama.loadModel({ modelPath });
-  const nVocab = model.tokens.vocabSize ?? model.fileInsights.vocabularySize;
+  const nVocab = vocabSize(model);
   const context = await model.createContext({ contextSize: 512, threads: 1, sequences: 1,
                                               flashAttention: false });
   const seq = context.getSequence();
@@ -99,7 +106,7 @@ async function decode() {
   const [nSeq, prompt, gen, threads] = args.map(Number);
   const rss0 = rssBytes();
   const model = await llama.loadModel({ modelPath });
-  const vocab = model.tokens.bos !== undefined ? 259 : 259;
+  const vocab = vocabSize(model);
   const context = await model.createContext({ contextSize: (prompt + gen + 16) * nSeq, sequences: nSeq,
                                               batchSize: Math.max(512, nSeq), threads });
   const rssModel = rssBytes();
