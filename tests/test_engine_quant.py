@@ -16,11 +16,13 @@ files `kpi-infer --make-model --type T` writes, tiny and small presets:
   part only where kpi-infer's top two logits are closer than it;
 - kpi-infer --kl-divergence: KL 0 against itself, Q8_0 far below Q4_0 and
   Q4_K, the text and JSON reports agreeing;
-- the start-up line and /metrics naming the weight type; a truncated
-  quantized file refused with the tensor named."""
-import json, math, os, subprocess
+- the start-up line and /metrics naming the weight type; kpi-agent's trace
+  naming it per request, and kpi-report setting a Q4_K run and an F16 run
+  side by side; a truncated quantized file refused with the tensor named."""
+import json, math, os, sqlite3, subprocess
 
 import kpitest
+import agenttest as at
 import llamatest as lt
 import servertest
 
@@ -212,3 +214,35 @@ def test_truncated_quantized_file_refused():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 1, (r.returncode, r.stderr)
     assert "truncated" in r.stderr and "output.weight" in r.stderr, r.stderr
+
+
+def test_trace_names_the_weight_type_and_report_sets_runs_side_by_side():
+    """kpi-infer serving Q4_K, then F16, traced by one kpi-agent run each into
+    one store: every request row names the weight type it was served with,
+    and kpi-report shows both side by side."""
+    kpitest.require_root("kpi-agent")
+    at.require_built(at.AGENT)
+    db = os.path.join(kpitest.tmpdir("kpi-quant-trace-"), "t.db")
+    sent = {}
+    for t in ("Q4_K", "F16"):
+        d = servertest.Daemon("--model", model("tiny", t), "--threads", 1)
+        agent = at.start_agent(db, "--flush-ms", 100, pid=d.p.pid)
+        res = at.run_load(d.port, 8, threads=2, prefix=f"w-{t}", max_tokens=(4, 8))
+        assert agent.stop() == 0, agent.lines[-10:]
+        d.stop()
+        sent[t] = len([r for r in res if r.status == 200])
+    c = sqlite3.connect(db)
+    got = dict(c.execute("SELECT weight_type, count(*) FROM requests GROUP BY weight_type"))
+    mixed = c.execute("SELECT count(*) FROM requests WHERE request_id LIKE 'w-Q4_K%' "
+                      "AND weight_type IS NOT 'Q4_K'").fetchone()[0]
+    c.close()
+    assert got == sent and mixed == 0, (got, sent, mixed)
+    r = subprocess.run([os.path.join(kpitest.BUILD, "kpi-report"), "--db", db], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    section = r.stdout.split("## Weight types", 1)[1].split("\n## ", 1)[0]
+    lines = [l for l in section.splitlines() if l.startswith("|")]
+    assert lines[0].split("|")[2:4] == [" Q4_K ", " F16 "], lines[0]
+    assert lines[2] == f"| requests | {sent['Q4_K']} | {sent['F16']} |", lines[2]
+    ttft = [l for l in lines if l.startswith("| TTFT p50 |")][0]
+    assert ttft.count("-") == 0, ttft

@@ -66,6 +66,9 @@ struct report {
 	int have_cost;
 	struct trace_cost_window cost_base, cost_inc;
 	char cost_source[256], cost_why[512];
+	/* requests by the weight type that served them, whole trace (weights.c) */
+	struct trace_weight weights[TRACE_WEIGHTS_MAX];
+	int nweights;
 };
 
 /* Picks the windows (user's or automatic) and computes everything the report
@@ -78,6 +81,11 @@ int report_analyze(struct report *r, int64_t from, int have_from, int64_t to, in
  * finding; where the trace has none, cost_why says why. */
 void report_cost_analyze(struct report *r, double price_per_hour);
 void report_cost_render(const struct report *r, FILE *out, int html);
+
+/* The trace's requests by weight type of the model that served them, and
+ * their section (none when the trace names no weight type). */
+void report_weights_analyze(struct report *r);
+void report_weights_render(const struct report *r, FILE *out, int html);
 
 void report_markdown(const struct report *r, FILE *out);
 /* A two-column table (baseline, incident), or one column (window) when
