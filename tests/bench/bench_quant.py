@@ -11,7 +11,12 @@ decode) one after the other, the same prompts, the same thread count. Both
 are timed from every stream's first token to the last: tokens/s. For
 llama.cpp the time inside its llama_decode calls is reported too, the
 figure without node's per-token JavaScript, and the ratio is taken against
-it (the stricter one for kpi-infer). Accuracy: kpi-infer --kl-divergence
+it (the stricter one for kpi-infer). The same pairs run again on one thread
+each, where the CPU time a token costs (every thread of the process, over the
+timed span) is the work each engine does whatever else the machine runs:
+on a busy machine wall-clock tokens/s measure the machine (llama.cpp's threads
+wait at a barrier after every operation for one the scheduler parked), CPU
+per token does not. Accuracy: kpi-infer --kl-divergence
 against the F32 file of the same weights (mean KL, top-1 agreement).
 Resident memory: kpi-infer's whole process; llama.cpp's node process over
 what it held before loading the model. Medians over rounds with min-max.
@@ -82,7 +87,7 @@ def main():
 
     load0 = os.getloadavg()
     bw = {1: [], threads: []}
-    kpi, llama = {}, {}
+    kpi, llama, kpi1, llama1 = {}, {}, {}, {}
     try:
         for r in range(rounds):
             for n in sorted(bw):
@@ -94,6 +99,13 @@ def main():
                          "--gen", gen, "--threads", threads]))
                     llama.setdefault((t, s), []).append(lt.run("decode", files[t], s, prompt, gen, threads,
                                                                timeout=900))
+            for t in QUANT:
+                for s in SEQS:
+                    kpi1.setdefault((t, s), []).append(run_json(
+                        [ENGINE_BENCH, "decode", "--model", files[t], "--seqs", s, "--prompt", prompt,
+                         "--gen", gen, "--threads", 1]))
+                    llama1.setdefault((t, s), []).append(lt.run("decode", files[t], s, prompt, gen, 1,
+                                                                timeout=900))
         kl = {}
         for t in TYPES:
             kl[t] = run_json([INFER, "--model", files[t], "--kl-divergence", files["F32"], "--kl-ctx", kl_ctx,
@@ -129,6 +141,13 @@ def main():
                 kpi_rss_bytes=agg([x["rss_bytes"] for x in k]),
                 llama_rss_bytes=agg([x["rss_bytes"] - x["rss_before_model_bytes"] for x in l]),
                 kernels=k[0]["kernels"])
+            if t in QUANT:
+                a, b = kpi1[(t, s)], llama1[(t, s)]
+                row["seqs"][str(s)]["one_thread"] = dict(
+                    kpi_cpu_ms_per_token=agg([x["cpu_ms_per_token"] for x in a]),
+                    llama_cpu_ms_per_token=agg([x["cpu_ms_per_token"] for x in b]),
+                    llama_over_kpi_cpu=agg([y["cpu_ms_per_token"] / x["cpu_ms_per_token"] for x, y in zip(a, b)]),
+                    kpi_tok_s=agg([x["tok_s"] for x in a]), llama_tok_s=agg([x["decode_tok_s"] for x in b]))
         res["types"][t] = row
     with open(os.path.join(args.out, "quant.json"), "w") as f:
         json.dump(res, f, indent=1)
@@ -156,6 +175,19 @@ def main():
                   f"[{cell(d['llama_tok_s'])}] | **{cell(d['ratio'], '{:.2f}')}x** | "
                   f"{100 * d['kpi_roofline_share']:.0f}% / {100 * d['llama_roofline_share']:.0f}% | "
                   f"{d['kernels']} |")
+    print()
+    print("One thread each: CPU milliseconds a generated token costs (every thread of the process over the "
+          "timed span; llama.cpp's includes node's per-token JavaScript), the load-independent comparison; "
+          "and the wall-clock tokens/s of the same runs:\n")
+    print("| type | streams | kpi-infer CPU ms/token | llama.cpp CPU ms/token | llama.cpp / kpi-infer "
+          "| kpi-infer tok/s | llama.cpp tok/s |")
+    print("|---|---|---|---|---|---|---|")
+    for t in QUANT:
+        for s in SEQS:
+            d = res["types"][t]["seqs"][str(s)]["one_thread"]
+            print(f"| {t} | {s} | {cell(d['kpi_cpu_ms_per_token'], '{:.2f}')} | "
+                  f"{cell(d['llama_cpu_ms_per_token'], '{:.2f}')} | **{cell(d['llama_over_kpi_cpu'], '{:.2f}')}x** | "
+                  f"{cell(d['kpi_tok_s'])} | {cell(d['llama_tok_s'])} |")
     print()
     print(f"Speed, memory and accuracy per type (KL divergence and top-1 agreement against the F32 file of "
           f"the same weights: kpi-infer --kl-divergence, {kl_chunks} chunks of {kl_ctx} tokens, the second "

@@ -28,6 +28,15 @@
 #include <immintrin.h>
 #endif
 
+/* CPU time of every thread of this process: the work, whatever else the
+ * machine runs (wall time on a busy machine measures the machine). */
+static double cpu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
 static double now(void)
 {
 	struct timespec ts;
@@ -288,9 +297,9 @@ static int run_decode(const char *model, int seqs, int prompt, int gen, int thre
 	}
 	struct engine_stats st0, st1;
 	engine_stats(e, &st0);
-	double t0 = now();
+	double t0 = now(), c0 = cpu_now();
 	long toks = drain(e, ev, max_ev, NULL, NULL);
-	double dt = now() - t0;
+	double dt = now() - t0, cpu = cpu_now() - c0;
 	engine_stats(e, &st1);
 	long steps = (long)(st1.steps - st0.steps);
 	/* bytes read per decode step: every weight once, plus each sequence's K/V
@@ -321,10 +330,12 @@ static int run_decode(const char *model, int seqs, int prompt, int gen, int thre
 	printf("{\"mode\":\"decode\",\"seqs\":%d,\"prompt\":%d,\"gen\":%d,\"threads\":%d,\"tokens\":%ld,"
 	       "\"steps\":%ld,\"seconds\":%.4f,\"tok_s\":%.2f,\"step_ms\":%.3f,\"weight_bytes\":%.0f,"
 	       "\"bytes_per_step\":%.0f,\"gbs\":%.3f,\"flops_per_step\":%.0f,\"gflops\":%.2f,"
-	       "\"weight_type\":\"%s\",\"kernels\":\"%s\",\"rss_bytes\":%lld,\"rss_peak_bytes\":%lld}\n",
+	       "\"weight_type\":\"%s\",\"kernels\":\"%s\",\"rss_bytes\":%lld,\"rss_peak_bytes\":%lld,"
+	       "\"cpu_seconds\":%.4f,\"cpu_ms_per_token\":%.4f}\n",
 	       seqs, prompt, gen, threads, toks, steps, dt, toks / dt, dt / steps * 1e3, wbytes,
 	       bytes_per_step, bytes_per_step * steps / dt / 1e9, flops_per_step,
-	       flops_per_step * steps / dt / 1e9, mi->weight_type, engine_kernels(e), rss_now, rss_peak);
+	       flops_per_step * steps / dt / 1e9, mi->weight_type, engine_kernels(e), rss_now, rss_peak, cpu,
+	       cpu / toks * 1e3);
 	model_free(m);
 	free(pr);
 	free(ev);

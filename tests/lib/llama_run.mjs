@@ -18,7 +18,8 @@
 //       SEQS sequences at once, each a PROMPT-token prompt then GEN greedy
 //       tokens (the prompts engine-bench decode uses): tokens/s after every
 //       sequence's first token, the time inside llama.cpp's decode calls,
-//       and the process's resident memory before and after the model loaded
+//       the process's CPU time over the same span, and its resident memory
+//       before and after the model loaded
 import path from 'node:path';
 import url from 'node:url';
 import fs from 'node:fs';
@@ -126,7 +127,7 @@ async function decode() {
   const seqs = [];
   for (let s = 0; s < nSeq; s++)
     seqs.push(context.getSequence());
-  let firsts = 0, t0 = 0n, after = 0;
+  let firsts = 0, t0 = 0n, after = 0, cpu0 = null;
   let resolveAll;
   const allFirst = new Promise((r) => { resolveAll = r; });
   const run = async (s) => {
@@ -139,6 +140,7 @@ async function decode() {
       n++;
       if (n === 1 && ++firsts === nSeq) {
         t0 = process.hrtime.bigint();
+        cpu0 = process.cpuUsage();
         timing = true;
         resolveAll();
       } else if (n > 1) {
@@ -150,9 +152,12 @@ async function decode() {
   };
   await Promise.all([...seqs.keys()].map(run).concat([allFirst]));
   const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+  // CPU time of every thread of the process (llama.cpp's and node's)
+  const cpu = process.cpuUsage(cpu0), cpuSecs = (cpu.user + cpu.system) / 1e6;
   emit({ mode, seqs: nSeq, prompt, gen, threads, tokens: after, seconds: secs,
                                tok_s: after / secs, decode_seconds: Number(inDecode) / 1e9,
                                decode_tok_s: after / (Number(inDecode) / 1e9), decode_calls: calls,
+                               cpu_seconds: cpuSecs, cpu_ms_per_token: cpuSecs / after * 1e3,
                                rss_before_model_bytes: rss0, rss_model_bytes: rssModel,
                                rss_bytes: rssBytes() });
 }
