@@ -26,6 +26,7 @@ import json, os, statistics, subprocess, sys, tempfile, time
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import kpitest  # noqa: E402
 import benchtest as bt  # noqa: E402
+from benchtest import agg, cell  # noqa: E402
 import llamatest as lt  # noqa: E402
 
 TITLE = "## Running on less: quantized weights, kpi-infer against llama.cpp on the same file"
@@ -45,21 +46,6 @@ def run_json(argv, timeout=900):
     print(f"{os.path.basename(str(argv[0]))} {' '.join(map(str, argv[1:4]))} ... "
           f"({time.monotonic() - t0:.1f}s)", file=sys.stderr, flush=True)
     return doc
-
-
-def agg(vals):
-    vals = [v for v in vals if v is not None]
-    if not vals:
-        return None
-    return dict(median=statistics.median(vals), min=min(vals), max=max(vals), n=len(vals))
-
-
-def cell(a, fmt="{:.1f}"):
-    if not a:
-        return "-"
-    if a["n"] == 1:
-        return fmt.format(a["median"])
-    return f"{fmt.format(a['median'])} ({fmt.format(a['min'])}-{fmt.format(a['max'])})"
 
 
 def main():
