@@ -92,7 +92,8 @@ int logits_step(struct logits_run *r, const int32_t *tokens, int pos, float *log
 	}
 	for (int s = 0; s < r->n_seqs; s++)
 		r->pos0[s] = pos;
-	struct backend_batch b = { r->n_seqs, r->n_seqs, tokens, r->start, r->pos0, r->table_of, r->lrow,
-				   logits };
+	struct backend_batch b = { .n_seqs = r->n_seqs, .n_tokens = r->n_seqs, .tokens = tokens,
+				   .seq_start = r->start, .pos0 = r->pos0, .block_tables = r->table_of,
+				   .logits_row = r->lrow, .logits = logits };
 	return cpu_backend_ops.forward(r->be, &b, err, errlen);
 }

@@ -491,12 +491,14 @@ static void test_quantized_forward_batch_invariant(void)
 	const int32_t *tab[1] = { bt_a };
 	int start[2] = { 0, 6 }, pos0 = 0, lrow = 0, V = m->info.vocab_size;
 	float whole[512], step[512];
-	struct backend_batch b = { 1, 6, toks, start, &pos0, tab, &lrow, whole };
+	struct backend_batch b = { .n_seqs = 1, .n_tokens = 6, .tokens = toks, .seq_start = start, .pos0 = &pos0,
+				   .block_tables = tab, .logits_row = &lrow, .logits = whole };
 	CHECK(cpu_backend_ops.forward(be, &b, err, sizeof(err)) == 0, "%s", err);
 	tab[0] = bt_b;
 	for (int t = 0; t < 6; t++) {
 		int s1[2] = { 0, 1 };
-		struct backend_batch d = { 1, 1, toks + t, s1, &t, tab, &lrow, step };
+		struct backend_batch d = { .n_seqs = 1, .n_tokens = 1, .tokens = toks + t, .seq_start = s1,
+					   .pos0 = &t, .block_tables = tab, .logits_row = &lrow, .logits = step };
 		CHECK(cpu_backend_ops.forward(be, &d, err, sizeof(err)) == 0, "%s", err);
 	}
 	CHECK(memcmp(whole, step, sizeof(float) * V) == 0, "prefill and token-by-token differ");
