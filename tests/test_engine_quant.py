@@ -228,9 +228,15 @@ def test_trace_names_the_weight_type_and_report_sets_runs_side_by_side():
         d = servertest.Daemon("--model", model("tiny", t), "--threads", 1)
         agent = at.start_agent(db, "--flush-ms", 100, pid=d.p.pid)
         res = at.run_load(d.port, 8, threads=2, prefix=f"w-{t}", max_tokens=(4, 8))
+        # a client can have its last byte before the daemon's request__finished
+        # fires: the agent is stopped once every row is written
+        servertest.wait_for(lambda: sqlite3.connect(db, timeout=5).execute(
+            "SELECT count(*) FROM requests WHERE request_id LIKE ?", (f"w-{t}%",)).fetchone()[0] == len(res),
+            timeout=20, what=f"the {t} run's rows")
         assert agent.stop() == 0, agent.lines[-10:]
         d.stop()
-        sent[t] = len([r for r in res if r.status == 200])
+        sent[t] = len(res)
+        assert all(r.status == 200 for r in res), [(r.rid, r.status) for r in res]
     c = sqlite3.connect(db)
     got = dict(c.execute("SELECT weight_type, count(*) FROM requests GROUP BY weight_type"))
     mixed = c.execute("SELECT count(*) FROM requests WHERE request_id LIKE 'w-Q4_K%' "
