@@ -61,7 +61,7 @@ def main():
         return 0
     q = args.quick
     rounds = 1 if q else 3
-    prompt, gen = (32, 16) if q else (128, 64)
+    prompt, gen = (32, 16) if q else (128, 32)
     kl_ctx, kl_chunks = (64, 4) if q else (128, 8)
     threads = os.cpu_count()
     tmp = tempfile.mkdtemp(prefix="kpi-quant-bench-")
