@@ -3,7 +3,7 @@
 # schema/pct.c); the tools link $(TOOLS_COMMON_OBJS).
 
 TOOLS_COMMON_OBJS := $(patsubst %.c,$(OBJ)/%.o,$(wildcard tools/common/*.c)) $(OBJ)/schema/pct.o
-TOOLS_LDLIBS := -lsqlite3 $(LDLIBS_COMMON)
+TOOLS_LDLIBS := -lsqlite3 -lcurl $(LDLIBS_COMMON)
 
 # Unit tests of the reader layer and the percentile code: tests/unit/test_tools_*.c
 TOOLS_TESTS := $(patsubst tests/unit/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_tools_*.c))
