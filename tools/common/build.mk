@@ -12,3 +12,6 @@ $(TOOLS_TESTS): $(BUILD)/tests/%: $(OBJ)/tests/unit/%.o $(TOOLS_COMMON_OBJS)
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(TOOLS_LDLIBS)
+
+# The fleet reader builds its scratch trace with the agent's own schema.
+$(OBJ)/tools/common/trace_fleet.o: $(BUILD)/include/kpi_schema.h
