@@ -48,6 +48,8 @@ struct config {
 	unsigned long long seed;
 	long warmup;
 	double timeout;         /* s per request */
+	const char *baseline_path;     /* --baseline OLD.json (baseline.c) */
+	double max_regress_pct;         /* --max-regress */
 	const char *json_path, *csv_path;
 	bool quiet;
 	/* --sweep: a series of runs, one per load */
@@ -193,6 +195,13 @@ int report_json(const char *path, const struct config *cfg, struct run *run);
 struct json_t;
 int report_dump_json(struct json_t *root, const char *path);
 int report_csv(const char *path, const struct run *run);
+
+/* ---- the regression gate (baseline.c) ------------------------------------ */
+/* This run against cfg->baseline_path (a kpi-bench --json): the table of what
+ * moved to out; 1 when a figure is worse past the thresholds, 0 when none
+ * is, -1 (said why) when the baseline cannot be read. */
+int baseline_compare(const struct config *cfg, struct run *run, FILE *out);
+#define EXIT_REGRESSION 3
 
 /* ---- sweeps (sweep.c, html.c) --------------------------------------------- */
 
