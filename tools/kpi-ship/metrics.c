@@ -35,8 +35,8 @@ static void render(struct ch_buf *b)
 			ch_buf_printf(b, "kpi_ship_backlog_rows{table=\"%s\"} %lld\n", st->t[i].name,
 				      (long long)st->t[i].backlog);
 	double lag = st->caught_up_wall_ns ? (double)(now - st->caught_up_wall_ns) / 1e9 : -1;
-	ch_buf_printf(b, "# HELP kpi_ship_lag_seconds Time since every row of the trace was last in ClickHouse "
-		      "(-1: not yet).\n# TYPE kpi_ship_lag_seconds gauge\nkpi_ship_lag_seconds %.3f\n", lag);
+	ch_buf_printf(b, "# HELP kpi_ship_lag_seconds How old the newest row may be that ClickHouse lacks: time since the "
+		      "start of the last round that shipped every row (-1: none yet).\n# TYPE kpi_ship_lag_seconds gauge\nkpi_ship_lag_seconds %.3f\n", lag);
 	ch_buf_printf(b, "# HELP kpi_ship_batches_total Batches ClickHouse acknowledged.\n"
 		      "# TYPE kpi_ship_batches_total counter\nkpi_ship_batches_total %llu\n"
 		      "# HELP kpi_ship_bytes_total JSONEachRow bytes ClickHouse acknowledged.\n"
