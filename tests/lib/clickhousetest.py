@@ -67,11 +67,18 @@ class Node:
         self.p = None
         self.log = os.path.join(d, "server.log")
 
-    def start(self, timeout=60):
+    def launch(self):
         logf = open(self.log, "ab")
         self.p = subprocess.Popen([SERVER, f"--config-file={self.config}"], stdout=logf, stderr=logf,
                                   cwd=self.dir)
         logf.close()
+
+    def start(self, timeout=180):
+        """Starts it (unless launch() did) and waits until it answers. 18.16
+        can take ~50 s to come back on a data directory it used before (seen
+        on the 2-core development machine), hence the long limit."""
+        if self.p is None:
+            self.launch()
         deadline = time.monotonic() + timeout
         while True:
             try:
@@ -150,6 +157,8 @@ class Cluster:
             n.stop()
 
     def start(self):
+        for n in self.nodes:
+            n.launch()
         for n in self.nodes:
             n.start()
 
