@@ -15,3 +15,5 @@ $(TOOLS_TESTS): $(BUILD)/tests/%: $(OBJ)/tests/unit/%.o $(TOOLS_COMMON_OBJS)
 
 # The fleet reader builds its scratch trace with the agent's own schema.
 $(OBJ)/tools/common/trace_fleet.o: $(BUILD)/include/kpi_schema.h
+# test_tools_trace writes a trace with the agent's schema, and its every loss cause.
+$(OBJ)/tests/unit/test_tools_trace.o: $(BUILD)/include/kpi_schema.h
