@@ -211,6 +211,57 @@ def test_ship_retention_counts_unshipped_rows():
     assert cur == [(0,)], cur
 
 
+def test_ship_waits_for_trace_and_gives_files_its_owner():
+    """kpi-ship started before the agent waits for the trace and never makes
+    it; run as root on a trace an unprivileged agent owns, the -wal and -shm
+    files SQLite creates are that user's, who can still write the trace while
+    kpi-ship follows it, and the row written then is shipped."""
+    kpitest.require_root("chown and setpriv")
+    at.require_built(SHIP)
+    if not shutil.which("setpriv"):
+        raise kpitest.Skip("setpriv is not installed (util-linux)")
+    cluster = cht.shared_cluster()
+    import pwd
+    nobody = pwd.getpwnam("nobody")
+    d = kpitest.tmpdir("kpi-ship-own-")
+    os.chown(d, nobody.pw_uid, nobody.pw_gid)   # the agent's directory, given to its --user
+    db = os.path.join(d, "trace.db")
+    host = f"own-{os.getpid()}"
+    ship = kpitest.Proc([SHIP, "--db", db, "--to", cluster.url, "--host", host, "--interval", "100"])
+    ship.wait_line("waiting for the trace (no trace at")
+    # the agent (privdrop_own_db) leaves the trace with its user; no -wal or -shm yet
+    tmp = os.path.join(d, "making.db")
+    fleetgen.make_trace(tmp, host, 20, time.time_ns() - 60 * 10**9, 20)
+    os.chown(tmp, nobody.pw_uid, nobody.pw_gid)
+    os.chmod(tmp, 0o640)
+    os.rename(tmp, db)
+    assert not os.path.exists(db + "-wal") and not os.path.exists(db + "-shm")
+    ship.wait_line(f"as host {host} to")
+    _wait(lambda: int(cluster.query(f"SELECT count() FROM kpiscope.requests FINAL WHERE host = '{host}'")) == 20,
+          60, "the trace's 20 requests in ClickHouse")
+    for sfx in ("-wal", "-shm"):
+        st = os.stat(db + sfx)
+        assert (st.st_uid, st.st_gid) == (nobody.pw_uid, nobody.pw_gid), f"{sfx} owned by {st.st_uid}:{st.st_gid}"
+    # the agent's user writes a row while kpi-ship (root) holds the trace
+    r = kpitest.run(["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups",
+                     "/usr/bin/python3", "-c",
+                     "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
+                     "c.execute(\"INSERT INTO requests (request_id, pid, wall_ns, t_arrive_ns) "
+                     "SELECT 'late', pid, wall_ns + 1, t_arrive_ns + 1 FROM requests ORDER BY rowid DESC LIMIT 1\"); "
+                     "c.commit()", db])
+    assert r.returncode == 0, r.stderr
+    _wait(lambda: int(cluster.query(f"SELECT count() FROM kpiscope.requests FINAL WHERE host = '{host}' "
+                                    f"AND request_id = 'late'")) == 1, 30, "the row the agent's user wrote, shipped")
+    assert ship.stop() == 0
+    # nothing of kpi-ship's is root's in the agent's directory
+    owners = {f: os.stat(os.path.join(d, f)).st_uid for f in os.listdir(d)}
+    assert set(owners.values()) == {nobody.pw_uid}, owners
+    # --once does not wait: no trace is an error that says what to do
+    r = kpitest.run([SHIP, "--db", os.path.join(d, "none.db"), "--to", cluster.url, "--once"])
+    assert r.returncode == 1 and "start kpi-agent --db" in r.stderr, r.stderr
+    assert not os.path.exists(os.path.join(d, "none.db"))
+
+
 def test_ship_fleet_report_synthetic_hosts():
     """Three generated traces (10 minutes, one host's prefill 200 ms slower in
     the last 200 s) shipped with --once: the report across hosts names that

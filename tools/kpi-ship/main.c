@@ -43,7 +43,9 @@ static void usage(FILE *f)
 		"Rows go at least once; the tables collapse a resent batch (SELECT ... FINAL). The cursor is\n"
 		"kept in the trace (table ship_cursor): a restarted kpi-ship goes on where ClickHouse last\n"
 		"acknowledged. While ClickHouse is down the trace is the spool: rows the agent's retention\n"
-		"removes before they were shipped are counted by the agent as the loss unshipped_rows.\n",
+		"removes before they were shipped are counted by the agent as the loss unshipped_rows.\n"
+		"kpi-ship never creates the trace: until the agent has made it, kpi-ship waits (--once:\n"
+		"exits 1); files SQLite adds beside it (-wal, -shm) get the trace's owner.\n",
 		CH_DEFAULT_DB, CH_DEFAULT_PORT, TRACE_DEFAULT_DB);
 }
 
@@ -128,14 +130,33 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	struct shipper *s = calloc(1, sizeof(*s));
-	if (!s || ship_open(s, db, &u, host, model, (int)batch, timeout, err, sizeof(err))) {
-		fprintf(stderr, "kpi-ship: %s\n", s ? err : "out of memory");
+	if (!s) {
+		fprintf(stderr, "kpi-ship: out of memory\n");
 		return 1;
 	}
 	struct sigaction sa = { .sa_handler = on_signal };
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 	signal(SIGPIPE, SIG_IGN);
+	/* following, kpi-ship may start before the agent: it waits for the
+	 * trace rather than create it (the agent makes it, with its owner) */
+	int opened, said = 0;
+	while ((opened = ship_open(s, db, &u, host, model, (int)batch, timeout, err, sizeof(err))) == 1 && !once &&
+	       !stop) {
+		ship_close(s);
+		if (!said++) {
+			printf("kpi-ship: waiting for the trace (%s); kpi-ship never creates it\n", err);
+			fflush(stdout);
+		}
+		sleep_ms(interval < 1000 ? interval : 1000);
+	}
+	if (opened) {
+		if (!stop)
+			fprintf(stderr, "kpi-ship: %s\n", err);
+		ship_close(s);
+		free(s);
+		return stop ? 0 : 1;
+	}
 	if (metrics && ship_metrics_start(s, metrics, err, sizeof(err))) {
 		fprintf(stderr, "kpi-ship: %s\n", err);
 		ship_close(s);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -81,6 +82,46 @@ static void default_host(struct shipper *s)
 		gethostname(s->host, sizeof(s->host) - 1);
 }
 
+/* Opens the trace for the cursor, never creating it: 1 while it is not
+ * there yet (no file, or a file the agent has not written its schema into),
+ * -1 when it cannot be a trace. As root, SQLite gives the -wal and -shm
+ * files it creates the trace's owner and mode (os_unix.c, robustFchown), so
+ * an agent that runs as that user opens them after kpi-ship did. */
+static int open_trace(struct shipper *s, const char *db_path, char *err, size_t errlen)
+{
+	bool found;
+	struct stat st;
+
+	if (stat(db_path, &st)) {
+		snprintf(err, errlen, "no trace at %s: start kpi-agent --db %s first, or give --db the trace's path",
+			 db_path, db_path);
+		return 1;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "%s is not a file: give --db the trace's path", db_path);
+		return -1;
+	}
+	/* read-write for the cursor alone, no SQLITE_OPEN_CREATE: WAL lets the agent write meanwhile */
+	if (sqlite3_open_v2(db_path, &s->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+		snprintf(err, errlen, "cannot open %s read-write (the cursor is kept in it): %s", db_path,
+			 s->db ? sqlite3_errmsg(s->db) : "out of memory");
+		return -1;
+	}
+	sqlite3_busy_timeout(s->db, 5000);
+	int64_t tables = one_i64(s->db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'", NULL, NULL, &found);
+	if (!found) {
+		snprintf(err, errlen, "cannot read %s: %s", db_path, sqlite3_errmsg(s->db));
+		return -1;
+	}
+	int64_t requests = one_i64(s->db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+				   "name = 'requests'", NULL, NULL, &found);
+	if (requests == 1)
+		return 0;
+	snprintf(err, errlen, tables ? "%s is not a kpi-agent trace (no requests table)" :
+		 "%s is empty: kpi-agent has not written its schema yet", db_path);
+	return tables ? -1 : 1;
+}
+
 int ship_open(struct shipper *s, const char *db_path, const struct ch_url *u, const char *host,
 	      const char *model, int batch, long timeout_ms, char *err, size_t errlen)
 {
@@ -92,23 +133,9 @@ int ship_open(struct shipper *s, const char *db_path, const struct ch_url *u, co
 	s->model = model;
 	s->batch = batch;
 	snprintf(s->sink, sizeof(s->sink), "%s", u->text);
-	if (access(db_path, F_OK)) {
-		snprintf(err, errlen, "no trace at %s: start kpi-agent --db %s first, or give --db the trace's path",
-			 db_path, db_path);
-		return -1;
-	}
-	/* read-write for the cursor alone; WAL lets the agent write meanwhile */
-	if (sqlite3_open_v2(db_path, &s->db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
-		snprintf(err, errlen, "cannot open %s read-write (the cursor is kept in it): %s", db_path,
-			 s->db ? sqlite3_errmsg(s->db) : "out of memory");
-		return -1;
-	}
-	sqlite3_busy_timeout(s->db, 5000);
-	if (one_i64(s->db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'requests'",
-		    NULL, NULL, &found) != 1) {
-		snprintf(err, errlen, "%s is not a kpi-agent trace (no requests table)", db_path);
-		return -1;
-	}
+	int rc = open_trace(s, db_path, err, errlen);
+	if (rc)
+		return rc;
 	if (sqlite3_exec(s->db, CURSOR_DDL, NULL, NULL, NULL) != SQLITE_OK) {
 		snprintf(err, errlen, "cannot keep the cursor in %s: %s", db_path, sqlite3_errmsg(s->db));
 		return -1;
