@@ -4,7 +4,7 @@ processes) while kpi-infer serves load; ClickHouse goes away for 60 s and a
 shipper is SIGKILLed, and every request row is there exactly once; the fleet
 report names the host that was slowed and its phase.  Also: the alerting
 rules under promtool, and kpi-bench --baseline."""
-import os, re, shutil, signal, sqlite3, subprocess, threading, time, urllib.request
+import os, re, shutil, signal, sqlite3, threading, time, urllib.request
 
 import kpitest
 import agenttest as at
@@ -269,9 +269,7 @@ def test_ship_fleet_report_synthetic_hosts():
     for b in (SHIP, REPORT):
         at.require_built(b)
     cluster = cht.shared_cluster()
-    for n in cluster.nodes:
-        cht.apply_ddl(n, "synth")
-    url = cluster.url.rsplit("/", 1)[0] + "/synth"
+    url = cluster.database("synth")
     d = kpitest.tmpdir("kpi-fleetgen-")
     start = (time.time_ns() // 10**9 - 3600) * 10**9
     tag = f"{os.getpid()}"

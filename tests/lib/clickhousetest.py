@@ -7,6 +7,7 @@ import atexit, json, os, shutil, signal, subprocess, tempfile, time, urllib.erro
 import kpitest
 
 SERVER = "/usr/sbin/clickhouse-server"
+SHIP = os.path.join(kpitest.BIN, "kpi-ship")
 DDL = os.path.join(kpitest.ROOT, "schema", "clickhouse")
 CLUSTER = "kpiscope"
 
@@ -146,6 +147,14 @@ class Cluster:
         """What kpi-ship and kpi-report take: the first node's HTTP interface."""
         return f"clickhouse://127.0.0.1:{self.nodes[0].http}/{self.db}"
 
+    def database(self, name):
+        """A database of its own with the kpiscope tables on every node (a
+        test's rows apart from the others'); its URL."""
+        for n in self.nodes:
+            n.query(f"DROP DATABASE IF EXISTS {name}")
+            apply_ddl(n, name)
+        return f"clickhouse://127.0.0.1:{self.nodes[0].http}/{name}"
+
     def query(self, sql):
         return self.nodes[0].query(sql)
 
@@ -173,6 +182,14 @@ def apply_ddl(node, db):
         if f.endswith(".sql"):
             for st in ddl_statements(os.path.join(DDL, f)):
                 node.query(st.replace("{db}", db).replace("{cluster}", CLUSTER))
+
+
+def ship_once(trace, url, *args):
+    """kpi-ship --once of a whole trace; its exit line (every row shipped)."""
+    r = kpitest.run([SHIP, "--db", trace, "--to", url, "--once", *args], timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "0 rows behind" in r.stdout, r.stdout
+    return r.stdout.strip().splitlines()[-1]
 
 
 _shared = None

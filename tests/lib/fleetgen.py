@@ -1,7 +1,7 @@
-"""Synthetic kpi-agent traces for the fleet benchmark and the report's unit of
-checks: one SQLite trace per host, written with the agent's own schema files,
-requests with phases that add up to e2e and a sample a second; an optional
-slowdown of one phase on one host from a given time on."""
+"""Synthetic kpi-agent traces for the fleet's tests and benchmark: one SQLite
+trace per host, written with the agent's own schema files, requests with
+phases that add up to e2e and a sample a second; an optional slowdown of one
+phase on one host from a given time on; optional 429s, errors and losses."""
 import glob, os, random, sqlite3
 
 import kpitest
@@ -11,9 +11,11 @@ MS = 1_000_000
 
 
 def make_trace(path, host, n, start_wall_ns, span_s, seed=1, slow_from_s=None, slow_phase="queue_ns",
-               slow_ms=200, model="tiny"):
+               slow_ms=200, model="tiny", reject_every=0, error_every=0, losses=()):
     """n requests arriving evenly over span_s seconds from start_wall_ns; from
-    slow_from_s on, slow_phase takes slow_ms more."""
+    slow_from_s on, slow_phase takes slow_ms more. Every reject_every-th
+    request is a 429 (no TTFT, TPOT or e2e), every error_every-th a 500 with
+    finish_reason error (its TTFT kept); losses: (second, cause, n) rows."""
     for f in glob.glob(path + "*"):
         os.remove(f)
     db = sqlite3.connect(path)
@@ -38,11 +40,18 @@ def make_trace(path, host, n, start_wall_ns, span_s, seed=1, slow_from_s=None, s
         first_write = t + ph["net_in_ns"] + ph["queue_ns"] + ph["prefill_ns"] + 30_000
         e2e = sum(ph.values())
         out = rnd.randint(4, 32)
+        prompt = rnd.randint(10, 60)
+        if reject_every and i % reject_every == reject_every - 1:
+            rows.append((f"{host}-{i}", 1000, None, 1, wall, t, t + ph["net_in_ns"], None, None, None, None,
+                         t + ph["net_in_ns"] + 20_000, ph["net_in_ns"], None, None, None, 20_000, None, None, None,
+                         prompt, 0, 429, None, 0, "usdt", model))
+            continue
+        status, finish = (500, "error") if error_every and i % error_every == error_every - 1 else (200, "stop")
         rows.append((f"{host}-{i}", 1000, i, 1, wall, t, t + ph["net_in_ns"], t + ph["net_in_ns"] + ph["queue_ns"],
                      t + ph["net_in_ns"] + ph["queue_ns"] + ph["prefill_ns"],
                      t + e2e - ph["net_out_ns"], first_write, t + e2e, ph["net_in_ns"], ph["queue_ns"],
                      ph["prefill_ns"], ph["decode_ns"], ph["net_out_ns"], first_write - t,
-                     ph["decode_ns"] // max(out - 1, 1), e2e, rnd.randint(10, 60), out, 200, "stop", 0, "usdt", model))
+                     ph["decode_ns"] // max(out - 1, 1), e2e, prompt, out, status, finish, 0, "usdt", model))
     db.executemany("INSERT INTO requests(request_id, pid, seq_id, run_id, wall_ns, t_arrive_ns, t_admit_ns, "
                    "t_sched_ns, t_first_ns, t_last_ns, t_first_write_ns, t_done_ns, net_in_ns, queue_ns, prefill_ns, "
                    "decode_ns, net_out_ns, ttft_ns, tpot_ns, e2e_ns, prompt_tokens, output_tokens, http_status, "
@@ -52,5 +61,8 @@ def make_trace(path, host, n, start_wall_ns, span_s, seed=1, slow_from_s=None, s
     db.executemany("INSERT INTO samples(pid, run_id, wall_ns, t_ns, queue_depth, running, requests_per_s, "
                    "output_tokens_per_s, preemptions, rejections, errors, drops) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
                    samples)
+    db.executemany("INSERT INTO losses(run_id, wall_ns, t_ns, cause, n) VALUES (1, ?, ?, ?, ?)",
+                   [(start_wall_ns + sec * 10**9, start_wall_ns + sec * 10**9 - offset, cause, k)
+                    for sec, cause, k in losses])
     db.commit()
     db.close()

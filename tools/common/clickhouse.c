@@ -123,6 +123,50 @@ int ch_buf_json_str(struct ch_buf *b, const char *s, size_t n)
 	return ch_buf_add(b, "\"", 1);
 }
 
+int ch_buf_sql_str(struct ch_buf *b, const char *s)
+{
+	if (ch_buf_add(b, "'", 1))
+		return -1;
+	for (; *s; s++)
+		if (((*s == '\'' || *s == '\\') && ch_buf_add(b, "\\", 1)) || ch_buf_add(b, s, 1))
+			return -1;
+	return ch_buf_add(b, "'", 1);
+}
+
+char *ch_tsv_field(char *s)
+{
+	if (s[0] == '\\' && s[1] == 'N' && !s[2])
+		return NULL;
+	char *w = s;
+	for (char *r = s; *r; r++) {
+		if (*r != '\\' || !r[1]) {
+			*w++ = *r;
+			continue;
+		}
+		r++;
+		*w++ = *r == 't' ? '\t' : *r == 'n' ? '\n' : *r == 'r' ? '\r' : *r == '0' ? '\0' :
+		       *r == 'b' ? '\b' : *r == 'f' ? '\f' : *r;
+	}
+	*w = 0;
+	return s;
+}
+
+int ch_tsv_split(char *line, char **f, int max)
+{
+	int n = 0;
+	for (char *p = line;;) {
+		char *tab = strchr(p, '\t');
+		if (tab)
+			*tab = 0;
+		if (n < max)
+			f[n] = p;
+		n++;
+		if (!tab)
+			return n;
+		p = tab + 1;
+	}
+}
+
 void ch_buf_free(struct ch_buf *b)
 {
 	free(b->p);

@@ -29,6 +29,8 @@ int ch_buf_add(struct ch_buf *b, const void *s, size_t n);
 int ch_buf_printf(struct ch_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* s as a JSON string, quotes included */
 int ch_buf_json_str(struct ch_buf *b, const char *s, size_t n);
+/* s as a ClickHouse string literal: quotes, and ' and \ escaped */
+int ch_buf_sql_str(struct ch_buf *b, const char *s);
 void ch_buf_free(struct ch_buf *b);
 
 struct ch_conn;
@@ -44,6 +46,11 @@ int ch_post(struct ch_conn *c, const char *params, const char *body, size_t len,
 	    bool *unreachable, char *err, size_t errlen);
 /* sql (a SELECT ... FORMAT TabSeparated, say) into out; 0 or -1 as ch_post. */
 int ch_query(struct ch_conn *c, const char *sql, struct ch_buf *out, char *err, size_t errlen);
+/* Unescapes one TabSeparated field in place; NULL for \N. */
+char *ch_tsv_field(char *s);
+/* Splits line (no newline) at its tabs, in place: up to max fields into
+ * f[]; returns how many there were (more than max: the rest is lost). */
+int ch_tsv_split(char *line, char **f, int max);
 /* URL-escaped copy of s, malloc'd */
 char *ch_escape(struct ch_conn *c, const char *s);
 const struct ch_url *ch_url_of(const struct ch_conn *c);

@@ -68,49 +68,18 @@ static int host_index(struct trace_fleet *fl, const char *h)
 	return fl->n_hosts++;
 }
 
-/* A ClickHouse string literal of s (quotes and backslashes escaped). */
-static void sql_str(struct ch_buf *b, const char *s)
-{
-	ch_buf_add(b, "'", 1);
-	for (; *s; s++) {
-		if (*s == '\'' || *s == '\\')
-			ch_buf_add(b, "\\", 1);
-		ch_buf_add(b, s, 1);
-	}
-	ch_buf_add(b, "'", 1);
-}
-
 static void where_clause(struct ch_buf *b, const struct trace_fleet_filter *f, bool by_model, int64_t from,
 			 int64_t to)
 {
 	ch_buf_printf(b, " WHERE wall_ns >= %lld AND wall_ns < %lld", (long long)from, (long long)to);
 	if (f->host) {
 		ch_buf_printf(b, " AND host = ");
-		sql_str(b, f->host);
+		ch_buf_sql_str(b, f->host);
 	}
 	if (f->model && by_model) {
 		ch_buf_printf(b, " AND model = ");
-		sql_str(b, f->model);
+		ch_buf_sql_str(b, f->model);
 	}
-}
-
-/* Unescapes one TabSeparated field in place; NULL for \N. */
-static char *tsv_field(char *s)
-{
-	if (s[0] == '\\' && s[1] == 'N' && !s[2])
-		return NULL;
-	char *w = s;
-	for (char *r = s; *r; r++) {
-		if (*r != '\\' || !r[1]) {
-			*w++ = *r;
-			continue;
-		}
-		r++;
-		*w++ = *r == 't' ? '\t' : *r == 'n' ? '\n' : *r == 'r' ? '\r' : *r == '0' ? '\0' :
-		       *r == 'b' ? '\b' : *r == 'f' ? '\f' : *r;
-	}
-	*w = 0;
-	return s;
 }
 
 /* The columns both sides have, in the copy's order. */
@@ -192,21 +161,12 @@ static int copy_table(struct trace_fleet *fl, const struct copy_table *ct, const
 		char *nl = strchr(line, '\n');
 		if (nl)
 			*nl = 0;
-		int nf = 0;
-		for (char *p = line; nf < nc + 1;) {
-			char *tab = strchr(p, '\t');
-			if (tab)
-				*tab = 0;
-			fields[nf++] = p;
-			if (!tab)
-				break;
-			p = tab + 1;
-		}
+		int nf = ch_tsv_split(line, fields, nc + 1);
 		if (nf != nc + 1) {
 			snprintf(err, errlen, "copying %s: a row of %d fields, want %d", ct->name, nf, nc + 1);
 			goto out;
 		}
-		char *host = tsv_field(fields[0]);
+		char *host = ch_tsv_field(fields[0]);
 		int hi = host_index(fl, host ? host : "");
 		if (hi < 0) {
 			snprintf(err, errlen, "more than %d hosts: narrow the report with --host", MAX_HOSTS);
@@ -214,7 +174,7 @@ static int copy_table(struct trace_fleet *fl, const struct copy_table *ct, const
 		}
 		sqlite3_bind_text(st, 1, host, -1, SQLITE_TRANSIENT);
 		for (int i = 0; i < nc; i++) {
-			char *v = tsv_field(fields[i + 1]), buf[256];
+			char *v = ch_tsv_field(fields[i + 1]), buf[256];
 			if (!v) {
 				sqlite3_bind_null(st, i + 2);
 			} else if (i == pid_col) {
