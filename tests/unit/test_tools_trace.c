@@ -21,6 +21,12 @@ static int cmp_i64(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static int cmp_f64(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
 static double naive(const int64_t *v, size_t n, double p)
 {
 	int64_t *s = malloc(n * sizeof(*s));
@@ -58,6 +64,34 @@ static void test_pct_matches_sort(void)
 		free(w);
 		free(f);
 	}
+}
+
+/* The order-statistic interval of a percentile: the published ranks (the
+ * median of 100 values: the 40th to the 61st), the sizes below which none
+ * exists, and its coverage measured on uniform draws. */
+static void test_pct_ci_ranks(void)
+{
+	size_t lo, hi;
+	CHECK(!pct_ci_ranks(100, 50, 0.95, &lo, &hi) && lo == 39 && hi == 60, "median of 100: %zu..%zu", lo, hi);
+	CHECK(!pct_ci_ranks(368, 99, 0.95, &lo, &hi) && hi == 367, "p99 of 368: %zu..%zu", lo, hi);
+	CHECK(pct_ci_ranks(367, 99, 0.95, &lo, &hi) == -1, "p99 of 367 has no 95%% interval");
+	CHECK(!pct_ci_ranks(36, 90, 0.95, &lo, &hi) && pct_ci_ranks(35, 90, 0.95, &lo, &hi) == -1, "p90 needs 36");
+	CHECK(!pct_ci_ranks(6, 50, 0.95, &lo, &hi) && pct_ci_ranks(5, 50, 0.95, &lo, &hi) == -1, "p50 needs 6");
+	CHECK(pct_ci_ranks(60, 1, 0.95, &lo, &hi) == -1, "p1 of 60 has no lower bound");
+	CHECK(!pct_ci_ranks(1000000, 99, 0.95, &lo, &hi) && lo < 990000 && hi > 990000 && hi - lo < 500,
+	      "p99 of 1e6: %zu..%zu", lo, hi);
+	/* coverage: the true p90 of U(0,1) is 0.9 */
+	unsigned seed = 11;
+	int held = 0, trials = 2000;
+	size_t n = 80;
+	double v[80];
+	CHECK(!pct_ci_ranks(n, 90, 0.95, &lo, &hi), "p90 of 80");
+	for (int t = 0; t < trials; t++) {
+		for (size_t i = 0; i < n; i++) v[i] = rand_r(&seed) / (RAND_MAX + 1.0);
+		qsort(v, n, sizeof(*v), cmp_f64);
+		held += v[lo] <= 0.9 && 0.9 <= v[hi];
+	}
+	CHECK(held >= 0.94 * trials, "p90's interval held %d of %d times", held, trials);
 }
 
 static void test_pct_sqlite_definition(void)
@@ -349,6 +383,7 @@ static void test_window_every_loss_cause(void)
 int main(void)
 {
 	RUN(test_pct_matches_sort);
+	RUN(test_pct_ci_ranks);
 	RUN(test_pct_sqlite_definition);
 	RUN(test_parse_duration);
 	RUN(test_parse_point);

@@ -87,7 +87,10 @@ static const char usage_text[] =
 "  --quiet                no progress line on stderr\n"
 "  --baseline OLD.json    compare with a stored run (an earlier --json): a table of\n"
 "                         TTFT/TPOT/e2e percentiles, goodput (with --slo) and error\n"
-"                         rate, and exit 3 when one is worse past the thresholds\n"
+"                         rate with their 95% intervals, and exit 3 when one is\n"
+"                         worse past the thresholds and clear of the baseline's\n"
+"                         interval; repeat it with several runs of the old build\n"
+"                         and their spread counts as noise too (docs/bench.md)\n"
 "  --max-regress PCT      how much worse a percentile or goodput may get (default\n"
 "                         10; a percentile also needs +1 ms); errors: +1 point\n"
 "\n"
@@ -453,7 +456,11 @@ static void parse_option(struct config *cfg, struct seen *seen, int c, const cha
 		cfg->timeout = parse_double_flag("--timeout", a, 0, true, "a positive number of seconds");
 		break;
 	case OPT_JSON: cfg->json_path = a; break;
-	case OPT_BASELINE: cfg->baseline_path = a; break;
+	case OPT_BASELINE:
+		if (cfg->n_baselines == BASELINE_MAX)
+			usage_error("--baseline: at most %d runs", BASELINE_MAX);
+		cfg->baseline_path[cfg->n_baselines++] = a;
+		break;
 	case OPT_MAX_REGRESS: {
 		char *end;
 		cfg->max_regress_pct = strtod(a, &end);
@@ -493,7 +500,7 @@ static void check_sweep_args(struct config *cfg, const struct seen *seen)
 		usage_error("--sweep needs --slo, e.g. --slo ttft=200,tpot=50: the SLO decides the highest load");
 	if (seen->csv)
 		usage_error("--csv writes one run's requests; a sweep writes --json and --html");
-	if (cfg->baseline_path)
+	if (cfg->n_baselines)
 		usage_error("--baseline compares one run with another; a sweep's capacity has no baseline yet");
 	if (cfg->knee_repeats > 2)
 		usage_error("--knee-repeats '%ld': expected 0, 1 or 2", cfg->knee_repeats);
@@ -571,7 +578,7 @@ static int write_reports(const struct config *cfg, struct run *run)
 		rc = 1;
 	if (cfg->csv_path && report_csv(cfg->csv_path, run))
 		rc = 1;
-	if (cfg->baseline_path) {
+	if (cfg->n_baselines) {
 		int b = baseline_compare(cfg, run, json_stdout || csv_stdout ? stderr : stdout);
 		if (b < 0)
 			rc = 1;
