@@ -186,7 +186,8 @@ def test_kpitop_fleet_refusals():
 def test_kpitop_fleet_interactive_live_keys_replay():
     """Under tmux: the live fleet screen takes a host that starts shipping
     while it runs; s sorts, / filters, 1/2/3 change the window, ← replays
-    and → comes back to live, h helps, q exits with the terminal restored."""
+    and → comes back to live, h helps; a shard that stops leaves the last
+    frame with the reason; q exits with the terminal restored."""
     tracetest.require(KPITOP, "tools/kpitop/")
     cht.require()
     cluster = cht.shared_cluster()
@@ -229,6 +230,11 @@ def test_kpitop_fleet_interactive_live_keys_replay():
     t.wait(lambda s: "fleet view" in s and "sort the hosts" in s, "the fleet help")
     t.keys("x")
     t.wait(lambda s: "HOST" in s, "the screen after help")
+    # a shard goes away: the last frame stays, the status line says why (the
+    # cluster's next user starts it again)
+    cluster.nodes[1].stop()
+    s = t.wait(lambda s: "showing the last frame" in s, "the failure on the status line", timeout=30)
+    assert late in s and "HOST" in s, s
     t.keys("q")
     t.wait(lambda s: "EXITED 0" in s and "HOST" not in s, "exit 0 and a restored terminal")
 

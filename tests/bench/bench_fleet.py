@@ -42,10 +42,18 @@ def spread(v):
 
 def generate(d, hosts, per_host, start):
     """One trace per host; host3's queue 200 ms slower in the last quarter,
-    host5 losing ring-buffer events, host7 with 429s and errors."""
+    host5 losing ring-buffer events, host7 with 429s and errors. A trace
+    already in d with per_host requests from start is kept."""
     paths = {}
     for h in range(hosts):
         name, p = f"host{h}", os.path.join(d, f"host{h}.db")
+        paths[name] = p
+        if os.path.exists(p):
+            con = sqlite3.connect(f"file:{p}?mode=ro", uri=True)
+            n, first = con.execute("SELECT count(*), min(wall_ns) FROM requests").fetchone()
+            con.close()
+            if n == per_host and first == start:
+                continue
         kw = {}
         if h == 3:
             kw = dict(slow_from_s=SPAN * 3 // 4, slow_phase="queue_ns")
@@ -54,7 +62,6 @@ def generate(d, hosts, per_host, start):
         if h == 7:
             kw = dict(reject_every=50, error_every=100)
         fleetgen.make_trace(p, name, per_host, start, SPAN, seed=h, **kw)
-        paths[name] = p
     return paths
 
 
@@ -209,6 +216,8 @@ def main():
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--full", action="store_true", help="10 M rows (10 hosts x 1 M)")
     ap.add_argument("--hosts", type=int, default=10)
+    ap.add_argument("--traces", help="keep the generated traces in this directory, and reuse those "
+                    "already there (same size)")
     ap.add_argument("--repeat", type=int, default=0, help="rounds of the questions, alternated (default 3)")
     a = ap.parse_args()
     per_host = 1_000_000 if a.full else 10_000 if a.quick else 50_000
@@ -218,16 +227,23 @@ def main():
             sys.exit(f"bench_fleet: {b} is not built: run make")
     os.makedirs(a.out, exist_ok=True)
     d = kpitest.tmpdir("kpi-bench-fleet-")
+    traces = a.traces or d
+    os.makedirs(traces, exist_ok=True)
     cluster = cht.Cluster(2)
     node, db = cluster.nodes[0], "fleetbench"
     url = cluster.database(db)
     start = (time.time_ns() // 10**9 - 2 * SPAN) * 10**9
+    kept = os.path.join(traces, "host0.db")
+    if a.traces and os.path.exists(kept):       # the kept traces' start, so they are reused
+        con = sqlite3.connect(f"file:{kept}?mode=ro", uri=True)
+        start = con.execute("SELECT min(wall_ns) FROM requests").fetchone()[0] or start
+        con.close()
     s0 = start // 10**9
     res = {"hosts": a.hosts, "rows_per_host": per_host, "total_request_rows": per_host * a.hosts, "span_s": SPAN,
            "machine": f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.1f} at start"}
     try:
         t0 = time.monotonic()
-        paths = generate(d, a.hosts, per_host, start)
+        paths = generate(traces, a.hosts, per_host, start)
         res["generate_s"] = round(time.monotonic() - t0, 1)
         log(f"{a.hosts} traces of {per_host} requests generated in {res['generate_s']} s")
         t0 = time.monotonic()

@@ -198,6 +198,11 @@ struct ch_conn *ch_open(const struct ch_url *u, long timeout_ms)
 	return c;
 }
 
+void ch_set_timeout(struct ch_conn *c, long timeout_ms)
+{
+	c->timeout_ms = timeout_ms;
+}
+
 void ch_close(struct ch_conn *c)
 {
 	if (!c)

@@ -36,6 +36,7 @@ void ch_buf_free(struct ch_buf *b);
 struct ch_conn;
 /* One kept-alive connection; timeout_ms bounds one request, connect to answer. */
 struct ch_conn *ch_open(const struct ch_url *u, long timeout_ms);
+void ch_set_timeout(struct ch_conn *c, long timeout_ms);
 void ch_close(struct ch_conn *c);
 
 /* POSTs body (may be NULL) with query string params ("query=...&x=1": the

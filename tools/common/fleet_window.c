@@ -28,7 +28,7 @@ struct fleet *fleet_open(const char *url, char *err, size_t errlen)
 	}
 	if (ch_url_parse(url, &f->u, err, errlen))
 		goto fail;
-	if (!(f->ch = ch_open(&f->u, 10000))) {
+	if (!(f->ch = ch_open(&f->u, 60000))) {
 		snprintf(err, errlen, "out of memory for the ClickHouse connection");
 		goto fail;
 	}
@@ -61,6 +61,7 @@ void fleet_close(struct fleet *f)
 	free(f);
 }
 
+void fleet_set_timeout(struct fleet *f, long timeout_ms) { ch_set_timeout(f->ch, timeout_ms); }
 const char *fleet_url(const struct fleet *f) { return f->u.text; }
 const char *fleet_errmsg(const struct fleet *f) { return f->err; }
 

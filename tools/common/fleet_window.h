@@ -42,6 +42,9 @@ struct fleet;
  * there. NULL with a message that says what to do. */
 struct fleet *fleet_open(const char *url, char *err, size_t errlen);
 void fleet_close(struct fleet *f);
+/* How long one query may take, connect to answer (default 60 s): a window
+ * of millions of rows takes ClickHouse seconds. */
+void fleet_set_timeout(struct fleet *f, long timeout_ms);
 const char *fleet_url(const struct fleet *f);
 const char *fleet_errmsg(const struct fleet *f);
 

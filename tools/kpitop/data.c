@@ -14,7 +14,8 @@
  * the span and what the agent wrote since the last one: exactly the rows
  * that arrived in [lo_ns, hi_ns) among those up to rowid last_rowid. */
 struct kt_source {
-	struct fleet *fleet;        /* a fleet: nothing else below is used */
+	struct fleet *fleet;        /* a fleet: nothing else below but fw is used */
+	struct fleet_window *fw;    /* the frame being read */
 	struct trace *tr;
 	struct trace_cost *cost;    /* NULL: the trace has no cost tables */
 	struct trace_hops *hops;    /* opened at the hops view's first use */
@@ -49,7 +50,9 @@ int kt_open(struct kt_data *d, const char *path, int64_t window_ns, char *err, s
 	if (ch_is_url(path)) {
 		d->fleet = 1;
 		d->src->fleet = fleet_open(path, err, errlen);
-		if (!d->src->fleet) {
+		d->src->fw = malloc(sizeof(*d->src->fw));
+		if (!d->src->fleet || !d->src->fw) {
+			if (d->src->fleet) snprintf(err, errlen, "out of memory");
 			kt_close(d);
 			return -1;
 		}
@@ -70,6 +73,7 @@ void kt_close(struct kt_data *d)
 {
 	if (!d->src) return;
 	fleet_close(d->src->fleet);
+	free(d->src->fw);
 	trace_cost_close(d->src->cost);
 	trace_hops_close(d->src->hops);
 	trace_close(d->src->tr);
@@ -124,6 +128,11 @@ int kt_set_price(struct kt_data *d, double price_per_hour, char *err, size_t err
 }
 
 const char *kt_errmsg(const struct kt_data *d) { return d->src->err; }
+
+void kt_set_fleet_timeout(struct kt_data *d, long timeout_ms)
+{
+	if (d->fleet) fleet_set_timeout(d->src->fleet, timeout_ms);
+}
 
 /* ---- the rows kept ----------------------------------------------------------- */
 
@@ -214,24 +223,24 @@ static int sample_frame(struct kt_data *d)
 	return 0;
 }
 
-/* A fleet's frame: the span, then the window's hosts, all on the wall clock. */
+/* A fleet's frame: the span, then the window's hosts, all on the wall clock;
+ * read aside, so that a frame that fails leaves the last one whole. */
 static int sample_fleet(struct kt_data *d)
 {
 	struct kt_source *s = d->src;
-	int rc = fleet_span(s->fleet, &d->first_ns, &d->last_ns);
+	int64_t first, last, to = d->to_ns;
+	int rc = fleet_span(s->fleet, &first, &last);
 	if (rc < 0) return -1;
+	if (d->live) to = rc ? last + 1 : 0;
+	if (!rc) memset(s->fw, 0, sizeof(*s->fw));
+	else if (fleet_window_read(s->fleet, to - d->window_ns, to, KT_FLEET_LOOKBACK_NS, s->fw)) return -1;
+	memcpy(&d->fw, s->fw, sizeof(d->fw));
 	d->have_data = rc;
-	if (d->live) d->to_ns = rc ? d->last_ns + 1 : 0;
-	int64_t from = d->to_ns - d->window_ns;
-	d->from_wall_ns = from;
-	d->to_wall_ns = d->to_ns;
-	d->first_wall_ns = d->first_ns;
-	d->last_wall_ns = d->last_ns;
-	if (!rc) {
-		memset(&d->fw, 0, sizeof(d->fw));
-		return 0;
-	}
-	return fleet_window_read(s->fleet, from, d->to_ns, KT_FLEET_LOOKBACK_NS, &d->fw);
+	d->first_ns = d->first_wall_ns = first;
+	d->last_ns = d->last_wall_ns = last;
+	d->to_ns = d->to_wall_ns = to;
+	d->from_wall_ns = to - d->window_ns;
+	return 0;
 }
 
 int kt_sample(struct kt_data *d)
@@ -239,7 +248,7 @@ int kt_sample(struct kt_data *d)
 	double t0 = now_ms();
 	if (d->fleet) {
 		int rc = sample_fleet(d);
-		if (rc) snprintf(d->src->err, sizeof(d->src->err), "%s", fleet_errmsg(d->src->fleet));
+		snprintf(d->src->err, sizeof(d->src->err), "%s", rc ? fleet_errmsg(d->src->fleet) : "");
 		d->sample_ms = now_ms() - t0;
 		return rc;
 	}

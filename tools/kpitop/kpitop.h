@@ -65,6 +65,8 @@ struct kt_data {
  * that says what to do in err. */
 int kt_open(struct kt_data *d, const char *path, int64_t window_ns, char *err, size_t errlen);
 void kt_close(struct kt_data *d);
+/* A fleet's query may take this long (default 60 s; --once waits longer). */
+void kt_set_fleet_timeout(struct kt_data *d, long timeout_ms);
 /* The price the cost meter uses instead of the agent's (--price-per-hour).
  * Returns 0, or -1 with err when the trace has no cost tables. */
 int kt_set_price(struct kt_data *d, double price_per_hour, char *err, size_t errlen);

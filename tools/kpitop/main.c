@@ -243,15 +243,23 @@ static int run_live(struct kt_screen *s, struct kt_data *d, struct kt_view *v, i
 	curs_set(0);
 	set_escdelay(25);
 	colors_init();
-	int quit = 0, rc = 0;
+	int quit = 0, rc = 0, fleet_failing = 0;
 	double next = 0;
 	while (!quit && !quit_signal) {
 		if (!v->paused && mono_ms() >= next) {
-			if (kt_sample(d)) {
+			if (kt_sample(d) && !d->fleet) {
 				term_restore();
 				fprintf(stderr, "kpitop: reading %s failed: %s\n", d->path, kt_errmsg(d));
 				rc = 1;
 				break;
+			} else if (d->fleet && kt_errmsg(d)[0]) {
+				/* a fleet's server may restart: the last frame stays, and the next try is an interval on */
+				snprintf(v->message, sizeof(v->message), "showing the last frame, trying again: %s",
+					 kt_errmsg(d));
+				fleet_failing = 1;
+			} else if (fleet_failing) {
+				v->message[0] = 0;
+				fleet_failing = 0;
 			}
 			next = mono_ms() + interval_ms;
 		}
@@ -469,6 +477,8 @@ int main(int argc, char **argv)
 	}
 	if (o.once) {
 		const char *cols = getenv("COLUMNS");
+		/* one frame of a large fleet window may take ClickHouse minutes */
+		kt_set_fleet_timeout(&d, 600000);
 		int width = o.width ? o.width : cols && atoi(cols) >= KT_MIN_W ? atoi(cols) : 120;
 		if (o.hops) {
 			snprintf(v.filter, sizeof(v.filter), "%s", o.hops);
