@@ -153,7 +153,8 @@ static void fh_fill(struct kt_widget *w, const struct kt_data *d, const struct k
 
 /* Columns: host, rate and count, the four percentiles, errors, 429s, losses,
  * the age of the host's newest row, the largest loss cause. */
-#define FH_FMT " %-16.16s %7s %6s %8s %8s %8s %8s %5s %4s %6s %7s  "
+#define FH_FMT " %-16.16s %7s %7s %8s %8s %8s %8s %5s %5s %6s %7s  "
+static const int fh_width[11] = { 16, 7, 7, 8, 8, 8, 8, 5, 5, 6, 7 };
 
 /* How long before the window's end: tenths of a second, minutes past one. */
 static char *age_text(char *b, double ns)
@@ -164,34 +165,42 @@ static char *age_text(char *b, double ns)
 	return b;
 }
 
+/* One row, cell by cell as the header lays them out; a value wider than its
+ * column pushes the rest right rather than lose a digit. */
 static void fh_row(const struct fleet_hosts *p, struct canvas *c, int y, int width, const struct fleet_host *h, int sel)
 {
 	int fl = sel ? CF_REVERSE : 0;
-	char b[4][16], age[16], rate[16], n[16], err[16], rej[16], lost[24];
-	if (sel) canvas_fill(c, y, 0, width, L' ', CC_SEL, CF_REVERSE);
+	char cell[11][24];
 	const double v[4] = { h->ttft.n ? h->ttft.p50 : -1, h->ttft.n ? h->ttft.p99 : -1, h->tpot.n ? h->tpot.p50 : -1,
 			      h->tpot.n ? h->tpot.p99 : -1 };
-	for (int k = 0; k < 4; k++) dur(b[k], v[k]);
-	snprintf(rate, sizeof(rate), "%.1f", h->req_per_s);
-	snprintf(n, sizeof(n), "%d", h->requests);
-	snprintf(err, sizeof(err), "%d", h->errors);
-	snprintf(rej, sizeof(rej), "%d", h->rejected);
-	snprintf(lost, sizeof(lost), "%lld", (long long)h->lost);
 	/* how long before the window's end its newest row is: a host whose
 	 * shipper or agent stopped ages here */
 	double a = h->last_wall_ns ? (double)(p->to_wall_ns - h->last_wall_ns) : -1;
-	age_text(age, a);
-	int x = canvas_text(c, y, 0, width, sel ? CC_SEL : CC_VALUE, fl, FH_FMT, h->name, rate, n, b[0], b[1], b[2], b[3],
-			    err, rej, lost, age);
-	/* the cells that call for attention, coloured again over the row */
-	if (!sel) {
-		if (h->errors) canvas_text(c, y, 69, 5, CC_BAD, CF_BOLD, "%5s", err);
-		if (h->rejected) canvas_text(c, y, 75, 4, CC_BAD, CF_BOLD, "%4s", rej);
-		if (h->lost) canvas_text(c, y, 80, 6, CC_BAD, CF_BOLD, "%6s", lost);
-		if (a > 5 * NS_PER_S) canvas_text(c, y, 87, 7, a > 60 * NS_PER_S ? CC_BAD : CC_WARN, CF_BOLD, "%7s", age);
+	snprintf(cell[0], sizeof(cell[0]), "%.16s", h->name);
+	snprintf(cell[1], sizeof(cell[1]), "%.1f", h->req_per_s);
+	snprintf(cell[2], sizeof(cell[2]), "%d", h->requests);
+	for (int k = 0; k < 4; k++) dur(cell[3 + k], v[k]);
+	snprintf(cell[7], sizeof(cell[7]), "%d", h->errors);
+	snprintf(cell[8], sizeof(cell[8]), "%d", h->rejected);
+	snprintf(cell[9], sizeof(cell[9]), "%lld", (long long)h->lost);
+	age_text(cell[10], a);
+	const int color[11] = { CC_VALUE, CC_DEFAULT, CC_DEFAULT, CC_DEFAULT, CC_DEFAULT, CC_DEFAULT, CC_DEFAULT,
+				h->errors ? CC_BAD : CC_DEFAULT, h->rejected ? CC_BAD : CC_DEFAULT,
+				h->lost ? CC_BAD : CC_DEFAULT,
+				a > 60 * NS_PER_S ? CC_BAD : a > 5 * NS_PER_S ? CC_WARN : CC_DEFAULT };
+	if (sel) canvas_fill(c, y, 0, width, L' ', CC_SEL, CF_REVERSE);
+	int x = 1;
+	for (int k = 0; k < 11; k++) {
+		int n = 0;              /* columns: UTF-8 characters ("µs") */
+		for (const char *q = cell[k]; *q; q++) n += ((unsigned char)*q & 0xC0) != 0x80;
+		int w = n > fh_width[k] ? n : fh_width[k];
+		int cc = sel ? CC_SEL : color[k], bold = color[k] == CC_BAD || color[k] == CC_WARN || !k ? CF_BOLD : 0;
+		/* the name to the left, figures to the right of their column */
+		canvas_text(c, y, k ? x + w - n : x, w, cc, fl | bold, "%s", cell[k]);
+		x += w + 1;
 	}
 	if (h->loss_causes)
-		canvas_text(c, y, x, -1, sel ? CC_SEL : CC_DIM, fl, "%s%s", h->top_loss, h->loss_causes > 1 ? ", ..." : "");
+		canvas_text(c, y, x + 1, -1, sel ? CC_SEL : CC_DIM, fl, "%s%s", h->top_loss, h->loss_causes > 1 ? ", ..." : "");
 }
 
 static void fh_draw(const struct kt_widget *w, struct canvas *c, int y, int width, int h)
