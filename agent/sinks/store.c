@@ -657,6 +657,11 @@ uint64_t trace_store_retained(const struct trace_store *st)
 	return st->ret.removed;
 }
 
+uint64_t trace_store_unshipped(const struct trace_store *st)
+{
+	return st->ret.unshipped;
+}
+
 int trace_store_flush(struct trace_store *st, const struct kpi_inflight_view *live,
 		      uint64_t now_mono, uint64_t drops, char *err, size_t errlen)
 {

@@ -225,7 +225,7 @@ static int prep_window_queries(struct trace *t, int ver, char *err, size_t errle
 		    "GROUP BY other_pid ORDER BY ns DESC, other_pid LIMIT " STR(TRACE_RUNQ_BY_MAX), err, errlen)) ||
 	       (ver >= 4 && prep(t, &t->q_losses,
 		    "SELECT cause, SUM(n) AS lost FROM losses WHERE t_ns >= ?1 AND t_ns < ?2 "
-		    "GROUP BY cause ORDER BY lost DESC, cause LIMIT " STR(TRACE_LOSS_MAX), err, errlen)) ||
+		    "GROUP BY cause ORDER BY lost DESC, cause", err, errlen)) ||
 	       prep(t, &t->q_rows, rows, err, errlen) ||
 	       prep(t, &t->q_steps,
 		    "SELECT t_start_ns, t_end_ns, prefill_tokens FROM steps "
@@ -485,18 +485,24 @@ static int window_losses(struct trace *t, struct trace_window *w)
 	sqlite3_stmt *st = t->q_losses;
 	int rc;
 
-	w->n_loss = 0;
+	w->n_loss = w->n_loss_more = 0;
 	w->lost = st ? 0 : -1;
 	if (!st) return 0;
 	sqlite3_reset(st);
 	sqlite3_bind_int64(st, 1, w->from_ns);
 	sqlite3_bind_int64(st, 2, w->samples_to_ns);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW && w->n_loss < TRACE_LOSS_MAX) {
+	/* every cause counts in the total, listed or not */
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t n = sqlite3_column_int64(st, 1);
+		w->lost += n;
+		if (w->n_loss == TRACE_LOSS_MAX) {
+			w->n_loss_more++;
+			continue;
+		}
 		struct trace_loss *l = &w->loss[w->n_loss++];
 		const unsigned char *cause = sqlite3_column_text(st, 0);
 		snprintf(l->cause, sizeof(l->cause), "%s", cause ? (const char *)cause : "?");
-		l->n = sqlite3_column_int64(st, 1);
-		w->lost += l->n;
+		l->n = n;
 	}
 	sqlite3_reset(st);
 	return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -1;

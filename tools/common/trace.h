@@ -28,7 +28,10 @@
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 
 #define TRACE_RUNQ_BY_MAX 3
-#define TRACE_LOSS_MAX 8        /* loss causes a window lists (the agent has 8) */
+/* Loss causes a window lists by name (the agent has 12, agent/record.h's
+ * enum kpi_loss; tests/unit/test_tools_trace.c fails when it has more than
+ * this). Every loss counts in a window's total whatever the list holds. */
+#define TRACE_LOSS_MAX 24
 
 struct trace;
 
@@ -111,13 +114,14 @@ struct trace_window {
 	int n_runq_by;
 	/* what the agent lost in the window (samples' times), all causes, and
 	 * by cause, largest first (schema version 4; lost -1 before: the trace
-	 * does not say) */
+	 * does not say); causes past the list (none while the agent has no
+	 * more than TRACE_LOSS_MAX) are in lost and n_loss_more */
 	int64_t lost;
 	struct trace_loss {
 		char cause[24];
 		int64_t n;
 	} loss[TRACE_LOSS_MAX];
-	int n_loss;
+	int n_loss, n_loss_more;
 };
 
 /* One bucket of a timeline. */
