@@ -254,6 +254,7 @@ void report_markdown(const struct report *r, FILE *o)
 	rp_table_head(o, 0, r->compare);
 	summary_rows(r, o, 0);
 	report_cost_render(r, o, 0);
+	report_weights_render(r, o, 0);
 
 	fprintf(o, "\n## %s\n\n", r->compare ? "Percentiles" : "Percentiles and phases");
 	pct_table(r, o, 0);
@@ -419,6 +420,7 @@ void report_html(const struct report *r, FILE *o)
 	summary_rows(r, o, 1);
 	fprintf(o, "</table>\n");
 	report_cost_render(r, o, 1);
+	report_weights_render(r, o, 1);
 	fprintf(o, "<h2>%s</h2>\n", r->compare ? "Percentiles" : "Percentiles and phases");
 	pct_table(r, o, 1);
 	fprintf(o, "<h2>Timelines</h2>\n<p>%s</p>\n", r->compare ? "Green: baseline; red: incident." :

@@ -69,6 +69,9 @@ struct report {
 	int have_cost;
 	struct trace_cost_window cost_base, cost_inc;
 	char cost_source[256], cost_why[512];
+	/* requests by the weight type that served them, whole trace (weights.c) */
+	struct trace_weight weights[TRACE_WEIGHTS_MAX];
+	int nweights;
 	/* a report across hosts (--db clickhouse://...; fleet.c) */
 	struct trace_fleet *fleet;
 	char fleet_what[512];           /* what was read: hosts, rows, filter */
@@ -87,6 +90,10 @@ int report_analyze(struct report *r, int64_t from, int have_from, int64_t to, in
 void report_cost_analyze(struct report *r, double price_per_hour);
 void report_cost_render(const struct report *r, FILE *out, int html);
 
+/* The trace's requests by weight type of the model that served them, and
+ * their section (none when the trace names no weight type). */
+void report_weights_analyze(struct report *r);
+void report_weights_render(const struct report *r, FILE *out, int html);
 /* What the report reads: the trace's path, or the ClickHouse URL. */
 const char *report_source(const struct report *r);
 /* Across hosts: hosts and models ranked by their share of the p99 TTFT
