@@ -173,16 +173,24 @@ void disagg_routed(struct disagg *d, uint32_t pid, const char *request_id, uint6
 }
 
 /* The flight of request id whose decode worker pid at local end `local`
- * (not known: "") began at or after ts0 and has no decode row yet. */
+ * (not known: "") began at or after t and has no decode row yet.  One whose
+ * KV fetch that worker already began (decode_pid, from kv__recv_start after
+ * the decision) is its own whatever t says: an arrival before the decision
+ * is a segment the agent saw but not its read (one that came while it
+ * attached, on a keep-alive connection the router's /load polls use), and
+ * the row still belongs here. */
 static struct flight *decode_flight(struct disagg *d, const char *id, uint32_t pid, const char *local,
 				    uint64_t t)
 {
 	struct fbucket *b = bucket(d, id, false);
 
-	for (struct flight *f = b ? b->head : NULL; f; f = f->id_next)
-		if (f->want_decode && !f->decode && (!f->t_route || f->t_route <= t) &&
-		    (f->decode_pid ? f->decode_pid == pid : same_worker(f->decode_addr, local)))
+	for (struct flight *f = b ? b->head : NULL; f; f = f->id_next) {
+		if (!f->want_decode || f->decode)
+			continue;
+		if (f->decode_pid ? f->decode_pid == pid : (!f->t_route || f->t_route <= t) &&
+							 same_worker(f->decode_addr, local))
 			return f;
+	}
 	return NULL;
 }
 

@@ -124,6 +124,40 @@ static void prefill_side(struct assembler *a, const char *rid, uint64_t bytes)
 	kv(a, PREFILL, KPI_EV_KV_SEND_END, 3031, 5, bytes, KPI_KV_OK);
 }
 
+/* The decode worker's arrival read before the router's decision (a segment
+ * on a keep-alive connection whose read the agent did not see while it
+ * attached): its KV fetch, after the decision, still ties its row to the
+ * router's, which keeps its split. */
+static void stale_decode_arrival_joined(void)
+{
+	struct assembler *a = fresh();
+	uint64_t bytes = 4 * 10 * 2 * 128 * 2;
+
+	ev(a, DECODE, KPI_EV_ARRIVE, 1050, 0, 7, KPI_ARRIVE_TCP, 0, NULL);
+	ev(a, ROUTER, KPI_EV_ARRIVE, 1000, 0, 5, KPI_ARRIVE_TCP, 0, NULL);
+	route(a, 1100, 1, 5, "pd-1", "127.0.0.1:8001");
+	ev(a, DECODE, KPI_EV_ADMIT, 1300, 3, 7, 10, 3, "pd-1");
+	prefill_side(a, "pd-1", bytes);
+	kv(a, DECODE, KPI_EV_KV_RECV_START, 2100, 3, bytes, 0);
+	kv(a, DECODE, KPI_EV_KV_RECV_END, 3100, 3, bytes, KPI_KV_OK);
+	ev(a, DECODE, KPI_EV_SCHED, 3500, 3, -1, 0, 0, NULL);
+	ev(a, DECODE, KPI_EV_FIRST, 3501, 3, -1, 0, 0, NULL);
+	ev(a, DECODE, KPI_EV_WRITE, 3510, 0, 7, 0, 0, NULL);
+	ev(a, ROUTER, KPI_EV_WRITE, 3520, 0, 5, 0, 0, NULL);
+	ev(a, DECODE, KPI_EV_FINISH, 3650, 3, -1, 1, KPI_FINISH_LENGTH, NULL);
+	ev(a, DECODE, KPI_EV_RESP_END, 3710, 3, 7, 200, 0, NULL);
+	ev(a, ROUTER, KPI_EV_WRITE, 3720, 0, 5, 0, 0, NULL);
+	ev(a, ROUTER, KPI_EV_RESP_END, 3730, 1, 5, 200, 0, NULL);
+	CHECK(n_got == 3, "%d rows", n_got);
+
+	const struct kpi_request_record *r = row_of(ROUTER), *d = row_of(DECODE);
+	CHECK(r && d && r->pd_role && d->pd_role && !strcmp(d->pd_role, "decode"), "joined");
+	CHECK(r && r->router_ns == 200 && r->kv_transfer_ns == 100 && r->decode_queue_ns == 400 &&
+	      pd_sum(r) == r->e2e, "the router's split");
+	CHECK(d && !strcmp(d->parent_hop_id, "10.1000"), "linked");
+	assemble_free(a);
+}
+
 static void three_rows_joined(void)
 {
 	struct assembler *a = fresh();
@@ -322,6 +356,7 @@ static void repeated_id_kept_apart(void)
 int main(void)
 {
 	RUN(three_rows_joined);
+	RUN(stale_decode_arrival_joined);
 	RUN(local_prefill_routed);
 	RUN(partial_rows_given_up);
 	RUN(failed_transfer_one_row);
