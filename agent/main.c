@@ -720,6 +720,7 @@ static void finish(struct agent *ag)
 
 	/* with the ledger's final totals */
 	ring_buffer__consume(ag->rb);
+	assemble_release_held(ag->asm_);
 	losses_sample(ag, host_mono_ns(), &lost);
 	agent_llama_flush(ag->llama, host_mono_ns(), true);
 	flush(ag, host_mono_ns(), true);
@@ -744,6 +745,10 @@ static void finish(struct agent *ag)
 		       (unsigned long long)st.hops_out[1], (unsigned long long)st.hops_out[2],
 		       (unsigned long long)st.hops_out[3], (unsigned long long)st.hops_out[0],
 		       (unsigned long long)st.hops_ambiguous);
+	if (st.pd_joined + st.pd_partial)
+		printf("disaggregated: %llu requests joined across router, decode and prefill workers, "
+		       "%llu with a worker's row missing\n", (unsigned long long)st.pd_joined,
+		       (unsigned long long)st.pd_partial);
 	losses_print(&lost);
 	agent_gpu_summary(ag->gpu, gpu_said, sizeof(gpu_said));
 	if (gpu_said[0])

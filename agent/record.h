@@ -59,6 +59,43 @@ struct kpi_request_record {
 	 * prefilled), its prefill steps, and the rule that matched its sequence */
 	int64_t cached_prompt_tokens, engine_prompt_tokens, prefill_steps;
 	const char *engine_join;
+	/* usdt rows of kpi-infer with its prefix cache on: cached_prompt_tokens
+	 * is the prompt tokens it held (request__prefix_hit), 0 for a miss */
+	bool prefix_cache;
+	/* disaggregated prefill and decode (schema/010_disagg.sql,
+	 * agent/track/disagg.c); KPI_NULL / NULL / "" where not one.  pd_role:
+	 * "router" (the row the client sees), "decode", "prefill".  The router's
+	 * and the decode worker's rows split e2e as net_in, router_ns, queue
+	 * (the prefill queue), prefill, kv_transfer_ns, decode_queue_ns, decode,
+	 * net_out; their marks: t_admit the routing decision (the decode
+	 * worker's admission on its own row), t_pd_admit the decode worker's
+	 * admission, t_sched and t_first the prefill worker's, t_kv_end the
+	 * decode worker's kv__recv_end, t_pd_sched its request__scheduled.  The
+	 * strings here are fixed words (static), which a sink may keep */
+	const char *pd_role;
+	int64_t t_pd_admit, t_kv_end, t_pd_sched;
+	/* the transfer's own marks: its first KV byte handed to the prefill
+	 * worker's socket (kv__send_start; on a decode worker's row whose
+	 * prefill worker's row is not in, its own kv__recv_start) and its last
+	 * byte in and checked (kv__recv_end; on a prefill worker's row, the
+	 * last byte handed over, kv__send_end) */
+	int64_t t_kv_start;
+	int64_t router_ns, kv_transfer_ns, decode_queue_ns;
+	/* the transfer: bytes moved (received; sent on a prefill row), the
+	 * worker's KV blocks, the whole stream's time (t_kv_end - t_kv_start),
+	 * its status (enum kpi_kv_status name) and the other worker ("host:port") */
+	int64_t kv_bytes, kv_blocks, kv_stream_ns;
+	const char *kv_status;
+	char kv_peer[KPI_PD_ADDR_LEN];
+	/* the router's decision (router rows) */
+	const char *route_policy;
+	char decode_worker[KPI_PD_ADDR_LEN], prefill_worker[KPI_PD_ADDR_LEN];
+	/* why the decode worker's request waited for a slot (kv__slot_wait):
+	 * "slots" (the running set was full), "blocks" (too few free KV
+	 * blocks), "queue" (others waiting ahead), "none"; and how many waited
+	 * ahead of it */
+	const char *slot_wait;
+	int64_t slot_waiting_ahead;
 };
 
 /* A top-level request whose trace reached a model hop in another process

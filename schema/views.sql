@@ -59,16 +59,23 @@ GROUP BY minute_s, metric
 ORDER BY minute_s, metric;
 
 -- Each phase's share of the summed end-to-end time (0..1; the shares add
--- up to 1 because a request's non-null phases add up to its e2e).
+-- up to 1 because a request's non-null phases add up to its e2e).  A
+-- disaggregated request counts once, by its router's row (its workers'
+-- rows hang under it: schema/010_disagg.sql), with its three phases of its
+-- own; an http row's server wait is its queue and prefill together.
 DROP VIEW IF EXISTS phase_share;
 CREATE VIEW phase_share AS
 SELECT COUNT(*) AS requests, SUM(e2e_ns) / 1e6 AS e2e_ms_total,
        1.0 * TOTAL(net_in_ns) / SUM(e2e_ns) AS net_in_share,
+       1.0 * TOTAL(router_ns) / SUM(e2e_ns) AS router_share,
        1.0 * TOTAL(queue_ns) / SUM(e2e_ns) AS queue_share,
        1.0 * TOTAL(prefill_ns) / SUM(e2e_ns) AS prefill_share,
+       1.0 * TOTAL(server_wait_ns) / SUM(e2e_ns) AS server_wait_share,
+       1.0 * TOTAL(kv_transfer_ns) / SUM(e2e_ns) AS kv_transfer_share,
+       1.0 * TOTAL(decode_queue_ns) / SUM(e2e_ns) AS decode_queue_share,
        1.0 * TOTAL(decode_ns) / SUM(e2e_ns) AS decode_share,
        1.0 * TOTAL(net_out_ns) / SUM(e2e_ns) AS net_out_share
-FROM requests WHERE e2e_ns > 0;
+FROM requests WHERE e2e_ns > 0 AND (pd_role IS NULL OR parent_hop_id IS NULL);
 
 -- The same per wall-clock minute.
 DROP VIEW IF EXISTS phase_share_minute;
@@ -76,13 +83,38 @@ CREATE VIEW phase_share_minute AS
 SELECT strftime('%Y-%m-%d %H:%M', wall_ns / 60000000000 * 60, 'unixepoch') AS minute_utc,
        COUNT(*) AS requests, SUM(e2e_ns) / 1e6 AS e2e_ms_total,
        1.0 * TOTAL(net_in_ns) / SUM(e2e_ns) AS net_in_share,
+       1.0 * TOTAL(router_ns) / SUM(e2e_ns) AS router_share,
        1.0 * TOTAL(queue_ns) / SUM(e2e_ns) AS queue_share,
        1.0 * TOTAL(prefill_ns) / SUM(e2e_ns) AS prefill_share,
+       1.0 * TOTAL(server_wait_ns) / SUM(e2e_ns) AS server_wait_share,
+       1.0 * TOTAL(kv_transfer_ns) / SUM(e2e_ns) AS kv_transfer_share,
+       1.0 * TOTAL(decode_queue_ns) / SUM(e2e_ns) AS decode_queue_share,
        1.0 * TOTAL(decode_ns) / SUM(e2e_ns) AS decode_share,
        1.0 * TOTAL(net_out_ns) / SUM(e2e_ns) AS net_out_share
-FROM requests WHERE e2e_ns > 0
+FROM requests WHERE e2e_ns > 0 AND (pd_role IS NULL OR parent_hop_id IS NULL)
 GROUP BY wall_ns / 60000000000
 ORDER BY 1;
+
+-- Disaggregated requests (schema/010_disagg.sql), one row each: the one its
+-- client saw (the router's; a decode worker's where no router was traced),
+-- its eight phases in ms in their order (they sum to e2e_ms), the KV moved
+-- and the whole transfer's rate (a floor of the link's: the layers sent
+-- during the prefill are paced by it), why it waited for a decode slot, and
+-- the workers.
+DROP VIEW IF EXISTS disagg_requests_ms;
+CREATE VIEW disagg_requests_ms AS
+SELECT request_id, pid, pd_role,
+       strftime('%Y-%m-%d %H:%M:%f', wall_ns / 1e9, 'unixepoch') AS time_utc, http_status,
+       net_in_ns / 1e6 AS net_in_ms, router_ns / 1e6 AS router_ms,
+       queue_ns / 1e6 AS prefill_queue_ms, prefill_ns / 1e6 AS prefill_ms,
+       kv_transfer_ns / 1e6 AS kv_transfer_ms, decode_queue_ns / 1e6 AS decode_queue_ms,
+       decode_ns / 1e6 AS decode_ms, net_out_ns / 1e6 AS net_out_ms,
+       ttft_ns / 1e6 AS ttft_ms, e2e_ns / 1e6 AS e2e_ms, prompt_tokens, output_tokens,
+       kv_bytes, kv_stream_ns / 1e6 AS kv_stream_ms,
+       1e3 * kv_bytes / NULLIF(kv_stream_ns, 0) AS kv_mb_per_s, kv_status, slot_wait,
+       slot_waiting_ahead, cached_prompt_tokens, route_policy, decode_worker, prefill_worker
+FROM requests
+WHERE pd_role IN ('router', 'decode') AND parent_hop_id IS NULL;
 
 -- Cost and energy per wall-clock minute (docs/cost.md): the requests that
 -- arrived in the minute (their cost_usd and energy_j, attributed by token

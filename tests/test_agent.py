@@ -71,7 +71,9 @@ def test_agent_store_layout_and_views():
               "+ net_out_share, 6) FROM phase_share"):
         p = kpitest.run(["sqlite3", db, q], check=True)
         assert p.stdout.strip(), q
-    assert kpitest.run(["sqlite3", db, "SELECT * FROM phase_share"]).stdout.count("|") == 6
+    # requests, e2e, and the shares of net-in, router, queue, prefill, server
+    # wait, KV transfer, decode queue, decode, net-out
+    assert kpitest.run(["sqlite3", db, "SELECT * FROM phase_share"]).stdout.count("|") == 10
     share = kpitest.run(["sqlite3", db, "SELECT round(net_in_share + queue_share + prefill_share"
                          " + decode_share + net_out_share, 6) FROM phase_share"]).stdout.strip()
     assert share == "1.0", share

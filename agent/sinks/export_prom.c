@@ -48,7 +48,8 @@ static struct prom_buckets b_duration = {
  * conventions say nothing about them, so a 1-2.5-5 ladder. */
 #define PHASE_LE .n = 18, .le = { 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, \
 		       0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0, 60.0 }
-enum { PH_NET_IN, PH_QUEUE, PH_PREFILL, PH_SERVER_WAIT, PH_DECODE, PH_NET_OUT, N_PHASES };
+enum { PH_NET_IN, PH_QUEUE, PH_PREFILL, PH_SERVER_WAIT, PH_DECODE, PH_NET_OUT,
+       PH_ROUTER, PH_KV_TRANSFER, PH_DECODE_QUEUE, N_PHASES };
 static struct prom_buckets b_phase[N_PHASES] = {
 	{ .name = "kpi_request_network_in_seconds",
 	  .help = "Request phase net_in: first byte read to admitted (read, parse, tokenize).", PHASE_LE },
@@ -63,6 +64,18 @@ static struct prom_buckets b_phase[N_PHASES] = {
 	  .help = "Request phase decode: first token to last token generated.", PHASE_LE },
 	{ .name = "kpi_request_network_out_seconds",
 	  .help = "Request phase net_out: last token generated to last byte written.", PHASE_LE },
+	/* disaggregated prefill and decode (docs/disaggregation.md): the
+	 * router's and the decode worker's requests, from their joined rows */
+	{ .name = "kpi_request_router_seconds",
+	  .help = "Request phase router (disaggregated): the router's decision to the decode worker's "
+	  "admission.", PHASE_LE },
+	{ .name = "kpi_kv_transfer_seconds",
+	  .help = "Request phase kv_transfer (disaggregated): the prefill worker's first token to the "
+	  "decode worker holding the whole KV, checked: the part of the KV transfer the request "
+	  "waited for.", PHASE_LE },
+	{ .name = "kpi_request_decode_queue_seconds",
+	  .help = "Request phase decode_queue (disaggregated): the KV received to a running slot on "
+	  "the decode worker.", PHASE_LE },
 };
 
 /* Labelled by the top-level process's name, not its pid: a gateway that
@@ -76,7 +89,8 @@ static struct prom_buckets b_integ = {
 
 static struct prom_buckets *all_buckets[] = {
 	&b_ttft, &b_tpot, &b_duration,
-	&b_phase[0], &b_phase[1], &b_phase[2], &b_phase[3], &b_phase[4], &b_phase[5], &b_integ,
+	&b_phase[0], &b_phase[1], &b_phase[2], &b_phase[3], &b_phase[4], &b_phase[5], &b_phase[6],
+	&b_phase[7], &b_phase[8], &b_integ,
 };
 
 static void buckets_init(void)
@@ -137,6 +151,7 @@ struct opstats {
 	/* requests with the engine's split (http+libllama): their prompt as the
 	 * engine computed it, and the part its KV cache already held */
 	uint64_t prompt_engine, prompt_cached;
+	uint64_t kv_bytes;              /* KV moved by its disaggregated requests' transfers */
 };
 
 /* Behind whom the daemon's threads waited for a CPU (the `behind` label). */
@@ -282,7 +297,10 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 		else
 			p->overflow++;
 	}
-	const int64_t ph[N_PHASES] = { r->net_in, r->queue, r->prefill, r->server_wait, r->decode, r->net_out };
+	const bool pd = r->pd_role != NULL;     /* other producers leave those fields 0 */
+	const int64_t ph[N_PHASES] = { r->net_in, r->queue, r->prefill, r->server_wait, r->decode, r->net_out,
+				       pd ? r->router_ns : KPI_NULL, pd ? r->kv_transfer_ns : KPI_NULL,
+				       pd ? r->decode_queue_ns : KPI_NULL };
 	for (int k = 0; k < N_PHASES; k++)
 		hist_add(&t->phase[k], &b_phase[k], ph[k]);
 
@@ -305,6 +323,8 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 		t->tokens_in += (uint64_t)r->prompt_tokens;
 	if (r->output_tokens != KPI_NULL && r->output_tokens > 0)
 		t->tokens_out += (uint64_t)r->output_tokens;
+	if (pd && r->kv_bytes != KPI_NULL && r->kv_bytes > 0)
+		t->kv_bytes += (uint64_t)r->kv_bytes;
 	if (r->engine_join && r->engine_prompt_tokens > 0) {
 		t->prompt_engine += (uint64_t)r->engine_prompt_tokens;
 		if (r->cached_prompt_tokens > 0)
@@ -556,7 +576,9 @@ int prom_render(struct prom_exporter *p, FILE *out)
 	for (int ph = 0; ph < N_PHASES; ph++) {
 		family(out, b_phase[ph].name, "histogram", b_phase[ph].help);
 		FOR_OPS(p, i, op)
-			put_hist(out, &b_phase[ph], &p->t[i], op, &p->t[i].op[op].phase[ph], NULL);
+			/* the disaggregated phases only where a request had them */
+			if (ph < PH_ROUTER || p->t[i].op[op].phase[ph].count)
+				put_hist(out, &b_phase[ph], &p->t[i], op, &p->t[i].op[op].phase[ph], NULL);
 	}
 	family(out, b_integ.name, "histogram", b_integ.help);
 	for (int i = 0; i < p->n_integ; i++)
@@ -614,6 +636,25 @@ int prom_render(struct prom_exporter *p, FILE *out)
 			fprintf(out, "%s{", name);
 			put_target_labels(out, &p->t[i], op, &first);
 			fprintf(out, "} %llu\n", (unsigned long long)(k ? s->prompt_cached : s->prompt_engine));
+		}
+	}
+	/* only where disaggregated requests moved KV: the router's (what its
+	 * requests' transfers moved), the decode worker's (received), the
+	 * prefill worker's (sent, gen_ai_operation_name kv_prefill) */
+	bool any_kv = false;
+	FOR_OPS(p, i, op)
+		any_kv |= p->t[i].op[op].kv_bytes > 0;
+	if (any_kv) {
+		family(out, "kpi_kv_transfer_bytes_total", "counter",
+		       "KV cache bytes the requests' transfers between prefill and decode workers moved "
+		       "(disaggregated; per request from the kv__* probes).");
+		FOR_OPS(p, i, op) {
+			if (!p->t[i].op[op].kv_bytes)
+				continue;
+			first = true;
+			fputs("kpi_kv_transfer_bytes_total{", out);
+			put_target_labels(out, &p->t[i], op, &first);
+			fprintf(out, "} %llu\n", (unsigned long long)p->t[i].op[op].kv_bytes);
 		}
 	}
 #undef FOR_OPS

@@ -83,7 +83,7 @@ static int64_t mono_to_wall_offset(void)
 /* One row of requests or of exchanges_out (schema/008_hops.sql): the same columns. */
 static const char *insert_request_sql(const char *table)
 {
-	static char sql[2][1024];
+	static char sql[2][1536];
 	char *out = sql[strcmp(table, "requests") != 0];
 
 	snprintf(out, sizeof(sql[0]),
@@ -94,9 +94,12 @@ static const char *insert_request_sql(const char *table)
 		 "preemptions, srtt_us, runq_ns, source, server_wait_ns, t_req_read_ns, t_resp_start_ns, "
 		 "content_events, stream, max_tokens, end_reason, method, path, model, cached_prompt_tokens, "
 		 "engine_prompt_tokens, prefill_steps, engine_join, direction, hop_id, parent_hop_id, "
-		 "link_rule, tid, comm, sock_local, sock_peer, weight_type) VALUES "
+		 "link_rule, tid, comm, sock_local, sock_peer, weight_type, pd_role, router_ns, kv_transfer_ns, "
+		 "decode_queue_ns, t_pd_admit_ns, t_kv_start_ns, t_kv_end_ns, t_pd_sched_ns, kv_bytes, kv_blocks, "
+		 "kv_stream_ns, kv_status, kv_peer, route_policy, decode_worker, prefill_worker, slot_wait, "
+		 "slot_waiting_ahead) VALUES "
 		 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-		 "?,?,?,?,?,?,?,?,?,?,?,?,?)", table);
+		 "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)", table);
 	return out;
 }
 
@@ -478,8 +481,9 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	bind_text_opt(s, i++, r->method[0] ? r->method : NULL);
 	bind_text_opt(s, i++, r->path[0] ? r->path : NULL);
 	bind_text_opt(s, i++, r->model[0] ? r->model : NULL);
-	/* the engine's columns belong to joined rows only: other producers leave them 0 */
-	bind_opt(s, i++, r->engine_join ? r->cached_prompt_tokens : KPI_NULL);
+	/* the engine's columns belong to joined rows only: other producers leave
+	 * them 0; kpi-infer's own prefix cache says how much it held */
+	bind_opt(s, i++, r->engine_join || r->prefix_cache ? r->cached_prompt_tokens : KPI_NULL);
 	bind_opt(s, i++, r->engine_join ? r->engine_prompt_tokens : KPI_NULL);
 	bind_opt(s, i++, r->engine_join ? r->prefill_steps : KPI_NULL);
 	bind_text_opt(s, i++, r->engine_join);
@@ -492,6 +496,21 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	bind_text_opt(s, i++, r->sock_local[0] ? r->sock_local : NULL);
 	bind_text_opt(s, i++, r->sock_peer[0] ? r->sock_peer : NULL);
 	bind_text_opt(s, i++, p->weight_type[0] ? p->weight_type : NULL);
+	/* disaggregated prefill and decode (schema/010_disagg.sql): NULL unless
+	 * pd_role is set (other producers leave the numbers 0) */
+	bool pd = r->pd_role != NULL;
+	int64_t pdv[] = { r->router_ns, r->kv_transfer_ns, r->decode_queue_ns, r->t_pd_admit, r->t_kv_start, r->t_kv_end,
+			  r->t_pd_sched, r->kv_bytes, r->kv_blocks, r->kv_stream_ns };
+	bind_text_opt(s, i++, r->pd_role);
+	for (size_t k = 0; k < sizeof(pdv) / sizeof(pdv[0]); k++)
+		bind_opt(s, i++, pd ? pdv[k] : KPI_NULL);
+	bind_text_opt(s, i++, pd ? r->kv_status : NULL);
+	bind_text_opt(s, i++, pd && r->kv_peer[0] ? r->kv_peer : NULL);
+	bind_text_opt(s, i++, pd ? r->route_policy : NULL);
+	bind_text_opt(s, i++, pd && r->decode_worker[0] ? r->decode_worker : NULL);
+	bind_text_opt(s, i++, pd && r->prefill_worker[0] ? r->prefill_worker : NULL);
+	bind_text_opt(s, i++, pd ? r->slot_wait : NULL);
+	bind_opt(s, i++, pd ? r->slot_waiting_ahead : KPI_NULL);
 	if (step_done(st, s))
 		return -1;
 	for (size_t k = 0; k < r->n_token_writes; k++) {

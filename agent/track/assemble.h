@@ -34,6 +34,10 @@ void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 void assemble_set_http_timeout(struct assembler *a, uint64_t ns);
 void assemble_set_tls_query(struct assembler *a, bool (*readable)(void *ctx, uint32_t pid),
 			    void *ctx);
+/* Hands out the rows that wait for their request's other processes'
+ * (disaggregated prefill and decode: agent/track/disagg.c) as they are: at
+ * the end of a run. */
+void assemble_release_held(struct assembler *a);
 /* Calls fn for every request in flight. */
 void assemble_foreach_inflight(struct assembler *a,
 			       void (*fn)(void *ctx, const struct kpi_inflight_record *r), void *ctx);
@@ -55,6 +59,9 @@ struct assemble_stats {
 	 * (enum hop_rule, hop_link.h: [0] unlinked), and of the unlinked those
 	 * made while several inbound requests were open */
 	uint64_t hops_out[4], hops_ambiguous;
+	/* disaggregated requests (disagg.h): client-facing rows joined with
+	 * every worker's row expected, and those that went with one missing */
+	uint64_t pd_joined, pd_partial;
 };
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
 /* Fills in the causes the assembler counts (orphans, clamped, before_attach,

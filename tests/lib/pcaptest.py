@@ -158,7 +158,7 @@ def _messages(data, times, is_request):
     return out
 
 
-def exchanges(path, server_port):
+def exchanges(path, server_port, is_event=None):
     """Every request/response pair on the wire to server_port, in order per
     connection: dicts with the request line, headers, body, the first request byte's
     time, the response status, the time of the first SSE event carrying
@@ -166,7 +166,9 @@ def exchanges(path, server_port):
     time of the response's last byte, the server's FIN on the connection
     (t_fin, None for none) and t_end, when the client saw the response end:
     its last byte, or for a body delimited by the close (neither
-    Content-Length nor chunked) the FIN. Times are CLOCK_REALTIME ns."""
+    Content-Length nor chunked) the FIN. Times are CLOCK_REALTIME ns.
+    is_event(event bytes): which events count (default is_content_event;
+    is_token_event counts every token, its text empty or not)."""
     result = []
     for cport, (req, resp) in sorted(streams(path, server_port).items()):
         qdata, qtimes = req.assemble()
@@ -175,7 +177,8 @@ def exchanges(path, server_port):
         resps = _messages(rdata, rtimes, False)
         for (qline, qhdr, qbody, q_first, q_last, _, _), r in zip(reqs, resps):
             rline, rhdr, body, r_first, r_last, b_off, _ = r
-            first_content, n_content = _content_events(rdata, rtimes, b_off, body, rhdr)
+            first_content, n_content = _content_events(rdata, rtimes, b_off, body, rhdr,
+                                                       is_event or is_content_event)
             by_close = "content-length" not in rhdr and \
                 rhdr.get("transfer-encoding", "").lower() != "chunked" and rline.split(" ")[1] not in ("204", "304")
             result.append({"request_line": qline, "request_headers": qhdr, "request_body": qbody,
@@ -193,7 +196,7 @@ def exchanges_by_id(path, server_port):
     return {x["request_headers"].get("x-request-id"): x for x in exchanges(path, server_port)}
 
 
-def _content_events(rdata, rtimes, b_off, body, rhdr):
+def _content_events(rdata, rtimes, b_off, body, rhdr, is_event):
     """The wire time of the first SSE event with generated content, and how
     many there are: the time of the byte that completes the event (its blank
     line), as the agent times an event by the write that completes it."""
@@ -226,7 +229,7 @@ def _content_events(rdata, rtimes, b_off, body, rhdr):
         if e < 0:
             break
         event = text[start:e]
-        if is_content_event(event):
+        if is_event(event):
             n += 1
             if first is None:
                 first = rtimes[offsets[e + 1]]
@@ -256,6 +259,20 @@ def is_content_event(event):
         if any((tc.get("function") or {}).get("arguments") for tc in d.get("tool_calls") or []):
             return True
     return False
+
+
+def is_token_event(event):
+    """An event that carries a generated token, whatever its text: a
+    completions or chat chunk with choices (kpi-infer sends one per token;
+    a byte-level model's token can decode to no text yet)."""
+    import json
+    data = b"".join(l[5:].strip() for l in event.split(b"\n") if l.startswith(b"data:"))
+    if not data or data == b"[DONE]":
+        return False
+    try:
+        return bool(json.loads(data).get("choices"))
+    except ValueError:
+        return False
 
 
 def tls_records(data, times):

@@ -41,6 +41,10 @@ struct trace {
 	char *path;
 	bool has_source;                    /* requests.source (006_http.sql) */
 	bool has_engine;                    /* requests.engine_prompt_tokens (007_llama.sql) */
+	/* " AND ..." that leaves out a disaggregated request's worker rows (the
+	 * decode and prefill workers' hops under the router's row, which stands
+	 * for the request: 010_disagg.sql); "" before version 10 */
+	const char *top;
 	bool has_weight_type;               /* requests.weight_type (009_weight_type.sql) */
 	int64_t mono_to_wall;
 	sqlite3_stmt *q_window, *q_since, *q_samples, *q_inflight, *q_replay, *q_recent,
@@ -206,12 +210,12 @@ static int prep_window_queries(struct trace *t, int ver, char *err, size_t errle
 	char sql[1024], win[1024], since[1024], rows[1024];
 	const char *wait = t->has_source ? "server_wait_ns" : "NULL", *http = t->has_source ? TRACE_SRC_SQL : "0";
 	snprintf(win, sizeof(win), "SELECT " SQL_STAT_COLS ", %s FROM requests "
-		 "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2", wait, http);
+		 "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2%s", wait, http, t->top);
 	snprintf(since, sizeof(since), "SELECT " SQL_STAT_COLS ", %s FROM requests "
-		 "WHERE rowid > ?3 AND +t_arrive_ns >= ?1 AND +t_arrive_ns < ?2", wait, http);
+		 "WHERE rowid > ?3 AND +t_arrive_ns >= ?1 AND +t_arrive_ns < ?2%s", wait, http, t->top);
 	snprintf(rows, sizeof(rows), "SELECT t_arrive_ns, ttft_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, "
 		 "decode_ns, net_out_ns, %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 "
-		 "AND e2e_ns IS NOT NULL AND http_status IS NOT 429", sql_src_cols(t));
+		 "AND e2e_ns IS NOT NULL AND http_status IS NOT 429%s", sql_src_cols(t), t->top);
 	snprintf(sql, sizeof(sql), "SELECT pid, t_ns, queue_depth, running, kv_usage, requests_per_s, "
 		 "output_tokens_per_s, preemptions, rejections, errors, drops, runq_ns, %s "
 		 "FROM samples WHERE t_ns >= ?1 AND t_ns < ?2 ORDER BY t_ns",
@@ -238,12 +242,12 @@ static int prep_list_queries(struct trace *t, char *err, size_t errlen)
 	char replay[1024], recent[1024], slowest[1024], cols[512];
 	snprintf(cols, sizeof(cols), SQL_REQ_COLS, sql_src_cols(t));
 	snprintf(replay, sizeof(replay), "SELECT %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns <= ?2 "
-		 "AND (t_done_ns IS NULL OR t_done_ns > ?2) AND http_status IS NOT 429 "
-		 "ORDER BY t_arrive_ns LIMIT ?3", cols);
+		 "AND (t_done_ns IS NULL OR t_done_ns > ?2) AND http_status IS NOT 429%s "
+		 "ORDER BY t_arrive_ns LIMIT ?3", cols, t->top);
 	snprintf(recent, sizeof(recent), "SELECT %s FROM requests WHERE t_arrive_ns < ?1 AND t_arrive_ns >= ?3 "
-		 "AND coalesce(t_done_ns, t_arrive_ns) <= ?1 ORDER BY t_arrive_ns DESC LIMIT ?2", cols);
-	snprintf(slowest, sizeof(slowest), "SELECT %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 "
-		 "ORDER BY coalesce(e2e_ns, ttft_ns, 0) DESC LIMIT ?3", cols);
+		 "AND coalesce(t_done_ns, t_arrive_ns) <= ?1%s ORDER BY t_arrive_ns DESC LIMIT ?2", cols, t->top);
+	snprintf(slowest, sizeof(slowest), "SELECT %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2%s "
+		 "ORDER BY coalesce(e2e_ns, ttft_ns, 0) DESC LIMIT ?3", cols, t->top);
 	return prep(t, &t->q_inflight,
 		    "SELECT request_id, pid, state, t_arrive_ns, t_admit_ns, t_sched_ns, t_first_ns, "
 		    "prompt_tokens, output_writes FROM inflight ORDER BY t_arrive_ns", err, errlen) ||
@@ -262,6 +266,7 @@ struct trace *trace_open(const char *path, char *err, size_t errlen)
 	if (open_db(t, path, err, errlen) || (ver = schema_version(t, err, errlen)) < 0 ||
 	    (t->has_source = has_column(t, "requests", "source"),
 	     t->has_engine = has_column(t, "requests", "engine_prompt_tokens"),
+	     t->top = has_column(t, "requests", "pd_role") ? TRACE_TOP_SQL : "",
 	     t->has_weight_type = has_column(t, "requests", "weight_type"), 0) ||
 	    prep_window_queries(t, ver, err, errlen) || prep_list_queries(t, err, errlen)) {
 		trace_close(t);
@@ -800,11 +805,11 @@ int trace_column(struct trace *t, const char *column, int64_t from_ns, int64_t t
 		ok |= !strcmp(column, allowed[i]);
 	if (!ok) return -1;
 	if (strcmp(t->col_name, column)) {
-		char sql[256];
+		char sql[384];
 		sqlite3_finalize(t->q_column);
 		t->q_column = NULL;
 		snprintf(sql, sizeof(sql), "SELECT t_arrive_ns, %s FROM requests WHERE t_arrive_ns >= ?1 "
-			 "AND t_arrive_ns < ?2 AND %s IS NOT NULL ORDER BY t_arrive_ns", column, column);
+			 "AND t_arrive_ns < ?2 AND %s IS NOT NULL%s ORDER BY t_arrive_ns", column, column, t->top);
 		if (sqlite3_prepare_v2(t->db, sql, -1, &t->q_column, NULL) != SQLITE_OK) return -1;
 		snprintf(t->col_name, sizeof(t->col_name), "%s", column);
 	}

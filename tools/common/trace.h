@@ -23,7 +23,13 @@
  * which the readers read where the trace has them; 9 (009_weight_type.sql)
  * the weight type of the model that served each request (trace_weights). */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 9
+#define TRACE_SCHEMA_VERSION 10
+/* Version 10 (010_disagg.sql): a disaggregated request's router row has its
+ * phases across the router, decode and prefill workers; the workers' own
+ * rows hang under it (parent_hop_id).  The window statistics, timelines and
+ * request lists count the request once, by its router's row: this is the
+ * condition they add. */
+#define TRACE_TOP_SQL " AND (pd_role IS NULL OR parent_hop_id IS NULL)"
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 

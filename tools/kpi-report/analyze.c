@@ -269,25 +269,6 @@ static int attribute(struct report *r, struct rp_attr *a, const char *metric, do
 
 /* ---- findings ------------------------------------------------------------- */
 
-static struct rp_finding *add_finding(struct report *r, const char *cause, const char *phase, double score, int order)
-{
-	if (r->nf >= RP_MAX_FINDINGS) return NULL;
-	struct rp_finding *f = &r->f[r->nf++];
-	memset(f, 0, sizeof(*f));
-	f->cause = cause;
-	f->phase = phase;
-	f->score = score;
-	f->order = order;
-	return f;
-}
-
-static int cmp_finding(const void *a, const void *b)
-{
-	const struct rp_finding *x = a, *y = b;
-	if (x->score != y->score) return x->score < y->score ? 1 : -1;
-	return x->order - y->order;
-}
-
 /* e2e phase with the largest share among the given ones */
 static const char *top_phase(const struct rp_attr *e2e, const int *phases, int n)
 {
@@ -351,7 +332,7 @@ static void lost_finding(struct report *r)
 		snprintf(list + len, len < sizeof(list) ? sizeof(list) - len : 0, ", %lld of %d more causes",
 			 (long long)(i->lost - listed), i->n_loss_more);
 	}
-	if (!(f = add_finding(r, "the trace lost data in this window", "-", costly ? 10 : 0.1, 0)))
+	if (!(f = rp_add_finding(r, "the trace lost data in this window", "-", costly ? 10 : 0.1, 0)))
 		return;
 	snprintf(f->title, sizeof(f->title), "The agent lost data in this window: %lld %s (the figures "
 		 "here may miss requests)", (long long)i->lost, i->lost == 1 ? "loss" : "losses");
@@ -410,7 +391,7 @@ static void finding_queue(const struct fctx *c)
 	timefmt_dur(s1, 16, i->m[TM_QUEUE].p99);
 	timefmt_dur(s2, 16, b->m[TM_QUEUE].p99);
 	if (q->steps > 0 && 2 * q->full_steps >= q->steps) {
-		if (!(f = add_finding(r, "step token budget", "queue", 1 + qshare, 1)))
+		if (!(f = rp_add_finding(r, "step token budget", "queue", 1 + qshare, 1)))
 			return;
 		snprintf(f->title, sizeof(f->title), "Queue wait: requests waited for the step's token budget, "
 			 "not for admission (each step carried %lld tokens while %d requests waited their turn)",
@@ -430,7 +411,7 @@ static void finding_queue(const struct fctx *c)
 			 "step budget");
 		return;
 	}
-	if (rej || !(f = add_finding(r, "queue growth with no rejections", "queue", 1 + qshare, 1)))
+	if (rej || !(f = rp_add_finding(r, "queue growth with no rejections", "queue", 1 + qshare, 1)))
 		return;
 	snprintf(f->title, sizeof(f->title), "Queue wait: the queue grew and nothing was rejected "
 		 "(admission control missing or too lax)");
@@ -460,7 +441,7 @@ static void finding_split_unknown(const struct fctx *c)
 	struct rp_finding *f;
 
 	double wshare = tt->inc > tt->base ? tt->share[1] : 0;
-	if (!(f = add_finding(r, "engine split unknown", "server wait", 1 + wshare, 1))) return;
+	if (!(f = rp_add_finding(r, "engine split unknown", "server wait", 1 + wshare, 1))) return;
 	snprintf(f->title, sizeof(f->title), "The engine's split is not known for these requests (source http): "
 		 "queue and prefill show together as server wait, so this trace cannot tell queue growth, long "
 		 "prefills or KV cache exhaustion apart");
@@ -488,7 +469,7 @@ static void finding_kv(const struct fctx *c)
 	double bpre_rate = bssecs > 0 ? bpre / bssecs : 0;
 	if ((pre > 0 && pre / ssecs > 2 * bpre_rate) || (i->kv_usage_max >= 0.98 && b->kv_usage_max < 0.98)) {
 		static const int ph[] = { PH_QUEUE, PH_DECODE, PH_PREFILL };
-		if ((f = add_finding(r, "KV cache pool exhaustion", top_phase(ee, ph, 3), 3 + (pre > 0), 2))) {
+		if ((f = rp_add_finding(r, "KV cache pool exhaustion", top_phase(ee, ph, 3), 3 + (pre > 0), 2))) {
 			snprintf(f->title, sizeof(f->title), "KV cache exhausted: %lld preemptions; requests wait "
 				 "for free blocks and preempted ones recompute (shows in %s)", (long long)pre, f->phase);
 			snprintf(f->evidence, sizeof(f->evidence),
@@ -513,7 +494,7 @@ static void finding_prefill(const struct fctx *c)
 
 	double gap = i->itl_max.p99, bgap = b->itl_max.p99;
 	if (r->inc.steps.long_prefill_steps > 0 && gap >= 3 * bgap && gap >= 100 * NS_PER_MS &&
-	    (f = add_finding(r, "long prefills stalling decodes", "decode", 1.5 + fmin(gap / fmax(bgap, 1) / 100, 0.4), 3))) {
+	    (f = rp_add_finding(r, "long prefills stalling decodes", "decode", 1.5 + fmin(gap / fmax(bgap, 1) / 100, 0.4), 3))) {
 		snprintf(f->title, sizeof(f->title), "Long prefills stall other requests' decodes "
 			 "(inter-token gaps while a long prompt is prefilled)");
 		snprintf(f->evidence, sizeof(f->evidence),
@@ -542,7 +523,7 @@ static void finding_reuse(const struct fctx *c)
 	double drop = b->hit_ratio - i->hit_ratio;
 	if (drop < 0.2 || i->hit_ratio > 0.75 * b->hit_ratio || tt->inc < 1.2 * tt->base)
 		return;
-	if (!(f = add_finding(r, "prefix-cache reuse dropped", "prefill", 1.5 + drop, 3)))
+	if (!(f = rp_add_finding(r, "prefix-cache reuse dropped", "prefill", 1.5 + drop, 3)))
 		return;
 	snprintf(f->title, sizeof(f->title), "Prefix-cache reuse dropped: prompts the KV cache held "
 		 "before are computed again (prefill), and TTFT rose with it");
@@ -582,7 +563,7 @@ static void finding_cpu(const struct fctx *c)
 	if (by_req || by_samples) {
 		static const int ph[] = { PH_PREFILL, PH_DECODE };
 		double strength = fmax(rq, i->runq_share);
-		if ((f = add_finding(r, "engine run-queue delay (CPU contention)", top_phase(ee, ph, 2),
+		if ((f = rp_add_finding(r, "engine run-queue delay (CPU contention)", top_phase(ee, ph, 2),
 				     2.5 + fmin(strength, 0.49), 4))) {
 			char who[384];
 			const struct trace_runq_by *other = trace_runq_culprit(i);
@@ -632,7 +613,7 @@ static void finding_network(const struct fctx *c)
 	double net_now = i->m[TM_E2E].p99 > 0 ? (i->m[TM_NET_IN].p99 + i->m[TM_NET_OUT].p99) / i->m[TM_E2E].p99 : 0;
 	if (net_share >= 0.5 || net_now >= 0.5) {
 		int in = ee->delta[PH_NET_IN] >= ee->delta[PH_NET_OUT];
-		if ((f = add_finding(r, in ? "network-in dominating" : "network-out dominating", in ? "net-in" : "net-out",
+		if ((f = rp_add_finding(r, in ? "network-in dominating" : "network-out dominating", in ? "net-in" : "net-out",
 				     2 + fmax(net_share, net_now) * 0.4, 5))) {
 			snprintf(f->title, sizeof(f->title), "Network %s dominates: time goes to %s (client or network)",
 				 in ? "in" : "out", in ? "receiving requests" : "delivering responses");
@@ -710,7 +691,7 @@ static void finding_integration(const struct fctx *c)
 	}
 	double share = pos > 0 ? fmax(mi[top] - mb[top], 0) / pos : 0;
 	int is_model = top == model;
-	if (pos > 0 && (f = add_finding(r, "integration overhead", "integration",
+	if (pos > 0 && (f = rp_add_finding(r, "integration overhead", "integration",
 					is_model ? 1 + 0.5 * share : 4 + 0.9 * share, 6))) {
 		const char *name = trace_hops_name(h, top);
 		snprintf(f->title, sizeof(f->title), "%s: the %s hop grew, %.0f%% of the p99 increase of the "
@@ -765,14 +746,15 @@ static void findings(struct report *r)
 	finding_cpu(&c);
 	finding_network(&c);
 	finding_integration(&c);
-	if (!r->nf && (f = add_finding(r, "no known cause matched", trace_phase_name[c.ee->top], 0, 9))) {
+	report_disagg_findings(r);
+	if (!r->nf && (f = rp_add_finding(r, "no known cause matched", trace_phase_name[c.ee->top], 0, 9))) {
 		snprintf(f->title, sizeof(f->title), "No known cause matched; the largest change is in %s",
 			 e2e_names[c.ee->top]);
 		snprintf(f->evidence, sizeof(f->evidence), "%s %s", c.tt->words, c.ee->words);
 		snprintf(f->action, sizeof(f->action), "look at the slowest requests below and the timelines");
 	}
 	lost_finding(r);
-	qsort(r->f, (size_t)r->nf, sizeof(r->f[0]), cmp_finding);
+	rp_sort_findings(r);
 }
 
 /* ---- the whole analysis --------------------------------------------------- */

@@ -247,6 +247,7 @@ void report_markdown(const struct report *r, FILE *o)
 	if (r->compare) {
 		fprintf(o, "\n## Where the time went\n\n");
 		for (int k = 0; k < 4; k++) fprintf(o, "- %s\n", r->attr[k].words);
+		if (r->pd_words[0]) fprintf(o, "- %s\n", r->pd_words);
 	}
 
 	report_fleet_render(r, o, 0);
@@ -410,6 +411,11 @@ void report_html(const struct report *r, FILE *o)
 		for (int k = 0; k < 4; k++) {
 			fprintf(o, "<li>");
 			html_esc(o, r->attr[k].words);
+			fprintf(o, "</li>\n");
+		}
+		if (r->pd_words[0]) {
+			fprintf(o, "<li>");
+			html_esc(o, r->pd_words);
 			fprintf(o, "</li>\n");
 		}
 		fprintf(o, "</ul>\n");

@@ -69,6 +69,9 @@ struct report {
 	int have_cost;
 	struct trace_cost_window cost_base, cost_inc;
 	char cost_source[256], cost_why[512];
+	/* disaggregated requests' p99 TTFT change by phase across the router,
+	 * prefill and decode workers (disagg.c); "" when the windows have none */
+	char pd_words[768];
 	/* requests by the weight type that served them, whole trace (weights.c) */
 	struct trace_weight weights[TRACE_WEIGHTS_MAX];
 	int nweights;
@@ -78,6 +81,17 @@ struct report {
 	struct trace_fleet_group hosts[TRACE_FLEET_GROUPS], models[TRACE_FLEET_GROUPS];
 	int n_hosts, n_models;
 };
+
+/* A finding to fill in (NULL when the list is full); findings are sorted
+ * strongest first once all are in. */
+struct rp_finding *rp_add_finding(struct report *r, const char *cause, const char *phase, double score,
+				  int order);
+void rp_sort_findings(struct report *r);
+
+/* Disaggregated prefill and decode (disagg.c): the words on their TTFT
+ * change (pd_words) and the findings only their phases can make, a KV
+ * transfer that slowed and a decode side out of slots. */
+void report_disagg_findings(struct report *r);
 
 /* Picks the windows (user's or automatic) and computes everything the report
  * shows. have_from/have_to/have_base say which flags were given. Returns 0,

@@ -18,6 +18,7 @@ struct kt_source {
 	struct fleet_window *fw;    /* the frame being read */
 	struct trace *tr;
 	struct trace_cost *cost;    /* NULL: the trace has no cost tables */
+	struct trace_disagg *pd;    /* NULL: no disaggregation columns (before version 10) */
 	struct trace_hops *hops;    /* opened at the hops view's first use */
 	int hops_tried;
 	int hops_pid;               /* the request whose hops d->hops holds */
@@ -66,6 +67,7 @@ int kt_open(struct kt_data *d, const char *path, int64_t window_ns, char *err, s
 	}
 	char why[256];
 	d->src->cost = trace_cost_open(d->src->tr, -1, why, sizeof(why));
+	d->src->pd = trace_disagg_open(d->src->tr, why, sizeof(why));
 	return 0;
 }
 
@@ -75,6 +77,7 @@ void kt_close(struct kt_data *d)
 	fleet_close(d->src->fleet);
 	free(d->src->fw);
 	trace_cost_close(d->src->cost);
+	trace_disagg_close(d->src->pd);
 	trace_hops_close(d->src->hops);
 	trace_close(d->src->tr);
 	trace_stat_rows_free(&d->src->rows);
@@ -193,6 +196,7 @@ static int sample_frame(struct kt_data *d)
 		memset(&d->win, 0, sizeof(d->win));
 		memset(&d->reuse, 0, sizeof(d->reuse));
 		d->have_cost = 0;
+		d->have_pd = 0;
 		d->culprit = -1;
 		d->nreqs = d->ninflight = 0;
 		return 0;
@@ -211,6 +215,7 @@ static int sample_frame(struct kt_data *d)
 	d->have_cost = s->cost && !trace_cost_window(s->cost, from, d->to_ns, &d->cost) && d->cost.have;
 	if (trace_prefix_reuse(s->tr, from, d->to_ns, &d->reuse))
 		return -1;
+	d->have_pd = s->pd && !trace_disagg_window(s->pd, from, d->to_ns, &d->pd);
 	const struct trace_runq_by *who = trace_runq_culprit(&d->win);
 	d->culprit = who ? (int)(who - d->win.runq_by) : -1;
 	d->from_wall_ns = trace_mono_to_wall(s->tr, from);

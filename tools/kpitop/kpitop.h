@@ -8,6 +8,7 @@
 #include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
 #include "tools/common/trace_cost.h"
+#include "tools/common/trace_disagg.h"
 #include "tools/common/trace_hops.h"
 #include "tools/common/trace_reuse.h"
 #include "tools/kpitop/canvas.h"
@@ -50,6 +51,10 @@ struct kt_data {
 	/* cost and energy over the window (schema version 5; trace_cost.h) */
 	int have_cost;
 	struct trace_cost_window cost;
+	/* disaggregated requests in the window (schema version 10;
+	 * trace_disagg.h): have_pd 0 when the trace has no such columns */
+	int have_pd;
+	struct trace_disagg_window pd;
 	double sample_ms;           /* what the last sample took */
 	long rows_read;             /* request rows it read from the store */
 	/* the hops view: every hop of the selected request's trace (schema
@@ -120,8 +125,9 @@ struct kt_widget {
 };
 
 /* The widgets of the screen, top to bottom: a trace's, or a fleet's. */
-#define KT_NWIDGETS 8
+#define KT_NWIDGETS 9
 extern const struct kt_widget_class kt_cost_class;          /* costmeter.c */
+extern const struct kt_widget_class kt_pd_class;            /* pdmeter.c */
 extern const struct kt_widget_class kt_fleet_meters_class;  /* fleetview.c */
 extern const struct kt_widget_class kt_fleet_hosts_class;
 struct kt_screen {

@@ -11,19 +11,25 @@ const char *const kt_sort_name[KS_N] = { "arrival", "age", "TTFT", "e2e", "TPOT"
 static char *dur(char *b, double ns) { return timefmt_dur(b, 16, ns); }
 
 /* The bar's segments: the phases, with the server wait of an http row (queue
- * and prefill together, which it cannot tell apart) after net-in. */
-#define BAR_N (PH_N + 1)
-static const char bar_glyph[BAR_N] = { 'N', 'W', 'Q', 'P', 'D', 'O' };
+ * and prefill together, which it cannot tell apart) after net-in, and what
+ * of e2e the five phases do not cover: a disaggregated request's router, KV
+ * transfer and decode queue (the P/D line has them). */
+#define BAR_N (PH_N + 2)
+static const char bar_glyph[BAR_N] = { 'N', 'W', 'Q', 'P', 'D', 'O', 'x' };
 static const int bar_color[BAR_N] = { CC_PH0 + PH_NET_IN, CC_PH0 + PH_QUEUE, CC_PH0 + PH_QUEUE,
-				      CC_PH0 + PH_PREFILL, CC_PH0 + PH_DECODE, CC_PH0 + PH_NET_OUT };
+				      CC_PH0 + PH_PREFILL, CC_PH0 + PH_DECODE, CC_PH0 + PH_NET_OUT, CC_DIM };
 
 /* A stacked bar of phases over len columns, by largest remainder so the
  * columns add up exactly and every present phase is visible; wait < 0: the
- * row has the engine's split instead. */
-static void phase_bar(struct canvas *c, int y, int x, int len, const int64_t *phase, int64_t wait)
+ * row has the engine's split instead; e2e (< 0 unknown) sets the rest. */
+static void phase_bar(struct canvas *c, int y, int x, int len, const int64_t *phase, int64_t wait,
+		      int64_t e2e)
 {
+	int64_t known = 0;
+	for (int p = 0; p < PH_N; p++) known += phase[p] > 0 ? phase[p] : 0;
+	known += wait > 0 ? wait : 0;
 	const int64_t ph[BAR_N] = { phase[PH_NET_IN], wait, phase[PH_QUEUE], phase[PH_PREFILL],
-				    phase[PH_DECODE], phase[PH_NET_OUT] };
+				    phase[PH_DECODE], phase[PH_NET_OUT], e2e > known ? e2e - known : 0 };
 	double tot = 0;
 	for (int p = 0; p < BAR_N; p++) tot += ph[p] > 0 ? (double)ph[p] : 0;
 	if (tot <= 0 || len <= 0) {
@@ -285,7 +291,7 @@ static void phases_draw(const struct kt_widget *w, struct canvas *c, int y, int 
 	for (int i = 0; i < 2; i++) {
 		canvas_text(c, y + i, 1, -1, CC_LABEL, 0, "%-7s", names[i]);
 		if (ph->finished) {
-			phase_bar(c, y + i, 9, barw, ph->phase[i], ph->wait[i]);
+			phase_bar(c, y + i, 9, barw, ph->phase[i], ph->wait[i], ph->e2e[i]);
 			canvas_text(c, y + i, 10 + barw, -1, CC_VALUE, CF_BOLD, "%s", dur(a, (double)ph->e2e[i]));
 		} else {
 			canvas_text(c, y + i, 9, -1, CC_DIM, 0, "no finished request in the window");
@@ -294,12 +300,17 @@ static void phases_draw(const struct kt_widget *w, struct canvas *c, int y, int 
 	/* the p99 request's phases; "-" for one its row does not know, and
 	 * the server wait only where the row has it in place of the split */
 	int x = 9;
+	int64_t rest = ph->e2e[1] - (ph->wait[1] > 0 ? ph->wait[1] : 0);
+	for (int p = 0; p < PH_N; p++)
+		rest -= ph->phase[1][p] > 0 ? ph->phase[1][p] : 0;
 	for (int p = 0; p < BAR_N; p++) {
-		int64_t v = p == 1 ? ph->wait[1] : ph->phase[1][p - (p > 1)];
-		if (p == 1 && (!ph->finished || v < 0)) continue;
+		int last = p == BAR_N - 1;
+		int64_t v = p == 1 ? ph->wait[1] : last ? rest : ph->phase[1][p - (p > 1)];
+		if ((p == 1 || last) && (!ph->finished || v <= 0)) continue;
 		canvas_fill(c, y + 2, x, 1, (wchar_t)bar_glyph[p], bar_color[p], CF_REVERSE);
 		x += 2 + canvas_text(c, y + 2, x + 2, -1, CC_DIM, 0, "%s",
-				     p == 1 ? "server-wait" : trace_phase_name[p - (p > 1)]) + 2;
+				     p == 1 ? "server-wait" : last ? "router, KV, decode queue (P/D)" :
+				     trace_phase_name[p - (p > 1)]) + 2;
 		if (ph->finished)
 			x += canvas_text(c, y + 2, x - 1, -1, CC_DIM, 0, "%s", dur(a, (double)v)) + 1;
 	}
@@ -461,7 +472,7 @@ static void hops_draw(const struct panel *p, struct canvas *c, int y, int width,
 		int len = (int)((double)o->e2e_ns / span * barw + 0.5);
 		if (len < 1) len = 1;
 		if (x + len > barx + barw) len = barx + barw - x;
-		phase_bar(c, yy, x, len, o->phase, o->server_wait_ns);
+		phase_bar(c, yy, x, len, o->phase, o->server_wait_ns, o->e2e_ns);
 	}
 }
 
@@ -490,7 +501,8 @@ static void panel_row(struct canvas *c, int y, int width, const struct trace_req
 	canvas_rtext(c, y, 50, 8, cc, fl, dur(b, (double)r->ttft_ns));
 	canvas_rtext(c, y, 59, 8, cc, fl, dur(d, (double)r->tpot_ns));
 	canvas_rtext(c, y, 68, 8, cc, fl, dur(e, (double)r->e2e_ns));
-	if (barw >= 5) phase_bar(c, y, barx, barw, r->phase, r->source == TRACE_SRC_HTTP ? r->server_wait_ns : -1);
+	if (barw >= 5) phase_bar(c, y, barx, barw, r->phase, r->source == TRACE_SRC_HTTP ? r->server_wait_ns : -1,
+				 r->state == TRS_DONE ? r->e2e_ns : -1);
 }
 
 static void panel_draw(const struct kt_widget *w, struct canvas *c, int y, int width, int h)
@@ -555,7 +567,7 @@ static const struct kt_widget_class status_class = {
 
 /* ---- the screen ------------------------------------------------------------ */
 static const struct kt_widget_class *const trace_classes[] = {
-	&title_class, &meters_class, &kt_cost_class, &latency_class, &phases_class, &spark_class, &panel_class, &status_class,
+	&title_class, &meters_class, &kt_cost_class, &latency_class, &phases_class, &kt_pd_class, &spark_class, &panel_class, &status_class,
 };
 _Static_assert(sizeof(trace_classes) / sizeof(*trace_classes) <= KT_NWIDGETS, "room for every widget");
 /* a fleet's: every host a row (fleetview.c) */
@@ -615,6 +627,11 @@ static const char *const help_lines[] = {
 	"Phases: N net-in  Q queue  P prefill  D decode  O net-out",
 	"        W server wait: queue and prefill together, where the request was",
 	"        traced from its HTTP exchange (source H) and the split is unknown",
+	"        x a disaggregated request's router, KV transfer and decode queue",
+	"P/D line (router -> decode worker <- prefill worker): requests, KV bytes over",
+	"        stream time, p99 of in net-in, rt router, pq prefill queue, pf prefill,",
+	"        KV transfer, dq decode queue, dec decode, out net-out; slot waits",
+	"        (running set full, KV blocks short) on the decode workers",
 	"Column S: the request's source, U the engine's probes (usdt), H its HTTP exchange",
 	"Percentiles interpolate between the closest ranks, as SQLite's percentile().",
 	NULL,
