@@ -43,6 +43,11 @@ static const char usage[] =
 "                            (default 60)\n"
 "  --max-conns N             open connections; more wait in the backlog\n"
 "                            (default 10000)\n"
+"  --reasoning-tokens N      serve the first N generated tokens of every request\n"
+"                            as reasoning: chat sends them as reasoning_content\n"
+"                            (delta.reasoning_content when streaming), text\n"
+"                            completions inline as <think>...</think>; usage\n"
+"                            counts them (default 0: none)\n"
 "\n"
 "Engine:\n"
 "  --max-seqs N              running sequences per step (default 64)\n"
@@ -66,6 +71,7 @@ enum {
 	OPT_MODEL = 256, OPT_HOST, OPT_PORT, OPT_MAX_SEQS, OPT_MAX_BATCHED, OPT_MAX_QUEUE,
 	OPT_KV_BLOCKS, OPT_BLOCK_SIZE, OPT_BACKEND, OPT_BATCHING, OPT_THREADS, OPT_MAX_BODY,
 	OPT_REQ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_CONNS, OPT_MAKE_MODEL, OPT_PRESET, OPT_SEED, OPT_CUPTI,
+	OPT_REASONING_TOKENS,
 };
 
 static const struct option options[] = {
@@ -85,6 +91,7 @@ static const struct option options[] = {
 	{ "request-timeout", required_argument, NULL, OPT_REQ_TIMEOUT },
 	{ "idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT },
 	{ "max-conns", required_argument, NULL, OPT_MAX_CONNS },
+	{ "reasoning-tokens", required_argument, NULL, OPT_REASONING_TOKENS },
 	{ "make-model", required_argument, NULL, OPT_MAKE_MODEL },
 	{ "preset", required_argument, NULL, OPT_PRESET },
 	{ "seed", required_argument, NULL, OPT_SEED },
@@ -152,6 +159,9 @@ static int parse_flags(int argc, char **argv, struct engine_config *ec,
 			sc->idle_timeout_s = (int)int_flag("idle-timeout", optarg, 1, 86400);
 			break;
 		case OPT_MAX_CONNS: sc->max_conns = (int)int_flag("max-conns", optarg, 1, 1 << 20); break;
+		case OPT_REASONING_TOKENS:
+			sc->reasoning_tokens = (int)int_flag("reasoning-tokens", optarg, 0, 1 << 24);
+			break;
 		case OPT_BACKEND:
 			ec->backend = choice_flag("backend", optarg, "cpu", "cuda") ?
 				ENGINE_BACKEND_CUDA : ENGINE_BACKEND_CPU;

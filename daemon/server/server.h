@@ -18,6 +18,7 @@ struct server_config {
 	int max_conns;          /* open connections; further accepts wait */
 	int block_size;         /* KV block size the engine was created with */
 	const char *model_label;/* fallback model name (file name) */
+	int reasoning_tokens;   /* the first N generated tokens are reasoning (openai.c) */
 };
 
 /* Serves until SIGTERM or SIGINT (which the caller has blocked in every

@@ -82,6 +82,7 @@ struct req {
 	struct utf8_stream u8;
 	struct sbuf text;          /* generated text, repaired */
 	size_t emitted;            /* bytes of text already sent */
+	size_t answer_at;          /* --reasoning-tokens: text before this offset is reasoning */
 	uint64_t t_arrive, t_admit, t_sched, t_first, t_prev;
 	long long created;
 	char rid[HTTP_MAX_REQUEST_ID + 1];
