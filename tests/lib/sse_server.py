@@ -29,8 +29,10 @@ with usage); x-test-reasoning is then implied.  x-test-tool-call: 1 makes the
 answer a tool call (delta.tool_calls: the name first, with empty arguments,
 then argument deltas; response.output_item.added and
 response.function_call_arguments.delta)."""
-import itertools, json, os, socket, sys, time
+import itertools, json, os, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from httpfixture import NoDelayServer
 
 
 def chunk(data):
@@ -221,21 +223,6 @@ def stream_events(path, n, headers):
         i = next(i for i, e in enumerate(events) if b"</think>" in e)
         split[i] = events[i].index(b"</think>") + 4         # "</th" | "ink>"
     return events, split
-
-
-class NoDelayServer(ThreadingHTTPServer):
-    """TCP_NODELAY on every connection, as production servers set it: without
-    it Nagle holds a small write while the previous one is unacknowledged,
-    and a keep-alive client's delayed ACK puts up to 40 ms between the write
-    (what the agent times) and the wire.  A listen backlog for many clients
-    at once: socketserver's 5 drops the SYNs of a burst, which come again a
-    second later."""
-    request_queue_size = 128
-
-    def get_request(self):
-        conn, addr = super().get_request()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn, addr
 
 
 if __name__ == "__main__":
