@@ -22,7 +22,7 @@
  * (trace_reuse.h); 8 (008_hops.sql) the hops of a request across processes,
  * which the readers read where the trace has them. */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 8
+#define TRACE_SCHEMA_VERSION 9
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 
