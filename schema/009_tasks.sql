@@ -60,6 +60,9 @@ ALTER TABLE exchanges_out ADD COLUMN retry INTEGER;
 ALTER TABLE exchanges_out ADD COLUMN call_error INTEGER;
 ALTER TABLE exchanges_out ADD COLUMN escalated_from TEXT;
 CREATE INDEX IF NOT EXISTS exchanges_out_task ON exchanges_out(task_id);
+CREATE INDEX IF NOT EXISTS exchanges_out_hop ON exchanges_out(hop_id);
+CREATE INDEX IF NOT EXISTS exchanges_out_escalated ON exchanges_out(escalated_from)
+	WHERE escalated_from IS NOT NULL;
 
 -- One row per task: an inbound request whose process made, while serving
 -- it, two or more model calls or a model call and a tool call (rule
@@ -85,3 +88,4 @@ CREATE TABLE IF NOT EXISTS tasks (
 );
 CREATE INDEX IF NOT EXISTS tasks_wall ON tasks(wall_ns);
 CREATE INDEX IF NOT EXISTS tasks_id ON tasks(task_id);
+CREATE INDEX IF NOT EXISTS tasks_start ON tasks(t_start_ns);

@@ -20,7 +20,8 @@
  * (007_llama.sql) a llama.cpp engine's split of such requests, read as the
  * usdt rows' (the source is not 'http'), and its prefix-cache reuse
  * (trace_reuse.h); 8 (008_hops.sql) the hops of a request across processes,
- * which the readers read where the trace has them. */
+ * which the readers read where the trace has them; 9 (009_tasks.sql)
+ * reasoning per request (TTFO), agent tasks and cascades (trace_tasks.h). */
 #define TRACE_SCHEMA_VERSION_MIN 1
 #define TRACE_SCHEMA_VERSION 9
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
@@ -39,6 +40,8 @@ enum trace_metric {
 	TM_TTFT, TM_TPOT, TM_ITL, TM_E2E,
 	TM_NET_IN, TM_QUEUE, TM_PREFILL, TM_DECODE, TM_NET_OUT, TM_RUNQ,
 	TM_SERVER_WAIT,             /* http rows: queue and prefill together */
+	TM_TTFO,                    /* http rows: time to the first answer event, reasoning
+				     * not counted (schema version 9) */
 	TM_N
 };
 extern const char *const trace_metric_name[TM_N];  /* "TTFT", "TPOT", ... */
@@ -110,8 +113,10 @@ struct trace_window {
 	int n_runq_by;
 	/* what the agent lost in the window (samples' times), all causes, and
 	 * by cause, largest first (schema version 4; lost -1 before: the trace
-	 * does not say) */
-	int64_t lost;
+	 * does not say); outbound calls no link rule could tie to the request
+	 * they served (hops_unlinked) are missing evidence, not lost data:
+	 * counted apart, in unlinked, and in neither of the others */
+	int64_t lost, unlinked;
 	struct trace_loss {
 		char cause[24];
 		int64_t n;
@@ -147,6 +152,7 @@ struct trace_req {
 	int64_t phase[PH_N];
 	enum trace_source source;
 	int64_t server_wait_ns;     /* http rows: between net-in and decode */
+	int64_t ttfo_ns;            /* http rows: time to the first answer event (version 9) */
 };
 
 /* What the window statistics and timelines read of one request (a row of

@@ -260,7 +260,7 @@ static int attribute(struct report *r, struct rp_attr *a, const char *metric, do
 
 /* ---- findings ------------------------------------------------------------- */
 
-static struct rp_finding *add_finding(struct report *r, const char *cause, const char *phase, double score, int order)
+struct rp_finding *rp_add_finding(struct report *r, const char *cause, const char *phase, double score, int order)
 {
 	if (r->nf >= RP_MAX_FINDINGS) return NULL;
 	struct rp_finding *f = &r->f[r->nf++];
@@ -333,7 +333,7 @@ static void lost_finding(struct report *r)
 		len += (size_t)snprintf(list + len, len < sizeof(list) ? sizeof(list) - len : 0, "%s%lld %s",
 					k ? ", " : "", (long long)l->n, l->cause);
 	}
-	if (!(f = add_finding(r, "the trace lost data in this window", "-", costly ? 10 : 0.1, 0)))
+	if (!(f = rp_add_finding(r, "the trace lost data in this window", "-", costly ? 10 : 0.1, 0)))
 		return;
 	snprintf(f->title, sizeof(f->title), "The agent lost data in this window: %lld %s (the figures "
 		 "here may miss requests)", (long long)i->lost, i->lost == 1 ? "loss" : "losses");
@@ -370,7 +370,7 @@ static void finding_queue(const struct fctx *c)
 	double qshare = tt->inc > tt->base ? tt->share[1] : 0;
 	int qgrew = i->queue_depth_max >= 2 * b->queue_depth_max + 2 ||
 		    (i->m[TM_QUEUE].p99 >= 3 * b->m[TM_QUEUE].p99 && i->m[TM_QUEUE].p99 >= 50 * NS_PER_MS);
-	if (qgrew && qshare >= 0.4 && rej == 0 && (f = add_finding(r, "queue growth with no rejections", "queue", 1 + qshare, 1))) {
+	if (qgrew && qshare >= 0.4 && rej == 0 && (f = rp_add_finding(r, "queue growth with no rejections", "queue", 1 + qshare, 1))) {
 		snprintf(f->title, sizeof(f->title), "Queue wait: the queue grew and nothing was rejected "
 			 "(admission control missing or too lax)");
 		snprintf(f->evidence, sizeof(f->evidence),
@@ -397,7 +397,7 @@ static void finding_split_unknown(const struct fctx *c)
 	struct rp_finding *f;
 
 	double wshare = tt->inc > tt->base ? tt->share[1] : 0;
-	if (!(f = add_finding(r, "engine split unknown", "server wait", 1 + wshare, 1))) return;
+	if (!(f = rp_add_finding(r, "engine split unknown", "server wait", 1 + wshare, 1))) return;
 	snprintf(f->title, sizeof(f->title), "The engine's split is not known for these requests (source http): "
 		 "queue and prefill show together as server wait, so this trace cannot tell queue growth, long "
 		 "prefills or KV cache exhaustion apart");
@@ -425,7 +425,7 @@ static void finding_kv(const struct fctx *c)
 	double bpre_rate = bssecs > 0 ? bpre / bssecs : 0;
 	if ((pre > 0 && pre / ssecs > 2 * bpre_rate) || (i->kv_usage_max >= 0.98 && b->kv_usage_max < 0.98)) {
 		static const int ph[] = { PH_QUEUE, PH_DECODE, PH_PREFILL };
-		if ((f = add_finding(r, "KV cache pool exhaustion", top_phase(ee, ph, 3), 3 + (pre > 0), 2))) {
+		if ((f = rp_add_finding(r, "KV cache pool exhaustion", top_phase(ee, ph, 3), 3 + (pre > 0), 2))) {
 			snprintf(f->title, sizeof(f->title), "KV cache exhausted: %lld preemptions; requests wait "
 				 "for free blocks and preempted ones recompute (shows in %s)", (long long)pre, f->phase);
 			snprintf(f->evidence, sizeof(f->evidence),
@@ -450,7 +450,7 @@ static void finding_prefill(const struct fctx *c)
 
 	double gap = i->itl_max.p99, bgap = b->itl_max.p99;
 	if (r->inc.steps.long_prefill_steps > 0 && gap >= 3 * bgap && gap >= 100 * NS_PER_MS &&
-	    (f = add_finding(r, "long prefills stalling decodes", "decode", 1.5 + fmin(gap / fmax(bgap, 1) / 100, 0.4), 3))) {
+	    (f = rp_add_finding(r, "long prefills stalling decodes", "decode", 1.5 + fmin(gap / fmax(bgap, 1) / 100, 0.4), 3))) {
 		snprintf(f->title, sizeof(f->title), "Long prefills stall other requests' decodes "
 			 "(inter-token gaps while a long prompt is prefilled)");
 		snprintf(f->evidence, sizeof(f->evidence),
@@ -479,7 +479,7 @@ static void finding_reuse(const struct fctx *c)
 	double drop = b->hit_ratio - i->hit_ratio;
 	if (drop < 0.2 || i->hit_ratio > 0.75 * b->hit_ratio || tt->inc < 1.2 * tt->base)
 		return;
-	if (!(f = add_finding(r, "prefix-cache reuse dropped", "prefill", 1.5 + drop, 3)))
+	if (!(f = rp_add_finding(r, "prefix-cache reuse dropped", "prefill", 1.5 + drop, 3)))
 		return;
 	snprintf(f->title, sizeof(f->title), "Prefix-cache reuse dropped: prompts the KV cache held "
 		 "before are computed again (prefill), and TTFT rose with it");
@@ -519,7 +519,7 @@ static void finding_cpu(const struct fctx *c)
 	if (by_req || by_samples) {
 		static const int ph[] = { PH_PREFILL, PH_DECODE };
 		double strength = fmax(rq, i->runq_share);
-		if ((f = add_finding(r, "engine run-queue delay (CPU contention)", top_phase(ee, ph, 2),
+		if ((f = rp_add_finding(r, "engine run-queue delay (CPU contention)", top_phase(ee, ph, 2),
 				     2.5 + fmin(strength, 0.49), 4))) {
 			char who[384];
 			const struct trace_runq_by *other = trace_runq_culprit(i);
@@ -569,7 +569,7 @@ static void finding_network(const struct fctx *c)
 	double net_now = i->m[TM_E2E].p99 > 0 ? (i->m[TM_NET_IN].p99 + i->m[TM_NET_OUT].p99) / i->m[TM_E2E].p99 : 0;
 	if (net_share >= 0.5 || net_now >= 0.5) {
 		int in = ee->delta[PH_NET_IN] >= ee->delta[PH_NET_OUT];
-		if ((f = add_finding(r, in ? "network-in dominating" : "network-out dominating", in ? "net-in" : "net-out",
+		if ((f = rp_add_finding(r, in ? "network-in dominating" : "network-out dominating", in ? "net-in" : "net-out",
 				     2 + fmax(net_share, net_now) * 0.4, 5))) {
 			snprintf(f->title, sizeof(f->title), "Network %s dominates: time goes to %s (client or network)",
 				 in ? "in" : "out", in ? "receiving requests" : "delivering responses");
@@ -647,7 +647,7 @@ static void finding_integration(const struct fctx *c)
 	}
 	double share = pos > 0 ? fmax(mi[top] - mb[top], 0) / pos : 0;
 	int is_model = top == model;
-	if (pos > 0 && (f = add_finding(r, "integration overhead", "integration",
+	if (pos > 0 && (f = rp_add_finding(r, "integration overhead", "integration",
 					is_model ? 1 + 0.5 * share : 4 + 0.9 * share, 6))) {
 		const char *name = trace_hops_name(h, top);
 		snprintf(f->title, sizeof(f->title), "%s: the %s hop grew, %.0f%% of the p99 increase of the "
@@ -702,7 +702,8 @@ static void findings(struct report *r)
 	finding_cpu(&c);
 	finding_network(&c);
 	finding_integration(&c);
-	if (!r->nf && (f = add_finding(r, "no known cause matched", trace_phase_name[c.ee->top], 0, 9))) {
+	report_agents_findings(r);
+	if (!r->nf && (f = rp_add_finding(r, "no known cause matched", trace_phase_name[c.ee->top], 0, 9))) {
 		snprintf(f->title, sizeof(f->title), "No known cause matched; the largest change is in %s",
 			 e2e_names[c.ee->top]);
 		snprintf(f->evidence, sizeof(f->evidence), "%s %s", c.tt->words, c.ee->words);
@@ -832,6 +833,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 	r->tl_to = hi + margin > r->last_ns + 1 ? r->last_ns + 1 : hi + margin;
 	if (trace_series(r->t, r->tl_from, r->tl_to, RP_TIMELINE, r->tl)) goto sqlfail;
 	r->nslow = trace_slowest(r->t, from, to, r->slow, RP_SLOWEST);
+	report_agents_analyze(r);
 	if (found)
 		findings(r);
 	else

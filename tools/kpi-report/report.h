@@ -5,6 +5,7 @@
 
 #include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
+#include "tools/common/trace_agents.h"
 #include "tools/common/trace_cost.h"
 #include "tools/common/trace_hops.h"
 #include "tools/common/trace_reuse.h"
@@ -48,6 +49,19 @@ struct rp_finding {
 	char action[256];
 };
 
+#define RP_CASCADES 8
+
+/* Reasoning, agent tasks and cascades of both windows ([0] baseline, [1]
+ * incident; schema version 9), agents.c. */
+struct rp_agents {
+	int have;                       /* the trace has them; why says why not */
+	char why[256];
+	struct trace_reasoning reason[2];
+	struct trace_tasks_window tasks[2];
+	struct trace_cascade casc[2][RP_CASCADES];
+	int ncasc[2];
+};
+
 struct report {
 	struct trace *t;
 	int64_t first_ns, last_ns;
@@ -66,7 +80,21 @@ struct report {
 	int have_cost;
 	struct trace_cost_window cost_base, cost_inc;
 	char cost_source[256], cost_why[512];
+	struct rp_agents ag;
 };
+
+/* A finding to fill in (NULL when the list is full); findings are sorted
+ * strongest first once all are in. */
+struct rp_finding *rp_add_finding(struct report *r, const char *cause, const char *phase, double score,
+				  int order);
+
+/* Both windows' reasoning, tasks and cascades (r->ag), and the findings they
+ * make: "reasoning grew" apart from "the server was slower", "escalations
+ * rose" apart from "the escalated model got slower", the task step that grew;
+ * the section that shows them. */
+void report_agents_analyze(struct report *r);
+void report_agents_findings(struct report *r);
+void report_agents_render(const struct report *r, FILE *out, int html);
 
 /* Picks the windows (user's or automatic) and computes everything the report
  * shows. have_from/have_to/have_base say which flags were given. Returns 0,
