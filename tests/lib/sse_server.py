@@ -7,7 +7,9 @@ answers NNN; GET /static sends this file with sendfile(2). A request without x-r
 response (srv-N), as the servers that make their own do, so a client that
 keys on the response's (kpi-bench) and the agent agree. Run:
 python3 sse_server.py PORT [--nagle] [--role-with-content] [--gap-ms MS]
-[--tls CERT KEY] (prints 'listening on PORT'); TCP_NODELAY unless --nagle; --tls:
+[--tls CERT KEY] [--fixed-id ID] (prints 'listening on PORT'); TCP_NODELAY unless --nagle;
+--fixed-id: every response's x-request-id is ID, whatever the request's (as
+the chunks' ids are always the same: answers a relay cannot be told apart by); --tls:
 HTTPS through Python's ssl (the system libssl), the handshake done at the accept; --gap-ms: the pause before
 each event when the request's x-test-gap-ms does not say (default 2); --role-with-content: a chat stream's
 role rides on its first content event instead of a role-only first event
@@ -45,6 +47,7 @@ def sse(obj):
 
 ROLE_WITH_CONTENT = "--role-with-content" in sys.argv
 GAP_MS = sys.argv[sys.argv.index("--gap-ms") + 1] if "--gap-ms" in sys.argv else "2"
+FIXED_ID = sys.argv[sys.argv.index("--fixed-id") + 1] if "--fixed-id" in sys.argv else None
 _ids = itertools.count(1)       # next() is atomic under the GIL
 
 
@@ -52,6 +55,8 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def _request_id(self):
+        if FIXED_ID:
+            return FIXED_ID
         if not self.headers.get("x-request-id"):
             self.headers["x-request-id"] = f"srv-{next(_ids)}"
         return self.headers["x-request-id"]
