@@ -260,25 +260,6 @@ static int attribute(struct report *r, struct rp_attr *a, const char *metric, do
 
 /* ---- findings ------------------------------------------------------------- */
 
-struct rp_finding *rp_add_finding(struct report *r, const char *cause, const char *phase, double score, int order)
-{
-	if (r->nf >= RP_MAX_FINDINGS) return NULL;
-	struct rp_finding *f = &r->f[r->nf++];
-	memset(f, 0, sizeof(*f));
-	f->cause = cause;
-	f->phase = phase;
-	f->score = score;
-	f->order = order;
-	return f;
-}
-
-static int cmp_finding(const void *a, const void *b)
-{
-	const struct rp_finding *x = a, *y = b;
-	if (x->score != y->score) return x->score < y->score ? 1 : -1;
-	return x->order - y->order;
-}
-
 /* e2e phase with the largest share among the given ones */
 static const char *top_phase(const struct rp_attr *e2e, const int *phases, int n)
 {
@@ -710,7 +691,7 @@ static void findings(struct report *r)
 		snprintf(f->action, sizeof(f->action), "look at the slowest requests below and the timelines");
 	}
 	lost_finding(r);
-	qsort(r->f, (size_t)r->nf, sizeof(r->f[0]), cmp_finding);
+	rp_sort_findings(r);
 }
 
 /* ---- the whole analysis --------------------------------------------------- */

@@ -87,6 +87,7 @@ struct report {
  * strongest first once all are in. */
 struct rp_finding *rp_add_finding(struct report *r, const char *cause, const char *phase, double score,
 				  int order);
+void rp_sort_findings(struct report *r);
 
 /* Both windows' reasoning, tasks and cascades (r->ag), and the findings they
  * make: "reasoning grew" apart from "the server was slower", "escalations
