@@ -117,6 +117,17 @@ def streams(path, server_port):
     return conns
 
 
+def client_fins(path, server_port):
+    """{client_port: the capture time of the client's first FIN or RST} on
+    connections to server_port: when a client that gave up on an answer
+    closed (its call ended there, whatever the server wrote after)."""
+    out = {}
+    for t, sport, dport, _, flags, _ in read_pcap(path):
+        if dport == server_port and flags & 0x05 and sport not in out:
+            out[sport] = t
+    return out
+
+
 def _messages(data, times, is_request):
     """Splits an HTTP/1.1 byte stream into messages: (head, body, t_first,
     t_last, body_offset_in_data, end_offset). Content-Length and chunked
