@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "daemon/server/server_int.h"
+#include "daemon/server/req.h"
 #include "daemon/server/text.h"
 
 /* The fields every body and chunk starts with; whole: a non-stream body. */
@@ -20,7 +20,7 @@ static void usage_json(struct sbuf *b, const struct req *r)
 {
 	sbuf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,"
 		    "\"total_tokens\":%d", r->n_prompt, r->n_out, r->n_prompt + r->n_out);
-	int n_reason = srv.cfg->reasoning_tokens;
+	int n_reason = r->reasoning_tokens;
 	if (n_reason)
 		sbuf_printf(b, ",\"completion_tokens_details\":{\"reasoning_tokens\":%d}",
 			    r->n_out < n_reason ? r->n_out : n_reason);
@@ -47,11 +47,11 @@ static size_t reasoning_part(const struct req *r, size_t off, size_t n)
 static void text_inline(struct sbuf *b, const struct req *r, size_t off, size_t n)
 {
 	const char *text = r->text.data + off;
-	size_t rn = srv.cfg->reasoning_tokens ? reasoning_part(r, off, n) : 0;
-	if (srv.cfg->reasoning_tokens && off == 0 && n)
+	size_t rn = r->reasoning_tokens ? reasoning_part(r, off, n) : 0;
+	if (r->reasoning_tokens && off == 0 && n)
 		sbuf_adds(b, "<think>");
 	json_escape(b, text, rn);
-	if (srv.cfg->reasoning_tokens && r->answer_at >= off && r->answer_at < off + n)
+	if (r->reasoning_tokens && r->answer_at >= off && r->answer_at < off + n)
 		sbuf_adds(b, "</think>");
 	json_escape(b, text + rn, n - rn);
 }
@@ -117,7 +117,7 @@ void openai_completion(struct sbuf *b, const struct req *r, const char *model,
 		bool comma = true;
 		sbuf_adds(b, "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\"");
 		string_field(b, &comma, "content", r->text.data + rn, r->text.len - rn);
-		if (srv.cfg->reasoning_tokens)
+		if (r->reasoning_tokens)
 			string_field(b, &comma, "reasoning_content", r->text.data, rn);
 		sbuf_adds(b, "}");
 	} else {
@@ -125,7 +125,16 @@ void openai_completion(struct sbuf *b, const struct req *r, const char *model,
 		text_inline(b, r, 0, r->text.len);
 		sbuf_adds(b, "\"");
 	}
-	sbuf_printf(b, ",\"logprobs\":null,\"finish_reason\":\"%s\"}],", finish);
+	sbuf_printf(b, ",\"logprobs\":null,\"finish_reason\":\"%s\"", finish);
+	if (r->return_token_ids) {
+		const int32_t *ids = (const int32_t *)r->token_ids.data;
+		size_t n = r->token_ids.len / sizeof(int32_t);
+		sbuf_adds(b, ",\"token_ids\":[");
+		for (size_t i = 0; i < n; i++)
+			sbuf_printf(b, i ? ",%d" : "%d", ids[i]);
+		sbuf_adds(b, "]");
+	}
+	sbuf_adds(b, "}],");
 	usage_json(b, r);
 	sbuf_adds(b, "}\n");
 }

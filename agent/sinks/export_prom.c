@@ -1,0 +1,672 @@
+/* export_prom.c - keeps the agent's Prometheus series (one set per traced
+ * process) and renders them in the text exposition format.  Sink callbacks
+ * run on the agent's main thread, rendering on the HTTP thread: one mutex,
+ * held for an update or for one rendering (a few microseconds). */
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include "abi/kpi_reasons.h"
+#include "export_ident.h"
+#include "export_prom.h"
+
+#define PROM_MAX_TARGETS   64
+#define PROM_MAX_ERRTYPES  8     /* distinct error_type values per process */
+#define PROM_MAX_OUTCOMES  24    /* distinct (status, finish reason) per process */
+#define PROM_EVICT_NS      (300ull * 1000000000ull)  /* forget a quiet, gone process */
+#define PROM_MAX_COLLECTORS 4
+#define PROM_MAX_INTEG     16    /* process names with an integration-overhead histogram */
+
+/* ---- buckets ----------------------------------------------------------------------- */
+
+/* OpenTelemetry GenAI semantic conventions (gen-ai-metrics.md), the
+ * ExplicitBucketBoundaries they recommend for each server metric. */
+static struct prom_buckets b_ttft = {
+	.name = "gen_ai_server_time_to_first_token_seconds",
+	.help = "Time to generate the first token for successful responses "
+	"(gen_ai.server.time_to_first_token; first byte read to first token written).",
+	.n = 16, .le = { 0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+	      7.5, 10.0 },
+};
+static struct prom_buckets b_tpot = {
+	.name = "gen_ai_server_time_per_output_token_seconds",
+	.help = "Time per output token after the first, for successful responses "
+	"(gen_ai.server.time_per_output_token).",
+	.n = 13, .le = { 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5 },
+};
+static struct prom_buckets b_duration = {
+	.name = "gen_ai_server_request_duration_seconds",
+	.help = "Server-side end-to-end request duration, first byte read to last byte "
+	"written (gen_ai.server.request.duration).",
+	.n = 14, .le = { 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+	      81.92 },
+};
+/* Phases span 10 µs (loopback network) to a minute (a deep queue): the
+ * conventions say nothing about them, so a 1-2.5-5 ladder. */
+#define PHASE_LE .n = 18, .le = { 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, \
+		       0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0, 60.0 }
+enum { PH_NET_IN, PH_QUEUE, PH_PREFILL, PH_SERVER_WAIT, PH_DECODE, PH_NET_OUT, N_PHASES };
+static struct prom_buckets b_phase[N_PHASES] = {
+	{ .name = "kpi_request_network_in_seconds",
+	  .help = "Request phase net_in: first byte read to admitted (read, parse, tokenize).", PHASE_LE },
+	{ .name = "kpi_request_queue_seconds",
+	  .help = "Request phase queue: admitted to scheduled into its first batch step.", PHASE_LE },
+	{ .name = "kpi_request_prefill_seconds",
+	  .help = "Request phase prefill: scheduled to first token generated.", PHASE_LE },
+	{ .name = "kpi_request_server_wait_seconds",
+	  .help = "Request phase server_wait (kpi_source http): request read to the first content "
+	  "written, queue and prefill together, which the wire cannot tell apart.", PHASE_LE },
+	{ .name = "kpi_request_decode_seconds",
+	  .help = "Request phase decode: first token to last token generated.", PHASE_LE },
+	{ .name = "kpi_request_network_out_seconds",
+	  .help = "Request phase net_out: last token generated to last byte written.", PHASE_LE },
+};
+
+/* Labelled by the top-level process's name, not its pid: a gateway that
+ * restarts keeps its series (schema/008_hops.sql, integration). */
+static struct prom_buckets b_integ = {
+	.name = "kpi_integration_overhead_seconds",
+	.help = "What the client of a top-level request waited beyond its model hop's server-side "
+	"end-to-end time (gateway, guardrail, retrieval and the way back), by the process that "
+	"served the top-level request.", PHASE_LE,
+};
+
+static struct prom_buckets *all_buckets[] = {
+	&b_ttft, &b_tpot, &b_duration,
+	&b_phase[0], &b_phase[1], &b_phase[2], &b_phase[3], &b_phase[4], &b_phase[5], &b_integ,
+};
+
+static void buckets_init(void)
+{
+	for (size_t i = 0; i < sizeof(all_buckets) / sizeof(all_buckets[0]); i++)
+		for (int k = 0; k < all_buckets[i]->n; k++)
+			all_buckets[i]->le_ns[k] = llround(all_buckets[i]->le[k] * 1e9);
+}
+
+const struct prom_buckets *prom_buckets_of(const char *name)
+{
+	buckets_init();
+	for (size_t i = 0; i < sizeof(all_buckets) / sizeof(all_buckets[0]); i++)
+		if (!strcmp(all_buckets[i]->name, name))
+			return all_buckets[i];
+	return NULL;
+}
+
+int prom_bucket_index(const struct prom_buckets *b, int64_t v_ns)
+{
+	int lo = 0, hi = b->n;      /* first bound >= v */
+	while (lo < hi) {
+		int mid = (lo + hi) / 2;
+		if (b->le_ns[mid] >= v_ns)
+			hi = mid;
+		else
+			lo = mid + 1;
+	}
+	return lo;
+}
+
+/* ---- series -------------------------------------------------------------------------- */
+
+struct hist {
+	uint64_t counts[PROM_MAX_BOUNDS + 1];   /* per bucket, not cumulative */
+	uint64_t count;
+	int64_t sum_ns;
+};
+
+struct outcome {
+	int status;
+	char finish[16];
+	char error[16];
+	uint64_t n;
+};
+
+/* The request series of one process and one gen_ai.operation.name (index:
+ * enum kpi_operation; KPI_OP_NONE holds requests refused before admission,
+ * rendered without the label). */
+struct opstats {
+	bool used;                      /* a request was counted: render the series */
+	struct hist ttft, tpot, phase[N_PHASES];
+	struct { char error[16]; struct hist h; } dur[PROM_MAX_ERRTYPES];
+	int n_dur;
+	struct outcome out[PROM_MAX_OUTCOMES];
+	int n_out;
+	uint64_t tokens_in, tokens_out;
+	/* requests with the engine's split (http+libllama): their prompt as the
+	 * engine computed it, and the part its KV cache already held */
+	uint64_t prompt_engine, prompt_cached;
+};
+
+/* Behind whom the daemon's threads waited for a CPU (the `behind` label). */
+enum { RUNQ_BEHIND_OWN, RUNQ_BEHIND_IDLE, RUNQ_BEHIND_OTHER };
+static const char *const runq_behind[] = { "own_threads", "idle_cpu", "other_processes" };
+
+struct target {
+	uint32_t pid;
+	struct export_ident id;
+	char source[16];                /* of its last request: usdt, http (the kpi_source label) */
+	uint64_t last_seen;             /* CLOCK_MONOTONIC ns of the last record */
+	struct opstats op[KPI_OP__COUNT];
+	uint64_t preemptions;
+	uint64_t runq_ns[3];            /* by RUNQ_BEHIND_* */
+	bool sampled;
+	int queue_depth, running;
+	int64_t kv_used, kv_free;
+	double kv_usage;
+};
+
+struct prom_exporter {
+	pthread_mutex_t lock;
+	struct target t[PROM_MAX_TARGETS];
+	int n;
+	uint64_t losses[KPI_LOSS__COUNT];      /* agent-wide running totals */
+	uint64_t overflow;
+	struct { void (*fn)(void *, FILE *); void *ctx; } coll[PROM_MAX_COLLECTORS];
+	int n_coll;
+	struct { char comm[16]; struct hist h; } integ[PROM_MAX_INTEG];
+	int n_integ;
+};
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void hist_add(struct hist *h, const struct prom_buckets *b, int64_t v_ns)
+{
+	if (v_ns == KPI_NULL || v_ns < 0)
+		return;
+	h->counts[prom_bucket_index(b, v_ns)]++;
+	h->count++;
+	h->sum_ns += v_ns;
+}
+
+/* The target entry of pid; a new one evicts the least recently seen. */
+static struct target *target_of(struct prom_exporter *p, uint32_t pid)
+{
+	struct target *t;
+	int victim = 0;
+
+	for (int i = 0; i < p->n; i++)
+		if (p->t[i].pid == pid)
+			return &p->t[i];
+	if (p->n < PROM_MAX_TARGETS) {
+		t = &p->t[p->n++];
+	} else {
+		for (int i = 1; i < p->n; i++)
+			if (p->t[i].last_seen < p->t[victim].last_seen)
+				victim = i;
+		t = &p->t[victim];
+	}
+	memset(t, 0, sizeof(*t));
+	t->pid = pid;
+	t->kv_usage = -1;
+	return t;
+}
+
+/* error.type of the conventions: empty for a success. */
+static void error_type(const struct kpi_request_record *r, char *out, size_t len)
+{
+	out[0] = 0;
+	if (r->http_status != KPI_NULL && r->http_status >= 400 && r->http_status <= 999)
+		snprintf(out, len, "%d", (int)r->http_status);
+	else if (r->finish_reason && !strcmp(r->finish_reason, "error"))
+		snprintf(out, len, "error");
+	else if (r->finish_reason && !strcmp(r->finish_reason, "cancelled"))
+		snprintf(out, len, "cancelled");
+}
+
+/* enum kpi_operation of a record's gen_ai.operation.name; KPI_OP_NONE if absent. */
+static int op_index(const char *operation)
+{
+	for (int k = 1; operation && k < KPI_OP__COUNT; k++)
+		if (!strcmp(operation, kpi_operation_name(k)))
+			return k;
+	return KPI_OP_NONE;
+}
+
+/* One top-level request's integration overhead, under its process's name. */
+static void on_integration(void *ctx, const struct kpi_integration_record *r)
+{
+	struct prom_exporter *p = ctx;
+	const char *comm = r->comm[0] ? r->comm : "unknown";
+	int i;
+
+	pthread_mutex_lock(&p->lock);
+	for (i = 0; i < p->n_integ && strcmp(p->integ[i].comm, comm); i++)
+		;
+	if (i == p->n_integ && i < PROM_MAX_INTEG)
+		snprintf(p->integ[p->n_integ++].comm, sizeof(p->integ[0].comm), "%s", comm);
+	if (i < p->n_integ)
+		hist_add(&p->integ[i].h, &b_integ, r->overhead);
+	else
+		p->overflow++;
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void on_request(void *ctx, const struct kpi_request_record *r)
+{
+	struct prom_exporter *p = ctx;
+	const struct export_ident *id = export_ident_get(r->pid);  /* /proc: outside the lock */
+	char err[16];
+	int status = r->http_status == KPI_NULL ? 0 : (int)r->http_status;
+	const char *fin = r->finish_reason ? r->finish_reason : "";
+
+	error_type(r, err, sizeof(err));
+	pthread_mutex_lock(&p->lock);
+	struct target *tg = target_of(p, r->pid);
+	tg->id = *id;
+	/* a server seen only on the wire: the model its requests ask for */
+	snprintf(tg->id.model, sizeof(tg->id.model), "%s", export_ident_model(id, r->model));
+	snprintf(tg->source, sizeof(tg->source), "%s", r->source ? r->source : "usdt");
+	tg->last_seen = mono_ns();
+	struct opstats *t = &tg->op[op_index(r->operation)];
+	t->used = true;
+	if (!err[0]) {
+		hist_add(&t->ttft, &b_ttft, r->ttft);
+		if (r->output_tokens != KPI_NULL && r->output_tokens > 1)
+			hist_add(&t->tpot, &b_tpot, r->tpot);
+	}
+	if (r->e2e != KPI_NULL) {
+		int i;
+		for (i = 0; i < t->n_dur && strcmp(t->dur[i].error, err); i++)
+			;
+		if (i == t->n_dur && i < PROM_MAX_ERRTYPES)
+			snprintf(t->dur[t->n_dur++].error, sizeof(err), "%s", err);
+		if (i < t->n_dur)
+			hist_add(&t->dur[i].h, &b_duration, r->e2e);
+		else
+			p->overflow++;
+	}
+	const int64_t ph[N_PHASES] = { r->net_in, r->queue, r->prefill, r->server_wait, r->decode, r->net_out };
+	for (int k = 0; k < N_PHASES; k++)
+		hist_add(&t->phase[k], &b_phase[k], ph[k]);
+
+	int i;
+	for (i = 0; i < t->n_out; i++)
+		if (t->out[i].status == status && !strcmp(t->out[i].finish, fin) &&
+		    !strcmp(t->out[i].error, err))
+			break;
+	if (i == t->n_out && i < PROM_MAX_OUTCOMES) {
+		t->out[i].status = status;
+		snprintf(t->out[i].finish, sizeof(t->out[i].finish), "%s", fin);
+		snprintf(t->out[i].error, sizeof(t->out[i].error), "%s", err);
+		t->n_out++;
+	}
+	if (i < t->n_out)
+		t->out[i].n++;
+	else
+		p->overflow++;
+	if (r->prompt_tokens != KPI_NULL && r->prompt_tokens > 0)
+		t->tokens_in += (uint64_t)r->prompt_tokens;
+	if (r->output_tokens != KPI_NULL && r->output_tokens > 0)
+		t->tokens_out += (uint64_t)r->output_tokens;
+	if (r->engine_join && r->engine_prompt_tokens > 0) {
+		t->prompt_engine += (uint64_t)r->engine_prompt_tokens;
+		if (r->cached_prompt_tokens > 0)
+			t->prompt_cached += (uint64_t)r->cached_prompt_tokens;
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
+static void on_sample(void *ctx, const struct kpi_sample_record *s)
+{
+	struct prom_exporter *p = ctx;
+	const struct export_ident *id = export_ident_get(s->pid);
+
+	pthread_mutex_lock(&p->lock);
+	struct target *t = target_of(p, s->pid);
+	char asked[sizeof(t->id.model)];
+	snprintf(asked, sizeof(asked), "%s", t->id.model);     /* what its requests named, if anything */
+	t->id = *id;
+	snprintf(t->id.model, sizeof(t->id.model), "%s", export_ident_model(id, asked));
+	t->last_seen = mono_ns();
+	t->sampled = true;
+	t->queue_depth = s->queue_depth;
+	t->running = s->running;
+	t->kv_used = s->kv_used;
+	t->kv_free = s->kv_free;
+	t->kv_usage = s->kv_usage;
+	if (s->preemptions > 0)
+		t->preemptions += (uint64_t)s->preemptions;
+	t->runq_ns[RUNQ_BEHIND_OWN] += s->runq_self_ns;
+	t->runq_ns[RUNQ_BEHIND_IDLE] += s->runq_idle_ns;
+	if (s->runq_ns > s->runq_self_ns + s->runq_idle_ns)
+		t->runq_ns[RUNQ_BEHIND_OTHER] += s->runq_ns - s->runq_self_ns - s->runq_idle_ns;
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* The ledger's running totals, as they are: each only grows. (A sample's
+ * drops are the second's, and the same agent-wide figure in every target's
+ * sample: neither a maximum nor a sum of them is the total.) */
+static void on_losses(void *ctx, const struct kpi_loss_record *l)
+{
+	struct prom_exporter *p = ctx;
+
+	pthread_mutex_lock(&p->lock);
+	for (int c = 0; c < KPI_LOSS__COUNT; c++)
+		if (l->total[c] > p->losses[c])
+			p->losses[c] = l->total[c];
+	pthread_mutex_unlock(&p->lock);
+}
+
+struct prom_exporter *prom_new(void)
+{
+	struct prom_exporter *p = calloc(1, sizeof(*p));
+	if (!p)
+		return NULL;
+	buckets_init();
+	pthread_mutex_init(&p->lock, NULL);
+	return p;
+}
+
+void prom_free(struct prom_exporter *p)
+{
+	if (!p)
+		return;
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+struct kpi_sink prom_sink(struct prom_exporter *p)
+{
+	return (struct kpi_sink){ .ctx = p, .request = on_request, .sample = on_sample,
+				  .losses = on_losses, .integration = on_integration };
+}
+
+void prom_add_collector(struct prom_exporter *p, void (*fn)(void *ctx, FILE *out), void *ctx)
+{
+	if (p->n_coll < PROM_MAX_COLLECTORS) {
+		p->coll[p->n_coll].fn = fn;
+		p->coll[p->n_coll].ctx = ctx;
+		p->n_coll++;
+	}
+}
+
+/* ---- exposition ---------------------------------------------------------------------- */
+
+void prom_format_double(char *buf, size_t len, double v)
+{
+	if (isnan(v)) {
+		snprintf(buf, len, "NaN");
+		return;
+	}
+	if (isinf(v)) {
+		snprintf(buf, len, v > 0 ? "+Inf" : "-Inf");
+		return;
+	}
+	/* shortest of %.15g / %.17g that reads back as v */
+	snprintf(buf, len, "%.15g", v);
+	if (strtod(buf, NULL) != v)
+		snprintf(buf, len, "%.17g", v);
+}
+
+/* Label values are sanitized where they come from (export_ident) or are
+ * fixed words; escaping still follows the format, for safety. */
+static void put_label(FILE *out, const char *name, const char *v, bool *first)
+{
+	fprintf(out, "%s%s=\"", *first ? "" : ",", name);
+	*first = false;
+	for (; *v; v++) {
+		if (*v == '\\' || *v == '"')
+			fputc('\\', out), fputc(*v, out);
+		else if (*v == '\n')
+			fputs("\\n", out);
+		else
+			fputc(*v, out);
+	}
+	fputc('"', out);
+}
+
+/* op: enum kpi_operation of a request series; gauges and requests refused
+ * before admission (KPI_OP_NONE) carry no gen_ai_operation_name */
+static void put_target_labels(FILE *out, const struct target *t, int op, bool *first)
+{
+	char port[16], pid[16];
+	snprintf(port, sizeof(port), "%d", t->id.port);
+	snprintf(pid, sizeof(pid), "%u", t->pid);
+	if (kpi_operation_name(op))
+		put_label(out, "gen_ai_operation_name", kpi_operation_name(op), first);
+	put_label(out, "gen_ai_request_model", t->id.model[0] ? t->id.model : "unknown", first);
+	put_label(out, "server_port", port, first);
+	put_label(out, "pid", pid, first);
+	if (t->source[0])
+		put_label(out, "kpi_source", t->source, first);
+}
+
+static void family(FILE *out, const char *name, const char *type, const char *help)
+{
+	fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+static void put_hist(FILE *out, const struct prom_buckets *b, const struct target *t, int op,
+		     const struct hist *h, const char *error)
+{
+	uint64_t cum = 0;
+	char le[32], sum[32];
+	bool first;
+
+	if (!t->op[op].used || (op == KPI_OP_NONE && !h->count))
+		return;         /* no empty series for refused requests' missing values */
+	for (int k = 0; k <= b->n; k++) {
+		cum += h->counts[k];
+		if (k < b->n)
+			prom_format_double(le, sizeof(le), b->le[k]);
+		else
+			snprintf(le, sizeof(le), "+Inf");
+		first = true;
+		fprintf(out, "%s_bucket{", b->name);
+		put_target_labels(out, t, op, &first);
+		if (error && error[0])
+			put_label(out, "error_type", error, &first);
+		put_label(out, "le", le, &first);
+		fprintf(out, "} %llu\n", (unsigned long long)cum);
+	}
+	prom_format_double(sum, sizeof(sum), (double)h->sum_ns / 1e9);
+	for (int k = 0; k < 2; k++) {
+		first = true;
+		fprintf(out, "%s_%s{", b->name, k ? "count" : "sum");
+		put_target_labels(out, t, op, &first);
+		if (error && error[0])
+			put_label(out, "error_type", error, &first);
+		if (k)
+			fprintf(out, "} %llu\n", (unsigned long long)h->count);
+		else
+			fprintf(out, "} %s\n", sum);
+	}
+}
+
+static void put_integ(FILE *out, const char *comm, const struct hist *h)
+{
+	uint64_t cum = 0;
+	char le[32], sum[32];
+	bool first;
+
+	for (int k = 0; k <= b_integ.n; k++) {
+		cum += h->counts[k];
+		if (k < b_integ.n)
+			prom_format_double(le, sizeof(le), b_integ.le[k]);
+		else
+			snprintf(le, sizeof(le), "+Inf");
+		first = true;
+		fprintf(out, "%s_bucket{", b_integ.name);
+		put_label(out, "process", comm, &first);
+		put_label(out, "le", le, &first);
+		fprintf(out, "} %llu\n", (unsigned long long)cum);
+	}
+	prom_format_double(sum, sizeof(sum), (double)h->sum_ns / 1e9);
+	first = true;
+	fprintf(out, "%s_sum{", b_integ.name);
+	put_label(out, "process", comm, &first);
+	fprintf(out, "} %s\n", sum);
+	first = true;
+	fprintf(out, "%s_count{", b_integ.name);
+	put_label(out, "process", comm, &first);
+	fprintf(out, "} %llu\n", (unsigned long long)h->count);
+}
+
+static void put_gauge_line(FILE *out, const char *name, const struct target *t, double v)
+{
+	char val[32];
+	bool first = true;
+	prom_format_double(val, sizeof(val), v);
+	fprintf(out, "%s{", name);
+	put_target_labels(out, t, KPI_OP_NONE, &first);
+	fprintf(out, "} %s\n", val);
+}
+
+static void evict_quiet(struct prom_exporter *p, uint64_t now)
+{
+	for (int i = p->n - 1; i >= 0; i--) {
+		struct target *t = &p->t[i];
+		bool alive = kill((pid_t)t->pid, 0) == 0;
+		if (!alive && now - t->last_seen > PROM_EVICT_NS)
+			p->t[i] = p->t[--p->n];
+	}
+}
+
+int prom_render(struct prom_exporter *p, FILE *out)
+{
+	uint64_t now = mono_ns();
+	bool first;
+
+	pthread_mutex_lock(&p->lock);
+	evict_quiet(p, now);
+
+/* every (target, operation) pair: i the target, op its enum kpi_operation */
+#define FOR_OPS(p, i, op) \
+	for (int i = 0; i < (p)->n; i++) \
+		for (int op = 0; op < KPI_OP__COUNT; op++)
+
+	family(out, b_ttft.name, "histogram", b_ttft.help);
+	FOR_OPS(p, i, op)
+		put_hist(out, &b_ttft, &p->t[i], op, &p->t[i].op[op].ttft, NULL);
+	family(out, b_tpot.name, "histogram", b_tpot.help);
+	FOR_OPS(p, i, op)
+		put_hist(out, &b_tpot, &p->t[i], op, &p->t[i].op[op].tpot, NULL);
+	family(out, b_duration.name, "histogram", b_duration.help);
+	FOR_OPS(p, i, op)
+		for (int k = 0; k < p->t[i].op[op].n_dur; k++)
+			put_hist(out, &b_duration, &p->t[i], op, &p->t[i].op[op].dur[k].h,
+				 p->t[i].op[op].dur[k].error);
+	for (int ph = 0; ph < N_PHASES; ph++) {
+		family(out, b_phase[ph].name, "histogram", b_phase[ph].help);
+		FOR_OPS(p, i, op)
+			put_hist(out, &b_phase[ph], &p->t[i], op, &p->t[i].op[op].phase[ph], NULL);
+	}
+	family(out, b_integ.name, "histogram", b_integ.help);
+	for (int i = 0; i < p->n_integ; i++)
+		put_integ(out, p->integ[i].comm, &p->integ[i].h);
+
+	family(out, "kpi_requests_total", "counter",
+	       "Requests completed or rejected, by HTTP status and finish reason.");
+	FOR_OPS(p, i, op)
+		for (int k = 0; k < p->t[i].op[op].n_out; k++) {
+			const struct outcome *o = &p->t[i].op[op].out[k];
+			char st[16];
+			snprintf(st, sizeof(st), "%d", o->status);
+			first = true;
+			fputs("kpi_requests_total{", out);
+			put_target_labels(out, &p->t[i], op, &first);
+			put_label(out, "http_response_status_code", st, &first);
+			if (o->finish[0])
+				put_label(out, "gen_ai_response_finish_reason", o->finish, &first);
+			if (o->error[0])
+				put_label(out, "error_type", o->error, &first);
+			fprintf(out, "} %llu\n", (unsigned long long)o->n);
+		}
+	family(out, "kpi_tokens_total", "counter",
+	       "Tokens processed, by gen_ai.token.type (input: prompt, output: generated).");
+	FOR_OPS(p, i, op) {
+		const struct opstats *s = &p->t[i].op[op];
+		if (!s->used || op == KPI_OP_NONE)
+			continue;       /* a refused request processed no tokens */
+		for (int k = 0; k < 2; k++) {
+			first = true;
+			fputs("kpi_tokens_total{", out);
+			put_target_labels(out, &p->t[i], op, &first);
+			put_label(out, "gen_ai_token_type", k ? "output" : "input", &first);
+			fprintf(out, "} %llu\n", (unsigned long long)(k ? s->tokens_out : s->tokens_in));
+		}
+	}
+	/* only where a llama.cpp server's requests were joined to its engine */
+	for (int k = 0; k < 2; k++) {
+		const char *name = k ? "kpi_prompt_tokens_cached_total" : "kpi_prompt_tokens_engine_total";
+		bool any = false;
+		FOR_OPS(p, i, op)
+			any |= p->t[i].op[op].prompt_engine > 0;
+		if (!any)
+			continue;
+		family(out, name, "counter", k
+		       ? "Prompt tokens the KV cache already held (prefix-cache reuse), of requests "
+			 "joined to a llama.cpp engine (source http+libllama)."
+		       : "Prompt tokens as the engine computed them (cached + prefilled), of requests "
+			 "joined to a llama.cpp engine: the prefix-cache hit ratio's denominator.");
+		FOR_OPS(p, i, op) {
+			const struct opstats *s = &p->t[i].op[op];
+			if (!s->prompt_engine)
+				continue;
+			first = true;
+			fprintf(out, "%s{", name);
+			put_target_labels(out, &p->t[i], op, &first);
+			fprintf(out, "} %llu\n", (unsigned long long)(k ? s->prompt_cached : s->prompt_engine));
+		}
+	}
+#undef FOR_OPS
+	family(out, "kpi_preemptions_total", "counter",
+	       "Sequences preempted by the scheduler (KV cache pressure).");
+	for (int i = 0; i < p->n; i++)
+		put_gauge_line(out, "kpi_preemptions_total", &p->t[i], (double)p->t[i].preemptions);
+
+	family(out, "kpi_run_queue_wait_seconds_total", "counter",
+	       "Time the daemon's threads waited runnable for a CPU, summed over its threads, by "
+	       "what held the CPU when the wait ended: own_threads (the daemon's), idle_cpu (a "
+	       "wake-up's own latency), other_processes.");
+	for (int i = 0; i < p->n; i++)
+		for (int k = 0; k < 3; k++) {
+			char val[32];
+			bool first = true;
+			prom_format_double(val, sizeof(val), (double)p->t[i].runq_ns[k] / 1e9);
+			fputs("kpi_run_queue_wait_seconds_total{", out);
+			put_target_labels(out, &p->t[i], KPI_OP_NONE, &first);
+			put_label(out, "behind", runq_behind[k], &first);
+			fprintf(out, "} %s\n", val);
+		}
+
+	family(out, "kpi_queue_depth", "gauge", "Requests in their queue phase (admitted, in no engine step yet): the most at once in the last sample interval.");
+	for (int i = 0; i < p->n; i++)
+		if (p->t[i].sampled)
+			put_gauge_line(out, "kpi_queue_depth", &p->t[i], p->t[i].queue_depth);
+	family(out, "kpi_running_requests", "gauge", "Sequences in the running batch.");
+	for (int i = 0; i < p->n; i++)
+		if (p->t[i].sampled)
+			put_gauge_line(out, "kpi_running_requests", &p->t[i], p->t[i].running);
+	family(out, "kpi_kv_cache_usage_ratio", "gauge",
+	       "KV cache blocks in use / all blocks (0..1), from the last batch step.");
+	for (int i = 0; i < p->n; i++)
+		if (p->t[i].sampled && p->t[i].kv_usage >= 0)
+			put_gauge_line(out, "kpi_kv_cache_usage_ratio", &p->t[i], p->t[i].kv_usage);
+
+	family(out, "kpi_agent_ringbuf_drops_total", "counter",
+	       "BPF events lost because the ring buffer was full (grow --ringbuf-mb).");
+	fprintf(out, "kpi_agent_ringbuf_drops_total %llu\n",
+		(unsigned long long)p->losses[KPI_LOSS_RINGBUF_DROPS]);
+	family(out, "kpi_agent_losses_total", "counter",
+	       "What the agent lost or could not see, by cause (docs/agent.md, \"Losses\").");
+	for (int c = 0; c < KPI_LOSS__COUNT; c++)
+		fprintf(out, "kpi_agent_losses_total{cause=\"%s\"} %llu\n", kpi_loss_name(c),
+			(unsigned long long)p->losses[c]);
+	family(out, "kpi_agent_series_overflow_total", "counter",
+	       "Records not counted because a process had too many distinct label values.");
+	fprintf(out, "kpi_agent_series_overflow_total %llu\n", (unsigned long long)p->overflow);
+	int n_coll = p->n_coll;
+	pthread_mutex_unlock(&p->lock);
+
+	for (int i = 0; i < n_coll; i++)
+		p->coll[i].fn(p->coll[i].ctx, out);
+	return ferror(out) ? -1 : 0;
+}
