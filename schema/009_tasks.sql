@@ -59,6 +59,10 @@ ALTER TABLE exchanges_out ADD COLUMN tool_name TEXT;
 ALTER TABLE exchanges_out ADD COLUMN retry INTEGER;
 ALTER TABLE exchanges_out ADD COLUMN call_error INTEGER;
 ALTER TABLE exchanges_out ADD COLUMN escalated_from TEXT;
+-- A call's end on a task's critical path: when its answer arrived (the first
+-- unread segment of the read that completed it, tcp_probe), else t_done_ns;
+-- a caller late to read its answer spends that time itself.
+ALTER TABLE exchanges_out ADD COLUMN t_answered_ns INTEGER;
 CREATE INDEX IF NOT EXISTS exchanges_out_task ON exchanges_out(task_id);
 CREATE INDEX IF NOT EXISTS exchanges_out_hop ON exchanges_out(hop_id);
 CREATE INDEX IF NOT EXISTS exchanges_out_escalated ON exchanges_out(escalated_from)

@@ -151,13 +151,14 @@ FROM tasks AS k LEFT JOIN m ON m.task_id = k.task_id LEFT JOIN t ON t.task_id = 
 -- different model the same request (the request body the same but for its
 -- "model"; compared in the agent's memory, never stored) after a first model
 -- call of the same task or request had answered (status below 400).  The
--- latency it added: its answer's end minus the first answer's end; each
--- call's cost from model_call_costs.
+-- latency it added: when its answer arrived minus when the first one had
+-- (t_answered_ns); each call's cost from model_call_costs.
 DROP VIEW IF EXISTS escalations;
 CREATE VIEW escalations AS
 SELECT b.task_id, b.pid, b.comm, b.run_id, b.wall_ns, a.model AS from_model, b.model AS to_model,
        a.hop_id AS from_hop_id, b.hop_id, a.e2e_ns AS from_e2e_ns, b.e2e_ns AS to_e2e_ns,
-       b.t_done_ns - a.t_done_ns AS added_ns, ca.cost_usd AS from_cost_usd,
+       COALESCE(b.t_answered_ns, b.t_done_ns) - COALESCE(a.t_answered_ns, a.t_done_ns) AS added_ns,
+       ca.cost_usd AS from_cost_usd,
        cb.cost_usd AS to_cost_usd
 FROM exchanges_out AS b JOIN exchanges_out AS a ON a.hop_id = b.escalated_from
 LEFT JOIN model_call_costs AS ca ON ca.hop_id = a.hop_id

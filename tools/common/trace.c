@@ -856,7 +856,8 @@ int trace_parse_time(struct trace *t, const char *s, int64_t *mono_ns, char *err
 		return -1;
 	}
 	if (p.anchor == TF_START) *mono_ns = first + p.ns;
-	else if (p.anchor == TF_END) *mono_ns = last + p.ns;
+	/* just past the last instant: a window that ends at "end" holds the last row */
+	else if (p.anchor == TF_END) *mono_ns = last + 1 + p.ns;
 	else {
 		int64_t wall = timefmt_on_day(trace_mono_to_wall(t, last), p.ns);
 		if (wall < 0) {
