@@ -98,8 +98,10 @@ def _check(name, db, got, agent, diffs):
     right, wrong, unlinked = _links(db, got)
     s = at.stats_us([x for x, _ in diffs])
     rules = at.query(db, "SELECT COALESCE(link_rule, 'unlinked') AS rule, COUNT(*) AS n FROM exchanges_out GROUP BY 1")
+    worst = sorted(diffs, key=lambda p: -abs(p[0]))[:3]
     print(f"     {name}: {len(right)} of {len(got)} linked right, {len(wrong)} wrong, {len(unlinked)} unlinked; "
-          f"rules {[(r['rule'], r['n']) for r in rules]}; overhead agent - wire, µs (|diff|): {s}")
+          f"rules {[(r['rule'], r['n']) for r in rules]}; overhead agent - wire, µs (|diff|): {s}; worst "
+          + ", ".join(f"{r} {x / 1e3:+.1f} µs" for x, r in worst))
     assert not wrong, wrong[:10]
     assert len(right) >= LINKED_SHARE * len(got), (len(right), len(got), unlinked[:10])
     assert s["n"] == len(right) and s["p99"] <= WIRE_US, s
