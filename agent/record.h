@@ -59,7 +59,7 @@ struct kpi_request_record {
 	 * prefilled), its prefill steps, and the rule that matched its sequence */
 	int64_t cached_prompt_tokens, engine_prompt_tokens, prefill_steps;
 	const char *engine_join;
-	/* reasoning (schema 009; http rows of event streams, KPI_NULL / NULL
+	/* reasoning (schema 011; http rows of event streams, KPI_NULL / NULL
 	 * otherwise): the first answer event's write - t_arrive (TTFO), the first
 	 * reasoning event to the first answer event, the content events by kind,
 	 * the first tool-call event's write - t_arrive, usage's reasoning_tokens,
@@ -90,7 +90,7 @@ struct kpi_request_record {
 	int64_t t_answered;
 };
 
-/* An agent task (agent/track/trajectory.c, schema/009_tasks.sql): the calls a
+/* An agent task (agent/track/trajectory.c, schema/011_tasks.sql): the calls a
  * process made for one inbound request, or under one trace or conversation
  * id, or between idle gaps; its span split on the critical path. */
 struct kpi_task_record {

@@ -124,7 +124,7 @@ LEFT JOIN requests AS r
  AND r.t_arrive_ns BETWEEN o.t_arrive_ns AND o.t_done_ns
 WHERE o.call_kind = 'model';
 
--- Agent trajectories, one row per task (tasks, schema/009_tasks.sql): its
+-- Agent trajectories, one row per task (tasks, schema/011_tasks.sql): its
 -- calls by kind, the MCP tools it called (their names, in order), retries
 -- and errors, where its time went on its critical path (model_ns + tool_ns
 -- + agent_ns = duration_ns), the tokens and cost of its model calls

@@ -36,34 +36,22 @@ def _large_model(d):
     return path
 
 
-def _send(port, jobs, threads=4):
-    """jobs: [(rid, x-cascade header or None)]."""
-    it, lock, got = iter(jobs), threading.Lock(), {}
+def _ask(port, rid, esc):
+    """One chat request to port; esc: its x-cascade header (None: the gateway's own rule)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    c.request("POST", "/v1/chat/completions", headers={"Content-Type": "application/json", "x-request-id": rid,
+                                                        **({"x-cascade": esc} if esc else {})},
+              body=json.dumps({"messages": [{"role": "user", "content": f"question {rid}"}],
+                               "max_tokens": 4, "temperature": 0}))
+    r = c.getresponse()
+    r.read()
+    c.close()
+    return r.status
 
-    def worker():
-        while True:
-            with lock:
-                j = next(it, None)
-            if j is None:
-                return
-            rid, esc = j
-            c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
-            c.request("POST", "/v1/chat/completions", headers={"Content-Type": "application/json",
-                                                                "x-request-id": rid,
-                                                                **({"x-cascade": esc} if esc else {})},
-                      body=json.dumps({"messages": [{"role": "user", "content": f"question {rid}"}],
-                                       "max_tokens": 4, "temperature": 0}))
-            r = c.getresponse()
-            r.read()
-            c.close()
-            with lock:
-                got[rid] = r.status
-    ts = [threading.Thread(target=worker) for _ in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return got
+
+def _send(port, jobs, threads=4):
+    """jobs: [(rid, x-cascade header or None)]; {rid: status}."""
+    return {rid: st for (rid, _), st in zip(jobs, at.in_threads(jobs, lambda j: _ask(port, *j), threads))}
 
 
 def _stack(d, gport, log, share):

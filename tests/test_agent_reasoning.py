@@ -10,7 +10,7 @@ pcaptest.reasoning_of, which parses whole events independently of the
 agent), TTFT against the first content event of any kind, the event counts
 equal.  Then kpi-infer --reasoning-tokens end to end (traced --http-only),
 /metrics' TTFO histogram, and kpitop's TTFO beside TTFT."""
-import http.client, json, os, re, sys, threading, time
+import http.client, json, os, re, sys, time
 
 import kpitest
 import agenttest as at
@@ -70,24 +70,11 @@ def _jobs():
 
 
 def _load(port, jobs, threads=3):
-    it, lock, got = iter(jobs), threading.Lock(), {}
-
-    def worker():
-        while True:
-            with lock:
-                j = next(it, None)
-            if j is None:
-                return
-            rid, path, _, headers, n = j
-            st = _post(port, path, rid, {"model": "r1", "stream": True, "max_tokens": n}, headers)
-            with lock:
-                got[rid] = st
-    ts = [threading.Thread(target=worker) for _ in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return got
+    """{rid: status} of the jobs, threads at once."""
+    def one(job):
+        rid, path, _, headers, n = job
+        return _post(port, path, rid, {"model": "r1", "stream": True, "max_tokens": n}, headers)
+    return {job[0]: st for job, st in zip(jobs, at.in_threads(jobs, one, threads))}
 
 
 def _compare(db, pcap, port, expect_shape=None):
@@ -193,18 +180,8 @@ def test_agent_reasoning_kpi_infer_end_to_end():
             body = {"model": daemon.model, "messages": [{"role": "user", "content": "think"}], "max_tokens": n,
                     "stream": True, "stream_options": {"include_usage": True}}
             jobs.append((f"infer-chat-{i}", "/v1/chat/completions", body))
-    got, lock = {}, threading.Lock()
-
-    def worker(part):
-        for rid, path, body in part:
-            st = _post(daemon.port, path, rid, body, {})
-            with lock:
-                got[rid] = st
-    ts = [threading.Thread(target=worker, args=(jobs[k::3],)) for k in range(3)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    sts = at.in_threads(jobs, lambda j: _post(daemon.port, j[1], j[0], j[2], {}), 3)
+    got = {rid: st for (rid, _, _), st in zip(jobs, sts)}
     pcap = cap.stop()
     time.sleep(0.3)
     metrics = servertest.parse_metrics(kpitest.http_request(mport, "GET", "/metrics")[2].decode())

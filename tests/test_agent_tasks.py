@@ -10,7 +10,7 @@ trajectories view (two model calls, or a model and a tool call; a lone model
 call is no task) with its counts, MCP tools and success equal, and its time
 in model calls, tool calls and its own work each within 300 µs of the same
 split computed from the capture, the three summing to its duration."""
-import http.client, json, os, subprocess, sys, threading, time
+import http.client, json, os, subprocess, sys, time
 
 import kpitest
 import agenttest as at
@@ -35,6 +35,17 @@ def _serve(*args):
     p = kpitest.Proc([sys.executable, AGENT_PY, *map(str, args)])
     p.wait_line("listening on")
     return p
+
+
+def _task(port, tid):
+    """POST /task for task tid; its status."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+    c.request("POST", "/task", body=json.dumps({"task": tid}),
+              headers={"Content-Type": "application/json", "x-request-id": tid})
+    r = c.getresponse()
+    r.read()
+    c.close()
+    return r.status
 
 
 def _is_task(e):
@@ -176,27 +187,7 @@ def test_agent_tasks_server_agent_against_its_log_and_the_wire():
     agent.wait_line(f"attached to pid {ag.pid}", timeout=60)
     cap = pcaptest.Capture([aport, tport, daemon.port])
     ids = [f"task-{i}" for i in range(40)]
-    got, lock, it = {}, threading.Lock(), iter(ids)
-
-    def worker():
-        while True:
-            with lock:
-                tid = next(it, None)
-            if tid is None:
-                return
-            c = http.client.HTTPConnection("127.0.0.1", aport, timeout=60)
-            c.request("POST", "/task", body=json.dumps({"task": tid}),
-                      headers={"Content-Type": "application/json", "x-request-id": tid})
-            r = c.getresponse()
-            r.read()
-            c.close()
-            with lock:
-                got[tid] = r.status
-    ts = [threading.Thread(target=worker) for _ in range(4)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    got = dict(zip(ids, at.in_threads(ids, lambda tid: _task(aport, tid), 4)))
     pcap = cap.stop()
     time.sleep(0.5)
     assert agent.stop() == 0, agent.lines[-20:]

@@ -149,7 +149,7 @@ def test_hops_view_reaches_back_a_long_trace():
 
 
 def test_once_tasks_ttfo_and_unlinked():
-    """Schema 009 in kpitop: the TTFO row beside TTFT is the rows' percentile
+    """Schema 011 in kpitop: the TTFO row beside TTFT is the rows' percentile
     of ttfo_ns; --tasks lists the agent tasks newest first with their calls,
     retries, errors, duration and success as the tasks table has them; calls
     no link rule tied (hops_unlinked) show as "unlinked", apart from what

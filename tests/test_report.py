@@ -154,7 +154,7 @@ AGENT_CAUSES = {   # tracetest.agents_trace's change -> the cause kpi-report mus
 
 
 def test_agents_findings_tell_the_causes_apart():
-    """Reasoning, tasks and cascades (schema 009) on a synthetic two-minute
+    """Reasoning, tasks and cascades (schema 011) on a synthetic two-minute
     trace that changes one thing in its second minute: the model reasoned
     longer vs the server slowed per reasoning event; a tool of the agent's
     tasks slowed; the gateway escalated more vs the large model slowed.

@@ -223,6 +223,24 @@ static uint64_t seg_of(const struct http_conn *c, uint64_t t_read)
 	return 0;
 }
 
+/* A call's answer: the latest segment any of its reads (from..to) carried. A
+ * read can carry a segment that came while it ran, after the bytes it
+ * returned, and leave the read that completes the answer none. */
+static uint64_t seg_latest(const struct http_conn *c, uint64_t from, uint64_t to)
+{
+	unsigned n = c->n_reads < SEG_RING ? c->n_reads : SEG_RING;
+	uint64_t best = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		unsigned k = (c->n_reads - 1 - i) % SEG_RING;
+		if (c->read_ts[k] < from)
+			break;
+		if (c->read_ts[k] <= to && c->seg_ts[k] <= to && c->seg_ts[k] > best)
+			best = c->seg_ts[k];
+	}
+	return best;
+}
+
 /* The marks, phases and TTFT of x; seg: its first segment's arrival (0: none). */
 static void times_fill(struct kpi_request_record *r, const struct http_exchange *x, uint64_t seg)
 {
@@ -411,7 +429,7 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 	snprintf(rec.model, sizeof(rec.model), "%s", x->model);
 	agent_fill(x, &rec);
 	if (c->client) {
-		uint64_t seg = seg_of(c, x->t_done);
+		uint64_t seg = seg_latest(c, x->t_arrive, x->t_done);
 		rec.t_answered = seg && (int64_t)seg >= rec.t_arrive ? (int64_t)seg : rec.t_done;
 	}
 	bool several;

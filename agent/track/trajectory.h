@@ -3,7 +3,7 @@
  * gen_ai.conversation.id, or between idle gaps), each call's kind, retry,
  * error and escalation, and each task's critical path split into model
  * calls, tool calls and the agent's own work (docs/agent.md, Tasks; schema
- * 009). Fed the HTTP path's records before they are written. */
+ * 011). Fed the HTTP path's records before they are written. */
 #ifndef KPI_TRAJECTORY_H
 #define KPI_TRAJECTORY_H
 

@@ -342,7 +342,7 @@ def hops_trace(path, n, step_ns=10_000_000):
 
 def agents_trace(path, change=None, seed=3):
     """A trace of two minutes (baseline: the first, incident: the second)
-    with what schema 009 adds: a reasoning model's rows (2 a second, 20
+    with what schema 011 adds: a reasoning model's rows (2 a second, 20
     reasoning events at 10 ms then the answer), an agent's tasks (one every 4
     s: three model calls of 100 ms, a "search" and an MCP "lookup" tool call,
     1 ms of its own work between calls; every fifth task's search fails once

@@ -183,7 +183,9 @@ static void test_open_schema_and_window(void)
 	CHECK(pts[3].t_ns == 3 * NS_PER_S && pts[3].samples == 0 && pts[3].kv_usage_max == -1, "bucket 3");
 	int64_t at;
 	char err[512];
-	CHECK(!trace_parse_time(t, "-1s", &at, err, sizeof(err)) && at == 9 * NS_PER_S, "-1s: %s", err);
+	/* "end" is just past the last row (10 s), so that a window ending there holds it */
+	CHECK(!trace_parse_time(t, "end", &at, err, sizeof(err)) && at == 10 * NS_PER_S + 1, "end -> %lld", (long long)at);
+	CHECK(!trace_parse_time(t, "-1s", &at, err, sizeof(err)) && at == 9 * NS_PER_S + 1, "-1s -> %lld", (long long)at);
 	CHECK(!trace_parse_time(t, "@1001", &at, err, sizeof(err)) && at == NS_PER_S, "@1001 -> %lld", (long long)at);
 	CHECK(trace_parse_time(t, "yesterday", &at, err, sizeof(err)) == -1 && strstr(err, "'yesterday'"), "%s", err);
 	trace_close(t);

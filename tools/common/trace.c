@@ -41,7 +41,7 @@ struct trace {
 	char *path;
 	bool has_source;                    /* requests.source (006_http.sql) */
 	bool has_engine;                    /* requests.engine_prompt_tokens (007_llama.sql) */
-	bool has_ttfo;                      /* requests.ttfo_ns (009_tasks.sql) */
+	bool has_ttfo;                      /* requests.ttfo_ns (011_tasks.sql) */
 	int64_t mono_to_wall;
 	sqlite3_stmt *q_window, *q_since, *q_samples, *q_inflight, *q_replay, *q_recent,
 		*q_slowest, *q_steps, *q_runq_by, *q_losses;
@@ -82,7 +82,7 @@ static const char *sql_src_cols(const struct trace *t)
 	return t->has_source ? "server_wait_ns, " TRACE_SRC_SQL : "NULL, 0";
 }
 
-/* ttfo_ns where the store has it (version 9) */
+/* ttfo_ns where the store has it (version 11) */
 static const char *sql_ttfo_col(const struct trace *t)
 {
 	return t->has_ttfo ? "ttfo_ns" : "NULL";

@@ -20,10 +20,10 @@
  * (007_llama.sql) a llama.cpp engine's split of such requests, read as the
  * usdt rows' (the source is not 'http'), and its prefix-cache reuse
  * (trace_reuse.h); 8 (008_hops.sql) the hops of a request across processes,
- * which the readers read where the trace has them; 9 (009_tasks.sql)
- * reasoning per request (TTFO), agent tasks and cascades (trace_tasks.h). */
+ * which the readers read where the trace has them; 11 (011_tasks.sql)
+ * reasoning per request (TTFO), agent tasks and cascades (trace_agents.h). */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 9
+#define TRACE_SCHEMA_VERSION 11
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 
@@ -41,7 +41,7 @@ enum trace_metric {
 	TM_NET_IN, TM_QUEUE, TM_PREFILL, TM_DECODE, TM_NET_OUT, TM_RUNQ,
 	TM_SERVER_WAIT,             /* http rows: queue and prefill together */
 	TM_TTFO,                    /* http rows: time to the first answer event, reasoning
-				     * not counted (schema version 9) */
+				     * not counted (schema version 11) */
 	TM_N
 };
 extern const char *const trace_metric_name[TM_N];  /* "TTFT", "TPOT", ... */
@@ -152,7 +152,7 @@ struct trace_req {
 	int64_t phase[PH_N];
 	enum trace_source source;
 	int64_t server_wait_ns;     /* http rows: between net-in and decode */
-	int64_t ttfo_ns;            /* http rows: time to the first answer event (version 9) */
+	int64_t ttfo_ns;            /* http rows: time to the first answer event (version 11) */
 };
 
 /* What the window statistics and timelines read of one request (a row of

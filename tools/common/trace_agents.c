@@ -1,6 +1,6 @@
 /* trace_agents.c - reasoning, tasks and cascades of a trace window, read from
  * requests, tasks, exchanges_out and the view model_call_costs (schema
- * version 9) on a connection of its own; the arithmetic the views leave to
+ * version 11) on a connection of its own; the arithmetic the views leave to
  * their readers (percentiles, the compounded expectation) is done here. */
 #include <math.h>
 #include <sqlite3.h>
@@ -62,7 +62,7 @@ struct trace_agents *trace_agents_open(struct trace *t, char *err, size_t errlen
 			       "o.retry FROM tasks AS k JOIN exchanges_out AS o ON o.task_id = k.task_id "
 			       "WHERE k.t_start_ns >= ?1 AND k.t_start_ns < ?2", -1, &a->q_steps, NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(a->db, casc_sql, -1, &a->q_casc, NULL) != SQLITE_OK) {
-		snprintf(err, errlen, "%s: no tasks (%s): a trace written before schema version 9 has "
+		snprintf(err, errlen, "%s: no tasks (%s): a trace written before schema version 11 has "
 			 "neither reasoning, tasks nor cascades", trace_path(t), sqlite3_errmsg(a->db));
 		trace_agents_close(a);
 		return NULL;

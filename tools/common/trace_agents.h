@@ -1,7 +1,7 @@
-/* trace_agents.h - what schema version 9 adds for the tools: reasoning per
+/* trace_agents.h - what schema version 11 adds for the tools: reasoning per
  * request (TTFO, reasoning time and events), agent tasks (the trajectories
  * view's rows and their steps) and model cascades (escalations), read on a
- * connection of its own (schema/009_tasks.sql, docs/schema.md). */
+ * connection of its own (schema/011_tasks.sql, docs/schema.md). */
 #ifndef KPI_TRACE_AGENTS_H
 #define KPI_TRACE_AGENTS_H
 
@@ -13,7 +13,7 @@
 struct trace_agents;
 
 /* A reader of t's tasks and cascades; NULL with the reason in err when the
- * trace has none (written before schema version 9). */
+ * trace has none (written before schema version 11). */
 struct trace_agents *trace_agents_open(struct trace *t, char *err, size_t errlen);
 void trace_agents_close(struct trace_agents *a);
 

@@ -1,5 +1,5 @@
 /* agents.c - kpi-report's reasoning, agent tasks and model cascades (schema
- * version 9): both windows' figures, the findings that tell the model's own
+ * version 11): both windows' figures, the findings that tell the model's own
  * doing (it reasoned longer, escalated more) from the server's (slower per
  * token, a slower escalated model), the task step that grew, and the section
  * that shows them. All data through tools/common/trace_agents.h. */
@@ -42,7 +42,7 @@ void report_agents_analyze(struct report *r)
 static void reasoning_finding(struct report *r)
 {
 	const struct trace_reasoning *b = &r->ag.reason[0], *i = &r->ag.reason[1];
-	char s1[16], s2[16], s3[16], s4[16];
+	char s1[16], s2[16], s3[16], s4[16], s5[16], s6[16];
 	struct rp_finding *f;
 
 	if (b->n < MIN_ROWS || i->n < MIN_ROWS || !(i->ttfo_mean > 1.1 * b->ttfo_mean))
@@ -64,7 +64,7 @@ static void reasoning_finding(struct report *r)
 			 "token of any kind) %s (baseline %s), time per reasoning event %s (baseline %s); %d of %d "
 			 "requests reasoned (baseline %d of %d)", D(s1, i->ttfo_mean), D(s2, b->ttfo_mean),
 			 fmin(thought / grew, 1) * 100, D(s3, i->ttft_mean), D(s4, b->ttft_mean),
-			 D(s1, pi), D(s2, pb), i->reasoning, i->n, b->reasoning, b->n);
+			 D(s5, pi), D(s6, pb), i->reasoning, i->n, b->reasoning, b->n);
 		snprintf(f->action, sizeof(f->action), "the prompts or the model's reasoning effort changed: "
 			 "cap the reasoning (a reasoning budget, max_tokens) or route easy requests to a model "
 			 "that thinks less; the server is not slower");
@@ -76,7 +76,7 @@ static void reasoning_finding(struct report *r)
 		snprintf(f->evidence, sizeof(f->evidence), "mean TTFO %s (baseline %s); TTFT %s (baseline %s), "
 			 "time per reasoning event %s (baseline %s): %.0f%% of the growth is the server's",
 			 D(s1, i->ttfo_mean), D(s2, b->ttfo_mean), D(s3, i->ttft_mean), D(s4, b->ttft_mean),
-			 D(s1, pi), D(s2, pb), fmin(server / grew, 1) * 100);
+			 D(s5, pi), D(s6, pb), fmin(server / grew, 1) * 100);
 		snprintf(f->action, sizeof(f->action), "the model server slowed down per token: see its queue, "
 			 "prefill and decode above");
 	}
@@ -97,7 +97,7 @@ static const struct trace_cascade *cascade_pair(const struct trace_cascade *v, i
 static void cascade_finding(struct report *r)
 {
 	const struct rp_agents *g = &r->ag;
-	char s1[16], s2[16], s3[16], s4[16];
+	char s1[16], s2[16], s3[16], s4[16], s5[16];
 	struct rp_finding *f;
 
 	for (int k = 0; k < g->ncasc[1]; k++) {
@@ -120,7 +120,7 @@ static void cascade_finding(struct report *r)
 				 "escalation added %s (baseline %s), p99 %s; %s's own time %s (baseline %s); more "
 				 "escalations explain %.0f%% of the added latency per request", i->escalated,
 				 i->requests, b->escalated, b->requests, D(s1, ai), D(s2, ab), D(s3, i->added_p99), to,
-				 D(s4, i->to_e2e_mean), D(s1, b->escalated ? b->to_e2e_mean : i->to_e2e_mean),
+				 D(s4, i->to_e2e_mean), D(s5, b->escalated ? b->to_e2e_mean : i->to_e2e_mean),
 				 fmin(rose / grew, 1) * 100);
 			snprintf(f->action, sizeof(f->action), "the first model (%s) answered worse or its "
 				 "traffic got harder: look at what the gateway escalates on, and the cost of each path "
@@ -146,7 +146,7 @@ static void cascade_finding(struct report *r)
 static void task_finding(struct report *r)
 {
 	const struct trace_tasks_window *b = &r->ag.tasks[0], *i = &r->ag.tasks[1];
-	char s1[16], s2[16], s3[16], s4[16];
+	char s[10][16];
 	struct rp_finding *f;
 
 	if (b->tasks < MIN_ROWS || i->tasks < MIN_ROWS || !(i->duration_mean > 1.1 * b->duration_mean))
@@ -173,9 +173,9 @@ static void task_finding(struct report *r)
 		 fmin(best / grew, 1) * 100);
 	snprintf(f->evidence, sizeof(f->evidence), "%d tasks (baseline %d), mean %s (baseline %s); %s took %s a "
 		 "task (baseline %s); on the critical path: model calls %s, tool calls %s, the agent's own work "
-		 "%s (baseline %s, %s, %s)", i->tasks, b->tasks, D(s1, i->duration_mean), D(s2, b->duration_mean),
-		 name, D(s3, iv), D(s4, bv), D(s1, i->model_mean), D(s2, i->tool_mean), D(s3, i->agent_mean),
-		 D(s4, b->model_mean), D(s1, b->tool_mean), D(s2, b->agent_mean));
+		 "%s (baseline %s, %s, %s)", i->tasks, b->tasks, D(s[0], i->duration_mean), D(s[1], b->duration_mean),
+		 name, D(s[2], iv), D(s[3], bv), D(s[4], i->model_mean), D(s[5], i->tool_mean), D(s[6], i->agent_mean),
+		 D(s[7], b->model_mean), D(s[8], b->tool_mean), D(s[9], b->agent_mean));
 	snprintf(f->action, sizeof(f->action), "%s", !strncmp(name, "tool", 4) ? "look at that tool's service "
 		 "and its retries (the tasks section below)" : !strncmp(name, "model", 5) ? "look at that model "
 		 "server's own findings, or the agent asking it more" : "profile the agent process: its own "

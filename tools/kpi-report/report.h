@@ -54,7 +54,7 @@ struct rp_finding {
 #define RP_CASCADES 8
 
 /* Reasoning, agent tasks and cascades of both windows ([0] baseline, [1]
- * incident; schema version 9), agents.c. */
+ * incident; schema version 11), agents.c. */
 struct rp_agents {
 	int have;                       /* the trace has them; why says why not */
 	char why[256];

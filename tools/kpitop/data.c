@@ -235,7 +235,7 @@ void kt_tasks(struct kt_data *d)
 	}
 	if (!s->agents) {
 		snprintf(d->tasks_why, sizeof(d->tasks_why), "this trace has no tasks (written before schema "
-			 "version 9)");
+			 "version 11)");
 		return;
 	}
 	int n = trace_agents_tasks(s->agents, d->to_ns, d->tasks, KT_MAX_TASKS);

@@ -51,7 +51,7 @@ struct kt_data {
 	int nhops;
 	char hops_why[160];
 	/* the tasks view: the agent tasks that started before the window's end,
-	 * newest first (schema version 9); tasks_why says why none */
+	 * newest first (schema version 11); tasks_why says why none */
 	struct trace_task tasks[KT_MAX_TASKS];
 	int ntasks;
 	char tasks_why[160];

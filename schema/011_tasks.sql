@@ -1,4 +1,4 @@
--- 009_tasks.sql - kpiscope trace store, schema version 9: reasoning per
+-- 011_tasks.sql - kpiscope trace store, schema version 11: reasoning per
 -- request, agent trajectories per task, the links that need no propagated
 -- id, model cascades (docs/agent.md "Reasoning", "Tasks", "Cascades").
 -- Applied on top of the previous version in one transaction; the agent sets
@@ -59,9 +59,9 @@ ALTER TABLE exchanges_out ADD COLUMN tool_name TEXT;
 ALTER TABLE exchanges_out ADD COLUMN retry INTEGER;
 ALTER TABLE exchanges_out ADD COLUMN call_error INTEGER;
 ALTER TABLE exchanges_out ADD COLUMN escalated_from TEXT;
--- A call's end on a task's critical path: when its answer arrived (the first
--- unread segment of the read that completed it, tcp_probe), else t_done_ns;
--- a caller late to read its answer spends that time itself.
+-- A call's end on a task's critical path: when its answer arrived (the
+-- latest data segment its reads carried, tcp_probe), else t_done_ns; a
+-- caller late to read its answer spends that time itself.
 ALTER TABLE exchanges_out ADD COLUMN t_answered_ns INTEGER;
 CREATE INDEX IF NOT EXISTS exchanges_out_task ON exchanges_out(task_id);
 CREATE INDEX IF NOT EXISTS exchanges_out_hop ON exchanges_out(hop_id);
