@@ -96,6 +96,51 @@ struct kpi_request_record {
 	 * ahead of it */
 	const char *slot_wait;
 	int64_t slot_waiting_ahead;
+	/* reasoning (schema 011; http rows of event streams, KPI_NULL / NULL
+	 * otherwise): the first answer event's write - t_arrive (TTFO), the first
+	 * reasoning event to the first answer event, the content events by kind,
+	 * the first tool-call event's write - t_arrive, usage's reasoning_tokens,
+	 * and how the reasoning came (field | responses | think) */
+	int64_t ttfo, reasoning_ns, reasoning_events, answer_events, ttftc, reasoning_tokens;
+	const char *reasoning_shape;
+	char conversation_id[KPI_REQID_LEN];    /* the request's gen_ai.conversation.id, "" none */
+	/* tasks (agent/track/trajectory.c, http rows): the task the row is the
+	 * root of (in) or the task or request it served (out), "" none; a call's
+	 * kind (model | tool, NULL on in rows), JSON-RPC method and MCP tool name
+	 * ("" none), retry and call_error (0/1; KPI_NULL on in rows), the hop id
+	 * of the model call it escalated ("" none) */
+	char task_id[KPI_REQID_LEN];
+	const char *call_kind;
+	char rpc_method[32], tool_name[64];
+	int64_t retry, call_error;
+	char escalated_from[32];
+	/* in memory only, no sink stores them: what the track's rules read (the
+	 * ids the response carried, the request's traceparent trace id, the
+	 * request body's fingerprint without its model, a JSON-RPC error) */
+	char resp_header_id[KPI_REQID_LEN], resp_body_id[KPI_REQID_LEN], trace_ctx[33];
+	uint64_t body_digest;
+	bool body_digest_ok, rpc_error;
+	int64_t escalation_added;       /* an escalation: its answer's end - the first answer's */
+	/* an outbound exchange: when its answer's last read's first unread
+	 * segment arrived (tcp_probe), else t_done: the call's end on a task's
+	 * critical path (a caller late to read is its own time, not the call's) */
+	int64_t t_answered;
+};
+
+/* An agent task (agent/track/trajectory.c, schema/011_tasks.sql): the calls a
+ * process made for one inbound request, or under one trace or conversation
+ * id, or between idle gaps; its span split on the critical path. */
+struct kpi_task_record {
+	char task_id[KPI_REQID_LEN], request_id[KPI_REQID_LEN];
+	uint32_t pid;
+	char comm[16];
+	const char *rule;               /* inbound | traceparent | conversation | idle_gap */
+	char hop_id[32];                /* the inbound request's (rule inbound), "" else */
+	int64_t t_start, t_end, duration;
+	int model_calls, tool_calls, mcp_calls, retries, errors;
+	int64_t model_ns, tool_ns, agent_ns;    /* sum to duration */
+	bool success;
+	int64_t http_status;            /* the inbound response's, KPI_NULL without one */
 };
 
 /* A top-level request whose trace reached a model hop in another process
@@ -206,6 +251,7 @@ struct kpi_sink {
 	 * served, so apart from request() and the samples' counts; optional */
 	void (*exchange_out)(void *ctx, const struct kpi_request_record *r);
 	void (*integration)(void *ctx, const struct kpi_integration_record *r);     /* optional */
+	void (*task)(void *ctx, const struct kpi_task_record *k);                   /* optional */
 	void (*step)(void *ctx, const struct kpi_step_record *s);
 	void (*sample)(void *ctx, const struct kpi_sample_record *s);
 	void (*losses)(void *ctx, const struct kpi_loss_record *l);

@@ -47,6 +47,16 @@ struct {
 	__type(value, __u8);
 } target_ports SEC(".maps");
 
+/* Remote TCP ports the HTTP-mode targets' own calls went to (host order): the
+ * answers' segments on those connections are timed too (tcp_probe), so that a
+ * call's end is when its answer arrived, not when the caller got to read it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u16);
+	__type(value, __u8);
+} peer_ports SEC(".maps");
+
 /* --port: the ports whose listener becomes a target at its listen(), before
  * its first connection (written by the agent; empty otherwise). */
 struct {
@@ -85,9 +95,10 @@ struct {
 
 /* first_ts: arrival of the first data segment not yet consumed by a read.
  * Reads clear it, so it is the next request's first segment even when that
- * segment lands before the daemon's response__end for the previous one. */
+ * segment lands before the daemon's response__end for the previous one.
+ * last_ts: of the latest one (a call's answer: when its last bytes came). */
 struct sk_state {
-	__u64 first_ts;
+	__u64 first_ts, last_ts;
 	__u32 srtt_us;
 	__u32 pad;
 };
@@ -584,12 +595,22 @@ static __always_inline bool seg_old(const struct trace_event_raw_tcp_probe *ctx)
 SEC("tracepoint/tcp/tcp_probe")
 int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
 {
-	__u16 port = ctx->sport;
+	__u16 port = ctx->sport, rport = ctx->dport;
 	__u64 sk = (__u64)ctx->skaddr;
 	struct sk_state *s, init = {};
 
-	if (!ctx->data_len || !bpf_map_lookup_elem(&target_ports, &port) || seg_old(ctx))
+	if (!ctx->data_len || seg_old(ctx))
 		return 0;
+	if (!bpf_map_lookup_elem(&target_ports, &port)) {
+		/* an answer to a target's own call: its socket is in socks already */
+		if (!bpf_map_lookup_elem(&peer_ports, &rport) || !(s = bpf_map_lookup_elem(&socks, &sk)))
+			return 0;
+		s->srtt_us = ctx->srtt;
+		s->last_ts = bpf_ktime_get_ns();
+		if (!s->first_ts)
+			s->first_ts = s->last_ts;
+		return 0;
+	}
 	s = bpf_map_lookup_elem(&socks, &sk);
 	if (s) {
 		s->srtt_us = ctx->srtt;
@@ -985,6 +1006,23 @@ static __always_inline __u32 first_word(const struct sys_arg *a, long ret)
  * read a status line.  Anything else (a database's protocol, TLS, a server
  * that speaks first) is left at once: no payload copies for it, and nothing
  * for the agent's HTTP tracker to count as lost framing. */
+/* A target's own HTTP connection: tcp_probe times the segments of its
+ * answers (socks entry, its remote port in peer_ports). */
+static __always_inline void client_answers_timed(const struct kpi_conn *c)
+{
+	struct sock *s = (struct sock *)c->sk;
+	struct sk_state init = {};
+	__u16 rport;
+	__u8 one = 1;
+
+	if (!s)
+		return;
+	rport = bpf_ntohs(BPF_CORE_READ(s, __sk_common.skc_dport));
+	bpf_map_update_elem(&peer_ports, &rport, &one, BPF_ANY);
+	if (!bpf_map_update_elem(&socks, &c->sk, &init, BPF_NOEXIST))
+		count(KPI_CNT_SOCKS_INS);
+}
+
 static __always_inline bool client_http(struct kpi_conn *c, const struct sys_arg *a, long ret)
 {
 	__u32 w;
@@ -997,6 +1035,7 @@ static __always_inline bool client_http(struct kpi_conn *c, const struct sys_arg
 	    w == WORD('H', 'E', 'A', 'D') || w == WORD('D', 'E', 'L', 'E') || w == WORD('P', 'A', 'T', 'C') ||
 	    w == WORD('O', 'P', 'T', 'I') || w == WORD('C', 'O', 'N', 'N') || w == WORD('T', 'R', 'A', 'C')) {
 		c->http = 1;
+		client_answers_timed(c);
 		return true;
 	}
 	c->is_sock = 0;
@@ -1060,10 +1099,12 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 		e->dir = KPI_PAYLOAD_IN;
 		s = bpf_map_lookup_elem(&socks, &c->sk);
 		if (s) {
-			if (s->first_ts && s->first_ts <= now)
-				e->t_seg = s->first_ts;
+			/* a request: its first segment; a call's answer: its latest */
+			__u64 seg = c->role == KPI_ROLE_CLIENT ? s->last_ts : s->first_ts;
+			if (seg && seg <= now)
+				e->t_seg = seg;
 			e->srtt_us = s->srtt_us;
-			s->first_ts = 0;
+			s->first_ts = s->last_ts = 0;
 		}
 	} else {
 		e->h.ts = a->ts;

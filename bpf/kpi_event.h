@@ -257,7 +257,8 @@ struct kpi_ev_payload {
 	unsigned int moved;             /* bytes of this piece that went through the socket */
 	unsigned int captured;          /* of them, the first ones in data (<= KPI_PAYLOAD_MAX) */
 	unsigned long long t_seg;       /* reads: the first data segment not consumed before
-					 * this read (tcp_probe), 0 unknown */
+					 * this read (tcp_probe); on a client connection (a
+					 * call's answer) the latest one; 0 unknown */
 	unsigned int srtt_us;           /* reads: the connection's smoothed RTT, 0 unknown */
 	unsigned int tid;               /* the thread that read or wrote */
 	unsigned int role;              /* enum kpi_conn_role */

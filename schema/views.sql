@@ -140,3 +140,76 @@ SELECT strftime('%Y-%m-%d %H:%M', m.m * 60, 'unixepoch') AS minute,
        r.cost_usd, i.idle_cost_usd, r.energy_j, i.idle_energy_j
 FROM m LEFT JOIN r ON r.m = m.m LEFT JOIN i ON i.m = m.m
 ORDER BY m.m;
+
+-- Each model call of a traced process (exchanges_out, call_kind 'model')
+-- with the model server's row on the other end of its connection, when that
+-- server is traced: its tokens (the call's own usage first) and cost_usd
+-- (NULL unless the agent ran with --price-per-hour).
+DROP VIEW IF EXISTS model_call_costs;
+CREATE VIEW model_call_costs AS
+SELECT o.hop_id, o.task_id, o.pid, o.comm, o.model, o.t_arrive_ns, o.t_done_ns, o.e2e_ns,
+       COALESCE(o.prompt_tokens, r.prompt_tokens) AS prompt_tokens,
+       COALESCE(o.output_tokens, r.output_tokens) AS output_tokens, r.cost_usd
+FROM exchanges_out AS o
+LEFT JOIN requests AS r
+  ON r.sock_local = o.sock_peer AND r.sock_peer = o.sock_local
+ AND r.t_arrive_ns BETWEEN o.t_arrive_ns AND o.t_done_ns
+WHERE o.call_kind = 'model';
+
+-- Agent trajectories, one row per task (tasks, schema/011_tasks.sql): its
+-- calls by kind, the MCP tools it called (their names, in order), retries
+-- and errors, where its time went on its critical path (model_ns + tool_ns
+-- + agent_ns = duration_ns), the tokens and cost of its model calls
+-- (model_call_costs), and whether it succeeded.
+DROP VIEW IF EXISTS trajectories;
+CREATE VIEW trajectories AS
+WITH m AS (
+	SELECT task_id, SUM(prompt_tokens) AS prompt_tokens, SUM(output_tokens) AS output_tokens,
+	       SUM(cost_usd) AS cost_usd
+	FROM model_call_costs WHERE task_id IS NOT NULL GROUP BY task_id
+), t AS (
+	SELECT task_id, GROUP_CONCAT(tool_name, ',') AS mcp_tools
+	FROM (SELECT task_id, tool_name FROM exchanges_out
+	      WHERE task_id IS NOT NULL AND rpc_method = 'tools/call' ORDER BY t_arrive_ns)
+	GROUP BY task_id
+)
+SELECT k.task_id, k.pid, k.comm AS process, k.rule, k.request_id, k.run_id, k.wall_ns,
+       k.t_start_ns, k.t_end_ns, k.duration_ns, k.model_calls, k.tool_calls, k.mcp_calls,
+       t.mcp_tools, k.retries, k.errors, k.model_ns, k.tool_ns, k.agent_ns,
+       m.prompt_tokens, m.output_tokens, m.cost_usd, k.success, k.http_status
+FROM tasks AS k LEFT JOIN m ON m.task_id = k.task_id LEFT JOIN t ON t.task_id = k.task_id;
+
+-- Model cascades: one row per escalation, a model call that asked a second,
+-- different model the same request (the request body the same but for its
+-- "model"; compared in the agent's memory, never stored) after a first model
+-- call of the same task or request had answered (status below 400).  The
+-- latency it added: when its answer arrived minus when the first one had
+-- (t_answered_ns); each call's cost from model_call_costs.
+DROP VIEW IF EXISTS escalations;
+CREATE VIEW escalations AS
+SELECT b.task_id, b.pid, b.comm, b.run_id, b.wall_ns, a.model AS from_model, b.model AS to_model,
+       a.hop_id AS from_hop_id, b.hop_id, a.e2e_ns AS from_e2e_ns, b.e2e_ns AS to_e2e_ns,
+       COALESCE(b.t_answered_ns, b.t_done_ns) - COALESCE(a.t_answered_ns, a.t_done_ns) AS added_ns,
+       ca.cost_usd AS from_cost_usd,
+       cb.cost_usd AS to_cost_usd
+FROM exchanges_out AS b JOIN exchanges_out AS a ON a.hop_id = b.escalated_from
+LEFT JOIN model_call_costs AS ca ON ca.hop_id = a.hop_id
+LEFT JOIN model_call_costs AS cb ON cb.hop_id = b.hop_id
+WHERE b.escalated_from IS NOT NULL;
+
+-- Every task or request that made a model call, once: its first model call's
+-- model and whether it escalated (0/1), what the escalation added and the
+-- cost of each path (the first model alone; the first and the second).
+-- Escalation rate per process and first model:
+--   SELECT comm, first_model, AVG(escalated) FROM cascade_requests GROUP BY 1, 2;
+DROP VIEW IF EXISTS cascade_requests;
+CREATE VIEW cascade_requests AS
+WITH first AS (
+	SELECT *, ROW_NUMBER() OVER (PARTITION BY task_id ORDER BY t_arrive_ns) AS rn
+	FROM model_call_costs WHERE task_id IS NOT NULL
+)
+SELECT f.task_id, f.pid, f.comm, f.t_arrive_ns, f.model AS first_model, e.to_model,
+       e.hop_id IS NOT NULL AS escalated, e.added_ns, f.cost_usd AS first_cost_usd,
+       f.cost_usd + e.to_cost_usd AS escalated_path_cost_usd
+FROM first AS f LEFT JOIN escalations AS e ON e.from_hop_id = f.hop_id
+WHERE f.rn = 1;

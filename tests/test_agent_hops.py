@@ -60,23 +60,7 @@ def _send(port, rid, wait_us, model):
 def _load(jobs, threads=4):
     """jobs: [(port, rid, wait_us, model)], sent by a few threads at once;
     returns {rid: status}."""
-    got, lock, it = {}, threading.Lock(), iter(jobs)
-
-    def worker():
-        while True:
-            with lock:
-                job = next(it, None)
-            if job is None:
-                return
-            st = _send(*job)
-            with lock:
-                got[job[1]] = st
-    ts = [threading.Thread(target=worker) for _ in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
-    return got
+    return {job[1]: st for job, st in zip(jobs, at.in_threads(jobs, lambda job: _send(*job), threads))}
 
 
 def _wire_by_user(pcap, port):
@@ -287,8 +271,9 @@ def test_agent_hops_two_gateways_one_model():
 
 def test_agent_hops_report_names_the_guardrail():
     """The guardrail slows (1-2 ms, then 20-25 ms): kpi-report over that
-    window, against the one before, names the guardrail hop first, with its
-    share of the top-level requests' p99 increase."""
+    window, against the one before, names the guardrail first (the task step
+    that grew, or the integration hop), and its integration finding gives the
+    guardrail hop's share of the top-level requests' p99 increase."""
     _require()
     import servertest, tracetest
     at.require_built(tracetest.REPORT)
@@ -317,9 +302,16 @@ def test_agent_hops_report_names_the_guardrail():
     title, phase, cause = found[0]
     print(f"     first finding: {title} (phase {phase}, cause {cause}); then "
           f"{[c for _, _, c in found[1:]]}")
-    assert cause == "integration overhead" and "/v1/check" in title, found
-    share = float(title.split("grew, ")[1].split("%")[0])
-    assert share >= 80, title
+    # The gateway makes a model and a tool call a request: each is an agent
+    # task too (docs/agent.md, Tasks), and the task finding, which ranks first,
+    # names the same guardrail as the step that grew.
+    assert cause in ("integration overhead", "task step grew") and "/v1/check" in title, found
+    integ = [t for t, _, c in found if c == "integration overhead"]
+    assert integ and "/v1/check" in integ[0], found
+    share = float(integ[0].split("grew, ")[1].split("%")[0])
+    assert share >= 80, integ[0]
+    if cause == "task step grew":
+        assert float(title.split("grew, ")[1].split("%")[0]) >= 80, title
     daemon.stop()
 
 

@@ -147,6 +147,53 @@ def test_lossy_window_says_so():
         assert row and row.group(2) == str(total), (row and row.groups(), md)
 
 
+AGENT_CAUSES = {   # tracetest.agents_trace's change -> the cause kpi-report must name
+    "think": "reasoning grew", "slow": "server slower", "tool": "task step grew",
+    "escalate": "escalations rose", "large_slow": "escalated model slower",
+}
+
+
+def test_agents_findings_tell_the_causes_apart():
+    """Reasoning, tasks and cascades (schema 011) on a synthetic two-minute
+    trace that changes one thing in its second minute: the model reasoned
+    longer vs the server slowed per reasoning event; a tool of the agent's
+    tasks slowed; the gateway escalated more vs the large model slowed.
+    kpi-report names exactly that cause among these five, first of them; and
+    with no change it names none of them.  The section's figures are the
+    rows' (task success, the compounded expectation, escalation rates)."""
+    d = tmp()
+    for change in (None, *AGENT_CAUSES):
+        db = os.path.join(d, f"agents-{change}.db")
+        w = tracetest.agents_trace(db, change)
+        md = report(db, "--from", w["inc"][0], "--to", w["inc"][1], "--baseline", f"{w['base'][0]}..{w['base'][1]}")
+        named = [c for *_, c in tracetest.REPORT_FINDING.findall(md) if c in AGENT_CAUSES.values()]
+        assert named == ([AGENT_CAUSES[change]] if change else []), (change, named, md)
+        if change == "tool":
+            assert any("tool search grew" in t for t, _, _ in findings(md)), md
+        # the section against the rows
+        c = sqlite3.connect(db)
+        for k, (lo, hi) in enumerate(((0, 60), (60, 120))):
+            frm, to = tracetest.T0 + lo * tracetest.NS, tracetest.T0 + hi * tracetest.NS
+            tasks, ok = c.execute("SELECT COUNT(*), SUM(success) FROM tasks WHERE t_start_ns >= ? AND "
+                                  "t_start_ns < ?", (frm, to)).fetchone()
+            per_kind = c.execute("SELECT call_kind, COUNT(*), SUM(call_error) FROM exchanges_out o JOIN tasks t "
+                                 "ON t.task_id = o.task_id WHERE t.t_start_ns >= ? AND t.t_start_ns < ? "
+                                 "GROUP BY call_kind", (frm, to)).fetchall()
+            expected = 1.0
+            for _, n, err in per_kind:
+                expected *= (1 - err / n) ** (n / tasks)
+            row = re.search(r"\| task success \(expected from the steps\) \| (\d+)% \| (\d+)% \|", md)
+            assert row and int(row.group(k + 1)) == round(expected * 100), (change, k, expected, row and row.groups())
+            row = re.search(r"\| tasks \| (\d+) \| (\d+) \|", md)
+            assert row and int(row.group(k + 1)) == tasks, (change, k, tasks)
+            esc, n = c.execute("SELECT SUM(escalated), COUNT(*) FROM cascade_requests WHERE comm = 'gateway' "
+                               "AND t_arrive_ns >= ? AND t_arrive_ns < ?", (frm, to)).fetchone()
+            row = re.search(r"\| gateway small → large: escalated \| (\d+)% of (\d+) \| (\d+)% of (\d+) \|", md)
+            assert row and int(row.group(2 * k + 2)) == n and int(row.group(2 * k + 1)) == round(100 * esc / n), \
+                (change, k, esc, n, row and row.groups())
+        c.close()
+
+
 def test_short_trace_finds_its_incident():
     """A trace of a minute (make demo records 30 s): buckets shorter than 10 s,
     so the incident stands out and a baseline of its length exists before it."""

@@ -192,6 +192,14 @@ static void encode_request(FILE *out, const struct otlp_item *it, int64_t off, c
 	if (it->finish[0])
 		attr_str_array(out, &first, "gen_ai.response.finish_reasons", it->finish);
 	attr_secs(out, &first, "gen_ai.server.time_to_first_token", r->ttft);
+	/* reasoning (docs/agent.md, Reasoning): the first answer event, the time before it */
+	attr_secs(out, &first, "kpi.time_to_first_output", r->ttfo);
+	attr_secs(out, &first, "kpi.reasoning", r->reasoning_ns);
+	attr_int(out, &first, "kpi.reasoning_events", r->reasoning_events);
+	attr_int(out, &first, "kpi.answer_events", r->answer_events);
+	attr_int(out, &first, "kpi.reasoning_tokens", r->reasoning_tokens);
+	if (r->task_id[0])
+		attr_str(out, &first, "kpi.task_id", r->task_id);
 	attr_secs(out, &first, "gen_ai.server.time_per_output_token", r->tpot);
 	attr_secs(out, &first, "gen_ai.server.request.duration", r->e2e);
 	if (it->id.port)

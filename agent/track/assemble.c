@@ -10,6 +10,7 @@
 #include "disagg.h"
 #include "hop_link.h"
 #include "http_path.h"
+#include "trajectory.h"
 #include "marks.h"
 #include "agent/host/targets.h"
 #include "abi/kpi_kv_wire.h"
@@ -173,12 +174,22 @@ void assemble_set_http_timeout(struct assembler *a, uint64_t ns)
 	http_path_set_timeout(a->http, ns);
 }
 
+void assemble_set_task_idle_gap(struct assembler *a, uint64_t ns)
+{
+	http_path_set_task_idle_gap(a->http, ns);
+}
+
+void assemble_finish(struct assembler *a)
+{
+	http_path_finish(a->http);
+}
+
 void assemble_set_tls_query(struct assembler *a, bool (*readable)(void *ctx, uint32_t pid),
 			    void *ctx)
 {
 	http_path_set_tls(a->http, (struct http_tls_query){ readable, ctx });
 }
-_Static_assert(HOP_RULE__COUNT == 4, "assemble_stats.hops_out has one slot per hop rule");
+_Static_assert(HOP_RULE__COUNT == 5, "assemble_stats.hops_out has one slot per hop rule");
 
 void assemble_stats(const struct assembler *a, struct assemble_stats *out)
 {
@@ -191,6 +202,9 @@ void assemble_stats(const struct assembler *a, struct assemble_stats *out)
 	for (int i = 0; i < HOP_RULE__COUNT; i++)
 		out->hops_out[i] = h->links[i];
 	out->hops_ambiguous = h->ambiguous;
+	const struct trajectory_stats *t = http_path_tasks(a->http);
+	memcpy(out->tasks, t->tasks, sizeof(out->tasks));
+	out->escalations = t->escalations;
 }
 
 void assemble_losses(struct assembler *a, struct kpi_loss_record *l)
@@ -528,6 +542,9 @@ static void req_complete(struct assembler *a, struct req *r)
 	rec.cached_prompt_tokens = r->prefix_hit ? r->cached_tokens : KPI_NULL;
 	rec.engine_prompt_tokens = rec.prefill_steps = KPI_NULL;
 	pd_fill(r, &rec);
+	/* the probes see tokens, not the events they travel in: no reasoning split */
+	rec.ttfo = rec.reasoning_ns = rec.reasoning_events = rec.answer_events = rec.ttftc = KPI_NULL;
+	rec.reasoning_tokens = rec.retry = rec.call_error = rec.escalation_added = KPI_NULL;
 
 	/* a router's row waits for its workers' rows (agent/track/disagg.c),
 	 * which tell its phases; it keeps every write of its response, since

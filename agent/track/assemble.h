@@ -32,6 +32,10 @@ void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
  * agent_tls_readable); unset, no TLS connection is. */
 /* How long an HTTP exchange may move no byte before it ends as a timeout. */
 void assemble_set_http_timeout(struct assembler *a, uint64_t ns);
+/* How long a process that serves nothing may pause before its next call starts a new task. */
+void assemble_set_task_idle_gap(struct assembler *a, uint64_t ns);
+/* The agent stops: what the HTTP path held for evidence goes out, the tasks still open end. */
+void assemble_finish(struct assembler *a);
 void assemble_set_tls_query(struct assembler *a, bool (*readable)(void *ctx, uint32_t pid),
 			    void *ctx);
 /* Hands out the rows that wait for their request's other processes'
@@ -58,10 +62,13 @@ struct assemble_stats {
 	/* outbound exchanges of HTTP-mode targets by the rule that linked them
 	 * (enum hop_rule, hop_link.h: [0] unlinked), and of the unlinked those
 	 * made while several inbound requests were open */
-	uint64_t hops_out[4], hops_ambiguous;
+	uint64_t hops_out[5], hops_ambiguous;
 	/* disaggregated requests (disagg.h): client-facing rows joined with
 	 * every worker's row expected, and those that went with one missing */
 	uint64_t pd_joined, pd_partial;
+	/* agent tasks by the rule that made them (inbound, traceparent,
+	 * conversation, idle_gap), and escalations (agent/track/trajectory.c) */
+	uint64_t tasks[4], escalations;
 };
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
 /* Fills in the causes the assembler counts (orphans, clamped, before_attach,

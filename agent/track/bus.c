@@ -39,6 +39,7 @@ int bus_add(struct bus *b, const struct kpi_sink *sink)
 void bus_request(struct bus *b, const struct kpi_request_record *r) { EACH(b, request, r); }
 void bus_exchange_out(struct bus *b, const struct kpi_request_record *r) { EACH(b, exchange_out, r); }
 void bus_integration(struct bus *b, const struct kpi_integration_record *r) { EACH(b, integration, r); }
+void bus_task(struct bus *b, const struct kpi_task_record *k) { EACH(b, task, k); }
 void bus_step(struct bus *b, const struct kpi_step_record *s) { EACH(b, step, s); }
 void bus_sample(struct bus *b, const struct kpi_sample_record *s) { EACH(b, sample, s); }
 void bus_losses(struct bus *b, const struct kpi_loss_record *l) { EACH(b, losses, l); }

@@ -20,6 +20,8 @@ void bus_request(struct bus *b, const struct kpi_request_record *r);
 /* An outbound exchange (direction "out"), to the sinks that take them. */
 void bus_exchange_out(struct bus *b, const struct kpi_request_record *r);
 void bus_integration(struct bus *b, const struct kpi_integration_record *r);
+/* An agent task (agent/track/trajectory.c), to the sinks that take them. */
+void bus_task(struct bus *b, const struct kpi_task_record *k);
 void bus_step(struct bus *b, const struct kpi_step_record *s);
 void bus_sample(struct bus *b, const struct kpi_sample_record *s);
 void bus_losses(struct bus *b, const struct kpi_loss_record *l);

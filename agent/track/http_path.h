@@ -15,6 +15,8 @@
 
 struct bus;
 struct hop_graph;
+struct relay_stats;
+struct trajectory_stats;
 struct hop_link;
 struct http_path;
 
@@ -51,6 +53,14 @@ void http_path_expire(struct http_path *hp, uint64_t now);
 /* The target exited: its exchanges in flight end as closed by the server,
  * its trackers are freed. */
 void http_path_forget_pid(struct http_path *hp, uint32_t pid);
+/* The agent stops: the calls held for the response-id rule go out as they
+ * are, the tasks of processes that serve nothing end (before the last flush). */
+void http_path_finish(struct http_path *hp);
+/* --task-idle-gap (agent/track/trajectory.h). */
+void http_path_set_task_idle_gap(struct http_path *hp, uint64_t ns);
+/* What the tasks and the response-id rule came to. */
+const struct trajectory_stats *http_path_tasks(const struct http_path *hp);
+const struct relay_stats *http_path_relay(const struct http_path *hp);
 /* The outbound exchanges' parents and the connections' ends (hop_link.h). */
 struct hop_link *http_path_hops(struct http_path *hp);
 /* Sums over every tracker, the freed ones included. */

@@ -21,9 +21,11 @@
  * usdt rows' (the source is not 'http'), and its prefix-cache reuse
  * (trace_reuse.h); 8 (008_hops.sql) the hops of a request across processes,
  * which the readers read where the trace has them; 9 (009_weight_type.sql)
- * the weight type of the model that served each request (trace_weights). */
+ * the weight type of the model that served each request (trace_weights);
+ * 10 (010_disagg.sql) disaggregated requests (below); 11 (011_tasks.sql) reasoning per request (TTFO), agent tasks and cascades
+ * (trace_agents.h). */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 10
+#define TRACE_SCHEMA_VERSION 11
 /* Version 10 (010_disagg.sql): a disaggregated request's router row has its
  * phases across the router, decode and prefill workers; the workers' own
  * rows hang under it (parent_hop_id).  The window statistics, timelines and
@@ -49,6 +51,8 @@ enum trace_metric {
 	TM_TTFT, TM_TPOT, TM_ITL, TM_E2E,
 	TM_NET_IN, TM_QUEUE, TM_PREFILL, TM_DECODE, TM_NET_OUT, TM_RUNQ,
 	TM_SERVER_WAIT,             /* http rows: queue and prefill together */
+	TM_TTFO,                    /* http rows: time to the first answer event, reasoning
+				     * not counted (schema version 11) */
 	TM_N
 };
 extern const char *const trace_metric_name[TM_N];  /* "TTFT", "TPOT", ... */
@@ -121,8 +125,11 @@ struct trace_window {
 	/* what the agent lost in the window (samples' times), all causes, and
 	 * by cause, largest first (schema version 4; lost -1 before: the trace
 	 * does not say); causes past the list (none while the agent has no
-	 * more than TRACE_LOSS_MAX) are in lost and n_loss_more */
-	int64_t lost;
+	 * more than TRACE_LOSS_MAX) are in lost and n_loss_more; outbound calls
+	 * no link rule could tie to the request they served (hops_unlinked) are
+	 * missing evidence, not lost data: counted apart, in unlinked, and in
+	 * neither of the others */
+	int64_t lost, unlinked;
 	struct trace_loss {
 		char cause[24];
 		int64_t n;
@@ -158,6 +165,7 @@ struct trace_req {
 	int64_t phase[PH_N];
 	enum trace_source source;
 	int64_t server_wait_ns;     /* http rows: between net-in and decode */
+	int64_t ttfo_ns;            /* http rows: time to the first answer event (version 11) */
 };
 
 /* What the window statistics and timelines read of one request (a row of

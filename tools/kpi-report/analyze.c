@@ -747,6 +747,7 @@ static void findings(struct report *r)
 	finding_network(&c);
 	finding_integration(&c);
 	report_disagg_findings(r);
+	report_agents_findings(r);
 	if (!r->nf && (f = rp_add_finding(r, "no known cause matched", trace_phase_name[c.ee->top], 0, 9))) {
 		snprintf(f->title, sizeof(f->title), "No known cause matched; the largest change is in %s",
 			 e2e_names[c.ee->top]);
@@ -878,6 +879,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 	if (trace_series(r->t, r->tl_from, r->tl_to, RP_TIMELINE, r->tl)) goto sqlfail;
 	if (trace_queue_series(r->t, r->tl_from, r->tl_to, RP_TIMELINE, r->tl, err, errlen)) return -1;
 	r->nslow = trace_slowest(r->t, from, to, r->slow, RP_SLOWEST);
+	report_agents_analyze(r);
 	if (found)
 		findings(r);
 	else

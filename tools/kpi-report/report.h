@@ -5,6 +5,7 @@
 
 #include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
+#include "tools/common/trace_agents.h"
 #include "tools/common/trace_cost.h"
 #include "tools/common/trace_hops.h"
 #include "tools/common/trace_queue.h"
@@ -51,6 +52,19 @@ struct rp_finding {
 	char action[256];
 };
 
+#define RP_CASCADES 8
+
+/* Reasoning, agent tasks and cascades of both windows ([0] baseline, [1]
+ * incident; schema version 11), agents.c. */
+struct rp_agents {
+	int have;                       /* the trace has them; why says why not */
+	char why[256];
+	struct trace_reasoning reason[2];
+	struct trace_tasks_window tasks[2];
+	struct trace_cascade casc[2][RP_CASCADES];
+	int ncasc[2];
+};
+
 struct report {
 	struct trace *t;
 	int64_t first_ns, last_ns;
@@ -72,6 +86,7 @@ struct report {
 	/* disaggregated requests' p99 TTFT change by phase across the router,
 	 * prefill and decode workers (disagg.c); "" when the windows have none */
 	char pd_words[768];
+	struct rp_agents ag;
 	/* requests by the weight type that served them, whole trace (weights.c) */
 	struct trace_weight weights[TRACE_WEIGHTS_MAX];
 	int nweights;
@@ -92,6 +107,13 @@ void rp_sort_findings(struct report *r);
  * change (pd_words) and the findings only their phases can make, a KV
  * transfer that slowed and a decode side out of slots. */
 void report_disagg_findings(struct report *r);
+/* Both windows' reasoning, tasks and cascades (r->ag), and the findings they
+ * make: "reasoning grew" apart from "the server was slower", "escalations
+ * rose" apart from "the escalated model got slower", the task step that grew;
+ * the section that shows them. */
+void report_agents_analyze(struct report *r);
+void report_agents_findings(struct report *r);
+void report_agents_render(const struct report *r, FILE *out, int html);
 
 /* Picks the windows (user's or automatic) and computes everything the report
  * shows. have_from/have_to/have_base say which flags were given. Returns 0,

@@ -21,6 +21,8 @@ struct kt_source {
 	struct trace_disagg *pd;    /* NULL: no disaggregation columns (before version 10) */
 	struct trace_hops *hops;    /* opened at the hops view's first use */
 	int hops_tried;
+	struct trace_agents *agents;        /* opened at the tasks view's first use */
+	int agents_tried;
 	int hops_pid;               /* the request whose hops d->hops holds */
 	int64_t hops_t;
 	struct trace_stat_rows rows;
@@ -79,6 +81,7 @@ void kt_close(struct kt_data *d)
 	trace_cost_close(d->src->cost);
 	trace_disagg_close(d->src->pd);
 	trace_hops_close(d->src->hops);
+	trace_agents_close(d->src->agents);
 	trace_close(d->src->tr);
 	trace_stat_rows_free(&d->src->rows);
 	free(d->src);
@@ -303,4 +306,29 @@ void kt_hops(struct kt_data *d, const struct trace_req *r)
 		snprintf(d->hops_why, sizeof(d->hops_why), "not in a trace of hops yet (in flight, or "
 			 "written before the agent followed hops)");
 	d->nhops = n > 0 ? n : 0;
+}
+
+void kt_tasks(struct kt_data *d)
+{
+	struct kt_source *s = d->src;
+
+	d->ntasks = 0;
+	d->tasks_why[0] = 0;
+	if (!s->agents && !s->agents_tried) {
+		s->agents_tried = 1;
+		s->agents = trace_agents_open(s->tr, d->tasks_why, sizeof(d->tasks_why));
+	}
+	if (!s->agents) {
+		snprintf(d->tasks_why, sizeof(d->tasks_why), "this trace has no tasks (written before schema "
+			 "version 11)");
+		return;
+	}
+	int n = trace_agents_tasks(s->agents, d->to_ns, d->tasks, KT_MAX_TASKS);
+	if (n < 0)
+		snprintf(d->tasks_why, sizeof(d->tasks_why), "reading the tasks failed");
+	else if (n == 0)
+		snprintf(d->tasks_why, sizeof(d->tasks_why), "no agent task before the window's end (a task: "
+			 "an inbound request that made two model calls, or a model and a tool call; "
+			 "docs/agent.md, Tasks)");
+	d->ntasks = n > 0 ? n : 0;
 }

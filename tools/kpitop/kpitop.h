@@ -7,6 +7,7 @@
 #include "tools/common/fleet_window.h"
 #include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
+#include "tools/common/trace_agents.h"
 #include "tools/common/trace_cost.h"
 #include "tools/common/trace_disagg.h"
 #include "tools/common/trace_hops.h"
@@ -16,6 +17,7 @@
 #define KT_MAX_REQS 400
 #define KT_SPARK 60
 #define KT_MAX_HOPS 32
+#define KT_MAX_TASKS 200
 /* the fleet view lists the hosts with a sample this long before the
  * window's end (an agent writes one a second), even with no request in it */
 #define KT_FLEET_LOOKBACK_NS (15 * 60 * NS_PER_S)
@@ -63,6 +65,11 @@ struct kt_data {
 	struct trace_hop hops[KT_MAX_HOPS];
 	int nhops;
 	char hops_why[160];
+	/* the tasks view: the agent tasks that started before the window's end,
+	 * newest first (schema version 11); tasks_why says why none */
+	struct trace_task tasks[KT_MAX_TASKS];
+	int ntasks;
+	char tasks_why[160];
 };
 
 /* Opens the trace at path for d (live, the window given), or the fleet when
@@ -83,6 +90,8 @@ int kt_sample(struct kt_data *d);
 const char *kt_errmsg(const struct kt_data *d);
 /* The hops view's rows for request r (kept until another is asked for). */
 void kt_hops(struct kt_data *d, const struct trace_req *r);
+/* The tasks view's rows, up to the window's end. */
+void kt_tasks(struct kt_data *d);
 
 /* ---- view state (keys) ------------------------------------------------------ */
 enum kt_sort { KS_ARRIVAL, KS_AGE, KS_TTFT, KS_E2E, KS_TPOT, KS_N };
@@ -94,6 +103,7 @@ extern const char *const kt_fleet_sort_name[KF_N];
 struct kt_view {
 	int paused, help, editing;
 	int hops;                   /* the panel shows the selected request's hops */
+	int tasks;                  /* the panel shows the agent tasks */
 	enum kt_sort sort;
 	enum kt_fleet_sort fleet_sort;
 	char filter[64];            /* applied: id or state (a fleet: host) contains it */

@@ -39,12 +39,13 @@ static bool field(const char *l, size_t n, const char *name)
 	return n >= k && !memcmp(l, name, k);
 }
 
-enum http_ev_kind http_sse_classify(const struct http_sse *e, http_key_fn *usage, void *ctx)
+bool http_sse_scan(const struct http_sse *e, unsigned mask, http_key_fn *fn, void *ctx, char *name,
+		   size_t name_len)
 {
-	struct evclass c = { .usage = usage, .ctx = ctx };
 	const char *p = e->buf, *end = e->buf + e->len;
-	int named = 0;
 	bool done = false;
+
+	name[0] = 0;
 	while (p < end) {
 		const char *nl = p;
 		while (nl < end && *nl != '\n' && *nl != '\0')
@@ -52,20 +53,30 @@ enum http_ev_kind http_sse_classify(const struct http_sse *e, http_key_fn *usage
 		size_t n = (size_t)(nl - p);
 		bool whole = nl < end && *nl == '\n';
 		if (field(p, n, "event:") && whole) {
-			size_t s = n > 6 && p[6] == ' ' ? 7 : 6;
-			named = response_type(p + s, n - s);
+			size_t s = n > 6 && p[6] == ' ' ? 7 : 6, k = n - s < name_len - 1 ? n - s : name_len - 1;
+			memcpy(name, p + s, k);
+			name[k] = 0;
 		} else if (field(p, n, "data:")) {
 			size_t s = n > 5 && p[5] == ' ' ? 6 : 5;
 			if (n - s == 6 && !memcmp(p + s, "[DONE]", 6))
 				done = true;
 			else
-				http_json_scan(p + s, n - s, HTTP_EVENT_KEYS, event_key, &c);
+				http_json_scan(p + s, n - s, mask, fn, ctx);
 		} else if (n && p[0] != ':' && !field(p, n, "id:") && !field(p, n, "retry:") &&
 			   !field(p, n, "event:")) {
-			http_json_scan(p, n, HTTP_EVENT_KEYS, event_key, &c); /* a line's tail after a cut */
+			http_json_scan(p, n, mask, fn, ctx); /* a line's tail after a cut */
 		}
 		p = nl + 1;
 	}
+	return !done;
+}
+
+enum http_ev_kind http_sse_classify(const struct http_sse *e, http_key_fn *usage, void *ctx)
+{
+	struct evclass c = { .usage = usage, .ctx = ctx };
+	char name[40];
+	bool done = !http_sse_scan(e, HTTP_EVENT_KEYS, event_key, &c, name, sizeof(name));
+	int named = response_type(name, strlen(name));
 	int rtype = named ? named : c.rtype;
 	if (done)
 		return HTTP_EV_OTHER;

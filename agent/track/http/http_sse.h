@@ -33,6 +33,12 @@ void http_sse_cut(struct http_sse *e);
 /* Forgets the event in progress (zeroed: no generated text is kept). */
 void http_sse_reset(struct http_sse *e);
 
+/* Calls fn for every key in mask of the event's data lines (and of a line's
+ * tail after a cut), in order; name gets its event: line's name (NUL-ended,
+ * "" none, cut to name_len). Returns false for data: [DONE]. */
+bool http_sse_scan(const struct http_sse *e, unsigned mask, http_key_fn *fn, void *ctx, char *name,
+		   size_t name_len);
+
 /* CONTENT when its data JSON has a non-empty content-like string (or, for
  * the Responses API, a response.*.delta type), OTHER for control, role-only
  * and [DONE] events, UNKNOWN when the bytes that would tell were not seen.
