@@ -59,6 +59,12 @@ struct kpi_request_record {
 	 * prefilled), its prefill steps, and the rule that matched its sequence */
 	int64_t cached_prompt_tokens, engine_prompt_tokens, prefill_steps;
 	const char *engine_join;
+	/* http only (NULL / ignored otherwise, agent/track/split_infer.c): the
+	 * rule that inferred queue, prefill, t_sched and t_first from the times
+	 * the server wrote its streams' tokens ("idle", "step", "chunked"; NULL:
+	 * none applied, or the split is measured), and the decode step it saw */
+	const char *split_rule;
+	int64_t step_ns;
 };
 
 /* A top-level request whose trace reached a model hop in another process

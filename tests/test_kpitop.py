@@ -202,14 +202,15 @@ def test_refusals_say_what_to_do():
     d = tmp()
     p = run_tool([KPITOP, "--db", os.path.join(d, "none.db"), "--once"])
     assert p.returncode == 1 and "none.db" in p.stderr and "kpi-agent" in p.stderr, p.stderr
-    bad = os.path.join(d, "v9.db")
+    newer = tracetest.schema_version() + 1          # a store from a newer agent
+    bad = os.path.join(d, f"v{newer}.db")
     c = sqlite3.connect(bad)
     c.execute("CREATE TABLE requests(x)")
-    c.execute("PRAGMA user_version = 9")
+    c.execute(f"PRAGMA user_version = {newer}")
     c.commit()
     c.close()
     p = run_tool([KPITOP, "--db", bad, "--once"])
-    assert p.returncode == 1 and "version 9" in p.stderr, p.stderr
+    assert p.returncode == 1 and f"version {newer}" in p.stderr, p.stderr
     db = os.path.join(d, "t.db")
     tracetest.generate(db, duration_s=30, rate=5)
     for flags, word in ((["--window", "10x"], "--window"), (["--interval", "5"], "--interval"),

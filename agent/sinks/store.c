@@ -81,7 +81,7 @@ static int64_t mono_to_wall_offset(void)
 /* One row of requests or of exchanges_out (schema/008_hops.sql): the same columns. */
 static const char *insert_request_sql(const char *table)
 {
-	static char sql[2][1024];
+	static char sql[2][1280];
 	char *out = sql[strcmp(table, "requests") != 0];
 
 	snprintf(out, sizeof(sql[0]),
@@ -92,9 +92,9 @@ static const char *insert_request_sql(const char *table)
 		 "preemptions, srtt_us, runq_ns, source, server_wait_ns, t_req_read_ns, t_resp_start_ns, "
 		 "content_events, stream, max_tokens, end_reason, method, path, model, cached_prompt_tokens, "
 		 "engine_prompt_tokens, prefill_steps, engine_join, direction, hop_id, parent_hop_id, "
-		 "link_rule, tid, comm, sock_local, sock_peer) VALUES "
+		 "link_rule, tid, comm, sock_local, sock_peer, split_rule, step_ns) VALUES "
 		 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-		 "?,?,?,?,?,?,?,?,?,?,?,?)", table);
+		 "?,?,?,?,?,?,?,?,?,?,?,?,?,?)", table);
 	return out;
 }
 
@@ -487,6 +487,9 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	bind_text_opt(s, i++, r->comm[0] ? r->comm : NULL);
 	bind_text_opt(s, i++, r->sock_local[0] ? r->sock_local : NULL);
 	bind_text_opt(s, i++, r->sock_peer[0] ? r->sock_peer : NULL);
+	/* the inferred split's step belongs to rows with a rule only */
+	bind_text_opt(s, i++, r->split_rule);
+	bind_opt(s, i++, r->split_rule ? r->step_ns : KPI_NULL);
 	if (step_done(st, s))
 		return -1;
 	for (size_t k = 0; k < r->n_token_writes; k++) {

@@ -11,6 +11,7 @@
 #include "hop_link.h"
 #include "http_path.h"
 #include "marks.h"
+#include "split_infer.h"
 
 /* Reads whose first unread segment time is kept, to move an exchange's
  * t_arrive (the read with its first byte) back to that segment. */
@@ -43,6 +44,7 @@ struct http_path {
 	struct http_tls_stats tls;
 	struct hop_link *hops;
 	struct hop_graph *graph;
+	struct split_infer *split;      /* the inferred engine split of inbound streams */
 	uint64_t timeout_ns;
 };
 
@@ -65,6 +67,7 @@ struct http_path *http_path_new(struct bus *bus)
 		return NULL;
 	hp->bus = bus;
 	hp->timeout_ns = HTTP_PATH_TIMEOUT_NS;
+	hp->split = split_infer_new();
 	if (!(hp->hops = hop_link_new()) || !(hp->graph = hop_graph_new(integration_out, bus)) ||
 	    bus_add(bus, &(struct kpi_sink){ .ctx = hp->graph, .request = graph_in })) {
 		http_path_free(hp);
@@ -91,6 +94,7 @@ void http_path_free(struct http_path *hp)
 		conn_free(hp, c);
 	hop_link_free(hp->hops);
 	hop_graph_free(hp->graph);
+	split_infer_free(hp->split);
 	free(hp);
 }
 
@@ -242,8 +246,16 @@ static void times_fill(struct kpi_request_record *r, const struct http_exchange 
 		   : !(x->flags & HTTP_X_SSE) && x->t_resp_start ? (int64_t)(m[2] - m[0]) : KPI_NULL;
 }
 
-/* A request's head is complete: an inbound one becomes a parent candidate,
- * an outbound one gets its parent now, while what was open then is known. */
+/* An inbound exchange's stream, for the split inference: the connection and
+ * the request's first byte tell it from every other of the process. */
+static uint64_t stream_key(const struct http_conn *c, const struct http_exchange *x)
+{
+	return (uint64_t)(uint32_t)c->fd << 48 ^ x->t_arrive;
+}
+
+/* A request's head is complete: an inbound one becomes a parent candidate
+ * and a stream the split inference follows, an outbound one gets its parent
+ * now, while what was open then is known. */
 static uint64_t on_request(void *ctx, const struct http_exchange *x)
 {
 	struct http_conn *c = ctx;
@@ -257,7 +269,19 @@ static uint64_t on_request(void *ctx, const struct http_exchange *x)
 		hop_graph_out_open(c->hp->graph, hop_id, parent, &c->ends, x->t_arrive);
 		return tag;
 	}
+	if (x->t_arrive)
+		split_infer_open(c->hp->split, c->pid, stream_key(c, x), x->t_arrive,
+				 !strcmp(x->method, "POST"));
 	return hop_link_in_open(c->hp->hops, c->pid, c->fd, c->tid, hdr, x->t_arrive);
+}
+
+/* A token event of an inbound stream: a mark of its engine's steps. */
+static void on_token(void *ctx, const struct http_exchange *x, uint64_t ts)
+{
+	struct http_conn *c = ctx;
+
+	if (!c->client && x->t_arrive)
+		split_infer_token(c->hp->split, c->pid, stream_key(c, x), ts);
 }
 
 /* The hop columns of x's record. */
@@ -325,7 +349,9 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 		hop_graph_out_done(c->hp->graph, rec.hop_id, &c->ends, x->t_done);
 		bus_exchange_out(c->hp->bus, &rec);
 	} else {
-		bus_request_or_hold(c->hp->bus, &rec);   /* the engine's join may hold it */
+		/* held until its split is decided (http_path_flush), then the
+		 * engine's join may hold it */
+		split_infer_done(c->hp->split, c->pid, x->t_arrive ? stream_key(c, x) : 0, &rec);
 	}
 }
 
@@ -344,8 +370,8 @@ static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bo
 	/* one older than the attach shows up as unsynced until a message
 	 * starts, and is counted so */
 	c->t = http_track_new(&(struct http_track_cfg){ .on_exchange = on_exchange,
-							.on_request = on_request, .ctx = c,
-							.totals = &hp->totals });
+							.on_request = on_request, .on_token = on_token,
+							.ctx = c, .totals = &hp->totals });
 	if (!c->t) {
 		free(c);
 		return NULL;
@@ -447,6 +473,16 @@ void http_path_expire(struct http_path *hp, uint64_t now)
 	}
 }
 
+static void request_out(void *ctx, const struct kpi_request_record *rec)
+{
+	bus_request_or_hold(ctx, rec);          /* the engine's join may hold it */
+}
+
+void http_path_flush(struct http_path *hp, uint64_t now, bool final)
+{
+	split_infer_release(hp->split, now, final, request_out, hp->bus);
+}
+
 void http_path_forget_pid(struct http_path *hp, uint32_t pid)
 {
 	struct http_conn *c, *tmp;
@@ -458,5 +494,11 @@ void http_path_forget_pid(struct http_path *hp, uint32_t pid)
 			http_track_close(c->t, http_track_last_ts(c->t), HTTP_BY_SERVER);
 		conn_free(hp, c);
 	}
+	split_infer_forget_pid(hp->split, pid, request_out, hp->bus);
 	hop_link_forget_pid(hp->hops, pid);
+}
+
+const struct split_stats *http_path_split_stats(const struct http_path *hp)
+{
+	return split_infer_stats(hp->split);
 }

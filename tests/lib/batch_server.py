@@ -20,10 +20,10 @@ against: one "step" per step (t0, t1, prefill tokens, decoding sequences, the
 requests that got a prefill chunk) and one "req" per request: t_read (its body
 read), t_admit (the engine took it into its waiting queue), t_sched (start of the
 first step that held a chunk of its prompt), t_first (end of the step that finished
-its prompt: its first token), t_last, prompt_tokens (a token per byte of the
-prompt, plus one: the byte tokenizer of the tiny model that kpi-infer and llama.cpp
-serve, so kpi-bench's --prompt-len means the same for all three), n_out,
-prefill_steps.
+its prompt: its first token), t_last, emits (the end of each step that gave it
+tokens: one event each), prompt_tokens (a token per byte of the prompt, plus one: the
+byte tokenizer of the tiny model that kpi-infer and llama.cpp serve, so kpi-bench's
+--prompt-len means the same for all three), n_out, prefill_steps.
 
 Modes that break the assumptions the agent's rules rest on, where it must decline:
 --buffer-ms MS  a stream's events are written together every MS ms (several in one
@@ -48,6 +48,7 @@ class Request:
         self.prefilled = 0          # prompt tokens computed so far
         self.n_out = 0
         self.prefill_steps = 0
+        self.emits = []             # the end of every step that gave it tokens
 
 
 class Engine(threading.Thread):
@@ -129,6 +130,7 @@ class Engine(threading.Thread):
                 k = min(k, r.max_tokens - r.n_out)
                 r.n_out += k
                 r.t_last = t1
+                r.emits.append(t1)
                 last = r.n_out >= r.max_tokens
                 emitted.append((r, k, last))
                 if last:
@@ -146,7 +148,7 @@ class Engine(threading.Thread):
         self._log({"kind": "req", "id": r.rid, "replica": self.replica, "t_read": r.t_read,
                    "t_admit": r.t_admit, "t_sched": r.t_sched, "t_first": r.t_first,
                    "t_last": r.t_last, "prompt_tokens": r.prompt_tokens, "n_out": r.n_out,
-                   "prefill_steps": r.prefill_steps})
+                   "prefill_steps": r.prefill_steps, "emits": r.emits})
 
     def _log(self, obj):
         self.log.write(json.dumps(obj) + "\n")

@@ -92,7 +92,7 @@ static int window_rows(struct reqstats *s, const struct trace_stat_row *rows, si
 		if (r->t_arrive_ns < w->from_ns || r->t_arrive_ns >= w->to_ns) continue;
 		w->requests++;
 		w->by_source[r->flags & TSR_HTTP ? TRACE_SRC_HTTP : r->flags & TSR_LIBLLAMA ? TRACE_SRC_LIBLLAMA :
-			     TRACE_SRC_USDT]++;
+			     r->flags & TSR_INFERRED ? TRACE_SRC_INFERRED : TRACE_SRC_USDT]++;
 		if (r->t_done_ns != TRACE_NULL && r->t_done_ns > w->served_to_ns) w->served_to_ns = r->t_done_ns;
 		if (r->http_status == 429) {
 			w->rejected++;

@@ -229,9 +229,10 @@ static int attribute(struct report *r, struct rp_attr *a, const char *metric, do
 	a->p = p;
 	a->nph = ttft ? RP_TTFT_NPH : PH_N;
 	const int *src = r->inc.w.by_source, *bsrc = r->base.w.by_source;
-	/* rows with the engine's split (usdt, http+libllama) and without (http) */
-	int http = src[TRACE_SRC_HTTP] + bsrc[TRACE_SRC_HTTP], usdt = src[TRACE_SRC_USDT] + bsrc[TRACE_SRC_USDT] +
-		   src[TRACE_SRC_LIBLLAMA] + bsrc[TRACE_SRC_LIBLLAMA];
+	/* rows with the engine's split (usdt, http+libllama; inferred) and without (http) */
+	int http = src[TRACE_SRC_HTTP] + bsrc[TRACE_SRC_HTTP], usdt = 0;
+	for (int k = 0; k < TRACE_SRC_N; k++)
+		usdt += trace_source_split(k) ? src[k] + bsrc[k] : 0;
 	a->names = !http ? (ttft ? ttft_names : e2e_names) : !usdt ? (ttft ? ttft_names_http : e2e_names_http)
 		   : (ttft ? ttft_names_mixed : e2e_names_mixed);
 	double mb[PH_N], mi[PH_N];
@@ -357,6 +358,19 @@ struct fctx {
 	double ssecs, bssecs;
 };
 
+/* The caveat of a finding on queue and prefill where some of them were
+ * inferred from stream timing, not measured by the engine's probes. */
+static void inferred_caveat(struct rp_finding *f, const struct trace_window *i, const struct trace_window *b)
+{
+	int n = i->by_source[TRACE_SRC_INFERRED], bn = b->by_source[TRACE_SRC_INFERRED];
+	size_t len = strlen(f->evidence);
+
+	if ((n || bn) && len < sizeof(f->evidence))
+		snprintf(f->evidence + len, sizeof(f->evidence) - len, "; queue and prefill of %d requests "
+			 "(baseline %d) inferred from the server's stream timing, not measured: each within "
+			 "a step of the engine's, where docs/agent.md says the rules hold", n, bn);
+}
+
 /* 1. queue growth with no rejections */
 static void finding_queue(const struct fctx *c)
 {
@@ -381,6 +395,7 @@ static void finding_queue(const struct fctx *c)
 			 i->req_per_s, b->req_per_s);
 		snprintf(f->action, sizeof(f->action), "bound the queue (kpi-infer's queue limit) so excess load "
 			 "gets a fast 429 instead of a slow answer, or add capacity for this arrival rate");
+		inferred_caveat(f, i, b);
 	}
 }
 
@@ -691,7 +706,10 @@ static void findings(struct report *r)
 	};
 	struct rp_finding *f;
 
-	if (i->by_source[TRACE_SRC_HTTP] && !i->by_source[TRACE_SRC_USDT] && !i->by_source[TRACE_SRC_LIBLLAMA]) {
+	int with_split = 0;
+	for (int k = 0; k < TRACE_SRC_N; k++)
+		with_split += trace_source_split(k) ? i->by_source[k] : 0;
+	if (i->by_source[TRACE_SRC_HTTP] && !with_split) {
 		finding_split_unknown(&c);
 	} else {
 		finding_queue(&c);

@@ -12,7 +12,7 @@
 static const struct { const char *s; size_t n; } key_names[HTTP_K__COUNT] = { KEY(""), KEY("model"),
 	KEY("stream"), KEY("max_tokens"), KEY("max_completion_tokens"), KEY("finish_reason"),
 	KEY("prompt_tokens"), KEY("completion_tokens"), KEY("input_tokens"), KEY("output_tokens"),
-	KEY("type"), KEY("content"), KEY("reasoning_content"), KEY("reasoning"), KEY("text"),
+	KEY("type"), KEY("role"), KEY("content"), KEY("reasoning_content"), KEY("reasoning"), KEY("text"),
 	KEY("arguments") };
 
 static int key_find(const char *s, size_t n, unsigned mask)
