@@ -176,7 +176,7 @@ const char *split_decline_name(enum split_decline d)
 {
 	static const char *const names[SPLIT_D__COUNT] = {
 		"no_read", "buffered", "multi_token", "few_writes", "pace", "participation",
-		"spread", "wait", "too_long",
+		"spread", "unseen", "wait", "too_long",
 	};
 	return d >= 0 && d < SPLIT_D__COUNT ? names[d] : "unknown";
 }
@@ -519,14 +519,39 @@ static int64_t decode_step(struct scratch *sc, const struct proc *p, const struc
 	return median(sc->v, n);
 }
 
+/* Whether a stream other than x was decoding when x was read: it wrote
+ * before a and again at or after cluster j, the first step to end after a. */
+static bool decoding_at(const struct scratch *sc, const struct window *w, const struct stream *x,
+			uint64_t a, int j)
+{
+	for (int l = 0; l < w->n_loc; l++) {
+		const struct stream *o = sc->loc[l];
+		if (o != x && o->t_first && o->t_first < a && o->t_last >= sc->cl[j].first)
+			return true;
+	}
+	return false;
+}
+
+/* Whether another model call of p had its prompt pending when x was read. */
+static bool pending_at(const struct proc *p, const struct stream *x, uint64_t a)
+{
+	for (const struct stream *o = p->streams; o; o = o->hh.next)
+		if (o != x && o->model_call && o->t_open < a && (!o->t_first || o->t_first >= a) &&
+		    (!o->t_done || o->t_done > a))
+			return true;
+	return false;
+}
+
 /* Whether a stream other than x wrote its last token in a cluster of
  * (from, to] and ended: its slot was free for the next step. */
 static bool slot_freed(const struct scratch *sc, const struct window *w, const struct stream *x,
 		       int from, int to)
 {
+	uint64_t after = from >= 0 ? sc->cl[from].last : 0;
+
 	for (int l = 0; l < w->n_loc; l++) {
 		const struct stream *o = sc->loc[l];
-		if (o != x && o->t_done && o->t_last > sc->cl[from].last && o->t_last <= sc->cl[to].last)
+		if (o != x && o->t_done && o->t_last > after && o->t_last <= sc->cl[to].last)
 			return true;
 	}
 	return false;
@@ -615,11 +640,24 @@ static void analyse(struct split_infer *s, struct proc *p, struct stream *x)
 		from = m - (q->rule == SPLIT_CHUNKED);
 	if (from > k - 1)
 		from = k - 1;
+	/* steps show only through the streams decoding in them: with none when x
+	 * was read, the steps up to the first one seen left no writes. An engine
+	 * with no prompt pending then was idle and started x's at once (from -1:
+	 * its read); one busy with other prompts may have started it in any of
+	 * the steps unseen, unless those read before it had to finish first */
+	if (!decoding_at(sc, &w, x, a, j)) {
+		if (!pending_at(p, x, a)) {
+			from = -1;
+		} else if (from <= j) {
+			x->why = SPLIT_D_UNSEEN;
+			return;
+		}
+	}
 	/* from there on x's prompt runs in every step up to F; a step in between
 	 * no longer than a decode step ran none of it: x started after it */
 	int64_t base = decode_step(sc, p, &w);
 	int t0 = from;
-	for (int i = k - 1; i > from && base; i--)
+	for (int i = k - 1; i > from && i > 0 && base; i--)
 		if ((double)(sc->cl[i].first - sc->cl[i - 1].first) <= SPLIT_LENGTHENED * (double)base) {
 			t0 = i;
 			break;

@@ -47,6 +47,9 @@ enum split_decline {
 	SPLIT_D_PARTICIPATION,  /* most writes of a step are missing from it */
 	SPLIT_D_SPREAD,         /* the writes of a step around it spread too wide or
 				 * run into the next step's */
+	SPLIT_D_UNSEEN,         /* no stream was decoding when it was read and other
+				 * prompts were pending: the steps before its first
+				 * token left no writes to find them by */
 	SPLIT_D_WAIT,           /* it waited through steps that ran no prompt while no
 				 * slot freed: another engine, or a scheduler that
 				 * does not start a prompt when it can */
