@@ -122,6 +122,23 @@ def test_once_http_rows_show_source_and_unknown_phases():
     assert "source" not in once(usdt).splitlines()[0]
 
 
+def test_once_inferred_split_rows_show_their_queue_and_prefill():
+    """HTTP rows whose queue and prefill kpi-agent inferred from stream timing
+    (schema version 9, split_rule): their percentiles match, each row says I,
+    the header names the source, their bars hold queue and prefill."""
+    d = tmp()
+    db = os.path.join(d, "inferred.db")
+    tracetest.generate(db, duration_s=120, rate=10, source="inferred")
+    out = once(db, "--window", "1m", "--rows", "5")
+    check_against_rows(db, out)
+    lines = out.splitlines()
+    assert lines[0].rstrip().endswith("source: http (split inferred)"), lines[0]
+    assert not re.search(r"Q queue -  P prefill -", out) and "W server-wait" not in out, out
+    reqs = [line for line in lines if line.startswith(" req-")]
+    assert reqs and all(re.match(r" req-\d+\s+I done ", line) for line in reqs), reqs
+    assert all(re.search(r"[QP]", line.split()[-1]) and "W" not in line.split()[-1] for line in reqs), reqs
+
+
 def test_hops_view_reaches_back_a_long_trace():
     """kpitop's hops view runs the hops views on a copy of the rows around the
     selected request (tools/common/trace_hops.c): of 2,000 three-hop requests

@@ -85,6 +85,29 @@ def test_http_rows_say_the_split_is_unknown():
     assert "engine split unknown" not in md, md
 
 
+def test_inferred_split_rows_find_the_queue_with_a_caveat():
+    """Rows traced from the HTTP exchange whose queue and prefill kpi-agent
+    inferred from stream timing (source 'http', split_rule): they count as a
+    source of their own, their queue and prefill stand in the percentiles and
+    the TTFT split as measured ones do, the engine-split finding (queue growth)
+    runs on them and says in its evidence how many were inferred."""
+    d = tmp()
+    db = os.path.join(d, "inferred.db")
+    tracetest.generate(db, duration_s=900, rate=10, incidents=[tracetest.Incident("queue", 600, 660)],
+                       source="inferred")
+    md = report(db)
+    assert "engine split unknown" not in md, md
+    first = findings(md)[0]
+    assert first[1] == "queue" and first[2] == "queue growth with no rejections", first
+    m = re.search(r"the queue and prefill of (\d+) of these requests \(baseline (\d+)\) were inferred "
+                  r"from the server's stream timing", md)
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, md
+    assert re.search(r"^- \*\*Sources\*\*: incident http \(split inferred\) \(\d+\); baseline http "
+                     r"\(split inferred\) \(\d+\)", md, re.M), md
+    assert re.search(r"^\| queue \| \d", md, re.M) and re.search(r"^\| prefill \| \d", md, re.M), md
+    assert "is queue wait" in md and "server wait (queue + prefill)" not in md, md
+
+
 def test_cpu_finding_says_behind_whom():
     """On a version-3 trace the CPU-contention finding names what the daemon
     waited behind: another process, or its own threads; a version-1 trace
