@@ -281,7 +281,7 @@ static void on_token(void *ctx, const struct http_exchange *x, uint64_t ts)
 	struct http_conn *c = ctx;
 
 	if (!c->client && x->t_arrive)
-		split_infer_token(c->hp->split, c->pid, stream_key(c, x), ts);
+		split_infer_token(c->hp->split, c->pid, stream_key(c, x), ts, x->t_req_read);
 }
 
 /* The hop columns of x's record. */

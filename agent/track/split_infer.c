@@ -247,13 +247,16 @@ void split_infer_open(struct split_infer *s, uint32_t pid, uint64_t key, uint64_
 	HASH_ADD(hh, p->streams, key, sizeof(x->key), x);
 }
 
-void split_infer_token(struct split_infer *s, uint32_t pid, uint64_t key, uint64_t ts)
+void split_infer_token(struct split_infer *s, uint32_t pid, uint64_t key, uint64_t ts,
+		       uint64_t t_read)
 {
 	struct proc *p = proc_get(s, pid, false);
 	struct stream *x = p ? stream_get(p, key) : NULL;
 
 	if (!x)
 		return;
+	if (!x->t_first && t_read > x->t_open && t_read <= ts)
+		x->t_open = t_read;     /* its body came after its head */
 	if (x->t_last == ts)
 		x->dup = true;  /* a second event in the same write */
 	if (!x->t_first)
@@ -616,12 +619,12 @@ static void analyse(struct split_infer *s, struct proc *p, struct stream *x)
 	/* x's prompt starts in a step that began after x was read: at the
 	 * earliest the step after j, the first to end after the read. First come,
 	 * first served: not before the last step of the prompts read before x
-	 * (m: the last step up to F to give such a request, q, its first token).
-	 * An engine that chunks prompts (q's took several steps) starts x's in
-	 * that step with the budget q's last chunk left over; one that took q's
-	 * whole prompt in one step runs x's after it. */
+	 * (m: the last step up to F to give such a request its first token),
+	 * which x's first chunk shares with the budget that prompt's last chunk
+	 * left over (vLLM, SGLang, TGI and kpi-infer chunk prompts; an engine
+	 * that takes prompts whole and ran that one alone in its step counts the
+	 * step in x's prefill here, docs/agent.md) */
 	int j = k, m = -1;
-	const struct stream *q = NULL;
 	for (int i = 0; i < w.n_cl; i++)
 		if (sc->cl[i].first >= a) {
 			j = i;
@@ -630,14 +633,10 @@ static void analyse(struct split_infer *s, struct proc *p, struct stream *x)
 	for (int l = 0; l < w.n_loc; l++) {
 		const struct stream *o = sc->loc[l];
 		if (o != x && o->t_open < a && o->first_cl >= 0 && o->t_first >= a &&
-		    o->first_cl <= k && o->first_cl > m) {
+		    o->first_cl <= k && o->first_cl > m)
 			m = o->first_cl;
-			q = o;
-		}
 	}
-	int from = j;
-	if (q && m - (q->rule == SPLIT_CHUNKED) > from)
-		from = m - (q->rule == SPLIT_CHUNKED);
+	int from = m - 1 > j ? m - 1 : j;
 	if (from > k - 1)
 		from = k - 1;
 	/* steps show only through the streams decoding in them: with none when x

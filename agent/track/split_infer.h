@@ -69,13 +69,16 @@ struct split_infer;
 struct split_infer *split_infer_new(void);
 void split_infer_free(struct split_infer *s);
 
-/* A request of pid was read: stream key is in flight from t.  model_call:
- * it may run on the engine (a POST); only those make the engine busy. */
+/* A request of pid was read (its head): stream key is in flight from t.
+ * model_call: it may run on the engine (a POST); only those make the engine
+ * busy. */
 void split_infer_open(struct split_infer *s, uint32_t pid, uint64_t key, uint64_t t,
 		      bool model_call);
 /* A token event of stream key (its generated text, or a token with none) was
- * written at ts. */
-void split_infer_token(struct split_infer *s, uint32_t pid, uint64_t key, uint64_t ts);
+ * written at ts; t_read: the read that completed its request, when known by
+ * then (0: not), from which on it is in flight. */
+void split_infer_token(struct split_infer *s, uint32_t pid, uint64_t key, uint64_t ts,
+		       uint64_t t_read);
 /* Stream key's exchange ended with rec (copied, held until its split is
  * decided: split_infer_release). */
 void split_infer_done(struct split_infer *s, uint32_t pid, uint64_t key,

@@ -171,7 +171,7 @@ static struct split_infer *sim_feed(const struct sim *s, int tokens_per_write, i
 			split_infer_open(si, 9, (uint64_t)f[i].req + 1, (uint64_t)q->read, true);
 		} else if (f[i].kind == 1) {
 			for (int k = 0; k < tokens_per_write; k++)
-				split_infer_token(si, 9, (uint64_t)f[i].req + 1, (uint64_t)f[i].t);
+				split_infer_token(si, 9, (uint64_t)f[i].req + 1, (uint64_t)f[i].t, 0);
 		} else {
 			struct kpi_request_record r = record_of(q, f[i].req, tokens_per_event * q->n_w);
 			split_infer_done(si, 9, (uint64_t)f[i].req + 1, &r);
@@ -434,8 +434,8 @@ static void test_hold_and_release(void)
 	q.n_w = 2;
 	r = record_of(&q, 0, 0);
 	split_infer_open(si, 9, 1, 10 * MS, true);
-	split_infer_token(si, 9, 1, 20 * MS);
-	split_infer_token(si, 9, 1, 30 * MS);
+	split_infer_token(si, 9, 1, 20 * MS, 0);
+	split_infer_token(si, 9, 1, 30 * MS, 0);
 	split_infer_done(si, 9, 1, &r);
 	split_infer_release(si, 20 * MS + SPLIT_SETTLE_NS - 1, false, collect, NULL);
 	CHECK(n_got == 0, "went out early");
@@ -454,7 +454,7 @@ static void test_hold_and_release(void)
 	joined.server_wait = KPI_NULL;
 	joined.queue = 3 * MS;
 	split_infer_open(si, 9, 3, 50 * MS, true);
-	split_infer_token(si, 9, 3, 60 * MS);
+	split_infer_token(si, 9, 3, 60 * MS, 0);
 	split_infer_done(si, 9, 3, &joined);
 	split_infer_release(si, UINT64_MAX, true, collect, NULL);
 	CHECK(n_got == 3 && !got[2].split_rule && got[2].queue == 3 * MS, "measured");
