@@ -124,7 +124,7 @@ def test_once_http_rows_show_source_and_unknown_phases():
 
 def test_once_inferred_split_rows_show_their_queue_and_prefill():
     """HTTP rows whose queue and prefill kpi-agent inferred from stream timing
-    (schema version 9, split_rule): their percentiles match, each row says I,
+    (schema version 12, split_rule): their percentiles match, each row says I,
     the header names the source, their bars hold queue and prefill."""
     d = tmp()
     db = os.path.join(d, "inferred.db")

@@ -42,7 +42,7 @@ struct trace {
 	char *path;
 	bool has_source;                    /* requests.source (006_http.sql) */
 	bool has_engine;                    /* requests.engine_prompt_tokens (007_llama.sql) */
-	bool has_split;                     /* requests.split_rule (009_split.sql) */
+	bool has_split;                     /* requests.split_rule (012_split.sql) */
 	int64_t mono_to_wall;
 	sqlite3_stmt *q_window, *q_since, *q_samples, *q_inflight, *q_replay, *q_recent,
 		*q_slowest, *q_steps, *q_runq_by, *q_losses;

@@ -20,11 +20,11 @@
  * (007_llama.sql) a llama.cpp engine's split of such requests, read as the
  * usdt rows' (the source is not 'http'), and its prefix-cache reuse
  * (trace_reuse.h); 8 (008_hops.sql) the hops of a request across processes,
- * which the readers read where the trace has them; 9 (009_split.sql) the
+ * which the readers read where the trace has them; 12 (012_split.sql) the
  * split of http rows inferred from stream timing (split_rule), read as a
  * source of its own (TRACE_SRC_INFERRED). */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 9
+#define TRACE_SCHEMA_VERSION 12
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 
@@ -48,7 +48,7 @@ extern const char *const trace_metric_name[TM_N];  /* "TTFT", "TPOT", ... */
 /* Which path of the agent made a request's row (requests.source, schema
  * version 6; older rows and traces: usdt), and where its split came from. An
  * http row knows no engine split: its queue and prefill are unknown, its
- * server wait is known; unless (schema version 9) the agent inferred them
+ * server wait is known; unless (schema version 12) the agent inferred them
  * from the server's stream timing (requests.split_rule): TRACE_SRC_INFERRED,
  * queue and prefill known as the engine-probed rows' are, marked inferred. */
 enum trace_source { TRACE_SRC_USDT, TRACE_SRC_HTTP, TRACE_SRC_LIBLLAMA, TRACE_SRC_INFERRED,

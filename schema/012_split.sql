@@ -1,4 +1,4 @@
--- 009_split.sql - kpiscope trace store, schema version 9: the engine's split
+-- 012_split.sql - kpiscope trace store, schema version 12: the engine's split
 -- of requests to servers without engine probes, inferred from the times the
 -- server wrote its streams' tokens (docs/agent.md "The inferred split").
 -- Applied on top of the previous version in one transaction; the agent sets
