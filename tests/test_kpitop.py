@@ -137,6 +137,16 @@ def test_once_inferred_split_rows_show_their_queue_and_prefill():
     reqs = [line for line in lines if line.startswith(" req-")]
     assert reqs and all(re.match(r" req-\d+\s+I done ", line) for line in reqs), reqs
     assert all(re.search(r"[QP]", line.split()[-1]) and "W" not in line.split()[-1] for line in reqs), reqs
+    # with an engine traced through its probes beside it: both named, each row marked
+    mixed = os.path.join(d, "mixed.db")
+    tracetest.generate(mixed, duration_s=120, rate=10, source="mixed-inferred")
+    out = once(mixed, "--window", "1m", "--rows", "8", "--width", "160")
+    check_against_rows(mixed, out)
+    m = re.search(r"sources: (\d+) usdt, (\d+) http \(split inferred\)", out.splitlines()[0])
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, out.splitlines()[0]
+    marks = {re.match(r" req-(\d+)\s+([UI]) ", line).group(2) for line in out.splitlines()
+             if line.startswith(" req-")}
+    assert marks == {"U", "I"}, out
 
 
 def test_hops_view_reaches_back_a_long_trace():
