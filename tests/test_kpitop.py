@@ -137,6 +137,8 @@ def test_once_inferred_split_rows_show_their_queue_and_prefill():
     reqs = [line for line in lines if line.startswith(" req-")]
     assert reqs and all(re.match(r" req-\d+\s+I done ", line) for line in reqs), reqs
     assert all(re.search(r"[QP]", line.split()[-1]) and "W" not in line.split()[-1] for line in reqs), reqs
+    # the p99 request's phases under the bars say its queue and prefill were inferred
+    assert re.search(r" Q queue \S+ \(inferred\)  P prefill \S+ \(inferred\)  D decode ", out), out
     # with an engine traced through its probes beside it: both named, each row marked
     mixed = os.path.join(d, "mixed.db")
     tracetest.generate(mixed, duration_s=120, rate=10, source="mixed-inferred")
@@ -147,6 +149,11 @@ def test_once_inferred_split_rows_show_their_queue_and_prefill():
     marks = {re.match(r" req-(\d+)\s+([UI]) ", line).group(2) for line in out.splitlines()
              if line.startswith(" req-")}
     assert marks == {"U", "I"}, out
+    # and an engine's probes alone: nothing says inferred
+    usdt = os.path.join(d, "usdt.db")
+    tracetest.generate(usdt, duration_s=120, rate=10)
+    out = once(usdt, "--window", "1m", "--rows", "8")
+    assert "inferred" not in out and re.search(r" Q queue \S+  P prefill \S+  D decode ", out), out
 
 
 def test_hops_view_reaches_back_a_long_trace():

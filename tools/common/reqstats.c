@@ -149,9 +149,11 @@ int reqstats_window(struct reqstats *s, const struct trace_stat_row *rows, size_
 	double targets[2] = { w->m[TM_E2E].p50, w->m[TM_E2E].p99 };
 	int64_t *phases[2] = { w->phase_p50, w->phase_p99 }, *e2e[2] = { &w->e2e_p50_row, &w->e2e_p99_row };
 	int64_t *wait[2] = { &w->wait_p50, &w->wait_p99 };
+	bool *inferred[2] = { &w->inferred_p50, &w->inferred_p99 };
 	for (int k = 0; k < 2; k++) {
 		const struct trace_stat_row *r = nearest_row(s, rows, targets[k]);
 		*e2e[k] = r->m[TM_E2E];
+		*inferred[k] = r->flags & TSR_INFERRED;
 		for (int p = 0; p < PH_N; p++)
 			phases[k][p] = r->m[TM_NET_IN + p] == TRACE_NULL ? -1 : r->m[TM_NET_IN + p];
 		*wait[k] = r->m[TM_SERVER_WAIT] == TRACE_NULL ? -1 : r->m[TM_SERVER_WAIT];

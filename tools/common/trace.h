@@ -106,6 +106,7 @@ struct trace_window {
 	int64_t phase_p50[PH_N], phase_p99[PH_N];
 	int64_t wait_p50, wait_p99;
 	int64_t e2e_p50_row, e2e_p99_row;
+	bool inferred_p50, inferred_p99;    /* their queue and prefill were inferred (TSR_INFERRED) */
 	int64_t served_to_ns;       /* when the last of those requests finished (0: none) */
 	/* from samples in [from_ns, samples_to_ns) */
 	int64_t samples_to_ns;

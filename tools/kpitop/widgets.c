@@ -272,6 +272,7 @@ struct phases {
 	int64_t phase[2][PH_N];         /* the median's, the p99's (-1: unknown) */
 	int64_t wait[2];                /* their server wait (-1: engine split known) */
 	int64_t e2e[2];
+	bool inferred;                  /* the p99's queue and prefill were inferred */
 };
 
 static int phases_height(int w) { return 3; }
@@ -286,6 +287,7 @@ static void phases_fill(struct kt_widget *w, const struct kt_data *d, const stru
 	p->wait[1] = d->win.wait_p99;
 	p->e2e[0] = d->win.e2e_p50_row;
 	p->e2e[1] = d->win.e2e_p99_row;
+	p->inferred = d->win.inferred_p99;
 }
 
 static void phases_draw(const struct kt_widget *w, struct canvas *c, int y, int width, int h)
@@ -303,8 +305,9 @@ static void phases_draw(const struct kt_widget *w, struct canvas *c, int y, int 
 			canvas_text(c, y + i, 9, -1, CC_DIM, 0, "no finished request in the window");
 		}
 	}
-	/* the p99 request's phases; "-" for one its row does not know, and
-	 * the server wait only where the row has it in place of the split */
+	/* the p99 request's phases; "-" for one its row does not know, the
+	 * server wait only where the row has it in place of the split, and
+	 * "(inferred)" after a queue and prefill inferred from stream timing */
 	int x = 9;
 	for (int p = 0; p < BAR_N; p++) {
 		int64_t v = p == 1 ? ph->wait[1] : ph->phase[1][p - (p > 1)];
@@ -313,7 +316,8 @@ static void phases_draw(const struct kt_widget *w, struct canvas *c, int y, int 
 		x += 2 + canvas_text(c, y + 2, x + 2, -1, CC_DIM, 0, "%s",
 				     p == 1 ? "server-wait" : trace_phase_name[p - (p > 1)]) + 2;
 		if (ph->finished)
-			x += canvas_text(c, y + 2, x - 1, -1, CC_DIM, 0, "%s", dur(a, (double)v)) + 1;
+			x += canvas_text(c, y + 2, x - 1, -1, CC_DIM, 0, "%s%s", dur(a, (double)v),
+					 ph->inferred && (p == 2 || p == 3) ? " (inferred)" : "") + 1;
 	}
 }
 
