@@ -41,7 +41,7 @@ def cases(quick):
             if c in (1, 4, 16):
                 out.append((f"kpi-infer tiny {mode} c{c}", "kpi-infer (tiny)", mode, c, n,
                             ("kpi", chunked, "tiny")))
-            if c in ((4,) if quick else (4, 8, 16)):
+            if c in ((4,) if quick else (1, 4, 8, 16)):
                 m = 16 if quick else max(24, 8 * c)
                 out.append((f"kpi-infer small {mode} c{c}", "kpi-infer (small)", mode, c, m,
                             ("kpi", chunked, "small")))
