@@ -26,6 +26,7 @@
 #include "agent/host/host.h"
 #include "agent/track/http_path.h"
 #include "agent/track/trajectory.h"
+#include "agent/track/split_infer.h"
 #include "agent/sinks/http_serve.h"
 #include "agent/sources/losses.h"
 #include "agent/host/privdrop.h"
@@ -85,7 +86,9 @@ static const char usage[] =
 "  --port PORT        trace the process(es) listening on this local TCP port\n"
 "                     (repeatable), found again when another takes the port\n"
 "  --http-only        follow every target from the HTTP exchange on its sockets\n"
-"                     (source 'http'), even a kpi-infer with its USDT probes;\n"
+"                     (source 'http'), even a kpi-infer with its USDT probes,\n"
+"                     and probe no engine library (no llama.cpp uprobes):\n"
+"                     queue and prefill are then inferred from stream timing;\n"
 "                     a --pid/--exe/--port process without kpi probes is\n"
 "                     followed so anyway (docs/agent.md, Tracing any HTTP server);\n"
 "                     TLS is read through SSL_read/SSL_write uprobes on the\n"
@@ -609,8 +612,10 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 	if (ag->side && !ag->gpu)
 		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded, nor steps split per request "
 			"by their sequences: %s\n", err);
-	ag->llama = agent_llama_open(err, sizeof(err));
-	if (!ag->llama)
+	/* --http-only: no engine probes at all, so every HTTP row's split is the
+	 * inferred one (compared against another agent's measured one) */
+	ag->llama = env.http_only ? NULL : agent_llama_open(err, sizeof(err));
+	if (!ag->llama && !env.http_only)
 		fprintf(stderr, "kpi-agent: llama.cpp servers will be traced from HTTP only: %s\n", err);
 	ag->cost = ag->side ? agent_cost_open(ag->side, env.powercap_root, env.price_per_hour, err,
 					      sizeof(err)) : NULL;
@@ -715,6 +720,7 @@ static int poll_loop(struct agent *ag)
 			next_rescan = now + RESCAN_NS;
 		}
 		if (now >= next_flush) {
+			assemble_flush(ag->asm_, now, false);       /* HTTP requests whose split is decided */
 			agent_llama_flush(ag->llama, now, false);   /* the requests it held, into this flush */
 			flush(ag, now, false);
 			gpu_flush(ag, now, false);
@@ -740,6 +746,7 @@ static void finish(struct agent *ag)
 	assemble_finish(ag->asm_);      /* calls held for evidence, tasks still open */
 	assemble_release_held(ag->asm_);
 	losses_sample(ag, host_mono_ns(), &lost);
+	assemble_flush(ag->asm_, host_mono_ns(), true);
 	agent_llama_flush(ag->llama, host_mono_ns(), true);
 	flush(ag, host_mono_ns(), true);
 	gpu_flush(ag, host_mono_ns(), true);
@@ -783,6 +790,9 @@ static void finish(struct agent *ag)
 	if (gpu_said[0])
 		printf("%s\n", gpu_said);
 	agent_llama_summary(ag->llama, gpu_said, sizeof(gpu_said));
+	if (gpu_said[0])
+		printf("%s\n", gpu_said);
+	split_infer_summary(assemble_split_stats(ag->asm_), gpu_said, sizeof(gpu_said));
 	if (gpu_said[0])
 		printf("%s\n", gpu_said);
 }

@@ -125,6 +125,12 @@ struct kpi_request_record {
 	 * segment arrived (tcp_probe), else t_done: the call's end on a task's
 	 * critical path (a caller late to read is its own time, not the call's) */
 	int64_t t_answered;
+	/* http only (NULL / ignored otherwise, agent/track/split_infer.c): the
+	 * rule that inferred queue, prefill, t_sched and t_first from the times
+	 * the server wrote its streams' tokens ("idle", "step", "chunked"; NULL:
+	 * none applied, or the split is measured), and the decode step it saw */
+	const char *split_rule;
+	int64_t step_ns;
 };
 
 /* An agent task (agent/track/trajectory.c, schema/011_tasks.sql): the calls a

@@ -4,23 +4,48 @@
 -- Percentiles interpolate linearly between closest ranks (the definition
 -- kpitop and kpi-report use): p of n sorted values is at rank (n-1)*p.
 
--- One row per request, phases and KPIs in milliseconds, time in UTC.
+-- How each request's queue and prefill are known, one row per request (rid:
+-- its rowid in requests), for the views below. This definition reads any
+-- trace: queue and prefill as the row has them, which before version 12 only
+-- the engine's probes measured. schema/views_split.sql, which kpi-agent
+-- applies after this file (its traces are of the latest version), redefines it
+-- for version 12 on: splits kpi-agent inferred from stream timing (split_rule)
+-- in columns of their own, and the server wait of rows whose split is unknown,
+-- so that measured and inferred never mix in one column.
+DROP VIEW IF EXISTS request_split;
+CREATE VIEW request_split AS
+SELECT rowid AS rid, request_id,
+       CASE WHEN queue_ns IS NOT NULL OR prefill_ns IS NOT NULL THEN 'measured' END AS split,
+       NULL AS split_rule,
+       queue_ns AS queue_measured_ns, prefill_ns AS prefill_measured_ns,
+       NULL AS queue_inferred_ns, NULL AS prefill_inferred_ns,
+       NULL AS server_wait_ns, NULL AS step_ns
+FROM requests;
+
+-- One row per request, phases and KPIs in milliseconds, time in UTC. split:
+-- 'measured', 'inferred' (split_rule says by which rule), 'unknown' (queue
+-- and prefill together in server_wait_ms) or NULL (neither: a request that
+-- never reached the engine); queue_ms and prefill_ms are measured ones only.
 DROP VIEW IF EXISTS request_phases_ms;
 CREATE VIEW request_phases_ms AS
-SELECT request_id, pid, run_id,
+SELECT r.request_id, pid, run_id,
        strftime('%Y-%m-%d %H:%M:%f', wall_ns / 1e9, 'unixepoch') AS time_utc,
-       http_status, finish_reason, reject_reason,
-       net_in_ns / 1e6 AS net_in_ms, queue_ns / 1e6 AS queue_ms,
-       prefill_ns / 1e6 AS prefill_ms, decode_ns / 1e6 AS decode_ms,
-       net_out_ns / 1e6 AS net_out_ms,
+       http_status, finish_reason, reject_reason, s.split, s.split_rule,
+       net_in_ns / 1e6 AS net_in_ms, s.queue_measured_ns / 1e6 AS queue_ms,
+       s.prefill_measured_ns / 1e6 AS prefill_ms,
+       s.queue_inferred_ns / 1e6 AS queue_inferred_ms,
+       s.prefill_inferred_ns / 1e6 AS prefill_inferred_ms,
+       s.server_wait_ns / 1e6 AS server_wait_ms, s.step_ns / 1e6 AS step_ms,
+       decode_ns / 1e6 AS decode_ms, net_out_ns / 1e6 AS net_out_ms,
        ttft_ns / 1e6 AS ttft_ms, tpot_ns / 1e6 AS tpot_ms, e2e_ns / 1e6 AS e2e_ms,
        itl_p50_ns / 1e6 AS itl_p50_ms, itl_p99_ns / 1e6 AS itl_p99_ms,
        prompt_tokens, output_tokens, preemptions,
        srtt_us / 1e3 AS srtt_ms, runq_ns / 1e6 AS runq_ms
-FROM requests;
+FROM requests r JOIN request_split s ON s.rid = r.rowid;
 
 -- The latencies the percentile view ranks, one row per (request, metric),
--- bucketed by the wall-clock minute of arrival.
+-- bucketed by the wall-clock minute of arrival: 'queue' the measured queue
+-- waits, 'queue_inferred' the inferred ones (request_split).
 DROP VIEW IF EXISTS request_latency_long;
 CREATE VIEW request_latency_long AS
 SELECT wall_ns / 60000000000 * 60 AS minute_s, 'ttft' AS metric, ttft_ns AS v
@@ -30,9 +55,14 @@ SELECT wall_ns / 60000000000 * 60, 'tpot', tpot_ns FROM requests WHERE tpot_ns I
 UNION ALL
 SELECT wall_ns / 60000000000 * 60, 'e2e', e2e_ns FROM requests WHERE e2e_ns IS NOT NULL
 UNION ALL
-SELECT wall_ns / 60000000000 * 60, 'queue', queue_ns FROM requests WHERE queue_ns IS NOT NULL;
+SELECT wall_ns / 60000000000 * 60, 'queue', s.queue_measured_ns
+  FROM requests r JOIN request_split s ON s.rid = r.rowid WHERE s.queue_measured_ns IS NOT NULL
+UNION ALL
+SELECT wall_ns / 60000000000 * 60, 'queue_inferred', s.queue_inferred_ns
+  FROM requests r JOIN request_split s ON s.rid = r.rowid WHERE s.queue_inferred_ns IS NOT NULL;
 
--- Per minute and metric (ttft, tpot, e2e, queue): n, p50, p95, p99 in ms.
+-- Per minute and metric (ttft, tpot, e2e, queue, queue_inferred): n, p50,
+-- p95, p99 in ms.
 DROP VIEW IF EXISTS latency_percentiles_minute;
 CREATE VIEW latency_percentiles_minute AS
 WITH ranked AS (
@@ -59,23 +89,27 @@ GROUP BY minute_s, metric
 ORDER BY minute_s, metric;
 
 -- Each phase's share of the summed end-to-end time (0..1; the shares add
--- up to 1 because a request's non-null phases add up to its e2e).  A
--- disaggregated request counts once, by its router's row (its workers'
--- rows hang under it: schema/010_disagg.sql), with its three phases of its
--- own; an http row's server wait is its queue and prefill together.
+-- up to 1 because a request's non-null phases add up to its e2e): queue and
+-- prefill measured, inferred (request_split) and, where the split is
+-- unknown, the server wait that holds them together.  A disaggregated
+-- request counts once, by its router's row (its workers' rows hang under it:
+-- schema/010_disagg.sql), with its three phases of its own.
 DROP VIEW IF EXISTS phase_share;
 CREATE VIEW phase_share AS
 SELECT COUNT(*) AS requests, SUM(e2e_ns) / 1e6 AS e2e_ms_total,
        1.0 * TOTAL(net_in_ns) / SUM(e2e_ns) AS net_in_share,
        1.0 * TOTAL(router_ns) / SUM(e2e_ns) AS router_share,
-       1.0 * TOTAL(queue_ns) / SUM(e2e_ns) AS queue_share,
-       1.0 * TOTAL(prefill_ns) / SUM(e2e_ns) AS prefill_share,
-       1.0 * TOTAL(server_wait_ns) / SUM(e2e_ns) AS server_wait_share,
+       1.0 * TOTAL(s.queue_measured_ns) / SUM(e2e_ns) AS queue_share,
+       1.0 * TOTAL(s.prefill_measured_ns) / SUM(e2e_ns) AS prefill_share,
+       1.0 * TOTAL(s.queue_inferred_ns) / SUM(e2e_ns) AS queue_inferred_share,
+       1.0 * TOTAL(s.prefill_inferred_ns) / SUM(e2e_ns) AS prefill_inferred_share,
+       1.0 * TOTAL(s.server_wait_ns) / SUM(e2e_ns) AS server_wait_share,
        1.0 * TOTAL(kv_transfer_ns) / SUM(e2e_ns) AS kv_transfer_share,
        1.0 * TOTAL(decode_queue_ns) / SUM(e2e_ns) AS decode_queue_share,
        1.0 * TOTAL(decode_ns) / SUM(e2e_ns) AS decode_share,
        1.0 * TOTAL(net_out_ns) / SUM(e2e_ns) AS net_out_share
-FROM requests WHERE e2e_ns > 0 AND (pd_role IS NULL OR parent_hop_id IS NULL);
+FROM requests r JOIN request_split s ON s.rid = r.rowid
+WHERE e2e_ns > 0 AND (pd_role IS NULL OR parent_hop_id IS NULL);
 
 -- The same per wall-clock minute.
 DROP VIEW IF EXISTS phase_share_minute;
@@ -84,14 +118,17 @@ SELECT strftime('%Y-%m-%d %H:%M', wall_ns / 60000000000 * 60, 'unixepoch') AS mi
        COUNT(*) AS requests, SUM(e2e_ns) / 1e6 AS e2e_ms_total,
        1.0 * TOTAL(net_in_ns) / SUM(e2e_ns) AS net_in_share,
        1.0 * TOTAL(router_ns) / SUM(e2e_ns) AS router_share,
-       1.0 * TOTAL(queue_ns) / SUM(e2e_ns) AS queue_share,
-       1.0 * TOTAL(prefill_ns) / SUM(e2e_ns) AS prefill_share,
-       1.0 * TOTAL(server_wait_ns) / SUM(e2e_ns) AS server_wait_share,
+       1.0 * TOTAL(s.queue_measured_ns) / SUM(e2e_ns) AS queue_share,
+       1.0 * TOTAL(s.prefill_measured_ns) / SUM(e2e_ns) AS prefill_share,
+       1.0 * TOTAL(s.queue_inferred_ns) / SUM(e2e_ns) AS queue_inferred_share,
+       1.0 * TOTAL(s.prefill_inferred_ns) / SUM(e2e_ns) AS prefill_inferred_share,
+       1.0 * TOTAL(s.server_wait_ns) / SUM(e2e_ns) AS server_wait_share,
        1.0 * TOTAL(kv_transfer_ns) / SUM(e2e_ns) AS kv_transfer_share,
        1.0 * TOTAL(decode_queue_ns) / SUM(e2e_ns) AS decode_queue_share,
        1.0 * TOTAL(decode_ns) / SUM(e2e_ns) AS decode_share,
        1.0 * TOTAL(net_out_ns) / SUM(e2e_ns) AS net_out_share
-FROM requests WHERE e2e_ns > 0 AND (pd_role IS NULL OR parent_hop_id IS NULL)
+FROM requests r JOIN request_split s ON s.rid = r.rowid
+WHERE e2e_ns > 0 AND (pd_role IS NULL OR parent_hop_id IS NULL)
 GROUP BY wall_ns / 60000000000
 ORDER BY 1;
 

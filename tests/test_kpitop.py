@@ -119,6 +119,40 @@ def test_once_http_rows_show_source_and_unknown_phases():
     assert "source" not in once(usdt).splitlines()[0]
 
 
+def test_once_inferred_split_rows_show_their_queue_and_prefill():
+    """HTTP rows whose queue and prefill kpi-agent inferred from stream timing
+    (schema version 12, split_rule): their percentiles match, each row says I,
+    the header names the source, their bars hold queue and prefill."""
+    d = tmp()
+    db = os.path.join(d, "inferred.db")
+    tracetest.generate(db, duration_s=120, rate=10, source="inferred")
+    out = once(db, "--window", "1m", "--rows", "5")
+    check_against_rows(db, out)
+    lines = out.splitlines()
+    assert lines[0].rstrip().endswith("source: http (split inferred)"), lines[0]
+    assert not re.search(r"Q queue -  P prefill -", out) and "W server-wait" not in out, out
+    reqs = [line for line in lines if line.startswith(" req-")]
+    assert reqs and all(re.match(r" req-\d+\s+I done ", line) for line in reqs), reqs
+    assert all(re.search(r"[QP]", line.split()[-1]) and "W" not in line.split()[-1] for line in reqs), reqs
+    # the p99 request's phases under the bars say its queue and prefill were inferred
+    assert re.search(r" Q queue \S+ \(inferred\)  P prefill \S+ \(inferred\)  D decode ", out), out
+    # with an engine traced through its probes beside it: both named, each row marked
+    mixed = os.path.join(d, "mixed.db")
+    tracetest.generate(mixed, duration_s=120, rate=10, source="mixed-inferred")
+    out = once(mixed, "--window", "1m", "--rows", "8", "--width", "160")
+    check_against_rows(mixed, out)
+    m = re.search(r"sources: (\d+) usdt, (\d+) http \(split inferred\)", out.splitlines()[0])
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, out.splitlines()[0]
+    marks = {re.match(r" req-(\d+)\s+([UI]) ", line).group(2) for line in out.splitlines()
+             if line.startswith(" req-")}
+    assert marks == {"U", "I"}, out
+    # and an engine's probes alone: nothing says inferred
+    usdt = os.path.join(d, "usdt.db")
+    tracetest.generate(usdt, duration_s=120, rate=10)
+    out = once(usdt, "--window", "1m", "--rows", "8")
+    assert "inferred" not in out and re.search(r" Q queue \S+  P prefill \S+  D decode ", out), out
+
+
 def test_hops_view_reaches_back_a_long_trace():
     """kpitop's hops view runs the hops views on a copy of the rows around the
     selected request (tools/common/trace_hops.c): of 2,000 three-hop requests

@@ -187,6 +187,8 @@ static void encode_request(FILE *out, const struct otlp_item *it, int64_t off, c
 		attr_str(out, &first, "gen_ai.system", "kpi-infer");
 	attr_str(out, &first, "gen_ai.request.model", model);
 	attr_str(out, &first, "kpi.source", it->source);
+	if (r->split_rule)      /* queue and prefill inferred from stream timing, by this rule */
+		attr_str(out, &first, "kpi.split_rule", r->split_rule);
 	attr_int(out, &first, "gen_ai.usage.input_tokens", r->prompt_tokens);
 	attr_int(out, &first, "gen_ai.usage.output_tokens", r->output_tokens);
 	if (it->finish[0])

@@ -70,12 +70,14 @@ static struct prom_buckets b_phase[N_PHASES] = {
 	{ .name = "kpi_request_network_in_seconds",
 	  .help = "Request phase net_in: first byte read to admitted (read, parse, tokenize).", PHASE_LE },
 	{ .name = "kpi_request_queue_seconds",
-	  .help = "Request phase queue: admitted to scheduled into its first batch step.", PHASE_LE },
+	  .help = "Request phase queue: admitted to scheduled into its first batch step (kpi_source "
+	  "http: inferred from the server's stream timing, from the request read).", PHASE_LE },
 	{ .name = "kpi_request_prefill_seconds",
-	  .help = "Request phase prefill: scheduled to first token generated.", PHASE_LE },
+	  .help = "Request phase prefill: scheduled to first token generated (kpi_source http: "
+	  "inferred from the server's stream timing).", PHASE_LE },
 	{ .name = "kpi_request_server_wait_seconds",
 	  .help = "Request phase server_wait (kpi_source http): request read to the first content "
-	  "written, queue and prefill together, which the wire cannot tell apart.", PHASE_LE },
+	  "written, queue and prefill together, where no rule could tell them apart.", PHASE_LE },
 	{ .name = "kpi_request_decode_seconds",
 	  .help = "Request phase decode: first token to last token generated.", PHASE_LE },
 	{ .name = "kpi_request_network_out_seconds",

@@ -99,9 +99,10 @@ static const char *insert_request_sql(const char *table)
 		 "kv_stream_ns, kv_status, kv_peer, route_policy, decode_worker, prefill_worker, slot_wait, "
 		 "slot_waiting_ahead, ttfo_ns, reasoning_ns, "
 		 "reasoning_events, answer_events, ttftc_ns, reasoning_tokens, reasoning_shape, conversation_id, "
-		 "task_id, call_kind, rpc_method, tool_name, retry, call_error, escalated_from%s) VALUES "
+		 "task_id, call_kind, rpc_method, tool_name, retry, call_error, escalated_from, split_rule, "
+		 "step_ns%s) VALUES "
 		 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-		 "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?%s)", table,
+		 "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?%s)", table,
 		 strcmp(table, "requests") ? ", t_answered_ns" : "", strcmp(table, "requests") ? ",?" : "");
 	return out;
 }
@@ -545,6 +546,9 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	bind_opt(s, i++, p->out ? r->retry : KPI_NULL);
 	bind_opt(s, i++, p->out ? r->call_error : KPI_NULL);
 	bind_text_opt(s, i++, r->escalated_from[0] ? r->escalated_from : NULL);
+	/* the inferred split's step belongs to rows with a rule only */
+	bind_text_opt(s, i++, r->split_rule);
+	bind_opt(s, i++, r->split_rule ? r->step_ns : KPI_NULL);
 	if (p->out)
 		bind_opt(s, i++, r->t_answered > 0 ? r->t_answered : KPI_NULL);
 	if (step_done(st, s))

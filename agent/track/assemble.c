@@ -1041,6 +1041,16 @@ static void req_forget(struct assembler *a, struct req *r)
 	req_free(r);
 }
 
+void assemble_flush(struct assembler *a, uint64_t now, bool final)
+{
+	http_path_flush(a->http, now, final);
+}
+
+const struct split_stats *assemble_split_stats(const struct assembler *a)
+{
+	return http_path_split_stats(a->http);
+}
+
 void assemble_forget_pid(struct assembler *a, uint32_t pid)
 {
 	struct req *r, *tmp;

@@ -21,6 +21,9 @@ int assemble_event(struct assembler *a, const void *rec, size_t size);
  * but whose response__end never fired (t_done = the last write, http_status
  * NULL), drops the others (cut off by the exit). */
 void assemble_forget_pid(struct assembler *a, uint32_t pid);
+/* Hands out the HTTP path's inbound records whose inferred split is decided
+ * (every one when final): call before the joins and the store flush. */
+void assemble_flush(struct assembler *a, uint64_t now, bool final);
 /* One sample per pid in pids[] covering (last sample, now]. runq[i] is pid
  * i's cumulative run-queue delay (BPF runq_total); drops the agent-wide
  * drops so far.  The RUNQ_BY events since the last sample name the other
@@ -71,6 +74,8 @@ struct assemble_stats {
 	uint64_t tasks[4], escalations;
 };
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
+/* What the inferred split of HTTP-mode streams came to (split_infer.h). */
+const struct split_stats *assemble_split_stats(const struct assembler *a);
 /* Fills in the causes the assembler counts (orphans, clamped, before_attach,
  * http_unsynced, tls_unreadable, hops_unlinked) and publishes l on the bus. */
 void assemble_losses(struct assembler *a, struct kpi_loss_record *l);

@@ -34,4 +34,13 @@ void bus_set_hold(struct bus *b, bool (*hold)(void *ctx, const struct kpi_reques
 /* The hold first, then (when it did not take r) bus_request. */
 void bus_request_or_hold(struct bus *b, const struct kpi_request_record *r);
 
+/* A record kept to be handed out later: a copy whose token writes it owns
+ * (a record's arrays are valid during its callback only). */
+struct bus_held {
+	struct kpi_request_record r;
+	uint64_t *tokens;
+};
+void bus_held_keep(struct bus_held *h, const struct kpi_request_record *r);
+void bus_held_free(struct bus_held *h);
+
 #endif

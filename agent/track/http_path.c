@@ -15,6 +15,7 @@
 #include "marks.h"
 #include "relay_link.h"
 #include "trajectory.h"
+#include "split_infer.h"
 
 /* Reads whose first unread segment time is kept, to move a served exchange's
  * t_arrive (the read with its first byte) back to that segment, and to end a
@@ -50,6 +51,7 @@ struct http_path {
 	struct hop_graph *graph;
 	struct relay_link *relay;       /* calls held for the response-id rule */
 	struct trajectory *tasks;
+	struct split_infer *split;      /* the inferred engine split of inbound streams */
 	uint64_t timeout_ns;
 	uint64_t digest_key;            /* the request-body fingerprints' secret (http_digest.h) */
 };
@@ -83,6 +85,7 @@ struct http_path *http_path_new(struct bus *bus)
 	/* a secret of this run: a fingerprint means nothing outside it */
 	if (getrandom(&hp->digest_key, sizeof(hp->digest_key), 0) != sizeof(hp->digest_key))
 		hp->digest_key = (uint64_t)(uintptr_t)hp ^ 0x9e3779b97f4a7c15ULL;
+	hp->split = split_infer_new();
 	if (!(hp->hops = hop_link_new()) || !(hp->graph = hop_graph_new(integration_out, bus)) ||
 	    !(hp->relay = relay_link_new(relay_release, hp)) ||
 	    !(hp->tasks = trajectory_new(task_out, bus, 0)) ||
@@ -113,6 +116,7 @@ void http_path_free(struct http_path *hp)
 	hop_graph_free(hp->graph);
 	relay_link_free(hp->relay);
 	trajectory_free(hp->tasks);
+	split_infer_free(hp->split);
 	free(hp);
 }
 
@@ -282,8 +286,16 @@ static void times_fill(struct kpi_request_record *r, const struct http_exchange 
 		   : !(x->flags & HTTP_X_SSE) && x->t_resp_start ? (int64_t)(m[2] - m[0]) : KPI_NULL;
 }
 
-/* A request's head is complete: an inbound one becomes a parent candidate,
- * an outbound one gets its parent now, while what was open then is known. */
+/* An inbound exchange's stream, for the split inference: the connection and
+ * the request's first byte tell it from every other of the process. */
+static uint64_t stream_key(const struct http_conn *c, const struct http_exchange *x)
+{
+	return (uint64_t)(uint32_t)c->fd << 48 ^ x->t_arrive;
+}
+
+/* A request's head is complete: an inbound one becomes a parent candidate
+ * and a stream the split inference follows, an outbound one gets its parent
+ * now, while what was open then is known. */
 static uint64_t on_request(void *ctx, const struct http_exchange *x)
 {
 	struct http_conn *c = ctx;
@@ -297,7 +309,19 @@ static uint64_t on_request(void *ctx, const struct http_exchange *x)
 		hop_graph_out_open(c->hp->graph, hop_id, parent, &c->ends, x->t_arrive);
 		return tag;
 	}
+	if (x->t_arrive)
+		split_infer_open(c->hp->split, c->pid, stream_key(c, x), x->t_arrive,
+				 !strcmp(x->method, "POST"));
 	return hop_link_in_open(c->hp->hops, c->pid, c->fd, c->tid, hdr, x->t_arrive);
+}
+
+/* A token event of an inbound stream: a mark of its engine's steps. */
+static void on_token(void *ctx, const struct http_exchange *x, uint64_t ts)
+{
+	struct http_conn *c = ctx;
+
+	if (!c->client && x->t_arrive)
+		split_infer_token(c->hp->split, c->pid, stream_key(c, x), ts, x->t_req_read);
 }
 
 /* The hop columns of x's record; *several: an outbound one no rule linked
@@ -443,7 +467,9 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 	} else {
 		relay_link_inbound(c->hp->relay, &rec);   /* the calls it relayed come out linked */
 		trajectory_inbound(c->hp->tasks, &rec);
-		bus_request_or_hold(c->hp->bus, &rec);   /* the engine's join may hold it */
+		/* held until its split is decided (http_path_flush), then the
+		 * engine's join may hold it */
+		split_infer_done(c->hp->split, c->pid, x->t_arrive ? stream_key(c, x) : 0, &rec);
 	}
 }
 
@@ -462,8 +488,9 @@ static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bo
 	/* one older than the attach shows up as unsynced until a message
 	 * starts, and is counted so */
 	c->t = http_track_new(&(struct http_track_cfg){ .on_exchange = on_exchange,
-							.on_request = on_request, .ctx = c,
-							.totals = &hp->totals, .digest_key = hp->digest_key });
+							.on_request = on_request, .on_token = on_token,
+							.ctx = c, .totals = &hp->totals,
+							.digest_key = hp->digest_key });
 	if (!c->t) {
 		free(c);
 		return NULL;
@@ -575,6 +602,16 @@ void http_path_expire(struct http_path *hp, uint64_t now)
 	}
 }
 
+static void request_out(void *ctx, const struct kpi_request_record *rec)
+{
+	bus_request_or_hold(ctx, rec);          /* the engine's join may hold it */
+}
+
+void http_path_flush(struct http_path *hp, uint64_t now, bool final)
+{
+	split_infer_release(hp->split, now, final, request_out, hp->bus);
+}
+
 void http_path_forget_pid(struct http_path *hp, uint32_t pid)
 {
 	struct http_conn *c, *tmp;
@@ -586,6 +623,7 @@ void http_path_forget_pid(struct http_path *hp, uint32_t pid)
 			http_track_close(c->t, http_track_last_ts(c->t), HTTP_BY_SERVER);
 		conn_free(hp, c);
 	}
+	split_infer_forget_pid(hp->split, pid, request_out, hp->bus);
 	trajectory_forget_pid(hp->tasks, pid);
 	hop_link_forget_pid(hp->hops, pid);
 }
@@ -609,4 +647,9 @@ const struct trajectory_stats *http_path_tasks(const struct http_path *hp)
 const struct relay_stats *http_path_relay(const struct http_path *hp)
 {
 	return relay_link_stats(hp->relay);
+}
+
+const struct split_stats *http_path_split_stats(const struct http_path *hp)
+{
+	return split_infer_stats(hp->split);
 }

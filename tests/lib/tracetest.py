@@ -82,13 +82,17 @@ def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, st
     one kpi-agent makes from an HTTP exchange (source 'http': queue, prefill
     and the engine's marks NULL, server_wait_ns holding queue and prefill;
     no samples, steps or in-flight rows, which that path does not write);
-    "mixed": every other row so."""
-    assert source in ("usdt", "http", "mixed"), source
+    "mixed": every other row so; "inferred": as "http", with the split
+    kpi-agent infers from stream timing (split_rule 'step': queue, prefill,
+    t_sched and t_first set, server_wait_ns NULL, decode from t_first);
+    "mixed-inferred": every other row so, the rest as "usdt" (an engine with
+    probes and one without on one host)."""
+    assert source in ("usdt", "http", "mixed", "inferred", "mixed-inferred"), source
     rnd = random.Random(seed)
     db = new_store(path)
     if source != "usdt":
         migrate(db)
-        if source == "http":
+        if source in ("http", "inferred"):
             steps, inflight = False, 0
     off = WALL0 - T0
     db.execute("INSERT INTO agent_runs VALUES (1, ?, ?, 'synthetic', 'tracetest', NULL)", (WALL0, off))
@@ -112,6 +116,9 @@ def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, st
            "VALUES (?,?,?,1,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
     if source == "usdt":      # a version-1 store has neither column
         ins = ins.replace(", source, server_wait_ns", "").replace("?,?,?)", "?)")
+    if source in ("inferred", "mixed-inferred"):
+        ins = ins.replace(", source, server_wait_ns)", ", source, server_wait_ns, split_rule, step_ns)") \
+                 .replace("?,?,?)", "?,?,?,?,?)")
     while True:
         t += int(rnd.expovariate(rate) * 1e9) + 1
         if t >= end:
@@ -168,8 +175,14 @@ def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, st
             # the last one the decode; the engine's marks are unknown
             row = row[:5] + (None, None, None, None) + row[9:12] + (None, None, decode,
                   done - fw - decode) + row[16:27] + (0, 80, None, "http", ttft - net_in)
+        elif source == "inferred" or (source == "mixed-inferred" and i % 2):
+            # the wire's view with the split inferred: the engine's admission
+            # and last token stay unknown, the first token is the step's end
+            row = row[:5] + (None, sched, first, None) + row[9:12] + (queue, prefill,
+                  fw + decode - first, done - fw - decode) + row[16:27] + (0, 80, None, "http", None,
+                  "step", tpot)
         elif source != "usdt":
-            row += ("usdt", None)
+            row += ("usdt", None) + ((None, None) if source == "mixed-inferred" else ())
         rows.append(row)
         s[0] += 1
         s[1] += out
@@ -183,7 +196,7 @@ def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, st
                 print(f"  {i} requests", flush=True)
     db.executemany(ins, rows)
     srows = []
-    for sec in (range(duration_s) if source != "http" else ()):
+    for sec in (range(duration_s) if source not in ("http", "inferred") else ()):
         c = per_sec.get(sec, [0, 0, 0, 0, 0, incident_at(sec)])
         kind = c[5]
         qd = {"queue": 40, "kv": 25, "cpu": 10}.get(kind, 1) + rnd.randint(0, 3)

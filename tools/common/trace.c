@@ -15,7 +15,8 @@ const char *const trace_metric_name[TM_N] = {
 	"TTFT", "TPOT", "ITL", "e2e", "net-in", "queue", "prefill", "decode", "net-out", "run-queue",
 	"server-wait", "TTFO",
 };
-const char *const trace_source_name[TRACE_SRC_N] = { "usdt", "http", "http+libllama" };
+const char *const trace_source_name[TRACE_SRC_N] = { "usdt", "http", "http+libllama",
+						      "http (split inferred)" };
 const char *const trace_state_name[TRS_N] = {
 	"arriving", "queued", "prefill", "decode", "writing", "done", "rejected", "error", "cancelled",
 };
@@ -47,6 +48,7 @@ struct trace {
 	const char *top;
 	bool has_ttfo;                      /* requests.ttfo_ns (011_tasks.sql) */
 	bool has_weight_type;               /* requests.weight_type (009_weight_type.sql) */
+	bool has_split;                     /* requests.split_rule (012_split.sql) */
 	int64_t mono_to_wall;
 	sqlite3_stmt *q_window, *q_since, *q_samples, *q_inflight, *q_replay, *q_recent,
 		*q_slowest, *q_steps, *q_runq_by, *q_losses;
@@ -81,10 +83,20 @@ struct trace {
 	"net_out_ns, runq_ns, %s, %s, itl_p99_ns, itl_max_ns, prompt_tokens, output_tokens, "    \
 	"http_status, finish_reason, preemptions, t_done_ns, t_arrive_ns"
 
-/* server_wait_ns, then 1 for an http row, where the store has them */
+/* The source code of a row (TRACE_SRC_SQL), as far as the store says. */
+static const char *sql_src(const struct trace *t)
+{
+	return !t->has_source ? "0" : t->has_split ? TRACE_SRC_SQL_SPLIT : TRACE_SRC_SQL;
+}
+
+/* server_wait_ns, then the row's source code, where the store has them */
 static const char *sql_src_cols(const struct trace *t)
 {
-	return t->has_source ? "server_wait_ns, " TRACE_SRC_SQL : "NULL, 0";
+	static char cols[2][256];
+	char *c = cols[t->has_split];
+
+	snprintf(c, sizeof(cols[0]), "%s, %s", t->has_source ? "server_wait_ns" : "NULL", sql_src(t));
+	return c;
 }
 
 /* ttfo_ns where the store has it (version 11) */
@@ -215,8 +227,8 @@ static bool has_column(struct trace *t, const char *table, const char *column)
 /* The window and timeline statements; what a version-ver store has. */
 static int prep_window_queries(struct trace *t, int ver, char *err, size_t errlen)
 {
-	char sql[1024], win[1024], since[1024], rows[1024];
-	const char *wait = t->has_source ? "server_wait_ns" : "NULL", *http = t->has_source ? TRACE_SRC_SQL : "0";
+	char sql[1024], win[1536], since[1536], rows[1536];
+	const char *wait = t->has_source ? "server_wait_ns" : "NULL", *http = sql_src(t);
 	snprintf(win, sizeof(win), "SELECT " SQL_STAT_COLS ", %s FROM requests "
 		 "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2%s", wait, sql_ttfo_col(t), http, t->top);
 	snprintf(since, sizeof(since), "SELECT " SQL_STAT_COLS ", %s FROM requests "
@@ -248,7 +260,7 @@ static int prep_window_queries(struct trace *t, int ver, char *err, size_t errle
 /* The request-list statements (SQL_REQ_COLS rows, and the agent's inflight). */
 static int prep_list_queries(struct trace *t, char *err, size_t errlen)
 {
-	char replay[1024], recent[1024], slowest[1024], cols[512];
+	char replay[1536], recent[1536], slowest[1536], cols[1024];
 	snprintf(cols, sizeof(cols), SQL_REQ_COLS, sql_src_cols(t), sql_ttfo_col(t));
 	snprintf(replay, sizeof(replay), "SELECT %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns <= ?2 "
 		 "AND (t_done_ns IS NULL OR t_done_ns > ?2) AND http_status IS NOT 429%s "
@@ -277,7 +289,8 @@ struct trace *trace_open(const char *path, char *err, size_t errlen)
 	     t->has_engine = has_column(t, "requests", "engine_prompt_tokens"),
 	     t->top = has_column(t, "requests", "pd_role") ? TRACE_TOP_SQL : "",
 	     t->has_ttfo = has_column(t, "requests", "ttfo_ns"),
-	     t->has_weight_type = has_column(t, "requests", "weight_type"), 0) ||
+	     t->has_weight_type = has_column(t, "requests", "weight_type"),
+	     t->has_split = has_column(t, "requests", "split_rule"), 0) ||
 	    prep_window_queries(t, ver, err, errlen) || prep_list_queries(t, err, errlen)) {
 		trace_close(t);
 		return NULL;
@@ -373,7 +386,8 @@ static void stat_row_read(sqlite3_stmt *st, struct trace_stat_row *r)
 		   (fin && !strcmp(fin, "cancelled") ? TSR_CANCELLED : 0) |
 		   (sqlite3_column_int(st, TM_N + 6) > 0 ? TSR_PREEMPTED : 0) |
 		   (sqlite3_column_int(st, TM_N + 9) == 1 ? TSR_HTTP : 0) |
-		   (sqlite3_column_int(st, TM_N + 9) == 2 ? TSR_LIBLLAMA : 0);
+		   (sqlite3_column_int(st, TM_N + 9) == 2 ? TSR_LIBLLAMA : 0) |
+		   (sqlite3_column_int(st, TM_N + 9) == 3 ? TSR_INFERRED : 0);
 	r->t_done_ns = col_or_null(st, TM_N + 7);
 	r->t_arrive_ns = sqlite3_column_int64(st, TM_N + 8);
 }

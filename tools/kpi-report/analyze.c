@@ -11,16 +11,21 @@
 
 static const char *const ttft_names[RP_TTFT_NPH] = { "net-in", "queue wait", "prefill", "first write" };
 static const char *const e2e_names[PH_N] = { "net-in", "queue wait", "prefill", "decode", "net-out" };
-/* Windows of http rows only: the queue slot holds their server wait (queue
- * and prefill together), and prefill stays empty; mixed windows say both. */
-static const char *const ttft_names_http[RP_TTFT_NPH] = { "net-in", "server wait (queue + prefill)", "prefill",
-							  "first write" };
-static const char *const e2e_names_http[PH_N] = { "net-in", "server wait (queue + prefill)", "prefill", "decode",
-						  "net-out" };
-static const char *const ttft_names_mixed[RP_TTFT_NPH] = { "net-in", "queue wait (server wait where http)",
-							   "prefill", "first write" };
-static const char *const e2e_names_mixed[PH_N] = { "net-in", "queue wait (server wait where http)", "prefill",
-						   "decode", "net-out" };
+/* The queue and prefill slots' names by the windows' rows: measured by the
+ * engine's probes (the plain names), inferred from stream timing, unknown
+ * (http rows: the queue slot holds their server wait, queue and prefill
+ * together, and prefill stays empty). Index: measured | inferred << 1 |
+ * unknown << 2; a window of none has the plain names. */
+static const char *const queue_names[8] = {
+	"queue wait", "queue wait", "queue wait (inferred)", "queue wait (inferred on http rows)",
+	"server wait (queue + prefill)", "queue wait (server wait where http)",
+	"queue wait (inferred, or server wait where unknown)",
+	"queue wait (inferred on http rows, or server wait where unknown)",
+};
+static const char *const prefill_names[8] = {
+	"prefill", "prefill", "prefill (inferred)", "prefill (inferred on http rows)",
+	"prefill", "prefill", "prefill (inferred)", "prefill (inferred on http rows)",
+};
 
 #define DEFAULT_INCIDENT (300 * NS_PER_S)
 
@@ -219,13 +224,13 @@ static void attr_words(struct rp_attr *a)
 	}
 	int n = snprintf(a->words, sizeof(a->words), "%.0f%% of the p%.0f %s %s (%s%s: %s → %s) is %s",
 			 round(a->share[a->top] * 100), a->p, a->metric, change > 0 ? "increase" : "decrease",
-			 change > 0 ? "+" : "−", d, x, y, a->names[a->top]);
+			 change > 0 ? "+" : "−", d, x, y, a->name[a->top]);
 	/* then the other phases that carry at least 5% */
 	int first = 1;
 	for (int i = 0; i < a->nph && n < (int)sizeof(a->words) - 40; i++) {
 		if (i == a->top || a->share[i] < 0.05) continue;
 		n += snprintf(a->words + n, sizeof(a->words) - (size_t)n, "%s %s %.0f%%", first ? "; then" : ",",
-			      a->names[i], round(a->share[i] * 100));
+			      a->name[i], round(a->share[i] * 100));
 		first = 0;
 	}
 	snprintf(a->words + n, sizeof(a->words) - (size_t)n, ".");
@@ -238,11 +243,13 @@ static int attribute(struct report *r, struct rp_attr *a, const char *metric, do
 	a->p = p;
 	a->nph = ttft ? RP_TTFT_NPH : PH_N;
 	const int *src = r->inc.w.by_source, *bsrc = r->base.w.by_source;
-	/* rows with the engine's split (usdt, http+libllama) and without (http) */
-	int http = src[TRACE_SRC_HTTP] + bsrc[TRACE_SRC_HTTP], usdt = src[TRACE_SRC_USDT] + bsrc[TRACE_SRC_USDT] +
-		   src[TRACE_SRC_LIBLLAMA] + bsrc[TRACE_SRC_LIBLLAMA];
-	a->names = !http ? (ttft ? ttft_names : e2e_names) : !usdt ? (ttft ? ttft_names_http : e2e_names_http)
-		   : (ttft ? ttft_names_mixed : e2e_names_mixed);
+	/* rows whose split was measured, inferred, unknown: what queue and prefill name */
+	int measured = src[TRACE_SRC_USDT] + bsrc[TRACE_SRC_USDT] + src[TRACE_SRC_LIBLLAMA] + bsrc[TRACE_SRC_LIBLLAMA],
+	    inferred = src[TRACE_SRC_INFERRED] + bsrc[TRACE_SRC_INFERRED], unknown = src[TRACE_SRC_HTTP] + bsrc[TRACE_SRC_HTTP];
+	int kind = (measured > 0) | (inferred > 0) << 1 | (unknown > 0) << 2;
+	memcpy(a->name, ttft ? ttft_names : e2e_names, sizeof(a->name[0]) * (size_t)a->nph);
+	a->name[PH_QUEUE] = queue_names[kind];
+	a->name[PH_PREFILL] = prefill_names[kind];
 	double mb[PH_N], mi[PH_N];
 	const struct trace_row *rows;
 	int n = trace_rows(r->t, r->base.from_ns, r->base.to_ns, &rows);
@@ -356,6 +363,19 @@ struct fctx {
 	double ssecs, bssecs;
 };
 
+/* The caveat of a finding on queue and prefill where some of them were
+ * inferred from stream timing, not measured by the engine's probes. */
+static void inferred_caveat(struct rp_finding *f, const struct trace_window *i, const struct trace_window *b)
+{
+	int n = i->by_source[TRACE_SRC_INFERRED], bn = b->by_source[TRACE_SRC_INFERRED];
+	size_t len = strlen(f->evidence);
+
+	if ((n || bn) && len < sizeof(f->evidence))
+		snprintf(f->evidence + len, sizeof(f->evidence) - len, "; the queue and prefill of %d of "
+			 "these requests (baseline %d) were inferred from the server's stream timing, not "
+			 "measured by its probes (docs/agent.md, The inferred split)", n, bn);
+}
+
 /* "; queue depth peaked at 37 (baseline 2)", only where it rose: a depth
  * that did not is no evidence of a queue that grew. */
 static void depth_clause(char *out, size_t len, const struct trace_window *i, const struct trace_window *b)
@@ -426,6 +446,7 @@ static void finding_queue(const struct fctx *c)
 			 (long long)q->step_tokens_max);
 	snprintf(f->action, sizeof(f->action), "bound the queue (kpi-infer's queue limit) so excess load "
 		 "gets a fast 429 instead of a slow answer, or add capacity for this arrival rate");
+	inferred_caveat(f, i, b);
 }
 
 /* 1-3 for a window of http rows only: queue growth, KV exhaustion and long
@@ -735,7 +756,10 @@ static void findings(struct report *r)
 	};
 	struct rp_finding *f;
 
-	if (i->by_source[TRACE_SRC_HTTP] && !i->by_source[TRACE_SRC_USDT] && !i->by_source[TRACE_SRC_LIBLLAMA]) {
+	int with_split = 0;
+	for (int k = 0; k < TRACE_SRC_N; k++)
+		with_split += trace_source_split(k) ? i->by_source[k] : 0;
+	if (i->by_source[TRACE_SRC_HTTP] && !with_split) {
 		finding_split_unknown(&c);
 	} else {
 		finding_queue(&c);
@@ -750,7 +774,7 @@ static void findings(struct report *r)
 	report_agents_findings(r);
 	if (!r->nf && (f = rp_add_finding(r, "no known cause matched", trace_phase_name[c.ee->top], 0, 9))) {
 		snprintf(f->title, sizeof(f->title), "No known cause matched; the largest change is in %s",
-			 e2e_names[c.ee->top]);
+			 c.ee->name[c.ee->top]);
 		snprintf(f->evidence, sizeof(f->evidence), "%s %s", c.tt->words, c.ee->words);
 		snprintf(f->action, sizeof(f->action), "look at the slowest requests below and the timelines");
 	}

@@ -49,7 +49,9 @@ static char *sources(char *b, size_t n, const struct trace_window *w)
 }
 
 static const char sources_note[] = "usdt: the engine's probes, with its queue and prefill split; http: the "
-				   "server's HTTP exchange, where queue and prefill are one server wait";
+				   "server's HTTP exchange, where queue and prefill are one server wait; http (split "
+				   "inferred): queue and prefill inferred from the server's stream timing (docs/agent.md, "
+				   "\"The inferred split\")";
 
 /* The phases of a waterfall in order, with an http row's server wait (W)
  * after net-in; a phase the row does not know is -1. */
@@ -154,7 +156,8 @@ static int in_window(const struct report *r, int i, const struct rp_window *w)
  * unknown, not 0. */
 static int no_samples(const struct trace_window *w)
 {
-	return !w->samples && (w->by_source[TRACE_SRC_HTTP] || w->by_source[TRACE_SRC_LIBLLAMA]);
+	return !w->samples && (w->by_source[TRACE_SRC_HTTP] || w->by_source[TRACE_SRC_LIBLLAMA] ||
+			       w->by_source[TRACE_SRC_INFERRED]);
 }
 
 static void summary_rows(const struct report *r, FILE *o, int html)

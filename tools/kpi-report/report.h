@@ -35,7 +35,7 @@ struct rp_attr {
 	double p;                       /* 50 or 99 */
 	double base, inc;               /* the percentile in both windows, ns */
 	int nph;
-	const char *const *names;
+	const char *name[PH_N];         /* each phase's; queue and prefill say where they were inferred */
 	double delta[PH_N];             /* per-phase change of the band's means, ns */
 	double share[PH_N];             /* delta / sum of deltas */
 	int top;                        /* phase with the largest share */

@@ -79,14 +79,25 @@ static void title_fill(struct kt_widget *w, const struct kt_data *d, const struc
 			 d->live ? "live" : "replay", dur(wd, (double)d->window_ns), a, b);
 	/* where the window's requests came from, when not all from the probes */
 	const int *src = d->win.by_source;
-	if ((src[TRACE_SRC_HTTP] || src[TRACE_SRC_LIBLLAMA]) && n > 0 && (size_t)n < sizeof(t->text)) {
-		int kinds = !!src[TRACE_SRC_USDT] + !!src[TRACE_SRC_HTTP] + !!src[TRACE_SRC_LIBLLAMA];
-		if (kinds > 1)
-			snprintf(t->text + n, sizeof(t->text) - (size_t)n, "  sources: %d usdt, %d http, %d http+libllama",
-				 src[TRACE_SRC_USDT], src[TRACE_SRC_HTTP], src[TRACE_SRC_LIBLLAMA]);
-		else
-			snprintf(t->text + n, sizeof(t->text) - (size_t)n, "  source: %s",
-				 trace_source_name[src[TRACE_SRC_HTTP] ? TRACE_SRC_HTTP : TRACE_SRC_LIBLLAMA]);
+	if (src[TRACE_SRC_HTTP] + src[TRACE_SRC_LIBLLAMA] + src[TRACE_SRC_INFERRED] && n > 0 &&
+	    (size_t)n < sizeof(t->text)) {
+		int kinds = 0, only = TRACE_SRC_USDT;
+		for (int k = 0; k < TRACE_SRC_N; k++)
+			if (src[k]) {
+				kinds++;
+				only = k;
+			}
+		if (kinds > 1) {
+			n += snprintf(t->text + n, sizeof(t->text) - (size_t)n, "  sources:");
+			for (int k = 0, first = 1; k < TRACE_SRC_N && (size_t)n < sizeof(t->text); k++)
+				if (src[k]) {
+					n += snprintf(t->text + n, sizeof(t->text) - (size_t)n, "%s %d %s",
+						      first ? "" : ",", src[k], trace_source_name[k]);
+					first = 0;
+				}
+		} else {
+			snprintf(t->text + n, sizeof(t->text) - (size_t)n, "  source: %s", trace_source_name[only]);
+		}
 	}
 	/* a llama.cpp engine's prefix cache (source http+libllama) */
 	n = (int)strlen(t->text);
@@ -193,7 +204,8 @@ static void meters_draw(const struct kt_widget *w, struct canvas *c, int y, int 
 	int x = 1;
 	x = meter(c, y, x, "req/s", CC_VALUE, "%.1f", mw->req_per_s);
 	x = meter(c, y, x, "out tok/s", CC_VALUE, "%.0f", mw->out_tok_per_s);
-	if (!mw->samples && (mw->by_source[TRACE_SRC_HTTP] || mw->by_source[TRACE_SRC_LIBLLAMA])) {
+	if (!mw->samples && (mw->by_source[TRACE_SRC_HTTP] || mw->by_source[TRACE_SRC_LIBLLAMA] ||
+			     mw->by_source[TRACE_SRC_INFERRED])) {
 		/* the HTTP exchange carries no engine samples: unknown, not 0 */
 		x = meter(c, y, x, "running", CC_DIM, "-", 0);
 		x = meter(c, y, x, "waiting", CC_DIM, "-", 0);
@@ -268,6 +280,7 @@ struct phases {
 	int64_t phase[2][PH_N];         /* the median's, the p99's (-1: unknown) */
 	int64_t wait[2];                /* their server wait (-1: engine split known) */
 	int64_t e2e[2];
+	bool inferred;                  /* the p99's queue and prefill were inferred */
 };
 
 static int phases_height(int w) { return 3; }
@@ -282,6 +295,7 @@ static void phases_fill(struct kt_widget *w, const struct kt_data *d, const stru
 	p->wait[1] = d->win.wait_p99;
 	p->e2e[0] = d->win.e2e_p50_row;
 	p->e2e[1] = d->win.e2e_p99_row;
+	p->inferred = d->win.inferred_p99;
 }
 
 static void phases_draw(const struct kt_widget *w, struct canvas *c, int y, int width, int h)
@@ -299,8 +313,9 @@ static void phases_draw(const struct kt_widget *w, struct canvas *c, int y, int 
 			canvas_text(c, y + i, 9, -1, CC_DIM, 0, "no finished request in the window");
 		}
 	}
-	/* the p99 request's phases; "-" for one its row does not know, and
-	 * the server wait only where the row has it in place of the split */
+	/* the p99 request's phases; "-" for one its row does not know, the
+	 * server wait only where the row has it in place of the split, and
+	 * "(inferred)" after a queue and prefill inferred from stream timing */
 	int x = 9;
 	int64_t rest = ph->e2e[1] - (ph->wait[1] > 0 ? ph->wait[1] : 0);
 	for (int p = 0; p < PH_N; p++)
@@ -314,7 +329,8 @@ static void phases_draw(const struct kt_widget *w, struct canvas *c, int y, int 
 				     p == 1 ? "server-wait" : last ? "router, KV, decode queue (P/D)" :
 				     trace_phase_name[p - (p > 1)]) + 2;
 		if (ph->finished)
-			x += canvas_text(c, y + 2, x - 1, -1, CC_DIM, 0, "%s", dur(a, (double)v)) + 1;
+			x += canvas_text(c, y + 2, x - 1, -1, CC_DIM, 0, "%s%s", dur(a, (double)v),
+					 ph->inferred && (p == 2 || p == 3) ? " (inferred)" : "") + 1;
 	}
 }
 
@@ -556,7 +572,8 @@ static void panel_row(struct canvas *c, int y, int width, const struct trace_req
 	char a[16], b[16], d[16], e[16], o[16];
 	if (sel) canvas_fill(c, y, 0, width, L' ', CC_SEL, CF_REVERSE);
 	canvas_text(c, y, 1, 14, sel ? CC_SEL : CC_VALUE, fl, "%-14s", r->id);
-	canvas_text(c, y, 16, 1, cc, fl, "%c", "UHL"[r->source]);
+	/* U usdt, H http, L http+libllama, I http with its split inferred */
+	canvas_text(c, y, 16, 1, cc, fl, "%c", "UHLI"[r->source]);
 	canvas_text(c, y, 18, 9, sel ? CC_SEL : state_color(r->state), fl | CF_BOLD, "%-9s",
 		    trace_state_name[r->state]);
 	canvas_rtext(c, y, 28, 8, cc, fl, dur(a, (double)r->age_ns));

@@ -8,6 +8,8 @@ struct evclass {
 	http_key_fn *usage;
 	void *ctx;
 	bool content;                   /* a non-empty content-like string */
+	bool empty;                     /* an empty one */
+	bool role;                      /* a "role" key: a chat stream's role-only first chunk */
 	int rtype;                      /* Responses API type: 1 *.delta, 2 other, 0 none */
 };
 
@@ -28,6 +30,10 @@ static void event_key(void *ctx, int key, const struct http_jval *v)
 		/* `"content":"` with the rest not captured counts (docs/agent.md) */
 		if (v->type == HTTP_J_STR && (v->len || !v->complete))
 			c->content = true;
+		else if (v->type == HTTP_J_STR)
+			c->empty = true;
+	} else if (key == HTTP_K_ROLE) {
+		c->role = true;
 	} else {
 		c->usage(c->ctx, key, v);
 	}
@@ -84,7 +90,9 @@ enum http_ev_kind http_sse_classify(const struct http_sse *e, http_key_fn *usage
 		return rtype == 1 ? HTTP_EV_CONTENT : HTTP_EV_OTHER;
 	if (c.content)
 		return HTTP_EV_CONTENT;
-	return e->cut ? HTTP_EV_UNKNOWN : HTTP_EV_OTHER;
+	if (e->cut)
+		return HTTP_EV_UNKNOWN;
+	return c.empty && !c.role ? HTTP_EV_EMPTY : HTTP_EV_OTHER;
 }
 
 void http_sse_reset(struct http_sse *e)

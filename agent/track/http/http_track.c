@@ -154,6 +154,8 @@ static void sse_event(void *ctx, const struct http_sse *e)
 	struct sse_ctx *c = ctx;
 	enum http_ev_kind k = http_sse_classify(e, usage_key, &c->n->x);
 	http_reason_event(&c->n->reason, e, c->ts);
+	if ((k == HTTP_EV_CONTENT || k == HTTP_EV_EMPTY) && c->t->cfg.on_token)
+		c->t->cfg.on_token(c->t->cfg.ctx, &c->n->x, c->ts);
 	if (k == HTTP_EV_CONTENT) {
 		note_content(c->t, c->n, c->ts);
 	} else if (k == HTTP_EV_UNKNOWN) {

@@ -145,6 +145,11 @@ struct http_track_cfg {
 	 * path, t_arrive and header id (request_id, id_src) filled; what it
 	 * returns comes back as the exchange's tag */
 	uint64_t (*on_request)(void *ctx, const struct http_exchange *x);
+	/* optional: called for every token event of a response as the write
+	 * that completes it is fed (content, or a token with empty text), with
+	 * that write's time; x is the exchange in progress (its head's fields,
+	 * t_arrive, tag) */
+	void (*on_token)(void *ctx, const struct http_exchange *x, uint64_t ts);
 	void *ctx;
 	struct http_track_stats *totals; /* module-wide sums every tracker adds to, or NULL */
 	bool midstream;                  /* opened before tracking began: find a message start first */
