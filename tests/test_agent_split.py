@@ -9,7 +9,8 @@ The targets, at 4 or more concurrent streams: a split for at least 80% of the
 streamed rows, and prefill within max(20%, 2 ms) of the truth for 90% of those.
 The share is counted among the rows around whose prompt the server met the rules'
 assumption (each step's tokens written within 30% of a step after it ended, which
-splittest.py measures from the server's own marks): on this shared 2-core
+splittest.py measures from the server's own marks, over the whole window the agent
+judges the row by: 8 decode steps either side, 100 ms to 2 s): on this shared 2-core
 machine a server starved of CPU writes late, the agent rightly declines there,
 and the share of all rows (printed) measures the machine as much as the rules.
 The closed loop's first round (as many requests as streams, reaching an idle

@@ -102,13 +102,21 @@ def lags_usdt(truth_db):
     return out
 
 
+# the window kpi-agent looks at around a request (agent/track/split_infer.c):
+# this many decode steps either side, clamped to [MIN, MAX] ns
+WINDOW_STEPS, WINDOW_MIN_NS, WINDOW_MAX_NS = 8, 100_000_000, 2_000_000_000
+
+
 def assumptions_met(lags, truth, share=0.3):
     """{request id: True} for the requests around whose prompt the server met
     the rules' assumption, tokens of one step written together: every step
-    from the one before its prompt's first to the one after its first token
-    had all its tokens written within `share` of a decode step (the 10th
-    percentile of the steps' lengths) of each other (the agent's own bound),
-    and before the next step ended."""
+    of the window the agent judges the request by (WINDOW_STEPS decode steps,
+    the median step, either side of its prompt's first step and its first
+    token, as agent/track/split_infer.c looks) had all its tokens written
+    within `share` of a decode step (the 10th percentile of the steps'
+    lengths) of each other (the agent's own bound), and before the next step
+    ended.  A late write anywhere in that window rightly declines the row, so
+    it is counted only where the whole window held."""
     ends = sorted({e for e, _ in lags})
     if len(ends) < 2:
         return {}
@@ -116,13 +124,15 @@ def assumptions_met(lags, truth, share=0.3):
     for e, w in lags:
         first[e] = min(first.get(e, w), w)
         last[e] = max(last.get(e, w), w)
-    short = at.pct([b - a for a, b in zip(ends, ends[1:])], 10)
+    gaps = [b - a for a, b in zip(ends, ends[1:])]
+    short = at.pct(gaps, 10)
+    span = min(max(WINDOW_STEPS * at.pct(gaps, 50), WINDOW_MIN_NS), WINDOW_MAX_NS)
     ok = {e: last[e] - first[e] <= share * short and (i + 1 == len(ends) or last[e] < ends[i + 1])
           for i, e in enumerate(ends)}
     met = {}
     for rid, (t_sched, t_first) in truth.items():
-        lo = max(bisect.bisect_right(ends, t_sched) - 1, 0)
-        hi = min(bisect.bisect_right(ends, t_first) + 1, len(ends))
+        lo = max(bisect.bisect_right(ends, t_sched - span) - 1, 0)
+        hi = min(bisect.bisect_right(ends, t_first + span) + 1, len(ends))
         met[rid] = all(ok[e] for e in ends[lo:hi])
     return met
 
