@@ -77,8 +77,10 @@ include $(sort $(wildcard */build.mk */*/build.mk))
 
 all: deps $(PROGRAMS) $(UNIT_TESTS)
 
-# Fails on an #include that crosses the arrows between the folders
-# (docs/architecture.md), naming the file and the line.
+# Fails on an #include that crosses the arrows between the folders and between
+# the agent's stages (docs/architecture.md), naming the file and the line, and
+# on a circle between two files of agent/ or tools/ (by include, or by call in
+# the objects make has built: make test checks after building).
 check-layout:
 	$(Q)$(PYTHON) tests/check_layout.py
 

@@ -1,10 +1,10 @@
 # agent/build.mk - kpi-agent: BPF programs (bpf/*.bpf.c -> skeletons), the
-# agent (agent/*.c), the schema embedded from schema/*.sql, its unit tests and
+# agent (agent/main.c, agent/<stage>/*.c), the schema embedded from schema/*.sql, its unit tests and
 # the small USDT test target (tests/agent_target.c).
 
 BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Ivmlinux/$(ARCH) -Ibpf -I. \
 	-I/usr/include/$(shell gcc -dumpmachine) -Wall -Wno-unused-function
-AGENT_SRCS := $(filter-out agent/main.c,$(wildcard agent/*.c))
+AGENT_SRCS := $(wildcard agent/*/*.c agent/*/*/*.c)
 AGENT_OBJS := $(AGENT_SRCS:%.c=$(OBJ)/%.o) $(OBJ)/schema/pct.o
 AGENT_LDLIBS := -lbpf -lelf -lz -lsqlite3 -lcurl -ljansson $(LDLIBS_COMMON)
 AGENT_GEN := $(BUILD)/include/kpi.skel.h $(BUILD)/include/kpi_schema.h

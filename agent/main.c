@@ -14,22 +14,24 @@
 #include <string.h>
 #include <unistd.h>
 #include "kpi.skel.h"
-#include "assemble.h"
-#include "cost.h"
-#include "energy.h"
-#include "attach.h"
-#include "exporters.h"
-#include "gpu.h"
-#include "tls.h"
-#include "llama.h"
-#include "host.h"
-#include "http_path.h"
-#include "http_serve.h"
-#include "losses.h"
-#include "privdrop.h"
-#include "retain.h"
-#include "store.h"
-#include "targets.h"
+#include "agent/track/assemble.h"
+#include "agent/track/bus.h"
+#include "agent/sources/cost.h"
+#include "agent/sources/energy.h"
+#include "agent/sources/attach.h"
+#include "agent/sinks/exporters.h"
+#include "agent/sources/gpu.h"
+#include "agent/sources/tls.h"
+#include "agent/sources/llama.h"
+#include "agent/host/host.h"
+#include "agent/track/http_path.h"
+#include "agent/sinks/http_serve.h"
+#include "agent/sources/losses.h"
+#include "agent/host/privdrop.h"
+#include "agent/sinks/retain.h"
+#include "agent/sinks/side_store.h"
+#include "agent/sinks/store.h"
+#include "agent/host/targets.h"
 
 #define RESCAN_NS   500000000ull    /* look for new and exited targets */
 #define SAMPLE_NS  1000000000ull
@@ -404,6 +406,7 @@ static void on_signal(int sig)
 struct agent {
 	struct kpi_bpf *skel;
 	struct ring_buffer *rb;
+	struct bus *bus;                     /* every record, to every sink in turn */
 	struct assembler *asm_;
 	struct trace_store *store;
 	struct host_features feat;
@@ -415,6 +418,7 @@ struct agent {
 	struct exporters exp;
 	struct agent_cost *cost;             /* NULL: cost and energy off */
 	struct agent_llama *llama;           /* NULL: llama.cpp's engine split off */
+	struct side_store *side;             /* the GPU and cost rows' connection */
 };
 
 
@@ -432,27 +436,6 @@ static int handle_event(void *ctx, void *data, size_t size)
 	if (!attach_event(ag->at, data, size))          /* processes starting, ending */
 		assemble_event(ag->asm_, data, size);   /* counts a malformed one */
 	return 0;
-}
-
-/* The HTTP-mode targets (traced, not through USDT) to the llama.cpp side,
- * which attaches to those that map llama.cpp. */
-static void llama_sync(struct agent *ag)
-{
-	uint32_t live[KPI_MAX_TARGETS], usdt[KPI_MAX_TARGETS];
-	pid_t http[KPI_MAX_TARGETS];
-	int n_live = attach_live_pids(ag->at, live, KPI_MAX_TARGETS), n_usdt, n = 0;
-
-	if (!ag->llama)
-		return;
-	n_usdt = attach_usdt_pids(ag->at, usdt, KPI_MAX_TARGETS);
-	for (int i = 0; i < n_live; i++) {
-		bool by_usdt = false;
-		for (int k = 0; k < n_usdt && !by_usdt; k++)
-			by_usdt = usdt[k] == live[i];
-		if (!by_usdt)
-			http[n++] = (pid_t)live[i];
-	}
-	agent_llama_sync(ag->llama, http, n);
 }
 
 /* ---- writing -------------------------------------------------------------------------- */
@@ -476,8 +459,9 @@ static void flush(struct agent *ag, uint64_t now, bool final)
 	static uint64_t last_err, failing_since;
 	char err[512];
 	size_t pending = trace_store_pending(ag->store);
+	struct kpi_inflight_view live = assemble_inflight_view(ag->asm_);
 
-	if (!trace_store_flush(ag->store, ag->asm_, now, losses_bpf_counter(&ag->losses, KPI_CNT_DROPS), err, sizeof(err))) {
+	if (!trace_store_flush(ag->store, &live, now, losses_bpf_counter(&ag->losses, KPI_CNT_DROPS), err, sizeof(err))) {
 		if (failing_since) {
 			uint64_t shed_req, shed_rows;
 			trace_store_shed(ag->store, &shed_req, &shed_rows);
@@ -601,16 +585,21 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 	}
 	trace_store_set_max_backlog(ag->store, (size_t)env.max_backlog);
 	trace_store_set_retention(ag->store, env.retain_ns, (int64_t)env.max_db_mb << 20);
-	ag->gpu = agent_gpu_open(env.db, trace_store_run_id(ag->store), env.verbose, err, sizeof(err));
-	if (!ag->gpu)
-		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
+	ag->side = side_store_open(env.db, trace_store_run_id(ag->store), err, sizeof(err));
+	if (!ag->side)
+		fprintf(stderr, "kpi-agent: GPU kernels, cost and energy will not be recorded: %s\n", err);
+	ag->gpu = ag->side ? agent_gpu_open(ag->side, env.verbose, err, sizeof(err)) : NULL;
+	if (ag->side && !ag->gpu)
+		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded, nor steps split per request "
+			"by their sequences: %s\n", err);
 	ag->llama = agent_llama_open(err, sizeof(err));
 	if (!ag->llama)
 		fprintf(stderr, "kpi-agent: llama.cpp servers will be traced from HTTP only: %s\n", err);
-	ag->cost = agent_cost_open(env.db, trace_store_run_id(ag->store), env.powercap_root,
-				   env.price_per_hour, err, sizeof(err));
-	if (!ag->cost)
+	ag->cost = ag->side ? agent_cost_open(ag->side, env.powercap_root, env.price_per_hour, err,
+					      sizeof(err)) : NULL;
+	if (ag->side && !ag->cost)
 		fprintf(stderr, "kpi-agent: cost and energy will not be attributed: %s\n", err);
+	agent_cost_listen(ag->cost, ag->gpu);
 	/* loaded and attached (the USDT probes attach with what is kept, as
 	 * they will for every kpi-infer that starts later); before any thread */
 	if (privdrop_own_db(priv, env.db, err, sizeof(err)) ||
@@ -619,19 +608,26 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 		return -1;
 	}
 	printf("%s\n", said);
-	ag->asm_ = assemble_new();
+	ag->bus = bus_new();
+	if (!ag->bus || !(ag->asm_ = assemble_new(ag->bus))) {
+		fprintf(stderr, "kpi-agent: out of memory\n");
+		return -1;
+	}
 	assemble_set_tls_query(ag->asm_, agent_tls_readable, ag->tls);
 	assemble_set_http_timeout(ag->asm_, (uint64_t)env.http_timeout_ns);
+	/* the sinks, in the order every record reaches them */
 	sink = trace_store_sink(ag->store);
-	assemble_add_sink(ag->asm_, &sink);
+	bus_add(ag->bus, &sink);
 	if (ag->cost) {
 		sink = agent_cost_sink(ag->cost);
-		assemble_add_sink(ag->asm_, &sink);
+		bus_add(ag->bus, &sink);
 	}
-	if (exporters_start(&ag->exp, ag->asm_, env.metrics, env.otlp, err, sizeof(err))) {
+	if (exporters_start(&ag->exp, env.metrics, env.otlp, err, sizeof(err))) {
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		return -1;
 	}
+	for (int i = 0; i < ag->exp.n_sinks; i++)
+		bus_add(ag->bus, &ag->exp.sinks[i]);
 	agent_cost_metrics(ag->cost, ag->exp.prom);
 	ag->rb = ring_buffer__new(bpf_map__fd(ag->skel->maps.events), handle_event, ag, NULL);
 	if (!ag->rb) {
@@ -639,29 +635,26 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 		return -1;
 	}
 	if (ag->gpu && agent_gpu_add_ring(ag->gpu, ag->rb, err, sizeof(err))) {
-		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded: %s\n", err);
+		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded, nor steps split per request "
+			"by their sequences: %s\n", err);
+		agent_cost_listen(ag->cost, NULL);
 		agent_gpu_close(ag->gpu);
 		ag->gpu = NULL;
 	}
-	if (ag->llama && agent_llama_connect(ag->llama, ag->asm_, ag->rb, err, sizeof(err))) {
+	if (ag->llama && agent_llama_connect(ag->llama, ag->bus, ag->rb, err, sizeof(err))) {
 		fprintf(stderr, "kpi-agent: llama.cpp servers will be traced from HTTP only: %s\n", err);
 		agent_llama_close(ag->llama);
 		ag->llama = NULL;
 	}
-	attach_set_consumers(ag->at, ag->rb, ag->asm_, ag->gpu);
+	attach_set_consumers(ag->at, ag->rb, ag->asm_);
+	/* the side objects follow the targets, told them at once by attach */
+	attach_add_side(ag->at, agent_gpu_side(ag->gpu));
+	attach_add_side(ag->at, agent_tls_side(ag->tls));
+	attach_add_side(ag->at, agent_llama_side(ag->llama));
 	return 0;
 }
 
 /* ---- the loop ------------------------------------------------------------------------- */
-
-/* The HTTP-mode targets' libssl probes follow the targets; recheck: look
- * again for a libssl in those that had none (the rescan's clock). */
-static void tls_sync(struct agent *ag, bool recheck)
-{
-	uint32_t pids[KPI_MAX_TARGETS];
-
-	agent_tls_sync(ag->tls, pids, attach_http_pids(ag->at, pids, KPI_MAX_TARGETS), recheck);
-}
 
 /* Drains the ring, samples, rescans and flushes on their clocks until a
  * signal or --duration.  0, or -1 when polling fails. */
@@ -689,11 +682,7 @@ static int poll_loop(struct agent *ag)
 		/* events are submitted without a wake-up until the ring fills up:
 		 * a poll that timed out has not read them */
 		ring_buffer__consume(ag->rb);
-		int n_targets = attach_count(ag->at);
-		attach_pending(ag->at);
-		tls_sync(ag, false);
-		if (attach_count(ag->at) != n_targets)
-			llama_sync(ag);         /* a target met at its exec, or gone */
+		attach_pending(ag->at);         /* targets met at their exec, or gone */
 		now = host_mono_ns();
 		if (env.duration > 0 && now - start >= (uint64_t)(env.duration * 1e9))
 			break;
@@ -705,8 +694,6 @@ static int poll_loop(struct agent *ag)
 		}
 		if (now >= next_rescan) {
 			attach_rescan(ag->at);
-			tls_sync(ag, true);
-			llama_sync(ag);
 			next_rescan = now + RESCAN_NS;
 		}
 		if (now >= next_flush) {
@@ -819,8 +806,6 @@ int main(int argc, char **argv)
 	/* before the line scripts wait on: what runs now is attached, and with
 	 * --exe its file's probes are in place for what starts next */
 	attach_rescan(ag.at);
-	tls_sync(&ag, true);
-	llama_sync(&ag);
 	if (env.n_pids && !attach_count(ag.at)) {
 		fprintf(stderr, "kpi-agent: none of the --pid processes could be traced\n");
 		goto cleanup;
@@ -842,9 +827,11 @@ cleanup:
 	agent_tls_close(ag.tls);
 	agent_llama_close(ag.llama);
 	agent_cost_close(ag.cost);
+	side_store_close(ag.side);
 	if (ag.store)
 		trace_store_close(ag.store);
 	assemble_free(ag.asm_);
+	bus_free(ag.bus);
 	kpi_bpf__destroy(ag.skel);
 	return rc;
 }

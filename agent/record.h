@@ -114,6 +114,15 @@ struct kpi_inflight_record {
 	int output_writes;
 };
 
+/* The requests in flight now, for a sink that shows them (the trace's
+ * inflight table): each calls fn once per request; before_attach: requests
+ * that arrived while their target's probes were not attached yet, so far. */
+struct kpi_inflight_view {
+	void *ctx;
+	void (*each)(void *ctx, void (*fn)(void *fctx, const struct kpi_inflight_record *r), void *fctx);
+	uint64_t before_attach;
+};
+
 /* What the agent lost or could not see, by cause (schema/004_losses.sql says
  * what each means; docs/agent.md where each is counted). */
 enum kpi_loss {

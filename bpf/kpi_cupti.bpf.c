@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* kpi_cupti.bpf.c - kpi-agent's GPU side in the kernel: libkpi_cupti.so's USDT
  * probes (record batches, kernel names, state, stats) and kpi-infer's
- * step__seqs, copied as they are into one ring buffer for agent/gpu.c. */
+ * step__seqs, copied as they are into one ring buffer for agent/sources/gpu.c. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -64,7 +64,7 @@ int BPF_USDT(kpi_cupti_activity_batch, const void *recs, __u32 n, __u32 rec_size
 	struct kpi_gpu_ev_batch *e;
 
 	if (rec_size != sizeof(struct kpi_gpu_rec) || n > KPI_CUPTI_BATCH_MAX) {
-		/* a library of another ABI: agent/gpu.c reports it once */
+		/* a library of another ABI: agent/sources/gpu.c reports it once */
 		count(KPI_GCNT_BAD_BATCH, 1);
 		return 0;
 	}

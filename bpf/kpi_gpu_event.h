@@ -1,5 +1,5 @@
 /* kpi_gpu_event.h - the event ABI between bpf/kpi_cupti.bpf.c and kpi-agent's
- * GPU side (agent/gpu.c): libkpi_cupti.so's record batches and names, and the
+ * GPU side (agent/sources/gpu.c): libkpi_cupti.so's record batches and names, and the
  * daemon's per-step sequence lists. Fixed-size plain types, sizes pinned below. */
 #ifndef KPI_GPU_EVENT_H
 #define KPI_GPU_EVENT_H

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: GPL-2.0
 /* kpi_llama.bpf.c - llama.cpp's llama_decode in servers the project never
  * touched: a uprobe and a uretprobe per call, one record per call with the
- * call's times and a per-sequence summary of its batch, for agent/llama.c. */
+ * call's times and a per-sequence summary of its batch, for agent/sources/llama.c. */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>

@@ -1,5 +1,5 @@
 /* kpi_llama_event.h - the event ABI between bpf/kpi_llama.bpf.c and
- * agent/llama.c: one record per llama_decode call of a llama.cpp server, with
+ * agent/sources/llama.c: one record per llama_decode call of a llama.cpp server, with
  * a bounded per-sequence summary of its batch. Fixed-size plain types. */
 #ifndef KPI_LLAMA_EVENT_H
 #define KPI_LLAMA_EVENT_H
@@ -10,7 +10,7 @@
 
 /* llama.cpp's struct llama_batch (include/llama.h), passed by value: on
  * x86-64 SysV a 56-byte struct goes in memory, the caller's copy at rsp + 8
- * at the callee's first instruction. agent/llama.c checks at attach that the
+ * at the callee's first instruction. agent/sources/llama.c checks at attach that the
  * library is of a version with this layout (docs/agent.md). */
 struct kpi_llama_batch {
 	int32_t n_tokens;

@@ -2,7 +2,7 @@
 /* kpi_tls.bpf.c - uprobes on OpenSSL's SSL_read/SSL_write(_ex) in the libssl of
  * HTTP-mode targets: the plaintext of each call, as a TLS_PAYLOAD record of its socket.
  *
- * Loaded by agent/tls.c with kpi.bpf.c's `events`, `targets`, `counters` and
+ * Loaded by agent/sources/tls.c with kpi.bpf.c's `events`, `targets`, `counters` and
  * `tls_calls` maps shared (bpf_map__reuse_fd), so its records interleave in
  * order with the syscall ones.  The entry probe notes the call in tls_calls;
  * kpi.bpf.c's syscall handlers note the socket and times of the reads and

@@ -9,7 +9,7 @@ import agenttest as at
 import fleettest as ft
 
 TTFT = "gen_ai_server_time_to_first_token_seconds"
-# the conventions' buckets (agent/export_prom.c)
+# the conventions' buckets (agent/sinks/export_prom.c)
 TTFT_LE = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
            7.5, 10.0]
 PHASES = ("net_in", "queue", "prefill", "decode", "net_out")

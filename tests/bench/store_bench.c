@@ -6,9 +6,17 @@
 #include <string.h>
 #include <time.h>
 
-#include "agent/assemble.h"
-#include "agent/store.h"
+#include "agent/track/assemble.h"
+#include "agent/track/bus.h"
+#include "agent/sinks/store.h"
 #include "tests/unit/event_util.h"
+
+/* As the agent flushes: with what is in flight now. */
+static int flush(struct trace_store *s, struct assembler *a, uint64_t ts, char *err, size_t len)
+{
+	struct kpi_inflight_view live = assemble_inflight_view(a);
+	return trace_store_flush(s, &live, ts, 5, err, len);
+}
 
 static double now_s(void)
 {
@@ -35,9 +43,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "store-bench: %s\n", err);
 		return 1;
 	}
-	struct assembler *a = assemble_new();
+	struct bus *bus = bus_new();
+	struct assembler *a = assemble_new(bus);
 	struct kpi_sink sink = trace_store_sink(s);
-	assemble_add_sink(a, &sink);
+	bus_add(bus, &sink);
 	const int tokens = 16;
 	double t0 = now_s();
 	uint64_t ts = 1000000;
@@ -65,18 +74,19 @@ int main(int argc, char **argv)
 		e = mkev(7, KPI_EV_RESP_END, ts + 520, (uint64_t)i + 1, fd, 200, 0, NULL);
 		assemble_ev(a, e);
 		ts += 1000;
-		if ((i + 1) % per_flush == 0 && trace_store_flush(s, a, ts, 5, err, sizeof(err))) {
+		if ((i + 1) % per_flush == 0 && flush(s, a, ts, err, sizeof(err))) {
 			fprintf(stderr, "store-bench: flush failed: %s\n", err);
 			return 1;
 		}
 	}
-	if (trace_store_flush(s, a, ts, 5, err, sizeof(err))) {
+	if (flush(s, a, ts, err, sizeof(err))) {
 		fprintf(stderr, "store-bench: flush failed: %s\n", err);
 		return 1;
 	}
 	double dt = now_s() - t0;
 	trace_store_close(s);
 	assemble_free(a);
+	bus_free(bus);
 	printf("{\"requests\":%ld,\"per_flush\":%ld,\"seconds\":%.4f,\"requests_per_s\":%.1f}\n", n,
 	       per_flush, dt, n / dt);
 	return 0;

@@ -36,7 +36,7 @@ $(BUILD)/fuzz/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $(BUILD)/fuzz/libdaemon.a
 	$(call msg,LD,$@)
 	$(Q)$(CLANG) $(SAN_FLAGS) -fsanitize=fuzzer $^ -o $@ -ljansson $(LDLIBS_COMMON)
 
-$(BUILD)/fuzz/fuzz_agent_http_track: $(FUZZ_OBJ)/agent/http_track.o
+$(BUILD)/fuzz/fuzz_agent_http_track: $(patsubst %.c,$(FUZZ_OBJ)/%.o,$(wildcard agent/track/http/*.c))
 
 # ---- kpi-infer with ASan, LSan and UBSan --------------------------------------
 ASAN_OBJ := $(BUILD)/asan/obj

@@ -1,5 +1,5 @@
 /* fuzz_agent_http_track.c - libFuzzer target for the agent's HTTP/SSE stream
- * tracker (agent/http_track.c): arbitrary bytes in arbitrary pieces, with gaps,
+ * tracker (agent/track/http/): arbitrary bytes in arbitrary pieces, with gaps,
  * closes and expiries, to both directions; every record must hold together,
  * and a second connection fed in between must come out exactly as it went in.
  *
@@ -14,7 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "agent/http_track.h"
+#include "agent/track/http/http_track.h"
 
 struct seen {
 	unsigned n;

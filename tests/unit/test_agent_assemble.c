@@ -2,7 +2,8 @@
  * arithmetic, rejected and cancelled requests, keep-alive, in-flight states. */
 #include <math.h>
 #include "tests/unit/check.h"
-#include "agent/assemble.h"
+#include "agent/track/assemble.h"
+#include "agent/track/bus.h"
 #include "tests/unit/event_util.h"
 #include "abi/kpi_reasons.h"
 
@@ -25,13 +26,17 @@ static void on_req(void *ctx, const struct kpi_request_record *r)
 static void on_step(void *ctx, const struct kpi_step_record *s) { n_steps++; }
 static void on_sample(void *ctx, const struct kpi_sample_record *s) { n_samples++; last_sample = *s; }
 
+/* A new assembler on a new bus (the last test's assembler is freed by now). */
 static struct assembler *fresh(void)
 {
-	struct assembler *a = assemble_new();
+	static struct bus *bus;
 	struct kpi_sink s = { .request = on_req, .step = on_step, .sample = on_sample };
+	bus_free(bus);
+	bus = bus_new();
+	struct assembler *a = assemble_new(bus);
 	n_got = n_steps = n_samples = 0;
 	admit_op = KPI_OP_CHAT;
-	assemble_add_sink(a, &s);
+	bus_add(bus, &s);
 	return a;
 }
 

@@ -1,11 +1,11 @@
-/* test_agent_cost_attr.c - the agent's cost attribution (agent/cost_attr.c) on
+/* test_agent_cost_attr.c - the agent's cost attribution (agent/track/cost_attr.c) on
  * synthetic steps, step__seqs lists and samples: time and energy by step time
  * then by weighted tokens, idle apart, steps across samples and still open,
  * unlisted steps, two targets at once, wraps of the split; sums are exact. */
 #include <inttypes.h>
 #include "tests/unit/check.h"
-#include "agent/cost_attr.h"
-#include "agent/energy.h"
+#include "agent/track/cost_attr.h"
+#include "agent/sources/energy.h"
 
 #define MAXO 1024
 static struct {

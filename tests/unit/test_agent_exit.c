@@ -2,7 +2,8 @@
  * (assemble_forget_pid): finished and written out -> a row with t_done = the
  * last write and no status; anything else -> no row, counted as cut off. */
 #include "tests/unit/check.h"
-#include "agent/assemble.h"
+#include "agent/track/assemble.h"
+#include "agent/track/bus.h"
 #include "tests/unit/event_util.h"
 
 #define MAXREC 8
@@ -24,11 +25,12 @@ static void ev(struct assembler *a, int type, uint64_t ts, uint64_t id, int fd, 
 
 static void exit_cases(void)
 {
-	struct assembler *a = assemble_new();
+	struct bus *bus = bus_new();
+	struct assembler *a = assemble_new(bus);
 	struct kpi_sink s = { .request = on_req };
 	struct assemble_stats st;
 
-	assemble_add_sink(a, &s);
+	bus_add(bus, &s);
 	/* fd 5: finished, response written, killed before response__end */
 	ev(a, KPI_EV_ARRIVE, 100, 0, 5, 0, 0, NULL);
 	ev(a, KPI_EV_ADMIT, 110, 1, 5, 8, 16, "done-1");
@@ -70,6 +72,7 @@ static void exit_cases(void)
 		}
 	}
 	assemble_free(a);
+	bus_free(bus);
 }
 
 int main(void)

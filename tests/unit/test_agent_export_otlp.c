@@ -13,7 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "tests/unit/check.h"
-#include "agent/export_otlp.h"
+#include "agent/sinks/export_otlp.h"
 
 /* op: gen_ai.operation.name of an admitted request (a 429 is refused first) */
 static struct otlp_item item_op(const char *rid, uint32_t pid, int status, const char *op)

@@ -8,9 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 #include "tests/unit/check.h"
-#include "agent/export_ident.h"
-#include "agent/export_prom.h"
-#include "agent/http_serve.h"
+#include "agent/sinks/export_ident.h"
+#include "agent/sinks/export_prom.h"
+#include "agent/sinks/http_serve.h"
 
 static struct kpi_request_record req(const char *rid, int64_t ttft_ms, int status, const char *fin)
 {

@@ -1,10 +1,10 @@
-/* test_agent_gpu_attr.c - the agent's GPU attribution (agent/gpu_attr.c) on
+/* test_agent_gpu_attr.c - the agent's GPU attribution (agent/track/gpu_attr.c) on
  * synthetic kpi_gpu_rec records and step__seqs lists: per-step busy time,
  * the token-share split, late and early records, chunked lists, retries of
  * rows not yet written, expiry; per-request GPU time sums to the kernels'. */
 #include <inttypes.h>
 #include "tests/unit/check.h"
-#include "agent/gpu_attr.h"
+#include "agent/track/gpu_attr.h"
 
 #define MS 1000000ull
 

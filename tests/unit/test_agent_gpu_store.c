@@ -1,14 +1,17 @@
 /* test_agent_gpu_store.c - the GPU side of the trace store on real SQLite:
  * migration 1 -> 2 of an existing version-1 database, gpu_kernels rows, the
- * GPU columns of steps and requests written through agent/gpu_store.c, with
- * rows not yet in the store retried, and the sums test_cuda.py checks. */
+ * GPU columns of steps and requests written by gpu_attr_write through
+ * agent/sinks/gpu_store.c on the side connection, with rows not yet in the
+ * store retried, and the sums test_cuda.py checks. */
 #include <inttypes.h>
 #include <sqlite3.h>
 #include <unistd.h>
 #include "tests/unit/check.h"
 #include "tests/unit/sql_util.h"
-#include "agent/gpu_store.h"
-#include "agent/store.h"
+#include "agent/sinks/gpu_store.h"
+#include "agent/sinks/side_store.h"
+#include "agent/sinks/store.h"
+#include "agent/track/gpu_attr.h"
 #include "kpi_schema.h"
 
 static char dir[64];
@@ -120,7 +123,9 @@ static void writes_kernels_steps_and_requests(void)
 	step_row(&sink, 7, 2, 4900, 9000);
 	CHECK(trace_store_flush(ts, NULL, 10, 0, err, sizeof(err)) == 0, "%s", err);
 
-	struct gpu_store *gs = gpu_store_open(path, trace_store_run_id(ts), err, sizeof(err));
+	struct side_store *side = side_store_open(path, trace_store_run_id(ts), err, sizeof(err));
+	CHECK(side, "%s", err);
+	struct gpu_store *gs = gpu_store_open(side, err, sizeof(err));
 	CHECK(gs, "%s", err);
 	struct gpu_attr *a = gpu_attr_new();
 	struct kpi_step_seq s1[] = { { 1, 24, 1 }, { 2, 10, 1 } };
@@ -138,7 +143,7 @@ static void writes_kernels_steps_and_requests(void)
 	for (size_t i = 0; i < n; i++)
 		gpu_attr_record(a, rows[i].pid, &rows[i].r, 2);
 	gpu_attr_settle(a);
-	CHECK(gpu_store_flush(gs, a, 3, rows, n, err, sizeof(err)) == 0, "%s", err);
+	CHECK(gpu_attr_write(a, gs, 3, rows, n, err, sizeof(err)) == 0, "%s", err);
 	CHECK(q(path, "SELECT count(*) FROM gpu_kernels") == 5, "five rows");
 	CHECK(q(path, "SELECT count(*) FROM gpu_kernels WHERE name = 'matmul' AND kind = 'kernel' AND "
 		  "grid_x = 4 AND block_x = 128 AND stream = 7 AND bytes IS NULL") == 2, "kernel columns");
@@ -155,7 +160,7 @@ static void writes_kernels_steps_and_requests(void)
 	request_row(&sink, 7, 3, "r3", 200);
 	CHECK(trace_store_flush(ts, NULL, 20, 0, err, sizeof(err)) == 0, "%s", err);
 	gpu_attr_settle(a);
-	CHECK(gpu_store_flush(gs, a, 4, NULL, 0, err, sizeof(err)) == 0, "%s", err);
+	CHECK(gpu_attr_write(a, gs, 4, NULL, 0, err, sizeof(err)) == 0, "%s", err);
 	CHECK(q(path, "SELECT prefill_gpu_ns FROM requests WHERE seq_id = 3") > 0, "r3 written later");
 	CHECK(q(path, "SELECT decode_gpu_ns FROM requests WHERE seq_id = 3") == 0, "r3 no decode");
 	/* test_cuda.py's check: per-request GPU time sums to the stepped kernel time */
@@ -167,6 +172,7 @@ static void writes_kernels_steps_and_requests(void)
 		  "(SELECT max(run_id) FROM agent_runs)") == 0, "other runs untouched");
 	gpu_attr_free(a);
 	gpu_store_close(gs);
+	side_store_close(side);
 	trace_store_close(ts);
 }
 
@@ -181,9 +187,12 @@ static void refuses_v1_database(void)
 	CHECK(sqlite3_open(path, &db) == SQLITE_OK, "open");
 	CHECK(sqlite3_exec(db, kpi_schema_files[0].sql, NULL, NULL, NULL) == SQLITE_OK, "v1");
 	sqlite3_close(db);
-	struct gpu_store *gs = gpu_store_open(path, 1, err, sizeof(err));
+	struct side_store *side = side_store_open(path, 1, err, sizeof(err));
+	CHECK(side, "%s", err);
+	struct gpu_store *gs = gpu_store_open(side, err, sizeof(err));
 	CHECK(!gs, "opened a version-1 store");
 	CHECK(strstr(err, "version 2"), "error: %s", err);
+	side_store_close(side);
 }
 
 int main(void)

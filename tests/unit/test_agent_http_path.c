@@ -4,8 +4,9 @@
  * TLS connections (plaintext from TLS_PAYLOAD only, the unreadable counted);
  * outbound exchanges (SOCK, client role) and the rules that link them. */
 #include "tests/unit/check.h"
-#include "agent/assemble.h"
-#include "agent/hop_link.h"
+#include "agent/track/assemble.h"
+#include "agent/track/bus.h"
+#include "agent/track/hop_link.h"
 
 #define MAXREC 8
 static struct kpi_request_record got[MAXREC];
@@ -38,13 +39,17 @@ static void on_integ(void *ctx, const struct kpi_integration_record *r)
 		integ[n_integ++] = *r;
 }
 
+/* A new assembler on a new bus (the last test's assembler is freed by now). */
 static struct assembler *fresh(void)
 {
-	struct assembler *a = assemble_new();
+	static struct bus *bus;
 	struct kpi_sink s = { .request = on_req, .exchange_out = on_out, .integration = on_integ };
 
+	bus_free(bus);
+	bus = bus_new();
+	struct assembler *a = assemble_new(bus);
 	n_got = n_outs = n_integ = 0;
-	assemble_add_sink(a, &s);
+	bus_add(bus, &s);
 	return a;
 }
 

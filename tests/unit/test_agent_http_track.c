@@ -1,11 +1,11 @@
-/* test_agent_http_track.c - the HTTP/1.1 + SSE stream tracker (agent/http_track.c)
+/* test_agent_http_track.c - the HTTP/1.1 + SSE stream tracker (agent/track/http/http_track.c)
  * on the shapes real servers write: vLLM/OpenAI chat and completions streams,
  * the Responses API, keep-alive, pipelining, errors, disconnects, 100-continue,
  * truncated captures, close-delimited bodies; fed whole, packed, split, bytewise. */
 #include <inttypes.h>
 #include <stdarg.h>
 #include "tests/unit/check.h"
-#include "agent/http_track.h"
+#include "agent/track/http/http_track.h"
 
 /* ---- what the callback saw -------------------------------------------------- */
 

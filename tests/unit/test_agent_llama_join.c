@@ -1,11 +1,12 @@
-/* test_agent_llama_join.c - agent/llama_join.c with hand-made llama_decode
+/* test_agent_llama_join.c - agent/track/llama_join.c with hand-made llama_decode
  * calls and HTTP records: steps, generations (a reused sequence id, a cut
  * prefix), the read-order join and its check, ties broken by usage; and the
- * ELF look-ups agent/llama.c's attach and ABI check rest on. */
+ * ELF look-ups agent/sources/llama.c's attach and ABI check rest on. */
 #include <unistd.h>
 #include "tests/unit/check.h"
-#include "agent/llama.h"
-#include "agent/llama_join.h"
+#include "agent/host/elf.h"
+#include "agent/sources/llama.h"
+#include "agent/track/llama_join.h"
 
 #define MS 1000000ull
 
@@ -173,9 +174,9 @@ static void ties_and_running_generations(void)
  * and the ABI marker, libllama-common neither. */
 static void elf_symbols(void)
 {
-	CHECK(llama_elf_defines("/proc/self/exe", "main"), "main");
-	CHECK(!llama_elf_defines("/proc/self/exe", "llama_decode"), "llama_decode here");
-	CHECK(!llama_elf_defines("/nonexistent", "main"), "a missing file");
+	CHECK(elf_defines("/proc/self/exe", "main"), "main");
+	CHECK(!elf_defines("/proc/self/exe", "llama_decode"), "llama_decode here");
+	CHECK(!elf_defines("/nonexistent", "main"), "a missing file");
 	char lib[4096];
 	CHECK(llama_lib_path(getpid(), lib, sizeof(lib)) == -1, "this process maps no llama.cpp");
 	const char *dir = "build/node-llama/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64";
@@ -184,9 +185,9 @@ static void elf_symbols(void)
 	snprintf(b, sizeof(b), "%s/libllama-common.so", dir);
 	if (access(a, R_OK))
 		SKIP("node-llama-cpp is not installed in build/node-llama (make node-llama)");
-	CHECK(llama_elf_defines(a, "llama_decode") && llama_elf_defines(a, "llama_model_load_from_file"),
+	CHECK(elf_defines(a, "llama_decode") && elf_defines(a, "llama_model_load_from_file"),
 	      "%s", a);
-	CHECK(!llama_elf_defines(b, "llama_decode"), "%s", b);
+	CHECK(!elf_defines(b, "llama_decode"), "%s", b);
 }
 
 int main(void)

@@ -6,7 +6,9 @@
 #include <unistd.h>
 #include "tests/unit/check.h"
 #include "tests/unit/sql_util.h"
-#include "agent/store.h"
+#include "agent/sinks/store.h"
+#include "agent/track/assemble.h"
+#include "agent/track/bus.h"
 #include "tests/unit/event_util.h"
 
 static char dir[64];
@@ -47,9 +49,10 @@ static void flush_writes_rows_and_inflight(void)
 	snprintf(path, sizeof(path), "%s/flush.db", dir);
 	struct trace_store *s = trace_store_open(path, true, err, sizeof(err));
 	CHECK(s, "%s", err);
-	struct assembler *a = assemble_new();
+	struct bus *bus = bus_new();
+	struct assembler *a = assemble_new(bus);
 	struct kpi_sink sink = trace_store_sink(s);
-	assemble_add_sink(a, &sink);
+	bus_add(bus, &sink);
 	union kpi_event e[] = {
 		mkev(7, KPI_EV_ARRIVE, 100, 0, 3, 0, 0, NULL),
 		mkev(7, KPI_EV_ADMIT, 110, 1, 3, 4, 2, "one"),
@@ -69,7 +72,8 @@ static void flush_writes_rows_and_inflight(void)
 	for (size_t i = 0; i < sizeof(e) / sizeof(e[0]); i++)
 		assemble_ev(a, e[i]);
 	CHECK(trace_store_pending(s) == 2, "%zu pending", trace_store_pending(s));
-	CHECK(trace_store_flush(s, a, 200, 5, err, sizeof(err)) == 0, "%s", err);
+	struct kpi_inflight_view live = assemble_inflight_view(a);
+	CHECK(trace_store_flush(s, &live, 200, 5, err, sizeof(err)) == 0, "%s", err);
 	CHECK(trace_store_pending(s) == 0, "flushed");
 	CHECK(q(path, "SELECT e2e_ns FROM requests WHERE request_id = 'one'") == 41, "e2e");
 	CHECK(q(path, "SELECT count(*) FROM tokens WHERE request_id = 'one'") == 2, "tokens");
@@ -80,10 +84,12 @@ static void flush_writes_rows_and_inflight(void)
 	/* the next flush rewrites inflight: 'two' is gone once it completes */
 	union kpi_event end = mkev(7, KPI_EV_REJECT, 300, 0, 4, 429, 1, "three");
 	assemble_ev(a, end);
-	CHECK(trace_store_flush(s, a, 400, 5, err, sizeof(err)) == 0, "%s", err);
+	live = assemble_inflight_view(a);
+	CHECK(trace_store_flush(s, &live, 400, 5, err, sizeof(err)) == 0, "%s", err);
 	CHECK(q(path, "SELECT count(*) FROM inflight") == 1, "one in flight");
 	CHECK(q(path, "SELECT count(*) FROM requests") == 2, "two rows");
 	assemble_free(a);
+	bus_free(bus);
 	trace_store_close(s);
 	CHECK(q(path, "SELECT count(*) FROM inflight") == 0, "closed store has nothing in flight");
 }

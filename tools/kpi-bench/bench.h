@@ -228,7 +228,11 @@ struct sweep {
 /* The whole sweep: runs, prints its table, writes --json and --html. Returns
  * the exit status. */
 int sweep_main(const struct config *cfg, volatile sig_atomic_t *stop);
-const char *sweep_load_unit(const struct sweep *sw);   /* "req/s" or "concurrency" */
+/* What a sweep's load is counted in (sweep.c and html.c name it). */
+static inline const char *sweep_load_unit(const struct sweep *sw)
+{
+	return sw->kind == SWEEP_RATE ? "req/s" : "concurrency";
+}
 int html_write(const char *path, const struct config *cfg, const struct sweep *sw);
 
 #endif

@@ -22,11 +22,6 @@ struct sweeper {
 	bool unreachable;
 };
 
-const char *sweep_load_unit(const struct sweep *sw)
-{
-	return sw->kind == SWEEP_RATE ? "req/s" : "concurrency";
-}
-
 /* ---- one point ------------------------------------------------------------- */
 
 static void point_fill(struct sweep_point *pt, const struct run *run)

@@ -73,23 +73,6 @@ static char *change(char *b, double base, double inc)
 	return b;
 }
 
-void rp_table_head(FILE *o, int html, int compare)
-{
-	if (html)
-		fprintf(o, compare ? "<table><tr><th></th><th>baseline</th><th>incident</th></tr>\n" :
-				     "<table><tr><th></th><th>window</th></tr>\n");
-	else
-		fprintf(o, compare ? "| | baseline | incident |\n|---|---:|---:|\n" : "| | window |\n|---|---:|\n");
-}
-
-void rp_row(FILE *o, int html, int compare, const char *name, const char *bv, const char *iv)
-{
-	if (html && compare) fprintf(o, "<tr><td>%s</td><td>%s</td><td>%s</td></tr>\n", name, bv, iv);
-	else if (html) fprintf(o, "<tr><td>%s</td><td>%s</td></tr>\n", name, iv);
-	else if (compare) fprintf(o, "| %s | %s | %s |\n", name, bv, iv);
-	else fprintf(o, "| %s | %s |\n", name, iv);
-}
-
 /* The percentiles table: p50 and p99 of both windows with their change, or
  * of the one window. */
 static void pct_table(const struct report *r, FILE *o, int html)

@@ -1,0 +1,215 @@
+/* tls.c - kpi-agent's TLS side: loads bpf/kpi_tls.bpf.c on the main object's maps,
+ * attaches its uprobes to each HTTP-mode target's libssl, names the targets it cannot read. */
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+#include "kpi.skel.h"
+#include "kpi_tls.skel.h"
+#include "agent/host/elf.h"
+#include "agent/host/host.h"
+#include "agent/host/targets.h"
+#include "loader.h"
+#include "tls.h"
+
+/* SSL_read, SSL_write, SSL_read_ex, SSL_write_ex: entry and return each */
+#define N_FUNCS 4
+_Static_assert(2 * N_FUNCS <= SIDE_MAX_LINKS, "a TLS target's links fit a side_target");
+
+enum tls_state {
+	TLS_PROBED,             /* its libssl's SSL_read/SSL_write are probed */
+	TLS_NO_LIB,             /* it maps no libssl (yet) */
+	TLS_FAILED,             /* the uprobes could not be attached */
+};
+
+/* Per target (side_target.data). */
+struct tls_target {
+	enum tls_state state;
+	bool reported;                  /* 'TLS not readable' said */
+	bool exe_checked;               /* its executable was looked at for OpenSSL */
+	char lib[PATH_MAX];
+};
+
+struct agent_tls {
+	struct kpi_tls_bpf *skel;
+	struct side side;               /* the object and its targets (loader.h) */
+	bool verbose;
+	unsigned n_probed, n_unreadable;        /* processes, in all */
+};
+
+/* The entry and return probes of each function; SSL_read and SSL_write are
+ * needed, the _ex pair (OpenSSL 1.1.1 on) is taken where it is. */
+static int target_attach(struct agent_tls *g, struct side_target *st, struct tls_target *t)
+{
+	static const char *const fn[N_FUNCS] = { "SSL_read", "SSL_write", "SSL_read_ex", "SSL_write_ex" };
+	struct bpf_program *entry[N_FUNCS] = {
+		g->skel->progs.kpi_ssl_read, g->skel->progs.kpi_ssl_write,
+		g->skel->progs.kpi_ssl_read_ex, g->skel->progs.kpi_ssl_write_ex,
+	};
+	struct bpf_program *ret[N_FUNCS] = {
+		g->skel->progs.kpi_ssl_ret, g->skel->progs.kpi_ssl_ret,
+		g->skel->progs.kpi_ssl_ret_ex, g->skel->progs.kpi_ssl_ret_ex,
+	};
+	uint64_t t0 = host_mono_ns();
+	int n_ex = 0;
+
+	for (int i = 0; i < N_FUNCS; i++) {
+		LIBBPF_OPTS(bpf_uprobe_opts, o, .func_name = fn[i]);
+		LIBBPF_OPTS(bpf_uprobe_opts, r, .func_name = fn[i], .retprobe = true);
+		st->links[2 * i] = bpf_program__attach_uprobe_opts(entry[i], st->pid, t->lib, 0, &o);
+		if (st->links[2 * i])
+			st->links[2 * i + 1] = bpf_program__attach_uprobe_opts(ret[i], st->pid, t->lib, 0, &r);
+		if (st->links[2 * i] && st->links[2 * i + 1]) {
+			n_ex += i >= 2;
+			continue;
+		}
+		bpf_link__destroy(st->links[2 * i]);
+		st->links[2 * i] = NULL;
+		if (i >= 2)
+			continue;
+		fprintf(stderr, "kpi-agent: pid %d: cannot attach to %s in %s (%s): its TLS "
+			"exchanges are not readable\n", st->pid, fn[i], t->lib, strerror(errno));
+		side_unlink(st);
+		return -1;
+	}
+	printf("TLS: pid %d: SSL_read/SSL_write%s uprobes on %s (%.1f ms)\n", st->pid,
+	       n_ex == 2 ? " (and their _ex)" : "", t->lib, (double)(host_mono_ns() - t0) / 1e6);
+	return 0;
+}
+
+/* Says once why pid's TLS is not read. */
+static void say_unreadable(struct agent_tls *g, struct side_target *st, const char *why)
+{
+	struct tls_target *t = st->data;
+	char comm[32];
+
+	if (t->reported)
+		return;
+	t->reported = true;
+	g->n_unreadable++;
+	target_comm(st->pid, comm, sizeof(comm));
+	printf("TLS not readable: pid %d (%s) %s; its TLS connections are counted as "
+	       "tls_unreadable and have no rows\n", st->pid, comm, why);
+}
+
+/* Looks for libssl in its maps, attaches when it is there.  An executable
+ * that has OpenSSL in it (Node) is named at once, before any connection. */
+static void target_check(struct agent_tls *g, struct side_target *st)
+{
+	struct tls_target *t = st->data;
+	char exe[64];
+
+	if (target_lib_path(st->pid, TLS_LIB_NAME, t->lib, sizeof(t->lib))) {
+		t->state = TLS_NO_LIB;
+		snprintf(exe, sizeof(exe), "/proc/%d/exe", st->pid);
+		if (!t->exe_checked && elf_defines(exe, "SSL_read"))
+			say_unreadable(g, st, "has OpenSSL linked into its executable (it has SSL_read) "
+				       "and maps no libssl");
+		t->exe_checked = true;
+		return;
+	}
+	t->state = target_attach(g, st, t) ? TLS_FAILED : TLS_PROBED;
+	g->n_probed += t->state == TLS_PROBED;
+}
+
+/* Every HTTP-mode target is followed, with a libssl or without one (yet). */
+static bool target_add(void *ctx, struct side_target *st)
+{
+	struct tls_target *t = calloc(1, sizeof(*t));
+
+	if (!t)
+		abort();
+	st->data = t;
+	target_check(ctx, st);
+	return true;
+}
+
+/* A library opened since the last look (Python's ssl module, at its import). */
+static void target_recheck(void *ctx, struct side_target *st)
+{
+	if (((struct tls_target *)st->data)->state == TLS_NO_LIB)
+		target_check(ctx, st);
+}
+
+static void target_drop(void *ctx, struct side_target *st)
+{
+	free(st->data);
+	st->data = NULL;
+}
+
+bool agent_tls_readable(void *ctx, uint32_t pid)
+{
+	struct agent_tls *g = ctx;
+	struct side_target *st;
+	struct tls_target *t;
+
+	if (!g)
+		return false;
+	/* a connection before the sync got to the process: look now */
+	st = side_find(&g->side, (pid_t)pid);
+	if (!st)
+		st = side_add(&g->side, (pid_t)pid, true);
+	if (!st)
+		return false;
+	t = st->data;
+	if (t->state == TLS_NO_LIB && !t->reported)
+		target_check(g, st);    /* a libssl opened since the last look */
+	if (t->state == TLS_PROBED)
+		return true;
+	say_unreadable(g, st, t->state == TLS_NO_LIB ? "has TLS connections but maps no libssl "
+		       "(TLS linked into the executable, or another TLS library)" : "could not be probed in its libssl");
+	return false;
+}
+
+void agent_tls_summary(const struct agent_tls *g, char *buf, size_t len)
+{
+	buf[0] = 0;
+	if (g && (g->n_probed || g->n_unreadable))
+		snprintf(buf, len, "TLS: %u processes read through libssl, %u not readable",
+			 g->n_probed, g->n_unreadable);
+}
+
+struct agent_tls *agent_tls_open(struct kpi_bpf *main_skel, bool verbose, char *err, size_t errlen)
+{
+	struct agent_tls *g = calloc(1, sizeof(*g));
+
+	if (!g)
+		abort();
+	g->verbose = verbose;
+	g->skel = kpi_tls_bpf__open();
+	if (side_open(&g->side, "TLS", g->skel, g->skel ? g->skel->skeleton : NULL, err, errlen))
+		goto fail;
+	/* one ring, one target list, one set of counters for both objects */
+	struct bpf_map *mine[] = { g->skel->maps.events, g->skel->maps.counters,
+				   g->skel->maps.targets, g->skel->maps.tls_calls };
+	struct bpf_map *theirs[] = { main_skel->maps.events, main_skel->maps.counters,
+				     main_skel->maps.targets, main_skel->maps.tls_calls };
+	if (side_share_maps(&g->side, mine, theirs, 4, err, errlen))
+		goto fail;
+	g->skel->rodata->wakeup_bytes = main_skel->rodata->wakeup_bytes;
+	if (side_load(&g->side, err, errlen))
+		goto fail;
+	side_follow(&g->side, true, &(struct side_ops){ .add = target_add, .recheck = target_recheck,
+							.drop = target_drop }, g);
+	return g;
+fail:
+	agent_tls_close(g);
+	return NULL;
+}
+
+struct side *agent_tls_side(struct agent_tls *g)
+{
+	return g ? &g->side : NULL;
+}
+
+void agent_tls_close(struct agent_tls *g)
+{
+	if (!g)
+		return;
+	side_close(&g->side);
+	free(g);
+}

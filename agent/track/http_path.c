@@ -1,0 +1,462 @@
+/* http_path.c - turns an HTTP-mode target's socket payloads into request
+ * records: a tracker per connection, its exchanges mapped onto the trace's
+ * marks; on the connections it made itself (KPI_ROLE_CLIENT) the same parser
+ * the other way round, each exchange an outbound hop (hop_link.h). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <uthash.h>
+#include "bus.h"
+#include "hop_graph.h"
+#include "hop_link.h"
+#include "http_path.h"
+#include "marks.h"
+
+/* Reads whose first unread segment time is kept, to move an exchange's
+ * t_arrive (the read with its first byte) back to that segment. */
+#define SEG_RING 8
+
+struct http_conn {
+	UT_hash_handle hh;
+	uint64_t key;                   /* pid << 32 | fd */
+	struct http_path *hp;
+	struct http_track *t;
+	uint32_t pid;
+	int fd;
+	bool client;                    /* KPI_ROLE_CLIENT: writes are requests, reads responses */
+	uint32_t tid;                   /* of the payload being fed */
+	struct hop_ends ends;
+	uint32_t srtt_us;               /* at the last read that carried it */
+	uint64_t read_ts[SEG_RING], seg_ts[SEG_RING];
+	unsigned n_reads;               /* reads ever put in the ring */
+	bool seen;                      /* bytes came: the next ones are not its first */
+	bool tls;                       /* TLS: its plaintext comes from the SSL calls,
+					 * its socket bytes are ciphertext and not parsed */
+};
+
+struct http_path {
+	struct bus *bus;
+	struct http_conn *conns;
+	struct http_track_stats totals;
+	uint64_t ids_made;
+	struct http_tls_query tls_q;
+	struct http_tls_stats tls;
+	struct hop_link *hops;
+	struct hop_graph *graph;
+	uint64_t timeout_ns;
+};
+
+static void integration_out(void *ctx, const struct kpi_integration_record *r)
+{
+	bus_integration(ctx, r);
+}
+
+/* Every request record on the bus is a hop the graph keeps. */
+static void graph_in(void *ctx, const struct kpi_request_record *r)
+{
+	hop_graph_in(ctx, r);
+}
+
+struct http_path *http_path_new(struct bus *bus)
+{
+	struct http_path *hp = calloc(1, sizeof(*hp));
+
+	if (!hp)
+		return NULL;
+	hp->bus = bus;
+	hp->timeout_ns = HTTP_PATH_TIMEOUT_NS;
+	if (!(hp->hops = hop_link_new()) || !(hp->graph = hop_graph_new(integration_out, bus)) ||
+	    bus_add(bus, &(struct kpi_sink){ .ctx = hp->graph, .request = graph_in })) {
+		http_path_free(hp);
+		return NULL;
+	}
+	return hp;
+}
+
+static void conn_free(struct http_path *hp, struct http_conn *c)
+{
+	hop_link_close_conn(hp->hops, c->pid, c->fd);
+	HASH_DEL(hp->conns, c);
+	http_track_free(c->t);
+	free(c);
+}
+
+void http_path_free(struct http_path *hp)
+{
+	struct http_conn *c, *tmp;
+
+	if (!hp)
+		return;
+	HASH_ITER(hh, hp->conns, c, tmp)
+		conn_free(hp, c);
+	hop_link_free(hp->hops);
+	hop_graph_free(hp->graph);
+	free(hp);
+}
+
+const struct http_track_stats *http_path_stats(const struct http_path *hp)
+{
+	return &hp->totals;
+}
+
+void http_path_set_tls(struct http_path *hp, struct http_tls_query q)
+{
+	hp->tls_q = q;
+}
+
+const struct http_tls_stats *http_path_tls_stats(const struct http_path *hp)
+{
+	return &hp->tls;
+}
+
+/* The first bytes of a connection that a TLS record starts with (handshake,
+ * change cipher spec, alert or application data of TLS 1.0-1.3): 1 they are
+ * one, 0 they are not (HTTP/1.1 starts with a method or "HTTP/"), -1 too few
+ * to tell (nginx peeks at one byte before its handshake). */
+static int tls_record_start(const uint8_t *d, size_t n)
+{
+	if (!n)
+		return -1;
+	if (d[0] < 0x14 || d[0] > 0x17)
+		return 0;
+	if (n < 3)
+		return -1;
+	return d[1] == 0x03 && d[2] <= 0x04;
+}
+
+/* A PAYLOAD's bytes: false when they are ciphertext, or too few to tell,
+ * which are not parsed.  A connection is TLS from its first bytes; a process
+ * whose libssl is not probed has its TLS connections counted (and named once
+ * by the query). */
+static bool cleartext(struct http_path *hp, struct http_conn *c, const struct kpi_ev_payload *p)
+{
+	if (!c->seen) {
+		int tls = tls_record_start(p->data, p->captured);
+		if (tls < 0)
+			return false;
+		c->seen = true;
+		if (tls) {
+			c->tls = true;
+			hp->tls.conns++;
+			if (!hp->tls_q.readable || !hp->tls_q.readable(hp->tls_q.ctx, c->pid))
+				hp->tls.unreadable++;
+		}
+	}
+	if (c->tls)
+		hp->tls.cipher_skipped++;
+	return !c->tls;
+}
+
+struct hop_link *http_path_hops(struct http_path *hp)
+{
+	return hp->hops;
+}
+
+static int64_t opt(uint64_t t)
+{
+	return t ? (int64_t)t : KPI_NULL;
+}
+
+static int64_t opt_count(int64_t v)
+{
+	return v >= 0 ? v : KPI_NULL;
+}
+
+/* The record keeps a pointer: finish reasons are named by one static string
+ * each ("other" for a name this table lacks). */
+static const char *finish_name(const char *s)
+{
+	static const char *const known[] = { "stop", "length", "tool_calls", "content_filter",
+					     "function_call", "error", "cancelled", "abort" };
+
+	if (!s[0])
+		return NULL;
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (!strcmp(s, known[i]))
+			return known[i];
+	return "other";
+}
+
+static const char *operation_of(const char *path)
+{
+	size_t n = strlen(path);
+
+	if (n >= 17 && !strcmp(path + n - 17, "/chat/completions"))
+		return "chat";
+	if (n >= 12 && !strcmp(path + n - 12, "/completions"))
+		return "text_completion";
+	return NULL;
+}
+
+/* The first data segment of the read at t_read, when tcp_probe saw it. */
+static uint64_t seg_of(const struct http_conn *c, uint64_t t_read)
+{
+	unsigned n = c->n_reads < SEG_RING ? c->n_reads : SEG_RING;
+
+	for (unsigned i = 0; i < n; i++) {
+		unsigned k = (c->n_reads - 1 - i) % SEG_RING;
+		if (c->read_ts[k] == t_read)
+			return c->seg_ts[k] && c->seg_ts[k] <= t_read ? c->seg_ts[k] : 0;
+	}
+	return 0;
+}
+
+/* The marks, phases and TTFT of x; seg: its first segment's arrival (0: none). */
+static void times_fill(struct kpi_request_record *r, const struct http_exchange *x, uint64_t seg)
+{
+	bool content = x->content_events > 0 && x->t_first_content;
+	uint64_t m[5];
+	int64_t *ph[4] = { &r->net_in, &r->server_wait, &r->decode, &r->net_out };
+
+	/* arrive, request read, end of the server's wait (first content event,
+	 * else the status line), last content event, done */
+	m[0] = seg ? seg : x->t_arrive ? x->t_arrive : (x->t_req_read ? x->t_req_read : x->t_done);
+	m[1] = x->t_req_read;
+	m[2] = content ? x->t_first_content : x->t_resp_start;
+	/* without content events the response's first write ends the wait
+	 * and net_out follows it: decode is a zero-length phase, then NULL */
+	m[3] = content ? x->t_last_content : m[2];
+	m[4] = x->t_done;
+	if (m[1] && m[2] && m[1] > m[2])
+		m[1] = m[2];    /* answered before the body was read */
+	bool req_cut = !m[1];
+	if (req_cut)
+		m[1] = m[0];
+	marks_clamp(m, 5);
+	marks_phases(m, 5, ph);
+	if (req_cut)
+		r->net_in = KPI_NULL;
+	if (!content)
+		r->decode = KPI_NULL;
+	r->queue = r->prefill = KPI_NULL;
+
+	r->t_arrive = (int64_t)m[0];
+	r->t_admit = r->t_sched = r->t_first = r->t_last = KPI_NULL;
+	r->t_first_write = content ? (int64_t)m[2] : KPI_NULL;
+	r->t_done = (int64_t)m[4];
+	r->e2e = (int64_t)(m[4] - m[0]);
+	r->t_req_read = req_cut ? KPI_NULL : (int64_t)m[1];
+	r->t_resp_start = opt(x->t_resp_start);
+	/* TTFT of a stream; time to the first byte of anything else */
+	r->ttft = content ? (int64_t)(m[2] - m[0])
+		   : !(x->flags & HTTP_X_SSE) && x->t_resp_start ? (int64_t)(m[2] - m[0]) : KPI_NULL;
+}
+
+/* A request's head is complete: an inbound one becomes a parent candidate,
+ * an outbound one gets its parent now, while what was open then is known. */
+static uint64_t on_request(void *ctx, const struct http_exchange *x)
+{
+	struct http_conn *c = ctx;
+	const char *hdr = x->id_src == HTTP_ID_NONE ? "" : x->request_id;
+
+	if (c->client) {
+		char hop_id[HOP_ID_LEN], parent[HOP_ID_LEN];
+		uint64_t tag = hop_link_out_open(c->hp->hops, c->pid, c->fd, c->tid, hdr, x->t_arrive,
+						 parent);
+		hop_link_hop_id(c->pid, x->t_arrive, hop_id);
+		hop_graph_out_open(c->hp->graph, hop_id, parent, &c->ends, x->t_arrive);
+		return tag;
+	}
+	return hop_link_in_open(c->hp->hops, c->pid, c->fd, c->tid, hdr, x->t_arrive);
+}
+
+/* The hop columns of x's record. */
+static void hop_fill(struct http_conn *c, const struct http_exchange *x,
+		     struct kpi_request_record *rec)
+{
+	struct hop_link *hl = c->hp->hops;
+
+	rec->direction = c->client ? "out" : "in";
+	hop_link_hop_id(c->pid, x->t_arrive ? x->t_arrive : x->t_done, rec->hop_id);
+	if (c->client)
+		rec->link_rule = hop_rule_name(hop_link_out_take(hl, x->tag, rec->parent_hop_id));
+	else
+		hop_link_close(hl, x->tag);
+	rec->tid = c->tid;
+	snprintf(rec->comm, sizeof(rec->comm), "%s", hop_link_comm(hl, c->pid));
+	memcpy(rec->sock_local, c->ends.local, sizeof(rec->sock_local));
+	memcpy(rec->sock_peer, c->ends.peer, sizeof(rec->sock_peer));
+}
+
+static void on_exchange(void *ctx, const struct http_exchange *x)
+{
+	struct http_conn *c = ctx;
+	struct kpi_request_record rec;
+	uint64_t seg = x->t_arrive ? seg_of(c, x->t_arrive) : 0;
+	bool content = x->content_events > 0 && x->t_first_content;
+
+	memset(&rec, 0, sizeof(rec));
+	if (x->id_src != HTTP_ID_NONE && x->request_id[0])
+		snprintf(rec.request_id, sizeof(rec.request_id), "%s", x->request_id);
+	else
+		snprintf(rec.request_id, sizeof(rec.request_id), "%s-%u-%llu", c->client ? "out" : "http",
+			 c->pid, (unsigned long long)++c->hp->ids_made);
+	rec.pid = c->pid;
+	rec.seq_id = KPI_NULL;
+
+	times_fill(&rec, x, seg);
+	rec.tpot = rec.itl_p50 = rec.itl_p99 = rec.itl_max = KPI_NULL;
+	if (content && x->completion_tokens > 1 && x->content_events > 1)
+		rec.tpot = (int64_t)(x->t_last_content - x->t_first_content) /
+			   (x->completion_tokens - 1);
+	if (x->n_content_writes > 1)
+		marks_itl(&rec, x->content_writes, x->n_content_writes);
+	rec.prompt_tokens = opt_count(x->prompt_tokens);
+	rec.output_tokens = opt_count(x->completion_tokens);
+	rec.http_status = x->status ? x->status : KPI_NULL;
+	rec.preemptions = 0;            /* the column is NOT NULL; none seen */
+	rec.srtt_us = c->srtt_us ? c->srtt_us : KPI_NULL;
+	rec.runq_ns = KPI_NULL;
+	rec.arrive_src = seg ? KPI_ARRIVE_TCP : KPI_ARRIVE_READ;
+	rec.finish_reason = finish_name(x->finish_reason);
+	rec.operation = operation_of(x->path);
+	rec.token_writes = x->content_writes;
+	rec.n_token_writes = x->n_content_writes;
+	rec.source = "http";
+	rec.content_events = x->content_events;
+	rec.stream = x->stream >= 0 ? x->stream : KPI_NULL;
+	rec.max_tokens = opt_count(x->max_tokens);
+	rec.end_reason = http_end_name(x->end);
+	snprintf(rec.method, sizeof(rec.method), "%s", x->method);
+	snprintf(rec.path, sizeof(rec.path), "%s", x->path);
+	snprintf(rec.model, sizeof(rec.model), "%s", x->model);
+	hop_fill(c, x, &rec);
+	if (c->client) {
+		hop_graph_out_done(c->hp->graph, rec.hop_id, &c->ends, x->t_done);
+		bus_exchange_out(c->hp->bus, &rec);
+	} else {
+		bus_request_or_hold(c->hp->bus, &rec);   /* the engine's join may hold it */
+	}
+}
+
+static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bool create,
+				  bool client)
+{
+	uint64_t key = (uint64_t)pid << 32 | (uint32_t)fd;
+	struct http_conn *c;
+
+	HASH_FIND(hh, hp->conns, &key, sizeof(key), c);
+	if (c || !create)
+		return c;
+	c = calloc(1, sizeof(*c));
+	if (!c)
+		return NULL;
+	/* one older than the attach shows up as unsynced until a message
+	 * starts, and is counted so */
+	c->t = http_track_new(&(struct http_track_cfg){ .on_exchange = on_exchange,
+							.on_request = on_request, .ctx = c,
+							.totals = &hp->totals });
+	if (!c->t) {
+		free(c);
+		return NULL;
+	}
+	c->key = key;
+	c->hp = hp;
+	c->pid = pid;
+	c->fd = fd;
+	c->client = client;
+	hop_link_ends(hp->hops, pid, fd, &c->ends);
+	HASH_ADD(hh, hp->conns, key, sizeof(c->key), c);
+	return c;
+}
+
+/* Who ended a connection, for its tracker, whose "server" writes the
+ * responses: on a connection the target accepted that is the target; on one
+ * it made (client), the peer.  The kernel says who closed first from the
+ * target's side: BY_CLIENT the peer went away (EOF, EPIPE, a reset), BY_SERVER
+ * the target closed, AFTER_PEER the target closed after the peer's FIN or RST. */
+static enum http_closer closer(unsigned by, bool client)
+{
+	if (client)
+		return by == KPI_CLOSE_BY_SERVER ? HTTP_BY_CLIENT : HTTP_BY_SERVER;
+	return by == KPI_CLOSE_BY_CLIENT ? HTTP_BY_CLIENT :
+	       by == KPI_CLOSE_AFTER_PEER ? HTTP_BY_SERVER_AFTER_CLIENT : HTTP_BY_SERVER;
+}
+
+int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
+{
+	struct http_conn *c;
+
+	if (e->h.type == KPI_EV_SOCK) {
+		hop_link_sock(hp->hops, &e->sock);
+		return 0;
+	}
+	if (e->h.type == KPI_EV_HTTP_CLOSE) {
+		c = conn_get(hp, e->h.pid, e->http_close.fd, false, false);
+		if (!c)
+			return 0;
+		unsigned by = e->http_close.by;
+		http_track_close(c->t, e->h.ts, closer(by, c->client));
+		/* the fd is closed only when the target closes it */
+		if (by != KPI_CLOSE_BY_CLIENT)
+			conn_free(hp, c);
+		return 0;
+	}
+	const struct kpi_ev_payload *p = &e->payload;
+	if (p->captured > KPI_PAYLOAD_MAX || p->captured > p->moved ||
+	    size < KPI_EV_PAYLOAD_HEAD + (size_t)p->captured || !p->h.ts)
+		return -1;
+	if (p->h.type == KPI_EV_TLS_PAYLOAD && p->fd == KPI_TLS_FD_UNKNOWN) {
+		hp->tls.unplaced++;
+		return 0;
+	}
+	c = conn_get(hp, p->h.pid, p->fd, true, p->role == KPI_ROLE_CLIENT);
+	if (!c) {
+		hp->totals.no_memory++;
+		return 0;
+	}
+	if (p->h.type == KPI_EV_TLS_PAYLOAD) {
+		hp->tls.conns += !c->tls;
+		c->seen = c->tls = true;
+	} else if (!cleartext(hp, c, p)) {
+		return 0;
+	}
+	c->tid = p->tid;
+	/* the tracker reads requests as HTTP_IN: on a client connection those
+	 * are the target's writes */
+	bool req_dir = (p->dir == KPI_PAYLOAD_OUT) == c->client;
+	if (!c->client && p->dir == KPI_PAYLOAD_IN) {
+		unsigned k = c->n_reads++ % SEG_RING;
+		c->read_ts[k] = p->h.ts;
+		c->seg_ts[k] = p->t_seg;
+		if (p->srtt_us)
+			c->srtt_us = p->srtt_us;
+	}
+	http_track_feed(c->t, req_dir ? HTTP_IN : HTTP_OUT, p->data, p->captured, p->moved, p->h.ts);
+	return 0;
+}
+
+void http_path_set_timeout(struct http_path *hp, uint64_t ns)
+{
+	hp->timeout_ns = ns;
+}
+
+void http_path_expire(struct http_path *hp, uint64_t now)
+{
+	struct http_conn *c, *tmp;
+
+	hop_graph_expire(hp->graph, now);
+	HASH_ITER(hh, hp->conns, c, tmp) {
+		uint64_t last = http_track_last_ts(c->t);
+		if (!last || now < last)
+			continue;
+		if (http_track_in_flight(c->t) && now - last > hp->timeout_ns)
+			http_track_expire(c->t, now);
+		else if (!http_track_in_flight(c->t) && now - last > HTTP_PATH_IDLE_NS)
+			conn_free(hp, c);
+	}
+}
+
+void http_path_forget_pid(struct http_path *hp, uint32_t pid)
+{
+	struct http_conn *c, *tmp;
+
+	HASH_ITER(hh, hp->conns, c, tmp) {
+		if (c->pid != pid)
+			continue;
+		if (http_track_in_flight(c->t))
+			http_track_close(c->t, http_track_last_ts(c->t), HTTP_BY_SERVER);
+		conn_free(hp, c);
+	}
+	hop_link_forget_pid(hp->hops, pid);
+}

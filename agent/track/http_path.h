@@ -1,0 +1,60 @@
+/* http_path.h - the agent's HTTP path: one http_track per (pid, fd) of an
+ * HTTP-mode target, fed from PAYLOAD / HTTP_CLOSE / SOCK records; each exchange
+ * it served becomes a request record with source "http", each one it made as a
+ * client an outbound exchange record (docs/agent.md). */
+#ifndef KPI_HTTP_PATH_H
+#define KPI_HTTP_PATH_H
+
+#include <stdint.h>
+#include "agent/track/http/http_track.h"
+#include "bpf/kpi_event.h"
+
+#define HTTP_PATH_TIMEOUT_NS (60ULL * 1000000000ULL)    /* an exchange fed nothing this long ends
+							 * (the default: kpi-agent --http-timeout) */
+#define HTTP_PATH_IDLE_NS    (600ULL * 1000000000ULL)   /* an idle connection's tracker is freed */
+
+struct bus;
+struct hop_graph;
+struct hop_link;
+struct http_path;
+
+/* Whether pid's TLS is read through its libssl (agent/tls.c's answer). */
+struct http_tls_query {
+	bool (*readable)(void *ctx, uint32_t pid);
+	void *ctx;
+};
+
+/* What the TLS connections came to. */
+struct http_tls_stats {
+	uint64_t conns;                 /* connections seen to be TLS */
+	uint64_t unreadable;            /* of them, of a process whose libssl is not probed */
+	uint64_t unplaced;              /* SSL calls whose socket could not be told */
+	uint64_t cipher_skipped;        /* socket reads/writes of TLS connections not parsed */
+};
+
+/* Records go out on bus (an inbound exchange through bus_request_or_hold, an
+ * outbound one through bus_exchange_out), where the hop graph subscribes
+ * here. NULL when out of memory. */
+struct http_path *http_path_new(struct bus *bus);
+void http_path_free(struct http_path *hp);
+/* Where a TLS connection's process is asked about (unset: no TLS is read). */
+void http_path_set_tls(struct http_path *hp, struct http_tls_query q);
+/* A PAYLOAD, TLS_PAYLOAD or HTTP_CLOSE record whose fixed part was checked;
+ * -1 when a payload's captured bytes do not fit size (the caller counts it
+ * malformed).  A connection whose first bytes are a TLS record is fed the
+ * plaintext of its TLS_PAYLOAD records only. */
+int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size);
+void http_path_set_timeout(struct http_path *hp, uint64_t ns);
+/* Ends exchanges fed nothing for the timeout (HTTP_PATH_TIMEOUT_NS unless
+ * set), frees trackers idle for HTTP_PATH_IDLE_NS; now: CLOCK_MONOTONIC ns. */
+void http_path_expire(struct http_path *hp, uint64_t now);
+/* The target exited: its exchanges in flight end as closed by the server,
+ * its trackers are freed. */
+void http_path_forget_pid(struct http_path *hp, uint32_t pid);
+/* The outbound exchanges' parents and the connections' ends (hop_link.h). */
+struct hop_link *http_path_hops(struct http_path *hp);
+/* Sums over every tracker, the freed ones included. */
+const struct http_track_stats *http_path_stats(const struct http_path *hp);
+const struct http_tls_stats *http_path_tls_stats(const struct http_path *hp);
+
+#endif
