@@ -19,6 +19,7 @@
 #include "agent/sources/cost.h"
 #include "agent/sources/energy.h"
 #include "agent/sources/attach.h"
+#include "agent/sources/hold.h"
 #include "agent/sinks/exporters.h"
 #include "agent/sources/gpu.h"
 #include "agent/sources/tls.h"
@@ -50,6 +51,7 @@ static struct env {
 	int ringbuf_mb;
 	bool token_detail;
 	bool no_exec_hold;       /* --no-exec-hold */
+	bool release_held;       /* --release-held */
 	double duration;
 	bool verbose;
 	const char *metrics;     /* --metrics ADDR:PORT */
@@ -96,7 +98,12 @@ static const char usage[] =
 "  --no-exec-hold     in discovery mode, do not stop a kpi-infer at the exec of a\n"
 "                     build the agent has not attached yet (by default it waits,\n"
 "                     10-20 ms once per new file, until its probes are in place, so\n"
-"                     its first requests are traced; docs/agent.md, Targets)\n"
+"                     its first requests are traced; docs/agent.md, Targets), nor a\n"
+"                     --port server at its listen()\n"
+"  --release-held     continue every process that a kpi-agent which is gone (killed,\n"
+"                     crashed) left stopped at its exec or listen(), then exit: what\n"
+"                     the systemd unit's ExecStopPost= runs (an agent also does it\n"
+"                     when it starts); a process stopped by anyone else is left so\n"
 "  --flush-ms N       write to the database every N ms, one transaction (default 200)\n"
 "  --ringbuf-mb N     BPF ring buffer size in MiB, a power of two (default 16)\n"
 "  --token-detail     also store every token's write time (table tokens)\n"
@@ -210,7 +217,7 @@ static int64_t parse_duration(const char *flag, const char *s)
 	return 0;
 }
 
-/* Which processes: --pid, --exe, --port, --http-only, --http-timeout, --no-exec-hold. false: not one of these. */
+/* Which processes: --pid, --exe, --port, --http-only, --http-timeout, --no-exec-hold, --release-held. false: not one of these. */
 static bool parse_targets_option(int c)
 {
 	switch (c) {
@@ -239,6 +246,9 @@ static bool parse_targets_option(int c)
 		break;
 	case 'X':
 		env.no_exec_hold = true;
+		break;
+	case 'L':
+		env.release_held = true;
 		break;
 	default:
 		return false;
@@ -346,6 +356,7 @@ static void parse_args(int argc, char **argv)
 		{ "retain", required_argument, NULL, 'R' },
 		{ "max-db-mb", required_argument, NULL, 'S' },
 		{ "no-exec-hold", no_argument, NULL, 'X' },
+		{ "release-held", no_argument, NULL, 'L' },
 		{ "price-per-hour", required_argument, NULL, 'P' },
 		{ "powercap-root", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
@@ -755,6 +766,22 @@ static void finish(struct agent *ag)
 		printf("%s\n", gpu_said);
 }
 
+/* --release-held: the holds of agents that are gone end; 0, or 1 when the
+ * map cannot be read. */
+static int release_held(void)
+{
+	char err[512];
+	int n = hold_release_orphans(err, sizeof(err));
+
+	if (n < 0) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		return 1;
+	}
+	if (!n)
+		printf("no process is held by a kpi-agent that is gone\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct agent ag = { 0 };
@@ -764,6 +791,16 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	parse_args(argc, argv);
+	if (env.release_held)
+		return release_held();
+	/* from here on a stop signal ends the loop; whatever the agent holds
+	 * by then is continued in its teardown (attach_hold_end) */
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	/* an agent that was killed holding a process: it runs on now, before
+	 * anything that takes time (the checks, the programs' load) */
+	if (hold_release_orphans(err, sizeof(err)) < 0 && !geteuid())
+		fprintf(stderr, "kpi-agent: %s\n", err);
 	libbpf_set_print(libbpf_print);
 	if (check_host(&ag, &priv))
 		return 1;
@@ -801,8 +838,6 @@ int main(int argc, char **argv)
 	if (attach_global(ag.at) || open_outputs(&ag, &priv))
 		goto cleanup;
 	attach_watchdog_start(ag.at);    /* after the drop: it needs no more than the main loop */
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
 	/* before the line scripts wait on: what runs now is attached, and with
 	 * --exe its file's probes are in place for what starts next */
 	attach_rescan(ag.at);
@@ -815,7 +850,9 @@ int main(int argc, char **argv)
 		printf("waiting for a process to listen on port %u\n", env.ports[0]);
 	else if (!attach_count(ag.at))
 		printf("waiting for %s to start\n", env.exe ? env.exe : TARGET_DEFAULT_NAME);
-	if (poll_loop(&ag))
+	r = poll_loop(&ag);
+	attach_hold_end(ag.at);         /* before the final flush, however long it takes */
+	if (r)
 		goto cleanup;
 	finish(&ag);
 	rc = 0;

@@ -2,7 +2,7 @@
 started and stopped 10 times on one port, loaded the moment /health answers;
 every request of every lifetime must be in the trace under its own pid.  Root,
 real BPF, real kpi-infer; numbers go to build/reliability/agent_restart.json."""
-import json, os, shutil, signal, statistics, time
+import os, shutil, signal, statistics, time
 
 import kpitest
 import agenttest
@@ -12,17 +12,6 @@ import servertest
 ROUNDS, PER_ROUND = 10, 20
 BEFORE, AFTER = 12, 8       # test_no_exec_hold_is_counted: requests before and after the attach
 REPORT = os.path.join(kpitest.BUILD, "reliability", "agent_restart.json")
-
-
-def _report(mode, res):
-    os.makedirs(os.path.dirname(REPORT), exist_ok=True)
-    old = {}
-    if os.path.exists(REPORT):
-        with open(REPORT) as f:
-            old = json.load(f)
-    old[mode] = res
-    with open(REPORT, "w") as f:
-        json.dump(old, f, indent=1)
 
 
 def _run(mode, name, *agent_args):
@@ -52,7 +41,7 @@ def _run(mode, name, *agent_args):
            "before_attach_arrivals": before,
            "traced_ms": [l[0] if l else None for l in lat],
            "agent_knew_ms": [l[1] if l else None for l in lat]}
-    _report(mode, res)
+    kpitest.merge_json(REPORT, mode, res)
     known = [l for l in lat if l and l[1] is not None]
     print(f"     {mode}: {res['recorded']} of {res['served']} served requests recorded "
           f"(sent {res['sent']}), {len(wrong_pid)} under another pid, {before} arrived before "
