@@ -28,6 +28,7 @@
 #include "agent/track/http_path.h"
 #include "agent/sinks/http_serve.h"
 #include "agent/sources/losses.h"
+#include "agent/host/peer_addr.h"
 #include "agent/host/privdrop.h"
 #include "agent/sinks/retain.h"
 #include "agent/sinks/side_store.h"
@@ -52,6 +53,7 @@ static struct env {
 	bool token_detail;
 	bool no_exec_hold;       /* --no-exec-hold */
 	bool release_held;       /* --release-held */
+	bool store_peer_addrs;   /* --store-peer-addrs */
 	double duration;
 	bool verbose;
 	const char *metrics;     /* --metrics ADDR:PORT */
@@ -107,6 +109,9 @@ static const char usage[] =
 "  --flush-ms N       write to the database every N ms, one transaction (default 200)\n"
 "  --ringbuf-mb N     BPF ring buffer size in MiB, a power of two (default 16)\n"
 "  --token-detail     also store every token's write time (table tokens)\n"
+"  --store-peer-addrs store the address of a connection's remote end in full\n"
+"                     (default: this host's addresses in full, any other as a\n"
+"                     keyed hash, the key in DB.peerkey, root's; docs/security.md)\n"
 "  --duration S       stop after S seconds (default: until SIGINT/SIGTERM)\n"
 "  --metrics ADDR:PORT\n"
 "                     serve Prometheus /metrics there (a bare PORT binds\n"
@@ -256,7 +261,7 @@ static bool parse_targets_option(int c)
 	return true;
 }
 
-/* The trace: --db, --flush-ms, --ringbuf-mb, --token-detail, --max-backlog, --retain, --max-db-mb. false: not one of these. */
+/* The trace: --db, --flush-ms, --ringbuf-mb, --token-detail, --store-peer-addrs, --max-backlog, --retain, --max-db-mb. false: not one of these. */
 static bool parse_store_option(int c)
 {
 	switch (c) {
@@ -275,6 +280,9 @@ static bool parse_store_option(int c)
 		break;
 	case 't':
 		env.token_detail = true;
+		break;
+	case 'A':
+		env.store_peer_addrs = true;
 		break;
 	case 'B':
 		env.max_backlog = parse_num("--max-backlog", optarg, 1, 100000000);
@@ -347,6 +355,7 @@ static void parse_args(int argc, char **argv)
 		{ "flush-ms", required_argument, NULL, 'f' },
 		{ "ringbuf-mb", required_argument, NULL, 'r' },
 		{ "token-detail", no_argument, NULL, 't' },
+		{ "store-peer-addrs", no_argument, NULL, 'A' },
 		{ "duration", required_argument, NULL, 'D' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "metrics", required_argument, NULL, 'M' },
@@ -594,6 +603,9 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		return -1;
 	}
+	/* the trace's key, root's: read before the privilege drop */
+	if (peer_addr_open(env.db, env.store_peer_addrs, err, sizeof(err)))
+		fprintf(stderr, "kpi-agent: %s\n", err);
 	trace_store_set_max_backlog(ag->store, (size_t)env.max_backlog);
 	trace_store_set_retention(ag->store, env.retain_ns, (int64_t)env.max_db_mb << 20);
 	ag->side = side_store_open(env.db, trace_store_run_id(ag->store), err, sizeof(err));
@@ -704,6 +716,7 @@ static int poll_loop(struct agent *ag)
 				next_sample = now + SAMPLE_NS;
 		}
 		if (now >= next_rescan) {
+			peer_addr_refresh();
 			attach_rescan(ag->at);
 			next_rescan = now + RESCAN_NS;
 		}

@@ -7,7 +7,9 @@ answers NNN; GET /static sends this file with sendfile(2). A request without x-r
 response (srv-N), as the servers that make their own do, so a client that
 keys on the response's (kpi-bench) and the agent agree. Run:
 python3 sse_server.py PORT [--nagle] [--role-with-content] [--gap-ms MS]
-[--tls CERT KEY] (prints 'listening on PORT'); TCP_NODELAY unless --nagle; --tls:
+[--tls CERT KEY] [--host ADDR] (prints 'listening on PORT'); TCP_NODELAY unless --nagle;
+--host: the address to listen on (default 127.0.0.1); a request's x-test-text header is
+the text of every content event (default " tokN"); --tls:
 HTTPS through Python's ssl (the system libssl), the handshake done at the accept; --gap-ms: the pause before
 each event when the request's x-test-gap-ms does not say (default 2); --role-with-content: a chat stream's
 role rides on its first content event instead of a role-only first event
@@ -70,11 +72,12 @@ class Handler(BaseHTTPRequestHandler):
             self._plain(code, {"error": {"message": "test error", "code": code}})
             return
         n = int(body.get("max_tokens", 8))
+        text = self.headers.get("x-test-text")
         mode = self.headers.get("x-test-mode", "event")
         gap = float(self.headers.get("x-test-gap-ms", GAP_MS)) / 1000
         if self.path.split("?")[0] == "/v1/completions":
             cid, obj = "cmpl-test", "text_completion"
-            events = [sse({"id": cid, "object": obj, "choices": [{"index": 0, "text": f" tok{i}",
+            events = [sse({"id": cid, "object": obj, "choices": [{"index": 0, "text": text or f" tok{i}",
                                                                   "finish_reason": None}]})
                       for i in range(n)]
             events.append(sse({"id": cid, "object": obj,
@@ -85,7 +88,7 @@ class Handler(BaseHTTPRequestHandler):
             events = [] if ROLE_WITH_CONTENT else [sse({"id": cid, "object": obj, "choices": [
                 {"index": 0, "delta": {**role, "content": ""}}]})]
             for i in range(n):
-                delta = {**(role if ROLE_WITH_CONTENT and i == 0 else {}), "content": f" tok{i}"}
+                delta = {**(role if ROLE_WITH_CONTENT and i == 0 else {}), "content": text or f" tok{i}"}
                 events.append(sse({"id": cid, "object": obj,
                                    "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}))
             events.append(sse({"id": cid, "object": obj,
@@ -137,7 +140,8 @@ class NoDelayServer(ThreadingHTTPServer):
 
 if __name__ == "__main__":
     cls = ThreadingHTTPServer if "--nagle" in sys.argv else NoDelayServer
-    srv = cls(("127.0.0.1", int(sys.argv[1])), Handler)
+    host = sys.argv[sys.argv.index("--host") + 1] if "--host" in sys.argv else "127.0.0.1"
+    srv = cls((host, int(sys.argv[1])), Handler)
     srv.daemon_threads = True
     if "--tls" in sys.argv:
         import ssl
