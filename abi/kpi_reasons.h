@@ -67,6 +67,11 @@ enum kpi_reject_reason {
 	KPI_REJECT_DRAINING = 12,         /* 503: shutting down (SIGTERM) */
 	KPI_REJECT_UNSUPPORTED = 13,      /* 501/505: transfer coding or HTTP version */
 	KPI_REJECT_INTERNAL = 14,         /* 500: the engine refused a request the server accepted */
+	KPI_REJECT_UPSTREAM = 15,         /* 502/503/504: a worker this request was sent to failed,
+					   * could not be reached or gave an invalid answer */
+	KPI_REJECT_KV_TRANSFER = 16,      /* 502: the KV stream from the prefill worker was refused
+					   * (another model, version, size, truncated) */
+	KPI_REJECT_MODEL_MISMATCH = 17,   /* 409: a KV request for another model than this worker's */
 	KPI_REJECT__COUNT
 };
 
@@ -76,6 +81,7 @@ static inline const char *kpi_reject_reason_name(int r)
 		"none", "queue_full", "bad_http", "body_too_large", "headers_too_large",
 		"bad_json", "bad_param", "prompt_too_long", "bad_token", "not_found",
 		"method_not_allowed", "timeout", "draining", "unsupported", "internal",
+		"upstream", "kv_transfer", "model_mismatch",
 	};
 	return r >= 0 && r < KPI_REJECT__COUNT ? names[r] : "unknown";
 }
@@ -86,14 +92,33 @@ enum kpi_operation {
 	KPI_OP_NONE = 0,                  /* not known (never fired by the daemon) */
 	KPI_OP_TEXT_COMPLETION = 1,       /* POST /v1/completions */
 	KPI_OP_CHAT = 2,                  /* POST /v1/chat/completions */
+	KPI_OP_KV_PREFILL = 3,            /* POST /v1/kv/prefill: a decode worker's prefill (abi/kpi_kv_wire.h) */
 	KPI_OP__COUNT
 };
 
 /* gen_ai.operation.name of op; NULL for KPI_OP_NONE or an unknown value. */
 static inline const char *kpi_operation_name(int op)
 {
-	static const char *const names[KPI_OP__COUNT] = { NULL, "text_completion", "chat" };
+	static const char *const names[KPI_OP__COUNT] = { NULL, "text_completion", "chat",
+							   "kv_prefill" };
 	return op >= 0 && op < KPI_OP__COUNT ? names[op] : NULL;
+}
+
+/* How kpi-infer --role router chose the workers of a request: the policy
+ * argument of kpi:route__decision. */
+enum kpi_route_policy {
+	KPI_ROUTE_NONE = 0,
+	KPI_ROUTE_ROUND_ROBIN = 1,  /* each role's workers in turn */
+	KPI_ROUTE_LEAST_LOADED = 2, /* the fewest waiting + running, from the workers' own /load */
+	KPI_ROUTE_PREFIX = 3,       /* prefill worker by a hash of the prompt's prefix; decode least loaded */
+	KPI_ROUTE__COUNT
+};
+
+static inline const char *kpi_route_policy_name(int p)
+{
+	static const char *const names[KPI_ROUTE__COUNT] = { NULL, "round-robin", "least-loaded",
+							      "prefix" };
+	return p > 0 && p < KPI_ROUTE__COUNT ? names[p] : NULL;
 }
 
 #endif

@@ -1033,6 +1033,29 @@ static __always_inline unsigned int closer(__u64 sk)
 	return st == 8 /* TCP_CLOSE_WAIT */ || st == 7 /* TCP_CLOSE */ ? KPI_CLOSE_AFTER_PEER : KPI_CLOSE_BY_SERVER;
 }
 
+/* shutdown(fd, SHUT_WR or SHUT_RDWR) of an HTTP-mode target's socket: its
+ * FIN, which ends a body delimited by the close for the client, goes out
+ * here, not at the close() that may follow it much later (Python's
+ * socketserver, nginx's lingering close). */
+static __always_inline int sys_shutdown(int fd, long how)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_target *tg;
+	struct kpi_conn *c;
+	__u64 key;
+
+	if (how != 1 /* SHUT_WR */ && how != 2 /* SHUT_RDWR */)
+		return 0;
+	tg = bpf_map_lookup_elem(&targets, &tgid);
+	if (!tg || !(tg->flags & KPI_TARGET_F_HTTP))
+		return 0;
+	key = conn_key(tgid, fd);
+	c = bpf_map_lookup_elem(&conns, &key);
+	if (c && c->is_sock)
+		http_close_send(tgid, fd, KPI_CLOSE_SHUT_WR);
+	return 0;
+}
+
 static __always_inline int sys_close(int fd)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -1145,6 +1168,12 @@ int kpi_enter_close(struct trace_event_raw_sys_enter *ctx)
 	return sys_close((int)ctx->args[0]);
 }
 
+SEC("tracepoint/syscalls/sys_enter_shutdown")
+int kpi_enter_shutdown(struct trace_event_raw_sys_enter *ctx)
+{
+	return sys_shutdown((int)ctx->args[0], (long)ctx->args[1]);
+}
+
 SEC("tracepoint/syscalls/sys_enter_listen")
 int kpi_enter_listen(struct trace_event_raw_sys_enter *ctx)
 {
@@ -1155,7 +1184,7 @@ int kpi_enter_listen(struct trace_event_raw_sys_enter *ctx)
  * this arch's syscall numbers here before load (-1: not traced). */
 const volatile long nr_read = -1, nr_readv = -1, nr_recvfrom = -1, nr_recvmsg = -1;
 const volatile long nr_write = -1, nr_writev = -1, nr_sendto = -1, nr_sendmsg = -1;
-const volatile long nr_close = -1, nr_listen = -1, nr_sendfile = -1;
+const volatile long nr_close = -1, nr_listen = -1, nr_sendfile = -1, nr_shutdown = -1;
 
 SEC("raw_tp/sys_enter")
 int BPF_PROG(kpi_raw_sys_enter, struct pt_regs *regs, long id)
@@ -1184,6 +1213,8 @@ int BPF_PROG(kpi_raw_sys_enter, struct pt_regs *regs, long id)
 		return sys_enter(fd, SYS_WRITE, SHAPE_FILE, 0, cnt);
 	if (id == nr_close)
 		return sys_close(fd);
+	if (id == nr_shutdown)
+		return sys_shutdown(fd, (long)buf);
 	if (id == nr_listen)
 		return sys_listen(fd);
 	return 0;

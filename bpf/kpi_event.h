@@ -308,6 +308,8 @@ enum kpi_closer {
 	KPI_CLOSE_BY_SERVER = 0,        /* the target closed the fd */
 	KPI_CLOSE_BY_CLIENT = 1,        /* a read returned 0, or a write EPIPE / ECONNRESET */
 	KPI_CLOSE_AFTER_PEER = 2,       /* the target closed the fd after the peer's FIN or RST */
+	KPI_CLOSE_SHUT_WR = 3,          /* the target shut its side down (shutdown SHUT_WR or
+					 * SHUT_RDWR): its FIN went out, the fd stays open */
 };
 struct kpi_ev_http_close {
 	struct kpi_ev_hdr h;

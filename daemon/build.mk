@@ -5,7 +5,7 @@ ENGINE_SRCS := $(wildcard daemon/engine/*.c)
 SERVER_SRCS := $(filter-out daemon/server/main.c,$(wildcard daemon/server/*.c))
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(OBJ)/%.o) $(OBJ)/daemon/kpi_probes.o
 SERVER_OBJS := $(SERVER_SRCS:%.c=$(OBJ)/%.o)
-DAEMON_LDLIBS := -ljansson $(LDLIBS_COMMON)
+DAEMON_LDLIBS := -ljansson -lxxhash $(LDLIBS_COMMON)
 
 # dtrace -h: the probe macros and their *_ENABLED() semaphores;
 # dtrace -G: the object that defines the semaphores.

@@ -22,6 +22,20 @@ struct engine_config {
 	int threads;             /* worker threads (0: number of online CPUs) */
 	enum engine_batching batching;
 	enum engine_backend_kind backend;
+	bool prefix_cache;       /* reuse cached full blocks of earlier prompts (docs/engine.md) */
+	bool fingerprint;        /* hash the model file: its identity in a KV transfer */
+	/* Prefill side of a KV transfer: called on the engine thread, inside
+	 * engine_step, for a sequence submitted with engine_submit_prefill: at its
+	 * admission, for every layer, with the positions [0, c) the prefix cache
+	 * held (when c > 0), before any compute; then once per layer of the step
+	 * that completes its prefill, as soon as that layer is computed, with the
+	 * positions [c, n_prompt) (the transfer overlaps the rest of the forward
+	 * pass). data (from engine_kv_buffer; the callee frees it) is K then V of
+	 * those positions, each [n_kv_heads][n_pos][head_dim] in the cache's
+	 * dtype. */
+	void (*kv_layer)(void *ctx, uint64_t id, int layer, int first_pos, int n_pos, void *data,
+			 size_t len);
+	void *kv_ctx;
 };
 
 struct model_info {
@@ -54,6 +68,7 @@ struct engine_event {
 	bool first;            /* ENGINE_EV_TOKEN: the request's first output token */
 	enum kpi_finish_reason reason; /* ENGINE_EV_FINISHED */
 	int n_output;          /* ENGINE_EV_FINISHED: tokens generated */
+	uint64_t sampler_state; /* ENGINE_EV_TOKEN of a prefill-only request: its sampler after this draw */
 };
 
 struct engine_stats {
@@ -63,6 +78,26 @@ struct engine_stats {
 	uint64_t steps;            /* since start */
 	uint64_t prompt_tokens, generation_tokens; /* since start */
 	int last_step_tokens, last_step_seqs; /* the latest step's batch (prefill + decode) */
+	uint64_t prefix_queries, prefix_hits; /* prompt tokens looked up in / found in the prefix cache */
+	int kv_blocks_cached;      /* blocks holding a prefix-cache key */
+};
+
+/* The KV cache as a transfer sees it: the same on both ends or no transfer. */
+struct engine_kv_layout {
+	uint64_t fingerprint;     /* XXH3-64 of the model file (0 unless config.fingerprint) */
+	int n_layers, n_kv_heads, head_dim;
+	int dtype;                /* enum kpi_kv_wire_dtype (abi/kpi_kv_wire.h) */
+	int dtype_bytes;
+	int block_size;
+	int vocab_size, context_length;
+};
+
+/* A prompt's KV computed elsewhere (engine_submit_decode). */
+struct engine_kv_import {
+	int n_tokens;             /* the prompt's length */
+	int32_t first_token;      /* sampled by the prefill side */
+	uint64_t sampler_state;   /* the sampler after that draw */
+	void *data;               /* per layer: K then V, [n_kv_heads][n_tokens][head_dim] */
 };
 
 struct engine;
@@ -86,6 +121,32 @@ int engine_token_piece(const struct engine *e, int32_t token, char *buf, size_t 
  * range. The prompt is copied. */
 int engine_submit(struct engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
 		  const struct sampling_params *sp, char *err, size_t errlen);
+
+/* A request whose only work here is its prefill: the KV goes out through
+ * config.kv_layer layer by layer, its first token is sampled (the TOKEN
+ * event carries the sampler's state) and it finishes (length). Errors as
+ * engine_submit, and -ENOTSUP without kv_layer or a backend that reads KV. */
+int engine_submit_prefill(struct engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
+			  const struct sampling_params *sp, char *err, size_t errlen);
+
+/* A request whose prompt's KV and first token were computed elsewhere (kv,
+ * taken on success: kv->data is freed by the engine). It waits for a slot
+ * and blocks like any request; when admitted its KV is copied into the
+ * cache and its first token reported, then it decodes. Errors as
+ * engine_submit, and -EINVAL when kv does not fit the prompt or vocabulary. */
+int engine_submit_decode(struct engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
+			 const struct sampling_params *sp, struct engine_kv_import *kv, char *err,
+			 size_t errlen);
+
+void engine_kv_layout(const struct engine *e, struct engine_kv_layout *l);
+/* A buffer for transferred KV (a layer going out, a prompt's KV coming in),
+ * freed with free(): tens of MB written once each, so backed by huge pages
+ * where the kernel gives them (2 MiB faults, not 4 KiB ones). NULL when out
+ * of memory. */
+void *engine_kv_buffer(size_t bytes);
+/* Sets config.kv_layer and its context (before the first engine_step). */
+void engine_set_kv_layer(struct engine *e,
+			 void (*fn)(void *, uint64_t, int, int, int, void *, size_t), void *ctx);
 
 /* Ends a queued or running request now, freeing its blocks; its
  * ENGINE_EV_FINISHED (with reason) comes from the next engine_step. */

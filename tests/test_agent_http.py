@@ -23,6 +23,14 @@ def _tmp():
     return kpitest.tmpdir("kpi-agent-http-")
 
 
+def _node():
+    """The node executable, or a Skip."""
+    node = shutil.which("node") or shutil.which("nodejs")
+    if not node:
+        raise kpitest.Skip("node is not installed (make deps installs it)")
+    return node
+
+
 def _post(conn, path, rid, body, headers=None):
     data = json.dumps(body)
     h = {"Content-Type": "application/json", "x-request-id": rid, **(headers or {})}
@@ -142,7 +150,7 @@ def _compare_wire(rows, wire, db, label="agent - wire"):
         if x["t_first_content"] is not None and r["t_first_write_ns"] is not None:
             first.append((r["t_first_write_ns"] + off - x["t_first_content"], rid))
         if not rid.endswith("-disconnect"):   # given up at the close, not a last byte
-            done.append((r["t_done_ns"] + off - x["t_last_byte"], rid))
+            done.append((r["t_done_ns"] + off - x["t_end"], rid))
     for name, v in (("t_arrive", arrive), ("t_first_content", first), ("t_done", done)):
         worst = sorted(v, key=lambda p: -abs(p[0]))[:3]
         print(f"     worst {name}: " + ", ".join(f"{rid} {d / 1e3:+.1f} µs" for d, rid in worst))
@@ -216,10 +224,92 @@ def test_agent_http_python_server_against_the_wire():
 
 def test_agent_http_node_server_against_the_wire():
     """Node http.createServer, res.write per event (chunked by Node)."""
-    node = shutil.which("node") or shutil.which("nodejs")
-    if not node:
-        raise kpitest.Skip("node is not installed (make deps installs it)")
+    node = _node()
     _against_the_wire(lambda port: [node, SERVER_JS, str(port)])
+
+
+def _one_request(port, rid, headers):
+    """A streamed chat completion on a connection of its own, read to the
+    server's FIN (Connection: close)."""
+    body = json.dumps({"model": "test-model", "stream": True, "max_tokens": 6,
+                       "messages": [{"role": "user", "content": "hi"}]}).encode()
+    s = socket.create_connection(("127.0.0.1", port))
+    h = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    s.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-request-id: {rid}\r\n{h}"
+              f"Connection: close\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+              .encode() + body)
+    while s.recv(65536):
+        pass
+    s.close()
+
+
+# The two ends the client sees after the last event: a body delimited by the
+# close, whose server shuts the socket down 1 ms before closing it (Python's
+# socketserver does both, the close later under load; Node's end() shuts it
+# down and closes at the client's FIN), and a chunked stream whose
+# zero-length chunk comes 1 ms after [DONE], in a write of its own.
+ENDS = {"close": {"x-test-mode": "close", "x-test-close-pause-ms": "1", "x-test-gap-ms": "0"},
+        "lastchunk": {"x-test-last-chunk-ms": "1", "x-test-gap-ms": "0"}}
+
+
+def _ends_against_the_wire(argv_of_port):
+    """Six clients at once, 25 requests of each kind apiece: every row's e2e
+    within WIRE_P99_US at p99 of the capture's, whose end is the server's FIN
+    for the close-delimited bodies and the last chunk's byte for the others."""
+    kpitest.require_root("kpi-agent")
+    pcaptest.require()
+    at.require_built(at.AGENT)
+    d = _tmp()
+    db = os.path.join(d, "ends.db")
+    port = kpitest.free_port()
+    srv = kpitest.Proc(argv_of_port(port))
+    srv.wait_line("listening on")
+    agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
+    assert "HTTP mode" in agent.wait_line(f"attached to pid {srv.pid}", timeout=60)
+    cap = pcaptest.Capture([port])
+    rids = [f"{kind}-{w}-{i}" for w in range(6) for i in range(25) for kind in ENDS]
+
+    def worker(w):
+        for rid in rids[w * 50:(w + 1) * 50]:
+            _one_request(port, rid, ENDS[rid.split("-")[0]])
+    ts = [threading.Thread(target=worker, args=(w,)) for w in range(6)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    pcap = cap.stop()
+    time.sleep(0.3)
+    assert agent.stop() == 0, agent.lines[-20:]
+    rows, wire = at.rows(db), pcaptest.exchanges_by_id(pcap, port)
+    off = at.mono_to_wall(db)
+    missing = [rid for rid in rids if rid not in rows]
+    assert not missing, f"no row for {missing[:10]}; agent said:\n" + "\n".join(agent.lines[-20:])
+    for kind in ENDS:
+        e2e, done = [], []
+        for rid in (r for r in rids if r.startswith(kind + "-") and r in wire):
+            r, x = rows[rid], wire[rid]
+            assert r["end_reason"] == "complete", (rid, r["end_reason"])
+            if kind == "close":
+                assert x["t_fin"] and x["t_end"] == x["t_fin"] and "content-length" not in x["response_headers"], x
+            else:
+                assert x["response_headers"].get("transfer-encoding") == "chunked", x["response_headers"]
+            e2e.append(r["e2e_ns"] - (x["t_end"] - x["t_first_byte"]))
+            done.append(r["t_done_ns"] + off - x["t_end"])
+        assert len(e2e) >= 0.9 * 150, f"{kind}: {len(e2e)} of 150 on the wire"
+        m, dm = at.stats_us(e2e), at.stats_us(done)
+        print(f"     {kind}: e2e agent - wire, µs (|diff|): {m}; t_done - wire end: {dm}")
+        assert m["p99"] <= WIRE_P99_US, (kind, m)
+
+
+def test_agent_http_python_response_ends_where_the_client_saw_it():
+    """Python: the FIN of a socket shut down before its close; a last chunk of its own."""
+    _ends_against_the_wire(lambda port: [sys.executable, SERVER, str(port)])
+
+
+def test_agent_http_node_response_ends_where_the_client_saw_it():
+    """Node: the same two ends, from res.end()."""
+    node = _node()
+    _ends_against_the_wire(lambda port: [node, SERVER_JS, str(port)])
 
 
 def test_agent_http_rows_reach_metrics_and_otlp():
@@ -610,7 +700,5 @@ def test_agent_http_kpi_bench_matches_the_trace():
 
 def test_agent_http_kpi_bench_matches_the_trace_node():
     """kpi-bench against the Node server (http.createServer)."""
-    node = shutil.which("node") or shutil.which("nodejs")
-    if not node:
-        raise kpitest.Skip("node is not installed (make deps installs it)")
+    node = _node()
     _bench_matches_the_trace(lambda port: [node, SERVER_JS, str(port), "--role-with-content"])

@@ -1,8 +1,10 @@
 """kpi-bench --sweep, --replay and --burstiness against a real kpi-infer: the
-sweep's answer holds in confirming runs, its page draws every point and
-renders in headless Chromium, Ctrl-C keeps the points so far, a replay
-reproduces its recording; and the flags that do not fit are refused."""
-import os, re, shutil, signal, struct, subprocess, tempfile, time, zlib
+sweep's answer, with its default point length, holds for 30 s and 1.5 times
+it does not; an overloaded run's points are marked not sustained and never
+meet the SLO; its page draws every point and renders in headless Chromium,
+Ctrl-C keeps the points so far, a replay reproduces its recording; and the
+flags that do not fit are refused."""
+import math, os, re, shutil, signal, struct, subprocess, tempfile, time, zlib
 
 import kpitest
 import benchtest
@@ -11,13 +13,11 @@ from benchtest import kpi_bench, read_csv, read_json
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 LINE_SERIES = (("ttft_p50", "ttft_p50_ms"), ("ttft_p99", "ttft_p99_ms"), ("tpot_p50", "tpot_p50_ms"),
                ("tpot_p99", "tpot_p99_ms"), ("throughput", "throughput_rps"), ("goodput", "goodput_rps"))
-# one service at a time, a short queue: past capacity the server answers 429,
-# so the SLO below (generous on latency) is missed by rejections
-SERVER = ("--max-seqs", "1", "--max-queue", "4", "--threads", "1")
-WORK = ("--prompt-len", 16, "--max-tokens", 32, "--ignore-eos", "--seed", 3)
-SLO = ("--slo", "ttft=300", "--slo-share", "0.95")
-# enough requests that a short queue cannot absorb an overload's start
-PER_POINT = ("--requests", 120, "--warmup", 4)
+# the issue's server and workload: kpi-infer batching 8 sequences (on one
+# engine thread: the other core is kpi-bench's), 64-token prompts, 32 tokens out
+SERVER = ("--max-seqs", "8", "--threads", "1")
+WORK = ("--prompt-len", 64, "--max-tokens", 32, "--ignore-eos")
+SLO = ("--slo", "ttft=250,tpot=40")
 
 
 def tmpdir():
@@ -25,20 +25,31 @@ def tmpdir():
 
 
 # A sweep measures the server's capacity: on a machine shared with other
-# jobs, the server and kpi-bench go ahead of them (nice -10, when root) so
-# that the capacity found is the server's, not what the others left of it.
-NICE = ["nice", "-n", "-10"] if os.geteuid() == 0 else []
+# jobs (a 2-core one where other builds run: a load average of 10 to 20),
+# the server and kpi-bench run ahead of them, SCHED_FIFO when root, so that
+# the capacity found is the server's, not what the others left of it (a
+# nice -10 task still shares a core with ten busy nice-0 ones in proportion
+# to its weight, about 9 of theirs).
+RT = ["chrt", "-f", "10"] if os.geteuid() == 0 and shutil.which("chrt") else []
 
 
-def niced_server(*extra):
+def rt_server(*extra):
     port = kpitest.free_port()
-    p = kpitest.Proc([*NICE, benchtest.INFER, "--model", benchtest.preset_model(), "--port", str(port), *extra])
+    p = kpitest.Proc([*RT, benchtest.INFER, "--model", benchtest.preset_model(), "--port", str(port), *extra])
     p.wait_line("listening on http://", timeout=60)
     return p, f"http://127.0.0.1:{port}"
 
 
-def niced_bench(*args, timeout=400):
-    return kpitest.run([*NICE, benchtest.BENCH, "--quiet", *map(str, args)], timeout=timeout)
+def rt_bench(*args, timeout=600):
+    return kpitest.run([*RT, benchtest.BENCH, "--quiet", *map(str, args)], timeout=timeout)
+
+
+def capacity_of(url):
+    """The server's throughput with more requests in flight than it batches."""
+    path = os.path.join(tmpdir(), "cap.json")
+    p = rt_bench("--url", url, "--concurrency", 32, "--duration", 5, *WORK, "--json", path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return read_json(path)["throughput"]["requests_per_s"]
 
 
 def bad(args, *needles):
@@ -60,6 +71,10 @@ def test_sweep_flags_are_checked():
     bad(["--sweep", "rate", "--slo", "ttft=9", "--sweep-steps", "4,2"], "loads must rise")
     bad(["--sweep", "concurrency", "--slo", "ttft=9", "--sweep-steps", "1,2.5"], "not a whole number")
     bad(["--sweep", "rate", "--slo", "ttft=9", "--sweep-start", "8", "--sweep-max", "4"], "below --sweep-start")
+    bad(["--min-requests", "5"], "--min-requests only applies to a sweep")
+    bad(["--sweep", "rate", "--slo", "ttft=9", "--requests", "50", "--min-requests", "5"],
+        "--requests 50 already fixes each point's count")
+    bad(["--sweep", "rate", "--slo", "ttft=9", "--min-requests", "0"], "--min-requests '0'")
     bad(["--burstiness", "0.5"], "--burstiness shapes open-loop arrivals")
     bad(["--rate", "4", "--burstiness", "0"], "--burstiness '0'")
     bad(["--replay-speed", "2"], "--replay-speed needs --replay")
@@ -183,75 +198,115 @@ def met_share(js):
     return js["slo_met"] / js["requests"]["completed"]
 
 
-def confirm(url, rate):
-    """One run at rate, as a sweep point runs; returns its share of requests
-    within the SLO."""
-    d = tmpdir()
-    path = os.path.join(d, f"confirm-{rate:g}.json")
-    p = niced_bench("--url", url, "--rate", f"{rate:g}", *PER_POINT, *WORK, "--slo", "ttft=300",
-                  "--json", path)
+def run_for(url, rate, secs):
+    """One open-loop run at rate for secs; its share of requests within the SLO."""
+    path = os.path.join(tmpdir(), f"run-{rate:g}.json")
+    p = rt_bench("--url", url, "--rate", f"{rate:g}", "--duration", secs, *WORK, *SLO, "--json", path)
     assert p.returncode == 0, p.stdout + p.stderr
     return met_share(read_json(path))
 
 
-def rate_sweep(url, start):
+def check_point_keys(pts):
+    for key in ("offered_rate", "concurrency", "throughput_rps", "goodput_rps", "output_tok_s", "achieved_rps",
+                "ttft_p50_ms", "ttft_p99_ms", "tpot_p99_ms", "requests", "sending_s", "sustained"):
+        assert all(pt[key] is not None for pt in pts), (key, pts)
+    for pt in pts:
+        # a load not sustained says why, and never meets the SLO
+        assert pt["sustained"] == (pt["not_sustained"] is None), pt
+        assert pt["sustained"] or not pt["meets_slo"], pt
+
+
+def test_rate_sweep_max_rate_holds_for_30s():
+    """The issue's sweep with kpi-bench's default point length: its maximum
+    (confirmed by the sweep itself) meets the SLO for >= 95% of a 30 s run,
+    and 1.5 times it does not."""
+    benchtest.require_built()
+    srv, url = rt_server(*SERVER)
+    capacity = capacity_of(url)
+    # a ladder of a few doublings up to the capacity
+    start = 2 ** math.floor(math.log2(max(1, capacity / 4)))
     d = tmpdir()
     jpath, hpath = os.path.join(d, "sweep.json"), os.path.join(d, "sweep.html")
-    p = niced_bench("--url", url, "--sweep", "rate", "--sweep-start", f"{start:g}", "--sweep-precision", "0.15",
-                  *PER_POINT, *WORK, *SLO, "--json", jpath, "--html", hpath, timeout=400)
+    p = rt_bench("--url", url, "--sweep", "rate", "--sweep-start", start, *WORK, *SLO,
+                 "--json", jpath, "--html", hpath, timeout=900)
+    print(p.stdout)
     assert p.returncode == 0, p.stdout + p.stderr
-    return p, read_json(jpath), hpath
+    js = read_json(jpath)
+    pts = js["points"]
+    assert js["sweep"] == "rate" and not js["interrupted"]
+    assert js["settings"]["duration_per_point_s"] == 10 and js["settings"]["min_requests_per_point"] == 100, js["settings"]
+    check_point_keys(pts)
+    # each point sent for its 10 s and at least its 100 requests
+    assert all(pt["requests"] >= 100 and pt["sending_s"] >= 9.5 for pt in pts), pts
+    loads = [pt["offered_rate"] for pt in pts]
+    assert loads == sorted(loads) and len(set(loads)) == len(loads), loads
+    best = js["max_slo_rate"]
+    assert best is not None and js["max_slo_confirmed"] and not js["slo_held_at_highest_load"], p.stdout
+    assert js["at_max_slo"]["offered_rate"] == best and js["at_max_slo"]["meets_slo"]
+    assert js["at_max_slo"]["sustained"], js["at_max_slo"]
+    # everything below the answer met the SLO; the lowest load above it that
+    # missed, as a point or in its confirmation, is within the bisection's 10%
+    conf = js["confirmations"]
+    assert all(pt["meets_slo"] for pt in pts if pt["offered_rate"] <= best), pts
+    missed = [x["offered_rate"] for x in pts + conf if not x["meets_slo"] and x["offered_rate"] > best]
+    assert missed and min(missed) / best - 1 <= 0.1 + 1e-9, (best, missed, loads)
+    # confirmed at that load, as long as the longest point
+    assert conf and conf[-1]["offered_rate"] == best and conf[-1]["meets_slo"], conf
+    assert conf[-1]["sending_s"] >= max(pt["sending_s"] for pt in pts) - 0.1, (conf, pts)
+    assert all(c["offered_rate"] > best and not c["meets_slo"] for c in conf[:-1]), conf
+    share = 100 * conf[-1]["slo_share"]
+    assert re.search(rf"max load meeting the SLO: {best:g} req/s .*; confirmed: {share:.1f}% of "
+                     rf"{conf[-1]['requests']} requests within the SLO over [0-9.]+ s, sustained", p.stdout), p.stdout
+    assert conf[-1]["requests"] >= js["at_max_slo"]["requests"], (conf, js["at_max_slo"])
+    assert js["knee"] is not None, "no knee found:\n" + p.stdout
+    assert len(js["knee_repeats"]) == 2 and js["knee_noise"] is not None, js["knee_repeats"]
 
-
-def test_rate_sweep_finds_knee_and_max_rate():
-    benchtest.require_built()
-    srv, url = niced_server(*SERVER)
-    d = tmpdir()
-    cap_path = os.path.join(d, "cap.json")
-    # the known capacity: one request at a time, back to back
-    p = niced_bench("--url", url, "--concurrency", 1, "--requests", 30, "--warmup", 4, *WORK, "--json", cap_path)
-    assert p.returncode == 0, p.stdout + p.stderr
-    capacity = read_json(cap_path)["throughput"]["requests_per_s"]
-    start = max(1, round(capacity / 4))
-    # the machine is shared: its capacity drifts between the sweep and the
-    # confirming runs; a second attempt tells drift from a wrong answer
-    for attempt in (1, 2):
-        p, js, hpath = rate_sweep(url, start)
-        pts = js["points"]
-        print(p.stdout)
-        assert js["sweep"] == "rate" and not js["interrupted"]
-        assert all(pt["requests"] == 120 for pt in pts), pts
-        for key in ("offered_rate", "concurrency", "throughput_rps", "goodput_rps", "output_tok_s",
-                    "ttft_p50_ms", "ttft_p99_ms", "tpot_p99_ms", "requests"):
-            assert all(pt[key] is not None for pt in pts), (key, pts)
-        loads = [pt["offered_rate"] for pt in pts]
-        assert loads == sorted(loads) and len(set(loads)) == len(loads), loads
-        assert js["knee"] is not None, "no knee found:\n" + p.stdout
-        assert js["max_slo_rate"] is not None and not js["slo_held_at_highest_load"], p.stdout
-        best = js["max_slo_rate"]
-        assert js["at_max_slo"]["offered_rate"] == best and js["at_max_slo"]["meets_slo"]
-        # everything below the answer met the SLO; the next load up did not
-        above = [pt for pt in pts if pt["offered_rate"] > best]
-        assert all(pt["meets_slo"] for pt in pts if pt["offered_rate"] <= best), pts
-        assert above and not above[0]["meets_slo"], pts
-        assert above[0]["offered_rate"] / best - 1 <= 0.15 + 1e-9 or best == pts[0]["offered_rate"], loads
-        assert best <= 1.5 * capacity, (best, capacity)
-        assert len(js["knee_repeats"]) == 2 and js["knee_noise"] is not None, js["knee_repeats"]
-        assert all(r["offered_rate"] == js["knee"]["offered_rate"] for r in js["knee_repeats"])
-        for word in ("max load meeting the SLO:", "knee:", "noise: the knee run twice more"):
-            assert word in p.stdout, p.stdout
-        at, over = confirm(url, best), confirm(url, 1.5 * best)
-        print(f"capacity {capacity:.1f} req/s; knee {js['knee']['offered_rate']:g}, max SLO rate {best:g}: "
-              f"confirm {100 * at:.1f}% met, at 1.5x {100 * over:.1f}% met (attempt {attempt})")
-        if at >= 0.95 and over < 0.95:
-            break
-    else:
-        raise AssertionError(f"confirming runs: {100 * at:.1f}% met at {best:g} req/s (want >= 95%), "
-                             f"{100 * over:.1f}% at {1.5 * best:g} (want < 95%)")
+    at, over = run_for(url, best, 30), run_for(url, 1.5 * best, 30)
+    print(f"capacity {capacity:.1f} req/s (32 in flight); max SLO rate {best:g} req/s, confirmed "
+          f"{share:.1f}%; 30 s at it: {100 * at:.1f}% within the SLO, at 1.5x ({1.5 * best:g} req/s): "
+          f"{100 * over:.1f}%")
+    assert at >= 0.95, f"30 s at the sweep's max {best:g} req/s: {100 * at:.1f}% within the SLO (want >= 95%)"
+    assert over < 0.95, f"30 s at 1.5x the max ({1.5 * best:g} req/s): {100 * over:.1f}% within the SLO (want < 95%)"
     with open(hpath) as f:
         html = f.read()
     check_page(html, js)
+    assert "Confirmation at" in html, html[:2000]
     print(f"screenshot: {check_screenshot(hpath)} colours")
+
+
+def test_overloaded_sweep_points_are_not_sustained():
+    """Points far over the capacity, short (300 requests, as the old default's
+    100 were) and under a bound every request meets: each is marked not
+    sustained in the table, JSON and page, and none meets the SLO."""
+    benchtest.require_built()
+    srv, url = rt_server(*SERVER)
+    capacity = capacity_of(url)
+    steps = [round(2 * capacity), round(2.5 * capacity)]
+    d = tmpdir()
+    jpath, hpath = os.path.join(d, "o.json"), os.path.join(d, "o.html")
+    p = rt_bench("--url", url, "--sweep", "rate", "--sweep-steps", ",".join(map(str, steps)), "--requests", 300,
+                 *WORK, "--slo", "ttft=60000", "--slo-share", "0.95", "--knee-repeats", 0,
+                 "--json", jpath, "--html", hpath)
+    print(p.stdout)
+    assert p.returncode == 0, p.stdout + p.stderr
+    js = read_json(jpath)
+    pts = js["points"]
+    check_point_keys(pts)
+    assert [pt["offered_rate"] for pt in pts] == steps, pts
+    for pt in pts:
+        # the SLO alone would have counted it: its requests met the bound
+        assert pt["slo_share"] >= 0.95, pt
+        assert not pt["sustained"] and not pt["meets_slo"], pt
+        assert pt["achieved_rps"] < 0.95 * pt["sent_rps"] or "TTFT p50 rose" in pt["not_sustained"], pt
+    assert js["max_slo_rate"] is None and js["confirmations"] == [], js
+    rows = [l for l in p.stdout.splitlines() if re.match(r"\s+\d+\s", l)]
+    assert len(rows) == 2 and all(re.search(r"\bNO\s+MISSED\s+not sustained: ", l) for l in rows), rows
+    assert "max load meeting the SLO: none" in p.stdout, p.stdout
+    with open(hpath) as f:
+        html = f.read()
+    check_page(html, js)
+    assert html.count('<tr class="miss" data-sustained="no">') == 2, html
+    assert len(re.findall(r'class="pt" data-series="\w+" data-load="[0-9.]+" data-sustained="no"', html)) == 6 * 2
 
 
 # ---- Ctrl-C --------------------------------------------------------------------------

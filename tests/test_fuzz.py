@@ -45,3 +45,7 @@ def test_fuzz_agent_http_track():
 
 for _t in (test_fuzz_http, test_fuzz_json, test_fuzz_chat, test_fuzz_gguf, test_fuzz_agent_http_track):
     _t.timeout = SECONDS + 90
+
+
+def test_fuzz_kv_wire():
+    fuzz("kv_wire")

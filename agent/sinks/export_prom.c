@@ -688,7 +688,7 @@ int prom_render(struct prom_exporter *p, FILE *out)
 			fprintf(out, "} %s\n", val);
 		}
 
-	family(out, "kpi_queue_depth", "gauge", "Requests admitted and waiting for a batch slot.");
+	family(out, "kpi_queue_depth", "gauge", "Requests in their queue phase (admitted, in no engine step yet): the most at once in the last sample interval.");
 	for (int i = 0; i < p->n; i++)
 		if (p->t[i].sampled)
 			put_gauge_line(out, "kpi_queue_depth", &p->t[i], p->t[i].queue_depth);

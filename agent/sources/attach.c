@@ -621,6 +621,7 @@ void attach_choose_programs(struct attach *at)
 		const char *sec = bpf_program__section_name(p);
 		bool load = true;
 		if (!strcmp(sec, "tracepoint/syscalls/sys_enter_close") ||
+		    !strcmp(sec, "tracepoint/syscalls/sys_enter_shutdown") ||
 		    !strcmp(sec, "tracepoint/syscalls/sys_enter_listen"))
 			load = sys_tp;
 		else if (!strncmp(sec, "tracepoint/syscalls/sys_enter_", 30))
@@ -657,6 +658,7 @@ void attach_choose_programs(struct attach *at)
 	s->rodata->nr_write = SYS_write;
 	s->rodata->nr_writev = SYS_writev;
 	s->rodata->nr_close = SYS_close;
+	s->rodata->nr_shutdown = SYS_shutdown;
 	s->rodata->nr_recvfrom = SYS_recvfrom;
 	s->rodata->nr_recvmsg = SYS_recvmsg;
 	s->rodata->nr_sendto = SYS_sendto;

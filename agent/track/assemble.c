@@ -37,6 +37,7 @@ struct req {
 	int fd;
 	uint64_t id;
 	bool has_id, admitted, rejected, finished, cancelled;
+	bool queued;            /* in its queue phase (admitted, in no step yet): counted in its pidstate */
 	uint64_t t_arrive, t_read, t_admit, t_sched, t_first, t_last, t_resp_end;
 	int arrive_src, srtt_us;
 	uint64_t runq0, runq1;
@@ -56,6 +57,10 @@ struct pidstate {
 	uint64_t last_t, last_runq, last_runq_self, last_runq_idle, last_drops;
 	bool sampled;
 	int completed, out_tokens, preemptions, rejections, errors;
+	/* requests in their queue phase now, and the most at once since the
+	 * last sample: the depth a sample gives, so that a burst served
+	 * between two samples is not lost between them */
+	int queued, queued_peak;
 	struct kpi_runq_by runq_by[RUNQ_BY_SLOTS];
 	int n_runq_by;
 	uint64_t runq_by_rest;
@@ -273,8 +278,36 @@ static void recent_add(struct assembler *a, const struct id_key *k)
 	HASH_ADD(hh, a->recent, key, sizeof(slot->key), slot);
 }
 
+/* ---- the queue: admitted, in no step yet ------------------------------------- */
+
+static void queue_enter(struct assembler *a, struct req *r)
+{
+	struct pidstate *ps = pidstate(a, r->pid);
+
+	if (r->queued || !ps)
+		return;
+	r->queued = true;
+	if (++ps->queued > ps->queued_peak)
+		ps->queued_peak = ps->queued;
+}
+
+/* Its first step (SCHED), its end in the queue (cancelled, finished), or its
+ * record gone: the queue phase is over. A preempted request waits again but
+ * its queue phase (t_admit .. t_sched) is not reopened. */
+static void queue_leave(struct assembler *a, struct req *r)
+{
+	struct pidstate *ps;
+
+	if (!r->queued)
+		return;
+	r->queued = false;
+	if ((ps = pidstate(a, r->pid)) && ps->queued > 0)
+		ps->queued--;
+}
+
 static void req_unlink(struct assembler *a, struct req *r)
 {
+	queue_leave(a, r);
 	conn_unlink(a, r);
 	if (r->in_id)   /* remembered a while: the engine's last event may still come */
 		recent_add(a, &r->ik);
@@ -626,6 +659,7 @@ static void on_admit(struct assembler *a, const struct kpi_ev_admit *e)
 	r->max_tokens = e->max_tokens;
 	r->operation = e->operation;
 	id_link(a, r);
+	queue_enter(a, r);
 }
 
 static void on_reject(struct assembler *a, const struct kpi_ev_reject *e)
@@ -651,6 +685,7 @@ static void on_req_mark(struct assembler *a, const struct kpi_ev_req *e)
 	case KPI_EV_SCHED:
 		if (!r->t_sched)
 			r->t_sched = e->h.ts;
+		queue_leave(a, r);
 		break;
 	case KPI_EV_FIRST:
 		if (!r->t_first)
@@ -663,6 +698,7 @@ static void on_req_mark(struct assembler *a, const struct kpi_ev_req *e)
 		break;
 	case KPI_EV_CANCEL:
 		r->cancelled = true;
+		queue_leave(a, r);
 		break;
 	}
 }
@@ -676,6 +712,7 @@ static void on_finish(struct assembler *a, const struct kpi_ev_finish *e)
 		return;
 	}
 	r->finished = true;
+	queue_leave(a, r);
 	r->t_last = e->h.ts;
 	r->output_tokens = e->output_tokens;
 	r->finish_reason = e->finish_reason;
@@ -827,7 +864,7 @@ void assemble_forget_pid(struct assembler *a, uint32_t pid)
 
 struct count_ctx {
 	uint32_t pid;
-	int queued, running;
+	int running;
 };
 
 static const char *req_state(const struct req *r)
@@ -848,9 +885,7 @@ static void count_fn(void *ctx, const struct kpi_inflight_record *r)
 	struct count_ctx *c = ctx;
 	if (r->pid != c->pid)
 		return;
-	if (!strcmp(r->state, "queued"))
-		c->queued++;
-	else if (!strcmp(r->state, "prefill") || !strcmp(r->state, "decode"))
+	if (!strcmp(r->state, "prefill") || !strcmp(r->state, "decode"))
 		c->running++;
 }
 
@@ -880,13 +915,15 @@ void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 			 * agent was stopped right after attaching) is not hidden */
 			ps->last_drops = a->drops_before;
 			ps->completed = ps->out_tokens = ps->preemptions = ps->rejections = ps->errors = 0;
+			ps->queued_peak = ps->queued;
 			continue;
 		}
 		dt = (double)(now - ps->last_t) / 1e9;
 		if (dt <= 0)
 			continue;
 		assemble_foreach_inflight(a, count_fn, &cc);
-		s.queue_depth = cc.queued;
+		s.queue_depth = ps->queued_peak;
+		ps->queued_peak = ps->queued;
 		s.running = cc.running;
 		s.kv_used = ps->kv_used;
 		s.kv_free = ps->kv_free;

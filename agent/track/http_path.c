@@ -386,6 +386,13 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 		if (!c)
 			return 0;
 		unsigned by = e->http_close.by;
+		if (by == KPI_CLOSE_SHUT_WR) {
+			/* a served connection's FIN: the end of a close-delimited
+			 * response; a client's own half-close ends no request */
+			if (!c->client)
+				http_track_shut(c->t, e->h.ts);
+			return 0;
+		}
 		http_track_close(c->t, e->h.ts, closer(by, c->client));
 		/* the fd is closed only when the target closes it */
 		if (by != KPI_CLOSE_BY_CLIENT)

@@ -375,6 +375,11 @@ static int cuda_forward(struct backend *b, const struct backend_batch *bt, char 
 			return -1;
 		K(kpi_cuda_rope(b->q, b->k, b->rope_cs, d_pos, T, b->n_heads, b->n_kv, b->hd, b->st), "rope");
 		K(kpi_cuda_kv_write(&kv, b->k, b->v, &sd, b->st), "kv write");
+		if (bt->layer_done) {
+			/* the engine reads this layer's K/V from the host side now */
+			CU(cudaStreamSynchronize(b->st), "finishing a layer's KV write");
+			bt->layer_done(bt->layer_ctx, l);
+		}
 		K(kpi_cuda_attention(b->att, b->q, &kv, &sd, b->n_heads, max_ctx, d_dec, n_decode, d_tiles,
 				     n_tiles, b->part, b->n_sm, b->st),
 		  "paged attention");
@@ -420,10 +425,50 @@ static void cuda_kv_copy(struct backend *b, int32_t dst, int32_t src)
 	/* ordered before the next step's kernels on the same stream */
 }
 
+static int cuda_kv_dtype_wire(const struct backend *b)
+{
+	return b->kv_dtype == KPI_KV_BF16 ? 2 : 1; /* enum kpi_kv_wire_dtype: BF16, F16 */
+}
+
+/* One layer's block, n rows from slot0 of every KV head, device <-> host:
+ * synchronous copies on the backend's stream (ordered after its kernels). */
+static void cuda_kv_move(struct backend *b, int layer, int32_t blk, int slot0, int n, void *k,
+			 void *v, size_t head_stride, bool to_host)
+{
+	size_t base = (size_t)layer * b->layer_elems * 2, row = (size_t)n * b->hd * 2;
+	for (int g = 0; g < b->n_kv; g++) {
+		size_t off = base + ((((size_t)blk * b->n_kv + g) * b->block_size + slot0) * b->hd) * 2;
+		char *hk = (char *)k + g * head_stride * 2, *hv = (char *)v + g * head_stride * 2;
+		if (to_host) {
+			cudaMemcpyAsync(hk, (char *)b->kcache + off, row, cudaMemcpyDeviceToHost, b->st);
+			cudaMemcpyAsync(hv, (char *)b->vcache + off, row, cudaMemcpyDeviceToHost, b->st);
+		} else {
+			cudaMemcpyAsync((char *)b->kcache + off, hk, row, cudaMemcpyHostToDevice, b->st);
+			cudaMemcpyAsync((char *)b->vcache + off, hv, row, cudaMemcpyHostToDevice, b->st);
+		}
+	}
+	cudaStreamSynchronize(b->st);
+}
+
+static void cuda_kv_read(struct backend *b, int layer, int32_t blk, int slot0, int n, void *k,
+			 void *v, size_t head_stride)
+{
+	cuda_kv_move(b, layer, blk, slot0, n, k, v, head_stride, true);
+}
+
+static void cuda_kv_write(struct backend *b, int layer, int32_t blk, int slot0, int n,
+			  const void *k, const void *v, size_t head_stride)
+{
+	cuda_kv_move(b, layer, blk, slot0, n, (void *)k, (void *)v, head_stride, false);
+}
+
 const struct backend_ops cuda_backend_ops = {
 	.name = "cuda",
 	.create = cuda_create,
 	.destroy = cuda_destroy,
 	.forward = cuda_forward,
 	.kv_copy = cuda_kv_copy,
+	.kv_dtype = cuda_kv_dtype_wire,
+	.kv_read = cuda_kv_read,
+	.kv_write = cuda_kv_write,
 };

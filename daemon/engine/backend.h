@@ -44,6 +44,11 @@ struct backend_batch {
 	const int32_t *const *block_tables; /* [n_seqs] -> [ceil((pos0 + n) / block_size)] block ids */
 	const int *logits_row;      /* [n_seqs] row in logits, or -1 */
 	float *logits;              /* [rows][vocab_size], host */
+	/* When set, called on the calling thread after each layer's K/V of every
+	 * token of the step are in the cache (and before the next layer starts):
+	 * the engine streams a finished prefill's KV layer by layer from here. */
+	void (*layer_done)(void *ctx, int layer);
+	void *layer_ctx;
 };
 
 struct backend_ops {
@@ -56,6 +61,17 @@ struct backend_ops {
 	/* Copies every layer's K/V of block src into block dst (copy-on-write
 	 * for prefix sharing). */
 	void (*kv_copy)(struct backend *b, int32_t dst, int32_t src);
+	/* The cache's element type: enum kpi_kv_wire_dtype (abi/kpi_kv_wire.h). */
+	int (*kv_dtype)(const struct backend *b);
+	/* Copy n positions from slot0 of one layer's block, K and V of every KV
+	 * head, out of the cache into host memory (kv_read) or into the cache
+	 * from host memory (kv_write). Host layout: head h's n rows of head_dim
+	 * elements start at k + h * head_stride elements (likewise v). Only
+	 * between steps or from layer_done. */
+	void (*kv_read)(struct backend *b, int layer, int32_t block, int slot0, int n, void *k, void *v,
+			size_t head_stride);
+	void (*kv_write)(struct backend *b, int layer, int32_t block, int slot0, int n, const void *k,
+			 const void *v, size_t head_stride);
 };
 
 /* Bytes of KV storage per cached position for this model, the same for every

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "abi/kpi_kv_wire.h"
 #include "daemon/engine/backend.h"
 #include "daemon/engine/gguf.h"
 #include "daemon/engine/kernels.h"
@@ -492,6 +493,8 @@ static int cpu_forward(struct backend *b, const struct backend_batch *bt, char *
 				rope_store(b, &aj, t, 0, b->n_kv);
 			pool_run(b->pool, attn_task, &aj, T * b->n_kv);
 		}
+		if (bt->layer_done)
+			bt->layer_done(bt->layer_ctx, l);
 		matmul_par(b, &(struct matmul_job){ .x = b->att, .ldx = b->q_dim, .nb = T,
 						    .seg = { { &L->wo, b->x, b->dim } }, .accumulate = true });
 		/* feed-forward: norm, gate and up in one pass with SwiGLU, down */
@@ -529,10 +532,45 @@ static void cpu_kv_copy(struct backend *b, int32_t dst, int32_t src)
 	}
 }
 
+static int cpu_kv_dtype(const struct backend *b)
+{
+	return KPI_KV_WIRE_F16;
+}
+
+/* The n rows from slot0 of head g of block blk are contiguous in the pool. */
+static void cpu_kv_read(struct backend *b, int layer, int32_t blk, int slot0, int n, void *k,
+			void *v, size_t head_stride)
+{
+	struct kv_layer_view view = { b->kcache + layer * b->layer_elems,
+				      b->vcache + layer * b->layer_elems, b->n_kv, b->hd, b->block_size };
+	size_t row = (size_t)n * b->hd;
+	for (int g = 0; g < b->n_kv; g++) {
+		size_t off = kv_offset(&view, blk, g, slot0);
+		memcpy((uint16_t *)k + g * head_stride, view.k + off, row * sizeof(uint16_t));
+		memcpy((uint16_t *)v + g * head_stride, view.v + off, row * sizeof(uint16_t));
+	}
+}
+
+static void cpu_kv_write(struct backend *b, int layer, int32_t blk, int slot0, int n, const void *k,
+			 const void *v, size_t head_stride)
+{
+	struct kv_layer_view view = { b->kcache + layer * b->layer_elems,
+				      b->vcache + layer * b->layer_elems, b->n_kv, b->hd, b->block_size };
+	size_t row = (size_t)n * b->hd;
+	for (int g = 0; g < b->n_kv; g++) {
+		size_t off = kv_offset(&view, blk, g, slot0);
+		memcpy(view.k + off, (const uint16_t *)k + g * head_stride, row * sizeof(uint16_t));
+		memcpy(view.v + off, (const uint16_t *)v + g * head_stride, row * sizeof(uint16_t));
+	}
+}
+
 const struct backend_ops cpu_backend_ops = {
 	.name = "cpu",
 	.create = cpu_create,
 	.destroy = cpu_destroy,
 	.forward = cpu_forward,
 	.kv_copy = cpu_kv_copy,
+	.kv_dtype = cpu_kv_dtype,
+	.kv_read = cpu_kv_read,
+	.kv_write = cpu_kv_write,
 };

@@ -6,10 +6,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
+#include <xxhash.h>
 
+#include "abi/kpi_kv_wire.h"
 #include "daemon/engine.h"
 #include "daemon/engine/backend.h"
+#include "daemon/engine/gguf.h"
 #include "daemon/engine/kv.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/sample.h"
@@ -39,6 +43,11 @@ struct seq {
 	enum seq_state state;
 	bool static_member;    /* part of the current static batch */
 	uint64_t preempted_at; /* step of the last preemption, +1 (0: never) */
+	bool export_kv;        /* prefill-only: its KV goes out layer by layer (kv_layer) */
+	struct engine_kv_import *import; /* KV computed elsewhere, copied in at admission */
+	int n_exported;        /* prefill-only: positions whose KV went out at admission */
+	int n_keyed;           /* leading full blocks given a prefix-cache key */
+	uint64_t key;          /* the key of block n_keyed - 1 (0: none) */
 	struct seq *prev, *next;
 };
 
@@ -80,6 +89,10 @@ struct engine {
 	int *b_start, *b_pos0, *b_lrow;
 	const int32_t **b_tables;
 	struct kpi_step_seq *b_probe; /* kpi:step__seqs entries, [max_seqs] */
+	struct seq **b_export;  /* prefill-only sequences whose prefill ends this step */
+	int n_export;
+	int imports_admitted;   /* this step: admitted with their KV copied in, no compute */
+	uint64_t fingerprint;
 	float *logits;
 	struct sample_scratch ss;
 
@@ -207,10 +220,12 @@ struct engine *engine_create(const struct engine_config *cfg, char *err, size_t 
 			cap = e->blocks_per_seq;
 		c->kv_blocks = (int)(want < cap ? want : cap);
 	}
-	if (kv_pool_init(&e->kv, c->kv_blocks)) {
+	if (kv_pool_init(&e->kv, c->kv_blocks) || (c->prefix_cache && kv_pool_enable_cache(&e->kv))) {
 		snprintf(err, errlen, "out of memory for %d KV block ids", c->kv_blocks);
 		goto fail;
 	}
+	if (c->fingerprint) /* before the backend repacks and releases the pages */
+		e->fingerprint = XXH3_64bits(e->model->gguf->map, e->model->gguf->size);
 	struct backend_params bp = { e->model, c->kv_blocks, c->block_size, c->max_batched_tokens,
 				     c->max_seqs, c->threads };
 	e->be = e->ops->create(&bp, err, errlen);
@@ -227,7 +242,8 @@ struct engine *engine_create(const struct engine_config *cfg, char *err, size_t 
 	e->b_lrow = calloc(ms, sizeof(int));
 	e->b_tables = calloc(ms, sizeof(*e->b_tables));
 	e->b_probe = calloc(ms, sizeof(*e->b_probe));
-	if (!e->b_probe) {
+	e->b_export = calloc(ms, sizeof(*e->b_export));
+	if (!e->b_probe || !e->b_export) {
 		snprintf(err, errlen, "out of memory for %d step__seqs entries", ms);
 		goto fail;
 	}
@@ -247,6 +263,10 @@ fail:
 
 static void seq_free(struct seq *s)
 {
+	if (s->import) {
+		free(s->import->data);
+		free(s->import);
+	}
 	free(s->tokens);
 	free(s->bt.ids);
 	free(s);
@@ -276,6 +296,7 @@ void engine_destroy(struct engine *e)
 	free(e->b_lrow);
 	free(e->b_tables);
 	free(e->b_probe);
+	free(e->b_export);
 	free(e->logits);
 	free(e->ss.probs);
 	free(e->ss.order);
@@ -325,37 +346,41 @@ static int ensure_ev_cap(struct engine *e)
 	return 0;
 }
 
-int engine_submit(struct engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
-		  const struct sampling_params *sp, char *err, size_t errlen)
+/* Checks and queues a request; returns its sequence, or NULL with *rc set. */
+static struct seq *seq_submit(struct engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
+			      const struct sampling_params *sp, char *err, size_t errlen, int *rc)
 {
 	const struct model_info *mi = &e->model->info;
+	*rc = -EINVAL;
 	if (n_prompt <= 0) {
 		snprintf(err, errlen, "empty prompt: send at least one token");
-		return -EINVAL;
+		return NULL;
 	}
 	for (int i = 0; i < n_prompt; i++)
 		if (prompt[i] < 0 || prompt[i] >= mi->vocab_size) {
 			snprintf(err, errlen, "prompt token %d has id %d, outside the vocabulary [0, %d)", i,
 				 prompt[i], mi->vocab_size);
-			return -EINVAL;
+			return NULL;
 		}
 	int max_out = sp->max_tokens > 0 ? sp->max_tokens : mi->context_length - n_prompt;
 	if (n_prompt + max_out > mi->context_length || max_out <= 0) {
 		snprintf(err, errlen,
 			 "prompt (%d tokens) + max_tokens (%d) exceeds the model's context of %d tokens",
 			 n_prompt, sp->max_tokens, mi->context_length);
-		return -E2BIG;
+		*rc = -E2BIG;
+		return NULL;
 	}
 	int need = (n_prompt + max_out + e->cfg.block_size - 1) / e->cfg.block_size;
 	if (need > e->kv.n_blocks) {
 		snprintf(err, errlen,
 			 "prompt (%d tokens) + max_tokens (%d) needs %d KV blocks of %d tokens but the pool has %d: lower max_tokens or start with a larger --kv-blocks",
 			 n_prompt, max_out, need, e->cfg.block_size, e->kv.n_blocks);
-		return -E2BIG;
+		*rc = -E2BIG;
+		return NULL;
 	}
 	if (sp->temperature < 0 || sp->top_p < 0 || sp->top_p > 1) {
 		snprintf(err, errlen, "temperature must be >= 0 and top_p in [0, 1]");
-		return -EINVAL;
+		return NULL;
 	}
 	struct seq *s = calloc(1, sizeof(*s));
 	s->tokens = malloc(sizeof(int32_t) * (n_prompt + max_out));
@@ -366,7 +391,8 @@ int engine_submit(struct engine *e, uint64_t id, const int32_t *prompt, int n_pr
 		e->live--;
 		seq_free(s);
 		snprintf(err, errlen, "out of memory queueing the request");
-		return -ENOMEM;
+		*rc = -ENOMEM;
+		return NULL;
 	}
 	memcpy(s->tokens, prompt, sizeof(int32_t) * n_prompt);
 	s->id = id;
@@ -377,14 +403,110 @@ int engine_submit(struct engine *e, uint64_t id, const int32_t *prompt, int n_pr
 	s->rng = sample_rng_seed(sp->seed);
 	s->state = SEQ_WAITING;
 	list_push_tail(&e->waiting, s);
+	*rc = 0;
+	return s;
+}
+
+int engine_submit(struct engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
+		  const struct sampling_params *sp, char *err, size_t errlen)
+{
+	int rc;
+	seq_submit(e, id, prompt, n_prompt, sp, err, errlen, &rc);
+	return rc;
+}
+
+int engine_submit_prefill(struct engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
+			  const struct sampling_params *sp, char *err, size_t errlen)
+{
+	if (!e->cfg.kv_layer || !e->ops->kv_read) {
+		snprintf(err, errlen, "this engine cannot stream KV out (no kv_layer callback or a "
+			 "backend without kv_read)");
+		return -ENOTSUP;
+	}
+	struct sampling_params one = *sp;
+	one.max_tokens = 1;
+	int rc;
+	struct seq *s = seq_submit(e, id, prompt, n_prompt, &one, err, errlen, &rc);
+	if (s)
+		s->export_kv = true;
+	return rc;
+}
+
+int engine_submit_decode(struct engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
+			 const struct sampling_params *sp, struct engine_kv_import *kv, char *err,
+			 size_t errlen)
+{
+	const struct model_info *mi = &e->model->info;
+	if (!e->ops->kv_write) {
+		snprintf(err, errlen, "the %s backend cannot take KV in", e->ops->name);
+		return -ENOTSUP;
+	}
+	if (!kv || !kv->data || kv->n_tokens != n_prompt || kv->first_token < 0 ||
+	    kv->first_token >= mi->vocab_size) {
+		snprintf(err, errlen, "the imported KV does not fit the request: %d tokens for a "
+			 "prompt of %d, first token %d", kv ? kv->n_tokens : -1, n_prompt,
+			 kv ? kv->first_token : -1);
+		return -EINVAL;
+	}
+	int rc;
+	struct seq *s = seq_submit(e, id, prompt, n_prompt, sp, err, errlen, &rc);
+	if (!s)
+		return rc;
+	s->import = malloc(sizeof(*s->import));
+	if (!s->import) {
+		list_remove(&e->waiting, s);
+		e->live--;
+		seq_free(s);
+		snprintf(err, errlen, "out of memory queueing the request");
+		return -ENOMEM;
+	}
+	*s->import = *kv;
+	kv->data = NULL;
+	/* why it may wait: the slots and blocks as it joins the queue */
+	int need = (n_prompt + e->cfg.block_size - 1) / e->cfg.block_size;
+	KPI_KV_SLOT_WAIT(id, e->waiting.n - 1, need, e->kv.n_free, e->running.n, e->cfg.max_seqs);
 	return 0;
+}
+
+void *engine_kv_buffer(size_t bytes)
+{
+	const size_t huge = 2u << 20;
+	if (bytes < huge)
+		return malloc(bytes ? bytes : 1);
+	void *p = NULL;
+	if (posix_memalign(&p, huge, (bytes + huge - 1) / huge * huge))
+		return NULL;
+	madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE); /* a hint: fine if refused */
+	return p;
+}
+
+void engine_set_kv_layer(struct engine *e,
+			 void (*fn)(void *, uint64_t, int, int, int, void *, size_t), void *ctx)
+{
+	e->cfg.kv_layer = fn;
+	e->cfg.kv_ctx = ctx;
+}
+
+void engine_kv_layout(const struct engine *e, struct engine_kv_layout *l)
+{
+	const struct model_info *mi = &e->model->info;
+	l->fingerprint = e->fingerprint;
+	l->n_layers = mi->n_layers;
+	l->n_kv_heads = mi->n_kv_heads;
+	l->head_dim = mi->head_dim;
+	l->dtype = e->ops->kv_dtype ? e->ops->kv_dtype(e->be) : 0;
+	l->dtype_bytes = (int)kpi_kv_dtype_bytes((uint32_t)l->dtype);
+	l->block_size = e->cfg.block_size;
+	l->vocab_size = mi->vocab_size;
+	l->context_length = mi->context_length;
 }
 
 static void push_event(struct engine *e, enum engine_event_kind kind, const struct seq *s, int32_t token,
 		       bool first, enum kpi_finish_reason reason)
 {
 	/* ev_cap >= 4 * max_seqs + 2 * live: a step cannot overflow it */
-	e->ev[e->ev_n++] = (struct engine_event){ kind, s->id, token, first, reason, s->n_out };
+	e->ev[e->ev_n++] = (struct engine_event){ kind, s->id, token, first, reason, s->n_out,
+						  s->export_kv ? s->rng : 0 };
 }
 
 /* A static batch member left: once the last one has, its padding blocks
@@ -424,7 +546,7 @@ void engine_finish(struct engine *e, uint64_t id, enum kpi_finish_reason reason)
 				e->fin = realloc(e->fin, sizeof(*e->fin) * e->fin_cap);
 			}
 			e->fin[e->fin_n++] = (struct engine_event){ ENGINE_EV_FINISHED, s->id, -1, false,
-								    reason, s->n_out };
+								    reason, s->n_out, 0 };
 			KPI_REQUEST_FINISHED(s->id, s->n_out, (int)reason);
 			seq_free(s);
 			return;
@@ -449,6 +571,7 @@ void engine_stats(const struct engine *e, struct engine_stats *st)
 	st->kv_blocks_total = e->kv.n_blocks;
 	st->kv_blocks_free = e->kv.n_free;
 	st->kv_blocks_used = e->kv.n_blocks - e->kv.n_free;
+	st->kv_blocks_cached = e->kv.n_cached;
 }
 
 /* ---- scheduler --------------------------------------------------------- */
@@ -462,6 +585,8 @@ static void seq_preempt(struct engine *e, struct seq *s)
 {
 	kv_table_release(&e->kv, &s->bt);
 	s->n_cached = 0;
+	s->n_keyed = 0;
+	s->key = 0;
 	list_remove(&e->running, s);
 	s->state = SEQ_WAITING;
 	s->preempted_at = e->st.steps + 1;
@@ -482,6 +607,130 @@ static void batch_add(struct engine *e, int *n, int *budget, struct seq *s, int 
 	e->b_take[*n] = take;
 	(*n)++;
 	*budget -= take;
+}
+
+/* ---- prefix cache and KV transfer ------------------------------------- */
+
+/* Takes the cached blocks that begin s's tokens, never the block of its last
+ * known token (the step must compute that one to sample). Returns the
+ * positions they cover. */
+static int prefix_take(struct engine *e, struct seq *s)
+{
+	const int bs = e->cfg.block_size;
+	int max_blocks = (seq_known(s) - 1) / bs, j = 0;
+	uint64_t key = 0;
+	for (; j < max_blocks; j++) {
+		uint64_t k = kv_block_key(key, s->tokens + (size_t)j * bs, bs);
+		int32_t id = kv_cache_find(&e->kv, k);
+		if (id < 0)
+			break;
+		kv_cache_take(&e->kv, &s->bt, id);
+		key = k;
+	}
+	s->n_keyed = j;
+	s->key = key;
+	s->n_cached = j * bs;
+	return s->n_cached;
+}
+
+/* Gives the full blocks s has computed since the last call their keys. */
+static void prefix_insert(struct engine *e, struct seq *s)
+{
+	const int bs = e->cfg.block_size;
+	while ((s->n_keyed + 1) * bs <= s->n_cached) {
+		s->key = kv_block_key(s->key, s->tokens + (size_t)s->n_keyed * bs, bs);
+		kv_cache_insert(&e->kv, s->bt.ids[s->n_keyed], s->key);
+		s->n_keyed++;
+	}
+}
+
+/* Bytes of one layer's K (or V) for n positions. */
+static size_t kv_half_bytes(const struct engine *e, int n)
+{
+	const struct model_info *mi = &e->model->info;
+	int db = (int)kpi_kv_dtype_bytes((uint32_t)e->ops->kv_dtype(e->be));
+	return (size_t)mi->n_kv_heads * n * mi->head_dim * db;
+}
+
+/* Sends one layer's K/V of positions [p0, p1) of s (p0 a block boundary). */
+static void kv_export_range(struct engine *e, struct seq *s, int layer, int p0, int p1)
+{
+	const int bs = e->cfg.block_size, hd = e->model->info.head_dim, n = p1 - p0;
+	size_t row = kv_half_bytes(e, 1) / e->model->info.n_kv_heads; /* one position of one head */
+	size_t half = kv_half_bytes(e, n);
+	char *buf = engine_kv_buffer(2 * half);
+	if (buf)
+		for (int p = p0; p < p1; p += bs) {
+			int slots = p1 - p < bs ? p1 - p : bs;
+			e->ops->kv_read(e->be, layer, s->bt.ids[p / bs], 0, slots,
+					buf + (size_t)(p - p0) * row, buf + half + (size_t)(p - p0) * row,
+					(size_t)n * hd);
+		}
+	/* NULL: no memory for it; the server fails that transfer */
+	e->cfg.kv_layer(e->cfg.kv_ctx, s->id, layer, p0, n, buf, buf ? 2 * half : 0);
+}
+
+/* backend_batch.layer_done: the layer is computed for the whole step, so the
+ * prefill-only sequences finishing their prefill in it send it now (the
+ * positions the cache did not already send at admission). */
+static void kv_export_layer(void *ctx, int layer)
+{
+	struct engine *e = ctx;
+	for (int i = 0; i < e->n_export; i++)
+		kv_export_range(e, e->b_export[i], layer, e->b_export[i]->n_exported,
+				e->b_export[i]->n_prompt);
+}
+
+/* Copies an imported prompt's KV into s's blocks (reserved for n_prompt). */
+static void kv_import(struct engine *e, struct seq *s)
+{
+	const int bs = e->cfg.block_size, hd = e->model->info.head_dim, n = s->n_prompt;
+	size_t half = kv_half_bytes(e, n), row = kv_half_bytes(e, 1) / e->model->info.n_kv_heads;
+	const char *data = s->import->data;
+	for (int l = 0; l < e->model->info.n_layers; l++) {
+		const char *k = data + 2 * half * l, *v = k + half;
+		for (int j = 0; j * bs < n; j++) {
+			int slots = n - j * bs < bs ? n - j * bs : bs;
+			e->ops->kv_write(e->be, l, s->bt.ids[j], 0, slots, k + (size_t)j * bs * row,
+					 v + (size_t)j * bs * row, (size_t)n * hd);
+		}
+	}
+}
+
+/* Admits a sequence whose KV was computed elsewhere: its blocks, its KV, its
+ * first token; no compute this step. False when the blocks are not there yet. */
+static bool admit_import(struct engine *e, struct seq *s)
+{
+	const int bs = e->cfg.block_size;
+	if (kv_blocks_needed(&s->bt, s->n_prompt, bs) > e->kv.n_free)
+		return false;
+	kv_table_reserve(&e->kv, &s->bt, s->n_prompt, bs);
+	kv_import(e, s);
+	struct engine_kv_import *kv = s->import;
+	s->n_cached = s->hwm = s->n_prompt;
+	s->tokens[s->n_prompt] = kv->first_token;
+	s->n_out = 1;
+	s->rng = kv->sampler_state;
+	free(kv->data);
+	free(kv);
+	s->import = NULL;
+	list_remove(&e->waiting, s);
+	s->state = SEQ_RUNNING;
+	list_insert_by_arrival(&e->running, s);
+	push_event(e, ENGINE_EV_SCHEDULED, s, -1, false, KPI_FINISH_NONE);
+	KPI_REQUEST_SCHEDULED(s->id);
+	int32_t tok = s->tokens[s->n_prompt];
+	e->st.generation_tokens++;
+	push_event(e, ENGINE_EV_TOKEN, s, tok, true, KPI_FINISH_NONE);
+	KPI_REQUEST_FIRST_TOKEN(s->id);
+	if (e->kv.hash)
+		prefix_insert(e, s);
+	e->imports_admitted++;
+	if (tok == e->model->info.eos_id && !s->sp.ignore_eos)
+		seq_finish(e, s, KPI_FINISH_STOP);
+	else if (s->n_out >= s->max_out || seq_known(s) >= e->model->info.context_length)
+		seq_finish(e, s, KPI_FINISH_LENGTH);
+	return true;
 }
 
 /* Padding rows this step: one per finished member of a running static batch. */
@@ -551,11 +800,33 @@ static int schedule(struct engine *e)
 			break;
 		if (s->preempted_at == e->st.steps + 1)
 			break; /* just preempted for lack of blocks: do not thrash */
-		int need = seq_known(s);
+		if (s->import) {
+			if (!admit_import(e, s))
+				break;
+			continue;
+		}
+		int hit = e->kv.hash ? prefix_take(e, s) : 0;
+		int need = seq_known(s) - s->n_cached;
 		int take = need < budget ? need : budget;
-		if (kv_blocks_needed(&s->bt, take, bs) > e->kv.n_free)
+		if (kv_blocks_needed(&s->bt, s->n_cached + take, bs) > e->kv.n_free) {
+			kv_table_release(&e->kv, &s->bt); /* the cached blocks wait in the cache */
+			s->n_cached = s->n_keyed = 0;
+			s->key = 0;
 			break;
-		kv_table_reserve(&e->kv, &s->bt, take, bs);
+		}
+		if (e->kv.hash) {
+			e->st.prefix_queries += (uint64_t)seq_known(s);
+			e->st.prefix_hits += (uint64_t)hit;
+			if (hit)
+				KPI_REQUEST_PREFIX_HIT(s->id, hit);
+		}
+		kv_table_reserve(&e->kv, &s->bt, s->n_cached + take, bs);
+		if (s->export_kv && hit && !s->n_exported) {
+			/* the cached prefix is final: it leaves now, ahead of any compute */
+			for (int l = 0; l < e->model->info.n_layers; l++)
+				kv_export_range(e, s, l, 0, hit);
+			s->n_exported = hit;
+		}
 		list_remove(&e->waiting, s);
 		s->state = SEQ_RUNNING;
 		list_insert_by_arrival(&e->running, s);
@@ -569,8 +840,9 @@ static int schedule(struct engine *e)
 /* Runs one step: schedule, forward, sample, finish. */
 static void step_run(struct engine *e)
 {
+	e->imports_admitted = 0;
 	int n = schedule(e);
-	if (n == 0 && e->running.n > 0) {
+	if (n == 0 && e->running.n > 0 && !e->imports_admitted) {
 		/* every running sequence is mid-prefill and the pool is dry: free the
 		 * newest so the others progress */
 		seq_preempt(e, e->running.tail);
@@ -580,9 +852,12 @@ static void step_run(struct engine *e)
 		return;
 
 	int T = 0, rows = 0, prefill = 0, decodes = 0;
+	e->n_export = 0;
 	for (int i = 0; i < n; i++) {
 		struct seq *s = e->b_seq[i];
 		int take = e->b_take[i];
+		if (s->export_kv && s->n_cached + take == seq_known(s))
+			e->b_export[e->n_export++] = s;
 		e->b_start[i] = T;
 		e->b_pos0[i] = s->n_cached;
 		e->b_tables[i] = s->bt.ids;
@@ -619,7 +894,7 @@ static void step_run(struct engine *e)
 		KPI_STEP_SEQS(step, n, e->b_probe);
 	}
 	struct backend_batch batch = { n + pad, T, e->b_tokens, e->b_start, e->b_pos0, e->b_tables, e->b_lrow,
-				       e->logits };
+				       e->logits, e->n_export ? kv_export_layer : NULL, e };
 	char err[256];
 	kpi_cupti_step_begin(step);
 	int rc = e->ops->forward(e->be, &batch, err, sizeof(err));
@@ -636,6 +911,8 @@ static void step_run(struct engine *e)
 	for (int i = 0; i < n; i++) {
 		struct seq *s = e->b_seq[i];
 		s->n_cached += e->b_take[i];
+		if (e->kv.hash)
+			prefix_insert(e, s);
 		if (s->n_cached > s->hwm) {
 			int p_new = (s->n_cached < s->n_prompt ? s->n_cached : s->n_prompt) -
 				    (s->hwm < s->n_prompt ? s->hwm : s->n_prompt);

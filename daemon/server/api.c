@@ -306,7 +306,9 @@ int api_request_parse(const char *body, size_t len, bool chat, struct api_reques
 	if (parse_stop(root, req, err, errlen))
 		goto out;
 	if (get_bool(root, "stream", "stream", &req->stream, err, errlen) ||
-	    get_bool(root, "ignore_eos", "ignore_eos", &req->ignore_eos, err, errlen))
+	    get_bool(root, "ignore_eos", "ignore_eos", &req->ignore_eos, err, errlen) ||
+	    get_bool(root, "return_token_ids", "return_token_ids", &req->return_token_ids, err,
+		     errlen))
 		goto out;
 	json_t *so = json_object_get(root, "stream_options");
 	if (so && !json_is_null(so)) {

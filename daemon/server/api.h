@@ -29,6 +29,7 @@ struct api_request {
 	bool stream;
 	bool include_usage;
 	bool ignore_eos;
+	bool return_token_ids; /* vLLM's: the generated ids in a non-stream answer */
 };
 
 /* Decodes body into req. Returns 0, or -1 with err holding one sentence that

@@ -1,22 +1,54 @@
 /* conn.c - one client connection's state machine: read a request head and
- * body, hand it to server_dispatch, write the response (one send() per call
- * while nothing is queued), keep alive, linger or close. */
-#include "daemon/server/server_int.h"
+ * body, hand it to the request handler, write the response (one send() per
+ * call while nothing is queued), keep alive, linger or close. Calls nothing
+ * above it: the handler and the owners' callbacks are function pointers. */
+#include "daemon/server/conn.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "kpi_probes.h"
 #include "abi/kpi_reasons.h"
 #include "daemon/server/openai.h"
+#include "daemon/server/state.h"
 
 #define READ_CHUNK 65536
 #define OUT_LIMIT (8u << 20)   /* unread response bytes before a client counts as gone */
+#define LINGER_NS (2000000000ull)
+
+static conn_handler_fn conn_handler;
+
+static void conn_process(struct conn *c);
+static void conn_out_free(struct conn *c);
+
+void conn_set_handler(conn_handler_fn fn)
+{
+	conn_handler = fn;
+}
+
+void conn_attach(struct conn *c, void *owner, void (*on_gone)(struct conn *, void *),
+		 void (*on_sent)(struct conn *, void *))
+{
+	c->owner = owner;
+	c->on_gone = on_gone;
+	c->on_sent = on_sent;
+}
+
+void conn_detach(struct conn *c)
+{
+	c->owner = NULL;
+	c->on_gone = NULL;
+	c->on_sent = NULL;
+}
 
 /* ---- epoll interest and lifetime ------------------------------------------- */
 
@@ -36,7 +68,7 @@ void conn_update_events(struct conn *c)
 	uint32_t ev = EPOLLRDHUP;
 	if (c->state == CS_HEAD || c->state == CS_BODY || c->state == CS_LINGER)
 		ev |= EPOLLIN;
-	if (c->out.len)
+	if (c->out_bytes)
 		ev |= EPOLLOUT;
 	conn_set_events(c, ev);
 }
@@ -77,14 +109,12 @@ void conn_close(struct conn *c)
 {
 	if (c->state == CS_CLOSED)
 		return;
-	struct req *r = c->req;
-	if (r) {
-		/* the client went away mid-request: free its sequence at once */
-		if (KPI_REQUEST_CANCELLED_ENABLED())
-			KPI_REQUEST_CANCELLED(r->id);
-		eth_finish(&srv.eth, r->id, KPI_FINISH_CANCELLED);
-		r->conn = NULL;
-		c->req = NULL;
+	if (c->on_gone) {
+		/* the client went away mid-request: its server frees it at once */
+		void (*gone)(struct conn *, void *) = c->on_gone;
+		void *owner = c->owner;
+		conn_detach(c);
+		gone(c, owner);
 	}
 	epoll_ctl(srv.epfd, EPOLL_CTL_DEL, c->fd, NULL);
 	close(c->fd);
@@ -102,13 +132,36 @@ void conn_close(struct conn *c)
 	srv.dead = c;
 }
 
+/* A response ended inside a call from above (conn_send): the requests
+ * pipelined behind it are read at the end of the loop iteration, never from
+ * inside that call. */
+static void conn_mark_ready(struct conn *c)
+{
+	if (c->on_ready || !c->in.len)
+		return;
+	c->on_ready = true;
+	c->ready_next = srv.ready;
+	srv.ready = c;
+}
+
+void conn_run_ready(void)
+{
+	while (srv.ready) {
+		struct conn *c = srv.ready;
+		srv.ready = c->ready_next;
+		c->on_ready = false;
+		if (c->state == CS_HEAD && c->in.len)
+			conn_process(c);
+	}
+}
+
 void conn_reap_dead(void)
 {
 	while (srv.dead) {
 		struct conn *c = srv.dead;
 		srv.dead = c->dead_next;
 		sbuf_free(&c->in);
-		sbuf_free(&c->out);
+		conn_out_free(c);
 		sbuf_free(&c->body);
 		free(c);
 	}
@@ -133,7 +186,13 @@ static void response_done(struct conn *c)
 		KPI_RESPONSE_END(c->resp_id, c->fd, c->resp_status);
 	if (c->resp_status >= 100 && c->resp_status < 600)
 		srv.m.http_status[c->resp_status]++;
-	c->resp_started = c->resp_final = false;
+	if (c->on_sent) {
+		void (*sent)(struct conn *, void *) = c->on_sent;
+		void *owner = c->owner;
+		conn_detach(c);
+		sent(c, owner);
+	}
+	c->resp_started = c->resp_final = c->out_unlimited = false;
 	c->resp_id = 0;
 	c->t_first_byte = 0;
 	c->t_activity = eth_now_ns();
@@ -143,57 +202,174 @@ static void response_done(struct conn *c)
 	}
 	c->state = CS_HEAD;
 	conn_update_events(c);
+	conn_mark_ready(c);
 }
 
-void conn_send(struct conn *c, const char *data, size_t len, bool final)
+/* ---- the output queue: what the socket did not take, in order ----------------- */
+
+struct conn_seg {
+	struct conn_seg *next;
+	char *data;       /* ext, or the bytes after this header */
+	size_t len, off;
+	bool ext;         /* the caller's malloc'd buffer, handed over: free(data) */
+};
+
+static void seg_push(struct conn *c, struct conn_seg *g)
 {
-	if (c->state == CS_CLOSED)
+	g->next = NULL;
+	if (c->out_tail)
+		c->out_tail->next = g;
+	else
+		c->out_head = g;
+	c->out_tail = g;
+	c->out_bytes += g->len - g->off;
+}
+
+/* Queues p[0..n): a copy, or p itself when owned (taken: freed once sent). */
+static void seg_add(struct conn *c, const char *p, size_t n, bool owned)
+{
+	if (!n) {
+		if (owned)
+			free((void *)p);
 		return;
+	}
+	struct conn_seg *g = malloc(sizeof(*g) + (owned ? 0 : n));
+	if (!g) {
+		fprintf(stderr, "kpi-infer: out of memory queueing %zu response bytes\n", n);
+		abort();
+	}
+	g->data = owned ? (char *)p : (char *)(g + 1);
+	if (!owned)
+		memcpy(g->data, p, n);
+	g->len = n;
+	g->off = 0;
+	g->ext = owned;
+	seg_push(c, g);
+}
+
+static void seg_free(struct conn_seg *g)
+{
+	if (g->ext)
+		free(g->data);
+	free(g);
+}
+
+static void conn_out_free(struct conn *c)
+{
+	while (c->out_head) {
+		struct conn_seg *g = c->out_head;
+		c->out_head = g->next;
+		seg_free(g);
+	}
+	c->out_tail = NULL;
+	c->out_bytes = 0;
+}
+
+/* Sends what the socket takes from the queue now; -1 when the connection failed. */
+static int out_drain(struct conn *c)
+{
+	while (c->out_head) {
+		struct iovec iov[64];
+		int k = 0;
+		for (struct conn_seg *g = c->out_head; g && k < 64; g = g->next)
+			iov[k++] = (struct iovec){ g->data + g->off, g->len - g->off };
+		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)k };
+		ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR ? 0 : -1;
+		c->out_bytes -= (size_t)n;
+		while (n > 0) {
+			struct conn_seg *g = c->out_head;
+			size_t left = g->len - g->off, take = (size_t)n < left ? (size_t)n : left;
+			g->off += take;
+			n -= (ssize_t)take;
+			if (g->off == g->len) {
+				c->out_head = g->next;
+				if (!c->out_head)
+					c->out_tail = NULL;
+				seg_free(g);
+			}
+		}
+	}
+	return 0;
+}
+
+static void sendv(struct conn *c, const struct iovec *iov, int n, bool final, bool owned_last)
+{
+	if (c->state == CS_CLOSED) {
+		if (owned_last)
+			free(iov[n - 1].iov_base);
+		return;
+	}
 	if (!c->resp_started) {
 		c->resp_started = true;
 		if (KPI_RESPONSE_START_ENABLED())
 			KPI_RESPONSE_START(c->resp_id, c->fd);
 	}
-	size_t off = 0;
-	if (c->out.len == 0) {
-		ssize_t n = send(c->fd, data, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+	size_t sent = 0;
+	if (!c->out_bytes) {
+		struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n };
+		ssize_t k = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+			if (owned_last)
+				free(iov[n - 1].iov_base);
 			conn_close(c);
 			return;
 		}
-		if (n > 0)
-			off = (size_t)n;
+		if (k > 0)
+			sent = (size_t)k;
 	}
-	if (off < len)
-		sbuf_add(&c->out, data + off, len - off);
-	if (c->out.len > OUT_LIMIT) {
+	for (int i = 0; i < n; i++) { /* what did not go out waits, in order */
+		size_t skip = sent < iov[i].iov_len ? sent : iov[i].iov_len;
+		sent -= skip;
+		bool own = owned_last && i == n - 1;
+		if (own && skip < iov[i].iov_len) {
+			/* handed over without a copy: sent from where it stands */
+			seg_add(c, iov[i].iov_base, iov[i].iov_len, true);
+			c->out_tail->off = skip;
+			c->out_bytes -= skip;
+		} else if (skip < iov[i].iov_len) {
+			seg_add(c, (const char *)iov[i].iov_base + skip, iov[i].iov_len - skip, false);
+		} else if (own) {
+			free(iov[i].iov_base);
+		}
+	}
+	if (c->out_bytes > OUT_LIMIT && !c->out_unlimited) {
 		conn_close(c); /* not reading its response: treat as gone */
 		return;
 	}
 	if (final)
 		c->resp_final = true;
-	if (c->out.len == 0 && final)
+	if (!c->out_bytes && final)
 		response_done(c);
 	else
 		conn_update_events(c);
 }
 
+void conn_sendv(struct conn *c, const struct iovec *iov, int n, bool final)
+{
+	sendv(c, iov, n, final, false);
+}
+
+void conn_sendv_owned(struct conn *c, const struct iovec *iov, int n, bool final)
+{
+	sendv(c, iov, n, final, true);
+}
+
+void conn_send(struct conn *c, const char *data, size_t len, bool final)
+{
+	struct iovec iov = { (void *)data, len };
+	sendv(c, &iov, 1, final, false);
+}
+
 static void conn_flush(struct conn *c)
 {
-	while (c->out.len) {
-		ssize_t n = send(c->fd, c->out.data, c->out.len, MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n < 0) {
-			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-				break;
-			conn_close(c);
-			return;
-		}
-		sbuf_consume(&c->out, (size_t)n);
+	if (out_drain(c) < 0) {
+		conn_close(c);
+		return;
 	}
-	if (c->out.len == 0 && c->resp_final) {
-		response_done(c);
-		if (c->state == CS_HEAD && c->in.len)
-			conn_process(c); /* a pipelined request waited behind this response */
+	if (!c->out_bytes && c->resp_final) {
+		response_done(c); /* a pipelined request waiting behind it is read next */
 	} else {
 		conn_update_events(c);
 	}
@@ -252,6 +428,26 @@ void conn_make_request_id(struct conn *c, uint64_t n)
 	snprintf(c->rid, sizeof(c->rid), "req-%x-%llu", srv.pid, (unsigned long long)n);
 }
 
+void conn_peer(const struct conn *c, char *out, size_t n)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char host[INET6_ADDRSTRLEN] = "?";
+	int port = 0;
+	if (getpeername(c->fd, (struct sockaddr *)&ss, &sl) == 0) {
+		if (ss.ss_family == AF_INET) {
+			struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+			inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
+			port = ntohs(a->sin_port);
+		} else if (ss.ss_family == AF_INET6) {
+			struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+			inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
+			port = ntohs(a->sin6_port);
+		}
+	}
+	snprintf(out, n, "%s:%d", host, port);
+}
+
 static int reason_for_status(int status)
 {
 	switch (status) {
@@ -300,6 +496,12 @@ static bool conn_read_head(struct conn *c)
 		http_sanitize_request_id(h.request_id, h.request_id_len, c->rid);
 	else
 		c->rid[0] = 0;
+	c->prefill[0] = 0;
+	c->has_model_fp = false;
+	if (r > 0 && h.prefill)
+		http_sanitize_hostport(h.prefill, h.prefill_len, c->prefill, sizeof(c->prefill));
+	if (r > 0 && h.model_fp)
+		c->has_model_fp = http_parse_hex64(h.model_fp, h.model_fp_len, &c->model_fp);
 	if (!c->rid[0])
 		conn_make_request_id(c, srv.seq);
 	if (r < 0) {
@@ -361,7 +563,8 @@ static void conn_send_continue(struct conn *c)
 	}
 }
 
-void conn_process(struct conn *c)
+/* Parses and serves every complete request in c->in, one at a time. */
+static void conn_process(struct conn *c)
 {
 	while (c->state == CS_HEAD || c->state == CS_BODY) {
 		if (c->state == CS_HEAD && !conn_read_head(c))
@@ -374,7 +577,7 @@ void conn_process(struct conn *c)
 		if (k <= 0)
 			return;
 		c->state = CS_ACTIVE;
-		server_dispatch(c, body, len);
+		conn_handler(c, body, len);
 		if (c->state == CS_CLOSED || c->state == CS_LINGER)
 			return; /* linger already dropped the input */
 		sbuf_consume(&c->in, total);
@@ -418,6 +621,29 @@ static void conn_readable(struct conn *c)
 	c->in.data[c->in.len] = 0;
 	c->t_activity = eth_now_ns();
 	conn_process(c);
+}
+
+void conn_sweep(uint64_t now)
+{
+	uint64_t req_ns = (uint64_t)srv.cfg->request_timeout_s * 1000000000ull;
+	uint64_t idle_ns = (uint64_t)srv.cfg->idle_timeout_s * 1000000000ull;
+	for (struct conn *c = srv.conns, *next; c; c = next) {
+		next = c->next;
+		if ((c->state == CS_HEAD || c->state == CS_BODY) && c->t_first_byte &&
+		    now - c->t_first_byte > req_ns) {
+			if (!c->rid[0] || c->state == CS_HEAD)
+				conn_make_request_id(c, ++srv.seq);
+			char msg[128];
+			snprintf(msg, sizeof(msg), "request not received within %d s "
+				 "(--request-timeout)", srv.cfg->request_timeout_s);
+			conn_reject(c, 408, KPI_REJECT_TIMEOUT, msg, true, NULL);
+		} else if (c->state == CS_HEAD && !c->t_first_byte &&
+			   (now - c->t_activity > idle_ns || srv.draining)) {
+			conn_close(c);
+		} else if (c->state == CS_LINGER && now - c->t_activity > LINGER_NS) {
+			conn_close(c);
+		}
+	}
 }
 
 void conn_event(struct conn *c, uint32_t ev)

@@ -8,7 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { CMD_SUBMIT, CMD_FINISH };
+enum { CMD_SUBMIT, CMD_FINISH, CMD_SUBMIT_PREFILL, CMD_SUBMIT_DECODE };
 
 struct eth_cmd {
 	int kind;
@@ -17,6 +17,7 @@ struct eth_cmd {
 	int n_prompt;
 	struct sampling_params sp;
 	enum kpi_finish_reason reason;
+	struct engine_kv_import kv;  /* CMD_SUBMIT_DECODE */
 };
 
 uint64_t eth_now_ns(void)
@@ -59,6 +60,50 @@ void eth_submit(struct engine_thread *t, uint64_t id, int32_t *prompt, int n_pro
 	push_cmd(t, &c);
 }
 
+void eth_submit_prefill(struct engine_thread *t, uint64_t id, int32_t *prompt, int n_prompt,
+			const struct sampling_params *sp)
+{
+	struct eth_cmd c = { .kind = CMD_SUBMIT_PREFILL, .id = id, .prompt = prompt,
+			     .n_prompt = n_prompt, .sp = *sp };
+	push_cmd(t, &c);
+}
+
+void eth_submit_decode(struct engine_thread *t, uint64_t id, int32_t *prompt, int n_prompt,
+		       const struct sampling_params *sp, const struct engine_kv_import *kv)
+{
+	struct eth_cmd c = { .kind = CMD_SUBMIT_DECODE, .id = id, .prompt = prompt,
+			     .n_prompt = n_prompt, .sp = *sp, .kv = *kv };
+	push_cmd(t, &c);
+}
+
+void eth_event_free(struct eth_event *ev)
+{
+	free(ev->err);
+	free(ev->data);
+	ev->err = NULL;
+	ev->data = NULL;
+}
+
+/* The engine's kv_layer callback, on the engine thread mid-step: the layer
+ * goes to the I/O thread at once, so it is on the wire while the step's
+ * remaining layers compute. */
+static void eth_kv_layer(void *ctx, uint64_t id, int layer, int first_pos, int n_pos, void *data,
+			 size_t len)
+{
+	struct engine_thread *t = ctx;
+	pthread_mutex_lock(&t->mu);
+	t->evs = grow(t->evs, &t->evs_cap, t->nevs + 1, sizeof(*t->evs));
+	t->evs[t->nevs++] = (struct eth_event){
+		.ev = { .kind = ETH_EV_KV_LAYER, .id = id },
+		.t_ns = eth_now_ns(), .layer = layer, .first_pos = first_pos, .n_pos = n_pos,
+		.data = data, .len = len,
+	};
+	pthread_mutex_unlock(&t->mu);
+	uint64_t one = 1;
+	ssize_t w = write(t->wake_fd, &one, sizeof(one));
+	(void)w;
+}
+
 void eth_finish(struct engine_thread *t, uint64_t id, enum kpi_finish_reason reason)
 {
 	struct eth_cmd c = { .kind = CMD_FINISH, .id = id, .reason = reason };
@@ -96,8 +141,17 @@ static size_t apply_cmds(struct engine_thread *t, struct eth_cmd *cmds, size_t n
 			continue;
 		}
 		char err[256] = "";
-		int rc = engine_submit(t->e, c->id, c->prompt, c->n_prompt, &c->sp, err,
-				       sizeof(err));
+		int rc;
+		if (c->kind == CMD_SUBMIT_PREFILL) {
+			rc = engine_submit_prefill(t->e, c->id, c->prompt, c->n_prompt, &c->sp, err,
+						   sizeof(err));
+		} else if (c->kind == CMD_SUBMIT_DECODE) {
+			rc = engine_submit_decode(t->e, c->id, c->prompt, c->n_prompt, &c->sp, &c->kv,
+						  err, sizeof(err));
+			free(c->kv.data); /* NULL when the engine took it */
+		} else {
+			rc = engine_submit(t->e, c->id, c->prompt, c->n_prompt, &c->sp, err, sizeof(err));
+		}
 		free(c->prompt);
 		if (rc < 0) {
 			*fails = grow(*fails, fails_cap, nfails + 1, sizeof(**fails));
@@ -184,6 +238,7 @@ int eth_start(struct engine_thread *t, struct engine *e, int wake_fd)
 	pthread_mutex_init(&t->mu, NULL);
 	pthread_cond_init(&t->cv, NULL);
 	engine_stats(e, &t->stats);
+	engine_set_kv_layer(e, eth_kv_layer, t);
 	int rc = pthread_create(&t->th, NULL, engine_main, t);
 	return rc ? -rc : 0;
 }
@@ -195,11 +250,13 @@ void eth_stop(struct engine_thread *t)
 	pthread_cond_signal(&t->cv);
 	pthread_mutex_unlock(&t->mu);
 	pthread_join(t->th, NULL);
-	for (size_t i = 0; i < t->ncmds; i++)
+	for (size_t i = 0; i < t->ncmds; i++) {
 		free(t->cmds[i].prompt);
+		free(t->cmds[i].kv.data);
+	}
 	free(t->cmds);
 	for (size_t i = 0; i < t->nevs; i++)
-		free(t->evs[i].err);
+		eth_event_free(&t->evs[i]);
 	free(t->evs);
 	pthread_mutex_destroy(&t->mu);
 	pthread_cond_destroy(&t->cv);

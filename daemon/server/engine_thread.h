@@ -12,13 +12,20 @@
 
 #include "daemon/engine.h"
 
-/* Beyond enum engine_event_kind: engine_submit refused a request. */
+/* Beyond enum engine_event_kind: engine_submit refused a request; one layer
+ * of a prefill-only request's KV is ready (mid-step, ahead of the step's own
+ * events). */
 #define ETH_EV_SUBMIT_FAILED 100
+#define ETH_EV_KV_LAYER 101
 
 struct eth_event {
 	struct engine_event ev;
 	uint64_t t_ns;     /* CLOCK_MONOTONIC: step start for SCHEDULED, step end otherwise */
 	char *err;         /* ETH_EV_SUBMIT_FAILED: engine's message (owned) */
+	int layer;         /* ETH_EV_KV_LAYER: the layer, and the positions it carries */
+	int first_pos, n_pos;
+	void *data;        /* ETH_EV_KV_LAYER: K then V (owned; NULL when out of memory) */
+	size_t len;
 };
 
 struct eth_cmd;
@@ -37,6 +44,9 @@ struct engine_thread {
 	bool stop;
 };
 
+/* Frees what an event owns (err, data). */
+void eth_event_free(struct eth_event *ev);
+
 uint64_t eth_now_ns(void);
 
 /* Starts the thread; returns 0 or -errno. */
@@ -47,6 +57,12 @@ void eth_stop(struct engine_thread *t);
 /* Takes ownership of prompt (malloc'd). */
 void eth_submit(struct engine_thread *t, uint64_t id, int32_t *prompt, int n_prompt,
 		const struct sampling_params *sp);
+/* engine_submit_prefill: the KV comes back as ETH_EV_KV_LAYER events. */
+void eth_submit_prefill(struct engine_thread *t, uint64_t id, int32_t *prompt, int n_prompt,
+			const struct sampling_params *sp);
+/* engine_submit_decode; takes kv (its data freed whatever happens). */
+void eth_submit_decode(struct engine_thread *t, uint64_t id, int32_t *prompt, int n_prompt,
+		       const struct sampling_params *sp, const struct engine_kv_import *kv);
 void eth_finish(struct engine_thread *t, uint64_t id, enum kpi_finish_reason reason);
 
 /* Moves the pending events into *out (caller frees with free(), and each

@@ -1,12 +1,17 @@
 /* fanout.c - the engine thread's events, on the I/O thread: each goes to its
  * request (queue state, metrics, text, stop strings) and on to the request's
- * connection, one send() per streamed token. */
-#include "daemon/server/server_int.h"
+ * connection, one send() per streamed token; a prefill worker's KV events go
+ * to its KV stream (kv_serve.c). */
+#include "daemon/server/fanout.h"
 
 #include <unistd.h>
 
 #include "abi/kpi_reasons.h"
+#include "daemon/server/conn.h"
+#include "daemon/server/kv_serve.h"
 #include "daemon/server/openai.h"
+#include "daemon/server/req.h"
+#include "daemon/server/state.h"
 
 /* Frames body bytes for the wire (HTTP/1.1 chunked, or raw for HTTP/1.0)
  * after the headers when this is the response's first write. */
@@ -57,6 +62,8 @@ static void on_token(struct req *r, const struct eth_event *ev, bool last)
 		return; /* the client has gone; the cancel is on its way to the engine */
 
 	int32_t tok = ev->ev.token;
+	if (r->return_token_ids)
+		sbuf_add(&r->token_ids, &tok, sizeof(tok));
 	if (tok != srv.mi->eos_id && tok != srv.mi->bos_id) {
 		char piece[256];
 		int n = engine_token_piece(srv.e, tok, piece, sizeof(piece));
@@ -140,34 +147,23 @@ static void on_end(struct req *r, struct eth_event *ev)
 	srv.n_active--;
 	req_remove(r);
 	struct conn *c = r->conn;
-	if (c && c->req == r)
-		c->req = NULL; /* done: a hang-up from here on cancels nothing */
+	if (c && c->owner == r)
+		conn_detach(c); /* done: a hang-up from here on cancels nothing */
 	if (ev->ev.kind == ENGINE_EV_FINISHED)
 		on_finished(r, ev);
 	else if (c)
 		conn_reject(c, 400, KPI_REJECT_PROMPT_TOO_LONG, ev->err, false, NULL);
 	req_free(r);
-	/* a pipelined request may be waiting behind this one */
-	if (c && c->state == CS_HEAD && c->in.len)
-		conn_process(c);
 }
 
 static void on_event(struct req *r, struct eth_event *ev, bool last)
 {
 	switch ((int)ev->ev.kind) {
 	case ENGINE_EV_SCHEDULED:
-		if (r->waiting) {
-			r->waiting = false;
-			srv.n_waiting--;
-		}
-		if (!r->t_sched)
-			r->t_sched = ev->t_ns;
+		req_scheduled(r, ev->t_ns);
 		break;
 	case ENGINE_EV_PREEMPTED:
-		if (!r->waiting) {
-			r->waiting = true;
-			srv.n_waiting++;
-		}
+		req_preempted(r);
 		break;
 	case ENGINE_EV_TOKEN:
 		on_token(r, ev, last);
@@ -215,9 +211,11 @@ void fanout_engine_events(void)
 	bool *last = mark_last_tokens(evs, n);
 	for (size_t i = 0; i < n; i++) {
 		struct req *r = req_find(evs[i].ev.id);
-		if (r)
+		if (r && r->kind == REQ_PREFILL)
+			kv_serve_event(r, &evs[i]);
+		else if (r)
 			on_event(r, &evs[i], last[i]);
-		free(evs[i].err);
+		eth_event_free(&evs[i]);
 	}
 	free(evs);
 	free(last);

@@ -57,21 +57,34 @@ static void parse_connection(const char *v, size_t n, struct http_request *req)
 	}
 }
 
+/* A Content-Length value into *cl (a second one must agree); NULL, or why
+ * not with the status it calls for (400, or 413 past 15 digits). */
+static const char *content_length(const char *v, size_t vlen, long long *cl, int *status)
+{
+	if (vlen == 0 || vlen > 15) {
+		*status = vlen > 15 ? 413 : 400;
+		return "Content-Length is not a valid size";
+	}
+	long long n = 0;
+	for (size_t i = 0; i < vlen; i++) {
+		if (v[i] < '0' || v[i] > '9')
+			return "Content-Length is not a decimal number";
+		n = n * 10 + (v[i] - '0');
+	}
+	if (*cl >= 0 && *cl != n)
+		return "conflicting Content-Length headers";
+	*cl = n;
+	return NULL;
+}
+
 static int parse_header(const char *name, size_t nlen, const char *v, size_t vlen,
 			struct http_request *req, bool *saw_te)
 {
 	if (http_token_eq(name, nlen, "content-length")) {
-		if (vlen == 0 || vlen > 15)
-			return fail(req, vlen > 15 ? 413 : 400, "Content-Length is not a valid size");
-		long long cl = 0;
-		for (size_t i = 0; i < vlen; i++) {
-			if (v[i] < '0' || v[i] > '9')
-				return fail(req, 400, "Content-Length is not a decimal number");
-			cl = cl * 10 + (v[i] - '0');
-		}
-		if (req->content_length >= 0 && req->content_length != cl)
-			return fail(req, 400, "conflicting Content-Length headers");
-		req->content_length = cl;
+		int status = 400;
+		const char *why = content_length(v, vlen, &req->content_length, &status);
+		if (why)
+			return fail(req, status, why);
 	} else if (http_token_eq(name, nlen, "transfer-encoding")) {
 		if (*saw_te || !http_token_eq(v, vlen, "chunked"))
 			return fail(req, 501, "only Transfer-Encoding: chunked is supported");
@@ -85,6 +98,12 @@ static int parse_header(const char *name, size_t nlen, const char *v, size_t vle
 	} else if (http_token_eq(name, nlen, "x-request-id")) {
 		req->request_id = v;
 		req->request_id_len = vlen;
+	} else if (http_token_eq(name, nlen, "x-kpi-prefill")) {
+		req->prefill = v;
+		req->prefill_len = vlen;
+	} else if (http_token_eq(name, nlen, "x-kpi-model")) {
+		req->model_fp = v;
+		req->model_fp_len = vlen;
 	}
 	return 0;
 }
@@ -361,13 +380,16 @@ const char *http_status_text(int status)
 	case 400: return "Bad Request";
 	case 404: return "Not Found";
 	case 405: return "Method Not Allowed";
+	case 409: return "Conflict";
 	case 408: return "Request Timeout";
 	case 413: return "Content Too Large";
 	case 429: return "Too Many Requests";
 	case 431: return "Request Header Fields Too Large";
 	case 500: return "Internal Server Error";
 	case 501: return "Not Implemented";
+	case 502: return "Bad Gateway";
 	case 503: return "Service Unavailable";
+	case 504: return "Gateway Timeout";
 	case 505: return "HTTP Version Not Supported";
 	default: return "Unknown";
 	}
@@ -384,4 +406,134 @@ size_t http_sanitize_request_id(const char *in, size_t n, char out[HTTP_MAX_REQU
 	}
 	out[o] = 0;
 	return o;
+}
+
+size_t http_sanitize_hostport(const char *in, size_t n, char *out, size_t outlen)
+{
+	out[0] = 0;
+	if (n == 0 || n >= outlen)
+		return 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)in[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == ':' || c == '-' || c == '[' || c == ']'))
+			return 0;
+	}
+	memcpy(out, in, n);
+	out[n] = 0;
+	return n;
+}
+
+bool http_parse_hex64(const char *in, size_t n, uint64_t *v)
+{
+	if (n == 0 || n > 16)
+		return false;
+	uint64_t x = 0;
+	for (size_t i = 0; i < n; i++) {
+		int h = hexval((unsigned char)in[i]);
+		if (h < 0)
+			return false;
+		x = x << 4 | (unsigned)h;
+	}
+	*v = x;
+	return true;
+}
+
+/* ---- response heads ------------------------------------------------------ */
+
+bool http_next_header(const char *buf, size_t head_len, size_t *pos, const char **name,
+		      size_t *nlen, const char **value, size_t *vlen)
+{
+	size_t i = *pos;
+	if (i == 0) { /* skip the start line */
+		const char *nl = memchr(buf, '\n', head_len);
+		if (!nl)
+			return false;
+		i = (size_t)(nl - buf) + 1;
+	}
+	while (i < head_len) {
+		const char *nl = memchr(buf + i, '\n', head_len - i);
+		size_t le = nl ? (size_t)(nl - buf) : head_len, next = le + 1;
+		if (le > i && buf[le - 1] == '\r')
+			le--;
+		if (le == i)
+			return false; /* the blank line */
+		const char *colon = memchr(buf + i, ':', le - i);
+		if (!colon) {
+			i = next;
+			continue;
+		}
+		size_t vs = (size_t)(colon - buf) + 1, ve = le;
+		while (vs < ve && (buf[vs] == ' ' || buf[vs] == '\t'))
+			vs++;
+		while (ve > vs && (buf[ve - 1] == ' ' || buf[ve - 1] == '\t'))
+			ve--;
+		*name = buf + i;
+		*nlen = (size_t)(colon - buf) - i;
+		*value = buf + vs;
+		*vlen = ve - vs;
+		*pos = next;
+		return true;
+	}
+	return false;
+}
+
+static int resp_fail(struct http_response *r, const char *why)
+{
+	r->error = why;
+	return -1;
+}
+
+int http_parse_response_head(const char *buf, size_t len, struct http_response *r)
+{
+	memset(r, 0, sizeof(*r));
+	r->content_length = -1;
+	size_t end = head_end(buf, len, 0);
+	if (!end)
+		return len > HTTP_MAX_HEAD ? resp_fail(r, "response head exceeds 16384 bytes") : 0;
+	if (end > HTTP_MAX_HEAD)
+		return resp_fail(r, "response head exceeds 16384 bytes");
+	if (end < 13 || memcmp(buf, "HTTP/1.", 7) != 0 || buf[7] < '0' || buf[7] > '9' ||
+	    buf[8] != ' ')
+		return resp_fail(r, "not an HTTP/1.x status line");
+	int st = 0;
+	for (int i = 9; i < 12; i++) {
+		if (buf[i] < '0' || buf[i] > '9')
+			return resp_fail(r, "malformed status code");
+		st = st * 10 + (buf[i] - '0');
+	}
+	if (st < 100 || st > 599 || (buf[12] != ' ' && buf[12] != '\r' && buf[12] != '\n'))
+		return resp_fail(r, "malformed status code");
+	r->status = st;
+	r->minor = buf[7] - '0';
+	r->keep_alive = r->minor >= 1;
+	size_t pos = 0, nlen, vlen;
+	const char *name, *v;
+	bool saw_te = false;
+	while (http_next_header(buf, end, &pos, &name, &nlen, &v, &vlen)) {
+		if (http_token_eq(name, nlen, "content-length")) {
+			int status;
+			const char *why = content_length(v, vlen, &r->content_length, &status);
+			if (why)
+				return resp_fail(r, why);
+		} else if (http_token_eq(name, nlen, "transfer-encoding")) {
+			if (saw_te || !http_token_eq(v, vlen, "chunked"))
+				return resp_fail(r, "only Transfer-Encoding: chunked is supported");
+			saw_te = r->chunked = true;
+		} else if (http_token_eq(name, nlen, "connection")) {
+			struct http_request tmp = { .keep_alive = r->keep_alive };
+			parse_connection(v, vlen, &tmp);
+			r->keep_alive = tmp.keep_alive;
+		} else if (http_token_eq(name, nlen, "content-type")) {
+			r->content_type = v;
+			r->content_type_len = vlen;
+		} else if (http_token_eq(name, nlen, "retry-after")) {
+			r->retry_after = v;
+			r->retry_after_len = vlen;
+		}
+	}
+	if (r->chunked && r->content_length >= 0)
+		return resp_fail(r, "both Content-Length and Transfer-Encoding given");
+	r->head_len = end;
+	return (int)end;
 }

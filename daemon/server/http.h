@@ -6,6 +6,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
 
 #include "abi/kpi_request_id.h"
@@ -29,6 +30,10 @@ struct http_request {
 	long long content_length; /* -1 when absent */
 	const char *request_id; /* X-Request-Id as sent, or NULL */
 	size_t request_id_len;
+	const char *prefill;    /* x-kpi-prefill as sent, or NULL (abi/kpi_kv_wire.h) */
+	size_t prefill_len;
+	const char *model_fp;   /* x-kpi-model as sent, or NULL */
+	size_t model_fp_len;
 	size_t head_len;        /* bytes up to and including the blank line */
 	const char *error;      /* why parsing failed, for the JSON error body */
 };
@@ -64,5 +69,37 @@ size_t http_sanitize_request_id(const char *in, size_t n, char out[HTTP_MAX_REQU
 
 /* Case-insensitive comparison of a (ptr, len) token with a C string. */
 bool http_token_eq(const char *p, size_t n, const char *s);
+
+/* Copies a "host:port" keeping only [A-Za-z0-9.:[]-]; "" when anything else
+ * is in it or it does not fit. Returns the length. */
+size_t http_sanitize_hostport(const char *in, size_t n, char *out, size_t outlen);
+
+/* 1 to 16 hex digits into *v; false otherwise. */
+bool http_parse_hex64(const char *in, size_t n, uint64_t *v);
+
+/* ---- responses an upstream sends (the router's and decode worker's client side) ---- */
+
+struct http_response {
+	int status;             /* 100..599 */
+	int minor;
+	bool keep_alive;        /* the connection may carry another request after this */
+	bool chunked;
+	long long content_length; /* -1 when absent */
+	const char *content_type; /* as sent, or NULL */
+	size_t content_type_len;
+	const char *retry_after;  /* as sent, or NULL */
+	size_t retry_after_len;
+	size_t head_len;
+	const char *error;
+};
+
+/* Parses a response head at the start of buf: returns head_len (> 0), 0 when
+ * more bytes are needed, or -1 with resp->error set. */
+int http_parse_response_head(const char *buf, size_t len, struct http_response *resp);
+
+/* The header lines of a parsed head (request or response) one at a time:
+ * *pos starts at 0; returns false after the last. name/value point into buf. */
+bool http_next_header(const char *buf, size_t head_len, size_t *pos, const char **name,
+		      size_t *nlen, const char **value, size_t *vlen);
 
 #endif

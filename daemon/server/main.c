@@ -17,6 +17,8 @@
 
 static const char usage[] =
 "Usage: kpi-infer [OPTIONS]\n"
+"       kpi-infer --role prefill|decode [OPTIONS]\n"
+"       kpi-infer --role router --decode HOST:PORT[,...] [--prefill HOST:PORT[,...]]\n"
 "       kpi-infer --make-model PATH [--preset tiny|small] [--seed N]\n"
 "\n"
 "Llama-architecture inference behind an OpenAI-compatible HTTP API (SSE\n"
@@ -44,6 +46,30 @@ static const char usage[] =
 "  --max-conns N             open connections; more wait in the backlog\n"
 "                            (default 10000)\n"
 "\n"
+"Disaggregated prefill and decode (docs/disaggregation.md):\n"
+"  --role ROLE               colocated (default): prefill and decode here;\n"
+"                            prefill: serves POST /v1/kv/prefill, streams the\n"
+"                            prompt's KV to the decode worker that asked;\n"
+"                            decode: serves completions, fetching the KV from\n"
+"                            the prefill worker a request names (x-kpi-prefill);\n"
+"                            router: loads no model, forwards each request to a\n"
+"                            decode worker and names its prefill worker\n"
+"  --decode LIST             router: decode workers, HOST:PORT[,HOST:PORT...]\n"
+"  --prefill LIST            router: prefill workers (none: decode workers\n"
+"                            prefill themselves)\n"
+"  --policy P                router: round-robin (default), least-loaded (from\n"
+"                            each worker's /load) or prefix (prefill worker by\n"
+"                            the prompt's first --prefix-bytes; decode least\n"
+"                            loaded)\n"
+"  --prefix-bytes N          router, --policy prefix: prompt bytes that pick the\n"
+"                            prefill worker (default 256)\n"
+"  --load-interval MS        router: how often each worker's /load is read\n"
+"                            (default 50)\n"
+"  --upstream-timeout S      router and decode: a worker that sends nothing for\n"
+"                            S seconds fails the request (default 300)\n"
+"  --prefix-cache on|off     keep full KV blocks of earlier prompts for reuse\n"
+"                            (default: on for --role prefill, else off)\n"
+"\n"
 "Engine:\n"
 "  --max-seqs N              running sequences per step (default 64)\n"
 "  --max-batched-tokens N    tokens per step, prefill + decode (default 2048)\n"
@@ -60,12 +86,15 @@ static const char usage[] =
 "  -h, --help                this text\n"
 "\n"
 "API: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,\n"
-"GET /health, GET /metrics. See docs/server.md.\n";
+"GET /health, GET /load, GET /metrics; --role prefill: POST /v1/kv/prefill.\n"
+"See docs/server.md and docs/disaggregation.md.\n";
 
 enum {
 	OPT_MODEL = 256, OPT_HOST, OPT_PORT, OPT_MAX_SEQS, OPT_MAX_BATCHED, OPT_MAX_QUEUE,
 	OPT_KV_BLOCKS, OPT_BLOCK_SIZE, OPT_BACKEND, OPT_BATCHING, OPT_THREADS, OPT_MAX_BODY,
 	OPT_REQ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_CONNS, OPT_MAKE_MODEL, OPT_PRESET, OPT_SEED, OPT_CUPTI,
+	OPT_ROLE, OPT_DECODE, OPT_PREFILL, OPT_POLICY, OPT_PREFIX_BYTES, OPT_LOAD_INTERVAL,
+	OPT_UPSTREAM_TIMEOUT, OPT_PREFIX_CACHE,
 };
 
 static const struct option options[] = {
@@ -88,6 +117,14 @@ static const struct option options[] = {
 	{ "make-model", required_argument, NULL, OPT_MAKE_MODEL },
 	{ "preset", required_argument, NULL, OPT_PRESET },
 	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "role", required_argument, NULL, OPT_ROLE },
+	{ "decode", required_argument, NULL, OPT_DECODE },
+	{ "prefill", required_argument, NULL, OPT_PREFILL },
+	{ "policy", required_argument, NULL, OPT_POLICY },
+	{ "prefix-bytes", required_argument, NULL, OPT_PREFIX_BYTES },
+	{ "load-interval", required_argument, NULL, OPT_LOAD_INTERVAL },
+	{ "upstream-timeout", required_argument, NULL, OPT_UPSTREAM_TIMEOUT },
+	{ "prefix-cache", required_argument, NULL, OPT_PREFIX_CACHE },
 	{ "help", no_argument, NULL, 'h' },
 	{ 0 },
 };
@@ -117,11 +154,51 @@ static int choice_flag(const char *flag, const char *s, const char *a, const cha
 	exit(2);
 }
 
+/* One of n words, or exit 2 naming the flag and the words. */
+static int word_flag(const char *flag, const char *s, const char *const *words, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!strcmp(s, words[i]))
+			return i;
+	fprintf(stderr, "kpi-infer: --%s expects", flag);
+	for (int i = 0; i < n; i++)
+		fprintf(stderr, "%s %s", i ? (i == n - 1 ? " or" : ",") : "", words[i]);
+	fprintf(stderr, ", got '%s'\n", s);
+	exit(2);
+}
+
+/* A comma-separated list of HOST:PORT into out (pointing into s, which is
+ * modified); exit 2 naming the flag and the bad entry. */
+static int workers_flag(const char *flag, char *s, const char **out)
+{
+	int n = 0;
+	for (char *save = NULL, *w = strtok_r(s, ",", &save); w; w = strtok_r(NULL, ",", &save)) {
+		const char *colon = strrchr(w, ':');
+		char *end = NULL;
+		long port = colon ? strtol(colon + 1, &end, 10) : 0;
+		if (!colon || colon == w || !end || *end || port < 1 || port > 65535 ||
+		    strlen(w) >= 128) {
+			fprintf(stderr, "kpi-infer: --%s expects HOST:PORT[,HOST:PORT...], got '%s'\n",
+				flag, w);
+			exit(2);
+		}
+		if (n == SERVER_MAX_WORKERS) {
+			fprintf(stderr, "kpi-infer: --%s takes at most %d workers\n", flag,
+				SERVER_MAX_WORKERS);
+			exit(2);
+		}
+		out[n++] = w;
+	}
+	return n;
+}
+
 /* What the flags say beyond the engine's and the server's configuration. */
 struct flags {
 	const char *model, *make_path, *preset, *cupti;
 	unsigned long long seed;
 	bool seed_set;
+	int prefix_cache;  /* -1: the role's default */
+	bool router_flags; /* a flag only the router takes */
 };
 
 /* Fills ec, sc and f from argv. Returns -1 to go on, or main's exit status. */
@@ -170,6 +247,40 @@ static int parse_flags(int argc, char **argv, struct engine_config *ec,
 			f->seed = (unsigned long long)int_flag("seed", optarg, 0, LLONG_MAX);
 			f->seed_set = true;
 			break;
+		case OPT_ROLE: {
+			static const char *const roles[] = { "colocated", "prefill", "decode", "router" };
+			sc->role = (enum server_role)word_flag("role", optarg, roles, 4);
+			break;
+		}
+		case OPT_DECODE:
+			sc->router.n_decode = workers_flag("decode", optarg, sc->router.decode);
+			f->router_flags = true;
+			break;
+		case OPT_PREFILL:
+			sc->router.n_prefill = workers_flag("prefill", optarg, sc->router.prefill);
+			f->router_flags = true;
+			break;
+		case OPT_POLICY: {
+			static const char *const pol[] = { "round-robin", "least-loaded", "prefix" };
+			sc->router.policy = (enum kpi_route_policy)(word_flag("policy", optarg, pol, 3) +
+								    KPI_ROUTE_ROUND_ROBIN);
+			f->router_flags = true;
+			break;
+		}
+		case OPT_PREFIX_BYTES:
+			sc->router.prefix_bytes = (int)int_flag("prefix-bytes", optarg, 1, 1 << 20);
+			f->router_flags = true;
+			break;
+		case OPT_LOAD_INTERVAL:
+			sc->router.load_interval_ms = (int)int_flag("load-interval", optarg, 1, 60000);
+			f->router_flags = true;
+			break;
+		case OPT_UPSTREAM_TIMEOUT:
+			sc->upstream_timeout_s = (int)int_flag("upstream-timeout", optarg, 1, 86400);
+			break;
+		case OPT_PREFIX_CACHE:
+			f->prefix_cache = choice_flag("prefix-cache", optarg, "off", "on");
+			break;
 		case 'h':
 			fputs(usage, stdout);
 			return 0;
@@ -181,6 +292,23 @@ static int parse_flags(int argc, char **argv, struct engine_config *ec,
 	if (optind < argc) {
 		fprintf(stderr, "kpi-infer: unexpected argument '%s' (flags start with --; see --help)\n",
 			argv[optind]);
+		return 2;
+	}
+	if (sc->role == ROLE_ROUTER && sc->router.n_decode == 0) {
+		fprintf(stderr, "kpi-infer: --role router needs --decode HOST:PORT[,...]: the decode "
+			"workers it forwards to\n");
+		return 2;
+	}
+	if (sc->role != ROLE_ROUTER && f->router_flags) {
+		fprintf(stderr, "kpi-infer: --decode, --prefill, --policy, --prefix-bytes and "
+			"--load-interval go with --role router\n");
+		return 2;
+	}
+	if ((sc->role == ROLE_PREFILL || sc->role == ROLE_DECODE) &&
+	    ec->batching == ENGINE_BATCH_STATIC) {
+		fprintf(stderr, "kpi-infer: --batching static is the single-process baseline; "
+			"--role %s needs continuous batching\n", sc->role == ROLE_PREFILL ? "prefill" :
+			"decode");
 		return 2;
 	}
 	return -1;
@@ -229,8 +357,11 @@ int main(int argc, char **argv)
 	struct server_config sc = {
 		.host = "127.0.0.1", .port = 8000, .max_queue = 256, .max_body = 1 << 20,
 		.request_timeout_s = 10, .idle_timeout_s = 60, .max_conns = 10000,
+		.upstream_timeout_s = 300,
+		.router = { .policy = KPI_ROUTE_ROUND_ROBIN, .prefix_bytes = 256,
+			    .load_interval_ms = 50 },
 	};
-	struct flags f = { 0 };
+	struct flags f = { .prefix_cache = -1 };
 	int rc = parse_flags(argc, argv, &ec, &sc, &f);
 	if (rc >= 0)
 		return rc;
@@ -239,6 +370,26 @@ int main(int argc, char **argv)
 	if (f.preset || f.seed_set) {
 		fprintf(stderr, "kpi-infer: --preset and --seed only go with --make-model PATH\n");
 		return 2;
+	}
+
+	/* Block the shutdown signals before any thread exists (the engine's
+	 * workers included): the server takes them through a signalfd. */
+	sigset_t ss;
+	sigemptyset(&ss);
+	sigaddset(&ss, SIGTERM);
+	sigaddset(&ss, SIGINT);
+	pthread_sigmask(SIG_BLOCK, &ss, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if (sc.role == ROLE_ROUTER) {
+		if (f.model || f.cupti) {
+			fprintf(stderr, "kpi-infer: --role router loads no model: drop --model/--cupti\n");
+			return 2;
+		}
+		rc = server_run(NULL, &sc);
+		if (rc == 0)
+			fprintf(stderr, "kpi-infer: drained, exiting\n");
+		return rc;
 	}
 
 	char err[512], default_path[4096];
@@ -254,15 +405,8 @@ int main(int argc, char **argv)
 	ec.model_path = model;
 	if (f.cupti && cupti_setup(f.cupti, ec.backend))
 		return 2;
-
-	/* Block the shutdown signals before any thread exists (the engine's
-	 * workers included): the server takes them through a signalfd. */
-	sigset_t ss;
-	sigemptyset(&ss);
-	sigaddset(&ss, SIGTERM);
-	sigaddset(&ss, SIGINT);
-	pthread_sigmask(SIG_BLOCK, &ss, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	ec.prefix_cache = f.prefix_cache >= 0 ? f.prefix_cache == 1 : sc.role == ROLE_PREFILL;
+	ec.fingerprint = sc.role == ROLE_PREFILL || sc.role == ROLE_DECODE;
 
 	struct engine *e = engine_create(&ec, err, sizeof(err));
 	if (!e) {

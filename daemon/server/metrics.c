@@ -24,6 +24,12 @@ static const double token_buckets[] = {
 	100000, 200000, 500000, 1000000,
 };
 
+/* a transfer is ms-scale on a host, seconds over a slow link */
+static const double kv_transfer_buckets[] = {
+	0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+	30.0, 60.0,
+};
+
 #define NB(a) ((int)(sizeof(a) / sizeof((a)[0])))
 
 static const struct {
@@ -59,6 +65,9 @@ static const struct {
 	[MH_GENERATION_TOKENS] = { "vllm:request_generation_tokens",
 				   "Number of generation tokens processed.", token_buckets,
 				   NB(token_buckets) },
+	[MH_KV_TRANSFER] = { "kpi_infer_kv_transfer_seconds",
+			     "KV transfers from prefill workers: first stream byte in to the "
+			     "last, checked.", kv_transfer_buckets, NB(kv_transfer_buckets) },
 };
 
 _Static_assert(sizeof(ttft_buckets) / sizeof(double) <= METRICS_MAX_BUCKETS, "buckets");
@@ -135,7 +144,8 @@ void metrics_render(const struct metrics *m, const struct engine_stats *st,
 			    labels, kpi_finish_reason_wire(r), (unsigned long long)m->success[r]);
 
 	for (int i = 0; i < MH__COUNT; i++)
-		render_hist(&m->h[i], labels, out);
+		if (i != MH_KV_TRANSFER || m->kv_decode)
+			render_hist(&m->h[i], labels, out);
 
 	/* kpi-infer's own, outside the vllm: namespace */
 	gauge(out, "kpi_infer_kv_blocks_free", "KV cache blocks free now.", "gauge", labels,
@@ -151,6 +161,36 @@ void metrics_render(const struct metrics *m, const struct engine_stats *st,
 	gauge(out, "kpi_infer_requests_rejected_total",
 	      "Requests refused with a 4xx/5xx status before or instead of running.", "counter",
 	      labels, (double)m->rejected_total);
+	if (st->kv_blocks_cached || st->prefix_queries) {
+		gauge(out, "vllm:prefix_cache_queries_total",
+		      "Prompt tokens looked up in the prefix cache.", "counter", labels,
+		      (double)st->prefix_queries);
+		gauge(out, "vllm:prefix_cache_hits_total",
+		      "Prompt tokens found in the prefix cache.", "counter", labels,
+		      (double)st->prefix_hits);
+		gauge(out, "kpi_infer_kv_blocks_cached", "KV blocks holding a prefix-cache key.",
+		      "gauge", labels, st->kv_blocks_cached);
+	}
+	if (m->kv_decode) {
+		gauge(out, "kpi_infer_kv_transfers_total", "KV transfers received and checked.",
+		      "counter", labels, (double)m->kv_transfers);
+		gauge(out, "kpi_infer_kv_transfer_bytes_total",
+		      "KV bytes received in complete transfers.", "counter", labels,
+		      (double)m->kv_received_bytes);
+		gauge(out, "kpi_infer_kv_fetching", "Requests waiting for their KV now.", "gauge",
+		      labels, m->kv_fetching);
+		sbuf_printf(out, "# HELP kpi_infer_kv_transfer_errors_total Failed KV transfers, by "
+			    "cause.\n# TYPE kpi_infer_kv_transfer_errors_total counter\n");
+		for (int s = 1; s < KPI_KV_ERR__COUNT; s++)
+			sbuf_printf(out, "kpi_infer_kv_transfer_errors_total{%s,cause=\"%s\"} %llu\n",
+				    labels, kpi_kv_status_name(s), (unsigned long long)m->kv_errors[s]);
+	}
+	if (m->kv_prefill) {
+		gauge(out, "kpi_infer_kv_sends_total", "KV streams sent whole to decode workers.",
+		      "counter", labels, (double)m->kv_sends);
+		gauge(out, "kpi_infer_kv_sent_bytes_total", "KV bytes of the streams sent whole.",
+		      "counter", labels, (double)m->kv_sent_bytes);
+	}
 	sbuf_printf(out, "# HELP kpi_infer_http_responses_total HTTP responses sent, by status "
 		    "code.\n# TYPE kpi_infer_http_responses_total counter\n");
 	for (int s = 100; s < 600; s++)

@@ -5,6 +5,7 @@
 
 #include <stdint.h>
 
+#include "abi/kpi_kv_wire.h"
 #include "daemon/engine.h"
 #include "daemon/server/sbuf.h"
 
@@ -21,7 +22,9 @@ struct histogram {
 
 enum metrics_hist {
 	MH_TTFT, MH_ITL, MH_TPOT, MH_E2E, MH_QUEUE, MH_PREFILL, MH_DECODE, MH_INFERENCE,
-	MH_PROMPT_TOKENS, MH_GENERATION_TOKENS, MH__COUNT
+	MH_PROMPT_TOKENS, MH_GENERATION_TOKENS,
+	MH_KV_TRANSFER,       /* decode worker: a KV transfer's first stream byte -> last */
+	MH__COUNT
 };
 
 struct metrics {
@@ -31,6 +34,12 @@ struct metrics {
 	uint64_t rejected_total;
 	uint64_t connections_total;
 	int connections_open;
+	/* KV transfers (docs/disaggregation.md) */
+	uint64_t kv_transfers, kv_received_bytes;     /* decode worker, complete ones */
+	uint64_t kv_errors[KPI_KV_ERR__COUNT];         /* decode worker, failed ones by cause */
+	uint64_t kv_sends, kv_sent_bytes;              /* prefill worker */
+	int kv_fetching;                               /* decode worker, now */
+	bool kv_decode, kv_prefill;                    /* which of them to render */
 };
 
 void metrics_init(struct metrics *m);

@@ -4,7 +4,7 @@
 
 #include <string.h>
 
-#include "daemon/server/server_int.h"
+#include "daemon/server/req.h"
 #include "daemon/server/text.h"
 
 /* The fields every body and chunk starts with; whole: a non-stream body. */
@@ -74,8 +74,17 @@ void openai_completion(struct sbuf *b, const struct req *r, const char *model,
 	else
 		sbuf_adds(b, "\"choices\":[{\"index\":0,\"text\":\"");
 	json_escape(b, r->text.data, r->text.len);
-	sbuf_printf(b, "\"%s,\"logprobs\":null,\"finish_reason\":\"%s\"}],",
-		    r->chat ? "}" : "", finish);
+	sbuf_printf(b, "\"%s,\"logprobs\":null,\"finish_reason\":\"%s\"", r->chat ? "}" : "",
+		    finish);
+	if (r->return_token_ids) {
+		const int32_t *ids = (const int32_t *)r->token_ids.data;
+		size_t n = r->token_ids.len / sizeof(int32_t);
+		sbuf_adds(b, ",\"token_ids\":[");
+		for (size_t i = 0; i < n; i++)
+			sbuf_printf(b, i ? ",%d" : "%d", ids[i]);
+		sbuf_adds(b, "]");
+	}
+	sbuf_adds(b, "}],");
 	usage_json(b, r);
 	sbuf_adds(b, "}\n");
 }

@@ -1,9 +1,12 @@
-/* server.c - kpi-infer's I/O thread: the epoll loop, accepting, timeouts,
- * draining and the routes. A connection's life is conn.c, inference requests
- * are generate.c (in) and fanout.c (out). Each SSE token chunk leaves in
- * exactly one send() as soon as its event arrives, because the agent times
- * tokens by the daemon's own writes on the request's fd. */
-#include "daemon/server/server_int.h"
+/* server.c - kpi-infer's I/O thread: the epoll loop, accepting, draining and
+ * the routes of each role. The top of the server: it calls down into every
+ * module and none calls it. A connection's life is conn.c, inference
+ * requests are generate.c (in) and fanout.c (out), a prefill worker's KV
+ * stream kv_serve.c, a decode worker's kv_fetch.c, the router router.c. Each
+ * SSE token chunk leaves in exactly one send() as soon as its event arrives,
+ * because the agent times tokens by the daemon's own writes on the request's
+ * fd. */
+#include "daemon/server/server.h"
 
 #include <errno.h>
 #include <netdb.h>
@@ -18,11 +21,16 @@
 #include <unistd.h>
 
 #include "abi/kpi_reasons.h"
+#include "daemon/server/conn.h"
+#include "daemon/server/fanout.h"
+#include "daemon/server/generate.h"
+#include "daemon/server/kv_serve.h"
 #include "daemon/server/openai.h"
+#include "daemon/server/req.h"
+#include "daemon/server/router.h"
+#include "daemon/server/state.h"
+#include "daemon/server/upstream.h"
 
-#define LINGER_NS (2000000000ull)
-
-struct server srv;
 
 /* ---- routes ------------------------------------------------------------------ */
 
@@ -36,21 +44,65 @@ static void handle_models(struct conn *c)
 
 static void handle_metrics(struct conn *c)
 {
-	struct engine_stats st;
-	eth_stats(&srv.eth, &st);
+	struct engine_stats st = { 0 };
+	if (srv.e)
+		eth_stats(&srv.eth, &st);
+	srv.m.kv_fetching = srv.n_fetching;
 	struct sbuf b = { 0 };
 	metrics_render(&srv.m, &st, srv.model_label, &b);
+	if (srv.cfg->role == ROLE_ROUTER)
+		router_render_metrics(&b);
 	conn_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, NULL);
 	sbuf_free(&b);
 }
 
-void server_dispatch(struct conn *c, const char *body, size_t len)
+/* GET /load: this worker's queue depth, as the router's least-loaded policy
+ * reads it (vLLM has a /load too), with its role and model identity. */
+static void handle_load(struct conn *c)
+{
+	struct sbuf b = { 0 };
+	if (srv.cfg->role == ROLE_ROUTER) {
+		router_render_load(&b);
+	} else {
+		struct engine_stats st;
+		eth_stats(&srv.eth, &st);
+		sbuf_printf(&b, "{\"role\":\"%s\",\"waiting\":%d,\"running\":%d,\"fetching\":%d,"
+			    "\"kv_blocks_free\":%d,\"kv_blocks_total\":%d,\"model\":\"%s\","
+			    "\"fingerprint\":\"%016llx\"}\n", server_role_name(srv.cfg->role),
+			    srv.n_waiting - srv.n_fetching, srv.n_active - srv.n_waiting,
+			    srv.n_fetching, st.kv_blocks_free, st.kv_blocks_total, srv.model_json,
+			    (unsigned long long)srv.kvm.fingerprint);
+	}
+	conn_respond(c, 200, "application/json", b.data, b.len, NULL);
+	sbuf_free(&b);
+}
+
+enum route_id { R_COMPLETIONS, R_CHAT, R_MODELS, R_HEALTH, R_METRICS, R_LOAD, R_KV_PREFILL };
+
+/* A path this role does not serve: 404 naming the role and what it serves. */
+static void role_refuses(struct conn *c)
+{
+	char msg[320];
+	if (srv.cfg->role == ROLE_PREFILL)
+		snprintf(msg, sizeof(msg), "this kpi-infer runs --role prefill: it serves POST "
+			 KPI_KV_PATH " to decode workers; send '%.100s' to the router or a decode "
+			 "worker", c->path);
+	else
+		snprintf(msg, sizeof(msg), "POST " KPI_KV_PATH " is served by --role prefill only; "
+			 "this kpi-infer runs --role %s", server_role_name(srv.cfg->role));
+	conn_reject(c, 404, KPI_REJECT_NOT_FOUND, msg, false, NULL);
+}
+
+static void server_dispatch(struct conn *c, const char *body, size_t len)
 {
 	static const struct {
 		const char *path, *method;
 	} routes[] = {
-		{ "/v1/completions", "POST" }, { "/v1/chat/completions", "POST" },
-		{ "/v1/models", "GET" }, { "/health", "GET" }, { "/metrics", "GET" },
+		[R_COMPLETIONS] = { "/v1/completions", "POST" },
+		[R_CHAT] = { "/v1/chat/completions", "POST" },
+		[R_MODELS] = { "/v1/models", "GET" }, [R_HEALTH] = { "/health", "GET" },
+		[R_METRICS] = { "/metrics", "GET" }, [R_LOAD] = { "/load", "GET" },
+		[R_KV_PREFILL] = { KPI_KV_PATH, "POST" },
 	};
 	int route = -1;
 	for (int i = 0; i < (int)(sizeof(routes) / sizeof(routes[0])); i++)
@@ -71,22 +123,40 @@ void server_dispatch(struct conn *c, const char *body, size_t len)
 		conn_reject(c, 405, KPI_REJECT_METHOD, msg, false, allow);
 		return;
 	}
+	bool prefill_role = srv.cfg->role == ROLE_PREFILL, router = srv.cfg->role == ROLE_ROUTER;
 	switch (route) {
-	case 0:
-	case 1:
-		generate_handle(c, body, len, route == 1);
+	case R_COMPLETIONS:
+	case R_CHAT:
+		if (router)
+			router_handle(c, body, len, route == R_CHAT);
+		else if (prefill_role)
+			role_refuses(c);
+		else
+			generate_handle(c, body, len, route == R_CHAT);
 		break;
-	case 2:
-		handle_models(c);
+	case R_KV_PREFILL:
+		if (prefill_role)
+			kv_serve_handle(c, body, len);
+		else
+			role_refuses(c);
 		break;
-	case 3:
+	case R_MODELS:
+		if (router)
+			router_forward_get(c);
+		else
+			handle_models(c);
+		break;
+	case R_LOAD:
+		handle_load(c);
+		break;
+	case R_HEALTH:
 		if (srv.draining)
 			conn_reject(c, 503, KPI_REJECT_DRAINING, "the server is shutting down", true,
 				    NULL);
 		else
 			conn_respond(c, 200, "application/json", "{\"status\":\"ok\"}\n", 16, NULL);
 		break;
-	case 4:
+	case R_METRICS:
 		handle_metrics(c);
 		break;
 	}
@@ -117,25 +187,8 @@ static void accept_all(void)
 
 static void sweep(uint64_t now)
 {
-	uint64_t req_ns = (uint64_t)srv.cfg->request_timeout_s * 1000000000ull;
-	uint64_t idle_ns = (uint64_t)srv.cfg->idle_timeout_s * 1000000000ull;
-	for (struct conn *c = srv.conns, *next; c; c = next) {
-		next = c->next;
-		if ((c->state == CS_HEAD || c->state == CS_BODY) && c->t_first_byte &&
-		    now - c->t_first_byte > req_ns) {
-			if (!c->rid[0] || c->state == CS_HEAD)
-				conn_make_request_id(c, ++srv.seq);
-			char msg[128];
-			snprintf(msg, sizeof(msg), "request not received within %d s "
-				 "(--request-timeout)", srv.cfg->request_timeout_s);
-			conn_reject(c, 408, KPI_REJECT_TIMEOUT, msg, true, NULL);
-		} else if (c->state == CS_HEAD && !c->t_first_byte &&
-			   (now - c->t_activity > idle_ns || srv.draining)) {
-			conn_close(c);
-		} else if (c->state == CS_LINGER && now - c->t_activity > LINGER_NS) {
-			conn_close(c);
-		}
-	}
+	conn_sweep(now);
+	upstream_sweep(now);
 	if (srv.listen_paused && srv.lfd >= 0 && srv.nconns < srv.cfg->max_conns) {
 		struct epoll_event e = { .events = EPOLLIN, .data.ptr = &srv.tag_listen };
 		if (epoll_ctl(srv.epfd, EPOLL_CTL_ADD, srv.lfd, &e) == 0)
@@ -209,19 +262,35 @@ static int server_setup(struct engine *e, const struct server_config *cfg)
 	memset(&srv, 0, sizeof(srv));
 	srv.cfg = cfg;
 	srv.e = e;
-	srv.mi = engine_model(e);
 	srv.pid = (unsigned)getpid();
 	srv.tag_listen = TAG_LISTEN;
 	srv.tag_wake = TAG_WAKE;
 	srv.tag_signal = TAG_SIGNAL;
 	metrics_init(&srv.m);
-	set_model_name(srv.mi->name[0] ? srv.mi->name : cfg->model_label);
+	srv.m.kv_decode = cfg->role == ROLE_DECODE;
+	srv.m.kv_prefill = cfg->role == ROLE_PREFILL;
 	raise_fd_limit();
-
-	struct engine_stats st;
-	engine_stats(e, &st);
-	srv.ctx_len = srv.mi->context_length;
-	srv.kv_tokens = st.kv_blocks_total * (cfg->block_size > 0 ? cfg->block_size : 16);
+	conn_set_handler(server_dispatch);
+	if (e) {
+		srv.mi = engine_model(e);
+		set_model_name(srv.mi->name[0] ? srv.mi->name : cfg->model_label);
+		struct engine_stats st;
+		engine_stats(e, &st);
+		srv.ctx_len = srv.mi->context_length;
+		srv.kv_tokens = st.kv_blocks_total * (cfg->block_size > 0 ? cfg->block_size : 16);
+		struct engine_kv_layout kl;
+		engine_kv_layout(e, &kl);
+		srv.kvm = (struct kv_model){
+			.fingerprint = kl.fingerprint, .n_layers = (uint32_t)kl.n_layers,
+			.n_kv_heads = (uint32_t)kl.n_kv_heads, .head_dim = (uint32_t)kl.head_dim,
+			.dtype = (uint32_t)kl.dtype, .block_size = (uint32_t)kl.block_size,
+			.vocab_size = (uint32_t)kl.vocab_size,
+			.context_length = (uint32_t)kl.context_length,
+		};
+		snprintf(srv.kvm.name, sizeof(srv.kvm.name), "%.63s", srv.model_label);
+	} else {
+		set_model_name("router");
+	}
 
 	srv.lfd = listen_on(cfg->host, cfg->port);
 	if (srv.lfd < 0)
@@ -244,6 +313,8 @@ static int server_setup(struct engine *e, const struct server_config *cfg)
 	epoll_ctl(srv.epfd, EPOLL_CTL_ADD, srv.wakefd, &ev);
 	ev.data.ptr = &srv.tag_signal;
 	epoll_ctl(srv.epfd, EPOLL_CTL_ADD, srv.sigfd, &ev);
+	if (cfg->role == ROLE_ROUTER)
+		return router_init();
 	return 0;
 }
 
@@ -276,7 +347,7 @@ static int server_loop(void)
 	uint64_t last_sweep = eth_now_ns();
 	for (;;) {
 		if (srv.draining && srv.nconns == 0 && srv.n_active == 0)
-			return 0;
+			return 0; /* idle outbound connections close with the process */
 		int n = epoll_wait(srv.epfd, evs, 256, 250);
 		if (n < 0 && errno != EINTR) {
 			fprintf(stderr, "kpi-infer: epoll_wait: %s\n", strerror(errno));
@@ -291,6 +362,10 @@ static int server_loop(void)
 			} else if (tag == TAG_SIGNAL) {
 				if (!on_signals())
 					return 1;
+			} else if (tag == TAG_UPSTREAM) {
+				upstream_event(evs[i].data.ptr, evs[i].events);
+			} else if (tag == TAG_TIMER) {
+				router_tick();
 			} else {
 				struct conn *c = evs[i].data.ptr;
 				if (c->state != CS_CLOSED)
@@ -302,7 +377,9 @@ static int server_loop(void)
 			sweep(now);
 			last_sweep = now;
 		}
+		conn_run_ready();
 		conn_reap_dead();
+		upstream_reap();
 	}
 }
 
@@ -310,7 +387,7 @@ int server_run(struct engine *e, const struct server_config *cfg)
 {
 	if (server_setup(e, cfg))
 		return 1;
-	int rc = eth_start(&srv.eth, e, srv.wakefd);
+	int rc = e ? eth_start(&srv.eth, e, srv.wakefd) : 0;
 	if (rc < 0) {
 		fprintf(stderr, "kpi-infer: cannot start the engine thread: %s\n", strerror(-rc));
 		return 1;
@@ -318,16 +395,24 @@ int server_run(struct engine *e, const struct server_config *cfg)
 
 	const char *h = cfg->host;
 	bool v6 = strchr(h, ':') != NULL;
-	printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", h, v6 ? "]" : "", cfg->port);
+	if (cfg->role == ROLE_COLOCATED)
+		printf("listening on http://%s%s%s:%d\n", v6 ? "[" : "", h, v6 ? "]" : "", cfg->port);
+	else
+		printf("listening on http://%s%s%s:%d (--role %s)\n", v6 ? "[" : "", h, v6 ? "]" : "",
+		       cfg->port, server_role_name(cfg->role));
 	fflush(stdout);
 
 	if (server_loop())
 		return 1;
-	eth_stop(&srv.eth);
+	if (e)
+		eth_stop(&srv.eth);
 	req_free_all();
 	while (srv.conns)
 		conn_close(srv.conns);
 	conn_reap_dead();
+	upstream_close_all();
+	if (cfg->role == ROLE_ROUTER)
+		router_free();
 	close(srv.wakefd);
 	close(srv.sigfd);
 	close(srv.epfd);

@@ -34,7 +34,7 @@ $(BUILD)/fuzz/libdaemon.a: $(DAEMON_LIB_SRCS:%.c=$(FUZZ_OBJ)/%.o) $(OBJ)/daemon/
 
 $(BUILD)/fuzz/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $(BUILD)/fuzz/libdaemon.a
 	$(call msg,LD,$@)
-	$(Q)$(CLANG) $(SAN_FLAGS) -fsanitize=fuzzer $^ -o $@ -ljansson $(LDLIBS_COMMON)
+	$(Q)$(CLANG) $(SAN_FLAGS) -fsanitize=fuzzer $^ -o $@ $(DAEMON_LDLIBS)
 
 $(BUILD)/fuzz/fuzz_agent_http_track: $(patsubst %.c,$(FUZZ_OBJ)/%.o,$(wildcard agent/track/http/*.c))
 
@@ -49,7 +49,7 @@ $(ASAN_OBJ)/%.o: %.c | deps $(BUILD)/include/kpi_probes.h
 $(BUILD)/asan/kpi-infer: $(ASAN_OBJ)/daemon/server/main.o \
 		$(DAEMON_LIB_SRCS:%.c=$(ASAN_OBJ)/%.o) $(OBJ)/daemon/kpi_probes.o
 	$(call msg,LD,$@)
-	$(Q)$(CLANG) $(SAN_FLAGS) $^ -o $@ -ljansson $(LDLIBS_COMMON)
+	$(Q)$(CLANG) $(SAN_FLAGS) $^ -o $@ $(DAEMON_LDLIBS)
 
 test: $(FUZZ_BINS) $(BUILD)/asan/kpi-infer
 

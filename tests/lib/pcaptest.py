@@ -84,10 +84,13 @@ class Stream:
     def __init__(self):
         self.base = None
         self.chunks = {}        # relative seq -> (t_ns, bytes); retransmits keep the first
+        self.fin = None         # when its FIN was first on the wire (the sender's end)
 
     def add(self, t_ns, seq, flags, payload):
         if self.base is None:
             self.base = (seq + 1) if flags & 0x02 else seq      # SYN takes one
+        if flags & 0x01 and self.fin is None:
+            self.fin = t_ns
         if payload:
             rel = (seq - self.base) & 0xffffffff
             self.chunks.setdefault(rel, (t_ns, payload))
@@ -159,8 +162,11 @@ def exchanges(path, server_port):
     """Every request/response pair on the wire to server_port, in order per
     connection: dicts with the request line, headers, body, the first request byte's
     time, the response status, the time of the first SSE event carrying
-    generated content (None for none), the number of such events, and the
-    time of the response's last byte. Times are CLOCK_REALTIME ns."""
+    generated content (None for none), the number of such events, the
+    time of the response's last byte, the server's FIN on the connection
+    (t_fin, None for none) and t_end, when the client saw the response end:
+    its last byte, or for a body delimited by the close (neither
+    Content-Length nor chunked) the FIN. Times are CLOCK_REALTIME ns."""
     result = []
     for cport, (req, resp) in sorted(streams(path, server_port).items()):
         qdata, qtimes = req.assemble()
@@ -170,12 +176,15 @@ def exchanges(path, server_port):
         for (qline, qhdr, qbody, q_first, q_last, _, _), r in zip(reqs, resps):
             rline, rhdr, body, r_first, r_last, b_off, _ = r
             first_content, n_content = _content_events(rdata, rtimes, b_off, body, rhdr)
+            by_close = "content-length" not in rhdr and \
+                rhdr.get("transfer-encoding", "").lower() != "chunked" and rline.split(" ")[1] not in ("204", "304")
             result.append({"request_line": qline, "request_headers": qhdr, "request_body": qbody,
                            "t_first_byte": q_first,
                            "t_request_read": q_last, "status": int(rline.split(" ")[1]),
                            "response_headers": rhdr, "t_response_first_byte": r_first,
                            "t_first_content": first_content, "content_events": n_content,
-                           "t_last_byte": r_last, "client_port": cport})
+                           "t_last_byte": r_last, "t_fin": resp.fin,
+                           "t_end": resp.fin if by_close and resp.fin else r_last, "client_port": cport})
     return result
 
 

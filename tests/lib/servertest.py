@@ -24,16 +24,24 @@ def tmpdir():
     return _tmp
 
 
+_models = {}
+
+
+def preset_model(preset="tiny", seed=1):
+    """A built-in preset written once per test session by kpi-infer --make-model."""
+    require_binary()
+    key = (preset, seed)
+    if key not in _models:
+        path = os.path.join(tmpdir(), f"{preset}-s{seed}.gguf")
+        kpitest.run([KPI_INFER, "--make-model", path, "--preset", preset, "--seed", str(seed)],
+                    check=True, timeout=600)
+        _models[key] = path
+    return _models[key]
+
+
 def tiny_model():
     """The tiny preset written once per test session by kpi-infer --make-model."""
-    global _model
-    require_binary()
-    if _model is None:
-        path = os.path.join(tmpdir(), "tiny.gguf")
-        kpitest.run([KPI_INFER, "--make-model", path, "--preset", "tiny", "--seed", "1"],
-                    check=True)
-        _model = path
-    return _model
+    return preset_model("tiny", 1)
 
 
 class Daemon:
@@ -41,11 +49,14 @@ class Daemon:
     shared=True daemons outlive kpitest.cleanup (one per test module) and stop
     at exit; others are stopped after the test like every kpitest.Proc."""
 
-    def __init__(self, *args, shared=False, timeout=60):
+    def __init__(self, *args, shared=False, timeout=60, model="tiny", prefix=(), models=True):
+        """model: "tiny", a path, or None (no --model: the router); prefix: argv
+        put before kpi-infer (taskset...); models: read /v1/models when ready."""
         self.port = kpitest.free_port()
         self.log_path = os.path.join(tmpdir(), f"kpi-infer-{self.port}.log")
         self.log = open(self.log_path, "wb")
-        argv = [KPI_INFER, "--model", tiny_model(), "--port", str(self.port), *map(str, args)]
+        margs = [] if model is None else ["--model", tiny_model() if model == "tiny" else model]
+        argv = [*prefix, KPI_INFER, *margs, "--port", str(self.port), *map(str, args)]
         self.p = subprocess.Popen(argv, stdout=self.log, stderr=subprocess.STDOUT)
         if shared:
             atexit.register(self.stop)
@@ -58,9 +69,14 @@ class Daemon:
             if time.monotonic() > deadline:
                 raise AssertionError(f"kpi-infer not ready in {timeout}s:\n{self.output()}")
             time.sleep(0.05)
-        info = self.json("GET", "/v1/models")[2]["data"][0]
-        self.model = info["id"]
-        self.ctx = info["max_model_len"]
+        if models:
+            info = self.json("GET", "/v1/models")[2]["data"][0]
+            self.model = info["id"]
+            self.ctx = info["max_model_len"]
+
+    @property
+    def addr(self):
+        return f"127.0.0.1:{self.port}"
 
     def output(self):
         with open(self.log_path, "rb") as f:

@@ -1,7 +1,10 @@
 // sse_server.js - the Node twin of sse_server.py for the HTTP path's tests:
 // http.createServer, a chat completion streamed chunked with res.write per
 // event (a text completion, choices[].text, on /v1/completions; x-test-mode:
-// packed = three events a write, split = each event in two writes),
+// packed = three events a write, split = each event in two writes, close =
+// no chunking, the body delimited by the close: Node ends the socket with
+// shutdown(SHUT_WR) and closes it later; x-test-last-chunk-ms: a pause
+// before res.end(), which writes the zero-length chunk on its own),
 // /status/NNN answers NNN, GET /static this file. A request without x-request-id gets one of the
 // server's (srv-N) in the response. Run: node sse_server.js PORT
 // [--role-with-content] (a chat stream's role rides on its first content
@@ -47,6 +50,10 @@ async function stream(req, res, body) {
                 usage: { prompt_tokens: 5, completion_tokens: n, total_tokens: 5 + n } }));
   ev.push(sse('[DONE]'));
   const h = { 'Content-Type': 'text/event-stream', 'x-request-id': requestId(req) };
+  if (mode === 'close') {
+    res.useChunkedEncodingByDefault = false;
+    h.Connection = 'close';
+  }
   res.writeHead(200, h);
   res.flushHeaders();
   let gone = false;
@@ -64,6 +71,8 @@ async function stream(req, res, body) {
   } else {
     for (const e of ev) { if (gone) break; await sleep(gap); res.write(e); }
   }
+  const last = parseFloat(req.headers['x-test-last-chunk-ms'] || '0');
+  if (last) await sleep(last);
   res.end();
 }
 

@@ -2,7 +2,11 @@
 HTTP path's tests: ThreadingHTTPServer, a chat completion streamed chunked
 (a text completion, choices[].text, on /v1/completions), one wfile.write per
 event (or, by the x-test-mode header, several events
-packed in one write, or each event split across two writes); /status/NNN
+packed in one write, each event split across two writes, or "close": no
+chunking, the body delimited by the close, the socket shut down for writing
+(the FIN) x-test-close-pause-ms (default 0) before it is closed, as
+socketserver does it, by then under load); x-test-last-chunk-ms: a pause
+before the zero-length chunk, written on its own after [DONE]; /status/NNN
 answers NNN; GET /static sends this file with sendfile(2). A request without x-request-id gets one of the server's in the
 response (srv-N), as the servers that make their own do, so a client that
 keys on the response's (kpi-bench) and the agent agree. Run:
@@ -98,10 +102,22 @@ class Handler(BaseHTTPRequestHandler):
         events.append(sse(b"[DONE]"))
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
-        self.send_header("Transfer-Encoding", "chunked")
+        if mode == "close":
+            self.send_header("Connection", "close")
+        else:
+            self.send_header("Transfer-Encoding", "chunked")
         self.send_header("x-request-id", self._request_id())
         self.end_headers()
         try:
+            if mode == "close":         # the body runs to the FIN
+                for e in events:
+                    if gap:
+                        time.sleep(gap)
+                    self.wfile.write(e)
+                self.close_connection = True
+                self.connection.shutdown(socket.SHUT_WR)
+                time.sleep(float(self.headers.get("x-test-close-pause-ms", "0")) / 1000)
+                return                  # socketserver closes it
             if mode == "packed":        # three events a write
                 for i in range(0, len(events), 3):
                     time.sleep(gap)
@@ -118,6 +134,9 @@ class Handler(BaseHTTPRequestHandler):
                     if gap:
                         time.sleep(gap)
                     self.wfile.write(chunk(e))
+            last = float(self.headers.get("x-test-last-chunk-ms", "0")) / 1000
+            if last:
+                time.sleep(last)
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True

@@ -299,7 +299,9 @@ static void inflight_states_and_samples(void)
 	runq = (struct kpi_runq){ .total = 5000, .self = 1500, .idle = 500 };
 	assemble_sample(a, 2000000000ull, &pid, &runq, 1, 3);
 	CHECK(n_samples == 1, "%d", n_samples);
-	CHECK(last_sample.queue_depth == 1 && last_sample.running == 2 && last_sample.drops == 3 &&
+	/* the depth is the most in their queue phase at once since the last
+	 * sample: q and p were, before p's first step; q alone is now */
+	CHECK(last_sample.queue_depth == 2 && last_sample.running == 2 && last_sample.drops == 3 &&
 	      last_sample.runq_ns == 5000 && last_sample.runq_self_ns == 1500, "q %d r %d d %llu",
 	      last_sample.queue_depth, last_sample.running, (unsigned long long)last_sample.drops);
 	CHECK(last_sample.n_runq_by == 2 && last_sample.runq_by[0].pid == 77 &&
@@ -322,6 +324,8 @@ static void inflight_states_and_samples(void)
 	assemble_sample(a, 3000000000ull, &pid, &runq, 1, 3);
 	CHECK(last_sample.runq_ns == 8200 && last_sample.runq_self_ns == 0 && last_sample.runq_idle_ns == 0, "%llu",
 	      (unsigned long long)last_sample.runq_ns);
+	/* nothing came or went: q alone, still waiting */
+	CHECK(last_sample.queue_depth == 1, "queue %d", last_sample.queue_depth);
 	CHECK(last_sample.n_runq_by == KPI_RUNQ_BY_MAX + 1, "%d", last_sample.n_runq_by);
 	uint64_t named = 0;
 	for (int i = 0; i < last_sample.n_runq_by; i++)
@@ -331,6 +335,19 @@ static void inflight_states_and_samples(void)
 	      last_sample.runq_by[KPI_RUNQ_BY_MAX].pid == KPI_RUNQ_BY_REST &&
 	      last_sample.runq_by[KPI_RUNQ_BY_MAX].ns == want_rest, "first %u rest %llu",
 	      last_sample.runq_by[0].pid, (unsigned long long)last_sample.runq_by[KPI_RUNQ_BY_MAX].ns);
+	/* q is cancelled in the queue, and a burst comes and goes within the
+	 * next second: the sample holds its peak, not the empty queue at its edge */
+	ev(a, KPI_EV_CANCEL, 16, 2, -1, 0, 0, NULL);
+	for (int i = 0; i < 5; i++) {
+		ev(a, KPI_EV_ARRIVE, 17, 0, 10 + i, 1, 0, NULL);
+		ev(a, KPI_EV_ADMIT, 18, 10 + i, 10 + i, 5, 5, "b");
+	}
+	for (int i = 0; i < 5; i++)
+		ev(a, KPI_EV_SCHED, 19, 10 + i, -1, 0, 0, NULL);
+	assemble_sample(a, 4000000000ull, &pid, &runq, 1, 3);
+	CHECK(last_sample.queue_depth == 5, "burst of 5: queue %d", last_sample.queue_depth);
+	assemble_sample(a, 5000000000ull, &pid, &runq, 1, 3);
+	CHECK(last_sample.queue_depth == 0, "after the burst: queue %d", last_sample.queue_depth);
 	assemble_forget_pid(a, 42);
 	memset(&s, 0, sizeof(s));
 	assemble_foreach_inflight(a, count_state, &s);

@@ -571,6 +571,34 @@ static void test_connection_close_response(void)
 	http_track_free(t);
 }
 
+/* The server's FIN (shutdown SHUT_WR) ends a close-delimited body there,
+ * complete; the close() that follows ends nothing more. A framed response
+ * in progress is not ended by it (its end is its framing's, or the close). */
+static void test_shutdown_ends_close_delimited_body(void)
+{
+	struct got g;
+	struct http_track *t = mk(&g);
+	in(t, "GET /v1/models HTTP/1.0\r\n\r\n", 10);
+	out(t, "HTTP/1.0 200 OK\r\nConnection: close\r\n\r\n{\"usage\":{\"prompt_tokens\":2}}", 20);
+	http_track_shut(t, 25);
+	CHECK(g.n == 1 && g.x[0].end == HTTP_END_COMPLETE && g.x[0].t_done == 25 && g.x[0].prompt_tokens == 2,
+	      "%d exchanges, end %s at %llu", g.n, http_end_name(g.x[0].end), (unsigned long long)g.x[0].t_done);
+	http_track_close(t, 900, HTTP_BY_SERVER);
+	CHECK(g.n == 1, "the close after the FIN made %d exchanges", g.n);
+	http_track_free(t);
+
+	t = mk(&g);
+	chat_request(t, 100);
+	out(t, SSE_HEAD, 200);
+	out(t, chunk(chat_events[1]), 310);
+	http_track_shut(t, 320);
+	CHECK(g.n == 0, "a chunked stream ended by a FIN in its middle");
+	http_track_close(t, 330, HTTP_BY_SERVER);
+	CHECK(g.n == 1 && g.x[0].end == HTTP_END_SERVER_CLOSED && g.x[0].t_done == 330, "end %s",
+	      http_end_name(g.x[0].end));
+	http_track_free(t);
+}
+
 /* Attached mid-exchange, garbage, an HTTP/2 preface, a timeout and a late
  * response: counted, never matched to the wrong request. */
 static void test_midstream_garbage_and_expiry(void)
@@ -650,6 +678,7 @@ int main(void)
 	RUN(test_gap_in_chunk_size_line);
 	RUN(test_gap_hides_request_head);
 	RUN(test_connection_close_response);
+	RUN(test_shutdown_ends_close_delimited_body);
 	RUN(test_midstream_garbage_and_expiry);
 	RUN(test_clamp_and_upgrade);
 	RUN(test_totals_and_names);

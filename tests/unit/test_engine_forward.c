@@ -158,7 +158,7 @@ static void step1(const int32_t *bt, int p0, int p1, float *logits)
 {
 	int start[2] = { 0, p1 - p0 }, pos0 = p0, lrow = 0;
 	const int32_t *tables[1] = { bt };
-	struct backend_batch b = { 1, p1 - p0, prompt + p0, start, &pos0, tables, &lrow, logits };
+	struct backend_batch b = { 1, p1 - p0, prompt + p0, start, &pos0, tables, &lrow, logits, NULL, NULL };
 	CHECK(cpu_backend_ops.forward(be, &b, err, sizeof(err)) == 0, "%s", err);
 }
 
@@ -196,7 +196,7 @@ static void test_small_batched_two_sequences(void)
 	int start[3] = { 0, NTOK, NTOK + 3 }, pos0[2] = { 0, 0 }, lrow[2] = { 1, 0 };
 	const int32_t *tables[2] = { bta, btb };
 	float logits[2 * 512];
-	struct backend_batch b = { 2, NTOK + 3, toks, start, pos0, tables, lrow, logits };
+	struct backend_batch b = { 2, NTOK + 3, toks, start, pos0, tables, lrow, logits, NULL, NULL };
 	CHECK(cpu_backend_ops.forward(be, &b, err, sizeof(err)) == 0, "%s", err);
 	int V = small->info.vocab_size;
 	check_logits(logits + V, NTOK - 1, "batched A");
@@ -219,19 +219,19 @@ static void test_kv_copy_block(void)
 	int start[2] = { 0, 4 }, pos0 = 0, lrow = 0;
 	const int32_t *tables[1] = { bt0 };
 	float a[512], c[512];
-	struct backend_batch bb = { 1, 4, toks, start, &pos0, tables, &lrow, a };
+	struct backend_batch bb = { 1, 4, toks, start, &pos0, tables, &lrow, a, NULL, NULL };
 	CHECK(cpu_backend_ops.forward(b, &bb, err, sizeof(err)) == 0, "%s", err);
 	cpu_backend_ops.kv_copy(b, 3, 0);
 	int start1[2] = { 0, 1 }, pos4 = 4;
-	struct backend_batch d0 = { 1, 1, toks + 4, start1, &pos4, tables, &lrow, a };
+	struct backend_batch d0 = { 1, 1, toks + 4, start1, &pos4, tables, &lrow, a, NULL, NULL };
 	CHECK(cpu_backend_ops.forward(b, &d0, err, sizeof(err)) == 0, "%s", err);
 	tables[0] = bt3;
-	struct backend_batch d3 = { 1, 1, toks + 4, start1, &pos4, tables, &lrow, c };
+	struct backend_batch d3 = { 1, 1, toks + 4, start1, &pos4, tables, &lrow, c, NULL, NULL };
 	CHECK(cpu_backend_ops.forward(b, &d3, err, sizeof(err)) == 0, "%s", err);
 	CHECK(memcmp(a, c, sizeof(float) * m->info.vocab_size) == 0, "copied block gives other logits");
 	/* a token id outside the vocabulary is an error, not a crash */
 	int32_t bad = 100000;
-	struct backend_batch e = { 1, 1, &bad, start1, &pos4, tables, &lrow, c };
+	struct backend_batch e = { 1, 1, &bad, start1, &pos4, tables, &lrow, c, NULL, NULL };
 	CHECK(cpu_backend_ops.forward(b, &e, err, sizeof(err)) == -1 && strstr(err, "100000"), "%s", err);
 	cpu_backend_ops.destroy(b);
 	model_free(m);

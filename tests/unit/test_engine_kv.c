@@ -2,6 +2,8 @@
  * counts, all-or-nothing table growth, and no leaked or doubly owned block
  * after 10k random operations. */
 #include "tests/unit/check.h"
+#include <stdbool.h>
+
 #include "daemon/engine/kv.h"
 
 static uint64_t rs = 7;
@@ -102,7 +104,7 @@ static void test_10k_random_ops_no_leak(void)
 				refs[t[k].ids[j]]++;
 		for (int k = 0; k < n_held; k++)
 			refs[held[k]]++;
-		for (int j = 0; j < p.n_free; j++) {
+		for (int j = 0; j < p.n_clean; j++) {
 			CHECK(!in_free[p.free_ids[j]], "op %d: block %d twice in the free stack", op, p.free_ids[j]);
 			in_free[p.free_ids[j]] = 1;
 		}
@@ -122,8 +124,113 @@ static void test_10k_random_ops_no_leak(void)
 	kv_pool_free(&p);
 }
 
+/* The prefix cache under 20k random operations: every block is exactly one
+ * of referenced, clean and free, or cached without a reference (in the LRU
+ * list); a key finds the block that has it; a cached block comes back only
+ * by its key until the pool needs it, and then oldest first. */
+static void test_prefix_cache_random_ops(void)
+{
+	enum { NB = 40, NT = 8, CAP = 32 };
+	struct kv_pool p;
+	CHECK(kv_pool_init(&p, NB) == 0 && kv_pool_enable_cache(&p) == 0, "init");
+	int32_t ids[NT][CAP];
+	struct block_table t[NT];
+	for (int i = 0; i < NT; i++)
+		t[i] = (struct block_table){ ids[i], 0, CAP };
+	int taken = 0, inserted = 0, evicted0 = 0;
+	for (int op = 0; op < 20000; op++) {
+		int i = irand(NT);
+		uint64_t key = 1 + (uint64_t)irand(60) * 0x9E3779B97F4A7C15ull; /* 60 keys: repeats */
+		switch (irand(5)) {
+		case 0: { /* take a cached block by key, else allocate one and key it */
+			if (t[i].n == CAP)
+				break;
+			int32_t id = kv_cache_find(&p, key);
+			bool mine = false;
+			for (int j = 0; j < t[i].n && id >= 0; j++)
+				mine |= t[i].ids[j] == id;
+			if (id >= 0 && !mine) {
+				kv_cache_take(&p, &t[i], id);
+				taken++;
+			} else if (id < 0 && p.n_free > 0) {
+				int32_t b = kv_block_alloc(&p);
+				CHECK(b >= 0, "alloc with %d free", p.n_free);
+				t[i].ids[t[i].n++] = b;
+				CHECK(kv_cache_insert(&p, b, key), "insert a new key");
+				CHECK(!kv_cache_insert(&p, b, key + 1), "a block has one key");
+				inserted++;
+			}
+			break;
+		}
+		case 1: case 2: /* grow without keys */
+			kv_table_reserve(&p, &t[i], (t[i].n + 1 + irand(3)) * 16, 16);
+			break;
+		case 3: case 4: /* release (finish or preempt) */
+			kv_table_release(&p, &t[i]);
+			break;
+		}
+		int refs[NB] = { 0 }, state[NB] = { 0 };
+		for (int k = 0; k < NT; k++)
+			for (int j = 0; j < t[k].n; j++)
+				refs[t[k].ids[j]]++;
+		for (int j = 0; j < p.n_clean; j++)
+			state[p.free_ids[j]] |= 1;
+		int n_lru = 0;
+		for (int32_t b = p.lru_head; b >= 0; b = p.lru_next[b], n_lru++) {
+			CHECK(n_lru <= NB, "op %d: LRU list loops", op);
+			state[b] |= 2;
+			CHECK(p.hash[b] != 0, "op %d: block %d in the LRU list has no key", op, b);
+		}
+		CHECK(p.n_free == p.n_clean + n_lru, "op %d: free %d = clean %d + cached %d", op, p.n_free,
+		      p.n_clean, n_lru);
+		int n_keyed = 0;
+		for (int b = 0; b < NB; b++) {
+			CHECK(p.refs[b] == refs[b], "op %d: block %d refs %d, want %d", op, b, p.refs[b], refs[b]);
+			int want = refs[b] ? 0 : p.hash[b] ? 2 : 1;
+			CHECK(state[b] == want, "op %d: block %d state %d, want %d", op, b, state[b], want);
+			if (p.hash[b]) {
+				n_keyed++;
+				CHECK(kv_cache_find(&p, p.hash[b]) == b, "op %d: key of block %d finds another", op, b);
+			}
+		}
+		CHECK(n_keyed == p.n_cached, "op %d: %d keyed, count says %d", op, n_keyed, p.n_cached);
+		if (op == 10000)
+			evicted0 = (int)p.evictions;
+	}
+	CHECK(taken > 1000 && inserted > 500 && p.evictions > (uint64_t)evicted0,
+	      "%d taken, %d inserted, %llu evictions", taken, inserted, (unsigned long long)p.evictions);
+	printf("     %d hits taken, %d keyed, %llu evicted\n", taken, inserted,
+	       (unsigned long long)p.evictions);
+	for (int i = 0; i < NT; i++)
+		kv_table_release(&p, &t[i]);
+	CHECK(p.n_free == NB, "leak: %d of %d free", p.n_free, NB);
+	kv_pool_free(&p);
+}
+
+/* Eviction order: the cached block freed longest ago goes first, clean ones before any. */
+static void test_prefix_cache_evicts_oldest(void)
+{
+	struct kv_pool p;
+	kv_pool_init(&p, 4);
+	kv_pool_enable_cache(&p);
+	int32_t a = kv_block_alloc(&p), b = kv_block_alloc(&p), c = kv_block_alloc(&p);
+	kv_cache_insert(&p, a, 11);
+	kv_cache_insert(&p, b, 22);
+	kv_block_unref(&p, b); /* b freed first, then a */
+	kv_block_unref(&p, a);
+	kv_block_unref(&p, c); /* c has no key: clean */
+	CHECK(p.n_free == 4 && p.n_cached == 2, "free %d cached %d", p.n_free, p.n_cached);
+	int32_t x = kv_block_alloc(&p), y = kv_block_alloc(&p);
+	CHECK(x != a && x != b && y != a && y != b, "clean blocks first: %d %d", x, y);
+	CHECK(kv_block_alloc(&p) == b && kv_cache_find(&p, 22) == -1, "then the oldest cached (b)");
+	CHECK(kv_cache_find(&p, 11) == a, "a still cached");
+	kv_pool_free(&p);
+}
+
 int main(void)
 {
+	RUN(test_prefix_cache_random_ops);
+	RUN(test_prefix_cache_evicts_oldest);
 	RUN(test_alloc_until_empty_and_free);
 	RUN(test_table_reserve_all_or_nothing);
 	RUN(test_10k_random_ops_no_leak);

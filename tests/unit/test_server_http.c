@@ -149,8 +149,45 @@ static void test_request_id(void)
 	CHECK(http_sanitize_request_id("\"\r\n", 3, out) == 0 && out[0] == 0, "nothing usable");
 }
 
+/* What the router and decode workers read back from an upstream. */
+static void test_response_head(void)
+{
+	struct http_response r;
+	const char *ok = "HTTP/1.1 200 OK\r\nContent-Type: application/vnd.kpiscope.kv\r\n"
+			 "Content-Length: 4240\r\nRetry-After: 1\r\n\r\nbody";
+	int n = http_parse_response_head(ok, strlen(ok), &r);
+	CHECK(n == (int)strlen(ok) - 4 && r.status == 200 && r.keep_alive && !r.chunked &&
+	      r.content_length == 4240, "n %d status %d", n, r.status);
+	CHECK(http_token_eq(r.content_type, r.content_type_len, "application/vnd.kpiscope.kv"), "ctype");
+	CHECK(r.retry_after && r.retry_after_len == 1, "retry-after");
+	for (size_t cut = 0; cut < strlen(ok) - 4; cut++)
+		CHECK(http_parse_response_head(ok, cut, &r) == 0, "cut at %zu is incomplete", cut);
+	const char *ch = "HTTP/1.0 502 Bad Gateway\r\nTransfer-Encoding: chunked\r\n"
+			 "Connection: keep-alive\r\n\r\n";
+	CHECK(http_parse_response_head(ch, strlen(ch), &r) > 0 && r.status == 502 && r.chunked &&
+	      r.keep_alive && r.content_length == -1, "1.0 kept alive, chunked");
+	const char *close = "HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n";
+	CHECK(http_parse_response_head(close, strlen(close), &r) > 0 && !r.keep_alive, "close");
+	static const char *bad[] = {
+		"HTTP/2 200 OK\r\n\r\n", "HTTP/1.1 20 OK\r\n\r\n", "HTTP/1.1 999 X\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+		"HTTP/1.1 200 OK\r\nContent-Length: x1\r\n\r\n", "SSH-2.0-OpenSSH\r\n\r\n",
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+		CHECK(http_parse_response_head(bad[i], strlen(bad[i]), &r) == -1 && r.error, "bad %zu", i);
+	char hp[64];
+	CHECK(http_sanitize_hostport("127.0.0.1:8001", 14, hp, sizeof(hp)) == 14, "hostport");
+	CHECK(http_sanitize_hostport("[::1]:80", 8, hp, sizeof(hp)) == 8, "v6");
+	CHECK(http_sanitize_hostport("a b:1", 5, hp, sizeof(hp)) == 0 && !hp[0], "space refused");
+	uint64_t v;
+	CHECK(http_parse_hex64("18096c7d57e72d63", 16, &v) && v == 0x18096c7d57e72d63ull, "hex");
+	CHECK(!http_parse_hex64("18096c7d57e72d63f", 17, &v) && !http_parse_hex64("xyz", 3, &v), "bad hex");
+}
+
 int main(void)
 {
+	RUN(test_response_head);
 	RUN(test_simple_get);
 	RUN(test_incremental);
 	RUN(test_connection_header);

@@ -1,7 +1,8 @@
 /* bench.h - what kpi-bench's parts share: the run configuration, one
  * result record per measured request, and each part's entry points: the
  * arrival schedule (sched.c), recorded traffic (replay.c), the client
- * (client.c), the reports (report.c), the sweep (sweep.c) and its page (html.c). */
+ * (client.c), the reports (report.c), the steady-state rule (steady.c), the
+ * sweep (sweep.c) and its page (html.c). */
 #ifndef KPI_BENCH_BENCH_H
 #define KPI_BENCH_BENCH_H
 
@@ -16,6 +17,12 @@ enum mode { MODE_CONCURRENCY, MODE_RATE, MODE_BURST, MODE_REPLAY };
 enum sweep_kind { SWEEP_NONE, SWEEP_RATE, SWEEP_CONCURRENCY };
 
 #define SWEEP_MAX_STEPS 64
+/* A sweep point's length unless --requests or --duration says otherwise, and
+ * the requests it sends at least (docs/bench.md, "How long a point runs"). */
+#define SWEEP_POINT_S 10.0
+#define SWEEP_MIN_REQUESTS 100
+/* Confirmations of the answer that may each send the search lower. */
+#define SWEEP_MAX_CONFIRMS 4
 
 /* Recorded traffic (--replay): one row per request, sorted by offset. */
 struct replay {
@@ -34,6 +41,7 @@ struct config {
 	char model[128];
 	long requests;          /* 0 = until --duration */
 	double duration;        /* s; 0 = until --requests */
+	long min_requests;      /* a --duration run keeps sending until this many (sweep points) */
 	enum mode mode;
 	long concurrency;
 	double rate;            /* requests/s, Poisson (or gamma) arrivals */
@@ -194,6 +202,33 @@ struct json_t;
 int report_dump_json(struct json_t *root, const char *path);
 int report_csv(const char *path, const struct run *run);
 
+/* ---- steady state (steady.c) ---------------------------------------------- */
+
+/* A run sustained its load when the server answered at the rate the
+ * requests were sent (within STEADY_KEEP_UP) and TTFT did not climb across
+ * it: the median TTFT of the requests sent in its last third exceeds the
+ * first third's by no more than STEADY_TREND_SHARE of it or
+ * STEADY_TREND_SLO_SHARE of the TTFT bound (e2e when none), whichever is
+ * larger (at least STEADY_TREND_MIN_MS), or by no more than
+ * STEADY_TREND_SIGMAS standard errors (from the thirds' spreads). */
+#define STEADY_KEEP_UP 0.95
+#define STEADY_TREND_SHARE 0.5
+#define STEADY_TREND_SLO_SHARE 0.1
+#define STEADY_TREND_MIN_MS 1.0
+#define STEADY_TREND_SIGMAS 3.0
+#define STEADY_MIN_THIRD 10     /* fewer answers in a third: no trend is judged */
+
+struct steady {
+	double sent_rps;        /* (sent - 1) / the span of the sends */
+	double achieved_rps;    /* the rate answers came back at */
+	double ttft_first, ttft_last;   /* median TTFT of the first and last third, ms; -1 */
+	double e2e_first, e2e_last;     /* the same for e2e */
+	bool sustained;
+	char why[120];          /* what gave an unsustained load away; empty otherwise */
+};
+
+void steady_judge(const struct config *cfg, const struct run *run, struct steady *st);
+
 /* ---- sweeps (sweep.c, html.c) --------------------------------------------- */
 
 /* One load of a sweep, as measured. Times in ms; -1: not defined. */
@@ -202,9 +237,11 @@ struct sweep_point {
 	int order;              /* 0, 1, ... in the order run */
 	long requests, ok, failed, slo_met;
 	double share;           /* slo_met / requests */
-	bool meets;             /* share >= --slo-share */
+	bool meets;             /* share >= --slo-share and the load was sustained */
 	double wall_s, throughput_rps, goodput_rps, output_tok_s, in_flight_mean;
 	double sent_rps;        /* the arrivals' own rate: (n - 1) / their span */
+	double span_s;          /* first request sent .. last one sent */
+	struct steady steady;   /* whether the load was sustained */
 	double ttft_p50, ttft_p99, tpot_p50, tpot_p99, e2e_p50, e2e_p99;
 	double t0, t_end;       /* bench_mono() seconds: the trace window */
 	long phase_n;           /* trace rows found; 0: no phases */
@@ -221,6 +258,12 @@ struct sweep {
 	bool top_held;                  /* the SLO held at the highest load tried */
 	struct sweep_point repeats[2];  /* the knee again, for the noise */
 	int n_repeats;
+	/* the answer run again as long as the longest point; each miss sends the
+	 * search lower (cap: the lowest load whose confirmation missed) */
+	struct sweep_point confirms[SWEEP_MAX_CONFIRMS];
+	int n_confirms;
+	bool confirmed;                 /* the last confirmation met the SLO */
+	double cap_load;                /* 0: none */
 	bool interrupted;
 	const char *trace_note;         /* why the phases are missing; NULL */
 };

@@ -22,3 +22,11 @@ $(BUILD)/tests/test_bench_arrivals: $(OBJ)/tests/unit/test_bench_arrivals.o $(OB
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS_COMMON)
+
+# The steady-state rule on runs made up in the test.
+UNIT_TESTS += $(BUILD)/tests/test_bench_steady
+$(BUILD)/tests/test_bench_steady: $(OBJ)/tests/unit/test_bench_steady.o $(OBJ)/tools/kpi-bench/steady.o \
+		$(OBJ)/tools/kpi-bench/dist.o $(OBJ)/schema/pct.o
+	$(call msg,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS_COMMON)

@@ -628,7 +628,9 @@ int client_run(struct client *cl, volatile sig_atomic_t *stop)
 		double due = start_due(cl, now);
 		if (sched_over(&cl->sched))
 			break;
-		double wait = next_progress - now;
+		/* quiet, no progress line falls due: a deadline left in the past
+		 * would turn the wait into a busy loop from the first tick on */
+		double wait = quiet ? 0.1 : next_progress - now;
 		if (due >= 0 && due < wait)
 			wait = due;
 		if (wait > 0.1)

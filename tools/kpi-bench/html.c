@@ -223,14 +223,23 @@ static void chart_lines(FILE *f, const struct sweep *sw, const char *title, cons
 				fprintf(f, "%.1f,%.1f ", x_px(&x, sw->pts[i].load), y_px(&y, v));
 		}
 		fputs("\"/>\n", f);
+		/* a load that was not sustained: a hollow mark, its reason in the tooltip */
 		for (size_t i = 0; i < sw->n; i++) {
-			double v = field(&sw->pts[i], s[k].off);
+			const struct sweep_point *p = &sw->pts[i];
+			double v = field(p, s[k].off);
 			if (v < 0)
 				continue;
-			fprintf(f, "<circle class=\"pt\" data-series=\"%s\" data-load=\"%g\" cx=\"%.1f\" cy=\"%.1f\" "
-				"r=\"4\" fill=\"%s\"><title>%s at %g %s: %.2f</title></circle>\n", s[k].key,
-				sw->pts[i].load, x_px(&x, sw->pts[i].load), y_px(&y, v), s[k].color, s[k].label,
-				sw->pts[i].load, sweep_load_unit(sw), v);
+			bool held = p->steady.sustained;
+			fprintf(f, "<circle class=\"pt\" data-series=\"%s\" data-load=\"%g\" data-sustained=\"%s\" "
+				"cx=\"%.1f\" cy=\"%.1f\" r=\"4\" fill=\"%s\" stroke=\"%s\" stroke-width=\"2\">"
+				"<title>%s at %g %s: %.2f%s", s[k].key, p->load, held ? "yes" : "no", x_px(&x, p->load),
+				y_px(&y, v), held ? s[k].color : "#ffffff", s[k].color, s[k].label, p->load,
+				sweep_load_unit(sw), v, held ? "" : " (not sustained: ");
+			if (!held) {
+				esc(f, p->steady.why);
+				fputc(')', f);
+			}
+			fputs("</title></circle>\n", f);
 		}
 	}
 	draw_legend(f, labels, colors, ns);
@@ -287,7 +296,7 @@ static const char page_style[] =
 	".slo{stroke:#d62728;stroke-width:1;stroke-dasharray:3 3}"
 	".knee{stroke:#555;stroke-width:1.5;stroke-dasharray:5 4}.best{stroke:#2ca02c;stroke-width:1.5}"
 	"table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}"
-	".miss{background:#fde0e0}";
+	".miss{background:#fde0e0}td.why{text-align:left}";
 
 static void ms_td(FILE *f, double v)
 {
@@ -301,17 +310,25 @@ static void page_table(FILE *f, const struct sweep *sw)
 {
 	fprintf(f, "<table>\n<tr><th>%s</th><th>requests</th><th>ok</th><th>failed</th><th>req/s</th>"
 		"<th>goodput req/s</th><th>met SLO</th><th>output tok/s</th><th>TTFT p50</th><th>TTFT p99</th>"
-		"<th>TPOT p50</th><th>TPOT p99</th></tr>\n", sweep_load_unit(sw));
+		"<th>TPOT p50</th><th>TPOT p99</th><th>sustained</th><th>SLO</th></tr>\n", sweep_load_unit(sw));
 	for (size_t i = 0; i < sw->n; i++) {
 		const struct sweep_point *p = &sw->pts[i];
-		fprintf(f, "<tr%s><td>%g</td><td>%ld</td><td>%ld</td><td>%ld</td><td>%.2f</td><td>%.2f</td>"
-			"<td>%.1f%%</td><td>%.1f</td>", p->meets ? "" : " class=\"miss\"", p->load, p->requests,
-			p->ok, p->failed, p->throughput_rps, p->goodput_rps, 100 * p->share, p->output_tok_s);
+		fprintf(f, "<tr%s data-sustained=\"%s\"><td>%g</td><td>%ld</td><td>%ld</td><td>%ld</td><td>%.2f</td>"
+			"<td>%.2f</td><td>%.1f%%</td><td>%.1f</td>", p->meets ? "" : " class=\"miss\"",
+			p->steady.sustained ? "yes" : "no", p->load, p->requests, p->ok, p->failed, p->throughput_rps,
+			p->goodput_rps, 100 * p->share, p->output_tok_s);
 		ms_td(f, p->ttft_p50);
 		ms_td(f, p->ttft_p99);
 		ms_td(f, p->tpot_p50);
 		ms_td(f, p->tpot_p99);
-		fputs("</tr>\n", f);
+		if (p->steady.sustained) {
+			fputs("<td class=\"why\">yes</td>", f);
+		} else {
+			fputs("<td class=\"why\"><b>no</b>: ", f);
+			esc(f, p->steady.why);
+			fputs("</td>", f);
+		}
+		fprintf(f, "<td>%s</td></tr>\n", p->meets ? "met" : "missed");
 	}
 	fputs("</table>\n", f);
 }
@@ -325,12 +342,23 @@ static void page_answer(FILE *f, const struct config *cfg, const struct sweep *s
 		fputs("<b>Interrupted:</b> the points below are those that finished. ", f);
 	if (sw->best >= 0) {
 		const struct sweep_point *b = &sw->pts[sw->best];
-		fprintf(f, "Highest load meeting the SLO (for %.0f%% of requests): <b>%g %s</b>%s: %.2f req/s, "
+		fprintf(f, "Highest load sustained within the SLO (for %.0f%% of requests): <b>%g %s</b>%s: %.2f req/s, "
 			"%.1f output tok/s, TTFT p50 %.2f ms, p99 %.2f ms, TPOT p50 %.2f ms, p99 %.2f ms. ", 100 * cfg->slo_share,
 			b->load, sweep_load_unit(sw), sw->top_held ? " (it held at the highest load tried)" : "",
 			b->throughput_rps, b->output_tok_s, b->ttft_p50, b->ttft_p99, b->tpot_p50, b->tpot_p99);
 	} else {
-		fputs("No load met the SLO. ", f);
+		fputs("No load was sustained within the SLO. ", f);
+	}
+	for (int k = 0; k < sw->n_confirms; k++) {
+		const struct sweep_point *c = &sw->confirms[k];
+		fprintf(f, "Confirmation at %g %s over %.1f s: %.1f%% of %ld requests within the SLO, %s", c->load,
+			sweep_load_unit(sw), c->span_s, 100 * c->share, c->requests,
+			c->steady.sustained ? "sustained" : "not sustained (");
+		if (!c->steady.sustained) {
+			esc(f, c->steady.why);
+			fputc(')', f);
+		}
+		fprintf(f, ": <b>%s</b>. ", c->meets ? "met" : "missed, the search went below it");
 	}
 	if (sw->knee >= 0)
 		fprintf(f, "Knee: %g %s. ", sw->pts[sw->knee].load, sweep_load_unit(sw));

@@ -94,7 +94,15 @@ static const char usage_text[] =
 "  --sweep concurrency    closed-loop runs at 1, 2, 4, ... --sweep-max (or\n"
 "                         --sweep-steps), then the same bisection\n"
 "                         Each point runs --warmup unmeasured requests, then\n"
-"                         --requests (or --duration); --slo is required\n"
+"                         --duration S (default 10 s) and at least\n"
+"                         --min-requests, or exactly --requests N; --slo is\n"
+"                         required. A point meets the SLO only when its load\n"
+"                         was sustained: answered at the rate sent (within 5%)\n"
+"                         with TTFT not climbing from its first third to its\n"
+"                         last. The answer is run again as long as the longest\n"
+"                         point; a miss there sends the search lower\n"
+"  --min-requests N       a point past its --duration keeps sending until N\n"
+"                         requests were sent (default 100)\n"
 "  --sweep-steps LIST     the loads to run, e.g. 2,4,6,8 (instead of doubling)\n"
 "  --sweep-start X        the first load of the doubling (default 1)\n"
 "  --sweep-max X          the highest load tried (default 1024 req/s, 64 for\n"
@@ -120,7 +128,7 @@ enum {
 	OPT_TEMP, OPT_NO_STREAM, OPT_SEED, OPT_SLO, OPT_TIMEOUT, OPT_JSON, OPT_CSV, OPT_QUIET,
 	OPT_HELP, OPT_REPLAY, OPT_REPLAY_SPEED, OPT_BURSTINESS, OPT_SWEEP, OPT_SWEEP_STEPS,
 	OPT_SWEEP_START, OPT_SWEEP_MAX, OPT_SWEEP_PRECISION, OPT_SLO_SHARE, OPT_KNEE_REPEATS,
-	OPT_HTML, OPT_TRACE_DB,
+	OPT_MIN_REQUESTS, OPT_HTML, OPT_TRACE_DB,
 };
 
 static const struct option long_opts[] = {
@@ -156,6 +164,7 @@ static const struct option long_opts[] = {
 	{ "sweep-precision", required_argument, NULL, OPT_SWEEP_PRECISION },
 	{ "slo-share", required_argument, NULL, OPT_SLO_SHARE },
 	{ "knee-repeats", required_argument, NULL, OPT_KNEE_REPEATS },
+	{ "min-requests", required_argument, NULL, OPT_MIN_REQUESTS },
 	{ "html", required_argument, NULL, OPT_HTML },
 	{ "trace-db", required_argument, NULL, OPT_TRACE_DB },
 	{ 0 },
@@ -297,7 +306,7 @@ struct seen {
 	int arrivals;                   /* flags that choose how requests arrive */
 	const char *arrival_names[3];
 	const char *replay_path, *sweep_only, *csv;   /* set by flags checked later */
-	bool burstiness, replay_speed, sweep_max;
+	bool burstiness, replay_speed, sweep_max, min_requests;
 };
 
 static void set_arrivals(struct config *cfg, struct seen *seen, enum mode mode, const char *flag)
@@ -390,6 +399,10 @@ static bool parse_sweep_option(struct config *cfg, struct seen *seen, int c, con
 			usage_error("--slo-share '%s': expected a share in (0, 1], e.g. 0.99", a);
 		break;
 	case OPT_KNEE_REPEATS: cfg->knee_repeats = parse_long_flag("--knee-repeats", a, 0, "0, 1 or 2"); break;
+	case OPT_MIN_REQUESTS:
+		cfg->min_requests = parse_long_flag("--min-requests", a, 1, "a positive integer");
+		seen->min_requests = true;
+		break;
 	case OPT_HTML: cfg->html_path = a; break;
 	case OPT_TRACE_DB: cfg->trace_db = a; break;
 	}
@@ -480,6 +493,14 @@ static void check_sweep_args(struct config *cfg, const struct seen *seen)
 		usage_error("--knee-repeats '%ld': expected 0, 1 or 2", cfg->knee_repeats);
 	if (!seen->sweep_max)
 		cfg->sweep_max = cfg->sweep == SWEEP_RATE ? 1024 : 64;
+	/* points sized by time: a queue needs time, not a count, to settle */
+	if (cfg->requests && seen->min_requests)
+		usage_error("--min-requests is the floor of a --duration point, and --requests %ld already "
+			    "fixes each point's count: give one of them", cfg->requests);
+	if (!cfg->requests && !cfg->duration)
+		cfg->duration = SWEEP_POINT_S;
+	if (!cfg->requests && !seen->min_requests)
+		cfg->min_requests = SWEEP_MIN_REQUESTS;
 	if (cfg->sweep_max < cfg->sweep_start)
 		usage_error("--sweep-max %g is below --sweep-start %g", cfg->sweep_max, cfg->sweep_start);
 	if (cfg->sweep == SWEEP_CONCURRENCY)

@@ -119,7 +119,8 @@ static bool may_issue(struct sched *S, double *now)
 	if (cfg->requests && S->issued >= cfg->requests)
 		return false;
 	*now = bench_mono();
-	if (cfg->duration && *now - S->t0 >= cfg->duration)
+	/* a sweep point past its duration still sends its floor of requests */
+	if (cfg->duration && *now - S->t0 >= cfg->duration && S->issued >= cfg->min_requests)
 		return false;
 	return true;
 }

@@ -1,5 +1,6 @@
 /* sweep.c - kpi-bench --sweep: runs one load after another against a server
- * to find the highest that still meets the SLO and the knee, then reports it. */
+ * to find the highest it sustains within the SLO, confirms it and finds the
+ * knee, then reports it as a table and JSON (html.c draws the page). */
 #include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,15 +11,15 @@
 #include "tools/kpi-bench/bench.h"
 
 /* The knee: the last load before the curve bends, the median e2e having
- * doubled over the lower loads' or (open loop) throughput having fallen
- * under this share of the rate sent; none when no load bent it. */
+ * doubled over the lower loads' or the load not having been sustained
+ * (steady.c); none when no load bent it. */
 #define KNEE_E2E_FACTOR 2.0
-#define KNEE_KEEP_UP 0.9
 
 struct sweeper {
 	const struct config *base;
 	volatile sig_atomic_t *stop;
 	struct sweep sw;
+	int runs;               /* measured runs so far: points, confirmations, repeats */
 	bool unreachable;
 };
 
@@ -46,8 +47,6 @@ static void point_fill(struct sweep_point *pt, const struct run *run)
 	pt->e2e_p99 = e->n ? e->p99 : -1;
 	pt->t0 = run->t0;
 	pt->t_end = run->t_end;
-	/* what the arrivals came to: a few dozen Poisson draws stray from the
-	 * asked rate by several percent */
 	double lo = -1, hi = -1;
 	for (size_t i = 0; i < run->n_res; i++) {
 		double t = run->res[i].t_sent;
@@ -56,7 +55,10 @@ static void point_fill(struct sweep_point *pt, const struct run *run)
 		if (t > hi)
 			hi = t;
 	}
-	pt->sent_rps = hi > lo && run->n_res > 1 ? (run->n_res - 1) / ((hi - lo) / 1e3) : 0;
+	pt->span_s = hi > lo ? (hi - lo) / 1e3 : 0;
+	/* what the arrivals came to (a few dozen Poisson draws stray from the
+	 * asked rate by several percent) and what came back */
+	pt->sent_rps = pt->steady.sent_rps;
 	size_t o = 0;
 	for (int i = 0; i < run->n_err_keys && o < sizeof(pt->errors); i++)
 		o += (size_t)snprintf(pt->errors + o, sizeof(pt->errors) - o, "%s%s x%ld", i ? ", " : "",
@@ -77,9 +79,14 @@ static bool run_unreachable(const struct run *run, long ok)
 	return false;
 }
 
-/* Runs load into *pt. Returns 0, 1 when interrupted (pt not filled), -1 when
- * the run could not happen. */
-static int measure(struct sweeper *w, double load, struct sweep_point *pt)
+/* What a run is for, for the progress line. */
+enum run_kind { RUN_POINT, RUN_CONFIRM, RUN_REPEAT };
+
+/* Runs load into *pt: a point of the curve, or (for_s > 0) a confirmation
+ * that sends for for_s seconds and at least min_n requests. Returns 0, 1
+ * when interrupted (pt not filled), -1 when the run could not happen. */
+static int measure(struct sweeper *w, double load, struct sweep_point *pt, enum run_kind kind, double for_s,
+		   long min_n)
 {
 	struct config cfg = *w->base;
 	if (w->sw.kind == SWEEP_RATE) {
@@ -89,12 +96,21 @@ static int measure(struct sweeper *w, double load, struct sweep_point *pt)
 		cfg.mode = MODE_CONCURRENCY;
 		cfg.concurrency = lround(load);
 	}
+	if (for_s > 0) {
+		cfg.requests = 0;
+		cfg.duration = for_s;
+		cfg.min_requests = min_n;
+	}
 	cfg.quiet = true;
-	if (!w->base->quiet && w->sw.knee >= 0)
-		fprintf(stderr, "kpi-bench: knee repeat %d: %g %s ...\n", w->sw.n_repeats + 1, load,
-			sweep_load_unit(&w->sw));
-	else if (!w->base->quiet)
-		fprintf(stderr, "kpi-bench: sweep point %zu: %g %s ...\n", w->sw.n + 1, load, sweep_load_unit(&w->sw));
+	const char *unit = sweep_load_unit(&w->sw);
+	if (!w->base->quiet) {
+		if (kind == RUN_REPEAT)
+			fprintf(stderr, "kpi-bench: knee repeat %d: %g %s ...\n", w->sw.n_repeats + 1, load, unit);
+		else if (kind == RUN_CONFIRM)
+			fprintf(stderr, "kpi-bench: confirming %g %s for %.1f s ...\n", load, unit, for_s);
+		else
+			fprintf(stderr, "kpi-bench: sweep point %zu: %g %s ...\n", w->sw.n + 1, load, unit);
+	}
 	struct run run = { 0 };
 	int rc = client_measure(&cfg, &run, w->stop);
 	if (!rc && run.interrupted)
@@ -103,9 +119,13 @@ static int measure(struct sweeper *w, double load, struct sweep_point *pt)
 		report_apply_slo(&cfg, &run);
 		memset(pt, 0, sizeof(*pt));
 		pt->load = load;
+		pt->order = w->runs++;
+		steady_judge(&cfg, &run, &pt->steady);
 		point_fill(pt, &run);
 		pt->share = pt->requests ? (double)pt->slo_met / pt->requests : 0;
-		pt->meets = pt->requests > 0 && pt->share >= w->base->slo_share;
+		/* a load the server did not sustain has not met the SLO, whatever
+		 * share its requests reached before the queue caught up with them */
+		pt->meets = pt->requests > 0 && pt->share >= w->base->slo_share && pt->steady.sustained;
 		if (run_unreachable(&run, pt->ok)) {
 			w->unreachable = true;
 			rc = -1;
@@ -130,10 +150,9 @@ static int sweep_at(struct sweeper *w, double load, bool *meets)
 		sw->pts = np;
 	}
 	struct sweep_point pt;
-	int rc = measure(w, load, &pt);
+	int rc = measure(w, load, &pt, RUN_POINT, 0, 0);
 	if (rc)
 		return rc;
-	pt.order = (int)sw->n;
 	size_t i = sw->n;
 	while (i && sw->pts[i - 1].load > load) {
 		sw->pts[i] = sw->pts[i - 1];
@@ -156,8 +175,7 @@ static bool bent(const struct sweep *sw, size_t i)
 	for (size_t j = 0; j < i; j++)
 		if (sw->pts[j].e2e_p50 > 0 && (base < 0 || sw->pts[j].e2e_p50 < base))
 			base = sw->pts[j].e2e_p50;
-	bool keeps_up = sw->kind != SWEEP_RATE || p->throughput_rps >= KNEE_KEEP_UP * p->sent_rps;
-	return base > 0 && (p->e2e_p50 < 0 || p->e2e_p50 > KNEE_E2E_FACTOR * base || !keeps_up);
+	return base > 0 && (p->e2e_p50 < 0 || p->e2e_p50 > KNEE_E2E_FACTOR * base || !p->steady.sustained);
 }
 
 /* The first point that bends the curve and stays bent at the next load up
@@ -227,14 +245,15 @@ static int bisect(struct sweeper *w, double good, double bad)
 	return 0;
 }
 
-/* The answer: the highest load below the lowest one that missed the SLO;
- * the knee: see KNEE_E2E_FACTOR. */
+/* The answer: the highest load below the lowest one that missed the SLO
+ * (unsustained loads miss it) and below any whose confirmation missed; the
+ * knee: see KNEE_E2E_FACTOR. */
 static void sweep_conclude(struct sweep *sw)
 {
 	sw->best = sw->knee = -1;
-	sw->top_held = sw->n > 0;
+	sw->top_held = sw->n > 0 && !sw->cap_load;
 	for (size_t i = 0; i < sw->n; i++) {
-		if (!sw->pts[i].meets) {
+		if (!sw->pts[i].meets || (sw->cap_load && sw->pts[i].load >= sw->cap_load)) {
 			sw->top_held = false;
 			break;
 		}
@@ -245,6 +264,52 @@ static void sweep_conclude(struct sweep *sw)
 		sw->knee = (int)b - 1;
 }
 
+/* How long a confirmation of load sends: as long as the longest point did,
+ * so that a queue the points were too short to see has as long to build;
+ * and at least as many requests as a point at or below load sent (points
+ * of --requests N). */
+static double longest_span(const struct sweep *sw, double load, long *most)
+{
+	double s = 0;
+	*most = 0;
+	for (size_t i = 0; i < sw->n; i++) {
+		s = fmax(s, sw->pts[i].span_s);
+		if (sw->pts[i].load <= load && sw->pts[i].requests > *most)
+			*most = sw->pts[i].requests;
+	}
+	return s;
+}
+
+/* Runs the answer again; while the run misses, the answer becomes a cap and
+ * the search bisects below it, at most SWEEP_MAX_CONFIRMS times. */
+static int confirm(struct sweeper *w)
+{
+	struct sweep *sw = &w->sw;
+	while (sw->best >= 0 && sw->n_confirms < SWEEP_MAX_CONFIRMS) {
+		double load = sw->pts[sw->best].load;
+		long most;
+		double for_s = longest_span(sw, load, &most);
+		struct sweep_point *c = &sw->confirms[sw->n_confirms];
+		int rc = measure(w, load, c, RUN_CONFIRM, fmax(for_s, 1e-3), most);
+		if (rc)
+			return rc;
+		sw->n_confirms++;
+		if (c->meets) {
+			sw->confirmed = true;
+			return 0;
+		}
+		sw->cap_load = load;
+		sweep_conclude(sw);
+		if (sw->best < 0)
+			return 0;
+		rc = bisect(w, sw->pts[sw->best].load, load);
+		if (rc)
+			return rc;
+		sweep_conclude(sw);
+	}
+	return 0;
+}
+
 static int run_sweep(struct sweeper *w)
 {
 	double good, bad;
@@ -252,8 +317,10 @@ static int run_sweep(struct sweeper *w)
 	if (!rc && good > 0 && bad > 0)
 		rc = bisect(w, good, bad);
 	sweep_conclude(&w->sw);
+	if (!rc)
+		rc = confirm(w);
 	for (long k = 0; !rc && w->sw.knee >= 0 && k < w->base->knee_repeats; k++) {
-		rc = measure(w, w->sw.pts[w->sw.knee].load, &w->sw.repeats[k]);
+		rc = measure(w, w->sw.pts[w->sw.knee].load, &w->sw.repeats[k], RUN_REPEAT, 0, 0);
 		if (!rc)
 			w->sw.n_repeats++;
 	}
@@ -329,19 +396,29 @@ static void ms_cell(FILE *f, double v)
 
 static void text_row(FILE *f, const struct sweep_point *p, bool phases)
 {
-	fprintf(f, "%11g %5ld %5ld %5ld %8.2f %8.2f %6.1f%% %9.1f", p->load, p->requests, p->ok, p->failed,
+	fprintf(f, "%11g %6ld %6ld %5ld %8.2f %8.2f %6.1f%% %9.1f", p->load, p->requests, p->ok, p->failed,
 		p->throughput_rps, p->goodput_rps, 100 * p->share, p->output_tok_s);
 	ms_cell(f, p->ttft_p50);
 	ms_cell(f, p->ttft_p99);
 	ms_cell(f, p->tpot_p50);
 	ms_cell(f, p->tpot_p99);
-	fprintf(f, "  %-6s", p->meets ? "met" : "MISSED");
+	fprintf(f, "  %-6s %-6s", p->steady.sustained ? "yes" : "NO", p->meets ? "met" : "MISSED");
 	if (phases && p->phase_n)
 		fprintf(f, "  %.2f/%.2f/%.2f/%.2f/%.2f", p->phase_ms[0], p->phase_ms[1], p->phase_ms[2],
 			p->phase_ms[3], p->phase_ms[4]);
+	if (!p->steady.sustained)
+		fprintf(f, "  not sustained: %s", p->steady.why);
 	if (p->errors[0])
 		fprintf(f, "  errors: %s", p->errors);
 	fputc('\n', f);
+}
+
+/* "99.6% of 2250 requests within the SLO over 10.0 s, sustained" */
+static void confirm_text(char *out, size_t len, const struct sweep_point *c)
+{
+	snprintf(out, len, "%.1f%% of %ld requests within the SLO over %.1f s, %s%s", 100 * c->share, c->requests,
+		 c->span_s,
+		 c->steady.sustained ? "sustained" : "not sustained: ", c->steady.sustained ? "" : c->steady.why);
 }
 
 static double rel_diff(double a, double b)
@@ -353,21 +430,36 @@ static double rel_diff(double a, double b)
 static void text_answer(FILE *f, const struct config *cfg, const struct sweep *sw, const char *slo)
 {
 	const char *unit = sweep_load_unit(sw);
-	if (sw->best < 0) {
+	char line[256];
+	for (int k = 0; k < sw->n_confirms; k++) {
+		const struct sweep_point *c = &sw->confirms[k];
+		confirm_text(line, sizeof(line), c);
+		fprintf(f, "confirming %g %s: %s: %s\n", c->load, unit, line,
+			c->meets ? "met" : "MISSED, searching below it");
+	}
+	if (sw->best < 0 && sw->n_confirms) {
+		fprintf(f, "max load meeting the SLO: none confirmed: every answer the points gave missed when run "
+			"again as long as the longest point; the server's capacity is below %g %s or too noisy to hold: "
+			"lower --sweep-start, lengthen --duration or loosen --slo\n", sw->cap_load, unit);
+	} else if (sw->best < 0) {
 		fprintf(f, "max load meeting the SLO: none; even %g %s missed it: lower --sweep-start or loosen --slo\n",
 			sw->n ? sw->pts[0].load : cfg->sweep_start, unit);
 	} else {
 		const struct sweep_point *b = &sw->pts[sw->best];
-		fprintf(f, "max load meeting the SLO: %g %s (%.0f%% of requests within %s)%s\n", b->load, unit,
-			100 * cfg->slo_share, slo, sw->top_held ? "; it held at the highest load tried: raise --sweep-max" : "");
+		if (sw->confirmed)
+			confirm_text(line, sizeof(line), &sw->confirms[sw->n_confirms - 1]);
+		fprintf(f, "max load meeting the SLO: %g %s (%.0f%% of requests within %s, sustained); %s%s%s\n",
+			b->load, unit, 100 * cfg->slo_share, slo, sw->confirmed ? "confirmed: " : "not confirmed",
+			sw->confirmed ? line : (sw->n_confirms ? " (no confirmation left)" : ""),
+			sw->top_held ? "; it held at the highest load tried: raise --sweep-max" : "");
 		fprintf(f, "  there: %.2f req/s, %.1f output tok/s, TTFT p50 %.2f ms p99 %.2f ms, TPOT p50 %.2f ms p99 %.2f ms\n",
 			b->throughput_rps, b->output_tok_s, b->ttft_p50, b->ttft_p99, b->tpot_p50, b->tpot_p99);
 	}
 	if (sw->knee < 0)
 		fprintf(f, "knee: not reached: no load up to %g %s bent the curve\n", sw->n ? sw->pts[sw->n - 1].load : 0, unit);
 	else
-		fprintf(f, "knee: %g %s (the last load before the median e2e doubled over the lower loads'%s)\n",
-			sw->pts[sw->knee].load, unit, sw->kind == SWEEP_RATE ? " or throughput fell under 90% of the rate sent" : "");
+		fprintf(f, "knee: %g %s (the last load before the median e2e doubled over the lower loads' or the "
+			"load was not sustained)\n", sw->pts[sw->knee].load, unit);
 	if (sw->n_repeats == 2) {
 		const struct sweep_point *a = &sw->repeats[0], *b = &sw->repeats[1];
 		fprintf(f, "noise: the knee run twice more: %.2f and %.2f req/s (%.1f%% apart), SLO met by %.1f%% "
@@ -381,11 +473,13 @@ static void sweep_text(FILE *f, const struct config *cfg, const struct sweep *sw
 {
 	char slo[128];
 	report_slo_text(cfg, slo, sizeof(slo));
-	char per[64];
-	if (cfg->requests)
+	char per[80];
+	if (cfg->requests && cfg->duration)
+		snprintf(per, sizeof(per), "%ld requests or %g s", cfg->requests, cfg->duration);
+	else if (cfg->requests)
 		snprintf(per, sizeof(per), "%ld requests", cfg->requests);
 	else
-		snprintf(per, sizeof(per), "%g s", cfg->duration);
+		snprintf(per, sizeof(per), "%g s (at least %ld requests)", cfg->duration, cfg->min_requests);
 	fprintf(f, "kpi-bench sweep: %s, %s %s, prompt-len %s, max-tokens %s%s, SLO %s for %.0f%% of requests, "
 		"%s per point after %ld warm-up, seed %llu\n", sw->kind == SWEEP_RATE ? "rate" : "concurrency",
 		cfg->url, cfg->endpoint == EP_CHAT ? "chat" : "completions", cfg->prompt_len.spec,
@@ -396,9 +490,9 @@ static void sweep_text(FILE *f, const struct config *cfg, const struct sweep *sw
 	bool phases = false;
 	for (size_t i = 0; i < sw->n; i++)
 		phases |= sw->pts[i].phase_n > 0;
-	fprintf(f, "%11s %5s %5s %5s %8s %8s %7s %9s %9s %9s %9s %9s  %s%s\n", sweep_load_unit(sw), "reqs", "ok",
-		"fail", "req/s", "good/s", "met", "out tok/s", "ttft p50", "ttft p99", "tpot p50", "tpot p99", "SLO",
-		phases ? "  server ms: net-in/queue/prefill/decode/net-out" : "");
+	fprintf(f, "%11s %6s %6s %5s %8s %8s %7s %9s %9s %9s %9s %9s  %-6s %-6s%s\n", sweep_load_unit(sw), "reqs",
+		"ok", "fail", "req/s", "good/s", "met", "out tok/s", "ttft p50", "ttft p99", "tpot p50", "tpot p99",
+		"steady", "SLO", phases ? "  server ms: net-in/queue/prefill/decode/net-out" : "");
 	for (size_t i = 0; i < sw->n; i++)
 		text_row(f, &sw->pts[i], phases);
 	text_answer(f, cfg, sw, slo);
@@ -428,6 +522,14 @@ static json_t *point_json(const struct sweep *sw, const struct sweep_point *p)
 	json_object_set_new(o, "meets_slo", json_boolean(p->meets));
 	json_object_set_new(o, "duration_s", json_real(p->wall_s));
 	json_object_set_new(o, "sent_rps", json_real(p->sent_rps));
+	json_object_set_new(o, "sending_s", json_real(p->span_s));
+	json_object_set_new(o, "achieved_rps", json_real(p->steady.achieved_rps));
+	json_object_set_new(o, "sustained", json_boolean(p->steady.sustained));
+	json_object_set_new(o, "not_sustained", p->steady.sustained ? json_null() : json_string(p->steady.why));
+	json_object_set_new(o, "ttft_p50_first_third_ms", ms_json(p->steady.ttft_first));
+	json_object_set_new(o, "ttft_p50_last_third_ms", ms_json(p->steady.ttft_last));
+	json_object_set_new(o, "e2e_p50_first_third_ms", ms_json(p->steady.e2e_first));
+	json_object_set_new(o, "e2e_p50_last_third_ms", ms_json(p->steady.e2e_last));
 	json_object_set_new(o, "throughput_rps", json_real(p->throughput_rps));
 	json_object_set_new(o, "goodput_rps", json_real(p->goodput_rps));
 	json_object_set_new(o, "output_tok_s", json_real(p->output_tok_s));
@@ -449,10 +551,11 @@ static json_t *point_json(const struct sweep *sw, const struct sweep_point *p)
 
 static json_t *settings_json(const struct config *cfg)
 {
-	return json_pack("{s:s, s:s, s:s, s:b, s:I, s:o, s:I, s:f, s:f, s:o, s:o}",
+	return json_pack("{s:s, s:s, s:s, s:b, s:I, s:o, s:o, s:I, s:f, s:f, s:o, s:o}",
 		"url", cfg->url, "prompt_len", cfg->prompt_len.spec, "max_tokens", cfg->max_tokens.spec,
 		"ignore_eos", cfg->ignore_eos, "seed", (json_int_t)cfg->seed,
 		"requests_per_point", cfg->requests ? json_integer(cfg->requests) : json_null(),
+		"min_requests_per_point", cfg->min_requests ? json_integer(cfg->min_requests) : json_null(),
 		"warmup", (json_int_t)cfg->warmup, "burstiness", cfg->burstiness, "slo_share", cfg->slo_share,
 		"duration_per_point_s", cfg->duration > 0 ? json_real(cfg->duration) : json_null(),
 		"slo", json_pack("{s:o, s:o, s:o}", "ttft_ms", ms_json(cfg->slo_ttft > 0 ? cfg->slo_ttft : -1),
@@ -469,6 +572,12 @@ static void answer_json(json_t *root, const struct sweep *sw)
 	json_object_set_new(root, "max_slo_concurrency", b && !rate ? json_integer(lround(b->load)) : json_null());
 	json_object_set_new(root, "at_max_slo", b ? point_json(sw, b) : json_null());
 	json_object_set_new(root, "slo_held_at_highest_load", json_boolean(sw->top_held));
+	json_object_set_new(root, "max_slo_confirmed", json_boolean(sw->confirmed));
+	json_t *conf = json_array();
+	for (int i = 0; i < sw->n_confirms; i++)
+		json_array_append_new(conf, point_json(sw, &sw->confirms[i]));
+	json_object_set_new(root, "confirmations", conf);
+	json_object_set_new(root, "confirm_cap", sw->cap_load ? json_real(sw->cap_load) : json_null());
 	json_object_set_new(root, "knee", sw->knee >= 0 ? point_json(sw, &sw->pts[sw->knee]) : json_null());
 	json_t *reps = json_array();
 	for (int i = 0; i < sw->n_repeats; i++)

@@ -129,11 +129,20 @@ static int search_baseline(struct ttft_rows *tr, int64_t lo, int64_t hi, int64_t
 	return found;
 }
 
-static int load_window(struct report *r, struct rp_window *w)
+static int load_window(struct report *r, struct rp_window *w, char *err, size_t errlen)
 {
-	if (trace_window_stats(r->t, w->from_ns, w->to_ns, true, &w->w)) return -1;
-	if (trace_step_stats(r->t, w->from_ns, w->to_ns, 512, &w->steps)) return -1;
-	if (trace_prefix_reuse(r->t, w->from_ns, w->to_ns, &w->reuse)) return -1;
+	if (trace_window_stats(r->t, w->from_ns, w->to_ns, true, &w->w) ||
+	    trace_step_stats(r->t, w->from_ns, w->to_ns, 512, &w->steps) ||
+	    trace_prefix_reuse(r->t, w->from_ns, w->to_ns, &w->reuse)) {
+		snprintf(err, errlen, "reading %s failed: %s", trace_path(r->t), trace_errmsg(r->t));
+		return -1;
+	}
+	if (trace_queue_wait(r->t, w->from_ns, w->to_ns, &w->queue, err, errlen))
+		return -1;
+	/* the depth is the requests in their queue phase: the samples see one
+	 * instant a second, the requests' own phases every instant */
+	if (w->queue.peak > w->w.queue_depth_max)
+		w->w.queue_depth_max = w->queue.peak;
 	w->valid = 1;
 	return 0;
 }
@@ -357,31 +366,76 @@ struct fctx {
 	double ssecs, bssecs;
 };
 
-/* 1. queue growth with no rejections */
+/* "; queue depth peaked at 37 (baseline 2)", only where it rose: a depth
+ * that did not is no evidence of a queue that grew. */
+static void depth_clause(char *out, size_t len, const struct trace_window *i, const struct trace_window *b)
+{
+	out[0] = 0;
+	if (i->queue_depth_max > b->queue_depth_max)
+		snprintf(out, len, "; %d requests were in their queue phase at once at the peak (baseline %d)",
+			 i->queue_depth_max, b->queue_depth_max);
+}
+
+/* 1. queue growth, by what held the queue. kpi-infer admits from the queue
+ * head while the step has tokens (--max-batched-tokens), a slot (--max-seqs)
+ * and KV blocks left; the steps that passed the waiting requests over say
+ * which ran out: a step that carried the most tokens any step carried ran
+ * out of tokens (trace_queue.h). Most of them full: the step budget, a
+ * finding of its own; otherwise, with nothing rejected, admission control. */
 static void finding_queue(const struct fctx *c)
 {
 	struct report *r = c->r;
 	const struct trace_window *i = c->i, *b = c->b;
+	const struct trace_queue *q = &r->inc.queue;
 	const struct rp_attr *tt = c->tt;
 	int64_t rej = c->rej;
-	char s1[16], s2[16];
+	char s1[16], s2[16], depth[128];
 	struct rp_finding *f;
 
 	double qshare = tt->inc > tt->base ? tt->share[1] : 0;
 	int qgrew = i->queue_depth_max >= 2 * b->queue_depth_max + 2 ||
 		    (i->m[TM_QUEUE].p99 >= 3 * b->m[TM_QUEUE].p99 && i->m[TM_QUEUE].p99 >= 50 * NS_PER_MS);
-	if (qgrew && qshare >= 0.4 && rej == 0 && (f = add_finding(r, "queue growth with no rejections", "queue", 1 + qshare, 1))) {
-		snprintf(f->title, sizeof(f->title), "Queue wait: the queue grew and nothing was rejected "
-			 "(admission control missing or too lax)");
+	if (!qgrew || qshare < 0.4)
+		return;
+	depth_clause(depth, sizeof(depth), i, b);
+	timefmt_dur(s1, 16, i->m[TM_QUEUE].p99);
+	timefmt_dur(s2, 16, b->m[TM_QUEUE].p99);
+	if (q->steps > 0 && 2 * q->full_steps >= q->steps) {
+		if (!(f = add_finding(r, "step token budget", "queue", 1 + qshare, 1)))
+			return;
+		snprintf(f->title, sizeof(f->title), "Queue wait: requests waited for the step's token budget, "
+			 "not for admission (each step carried %lld tokens while %d requests waited their turn)",
+			 (long long)q->step_tokens_max, q->waited);
 		snprintf(f->evidence, sizeof(f->evidence),
-			 "queue wait is %.0f%% of the p99 TTFT increase; queue depth peaked at %d (baseline %d); "
-			 "p99 queue wait %s (baseline %s); 0 rejections (HTTP 429) in the window; %.1f arrivals/s "
-			 "(baseline %.1f)", qshare * 100, i->queue_depth_max, b->queue_depth_max,
-			 timefmt_dur(s1, 16, i->m[TM_QUEUE].p99), timefmt_dur(s2, 16, b->m[TM_QUEUE].p99),
-			 i->req_per_s, b->req_per_s);
-		snprintf(f->action, sizeof(f->action), "bound the queue (kpi-infer's queue limit) so excess load "
-			 "gets a fast 429 instead of a slow answer, or add capacity for this arrival rate");
+			 "queue wait is %.0f%% of the p99 TTFT increase; p99 queue wait %s (baseline %s)%s; "
+			 "%d requests were passed over by at least one step, %lld prompt tokens among them; "
+			 "%lld of the %lld steps that ran while they waited carried %lld tokens (prefill + decode), "
+			 "the most any step carried: the step's token budget (kpi-infer --max-batched-tokens), "
+			 "filled by %lld prefill tokens and %lld decodes in all; %lld rejections (HTTP 429)",
+			 qshare * 100, s1, s2, depth, q->waited, (long long)q->waited_prompt_tokens,
+			 (long long)q->full_steps, (long long)q->steps, (long long)q->step_tokens_max,
+			 (long long)q->prefill_tokens, (long long)q->decode_seqs, (long long)rej);
+		snprintf(f->action, sizeof(f->action), "raise --max-batched-tokens so a step prefills more of "
+			 "the queue (longer steps: the running requests' inter-token gaps grow with it), or "
+			 "prefill on workers of their own (disaggregation) so prompts do not queue behind the "
+			 "step budget");
+		return;
 	}
+	if (rej || !(f = add_finding(r, "queue growth with no rejections", "queue", 1 + qshare, 1)))
+		return;
+	snprintf(f->title, sizeof(f->title), "Queue wait: the queue grew and nothing was rejected "
+		 "(admission control missing or too lax)");
+	int n = snprintf(f->evidence, sizeof(f->evidence),
+			 "queue wait is %.0f%% of the p99 TTFT increase; p99 queue wait %s (baseline %s)%s; "
+			 "0 rejections (HTTP 429) in the window; %.1f arrivals/s (baseline %.1f)", qshare * 100,
+			 s1, s2, depth, i->req_per_s, b->req_per_s);
+	if (q->steps > 0)
+		snprintf(f->evidence + n, sizeof(f->evidence) - (size_t)n, "; %lld of the %lld steps that ran "
+			 "while requests waited carried %lld tokens, the most any step did: the step's token "
+			 "budget was not what held the others", (long long)q->full_steps, (long long)q->steps,
+			 (long long)q->step_tokens_max);
+	snprintf(f->action, sizeof(f->action), "bound the queue (kpi-infer's queue limit) so excess load "
+		 "gets a fast 429 instead of a slow answer, or add capacity for this arrival rate");
 }
 
 /* 1-3 for a window of http rows only: queue growth, KV exhaustion and long
@@ -802,7 +856,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 	if (from < r->first_ns) from = r->first_ns;
 	r->inc.from_ns = from;
 	r->inc.to_ns = to;
-	if (load_window(r, &r->inc)) goto sqlfail;
+	if (load_window(r, &r->inc, err, errlen)) return -1;
 	if (r->inc.w.requests == 0) {
 		snprintf(err, errlen, "no requests arrived between %s and %s; the trace spans %s to %s",
 			 trace_fmt_time(r->t, a, sizeof(a), from, 1), trace_fmt_time(r->t, b, sizeof(b), to, 1),
@@ -816,7 +870,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 		goto sqlfail;
 	r->compare = found;
 	if (found) {
-		if (load_window(r, &r->base)) goto sqlfail;
+		if (load_window(r, &r->base, err, errlen)) return -1;
 		if (attribute(r, &r->attr[0], "TTFT", 99) || attribute(r, &r->attr[1], "TTFT", 50) ||
 		    attribute(r, &r->attr[2], "e2e", 99) || attribute(r, &r->attr[3], "e2e", 50))
 			goto sqlfail;
@@ -831,6 +885,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 	r->tl_from = lo - margin < r->first_ns ? r->first_ns : lo - margin;
 	r->tl_to = hi + margin > r->last_ns + 1 ? r->last_ns + 1 : hi + margin;
 	if (trace_series(r->t, r->tl_from, r->tl_to, RP_TIMELINE, r->tl)) goto sqlfail;
+	if (trace_queue_series(r->t, r->tl_from, r->tl_to, RP_TIMELINE, r->tl, err, errlen)) return -1;
 	r->nslow = trace_slowest(r->t, from, to, r->slow, RP_SLOWEST);
 	if (found)
 		findings(r);

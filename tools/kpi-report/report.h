@@ -7,6 +7,7 @@
 #include "tools/common/trace.h"
 #include "tools/common/trace_cost.h"
 #include "tools/common/trace_hops.h"
+#include "tools/common/trace_queue.h"
 #include "tools/common/trace_reuse.h"
 
 #include <stdio.h>
@@ -21,6 +22,7 @@ struct rp_window {
 	struct trace_window w;
 	struct trace_steps steps;
 	struct trace_reuse reuse;       /* a llama.cpp engine's prefix cache (requests 0: none) */
+	struct trace_queue queue;       /* who waited at once, and for what */
 };
 
 /* How a percentile's change splits over phases: the mean phase times of the

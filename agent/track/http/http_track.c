@@ -696,6 +696,16 @@ void http_track_close(struct http_track *t, uint64_t ts, enum http_closer who)
 	t->owed = 0;
 }
 
+void http_track_shut(struct http_track *t, uint64_t ts)
+{
+	if (!t)
+		return;
+	ts = tick(t, ts);
+	struct dir *o = &t->out;
+	if (o->x && o->state == D_BODY && o->close_delim)
+		msg_done(t, o, ts);
+}
+
 void http_track_expire(struct http_track *t, uint64_t now)
 {
 	if (!t)

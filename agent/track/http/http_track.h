@@ -144,6 +144,11 @@ void http_track_feed(struct http_track *t, enum http_dir dir, const uint8_t *dat
  * ready for a new connection. */
 void http_track_close(struct http_track *t, uint64_t ts, enum http_closer who);
 
+/* The server shut its side down (shutdown SHUT_WR: its FIN) at ts: a body
+ * delimited by the close ends complete there, where its client saw it end,
+ * not at the close() that may come much later. Nothing else ends. */
+void http_track_shut(struct http_track *t, uint64_t ts);
+
 /* Ends every exchange in flight as HTTP_END_TIMEOUT at now (the caller's
  * timeout, from http_track_last_ts). Framing goes on: a late response is
  * followed and counted as an orphan, never matched to a newer request. */

@@ -1,0 +1,18 @@
+/* kv_fetch.h - a decode worker's side of a KV transfer (--role decode): the
+ * prompt's KV and first token fetched from the prefill worker a request names
+ * (x-kpi-prefill), received straight into one buffer, checked against this
+ * worker's model (abi/kpi_kv_wire.h), then handed to the engine with the
+ * request. A transfer that fails ends its request with an error status;
+ * nothing else is touched. */
+#ifndef KPI_SERVER_KV_FETCH_H
+#define KPI_SERVER_KV_FETCH_H
+
+struct req;
+
+/* r is admitted and holds its prompt ids and sampling parameters. */
+void kv_fetch_start(struct req *r, const char *addr);
+/* r's client went away: the transfer stops (the prefill worker sees the
+ * connection close and cancels its prefill) and r ends here. */
+void kv_fetch_cancel(struct req *r);
+
+#endif

@@ -1,0 +1,298 @@
+/* kv_wire.c - the KV-transfer stream (kv_wire.h): the header a prefill worker
+ * writes and the reader a decode worker receives with. The reader trusts
+ * nothing: magic, version, model, shape, sizes, frame order and a checksum
+ * of the KV are all checked before the payload is handed out. */
+#include "daemon/server/kv_wire.h"
+
+#include "daemon/engine.h"
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+void kv_wire_header(const struct kv_model *m, uint32_t n_tokens, struct kpi_kv_header *h)
+{
+	memset(h, 0, sizeof(*h));
+	h->magic = KPI_KV_MAGIC;
+	h->version = KPI_KV_VERSION;
+	h->header_bytes = sizeof(*h);
+	h->fingerprint = m->fingerprint;
+	snprintf(h->model, sizeof(h->model), "%s", m->name);
+	h->n_layers = m->n_layers;
+	h->n_kv_heads = m->n_kv_heads;
+	h->head_dim = m->head_dim;
+	h->dtype = m->dtype;
+	h->block_size = m->block_size;
+	h->n_tokens = n_tokens;
+	h->payload_bytes = kpi_kv_payload_bytes(m->n_layers, n_tokens, m->n_kv_heads, m->head_dim,
+						m->dtype);
+	h->vocab_size = m->vocab_size;
+}
+
+void kv_reader_init(struct kv_reader *r, const struct kv_model *m, uint32_t n_tokens)
+{
+	memset(r, 0, sizeof(*r));
+	r->m = m;
+	r->want_tokens = n_tokens;
+	r->stage = KVR_HEADER;
+}
+
+void kv_reader_free(struct kv_reader *r)
+{
+	free(r->payload);
+	if (r->xx)
+		XXH3_freeState(r->xx);
+	r->payload = NULL;
+	r->xx = NULL;
+}
+
+void kv_reader_fail(struct kv_reader *r, int status, const char *fmt, ...)
+{
+	if (r->stage == KVR_FAILED || r->stage == KVR_DONE)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(r->err, sizeof(r->err), fmt, ap);
+	va_end(ap);
+	r->status = status;
+	r->stage = KVR_FAILED;
+	free(r->payload);
+	r->payload = NULL;
+}
+
+/* Where the current frame's current run (head h's n_pos rows of K, then of
+ * V) goes in the payload, laid out [layer][K, V][head][n_tokens][head_dim]. */
+static char *run_at(const struct kv_reader *r, size_t *len)
+{
+	const struct kv_model *m = r->m;
+	size_t row = (size_t)m->head_dim * kpi_kv_dtype_bytes(m->dtype);
+	size_t per_head = (size_t)r->hdr.n_tokens * row, half = per_head * m->n_kv_heads;
+	uint32_t kv = r->run / m->n_kv_heads, h = r->run % m->n_kv_heads;
+	*len = (size_t)r->lf.n_pos * row;
+	return r->payload + (size_t)r->lf.layer * r->layer_bytes + kv * half + h * per_head +
+	       (size_t)r->lf.first_pos * row;
+}
+
+void kv_reader_want(struct kv_reader *r, char **p, size_t *n)
+{
+	switch (r->stage) {
+	case KVR_HEADER:
+		*p = (char *)&r->hdr + r->have;
+		*n = sizeof(r->hdr) - r->have;
+		return;
+	case KVR_LAYER:
+		*p = (char *)&r->lf + r->have;
+		*n = sizeof(r->lf) - r->have;
+		return;
+	case KVR_PAYLOAD: {
+		size_t len;
+		*p = run_at(r, &len) + r->have;
+		*n = len - r->have;
+		return;
+	}
+	case KVR_END:
+		*p = (char *)&r->end + r->have;
+		*n = sizeof(r->end) - r->have;
+		return;
+	default:
+		*p = NULL;
+		*n = 0;
+	}
+}
+
+/* The header is in: every field against this worker before anything is allocated. */
+static void check_header(struct kv_reader *r)
+{
+	const struct kpi_kv_header *h = &r->hdr;
+	const struct kv_model *m = r->m;
+	if (h->magic != KPI_KV_MAGIC || h->header_bytes != sizeof(*h)) {
+		kv_reader_fail(r, KPI_KV_ERR_MAGIC, "not a KV stream (magic %08x, header of %u bytes)",
+			       h->magic, h->header_bytes);
+		return;
+	}
+	if (h->version != KPI_KV_VERSION) {
+		kv_reader_fail(r, KPI_KV_ERR_VERSION, "KV stream version %u; this worker reads version %u "
+			       "(run the same kpi-infer on both sides)", h->version, KPI_KV_VERSION);
+		return;
+	}
+	char name[sizeof(h->model) + 1];
+	memcpy(name, h->model, sizeof(h->model));
+	name[sizeof(h->model)] = 0;
+	for (char *c = name; *c; c++)
+		if ((unsigned char)*c < 0x20 || (unsigned char)*c >= 0x7f)
+			*c = '?';
+	if (h->fingerprint != m->fingerprint) {
+		kv_reader_fail(r, KPI_KV_ERR_MODEL, "the prefill worker serves another model: '%s' "
+			       "(fingerprint %016llx), this worker '%s' (%016llx)", name,
+			       (unsigned long long)h->fingerprint, m->name,
+			       (unsigned long long)m->fingerprint);
+		return;
+	}
+	if (h->n_layers != m->n_layers || h->n_kv_heads != m->n_kv_heads ||
+	    h->head_dim != m->head_dim || h->dtype != m->dtype || h->vocab_size != m->vocab_size) {
+		kv_reader_fail(r, KPI_KV_ERR_SHAPE, "KV shape %u layers x %u KV heads x %u, dtype %u, "
+			       "vocabulary %u; this worker's is %u x %u x %u, dtype %u, vocabulary %u",
+			       h->n_layers, h->n_kv_heads, h->head_dim, h->dtype, h->vocab_size,
+			       m->n_layers, m->n_kv_heads, m->head_dim, m->dtype, m->vocab_size);
+		return;
+	}
+	if (h->n_tokens != r->want_tokens) {
+		kv_reader_fail(r, KPI_KV_ERR_TOKENS, "the KV covers %u positions; the prompt has %u tokens",
+			       h->n_tokens, r->want_tokens);
+		return;
+	}
+	uint64_t want = kpi_kv_payload_bytes(m->n_layers, h->n_tokens, m->n_kv_heads, m->head_dim,
+					     m->dtype);
+	if (h->payload_bytes != want || h->block_size == 0) {
+		kv_reader_fail(r, KPI_KV_ERR_SIZE, "the header announces %llu KV bytes (block size %u); "
+			       "%u positions of this model are %llu", (unsigned long long)h->payload_bytes,
+			       h->block_size, h->n_tokens, (unsigned long long)want);
+		return;
+	}
+	r->layer_bytes = want / m->n_layers;
+	r->payload = engine_kv_buffer(want);
+	r->xx = XXH3_createState();
+	if (!r->payload || !r->xx) {
+		kv_reader_fail(r, KPI_KV_ERR_SIZE, "out of memory for %llu KV bytes",
+			       (unsigned long long)want);
+		return;
+	}
+	XXH3_64bits_reset(r->xx);
+	r->stage = KVR_LAYER;
+}
+
+/* The frame after the current one: the next layer, the second half, or the end. */
+static void next_frame(struct kv_reader *r)
+{
+	r->run = 0;
+	r->stage = ++r->frame == 2 * r->m->n_layers ? KVR_END : KVR_LAYER;
+}
+
+static void check_layer(struct kv_reader *r)
+{
+	const struct kv_model *m = r->m;
+	uint32_t n = r->hdr.n_tokens, layer = r->frame % m->n_layers;
+	bool second = r->frame >= m->n_layers;
+	if (r->frame == 0 && r->lf.magic == KPI_KV_LAYER_MAGIC && r->lf.n_pos < n)
+		r->cached = r->lf.n_pos; /* c, for every frame after */
+	uint32_t first = second ? r->cached : 0, count = second ? n - r->cached : r->cached;
+	if (r->lf.magic != KPI_KV_LAYER_MAGIC || r->lf.layer != layer || r->lf.first_pos != first ||
+	    r->lf.n_pos != count) {
+		kv_reader_fail(r, KPI_KV_ERR_FRAME, "expected frame %u: layer %u, positions %u+%u; got "
+			       "magic %08x layer %u positions %u+%u", r->frame, layer, first, count,
+			       r->lf.magic, r->lf.layer, r->lf.first_pos, r->lf.n_pos);
+		return;
+	}
+	uint64_t want = 2ull * m->n_kv_heads * count * m->head_dim * kpi_kv_dtype_bytes(m->dtype);
+	if (r->lf.bytes != want) {
+		kv_reader_fail(r, KPI_KV_ERR_SIZE, "frame %u (layer %u, %u positions) of %llu bytes; "
+			       "they make %llu", r->frame, layer, count, (unsigned long long)r->lf.bytes,
+			       (unsigned long long)want);
+		return;
+	}
+	if (count == 0)
+		next_frame(r);
+	else
+		r->stage = KVR_PAYLOAD;
+}
+
+static void check_end(struct kv_reader *r)
+{
+	const struct kpi_kv_end *e = &r->end;
+	if (e->magic != KPI_KV_END_MAGIC) {
+		kv_reader_fail(r, KPI_KV_ERR_FRAME, "expected the end frame, got magic %08x", e->magic);
+		return;
+	}
+	if (e->status != KPI_KV_OK) {
+		kv_reader_fail(r, KPI_KV_ERR_UPSTREAM, "the prefill worker ended the stream with status "
+			       "%u (%s)", e->status, kpi_kv_status_name((int)e->status));
+		return;
+	}
+	if (e->n_tokens != r->hdr.n_tokens) {
+		kv_reader_fail(r, KPI_KV_ERR_FRAME, "end frame for %u positions, header for %u",
+			       e->n_tokens, r->hdr.n_tokens);
+		return;
+	}
+	if (e->first_token < 0 || (uint32_t)e->first_token >= r->m->vocab_size) {
+		kv_reader_fail(r, KPI_KV_ERR_TOKEN, "first token %d is outside the vocabulary of %u",
+			       e->first_token, r->m->vocab_size);
+		return;
+	}
+	XXH3_64bits_update(r->xx, e, offsetof(struct kpi_kv_end, checksum));
+	uint64_t sum = XXH3_64bits_digest(r->xx);
+	if (sum != e->checksum) {
+		kv_reader_fail(r, KPI_KV_ERR_CHECKSUM, "KV checksum %016llx, the stream says %016llx",
+			       (unsigned long long)sum, (unsigned long long)e->checksum);
+		return;
+	}
+	r->stage = KVR_DONE;
+}
+
+enum kv_reader_stage kv_reader_got(struct kv_reader *r, size_t n)
+{
+	r->have += n;
+	switch (r->stage) {
+	case KVR_HEADER:
+		if (r->have == sizeof(r->hdr)) {
+			r->have = 0;
+			check_header(r);
+		}
+		break;
+	case KVR_LAYER:
+		if (r->have == sizeof(r->lf)) {
+			r->have = 0;
+			check_layer(r);
+		}
+		break;
+	case KVR_PAYLOAD: {
+		size_t len;
+		char *at = run_at(r, &len) + r->have - n;
+		XXH3_64bits_update(r->xx, at, n);
+		r->received += n;
+		if (r->have == len) {
+			r->have = 0;
+			if (++r->run == 2 * r->m->n_kv_heads)
+				next_frame(r);
+		}
+		break;
+	}
+	case KVR_END:
+		if (r->have == sizeof(r->end)) {
+			r->have = 0;
+			check_end(r);
+		}
+		break;
+	default:
+		break;
+	}
+	return r->stage;
+}
+
+size_t kv_reader_feed(struct kv_reader *r, const char *in, size_t n)
+{
+	size_t used = 0;
+	while (used < n) {
+		char *p;
+		size_t want;
+		kv_reader_want(r, &p, &want);
+		if (!want)
+			break;
+		size_t k = n - used < want ? n - used : want;
+		memcpy(p, in + used, k);
+		used += k;
+		kv_reader_got(r, k);
+	}
+	return used;
+}
+
+void *kv_reader_take_payload(struct kv_reader *r)
+{
+	if (r->stage != KVR_DONE)
+		return NULL;
+	void *p = r->payload;
+	r->payload = NULL;
+	return p;
+}
