@@ -105,7 +105,8 @@ static const char usage[] =
 "  --release-held     continue every process that a kpi-agent which is gone (killed,\n"
 "                     crashed) left stopped at its exec or listen(), then exit: what\n"
 "                     the systemd unit's ExecStopPost= runs (an agent also does it\n"
-"                     when it starts); a process stopped by anyone else is left so\n"
+"                     when it starts, and its guard, kpi-hold-guard, when the agent\n"
+"                     alone dies); a process stopped by anyone else is left so\n"
 "  --flush-ms N       write to the database every N ms, one transaction (default 200)\n"
 "  --ringbuf-mb N     BPF ring buffer size in MiB, a power of two (default 16)\n"
 "  --token-detail     also store every token's write time (table tokens)\n"
@@ -631,6 +632,9 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 		return -1;
 	}
 	printf("%s\n", said);
+	/* it needs no more than the main loop; the hold guard it forks comes
+	 * before any other thread */
+	attach_watchdog_start(ag->at);
 	ag->bus = bus_new();
 	if (!ag->bus || !(ag->asm_ = assemble_new(ag->bus))) {
 		fprintf(stderr, "kpi-agent: out of memory\n");
@@ -850,7 +854,6 @@ int main(int argc, char **argv)
 			"counted as tls_unreadable): %s\n", err);
 	if (attach_global(ag.at) || open_outputs(&ag, &priv))
 		goto cleanup;
-	attach_watchdog_start(ag.at);    /* after the drop: it needs no more than the main loop */
 	/* before the line scripts wait on: what runs now is attached, and with
 	 * --exe its file's probes are in place for what starts next */
 	attach_rescan(ag.at);

@@ -40,9 +40,10 @@ struct attach *attach_new(struct kpi_bpf *skel, const struct host_features *feat
 /* Before load: the program flavours this kernel takes (bpf_program__set_autoload)
  * and the maps only they use. */
 void attach_choose_programs(struct attach *at);
-/* After the privilege drop: a thread that continues any process the exec
- * hold has kept stopped for over 250 ms, whatever the main loop is doing
- * (hold.h). */
+/* After the privilege drop, before any other thread: a thread that continues
+ * any process the exec hold has kept stopped for over 250 ms, whatever the
+ * main loop is doing, and the guard that continues them after a kill of the
+ * agent (hold.h). */
 void attach_watchdog_start(struct attach *at);
 /* The agent is ending: its programs stop no process any more, and every
  * process they stopped runs on (hold_end).  Called as the loop ends, before

@@ -35,12 +35,15 @@ bool hold_is_held(const struct hold *h, pid_t pid);
 /* This agent is done with pid (attached, refused, gone): if it holds it,
  * the hold ends and the process runs on. True when it was continued. */
 bool hold_release(struct hold *h, pid_t pid);
-/* After the privilege drop: a thread that every 50 ms continues what this
- * agent has held for over HOLD_MAX_MS and what agents that are gone held. */
+/* After the privilege drop, before any other thread: a thread that every
+ * 50 ms continues what this agent has held for over HOLD_MAX_MS and what
+ * agents that are gone held, and the guard, a process (kpi-hold-guard,
+ * CAP_BPF and CAP_KILL only) that outlives the agent and continues what it
+ * held once it is killed (hold.c). */
 void hold_watchdog_start(struct hold *h);
 /* The agent ends: its programs hold nothing more, then every hold of its own
  * ends (twice, around a program's run, for one that was inside when the stop
- * came). Idempotent; the watchdog stops. */
+ * came). Idempotent; the watchdog stops and the guard exits. */
 void hold_end(struct hold *h);
 void hold_free(struct hold *h);
 
