@@ -514,6 +514,7 @@ static void losses_sample(struct agent *ag, uint64_t now, struct kpi_loss_record
 	trace_store_shed(ag->store, &shed_req, &shed_rows);
 	l->total[KPI_LOSS_SHED_ROWS] = shed_req + shed_rows;
 	l->total[KPI_LOSS_RETENTION_ROWS] = trace_store_retained(ag->store);
+	l->total[KPI_LOSS_UNSHIPPED_ROWS] = trace_store_unshipped(ag->store);
 	assemble_losses(ag->asm_, l);
 }
 

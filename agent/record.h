@@ -138,6 +138,7 @@ enum kpi_loss {
 	KPI_LOSS_TLS_UNREADABLE,        /* TLS connections of a process whose libssl is not
 					 * probed, and SSL calls with no socket to put them on */
 	KPI_LOSS_HOPS_UNLINKED,         /* outbound exchanges no rule could give a parent */
+	KPI_LOSS_UNSHIPPED_ROWS,        /* rows retention removed before kpi-ship shipped them */
 	KPI_LOSS__COUNT
 };
 
@@ -148,7 +149,7 @@ static inline const char *kpi_loss_name(int cause)
 	static const char *const names[KPI_LOSS__COUNT] = {
 		"ringbuf_drops", "conn_untracked", "orphans", "clamped", "map_evictions",
 		"before_attach", "shed_rows", "retention_rows", "http_unsynced", "tls_unreadable",
-		"hops_unlinked",
+		"hops_unlinked", "unshipped_rows",
 	};
 	return cause >= 0 && cause < KPI_LOSS__COUNT ? names[cause] : "unknown";
 }

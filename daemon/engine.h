@@ -40,6 +40,7 @@ struct engine_config {
 
 struct model_info {
 	char name[64];         /* general.name */
+	char weight_type[32];  /* "Q4_K", "F16", "Q4_K+Q6_K": abi/kpi_ggml_types.h */
 	int vocab_size;
 	int context_length;
 	int dim, n_layers, n_heads, n_kv_heads, head_dim, ffn_dim;
@@ -78,6 +79,9 @@ struct engine_stats {
 	uint64_t steps;            /* since start */
 	uint64_t prompt_tokens, generation_tokens; /* since start */
 	int last_step_tokens, last_step_seqs; /* the latest step's batch (prefill + decode) */
+	const char *weight_type;   /* model_info's, for /metrics */
+	const char *kernels;       /* engine_kernels() */
+	uint64_t weight_bytes;     /* engine_weight_bytes() */
 	uint64_t prefix_queries, prefix_hits; /* prompt tokens looked up in / found in the prefix cache */
 	int kv_blocks_cached;      /* blocks holding a prefix-cache key */
 };
@@ -162,5 +166,13 @@ int engine_step(struct engine *e, struct engine_event *events, int max);
 int engine_events_max(const struct engine *e);
 
 void engine_stats(const struct engine *e, struct engine_stats *st);
+
+/* The matmul kernels this engine's weights run on: the quantized types'
+ * instruction set ("avx512-vnni", "avx-vnni", "avx2", "scalar"), the F32/F16
+ * one ("avx512-fma", ...), both joined by "+" for a mixed file, or "cuda". */
+const char *engine_kernels(const struct engine *e);
+/* Bytes of the model's weights as the backend holds them (the file's
+ * matrices repacked; F32 norms not counted). */
+uint64_t engine_weight_bytes(const struct engine *e);
 
 #endif

@@ -98,3 +98,34 @@ size_t pct_rank(size_t n, double p)
 	size_t k = (size_t)llround((double)(n - 1) * clamp_p(p) / 100.0);
 	return k >= n ? n - 1 : k;
 }
+
+int pct_ci_ranks(size_t n, double p, double level, size_t *lo, size_t *hi)
+{
+	/* B, the count of draws below the percentile, is Binomial(n, q): the
+	 * 1-based ranks l, u hold it (v[l-1] <= it < v[u-1]) exactly when
+	 * l <= B <= u - 1. l is the largest with P(B < l) <= tail, u the
+	 * smallest with P(B < u) >= 1 - tail; both must be ranks of the n. */
+	double q = clamp_p(p) / 100.0, tail = (1 - level) / 2;
+	if (n == 0 || q <= 0 || q >= 1 || !(tail > 0 && tail < 0.5))
+		return -1;
+	double nd = (double)n, sd = sqrt(nd * q * (1 - q));
+	/* the terms more than 12 standard deviations below the mean add
+	 * nothing a double holds: start there */
+	size_t k = nd * q - 12 * sd > 0 ? (size_t)(nd * q - 12 * sd) : 0, l = 0, u = 0;
+	double below = 0;           /* P(B < k) */
+	for (; k <= n; k++) {
+		if (k >= 1 && below <= tail)
+			l = k;
+		below += exp(lgamma(nd + 1) - lgamma((double)k + 1) - lgamma(nd - (double)k + 1) +
+			     (double)k * log(q) + (nd - (double)k) * log1p(-q));
+		if (below >= 1 - tail) {
+			u = k + 1;
+			break;
+		}
+	}
+	if (!l || !u || u > n)
+		return -1;
+	*lo = l - 1;
+	*hi = u - 1;
+	return 0;
+}

@@ -22,4 +22,12 @@ double pct_sorted_f64(const double *v, size_t n, double p);
  * interpolated between two. */
 size_t pct_rank(size_t n, double p);
 
+/* A distribution-free confidence interval for the pth percentile of what n
+ * sorted values were drawn from: the 0-based ranks *lo and *hi such that
+ * [v[*lo], v[*hi]] holds it with probability >= level (0.95, say), by the
+ * binomial law of order statistics (equal tails). -1 when n values cannot
+ * bound it at that level (the interval would run past the largest or the
+ * smallest: p99 at 95% needs n >= 368, p90 36, p50 6). */
+int pct_ci_ranks(size_t n, double p, double level, size_t *lo, size_t *hi);
+
 #endif

@@ -1,10 +1,11 @@
 """kpitop: --once frames checked against percentiles computed here from the
 rows (synthetic traces and a real kpi-agent recording), its refusals, and the
 interactive screen under tmux (keys, filter, pause, replay, resize)."""
-import os, re, shutil, sqlite3, subprocess, sys, time
+import os, re, sqlite3, subprocess, sys, time
 
 sys.path.insert(0, os.path.dirname(__file__) + "/lib")
 import kpitest, tracetest  # noqa: E402
+from tmuxtest import Tmux  # noqa: E402
 from tracetest import KPITOP, run_tool  # noqa: E402
 
 LAT = re.compile(r"^ (TTFT|TPOT|ITL|e2e)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\d+)$")
@@ -15,11 +16,7 @@ def tmp():
     return kpitest.tmpdir("kpitop-test-")
 
 
-def once(db, *args):
-    tracetest.require(KPITOP, "tools/kpitop/")
-    p = run_tool([KPITOP, "--db", db, "--once", "--width", "120", *args])
-    assert p.returncode == 0, f"kpitop --once exited {p.returncode}: {p.stderr}"
-    return p.stdout
+once = tracetest.kpitop_once
 
 
 def parse(out):
@@ -202,14 +199,14 @@ def test_refusals_say_what_to_do():
     d = tmp()
     p = run_tool([KPITOP, "--db", os.path.join(d, "none.db"), "--once"])
     assert p.returncode == 1 and "none.db" in p.stderr and "kpi-agent" in p.stderr, p.stderr
-    bad = os.path.join(d, "v9.db")
+    bad = os.path.join(d, "v99.db")
     c = sqlite3.connect(bad)
     c.execute("CREATE TABLE requests(x)")
-    c.execute("PRAGMA user_version = 9")
+    c.execute("PRAGMA user_version = 99")
     c.commit()
     c.close()
     p = run_tool([KPITOP, "--db", bad, "--once"])
-    assert p.returncode == 1 and "version 9" in p.stderr, p.stderr
+    assert p.returncode == 1 and "version 99" in p.stderr, p.stderr
     db = os.path.join(d, "t.db")
     tracetest.generate(db, duration_s=30, rate=5)
     for flags, word in ((["--window", "10x"], "--window"), (["--interval", "5"], "--interval"),
@@ -225,48 +222,6 @@ def test_refusals_say_what_to_do():
 
 
 # ---- interactive, under tmux ------------------------------------------------
-
-class Tmux:
-    def __init__(self, argv, w=120, h=40):
-        if not shutil.which("tmux"):
-            raise kpitest.Skip("tmux is not installed (make deps)")
-        self.sock = f"kpitop-test-{os.getpid()}-{time.monotonic_ns()}"
-        cmd = " ".join(argv) + "; echo EXITED $?; sleep 30"
-        env = dict(os.environ, LANG="C.UTF-8", LC_ALL="C.UTF-8", TZ="UTC", TERM="xterm-256color")
-        subprocess.run(["tmux", "-L", self.sock, "-f", "/dev/null", "new-session", "-d", "-s", "t",
-                        "-x", str(w), "-y", str(h), cmd], check=True, env=env)
-        kpitest.on_cleanup(self.kill)
-
-    def kill(self):
-        subprocess.run(["tmux", "-L", self.sock, "kill-server"], capture_output=True)
-
-    def keys(self, *keys):
-        subprocess.run(["tmux", "-L", self.sock, "send-keys", "-t", "t", *keys], check=True)
-
-    def screen(self):
-        return subprocess.run(["tmux", "-L", self.sock, "capture-pane", "-p", "-t", "t"],
-                              capture_output=True, text=True).stdout
-
-    def wait(self, pred, what, timeout=10):
-        """The first whole frame that satisfies pred.  tmux may parse one of kpitop's
-        frames in several reads, so a single capture can show the new header above the
-        old rows; a frame counts only once a second capture right after it is the same."""
-        deadline = time.monotonic() + timeout
-        while True:
-            s = self.screen()
-            if pred(s):
-                time.sleep(0.02)
-                if self.screen() == s:
-                    return s
-                continue
-            if time.monotonic() > deadline:
-                raise AssertionError(f"screen never showed {what}:\n{s}")
-            time.sleep(0.1)
-
-    def resize(self, w, h):
-        subprocess.run(["tmux", "-L", self.sock, "resize-window", "-t", "t", "-x", str(w), "-y", str(h)],
-                       check=True)
-
 
 def test_interactive_keys_filter_pause_replay_resize():
     tracetest.require(KPITOP, "tools/kpitop/")

@@ -1,12 +1,14 @@
 /* export_ident.c - the model and port labels of a traced process.  The model
  * name follows the daemon's own choice (GGUF general.name, else the file
- * name), read from the GGUF file the process has mapped; the port is the
- * lowest one it listens on. */
+ * name), read from the GGUF file the process has mapped, and so does its
+ * weight type (the types of its matrices, named as kpi-infer names them:
+ * abi/kpi_ggml_types.h); the port is the lowest one it listens on. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "abi/kpi_ggml_types.h"
 #include "export_ident.h"
 #include "agent/host/targets.h"
 
@@ -102,6 +104,44 @@ out:
 	return rc;
 }
 
+/* The parameters of every tensor of 2+ dimensions by type, from the tensor
+ * infos after the metadata: name, n_dims, ne[n_dims], type, offset. */
+int export_ident_gguf_weight_type(const char *path, char *out, size_t len)
+{
+	FILE *f = fopen(path, "rb");
+	uint32_t magic, version, type, nd;
+	uint64_t n_tensors, n_kv, n, params[KPI_GGML_TYPE_COUNT + 1] = { 0 };
+	int rc = -1;
+
+	if (!f)
+		return -1;
+	if (rd(f, &magic, 4) || magic != 0x46554747u || rd(f, &version, 4) || version < 2 ||
+	    rd(f, &n_tensors, 8) || rd(f, &n_kv, 8) || n_tensors > (1u << 20) || n_kv > (1u << 20))
+		goto out;
+	for (uint64_t i = 0; i < n_kv; i++)
+		if (rd(f, &n, 8) || skip(f, n) || rd(f, &type, 4) || skip_value(f, type))
+			goto out;
+	for (uint64_t i = 0; i < n_tensors; i++) {
+		uint64_t ne, count = 1;
+		if (rd(f, &n, 8) || skip(f, n) || rd(f, &nd, 4) || nd > 4)
+			goto out;
+		for (uint32_t d = 0; d < nd; d++) {
+			if (rd(f, &ne, 8))
+				goto out;
+			count *= ne;
+		}
+		if (rd(f, &type, 4) || skip(f, 8))
+			goto out;
+		if (nd >= 2)
+			params[type < KPI_GGML_TYPE_COUNT ? type : KPI_GGML_TYPE_COUNT] += count;
+	}
+	kpi_weight_type_name(params, out, len);
+	rc = 0;
+out:
+	fclose(f);
+	return rc;
+}
+
 /* ---- /proc ------------------------------------------------------------------------ */
 
 /* The first mapped file whose name ends in .gguf. */
@@ -140,11 +180,13 @@ static void sanitize(char *s)
 			*s = '_';
 }
 
-static void lookup_model(uint32_t pid, char *out, size_t len)
+static void lookup_model(uint32_t pid, struct export_ident *id)
 {
-	char path[4096];
+	char path[4096], *out = id->model;
+	size_t len = sizeof(id->model);
 
 	snprintf(out, len, "unknown");
+	id->weight_type[0] = 0;
 	if (mapped_gguf(pid, path, sizeof(path)))
 		return;
 	if (export_ident_gguf_name(path, out, len)) {
@@ -155,6 +197,8 @@ static void lookup_model(uint32_t pid, char *out, size_t len)
 		out[n] = 0;
 	}
 	sanitize(out);
+	if (export_ident_gguf_weight_type(path, id->weight_type, sizeof(id->weight_type)))
+		id->weight_type[0] = 0;
 }
 
 static int lookup_port(uint32_t pid)
@@ -199,7 +243,7 @@ const struct export_ident *export_ident_get(uint32_t pid)
 			if (!c->id.port)
 				c->id.port = lookup_port(pid);
 			if (!strcmp(c->id.model, "unknown"))
-				lookup_model(pid, c->id.model, sizeof(c->id.model));
+				lookup_model(pid, &c->id);
 			return &c->id;
 		}
 		slot = (unsigned)hit;   /* the pid was reused */
@@ -209,7 +253,7 @@ const struct export_ident *export_ident_get(uint32_t pid)
 	cache[slot].pid = pid;
 	cache[slot].start_time = st;
 	cache[slot].last_try = now;
-	lookup_model(pid, cache[slot].id.model, sizeof(cache[slot].id.model));
+	lookup_model(pid, &cache[slot].id);
 	cache[slot].id.port = lookup_port(pid);
 	return &cache[slot].id;
 }

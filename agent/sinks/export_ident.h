@@ -9,6 +9,7 @@
 
 struct export_ident {
 	char model[128];        /* GGUF general.name, else the model file's name */
+	char weight_type[32];   /* its matrices' types ("Q4_K", "F16", "Q4_K+Q6_K"); "" unknown */
 	int port;               /* lowest TCP port the process listens on; 0: none */
 };
 
@@ -29,5 +30,8 @@ static inline const char *export_ident_model(const struct export_ident *id, cons
 
 /* general.name from a GGUF file's header; 0 on success. */
 int export_ident_gguf_name(const char *path, char *out, size_t len);
+/* The weight type of a GGUF file from its tensor infos, named as kpi-infer
+ * names it (abi/kpi_ggml_types.h); 0 on success. */
+int export_ident_gguf_weight_type(const char *path, char *out, size_t len);
 
 #endif

@@ -105,12 +105,45 @@ static int exec_changes(sqlite3 *db, const char *sql, int64_t bind, int64_t *cha
 	return 0;
 }
 
-/* One batch of every table's rows from before cut (wall ns). The gate on the
- * oldest row keeps a table with nothing to remove from being scanned. */
-static int remove_before(sqlite3 *db, int64_t cut, int64_t *removed)
+/* kpi-ship keeps its cursor in the trace (ship_cursor: the rowid of the last
+ * row ClickHouse acknowledged, per destination and table). Rows of a shipped
+ * table past the lowest cursor that a batch is about to remove were never
+ * shipped: the loss unshipped_rows. */
+static int count_unshipped(sqlite3 *db, const char *t, int64_t cut, uint64_t *unshipped)
 {
 	char sql[400];
 	bool null;
+
+	snprintf(sql, sizeof(sql), "SELECT count(*) FROM (SELECT rowid AS r FROM %s WHERE wall_ns < ?1 %s "
+		 "LIMIT %d) WHERE r > (SELECT min(last_rowid) FROM ship_cursor WHERE tbl = '%s')", t,
+		 strcmp(t, "requests") ? "" : "ORDER BY wall_ns", RETAIN_BATCH, t);
+	int64_t n = query_i64(db, sql, cut, true, &null);
+	if (null)
+		return -1;
+	*unshipped += (uint64_t)n;
+	return 0;
+}
+
+/* A cursor past the table's last rowid (retention removed the newest rows,
+ * or all of them) comes back to it: SQLite gives the next row max(rowid) + 1,
+ * which the cursor must not hide. kpi-ship moves its cursor only if it is
+ * still what it read (compare and set), so it sees this. */
+static int clamp_cursors(sqlite3 *db, const char *t, int64_t *changed)
+{
+	char sql[300];
+
+	snprintf(sql, sizeof(sql), "UPDATE ship_cursor SET last_rowid = (SELECT coalesce(max(rowid), 0) FROM %s) "
+		 "WHERE tbl = '%s' AND last_rowid > (SELECT coalesce(max(rowid), 0) FROM %s)", t, t, t);
+	return exec_changes(db, sql, 0, changed);
+}
+
+/* One batch of every table's rows from before cut (wall ns). The gate on the
+ * oldest row keeps a table with nothing to remove from being scanned. */
+static int remove_before(sqlite3 *db, int64_t cut, bool shipped, uint64_t *unshipped, int64_t *removed)
+{
+	char sql[400];
+	bool null;
+	int64_t clamped = 0;
 
 	/* a request's token times leave with it, in the same round: the same
 	 * batch of requests, by their time index */
@@ -124,10 +157,12 @@ static int remove_before(sqlite3 *db, int64_t cut, int64_t *removed)
 		int64_t first = query_i64(db, sql, 0, false, &null);
 		if (null || first >= cut)
 			continue;
+		if (shipped && count_unshipped(db, t, cut, unshipped))
+			return -1;
 		snprintf(sql, sizeof(sql), "DELETE FROM %s WHERE rowid IN (SELECT rowid FROM %s "
 			 "WHERE wall_ns < ?1 %s LIMIT %d)", t, t,
 			 strcmp(t, "requests") ? "" : "ORDER BY wall_ns", RETAIN_BATCH);
-		if (exec_changes(db, sql, cut, removed))
+		if (exec_changes(db, sql, cut, removed) || (shipped && clamp_cursors(db, t, &clamped)))
 			return -1;
 	}
 	if (!*removed)
@@ -146,7 +181,8 @@ static int remove_before(sqlite3 *db, int64_t cut, int64_t *removed)
 int retain_round(struct retainer *r, int64_t now_wall, char *err, size_t errlen)
 {
 	int64_t cut = 0, removed = 0;
-	bool over = r->max_bytes > 0 && used_bytes(r->db) > (int64_t)(RETAIN_FILL * (double)r->max_bytes);
+	uint64_t unshipped = 0;
+	bool null, over = r->max_bytes > 0 && used_bytes(r->db) > (int64_t)(RETAIN_FILL * (double)r->max_bytes);
 
 	/* age is checked once a second; a file over its bound, every flush */
 	if (!over && now_wall < r->next_age_check)
@@ -163,10 +199,14 @@ int retain_round(struct retainer *r, int64_t now_wall, char *err, size_t errlen)
 		return 0;
 	if (sqlite3_exec(r->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
 		goto fail;
-	if (remove_before(r->db, cut, &removed) ||
+	/* a trace kpi-ship follows has its cursors (tools/kpi-ship) */
+	bool shipped = query_i64(r->db, "SELECT count(*) FROM sqlite_master WHERE name = 'ship_cursor'", 0,
+				 false, &null) > 0;
+	if (remove_before(r->db, cut, shipped, &unshipped, &removed) ||
 	    sqlite3_exec(r->db, "COMMIT", NULL, NULL, NULL) != SQLITE_OK)
 		goto fail;
 	r->removed += (uint64_t)removed;
+	r->unshipped += unshipped;
 	/* the freed pages leave the file (auto_vacuum=INCREMENTAL; a no-op on a
 	 * trace made before it, whose free pages SQLite reuses instead) */
 	if (removed)

@@ -15,6 +15,7 @@ struct retainer {
 	int64_t keep_ns;        /* rows older than this leave; 0: kept for ever */
 	int64_t max_bytes;      /* the rows' size bound; 0: none */
 	uint64_t removed;       /* rows removed so far */
+	uint64_t unshipped;     /* ... of them, rows kpi-ship had not shipped yet */
 	int64_t next_age_check; /* wall ns */
 };
 

@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+#include "export_ident.h"
 #include "retain.h"
 #include "store.h"
 #include "kpi_schema.h"
@@ -21,6 +22,7 @@ struct pending_req {
 	struct kpi_request_record r;
 	uint64_t *tokens;
 	bool out;                       /* an outbound exchange: exchanges_out, no tokens */
+	char weight_type[32];           /* the serving process's (export_ident); "" unknown */
 };
 
 struct vec {
@@ -92,9 +94,9 @@ static const char *insert_request_sql(const char *table)
 		 "preemptions, srtt_us, runq_ns, source, server_wait_ns, t_req_read_ns, t_resp_start_ns, "
 		 "content_events, stream, max_tokens, end_reason, method, path, model, cached_prompt_tokens, "
 		 "engine_prompt_tokens, prefill_steps, engine_join, direction, hop_id, parent_hop_id, "
-		 "link_rule, tid, comm, sock_local, sock_peer) VALUES "
+		 "link_rule, tid, comm, sock_local, sock_peer, weight_type) VALUES "
 		 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-		 "?,?,?,?,?,?,?,?,?,?,?,?)", table);
+		 "?,?,?,?,?,?,?,?,?,?,?,?,?)", table);
 	return out;
 }
 
@@ -335,6 +337,8 @@ static void sink_request_or_out(struct trace_store *st, const struct kpi_request
 	p->r = *r;
 	p->out = out;
 	p->tokens = NULL;
+	/* the model that served it (/proc and the GGUF header, once a process) */
+	snprintf(p->weight_type, sizeof(p->weight_type), "%s", out ? "" : export_ident_get(r->pid)->weight_type);
 	p->r.token_writes = NULL;
 	if (st->token_detail && r->n_token_writes && !out) {
 		p->tokens = malloc(r->n_token_writes * sizeof(uint64_t));
@@ -487,6 +491,7 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	bind_text_opt(s, i++, r->comm[0] ? r->comm : NULL);
 	bind_text_opt(s, i++, r->sock_local[0] ? r->sock_local : NULL);
 	bind_text_opt(s, i++, r->sock_peer[0] ? r->sock_peer : NULL);
+	bind_text_opt(s, i++, p->weight_type[0] ? p->weight_type : NULL);
 	if (step_done(st, s))
 		return -1;
 	for (size_t k = 0; k < r->n_token_writes; k++) {
@@ -650,6 +655,11 @@ void trace_store_set_retention(struct trace_store *st, int64_t keep_ns, int64_t 
 uint64_t trace_store_retained(const struct trace_store *st)
 {
 	return st->ret.removed;
+}
+
+uint64_t trace_store_unshipped(const struct trace_store *st)
+{
+	return st->ret.unshipped;
 }
 
 int trace_store_flush(struct trace_store *st, const struct kpi_inflight_view *live,

@@ -36,6 +36,8 @@ void trace_store_shed(const struct trace_store *st, uint64_t *requests, uint64_t
 void trace_store_set_retention(struct trace_store *st, int64_t keep_ns, int64_t max_bytes);
 /* Rows retention removed so far. */
 uint64_t trace_store_retained(const struct trace_store *st);
+/* Of them, rows kpi-ship had not shipped (its cursor in the trace): the loss unshipped_rows. */
+uint64_t trace_store_unshipped(const struct trace_store *st);
 /* Final flush is the caller's job; this records the run's end and closes. */
 void trace_store_close(struct trace_store *st);
 /* The schema version this binary writes (highest NNN_*.sql). */

@@ -175,6 +175,12 @@ static struct backend *cuda_create(const struct backend_params *p, char *err, si
 		snprintf(err, errlen, "KPI_CUDA_KV_DTYPE='%s': expected f16 or bf16", kv_env);
 		return NULL;
 	}
+	if (model_matrix_kinds(m) & MODEL_QUANT_MATRICES) {
+		snprintf(err, errlen,
+			 "the CUDA backend reads F32 and F16 weights; this model's are %s: serve it with --backend cpu (its integer kernels) or use the model's F16 file",
+			 mi->weight_type);
+		return NULL;
+	}
 	int group = mi->n_heads / mi->n_kv_heads;
 	if (mi->n_heads % mi->n_kv_heads || !kpi_cuda_attn_supported(mi->head_dim, p->block_size, group)) {
 		snprintf(err, errlen,

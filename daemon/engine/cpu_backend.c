@@ -1,7 +1,8 @@
 /* cpu_backend.c - the forward pass on CPU: matmul weights repacked once at
- * create into panels (kernels.h), one pass over them per step for the whole
- * batch (each matmul is split by panels over the worker pool), paged K/V in
- * one F16 pool. */
+ * create into panels (kernels.h for F32/F16, qmatmul.h for the quantized
+ * types), one pass over them per step for the whole batch (each matmul is
+ * split by panels over the worker pool; a quantized one reads its input
+ * quantized once before), paged K/V in one F16 pool. */
 #include <assert.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +14,8 @@
 #include "daemon/engine/kernels.h"
 #include "daemon/engine/model.h"
 #include "daemon/engine/pool.h"
+#include "daemon/engine/qmatmul.h"
+#include "daemon/engine/quant.h"
 
 /* Batch rows per tile inside a matmul task: a tile of activations stays in
  * L2 while the task's weight rows are reused across it. */
@@ -63,6 +66,10 @@ struct backend {
 	int *tok_seq;  /* (T) sequence index of each token */
 	int *tok_pos;  /* (T) */
 	int *lrow_tok; /* (max_seqs) token index of each logits row */
+	/* the input of the current matmul job quantized for its quantized
+	 * weights (qmatmul.h), (max_tokens, widest input) */
+	void *xq_buf;
+	struct qmm_act xq;
 };
 
 size_t backend_kv_bytes_per_token(const struct model *m)
@@ -87,10 +94,12 @@ enum mm_epilogue {
 };
 
 /* Y_s (+)= X W_s^T for up to three weight matrices sharing the input X
- * (nb, ldx); the segments used are those before the first NULL w. */
+ * (nb, ldx); the segments used are those before the first NULL w. xq is X
+ * quantized for the quantized segments (quantize_input). */
 struct matmul_job {
 	const float *x;
 	int ldx, nb;
+	const struct qmm_act *xq;
 	struct mm_seg seg[3];
 	bool accumulate;
 	enum mm_epilogue epilogue;
@@ -106,11 +115,54 @@ struct mm_run {
 static void mm_rows(const struct matmul_job *j, const struct mm_seg *sg, int o0, int o1,
 		    struct fetch_list *side)
 {
+	bool quant = ggml_type_is_quant(sg->w->type);
 	for (int b0 = 0; b0 < j->nb; b0 += MM_TILE) {
 		int nb = j->nb - b0 < MM_TILE ? j->nb - b0 : MM_TILE;
-		matmul_rows_fetch(sg->y + (size_t)b0 * sg->ldy, sg->ldy, sg->w, j->x + (size_t)b0 * j->ldx,
-				  j->ldx, nb, o0, o1, j->accumulate, side);
+		if (quant)
+			qmm_rows(sg->y + (size_t)b0 * sg->ldy, sg->ldy, sg->w, j->xq, b0, nb, o0, o1,
+				 j->accumulate, side);
+		else
+			matmul_rows_fetch(sg->y + (size_t)b0 * sg->ldy, sg->ldy, sg->w,
+					  j->x + (size_t)b0 * j->ldx, j->ldx, nb, o0, o1, j->accumulate, side);
 	}
+}
+
+struct quant_job {
+	struct qmm_act *a;
+	unsigned forms;
+	const float *x;
+	int ldx, nb, per_task;
+};
+
+static void quant_task(void *arg, int task, int thread)
+{
+	const struct quant_job *q = arg;
+	int r0 = task * q->per_task, r1 = r0 + q->per_task < q->nb ? r0 + q->per_task : q->nb;
+	qmm_act_quantize(q->a, q->forms, q->x, q->ldx, r0, r1);
+}
+
+/* Quantizes X (nb, ldx) of cols values a row once for the quantized weights
+ * in w[0..n) that read it, as llama.cpp quantizes a matmul's input; returns
+ * the quantized rows, or NULL when no weight needs them. */
+static const struct qmm_act *quantize_input(struct backend *b, const float *x, int ldx, int nb,
+					    const struct packed_mat *const *w, int n)
+{
+	unsigned forms = 0;
+	for (int i = 0; i < n; i++)
+		forms |= qmm_form(w[i]->type);
+	if (!forms)
+		return NULL;
+	struct quant_job q = { &b->xq, forms, x, ldx, nb, nb };
+	b->xq.nb = nb;
+	b->xq.cols = w[0]->cols;
+	/* a decode step's few rows cost less than waking the pool */
+	if (nb <= TOK_SERIAL_MAX) {
+		quant_task(&q, 0, 0);
+	} else {
+		q.per_task = (nb + pool_threads(b->pool) * 4 - 1) / (pool_threads(b->pool) * 4);
+		pool_run(b->pool, quant_task, &q, (nb + q.per_task - 1) / q.per_task);
+	}
+	return &b->xq;
 }
 
 static void mm_task(void *arg, int task, int thread)
@@ -137,12 +189,16 @@ static void mm_task(void *arg, int task, int thread)
 }
 
 /* Runs j over the pool, split by whole panels of rows. */
-static void matmul_par(struct backend *b, const struct matmul_job *j)
+static void matmul_par(struct backend *b, struct matmul_job *j)
 {
 	struct mm_run r = { .j = j };
 	int64_t rows = 0;
-	while (r.n_seg < 3 && j->seg[r.n_seg].w)
+	const struct packed_mat *ws[3];
+	while (r.n_seg < 3 && j->seg[r.n_seg].w) {
+		ws[r.n_seg] = j->seg[r.n_seg].w;
 		rows += j->seg[r.n_seg++].w->rows;
+	}
+	j->xq = quantize_input(b, j->x, j->ldx, j->nb, ws, r.n_seg);
 	assert(j->epilogue == MM_PLAIN || (r.n_seg == 2 && j->seg[0].w->rows == j->seg[1].w->rows));
 	/* ~8 tasks per thread for balance on a shared machine, whole panels */
 	int chunk = (int)(rows / (pool_threads(b->pool) * 8));
@@ -168,6 +224,7 @@ struct attn_job {
 	struct kv_layer_view view;
 	const struct backend_batch *batch;
 	const struct packed_layer *layer;
+	const struct qmm_act *xq; /* the normed input quantized for Q/K/V, or NULL */
 };
 
 static void attn_task(void *arg, int task, int thread)
@@ -206,7 +263,7 @@ static void attn_fused_task(void *arg, int task, int thread)
 	struct backend *b = j->b;
 	const struct packed_layer *L = j->layer;
 	int g = task, T = j->batch->n_tokens, qr = b->group * b->hd;
-	struct matmul_job mj = { .x = b->xb, .ldx = b->dim, .nb = T };
+	struct matmul_job mj = { .x = b->xb, .ldx = b->dim, .nb = T, .xq = j->xq };
 	struct mm_seg sq = { &L->wq, b->q, b->q_dim }, sk = { &L->wk, b->k, b->kv_dim },
 		      sv = { &L->wv, b->v, b->kv_dim };
 	struct fetch_list fl = { 0 }, *side = NULL;
@@ -255,15 +312,9 @@ static void tok_task(void *arg, int task, int thread)
 		switch (j->op) {
 		case TOK_EMBED: {
 			const struct mtensor *e = &b->m->tok_embd;
-			int32_t id = j->batch->tokens[t];
-			float *dst = b->x + (size_t)t * b->dim;
-			if (e->type == GGML_F16) {
-				const uint16_t *src = (const uint16_t *)e->data + (size_t)id * b->dim;
-				for (int i = 0; i < b->dim; i++)
-					dst[i] = f16_to_f32(src[i]);
-			} else {
-				memcpy(dst, (const float *)e->data + (size_t)id * b->dim, sizeof(float) * b->dim);
-			}
+			size_t row = ggml_row_bytes(e->type, b->dim);
+			quant_dequantize_row(e->type, (const char *)e->data + (size_t)j->batch->tokens[t] * row,
+					     b->x + (size_t)t * b->dim, b->dim);
 			break;
 		}
 		case TOK_NORM:
@@ -298,12 +349,21 @@ struct pack_job {
 	size_t *off;
 };
 
+static size_t packed_bytes(const struct mtensor *t)
+{
+	return ggml_type_is_quant(t->type) ? qmm_pack_bytes(t->type, (int)t->rows, (int)t->cols)
+					   : pack_bytes(t->type, (int)t->rows, (int)t->cols);
+}
+
 static void pack_task(void *arg, int task, int thread)
 {
 	struct pack_job *j = arg;
 	const struct mtensor *t = j->src[task];
-	pack_matrix(j->dst[task], (char *)j->b->packed + j->off[task], t->data, t->type, (int)t->rows,
-		    (int)t->cols);
+	void *dst = (char *)j->b->packed + j->off[task];
+	if (ggml_type_is_quant(t->type))
+		qmm_pack(j->dst[task], dst, t->data, t->type, (int)t->rows, (int)t->cols);
+	else
+		pack_matrix(j->dst[task], dst, t->data, t->type, (int)t->rows, (int)t->cols);
 	/* the source is not read again (the embedding table is, per token) */
 	if (t != &j->b->m->tok_embd)
 		model_release_pages(t);
@@ -335,7 +395,7 @@ static int pack_weights(struct backend *b, char *err, size_t errlen)
 	dst[n - 1] = &b->output;
 	for (int k = 0; k < n; k++) {
 		off[k] = b->packed_bytes;
-		b->packed_bytes += (pack_bytes(src[k]->type, (int)src[k]->rows, (int)src[k]->cols) + 63) & ~(size_t)63;
+		b->packed_bytes += (packed_bytes(src[k]) + 63) & ~(size_t)63;
 	}
 	b->packed = aligned_alloc(64, b->packed_bytes);
 	if (!b->packed)
@@ -380,6 +440,7 @@ static void cpu_destroy(struct backend *b)
 	free(b->tok_seq);
 	free(b->tok_pos);
 	free(b->lrow_tok);
+	free(b->xq_buf);
 	free(b);
 }
 
@@ -440,6 +501,18 @@ static struct backend *cpu_create(const struct backend_params *p, char *err, siz
 		cpu_destroy(b);
 		return NULL;
 	}
+	if (model_matrix_kinds(m) & MODEL_QUANT_MATRICES) {
+		int widest = b->dim > b->q_dim ? b->dim : b->q_dim;
+		widest = widest > b->ffn ? widest : b->ffn;
+		b->xq_buf = malloc(qmm_act_bytes((int)T, widest));
+		if (!b->xq_buf) {
+			snprintf(err, errlen, "out of memory for the quantized activations of %d tokens: lower --max-batched-tokens",
+				 p->max_tokens);
+			cpu_destroy(b);
+			return NULL;
+		}
+		qmm_act_init(&b->xq, b->xq_buf, (int)T, widest);
+	}
 	rope_table(b->rope_cs, b->ctx, b->hd, m->rope_base);
 	if (pack_weights(b, err, errlen)) {
 		cpu_destroy(b);
@@ -479,10 +552,12 @@ static int cpu_forward(struct backend *b, const struct backend_batch *bt, char *
 		const struct model_layer *ML = &m->layers[l];
 		const struct packed_layer *L = &b->pl[l];
 		struct attn_job aj = { b, { b->kcache + l * b->layer_elems, b->vcache + l * b->layer_elems,
-					    b->n_kv, b->hd, bs }, bt, L };
+					    b->n_kv, b->hd, bs }, bt, L, NULL };
 		/* attention: norm, q/k/v, rotate, cache, attend, project */
 		tok_par(b, TOK_NORM, bt, ML->attn_norm.data, T);
 		if (fuse_attn) {
+			const struct packed_mat *qkv[3] = { &L->wq, &L->wk, &L->wv };
+			aj.xq = quantize_input(b, b->xb, b->dim, T, qkv, 3);
 			pool_run(b->pool, attn_fused_task, &aj, b->n_kv);
 		} else {
 			matmul_par(b, &(struct matmul_job){ .x = b->xb, .ldx = b->dim, .nb = T,

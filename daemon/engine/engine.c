@@ -15,7 +15,9 @@
 #include "daemon/engine/backend.h"
 #include "daemon/engine/gguf.h"
 #include "daemon/engine/kv.h"
+#include "daemon/engine/kernels.h"
 #include "daemon/engine/model.h"
+#include "daemon/engine/qmatmul.h"
 #include "daemon/engine/sample.h"
 #include "abi/kpi_step_seq.h"
 #include "abi/kpi_step.h"
@@ -97,6 +99,8 @@ struct engine {
 	struct sample_scratch ss;
 
 	struct engine_stats st;
+	char kernels[48]; /* engine_kernels */
+	uint64_t weight_bytes; /* engine_weight_bytes, counted once */
 };
 
 /* ---- lists ------------------------------------------------------------- */
@@ -231,6 +235,15 @@ struct engine *engine_create(const struct engine_config *cfg, char *err, size_t 
 	e->be = e->ops->create(&bp, err, errlen);
 	if (!e->be)
 		goto fail;
+	e->weight_bytes = model_matrix_bytes(e->model);
+	unsigned kinds = model_matrix_kinds(e->model);
+	if (e->ops != &cpu_backend_ops)
+		snprintf(e->kernels, sizeof(e->kernels), "%s", e->ops->name);
+	else if (kinds == (MODEL_QUANT_MATRICES | MODEL_FLOAT_MATRICES))
+		snprintf(e->kernels, sizeof(e->kernels), "%s+%s", qmm_isa_name(qmm_isa_get()), matmul_kernels_name());
+	else
+		snprintf(e->kernels, sizeof(e->kernels), "%s",
+			 kinds & MODEL_QUANT_MATRICES ? qmm_isa_name(qmm_isa_get()) : matmul_kernels_name());
 	int ms = c->max_seqs, vocab = mi->vocab_size;
 	e->pad_bt.cap = (ms + c->block_size - 1) / c->block_size;
 	e->pad_bt.ids = malloc(sizeof(int32_t) * e->pad_bt.cap);
@@ -308,6 +321,16 @@ void engine_destroy(struct engine *e)
 const struct model_info *engine_model(const struct engine *e)
 {
 	return &e->model->info;
+}
+
+const char *engine_kernels(const struct engine *e)
+{
+	return e->kernels;
+}
+
+uint64_t engine_weight_bytes(const struct engine *e)
+{
+	return e->weight_bytes;
 }
 
 /* ---- tokenizer --------------------------------------------------------- */
@@ -571,6 +594,9 @@ void engine_stats(const struct engine *e, struct engine_stats *st)
 	st->kv_blocks_total = e->kv.n_blocks;
 	st->kv_blocks_free = e->kv.n_free;
 	st->kv_blocks_used = e->kv.n_blocks - e->kv.n_free;
+	st->weight_type = e->model->info.weight_type;
+	st->kernels = e->kernels;
+	st->weight_bytes = e->weight_bytes;
 	st->kv_blocks_cached = e->kv.n_cached;
 }
 

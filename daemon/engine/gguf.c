@@ -2,6 +2,8 @@
  * corrupt file is an error naming where, never a crash) and writer. */
 #include "daemon/engine/gguf.h"
 
+#include "abi/kpi_ggml_types.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -148,26 +150,82 @@ static void rd_kv(struct rd *r, struct gguf_kv *kv)
 	}
 }
 
-size_t ggml_nbytes(uint32_t type, const int64_t *ne, int n_dims)
+int ggml_block_elems(uint32_t type)
 {
-	size_t n = 1;
-	for (int i = 0; i < n_dims; i++)
-		n *= (size_t)ne[i];
 	switch (type) {
-	case GGML_F32: return n * 4;
-	case GGML_F16: return n * 2;
+	case GGML_F32: case GGML_F16: return 1;
+	case GGML_Q4_0: case GGML_Q8_0: return 32;
+	case GGML_Q4_K: return 256;
 	default: return 0;
 	}
 }
 
+size_t ggml_block_bytes(uint32_t type)
+{
+	switch (type) {
+	case GGML_F32: return 4;
+	case GGML_F16: return 2;
+	case GGML_Q4_0: return 2 + 16;      /* fp16 d, 32 nibbles */
+	case GGML_Q8_0: return 2 + 32;      /* fp16 d, 32 int8 */
+	case GGML_Q4_K: return 4 + 12 + 128; /* fp16 d, dmin, 6-bit scales/mins, 256 nibbles */
+	default: return 0;
+	}
+}
+
+size_t ggml_row_bytes(uint32_t type, int64_t n)
+{
+	int be = ggml_block_elems(type);
+	if (!be || n <= 0 || n % be)
+		return 0;
+	return (size_t)(n / be) * ggml_block_bytes(type);
+}
+
+size_t ggml_nbytes(uint32_t type, const int64_t *ne, int n_dims)
+{
+	size_t n = ggml_row_bytes(type, ne[0]);
+	for (int i = 1; i < n_dims; i++)
+		n *= (size_t)ne[i];
+	return n;
+}
+
 const char *ggml_type_name(uint32_t type)
 {
-	static const char *names[] = { "F32", "F16", "Q4_0", "Q4_1", "Q4_2", "Q4_3", "Q5_0",
-				       "Q5_1", "Q8_0", "Q8_1", "Q2_K", "Q3_K", "Q4_K", "Q5_K",
-				       "Q6_K", "Q8_K", "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S",
-				       "IQ4_NL", "IQ3_S", "IQ2_S", "IQ4_XS", "I8", "I16", "I32",
-				       "I64", "F64", "IQ1_M", "BF16" };
-	return type < sizeof(names) / sizeof(names[0]) ? names[type] : "unknown";
+	return kpi_ggml_type_name(type);
+}
+
+static int cmp_tensor_offset(const void *a, const void *b)
+{
+	const struct gguf_tensor *x = *(const struct gguf_tensor *const *)a, *y = *(const struct gguf_tensor *const *)b;
+	return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+/* Tensors of a type this engine reads must not run into the next tensor's
+ * bytes: a shape or type that claims more bytes than were written (a
+ * mis-sized quantized tensor) is caught here, not read as garbage. */
+static int check_overlaps(struct gguf *g, const char *path, char *err, size_t errlen)
+{
+	const struct gguf_tensor **order = malloc(sizeof(*order) * (g->n_tensors ? g->n_tensors : 1));
+	int rc = 0;
+	if (!order) {
+		snprintf(err, errlen, "%s: out of memory checking %llu tensors", path,
+			 (unsigned long long)g->n_tensors);
+		return -1;
+	}
+	for (uint64_t i = 0; i < g->n_tensors; i++)
+		order[i] = &g->tensors[i];
+	qsort(order, g->n_tensors, sizeof(*order), cmp_tensor_offset);
+	for (uint64_t i = 0; i + 1 < g->n_tensors && !rc; i++) {
+		const struct gguf_tensor *t = order[i], *next = order[i + 1];
+		if (t->nbytes && t->offset + t->nbytes > next->offset) {
+			snprintf(err, errlen,
+				 "%s: tensor '%s' (%s, shape [%lld, %lld]) needs %zu bytes but tensor '%s' starts %llu bytes after it: the file is corrupt or its shape or type is wrong",
+				 path, t->name, ggml_type_name(t->type), (long long)t->ne[0], (long long)t->ne[1],
+				 t->nbytes, next->name, (unsigned long long)(next->offset - t->offset));
+			rc = -1;
+		}
+	}
+	free(order);
+	return rc;
 }
 
 struct gguf *gguf_open(const char *path, char *err, size_t errlen)
@@ -267,6 +325,13 @@ struct gguf *gguf_open(const char *path, char *err, size_t errlen)
 	for (uint64_t i = 0; i < g->n_tensors; i++) {
 		struct gguf_tensor *t = &g->tensors[i];
 		t->nbytes = ggml_nbytes(t->type, t->ne, t->n_dims);
+		if (t->nbytes == 0 && ggml_block_elems(t->type)) {
+			snprintf(err, errlen,
+				 "%s: tensor '%s' is %s with rows of %lld values, not a whole number of its %d-value blocks",
+				 path, t->name, ggml_type_name(t->type), (long long)t->ne[0],
+				 ggml_block_elems(t->type));
+			goto fail;
+		}
 		if (t->nbytes == 0)
 			continue; /* unsupported type: the model loader names it */
 		if (data_off > g->size || t->offset > g->size - data_off ||
@@ -278,6 +343,8 @@ struct gguf *gguf_open(const char *path, char *err, size_t errlen)
 		}
 		t->data = g->map + data_off + t->offset;
 	}
+	if (check_overlaps(g, path, err, errlen))
+		goto fail;
 	return g;
 fail:
 	gguf_close(g);

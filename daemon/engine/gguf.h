@@ -16,14 +16,27 @@ enum gguf_type {
 	GGUF_FLOAT64 = 12,
 };
 
-/* ggml tensor types this engine reads. */
-enum ggml_type { GGML_F32 = 0, GGML_F16 = 1 };
+/* ggml tensor types this engine reads (abi/kpi_ggml_types.h names them all). */
+enum ggml_type { GGML_F32 = 0, GGML_F16 = 1, GGML_Q4_0 = 2, GGML_Q8_0 = 8, GGML_Q4_K = 12 };
 
-/* Bytes of one element of a type this engine reads. */
+/* Bytes of one element of a float type this engine reads (F32, F16). */
 static inline size_t ggml_type_bytes(uint32_t type)
 {
 	return type == GGML_F16 ? 2 : 4;
 }
+
+/* Values per block and bytes per block of a type this engine reads (F32 and
+ * F16: blocks of one value; llama.cpp's Q8_0 and Q4_0: 32 values in 34 and 18
+ * bytes; Q4_K: 256 values in 144 bytes); 0 for any other type. */
+int ggml_block_elems(uint32_t type);
+size_t ggml_block_bytes(uint32_t type);
+static inline bool ggml_type_is_quant(uint32_t type)
+{
+	return type == GGML_Q4_0 || type == GGML_Q8_0 || type == GGML_Q4_K;
+}
+/* Bytes of a row of n values; 0 when the type is not one this engine reads
+ * or n is not a whole number of its blocks. */
+size_t ggml_row_bytes(uint32_t type, int64_t n);
 
 struct gguf_str {
 	const char *s; /* not NUL-terminated: points into the mapping */
@@ -62,14 +75,17 @@ struct gguf {
 	size_t alignment;
 };
 
-/* Maps and parses path; NULL with one line in err. Tensor types other than
- * F32/F16 are accepted here and refused by the model loader, which names them. */
+/* Maps and parses path; NULL with one line in err. Tensor types this engine
+ * does not read are accepted here and refused by the model loader, which
+ * names them; a tensor of a type it reads must have whole blocks per row,
+ * lie inside the file and not overlap the next one. */
 struct gguf *gguf_open(const char *path, char *err, size_t errlen);
 void gguf_close(struct gguf *g);
 
 const struct gguf_kv *gguf_find(const struct gguf *g, const char *key);
 const struct gguf_tensor *gguf_tensor(const struct gguf *g, const char *name);
 bool gguf_str_eq(struct gguf_str s, const char *c);
+/* abi/kpi_ggml_types.h's name of a type id ("Q4_K"; "unknown"). */
 const char *ggml_type_name(uint32_t type);
 
 /* ---- writer ------------------------------------------------------------ */
@@ -96,6 +112,8 @@ int gguf_w_data(struct gguf_writer *w, const void *data, size_t nbytes);
 /* Frees the writer; returns -1 when any write failed. */
 int gguf_w_end(struct gguf_writer *w);
 
+/* Bytes of a tensor of this shape; 0 for a type this engine does not read
+ * or a row (ne[0]) that is not a whole number of blocks. */
 size_t ggml_nbytes(uint32_t type, const int64_t *ne, int n_dims);
 
 #endif

@@ -41,6 +41,17 @@ float f16_to_f32(uint16_t h)
 
 /* ---- matmul ------------------------------------------------------------ */
 
+const char *matmul_kernels_name(void)
+{
+#if defined(KPI_AVX2) && defined(__AVX512F__)
+	return "avx512-fma";
+#elif defined(KPI_AVX2)
+	return "avx2-fma";
+#else
+	return "scalar";
+#endif
+}
+
 size_t pack_bytes(uint32_t type, int rows, int cols)
 {
 	size_t panels = ((size_t)rows + KPI_PANEL - 1) / KPI_PANEL;

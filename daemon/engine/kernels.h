@@ -22,9 +22,13 @@ void f32_to_f16_row(uint16_t *dst, const float *src, int n);
 #define KPI_PANEL 32
 struct packed_mat {
 	const void *data;
-	uint32_t type; /* GGML_F32 or GGML_F16, as the source */
+	uint32_t type; /* as the source: F32 and F16 here, the quantized types in qmatmul.h */
 	int rows, cols;
 };
+
+/* The instruction set the F32/F16 matmul was compiled for: "avx512-fma",
+ * "avx2-fma" or "scalar". */
+const char *matmul_kernels_name(void);
 
 /* Bytes pack_matrix writes for a (rows, cols) matrix of this type. */
 size_t pack_bytes(uint32_t type, int rows, int cols);

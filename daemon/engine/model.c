@@ -9,6 +9,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "abi/kpi_ggml_types.h"
 #include "daemon/engine/gguf.h"
 
 /* ---- metadata ---------------------------------------------------------- */
@@ -89,6 +90,9 @@ static const struct gguf_kv *key_array(const struct gguf *g, const char *path, c
 
 /* ---- tensors ----------------------------------------------------------- */
 
+/* A matrix may be F32, F16, Q8_0, Q4_0 or Q4_K (gguf_open has checked that
+ * its rows are whole blocks and its bytes lie inside the file); a norm is F32. */
+
 static int load_tensor(const struct gguf *g, const char *path, const char *name, int64_t rows,
 		       int64_t cols, bool optional, struct mtensor *out, size_t *bytes, char *err,
 		       size_t errlen)
@@ -101,9 +105,9 @@ static int load_tensor(const struct gguf *g, const char *path, const char *name,
 		snprintf(err, errlen, "%s: missing tensor '%s'", path, name);
 		return -1;
 	}
-	if (t->type != GGML_F32 && t->type != GGML_F16) {
+	if (t->type != GGML_F32 && t->type != GGML_F16 && !ggml_type_is_quant(t->type)) {
 		snprintf(err, errlen,
-			 "%s: tensor '%s' has type %s (%u); this engine reads F32 and F16 only (convert with llama.cpp's convert script using --outtype f16)",
+			 "%s: tensor '%s' has type %s (%u); this engine reads F32, F16, Q8_0, Q4_0 and Q4_K (requantize every tensor to one of them with llama.cpp: llama-quantize --pure IN.gguf OUT.gguf Q4_K)",
 			 path, name, ggml_type_name(t->type), t->type);
 		return -1;
 	}
@@ -427,6 +431,22 @@ int tokenizer_piece(const struct tokenizer *t, int32_t id, char *buf, size_t buf
 
 /* ---- model ------------------------------------------------------------- */
 
+/* The file's weight type, named as kpi-agent names it (abi/kpi_ggml_types.h). */
+static void weight_type(const struct gguf *g, char *out, size_t len)
+{
+	uint64_t params[KPI_GGML_TYPE_COUNT + 1] = { 0 };
+	for (uint64_t i = 0; i < g->n_tensors; i++) {
+		const struct gguf_tensor *t = &g->tensors[i];
+		if (t->n_dims < 2)
+			continue;
+		uint64_t n = 1;
+		for (uint32_t d = 0; d < t->n_dims; d++)
+			n *= (uint64_t)t->ne[d];
+		params[t->type < KPI_GGML_TYPE_COUNT ? t->type : KPI_GGML_TYPE_COUNT] += n;
+	}
+	kpi_weight_type_name(params, out, len);
+}
+
 struct model *model_load(const char *path, char *err, size_t errlen)
 {
 	struct gguf *g = gguf_open(path, err, errlen);
@@ -514,7 +534,7 @@ struct model *model_load(const char *path, char *err, size_t errlen)
 		m->output = m->tok_embd;
 		bytes += mtensor_bytes(&m->tok_embd);
 	}
-	bytes += (size_t)dim * ggml_type_bytes(m->tok_embd.type); /* one embedding row per token */
+	bytes += ggml_row_bytes(m->tok_embd.type, dim); /* one embedding row per token */
 	m->layers = calloc(mi->n_layers, sizeof(*m->layers));
 	for (int l = 0; l < mi->n_layers; l++) {
 		struct model_layer *L = &m->layers[l];
@@ -535,6 +555,7 @@ struct model *model_load(const char *path, char *err, size_t errlen)
 #undef T
 	}
 	m->weight_bytes = bytes;
+	weight_type(g, mi->weight_type, sizeof(mi->weight_type));
 	return m;
 fail:
 	model_free(m);
@@ -543,7 +564,37 @@ fail:
 
 size_t mtensor_bytes(const struct mtensor *t)
 {
-	return (size_t)t->rows * t->cols * ggml_type_bytes(t->type);
+	return (size_t)t->rows * ggml_row_bytes(t->type, t->cols);
+}
+
+unsigned model_matrix_kinds(const struct model *m)
+{
+	unsigned kinds = 0;
+	for (int l = -1; l < m->info.n_layers; l++) {
+		const struct model_layer *L = l >= 0 ? &m->layers[l] : NULL;
+		const struct mtensor *t[7] = { &m->tok_embd, &m->output };
+		if (L) {
+			const struct mtensor *lt[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+			memcpy(t, lt, sizeof(t));
+		}
+		for (int k = 0; k < (L ? 7 : 2); k++)
+			kinds |= ggml_type_is_quant(t[k]->type) ? MODEL_QUANT_MATRICES : MODEL_FLOAT_MATRICES;
+	}
+	return kinds;
+}
+
+size_t model_matrix_bytes(const struct model *m)
+{
+	size_t n = mtensor_bytes(&m->tok_embd);
+	if (m->output.data != m->tok_embd.data)
+		n += mtensor_bytes(&m->output);
+	for (int l = 0; l < m->info.n_layers; l++) {
+		const struct model_layer *L = &m->layers[l];
+		const struct mtensor *t[7] = { &L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down };
+		for (int k = 0; k < 7; k++)
+			n += mtensor_bytes(t[k]);
+	}
+	return n;
 }
 
 void model_release_pages(const struct mtensor *t)

@@ -16,7 +16,7 @@ struct gguf;
  * rows = ne[1] outputs of cols = ne[0] inputs each (ggml's layout). */
 struct mtensor {
 	const void *data;
-	uint32_t type; /* GGML_F32 or GGML_F16 */
+	uint32_t type; /* GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q4_0 or GGML_Q4_K */
 	int64_t rows, cols;
 };
 
@@ -66,6 +66,12 @@ void model_free(struct model *m);
 
 /* Bytes of t's data. */
 size_t mtensor_bytes(const struct mtensor *t);
+/* Which kinds of matrices the model has: F32/F16 ones (the FMA kernels of
+ * kernels.h) and quantized ones (Q8_0, Q4_0, Q4_K: qmatmul.h). */
+enum { MODEL_FLOAT_MATRICES = 1, MODEL_QUANT_MATRICES = 2 };
+unsigned model_matrix_kinds(const struct model *m);
+/* Bytes of all the model's matrices (the embeddings counted once when tied). */
+size_t model_matrix_bytes(const struct model *m);
 /* Hands back this process's pages of t's data (the whole pages inside it) to
  * the mapped file, for a backend that keeps its own copy: a later read
  * faults them in again from the page cache, so nothing is lost. */

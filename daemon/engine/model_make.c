@@ -1,6 +1,7 @@
 /* model_make.c - writes the built-in presets as GGUF: the keys llama.cpp's
- * loader requires, a 259-token byte vocabulary, F16 matrices with seeded
- * uniform weights scaled so activations stay O(1) through the layers. */
+ * loader requires, a 259-token byte vocabulary, matrices (F32, F16, Q8_0,
+ * Q4_0 or Q4_K) of seeded uniform weights scaled so activations stay O(1)
+ * through the layers: the same weights whatever the type. */
 #include "daemon/engine/model_make.h"
 
 #include <errno.h>
@@ -8,10 +9,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "daemon/engine/gguf.h"
+#include "daemon/engine/quant.h"
 
 struct preset {
 	const char *name;
@@ -31,33 +34,6 @@ static uint64_t splitmix64(uint64_t *s)
 	return z ^ (z >> 31);
 }
 
-/* IEEE half, round to nearest even; portable so the file's bytes do not
- * depend on the machine that wrote it. */
-static uint16_t f32_to_f16(float f)
-{
-	uint32_t x;
-	memcpy(&x, &f, 4);
-	uint32_t sign = (x >> 16) & 0x8000;
-	int32_t exp = ((x >> 23) & 0xff) - 127 + 15;
-	uint32_t man = x & 0x7fffff;
-	if (exp >= 31)
-		return sign | 0x7c00;
-	if (exp <= 0) {
-		if (exp < -10)
-			return sign;
-		man |= 0x800000;
-		int shift = 14 - exp;
-		uint32_t h = man >> shift, rem = man & ((1u << shift) - 1), half = 1u << (shift - 1);
-		if (rem > half || (rem == half && (h & 1)))
-			h++;
-		return sign | h;
-	}
-	uint32_t h = (exp << 10) | (man >> 13), rem = man & 0x1fff;
-	if (rem > 0x1000 || (rem == 0x1000 && (h & 1)))
-		h++;
-	return sign | h;
-}
-
 struct tensor_spec {
 	char name[64];
 	uint32_t type;
@@ -66,7 +42,22 @@ struct tensor_spec {
 	float scale; /* uniform in [-scale, scale]; 0: all ones (norms) */
 };
 
-static int write_model(FILE *f, const struct preset *p, uint64_t seed)
+/* general.file_type (llama.cpp's enum llama_ftype) of a file whose
+ * matrices are all of one type. */
+static uint32_t file_type(uint32_t type)
+{
+	switch (type) {
+	case GGML_F32: return 0;  /* ALL_F32 */
+	case GGML_Q4_0: return 2; /* MOSTLY_Q4_0 */
+	case GGML_Q8_0: return 7; /* MOSTLY_Q8_0 */
+	case GGML_Q4_K: return 14; /* MOSTLY_Q4_K_S: every matrix Q4_K */
+	default: return 1;        /* MOSTLY_F16 */
+	}
+}
+
+/* wt: the matrices' type; via: a quantized type the weights go through
+ * first (written as wt = F32: the values that type's file holds), or wt. */
+static int write_model(FILE *f, const struct preset *p, uint64_t seed, uint32_t wt, uint32_t via)
 {
 	int hd = p->dim / p->n_heads;
 	enum { N_VOCAB = 3 + 256 };
@@ -92,7 +83,9 @@ static int write_model(FILE *f, const struct preset *p, uint64_t seed)
 	snprintf(name, sizeof(name), "kpiscope-%s-s%llu", p->name, (unsigned long long)seed);
 	gguf_w_kv_str(w, "general.architecture", "llama");
 	gguf_w_kv_str(w, "general.name", name);
-	gguf_w_kv_u32(w, "general.file_type", 1); /* LLAMA_FTYPE_MOSTLY_F16 */
+	gguf_w_kv_u32(w, "general.file_type", file_type(wt));
+	if (ggml_type_is_quant(wt))
+		gguf_w_kv_u32(w, "general.quantization_version", 2); /* llama.cpp's current */
 	gguf_w_kv_u32(w, "general.alignment", 32);
 	gguf_w_kv_u32(w, "llama.context_length", p->context);
 	gguf_w_kv_u32(w, "llama.embedding_length", p->dim);
@@ -128,25 +121,25 @@ static int write_model(FILE *f, const struct preset *p, uint64_t seed)
 		specs[k].type = ty; specs[k].n_dims = nd;                             \
 		specs[k].ne[0] = n0; specs[k].ne[1] = n1; specs[k].scale = sc; k++;   \
 	} while (0)
-	SPEC("token_embd.weight", GGML_F16, 2, p->dim, N_VOCAB, u);
+	SPEC("token_embd.weight", wt, 2, p->dim, N_VOCAB, u);
 	for (int l = 0; l < p->n_layers; l++) {
 		char n[64];
 #define LSPEC(suffix, ty, nd, n0, n1, sc) \
 	snprintf(n, sizeof(n), "blk.%d.%s.weight", l, suffix); SPEC(n, ty, nd, n0, n1, sc)
 		LSPEC("attn_norm", GGML_F32, 1, p->dim, 1, 0);
-		LSPEC("attn_q", GGML_F16, 2, p->dim, p->n_heads * hd, u * in_dim);
-		LSPEC("attn_k", GGML_F16, 2, p->dim, p->n_kv_heads * hd, u * in_dim);
-		LSPEC("attn_v", GGML_F16, 2, p->dim, p->n_kv_heads * hd, u * in_dim);
-		LSPEC("attn_output", GGML_F16, 2, p->n_heads * hd, p->dim, u * in_att);
+		LSPEC("attn_q", wt, 2, p->dim, p->n_heads * hd, u * in_dim);
+		LSPEC("attn_k", wt, 2, p->dim, p->n_kv_heads * hd, u * in_dim);
+		LSPEC("attn_v", wt, 2, p->dim, p->n_kv_heads * hd, u * in_dim);
+		LSPEC("attn_output", wt, 2, p->n_heads * hd, p->dim, u * in_att);
 		LSPEC("ffn_norm", GGML_F32, 1, p->dim, 1, 0);
-		LSPEC("ffn_gate", GGML_F16, 2, p->dim, p->ffn_dim, u * in_dim);
-		LSPEC("ffn_up", GGML_F16, 2, p->dim, p->ffn_dim, u * in_dim);
-		LSPEC("ffn_down", GGML_F16, 2, p->ffn_dim, p->dim, u * in_ffn);
+		LSPEC("ffn_gate", wt, 2, p->dim, p->ffn_dim, u * in_dim);
+		LSPEC("ffn_up", wt, 2, p->dim, p->ffn_dim, u * in_dim);
+		LSPEC("ffn_down", wt, 2, p->ffn_dim, p->dim, u * in_ffn);
 #undef LSPEC
 	}
 	SPEC("output_norm.weight", GGML_F32, 1, p->dim, 1, 0);
 	/* Output gain 4: logits with some contrast, so sampling is not uniform. */
-	SPEC("output.weight", GGML_F16, 2, p->dim, N_VOCAB, 4 * u * in_dim);
+	SPEC("output.weight", wt, 2, p->dim, N_VOCAB, 4 * u * in_dim);
 #undef SPEC
 	for (int i = 0; i < k; i++)
 		gguf_w_tensor(w, specs[i].name, specs[i].type, specs[i].n_dims, specs[i].ne);
@@ -155,25 +148,28 @@ static int write_model(FILE *f, const struct preset *p, uint64_t seed)
 	for (int i = 0; i < k; i++)
 		if ((size_t)(specs[i].ne[0] * specs[i].ne[1]) > max_n)
 			max_n = specs[i].ne[0] * specs[i].ne[1];
-	void *buf = malloc(max_n * 4);
+	float *fb = malloc(max_n * 4);
+	void *out = malloc(max_n * 4), *qrow = malloc(max_n * 4);
 	for (int i = 0; i < k && rc == 0; i++) {
-		size_t n = specs[i].ne[0] * (specs[i].n_dims > 1 ? specs[i].ne[1] : 1);
+		int64_t cols = specs[i].ne[0], rows = specs[i].n_dims > 1 ? specs[i].ne[1] : 1;
+		size_t n = (size_t)cols * rows, row_bytes = ggml_row_bytes(specs[i].type, cols);
 		uint64_t s = seed * 0x100000001b3ull + (uint64_t)i * 0x9e3779b97f4a7c15ull;
-		if (specs[i].type == GGML_F32) {
-			float *fb = buf;
-			for (size_t j = 0; j < n; j++)
-				fb[j] = specs[i].scale == 0 ? 1.0f
-					: specs[i].scale * (float)((double)(splitmix64(&s) >> 11) * 0x1p-52 - 1.0);
-			rc = gguf_w_data(w, buf, n * 4);
-		} else {
-			uint16_t *hb = buf;
-			for (size_t j = 0; j < n; j++)
-				hb[j] = f32_to_f16(specs[i].scale *
-						   (float)((double)(splitmix64(&s) >> 11) * 0x1p-52 - 1.0));
-			rc = gguf_w_data(w, buf, n * 2);
+		for (size_t j = 0; j < n; j++)
+			fb[j] = specs[i].scale == 0 ? 1.0f
+				: specs[i].scale * (float)((double)(splitmix64(&s) >> 11) * 0x1p-52 - 1.0);
+		for (int64_t r = 0; r < rows; r++) {
+			float *row = fb + (size_t)r * cols;
+			if (via != wt && specs[i].n_dims == 2) {
+				quant_quantize_row(via, row, qrow, cols);
+				quant_dequantize_row(via, qrow, row, cols);
+			}
+			quant_quantize_row(specs[i].type, row, (char *)out + (size_t)r * row_bytes, cols);
 		}
+		rc = gguf_w_data(w, out, row_bytes * rows);
 	}
-	free(buf);
+	free(fb);
+	free(out);
+	free(qrow);
 	free(specs);
 	if (gguf_w_end(w))
 		rc = -1;
@@ -181,6 +177,27 @@ static int write_model(FILE *f, const struct preset *p, uint64_t seed)
 }
 
 int model_make(const char *path, const char *preset, uint64_t seed, char *err, size_t errlen)
+{
+	return model_make_type(path, preset, seed, GGML_F16, err, errlen);
+}
+
+static int make(const char *path, const char *preset, uint64_t seed, uint32_t type, uint32_t via, char *err,
+		size_t errlen);
+
+int model_make_type(const char *path, const char *preset, uint64_t seed, uint32_t type, char *err,
+		    size_t errlen)
+{
+	return make(path, preset, seed, type, type, err, errlen);
+}
+
+int model_make_dequantized(const char *path, const char *preset, uint64_t seed, uint32_t type, char *err,
+			   size_t errlen)
+{
+	return make(path, preset, seed, GGML_F32, type, err, errlen);
+}
+
+static int make(const char *path, const char *preset, uint64_t seed, uint32_t type, uint32_t via, char *err,
+		size_t errlen)
 {
 	const struct preset *p = NULL;
 	for (size_t i = 0; i < sizeof(presets) / sizeof(presets[0]); i++)
@@ -190,6 +207,12 @@ int model_make(const char *path, const char *preset, uint64_t seed, char *err, s
 		snprintf(err, errlen, "unknown model preset '%s' (use tiny or small)", preset);
 		return -1;
 	}
+	if ((type != GGML_F32 && type != GGML_F16 && !ggml_type_is_quant(type)) ||
+	    (via != GGML_F32 && via != GGML_F16 && !ggml_type_is_quant(via))) {
+		snprintf(err, errlen, "cannot write weights of type %u (use F32, F16, Q8_0, Q4_0 or Q4_K)",
+			 type != via ? via : type);
+		return -1;
+	}
 	char tmp[4096];
 	snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
 	FILE *f = fopen(tmp, "wb");
@@ -197,7 +220,7 @@ int model_make(const char *path, const char *preset, uint64_t seed, char *err, s
 		snprintf(err, errlen, "cannot create %s: %s (is the directory writable?)", tmp, strerror(errno));
 		return -1;
 	}
-	int rc = write_model(f, p, seed);
+	int rc = write_model(f, p, seed, type, via);
 	if (fclose(f) != 0)
 		rc = -1;
 	if (rc) {
@@ -253,4 +276,13 @@ int model_default_path(char *buf, size_t n, char *err, size_t errlen)
 		return -1;
 	}
 	return model_make(buf, "tiny", 0, err, errlen);
+}
+
+int model_make_parse_type(const char *name)
+{
+	static const uint32_t types[] = { GGML_F32, GGML_F16, GGML_Q8_0, GGML_Q4_0, GGML_Q4_K };
+	for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++)
+		if (!strcasecmp(name, ggml_type_name(types[i])))
+			return (int)types[i];
+	return -1;
 }

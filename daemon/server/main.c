@@ -12,14 +12,18 @@
 #include <unistd.h>
 
 #include "daemon/engine.h"
+#include "daemon/engine/gguf.h"
+#include "daemon/engine/kldiv.h"
 #include "daemon/engine/model_make.h"
+#include "daemon/engine/qmatmul.h"
 #include "daemon/server/server.h"
 
 static const char usage[] =
 "Usage: kpi-infer [OPTIONS]\n"
 "       kpi-infer --role prefill|decode [OPTIONS]\n"
 "       kpi-infer --role router --decode HOST:PORT[,...] [--prefill HOST:PORT[,...]]\n"
-"       kpi-infer --make-model PATH [--preset tiny|small] [--seed N]\n"
+"       kpi-infer --make-model PATH [--preset tiny|small] [--seed N] [--type T]\n"
+"       kpi-infer --model PATH --kl-divergence REFERENCE [--kl-text FILE]\n"
 "\n"
 "Llama-architecture inference behind an OpenAI-compatible HTTP API (SSE\n"
 "streaming, continuous batching, paged KV cache) with USDT probes for kpiscope.\n"
@@ -32,6 +36,22 @@ static const char usage[] =
 "  --make-model PATH         write a built-in model to PATH and exit\n"
 "  --preset tiny|small       with --make-model: which model (default tiny)\n"
 "  --seed N                  with --make-model: weight seed (default 0)\n"
+"  --type T                  with --make-model: the matrices' type: F32, F16\n"
+"                            (default), Q8_0, Q4_0 or Q4_K (the same weights,\n"
+"                            quantized as llama.cpp's formats lay them out)\n"
+"  --kernels K               quantized matmul kernels: avx512-vnni, avx-vnni,\n"
+"                            avx2 or scalar (default: the best this CPU runs)\n"
+"\n"
+"Accuracy (prints a report and exits):\n"
+"  --kl-divergence REF       each position's next-token distribution of --model\n"
+"                            against REF's (e.g. the F32 file it was quantized\n"
+"                            from): KL divergence, top-1 agreement, perplexity,\n"
+"                            as llama-perplexity --kl-divergence reports them\n"
+"  --kl-text FILE            the text scored (default: seeded tokens)\n"
+"  --kl-ctx N                tokens per chunk; the second half is scored\n"
+"                            (default 256)\n"
+"  --kl-chunks N             chunks (default 8, or as many as the text fills)\n"
+"  --json                    the report as one JSON object\n"
 "\n"
 "Server:\n"
 "  --host ADDR               address to bind (default 127.0.0.1)\n"
@@ -93,6 +113,7 @@ enum {
 	OPT_MODEL = 256, OPT_HOST, OPT_PORT, OPT_MAX_SEQS, OPT_MAX_BATCHED, OPT_MAX_QUEUE,
 	OPT_KV_BLOCKS, OPT_BLOCK_SIZE, OPT_BACKEND, OPT_BATCHING, OPT_THREADS, OPT_MAX_BODY,
 	OPT_REQ_TIMEOUT, OPT_IDLE_TIMEOUT, OPT_MAX_CONNS, OPT_MAKE_MODEL, OPT_PRESET, OPT_SEED, OPT_CUPTI,
+	OPT_TYPE, OPT_KERNELS, OPT_KL, OPT_KL_TEXT, OPT_KL_CTX, OPT_KL_CHUNKS, OPT_JSON,
 	OPT_ROLE, OPT_DECODE, OPT_PREFILL, OPT_POLICY, OPT_PREFIX_BYTES, OPT_LOAD_INTERVAL,
 	OPT_UPSTREAM_TIMEOUT, OPT_PREFIX_CACHE,
 };
@@ -117,6 +138,13 @@ static const struct option options[] = {
 	{ "make-model", required_argument, NULL, OPT_MAKE_MODEL },
 	{ "preset", required_argument, NULL, OPT_PRESET },
 	{ "seed", required_argument, NULL, OPT_SEED },
+	{ "type", required_argument, NULL, OPT_TYPE },
+	{ "kernels", required_argument, NULL, OPT_KERNELS },
+	{ "kl-divergence", required_argument, NULL, OPT_KL },
+	{ "kl-text", required_argument, NULL, OPT_KL_TEXT },
+	{ "kl-ctx", required_argument, NULL, OPT_KL_CTX },
+	{ "kl-chunks", required_argument, NULL, OPT_KL_CHUNKS },
+	{ "json", no_argument, NULL, OPT_JSON },
 	{ "role", required_argument, NULL, OPT_ROLE },
 	{ "decode", required_argument, NULL, OPT_DECODE },
 	{ "prefill", required_argument, NULL, OPT_PREFILL },
@@ -197,6 +225,9 @@ struct flags {
 	const char *model, *make_path, *preset, *cupti;
 	unsigned long long seed;
 	bool seed_set;
+	int type; /* --type: a GGML type id, -1 unset */
+	struct kldiv_opts kl; /* --kl-divergence and its options */
+	bool kl_opts;
 	int prefix_cache;  /* -1: the role's default */
 	bool router_flags; /* a flag only the router takes */
 };
@@ -247,6 +278,36 @@ static int parse_flags(int argc, char **argv, struct engine_config *ec,
 			f->seed = (unsigned long long)int_flag("seed", optarg, 0, LLONG_MAX);
 			f->seed_set = true;
 			break;
+		case OPT_TYPE:
+			f->type = model_make_parse_type(optarg);
+			if (f->type < 0) {
+				fprintf(stderr, "kpi-infer: --type expects F32, F16, Q8_0, Q4_0 or Q4_K, got '%s'\n",
+					optarg);
+				return 2;
+			}
+			break;
+		case OPT_KERNELS: {
+			char err[256];
+			int isa = qmm_isa_parse(optarg);
+			if (isa < 0) {
+				fprintf(stderr, "kpi-infer: --kernels expects avx512-vnni, avx-vnni, avx2 or scalar, got '%s'\n",
+					optarg);
+				return 2;
+			}
+			if (qmm_isa_set(isa, err, sizeof(err))) {
+				fprintf(stderr, "kpi-infer: --kernels %s: %s\n", optarg, err);
+				return 2;
+			}
+			break;
+		}
+		case OPT_KL: f->kl.reference = optarg; break;
+		case OPT_KL_TEXT: f->kl.text = optarg; f->kl_opts = true; break;
+		case OPT_KL_CTX: f->kl.ctx = (int)int_flag("kl-ctx", optarg, 8, 1 << 20); f->kl_opts = true; break;
+		case OPT_KL_CHUNKS:
+			f->kl.chunks = (int)int_flag("kl-chunks", optarg, 1, 1 << 20);
+			f->kl_opts = true;
+			break;
+		case OPT_JSON: f->kl.json = true; f->kl_opts = true; break;
 		case OPT_ROLE: {
 			static const char *const roles[] = { "colocated", "prefill", "decode", "router" };
 			sc->role = (enum server_role)word_flag("role", optarg, roles, 4);
@@ -323,11 +384,25 @@ static int make_model(const struct flags *f)
 		fprintf(stderr, "kpi-infer: --make-model writes a model and exits; drop --model\n");
 		return 2;
 	}
-	if (model_make(f->make_path, preset, f->seed, err, sizeof(err)) < 0) {
+	uint32_t type = f->type >= 0 ? (uint32_t)f->type : GGML_F16;
+	if (model_make_type(f->make_path, preset, f->seed, type, err, sizeof(err)) < 0) {
 		fprintf(stderr, "kpi-infer: %s\n", err);
 		return 1;
 	}
-	printf("wrote %s model (seed %llu) to %s\n", preset, f->seed, f->make_path);
+	printf("wrote %s model (seed %llu, %s) to %s\n", preset, f->seed, ggml_type_name(type), f->make_path);
+	return 0;
+}
+
+/* --kl-divergence REF: the report, then exit. */
+static int kl_divergence(struct flags *f, const char *model, int threads)
+{
+	char err[512];
+	f->kl.model = model;
+	f->kl.threads = threads;
+	if (kldiv_run(&f->kl, stdout, err, sizeof(err))) {
+		fprintf(stderr, "kpi-infer: --kl-divergence: %s\n", err);
+		return 1;
+	}
 	return 0;
 }
 
@@ -361,14 +436,18 @@ int main(int argc, char **argv)
 		.router = { .policy = KPI_ROUTE_ROUND_ROBIN, .prefix_bytes = 256,
 			    .load_interval_ms = 50 },
 	};
-	struct flags f = { .prefix_cache = -1 };
+	struct flags f = { .type = -1, .prefix_cache = -1 };
 	int rc = parse_flags(argc, argv, &ec, &sc, &f);
 	if (rc >= 0)
 		return rc;
 	if (f.make_path)
 		return make_model(&f);
-	if (f.preset || f.seed_set) {
-		fprintf(stderr, "kpi-infer: --preset and --seed only go with --make-model PATH\n");
+	if (f.preset || f.seed_set || f.type >= 0) {
+		fprintf(stderr, "kpi-infer: --preset, --seed and --type only go with --make-model PATH\n");
+		return 2;
+	}
+	if (f.kl_opts && !f.kl.reference) {
+		fprintf(stderr, "kpi-infer: --kl-text, --kl-ctx, --kl-chunks and --json only go with --kl-divergence REF\n");
 		return 2;
 	}
 
@@ -403,6 +482,8 @@ int main(int argc, char **argv)
 		model = default_path;
 	}
 	ec.model_path = model;
+	if (f.kl.reference)
+		return kl_divergence(&f, model, ec.threads);
 	if (f.cupti && cupti_setup(f.cupti, ec.backend))
 		return 2;
 	ec.prefix_cache = f.prefix_cache >= 0 ? f.prefix_cache == 1 : sc.role == ROLE_PREFILL;
@@ -414,6 +495,10 @@ int main(int argc, char **argv)
 			ec.backend == ENGINE_BACKEND_CUDA ? "cuda" : "cpu", model, err);
 		return 1;
 	}
+	const struct model_info *mi = engine_model(e);
+	fprintf(stderr, "kpi-infer: model %s (%s, %d layers, dim %d), %.1f MiB of weights, %s kernels\n",
+		mi->name, mi->weight_type, mi->n_layers, mi->dim, engine_weight_bytes(e) / 1048576.0,
+		engine_kernels(e));
 	const char *base = strrchr(model, '/');
 	sc.model_label = base ? base + 1 : model;
 	sc.block_size = ec.block_size;

@@ -148,6 +148,17 @@ void metrics_render(const struct metrics *m, const struct engine_stats *st,
 			render_hist(&m->h[i], labels, out);
 
 	/* kpi-infer's own, outside the vllm: namespace */
+	if (st->weight_type) {
+		/* what the process serves on, so two runs (Q4_K against F16) can be
+		 * told apart and set side by side */
+		sbuf_printf(out, "# HELP kpi_infer_model_info The model served: its weight type "
+			    "(abi/kpi_ggml_types.h) and the matmul kernels it runs on.\n"
+			    "# TYPE kpi_infer_model_info gauge\n"
+			    "kpi_infer_model_info{%s,weight_type=\"%s\",kernels=\"%s\"} 1\n", labels,
+			    st->weight_type, st->kernels ? st->kernels : "");
+		gauge(out, "kpi_infer_model_weight_bytes", "Bytes of the model's weight matrices as served.",
+		      "gauge", labels, (double)st->weight_bytes);
+	}
 	gauge(out, "kpi_infer_kv_blocks_free", "KV cache blocks free now.", "gauge", labels,
 	      st->kv_blocks_free);
 	gauge(out, "kpi_infer_kv_blocks_total", "KV cache blocks in the pool.", "gauge", labels,

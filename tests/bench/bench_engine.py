@@ -10,9 +10,11 @@ configuration, then bandwidth again, so the bandwidth a decode is compared
 with was measured minutes, not hours, apart. The burst runs alternate
 continuous, static, continuous, static. Each measurement is one run of
 build/engine-bench (tests/bench/engine_bench.c), which prints one JSON line."""
-import argparse, json, os, statistics, subprocess, sys, tempfile, time
+import argparse, json, os, subprocess, sys, tempfile, time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
+from benchtest import agg, cell  # noqa: E402
 BENCH = os.path.join(ROOT, "build", "engine-bench")
 
 
@@ -28,19 +30,6 @@ def run(args, timeout=1800):
           f"{ {k: v for k, v in doc.items() if k in ('tok_s', 'gbs', 'gbs_best', 'req_s', 'gflops', 'gflops_best')} } "
           f"({time.monotonic() - t0:.1f}s)", file=sys.stderr, flush=True)
     return doc
-
-
-def agg(vals):
-    vals = [v for v in vals if v is not None]
-    if not vals:
-        return None
-    return dict(median=statistics.median(vals), min=min(vals), max=max(vals), n=len(vals))
-
-
-def cell(a, fmt="{:.1f}"):
-    if not a:
-        return "-"
-    return f"{fmt.format(a['median'])} ({fmt.format(a['min'])}-{fmt.format(a['max'])})"
 
 
 def main():

@@ -1,8 +1,11 @@
-/* engine_bench.c - measurements of the engine for tests/bench/bench_engine.py:
- * one measurement per run, one JSON object on stdout. Modes: make (write a
- * preset), bandwidth (memory-read GB/s with the engine's thread pool), decode
- * (aggregate tok/s at N concurrent sequences), prefill (tok/s of one long
- * prompt), burst (requests/s on a burst, continuous or static batching). */
+/* engine_bench.c - measurements of the engine for tests/bench/bench_engine.py
+ * and bench_quant.py: one measurement per run, one JSON object on stdout.
+ * Modes: make (write a preset, any weight type), bandwidth (memory-read GB/s
+ * with the engine's thread pool), fma (FMA peak), kernel (one quantized
+ * matmul kernel alone), decode (aggregate tok/s at N concurrent sequences,
+ * resident memory), prefill (tok/s of one long prompt), burst (requests/s on
+ * a burst, continuous or static batching), generate (greedy token ids, for
+ * the comparison with llama.cpp). */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -16,10 +19,23 @@
 #include "daemon/engine/model.h"
 #include "daemon/engine/model_make.h"
 #include "daemon/engine/pool.h"
+#include "daemon/engine/qmatmul.h"
+#include "daemon/engine/quant.h"
+#include "daemon/engine/gguf.h"
+#include "daemon/engine/logits.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
 #endif
+
+/* CPU time of every thread of this process: the work, whatever else the
+ * machine runs (wall time on a busy machine measures the machine). */
+static double cpu_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
 
 static double now(void)
 {
@@ -28,21 +44,51 @@ static double now(void)
 	return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* VmRSS and VmHWM of this process, in bytes. */
+static void rss(long long *now_b, long long *peak_b)
+{
+	char line[256];
+	FILE *f = fopen("/proc/self/status", "r");
+	*now_b = *peak_b = 0;
+	while (f && fgets(line, sizeof(line), f)) {
+		long long kb;
+		if (sscanf(line, "VmRSS: %lld kB", &kb) == 1)
+			*now_b = kb << 10;
+		else if (sscanf(line, "VmHWM: %lld kB", &kb) == 1)
+			*peak_b = kb << 10;
+	}
+	if (f)
+		fclose(f);
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
 		"usage: engine-bench MODE [options]  (prints one JSON object)\n"
 		"modes:\n"
-		"  make       --out PATH --preset tiny|small [--seed N]   write a model\n"
+		"  make       --out PATH --preset tiny|small [--seed N] [--type T]\n"
+		"             [--dequantized]  write a model (T: F32, F16 (default), Q8_0, Q4_0,\n"
+		"             Q4_K); --dequantized: as F32, the values T's file holds\n"
 		"  bandwidth  [--mib N] [--threads N]                    memory-read GB/s\n"
 		"  fma        [--threads N]                              FMA peak GFLOP/s, the\n"
 		"             engine's vector width, every thread\n"
+		"  kernel     --type T [--rows N] [--cols N] [--seqs N] [--reps N]\n"
+		"             one quantized matmul alone, one thread: GMAC/s, GB/s\n"
 		"  decode     --model PATH --seqs N [--prompt N] [--gen N] aggregate decode tok/s\n"
+		"             and resident memory\n"
 		"  prefill    --model PATH [--prompt N]                  prefill tok/s\n"
 		"  burst      --model PATH [--requests N] [--prompt N] [--mean N] [--max N]\n"
 		"             [--batching continuous|static] [--seqs N]  requests/s\n"
+		"  generate   --model PATH --prompt-ids ID,ID,... [--gen N] greedy token ids\n"
+		"             and each choice's margin over the runner-up logit\n"
+		"  logits     --model PATH --prompt-ids ID,ID,...        the logits after every\n"
+		"             position (teacher forcing)\n"
+		"  first      --model PATH --prompt-ids ID,ID,...        the logits of each id\n"
+		"             alone at position 0\n"
 		"options:\n"
 		"  --threads N   worker threads (default: online CPUs)\n"
+		"  --kernels K   quantized kernels: avx512-vnni, avx-vnni, avx2, scalar\n"
+		"                (default: the best this CPU runs)\n"
 		"  --reps N      repetitions inside one run (bandwidth, fma; default 3)\n"
 		"  -h, --help    this text\n");
 }
@@ -251,9 +297,9 @@ static int run_decode(const char *model, int seqs, int prompt, int gen, int thre
 	}
 	struct engine_stats st0, st1;
 	engine_stats(e, &st0);
-	double t0 = now();
+	double t0 = now(), c0 = cpu_now();
 	long toks = drain(e, ev, max_ev, NULL, NULL);
-	double dt = now() - t0;
+	double dt = now() - t0, cpu = cpu_now() - c0;
 	engine_stats(e, &st1);
 	long steps = (long)(st1.steps - st0.steps);
 	/* bytes read per decode step: every weight once, plus each sequence's K/V
@@ -279,12 +325,17 @@ static int run_decode(const char *model, int seqs, int prompt, int gen, int thre
 		}
 		flops_per_step = seqs * (2 * params + 4.0 * i->n_layers * i->n_heads * i->head_dim * avg_ctx);
 	}
+	long long rss_now, rss_peak;
+	rss(&rss_now, &rss_peak);
 	printf("{\"mode\":\"decode\",\"seqs\":%d,\"prompt\":%d,\"gen\":%d,\"threads\":%d,\"tokens\":%ld,"
 	       "\"steps\":%ld,\"seconds\":%.4f,\"tok_s\":%.2f,\"step_ms\":%.3f,\"weight_bytes\":%.0f,"
-	       "\"bytes_per_step\":%.0f,\"gbs\":%.3f,\"flops_per_step\":%.0f,\"gflops\":%.2f}\n",
+	       "\"bytes_per_step\":%.0f,\"gbs\":%.3f,\"flops_per_step\":%.0f,\"gflops\":%.2f,"
+	       "\"weight_type\":\"%s\",\"kernels\":\"%s\",\"rss_bytes\":%lld,\"rss_peak_bytes\":%lld,"
+	       "\"cpu_seconds\":%.4f,\"cpu_ms_per_token\":%.4f}\n",
 	       seqs, prompt, gen, threads, toks, steps, dt, toks / dt, dt / steps * 1e3, wbytes,
 	       bytes_per_step, bytes_per_step * steps / dt / 1e9, flops_per_step,
-	       flops_per_step * steps / dt / 1e9);
+	       flops_per_step * steps / dt / 1e9, mi->weight_type, engine_kernels(e), rss_now, rss_peak, cpu,
+	       cpu / toks * 1e3);
 	model_free(m);
 	free(pr);
 	free(ev);
@@ -368,13 +419,221 @@ static int run_burst(const char *model, int requests, int prompt, int mean, int 
 	return 0;
 }
 
+/* One quantized matmul (rows x cols of type, seeded weights) over seqs
+ * activation rows, on this thread, repeated: multiply-adds per second and
+ * the packed weights' bytes per second. */
+static int run_kernel(const char *type_name, int rows, int cols, int seqs, int reps)
+{
+	int type = model_make_parse_type(type_name);
+	if (type < 0 || !ggml_type_is_quant((uint32_t)type) || cols % 256) {
+		fprintf(stderr, "engine-bench kernel: --type must be Q8_0, Q4_0 or Q4_K and --cols a multiple of 256\n");
+		return 2;
+	}
+	size_t rb = ggml_row_bytes(type, cols);
+	float *wf = malloc(sizeof(float) * cols), *x = malloc(sizeof(float) * (size_t)seqs * cols);
+	float *y = malloc(sizeof(float) * (size_t)seqs * rows);
+	char *wq = malloc(rb * rows);
+	void *packed = aligned_alloc(64, (qmm_pack_bytes(type, rows, cols) + 63) & ~(size_t)63);
+	void *abuf = malloc(qmm_act_bytes(seqs, cols));
+	uint64_t s = 42;
+	for (int r = 0; r < rows; r++) {
+		for (int i = 0; i < cols; i++) {
+			s = s * 6364136223846793005ull + 1442695040888963407ull;
+			wf[i] = (float)((double)(s >> 11) * 0x1p-53 - 0.5);
+		}
+		quant_quantize_row(type, wf, wq + (size_t)r * rb, cols);
+	}
+	for (size_t i = 0; i < (size_t)seqs * cols; i++) {
+		s = s * 6364136223846793005ull + 1442695040888963407ull;
+		x[i] = (float)((double)(s >> 11) * 0x1p-53 - 0.5);
+	}
+	struct packed_mat pm;
+	qmm_pack(&pm, packed, wq, type, rows, cols);
+	struct qmm_act a;
+	qmm_act_init(&a, abuf, seqs, cols);
+	a.nb = seqs;
+	a.cols = cols;
+	qmm_act_quantize(&a, qmm_form(type), x, cols, 0, seqs);
+	qmm_rows(y, rows, &pm, &a, 0, seqs, 0, rows, false, NULL); /* warm */
+	double best = 1e30;
+	for (int r = 0; r < reps; r++) {
+		double t0 = now();
+		for (int b0 = 0; b0 < seqs; b0 += 24)
+			qmm_rows(y + (size_t)b0 * rows, rows, &pm, &a, b0, seqs - b0 < 24 ? seqs - b0 : 24, 0, rows,
+				 false, NULL);
+		double dt = now() - t0;
+		best = dt < best ? dt : best;
+	}
+	double macs = (double)rows * cols * seqs;
+	printf("{\"mode\":\"kernel\",\"type\":\"%s\",\"kernels\":\"%s\",\"rows\":%d,\"cols\":%d,"
+	       "\"seqs\":%d,\"seconds\":%.6f,\"gmacs\":%.2f,\"gbs\":%.2f,\"check\":%.6g}\n",
+	       ggml_type_name(type), qmm_isa_name(qmm_isa_get()), rows, cols, seqs, best, macs / best / 1e9,
+	       (double)qmm_pack_bytes(type, rows, cols) / best / 1e9, (double)y[0]);
+	free(wf);
+	free(x);
+	free(y);
+	free(wq);
+	free(packed);
+	free(abuf);
+	return 0;
+}
+
+static int parse_ids(const char *s, int32_t *out, int max);
+
+/* Greedy tokens after the prompt ids (EOS ignored): what llama.cpp's
+ * greedy run of the same file is compared with. */
+static int run_generate(const char *model, const char *ids, int gen, int threads)
+{
+	struct engine *e = open_engine(model, 1, 2048, threads, ENGINE_BATCH_CONTINUOUS, 0);
+	if (!e)
+		return 1;
+	int32_t prompt[1024];
+	int n = parse_ids(ids, prompt, 1024);
+	if (n <= 0) {
+		fprintf(stderr, "engine-bench generate: --prompt-ids wants comma-separated token ids, not '%s'\n", ids);
+		engine_destroy(e);
+		return 2;
+	}
+	char err[256];
+	struct sampling_params sp = { .temperature = 0, .top_p = 1, .max_tokens = gen, .ignore_eos = true };
+	if (engine_submit(e, 1, prompt, n, &sp, err, sizeof(err))) {
+		fprintf(stderr, "engine-bench: %s\n", err);
+		engine_destroy(e);
+		return 1;
+	}
+	int max_ev = engine_events_max(e) + 8;
+	struct engine_event *ev = malloc(sizeof(*ev) * max_ev);
+	printf("{\"mode\":\"generate\",\"weight_type\":\"%s\",\"kernels\":\"%s\",\"tokens\":[",
+	       engine_model(e)->weight_type, engine_kernels(e));
+	int out = 0;
+	int32_t *seq = malloc(sizeof(int32_t) * (n + gen));
+	memcpy(seq, prompt, sizeof(int32_t) * n);
+	while (engine_has_work(e)) {
+		int k = engine_step(e, ev, max_ev);
+		for (int i = 0; i < k; i++)
+			if (ev[i].kind == ENGINE_EV_TOKEN) {
+				printf("%s%d", out ? "," : "", ev[i].token);
+				seq[n + out++] = ev[i].token;
+			}
+	}
+	/* how close each choice was: the top logit minus the runner-up, from
+	 * the same model fed the same tokens (a near-tie is where another
+	 * engine's rounding may choose the other token) */
+	printf("],\"margins\":[");
+	struct logits_run *lr = logits_open(model, 1, n + out, threads, err, sizeof(err));
+	int vocab = engine_model(e)->vocab_size, rc = 0;
+	float *lg = malloc(sizeof(float) * vocab);
+	for (int p = 0; lr && p < n + out - 1; p++) {
+		if (logits_step(lr, seq + p, p, lg, err, sizeof(err))) {
+			rc = 1;
+			break;
+		}
+		if (p < n - 1)
+			continue;
+		int best = 0, second = -1;
+		for (int v = 1; v < vocab; v++)
+			if (lg[v] > lg[best]) {
+				second = best;
+				best = v;
+			} else if (second < 0 || lg[v] > lg[second]) {
+				second = v;
+			}
+		if (best != seq[p + 1])
+			fprintf(stderr, "engine-bench generate: position %d: the engine chose %d, its logits' top is %d\n",
+				p + 1, seq[p + 1], best);
+		printf("%s%.6g", p > n - 1 ? "," : "", (double)(lg[best] - lg[second]));
+	}
+	printf("]}\n");
+	if (!lr || rc)
+		fprintf(stderr, "engine-bench: %s\n", err);
+	logits_close(lr);
+	free(lg);
+	free(seq);
+	free(ev);
+	engine_destroy(e);
+	return !lr || rc;
+}
+
+/* The logits of each of the ids alone at position 0, one step for all. */
+static int run_first(const char *model, const int32_t *ids, int n, int threads)
+{
+	char err[256];
+	struct logits_run *lr = logits_open(model, n, 1, threads, err, sizeof(err));
+	if (!lr) {
+		fprintf(stderr, "engine-bench: %s\n", err);
+		return 1;
+	}
+	int vocab = logits_model(lr)->info.vocab_size;
+	float *lg = malloc(sizeof(float) * vocab * n);
+	int rc = logits_step(lr, ids, 0, lg, err, sizeof(err));
+	if (rc)
+		fprintf(stderr, "engine-bench: %s\n", err);
+	printf("{\"mode\":\"first\",\"logits\":[");
+	for (int s = 0; !rc && s < n; s++) {
+		printf("%s[", s ? "," : "");
+		for (int v = 0; v < vocab; v++)
+			printf("%s%.9g", v ? "," : "", (double)lg[(size_t)s * vocab + v]);
+		printf("]");
+	}
+	printf("]}\n");
+	free(lg);
+	logits_close(lr);
+	return rc ? 1 : 0;
+}
+
+/* The logits after every position of the prompt ids (teacher forcing). */
+static int run_logits(const char *model, const int32_t *ids, int n, int threads)
+{
+	char err[256];
+	struct logits_run *lr = logits_open(model, 1, n, threads, err, sizeof(err));
+	if (!lr) {
+		fprintf(stderr, "engine-bench: %s\n", err);
+		return 1;
+	}
+	int vocab = logits_model(lr)->info.vocab_size;
+	float *lg = malloc(sizeof(float) * vocab);
+	printf("{\"mode\":\"logits\",\"logits\":[");
+	for (int p = 0; p < n; p++) {
+		if (logits_step(lr, ids + p, p, lg, err, sizeof(err))) {
+			fprintf(stderr, "engine-bench: %s\n", err);
+			break;
+		}
+		printf("%s[", p ? "," : "");
+		for (int v = 0; v < vocab; v++)
+			printf("%s%.9g", v ? "," : "", (double)lg[v]);
+		printf("]");
+	}
+	printf("]}\n");
+	free(lg);
+	logits_close(lr);
+	return 0;
+}
+
+/* Comma-separated token ids into out (at most max); the count, or -1. */
+static int parse_ids(const char *s, int32_t *out, int max)
+{
+	int n = 0;
+	for (const char *p = s; *p && n < max;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p)
+			return -1;
+		out[n++] = (int32_t)v;
+		p = *end == ',' ? end + 1 : end;
+	}
+	return n;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help")) {
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? 2 : 0;
 	}
-	const char *mode = argv[1], *model = NULL, *out = NULL, *preset = "tiny";
+	const char *mode = argv[1], *model = NULL, *out = NULL, *preset = "tiny", *type = "F16";
+	const char *ids = NULL;
+	int rows = 2048, cols = 768;
+	bool dequantized = false;
 	int seqs = 1, prompt = 128, gen = 64, threads = 0, mib = 1024, reps = 3, requests = 256;
 	int mean = 64, maxlen = 512;
 	uint64_t seed = 0;
@@ -384,7 +643,9 @@ int main(int argc, char **argv)
 		{ "seed", 1, 0, 'S' }, { "seqs", 1, 0, 's' }, { "prompt", 1, 0, 'p' },
 		{ "gen", 1, 0, 'g' }, { "threads", 1, 0, 't' }, { "mib", 1, 0, 'M' },
 		{ "reps", 1, 0, 'r' }, { "requests", 1, 0, 'R' }, { "mean", 1, 0, 'e' },
-		{ "max", 1, 0, 'x' }, { "batching", 1, 0, 'b' }, { "help", 0, 0, 'h' }, { 0 }
+		{ "max", 1, 0, 'x' }, { "batching", 1, 0, 'b' }, { "help", 0, 0, 'h' },
+		{ "type", 1, 0, 'T' }, { "kernels", 1, 0, 'K' }, { "prompt-ids", 1, 0, 'I' },
+		{ "rows", 1, 0, 'w' }, { "cols", 1, 0, 'c' }, { "dequantized", 0, 0, 'D' }, { 0 }
 	};
 	int c;
 	optind = 2;
@@ -411,6 +672,21 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'T': type = optarg; break;
+		case 'D': dequantized = true; break;
+		case 'I': ids = optarg; break;
+		case 'w': rows = atoi(optarg); break;
+		case 'c': cols = atoi(optarg); break;
+		case 'K': {
+			char err[256];
+			int isa = qmm_isa_parse(optarg);
+			if (isa < 0 || qmm_isa_set(isa, err, sizeof(err))) {
+				fprintf(stderr, "engine-bench: --kernels %s: %s\n", optarg,
+					isa < 0 ? "use avx512-vnni, avx-vnni, avx2 or scalar" : err);
+				return 2;
+			}
+			break;
+		}
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -427,14 +703,24 @@ int main(int argc, char **argv)
 			fprintf(stderr, "engine-bench make: --out PATH is required\n");
 			return 2;
 		}
-		if (model_make(out, preset, seed, err, sizeof(err))) {
+		int t = model_make_parse_type(type);
+		if (t < 0) {
+			fprintf(stderr, "engine-bench make: --type %s: use F32, F16, Q8_0, Q4_0 or Q4_K\n", type);
+			return 2;
+		}
+		if ((dequantized ? model_make_dequantized : model_make_type)(out, preset, seed, (uint32_t)t, err,
+									     sizeof(err))) {
 			fprintf(stderr, "engine-bench: %s\n", err);
 			return 1;
 		}
-		printf("{\"mode\":\"make\",\"out\":\"%s\",\"preset\":\"%s\"}\n", out, preset);
+		printf("{\"mode\":\"make\",\"out\":\"%s\",\"preset\":\"%s\",\"type\":\"%s\",\"dequantized\":%s}\n",
+		       out, preset, ggml_type_name(t), dequantized ? "true" : "false");
 		return 0;
 	}
-	if (strcmp(mode, "decode") && strcmp(mode, "prefill") && strcmp(mode, "burst")) {
+	if (!strcmp(mode, "kernel"))
+		return run_kernel(type, rows, cols, seqs, reps < 1 ? 1 : reps);
+	if (strcmp(mode, "decode") && strcmp(mode, "prefill") && strcmp(mode, "burst") && strcmp(mode, "generate") &&
+	    strcmp(mode, "logits") && strcmp(mode, "first")) {
 		fprintf(stderr, "engine-bench: unknown mode '%s' (see --help)\n", mode);
 		return 2;
 	}
@@ -446,5 +732,21 @@ int main(int argc, char **argv)
 		return run_decode(model, seqs, prompt, gen, threads);
 	if (!strcmp(mode, "prefill"))
 		return run_prefill(model, prompt, threads);
+	if (!strcmp(mode, "logits") || !strcmp(mode, "first")) {
+		int32_t pid[2048];
+		int n = ids ? parse_ids(ids, pid, 2048) : -1;
+		if (n <= 0) {
+			fprintf(stderr, "engine-bench logits: --prompt-ids ID,ID,... is required\n");
+			return 2;
+		}
+		return !strcmp(mode, "first") ? run_first(model, pid, n, threads) : run_logits(model, pid, n, threads);
+	}
+	if (!strcmp(mode, "generate")) {
+		if (!ids) {
+			fprintf(stderr, "engine-bench generate: --prompt-ids ID,ID,... is required\n");
+			return 2;
+		}
+		return run_generate(model, ids, gen, threads);
+	}
 	return run_burst(model, requests, prompt, mean, maxlen, batching, seqs, threads);
 }

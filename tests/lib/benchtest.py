@@ -1,7 +1,7 @@
 """Helpers for kpi-bench's tests and benchmarks: start a real kpi-infer on a
 generated tiny model, run kpi-bench, read its CSV/JSON, and a byte-relaying
 TCP proxy that records every x-request-id the server sends."""
-import contextlib, csv, json, os, re, shutil, socket, subprocess, tempfile, threading
+import contextlib, csv, json, os, re, shutil, socket, statistics, subprocess, tempfile, threading
 
 import kpitest
 
@@ -179,3 +179,20 @@ def bench_args(description):
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     return args
+
+
+def agg(vals):
+    """Median with min-max spread (and count) of the values that are not None."""
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return None
+    return dict(median=statistics.median(vals), min=min(vals), max=max(vals), n=len(vals))
+
+
+def cell(a, fmt="{:.1f}"):
+    """An agg() as "median (min-max)", the median alone for one value, "-" for none."""
+    if not a:
+        return "-"
+    if a["n"] == 1:
+        return fmt.format(a["median"])
+    return f"{fmt.format(a['median'])} ({fmt.format(a['min'])}-{fmt.format(a['max'])})"

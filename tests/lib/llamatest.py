@@ -1,7 +1,9 @@
 """Helpers for the llama.cpp path's test and bench: the real llama.cpp from npm
 (node-llama-cpp, `make node-llama` into build/node-llama) behind
-tests/lib/llama_server.mjs, started warm, its own marks, a streaming client."""
-import http.client, json, os, shutil, threading, time
+tests/lib/llama_server.mjs, started warm, its own marks, a streaming client;
+and tests/lib/llama_run.mjs, llama.cpp run once on a GGUF file (greedy
+tokens, logits, decode speed) for the quantization tests and benchmark."""
+import http.client, json, os, shutil, subprocess, threading, time
 
 import kpitest
 import agenttest as at
@@ -14,10 +16,18 @@ NODE_LLAMA = os.path.join(kpitest.BUILD, "node-llama")
 DECODE_MARK = os.path.join(kpitest.BUILD, "tests", "libdecodemark.so")
 
 
+RUN = os.path.join(kpitest.ROOT, "tests", "lib", "llama_run.mjs")
+
+
 def require():
     """node, node-llama-cpp and a built agent, as root; returns node's path."""
     kpitest.require_root("kpi-agent")
     at.require_built(at.AGENT)
+    return require_llama()
+
+
+def require_llama():
+    """node and node-llama-cpp; returns node's path."""
     node = shutil.which("node") or shutil.which("nodejs")
     if not node:
         raise kpitest.Skip("node is not installed (make deps installs it)")
@@ -115,3 +125,15 @@ def concurrently(port, jobs):
     for t in ts:
         t.join()
     return out
+
+
+def run(mode, model, *args, timeout=600, env=None):
+    """llama_run.mjs MODE MODEL ARGS...: its one JSON line (greedy tokens,
+    logits, a decode measurement)."""
+    node = require_llama()
+    e = dict(os.environ, **(env or {}))
+    p = subprocess.run([node, RUN, mode, model, *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout, env=e)
+    if p.returncode != 0:
+        raise AssertionError(f"llama_run.mjs {mode} {model}: exit {p.returncode}: {p.stderr[-2000:]}")
+    return json.loads(p.stdout.strip().splitlines()[-1])

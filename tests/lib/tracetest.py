@@ -302,6 +302,15 @@ def run_tool(argv, timeout=120, env=None):
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=e)
 
 
+def kpitop_once(db, *args):
+    """One kpitop --once frame of db (a trace, or clickhouse://...), 120
+    columns unless args say otherwise; its text."""
+    require(KPITOP, "tools/kpitop/")
+    p = run_tool([KPITOP, "--db", db, "--once", "--width", "120", *args])
+    assert p.returncode == 0, f"kpitop --once exited {p.returncode}: {p.stderr}"
+    return p.stdout
+
+
 def hops_trace(path, n, step_ns=10_000_000):
     """A trace of n three-hop requests (a gateway's request, its call, the
     model's request: schema 008's rows, linked by header and socket), then

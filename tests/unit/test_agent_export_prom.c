@@ -443,9 +443,48 @@ static void gguf_general_name(void)
 	CHECK(export_ident_gguf_name(path, name, sizeof(name)) < 0, "missing file gave a name");
 }
 
+/* The weight type from the tensor infos after the metadata: the matrices'
+ * types by parameters, most first; 1-D tensors (norms) do not count. */
+static void gguf_weight_type(void)
+{
+	char path[] = "/tmp/test-agent-export-XXXXXX", wt[32];
+	int fd = mkstemp(path);
+	FILE *f = fdopen(fd, "wb");
+	uint32_t u32;
+	uint64_t u64;
+	struct { const char *name; uint32_t nd; uint64_t ne[2]; uint32_t type; } ts[] = {
+		{ "blk.0.ffn_down.weight", 2, { 256, 2 }, 14 },   /* Q6_K, 512 */
+		{ "blk.0.attn_norm.weight", 1, { 4096, 1 }, 0 },  /* F32 norm: not a matrix */
+		{ "blk.0.ffn_up.weight", 2, { 256, 4 }, 12 },     /* Q4_K, 1024 */
+	};
+
+	CHECK(f, "temp file");
+	fwrite("GGUF", 1, 4, f);
+	u32 = 3; fwrite(&u32, 4, 1, f);
+	u64 = 3; fwrite(&u64, 8, 1, f);                 /* tensors */
+	u64 = 2; fwrite(&u64, 8, 1, f);                 /* kvs */
+	wr_str(f, "general.name"); u32 = 8; fwrite(&u32, 4, 1, f); wr_str(f, "m");
+	wr_str(f, "tokenizer.ggml.tokens"); u32 = 9; fwrite(&u32, 4, 1, f); u32 = 8; fwrite(&u32, 4, 1, f);
+	u64 = 2; fwrite(&u64, 8, 1, f); wr_str(f, "<s>"); wr_str(f, "</s>");
+	for (size_t i = 0; i < sizeof(ts) / sizeof(ts[0]); i++) {
+		wr_str(f, ts[i].name);
+		fwrite(&ts[i].nd, 4, 1, f);
+		fwrite(ts[i].ne, 8, ts[i].nd, f);
+		fwrite(&ts[i].type, 4, 1, f);
+		u64 = 0; fwrite(&u64, 8, 1, f);         /* offset */
+	}
+	fclose(f);
+	int rc = export_ident_gguf_weight_type(path, wt, sizeof(wt));
+	CHECK(rc == 0 && !strcmp(wt, "Q4_K+Q6_K"), "rc %d weight type '%s'", rc, rc ? "" : wt);
+	CHECK(truncate(path, 120) == 0, "truncate");
+	CHECK(export_ident_gguf_weight_type(path, wt, sizeof(wt)) < 0, "a truncated file gave a weight type");
+	unlink(path);
+}
+
 int main(void)
 {
 	RUN(gguf_general_name);
+	RUN(gguf_weight_type);
 	RUN(conventions_buckets);
 	RUN(bucket_placement_le_rule);
 	RUN(format_double_roundtrips);

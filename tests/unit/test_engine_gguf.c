@@ -149,11 +149,12 @@ static void test_unsupported_arch(void)
 
 static void test_unsupported_tensor_type(void)
 {
-	const char *p = tpath("q4.gguf");
+	const char *p = tpath("q6.gguf");
 	struct mini_opts o = { .bad_type_tensor = "blk.0.attn_k.weight" };
 	write_mini(p, &o);
 	expect_fail(p, "blk.0.attn_k.weight");
-	expect_fail(p, "Q4_0");
+	expect_fail(p, "Q6_K");
+	expect_fail(p, "Q8_0, Q4_0 and Q4_K");
 }
 
 static void test_missing_tensor(void)

@@ -44,7 +44,7 @@ static const char *tpath(const char *name)
 }
 
 /* The preset written once per test binary. */
-static const char *preset_path(const char *preset)
+static __attribute__((unused)) const char *preset_path(const char *preset)
 {
 	static char paths[2][512];
 	int i = strcmp(preset, "tiny") == 0 ? 0 : 1;
@@ -66,7 +66,7 @@ struct mini_opts {
 	const char *arch;        /* default "llama" */
 	const char *skip_key;    /* leave this metadata key out */
 	const char *skip_tensor; /* leave this tensor out */
-	const char *bad_type_tensor; /* write this tensor as Q4_0 */
+	const char *bad_type_tensor; /* write this tensor as Q6_K (a type the engine does not serve) */
 	const char *const *extra;    /* extra vocabulary pieces (normal tokens) */
 	const float *extra_scores;
 	int n_extra;
@@ -126,7 +126,7 @@ static __attribute__((unused)) void write_mini(const char *path, const struct mi
 	int n_t = sizeof(ts) / sizeof(ts[0]);
 	uint32_t type[16];
 	for (int i = 0; i < n_t; i++) {
-		type[i] = o->bad_type_tensor && !strcmp(o->bad_type_tensor, ts[i].name) ? 2 : GGML_F32;
+		type[i] = o->bad_type_tensor && !strcmp(o->bad_type_tensor, ts[i].name) ? 14 : GGML_F32;
 		if (o->skip_tensor && !strcmp(o->skip_tensor, ts[i].name))
 			continue;
 		gguf_w_tensor(w, ts[i].name, type[i], ts[i].nd, ts[i].ne);
@@ -139,8 +139,8 @@ static __attribute__((unused)) void write_mini(const char *path, const struct mi
 		size_t n = ts[i].ne[0] * ts[i].ne[1];
 		for (size_t j = 0; j < n; j++)
 			buf[j] = ts[i].nd == 1 ? 1.0f : (float)((j * 7 + i) % 13) / 13.0f - 0.5f;
-		/* a Q4_0 tensor gets no bytes: the loader refuses it by type first */
-		gguf_w_data(w, buf, type[i] == 2 ? 0 : n * 4);
+		/* a Q6_K tensor gets no bytes: the loader refuses it by type first */
+		gguf_w_data(w, buf, type[i] == 14 ? 0 : n * 4);
 	}
 	gguf_w_end(w);
 	fclose(f);

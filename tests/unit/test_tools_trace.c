@@ -1,7 +1,10 @@
 /* test_tools_trace.c - the trace tools' shared layer: percentiles against a
- * naive sort, duration/time parsing (timefmt.h), and trace_open's refusals. */
+ * naive sort, duration/time parsing (timefmt.h), trace_open's refusals, and
+ * every loss cause the agent has, read back by name. */
 #include "tests/unit/check.h"
 #include "tests/unit/tracedb_util.h"
+#include "agent/record.h"
+#include "kpi_schema.h"
 #include "schema/pct.h"
 #include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
@@ -15,6 +18,12 @@
 static int cmp_i64(const void *a, const void *b)
 {
 	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+static int cmp_f64(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
 	return x < y ? -1 : x > y;
 }
 
@@ -55,6 +64,34 @@ static void test_pct_matches_sort(void)
 		free(w);
 		free(f);
 	}
+}
+
+/* The order-statistic interval of a percentile: the published ranks (the
+ * median of 100 values: the 40th to the 61st), the sizes below which none
+ * exists, and its coverage measured on uniform draws. */
+static void test_pct_ci_ranks(void)
+{
+	size_t lo, hi;
+	CHECK(!pct_ci_ranks(100, 50, 0.95, &lo, &hi) && lo == 39 && hi == 60, "median of 100: %zu..%zu", lo, hi);
+	CHECK(!pct_ci_ranks(368, 99, 0.95, &lo, &hi) && hi == 367, "p99 of 368: %zu..%zu", lo, hi);
+	CHECK(pct_ci_ranks(367, 99, 0.95, &lo, &hi) == -1, "p99 of 367 has no 95%% interval");
+	CHECK(!pct_ci_ranks(36, 90, 0.95, &lo, &hi) && pct_ci_ranks(35, 90, 0.95, &lo, &hi) == -1, "p90 needs 36");
+	CHECK(!pct_ci_ranks(6, 50, 0.95, &lo, &hi) && pct_ci_ranks(5, 50, 0.95, &lo, &hi) == -1, "p50 needs 6");
+	CHECK(pct_ci_ranks(60, 1, 0.95, &lo, &hi) == -1, "p1 of 60 has no lower bound");
+	CHECK(!pct_ci_ranks(1000000, 99, 0.95, &lo, &hi) && lo < 990000 && hi > 990000 && hi - lo < 500,
+	      "p99 of 1e6: %zu..%zu", lo, hi);
+	/* coverage: the true p90 of U(0,1) is 0.9 */
+	unsigned seed = 11;
+	int held = 0, trials = 2000;
+	size_t n = 80;
+	double v[80];
+	CHECK(!pct_ci_ranks(n, 90, 0.95, &lo, &hi), "p90 of 80");
+	for (int t = 0; t < trials; t++) {
+		for (size_t i = 0; i < n; i++) v[i] = rand_r(&seed) / (RAND_MAX + 1.0);
+		qsort(v, n, sizeof(*v), cmp_f64);
+		held += v[lo] <= 0.9 && 0.9 <= v[hi];
+	}
+	CHECK(held >= 0.94 * trials, "p90's interval held %d of %d times", held, trials);
 }
 
 static void test_pct_sqlite_definition(void)
@@ -298,9 +335,55 @@ static void test_window_runq_by(void)
 	unlink(p);
 }
 
+/* Every cause the agent counts (agent/record.h) comes back from a window by
+ * name with its count, and the total is their sum: a cause the agent gains
+ * past what the readers list fails here, not silently in kpitop/kpi-report. */
+static void test_window_every_loss_cause(void)
+{
+	char sql[160];
+	sqlite3 *db;
+	char *p = tmpdb("");
+	sqlite3_open(p, &db);
+	for (size_t i = 0; i < sizeof(kpi_schema_files) / sizeof(*kpi_schema_files); i++)
+		CHECK(sqlite3_exec(db, kpi_schema_files[i].sql, NULL, NULL, NULL) == SQLITE_OK, "%s: %s",
+		      kpi_schema_files[i].name, sqlite3_errmsg(db));
+	/* cause c lost c + 1 in each of two sample seconds, and one request arrived */
+	int64_t want = 0;
+	for (int c = 0; c < KPI_LOSS__COUNT; c++)
+		for (int s = 1; s <= 2; s++) {
+			snprintf(sql, sizeof(sql), "INSERT INTO losses (run_id, wall_ns, t_ns, cause, n) VALUES "
+				 "(1, %lld, %lld, '%s', %d)", 1000 * NS_PER_S + s * NS_PER_S, (long long)s * NS_PER_S,
+				 kpi_loss_name(c), c + 1);
+			CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
+			want += c + 1;
+		}
+	sqlite3_exec(db, "INSERT INTO requests (request_id, pid, wall_ns, t_arrive_ns) VALUES ('r', 1, "
+		     "1001000000000, 1000000000)", NULL, NULL, NULL);
+	struct trace *t = close_and_open(db, p);
+	struct trace_window w;
+	CHECK(!trace_window_stats(t, 0, 3 * NS_PER_S, false, &w), "window: %s", trace_errmsg(t));
+	CHECK(KPI_LOSS__COUNT <= TRACE_LOSS_MAX, "the agent has %d loss causes, the readers list %d: raise "
+	      "TRACE_LOSS_MAX in tools/common/trace.h", KPI_LOSS__COUNT, TRACE_LOSS_MAX);
+	CHECK(w.lost == want, "lost %lld, want %lld", (long long)w.lost, (long long)want);
+	CHECK(w.n_loss + w.n_loss_more == KPI_LOSS__COUNT && !w.n_loss_more, "%d listed, %d more, the agent has %d",
+	      w.n_loss, w.n_loss_more, KPI_LOSS__COUNT);
+	for (int c = 0; c < KPI_LOSS__COUNT; c++) {
+		int k;
+		for (k = 0; k < w.n_loss && strcmp(w.loss[k].cause, kpi_loss_name(c)); k++)
+			;
+		CHECK(k < w.n_loss && w.loss[k].n == 2 * (c + 1), "cause %s: %s", kpi_loss_name(c),
+		      k < w.n_loss ? "wrong count" : "not listed");
+		/* largest first */
+		CHECK(k == KPI_LOSS__COUNT - 1 - c || k >= w.n_loss, "cause %s listed at %d", kpi_loss_name(c), k);
+	}
+	trace_close(t);
+	unlink(p);
+}
+
 int main(void)
 {
 	RUN(test_pct_matches_sort);
+	RUN(test_pct_ci_ranks);
 	RUN(test_pct_sqlite_definition);
 	RUN(test_parse_duration);
 	RUN(test_parse_point);
@@ -308,5 +391,6 @@ int main(void)
 	RUN(test_open_schema_and_window);
 	RUN(test_window_while_served);
 	RUN(test_window_runq_by);
+	RUN(test_window_every_loss_cause);
 	return CHECK_DONE();
 }

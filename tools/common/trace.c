@@ -41,6 +41,7 @@ struct trace {
 	char *path;
 	bool has_source;                    /* requests.source (006_http.sql) */
 	bool has_engine;                    /* requests.engine_prompt_tokens (007_llama.sql) */
+	bool has_weight_type;               /* requests.weight_type (009_weight_type.sql) */
 	int64_t mono_to_wall;
 	sqlite3_stmt *q_window, *q_since, *q_samples, *q_inflight, *q_replay, *q_recent,
 		*q_slowest, *q_steps, *q_runq_by, *q_losses;
@@ -224,7 +225,7 @@ static int prep_window_queries(struct trace *t, int ver, char *err, size_t errle
 		    "GROUP BY other_pid ORDER BY ns DESC, other_pid LIMIT " STR(TRACE_RUNQ_BY_MAX), err, errlen)) ||
 	       (ver >= 4 && prep(t, &t->q_losses,
 		    "SELECT cause, SUM(n) AS lost FROM losses WHERE t_ns >= ?1 AND t_ns < ?2 "
-		    "GROUP BY cause ORDER BY lost DESC, cause LIMIT " STR(TRACE_LOSS_MAX), err, errlen)) ||
+		    "GROUP BY cause ORDER BY lost DESC, cause", err, errlen)) ||
 	       prep(t, &t->q_rows, rows, err, errlen) ||
 	       prep(t, &t->q_steps,
 		    "SELECT t_start_ns, t_end_ns, prefill_tokens FROM steps "
@@ -260,7 +261,8 @@ struct trace *trace_open(const char *path, char *err, size_t errlen)
 	int ver;
 	if (open_db(t, path, err, errlen) || (ver = schema_version(t, err, errlen)) < 0 ||
 	    (t->has_source = has_column(t, "requests", "source"),
-	     t->has_engine = has_column(t, "requests", "engine_prompt_tokens"), 0) ||
+	     t->has_engine = has_column(t, "requests", "engine_prompt_tokens"),
+	     t->has_weight_type = has_column(t, "requests", "weight_type"), 0) ||
 	    prep_window_queries(t, ver, err, errlen) || prep_list_queries(t, err, errlen)) {
 		trace_close(t);
 		return NULL;
@@ -483,18 +485,24 @@ static int window_losses(struct trace *t, struct trace_window *w)
 	sqlite3_stmt *st = t->q_losses;
 	int rc;
 
-	w->n_loss = 0;
+	w->n_loss = w->n_loss_more = 0;
 	w->lost = st ? 0 : -1;
 	if (!st) return 0;
 	sqlite3_reset(st);
 	sqlite3_bind_int64(st, 1, w->from_ns);
 	sqlite3_bind_int64(st, 2, w->samples_to_ns);
-	while ((rc = sqlite3_step(st)) == SQLITE_ROW && w->n_loss < TRACE_LOSS_MAX) {
+	/* every cause counts in the total, listed or not */
+	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		int64_t n = sqlite3_column_int64(st, 1);
+		w->lost += n;
+		if (w->n_loss == TRACE_LOSS_MAX) {
+			w->n_loss_more++;
+			continue;
+		}
 		struct trace_loss *l = &w->loss[w->n_loss++];
 		const unsigned char *cause = sqlite3_column_text(st, 0);
 		snprintf(l->cause, sizeof(l->cause), "%s", cause ? (const char *)cause : "?");
-		l->n = sqlite3_column_int64(st, 1);
-		w->lost += l->n;
+		l->n = n;
 	}
 	sqlite3_reset(st);
 	return rc == SQLITE_DONE || rc == SQLITE_ROW ? 0 : -1;
@@ -733,6 +741,50 @@ int trace_slowest(struct trace *t, int64_t from_ns, int64_t to_ns, struct trace_
 bool trace_has_prompt_reuse(const struct trace *t)
 {
 	return t->has_engine;
+}
+
+int trace_weights(struct trace *t, struct trace_weight *out, int max)
+{
+	sqlite3_stmt *types = NULL, *rows = NULL;
+	char sql[1024];
+	int n = 0, rc = -1;
+	if (!t->has_weight_type)
+		return 0;
+	snprintf(sql, sizeof(sql), "SELECT " SQL_STAT_COLS ", %s FROM requests WHERE weight_type = ?1",
+		 t->has_source ? "server_wait_ns" : "NULL", t->has_source ? TRACE_SRC_SQL : "0");
+	if (sqlite3_prepare_v2(t->db, "SELECT weight_type, min(t_arrive_ns), max(coalesce(t_done_ns, t_arrive_ns)) "
+			       "FROM requests WHERE weight_type IS NOT NULL GROUP BY weight_type "
+			       "ORDER BY min(t_arrive_ns)", -1, &types, NULL) != SQLITE_OK ||
+	    sqlite3_prepare_v2(t->db, sql, -1, &rows, NULL) != SQLITE_OK)
+		goto out;
+	while (n < max && sqlite3_step(types) == SQLITE_ROW) {
+		struct trace_weight *x = &out[n];
+		snprintf(x->type, sizeof(x->type), "%s", (const char *)sqlite3_column_text(types, 0));
+		x->from_ns = sqlite3_column_int64(types, 1);
+		x->to_ns = sqlite3_column_int64(types, 2) + 1;
+		t->stat_rows.n = 0;
+		sqlite3_bind_text(rows, 1, x->type, -1, SQLITE_STATIC);
+		if (stat_rows_step(rows, &t->stat_rows))
+			goto out;
+		memset(&x->w, 0, sizeof(x->w));
+		x->w.from_ns = x->from_ns;
+		x->w.to_ns = x->to_ns;
+		x->w.kv_usage = x->w.kv_usage_max = -1;
+		if (reqstats_window(&t->stats, t->stat_rows.v, t->stat_rows.n, &x->w))
+			goto out;
+		/* the rates of these requests over their own span (the samples
+		 * are the process's, whatever it served) */
+		double secs = (double)(x->to_ns - x->from_ns) / NS_PER_S;
+		secs = secs > 0 ? secs : 1;
+		x->w.req_per_s = (x->w.requests - x->w.rejected) / secs;
+		x->w.out_tok_per_s = (double)x->w.output_tokens / secs;
+		n++;
+	}
+	rc = n;
+out:
+	sqlite3_finalize(types);
+	sqlite3_finalize(rows);
+	return rc;
 }
 
 int trace_column(struct trace *t, const char *column, int64_t from_ns, int64_t to_ns,

@@ -20,14 +20,18 @@
  * (007_llama.sql) a llama.cpp engine's split of such requests, read as the
  * usdt rows' (the source is not 'http'), and its prefix-cache reuse
  * (trace_reuse.h); 8 (008_hops.sql) the hops of a request across processes,
- * which the readers read where the trace has them. */
+ * which the readers read where the trace has them; 9 (009_weight_type.sql)
+ * the weight type of the model that served each request (trace_weights). */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 8
+#define TRACE_SCHEMA_VERSION 9
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 
 #define TRACE_RUNQ_BY_MAX 3
-#define TRACE_LOSS_MAX 8        /* loss causes a window lists (the agent has 8) */
+/* Loss causes a window lists by name (the agent has 12, agent/record.h's
+ * enum kpi_loss; tests/unit/test_tools_trace.c fails when it has more than
+ * this). Every loss counts in a window's total whatever the list holds. */
+#define TRACE_LOSS_MAX 24
 
 struct trace;
 
@@ -110,13 +114,14 @@ struct trace_window {
 	int n_runq_by;
 	/* what the agent lost in the window (samples' times), all causes, and
 	 * by cause, largest first (schema version 4; lost -1 before: the trace
-	 * does not say) */
+	 * does not say); causes past the list (none while the agent has no
+	 * more than TRACE_LOSS_MAX) are in lost and n_loss_more */
 	int64_t lost;
 	struct trace_loss {
 		char cause[24];
 		int64_t n;
 	} loss[TRACE_LOSS_MAX];
-	int n_loss;
+	int n_loss, n_loss_more;
 };
 
 /* One bucket of a timeline. */
@@ -241,6 +246,21 @@ int64_t trace_last_rowid(struct trace *t);
 /* Rows of one column for requests arriving in [from, to) that have it,
  * with their arrival times; the arrays are owned by t and valid until the
  * next call. Used by analyses that need raw rows (baseline search). */
+/* The requests served by one weight type of model (requests.weight_type,
+ * schema version 9: "F16", "Q4_K", ...): the first arrival and last
+ * completion among them, and the window statistics of those requests alone
+ * (rates over that span). Runs of one model at several quantizations, traced
+ * into one store, set side by side. */
+#define TRACE_WEIGHTS_MAX 6
+struct trace_weight {
+	char type[32];
+	int64_t from_ns, to_ns;
+	struct trace_window w;
+};
+/* Up to max weight types in order of their first request; 0 when the trace
+ * predates version 9 or names none, -1 when the store fails. */
+int trace_weights(struct trace *t, struct trace_weight *out, int max);
+
 int trace_column(struct trace *t, const char *column, int64_t from_ns, int64_t to_ns,
 		 const int64_t **t_arrive, const int64_t **values);
 

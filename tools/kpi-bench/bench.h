@@ -56,6 +56,11 @@ struct config {
 	unsigned long long seed;
 	long warmup;
 	double timeout;         /* s per request */
+	/* --baseline OLD.json, once per run of the old build (baseline.c) */
+#define BASELINE_MAX 16
+	const char *baseline_path[BASELINE_MAX];
+	int n_baselines;
+	double max_regress_pct;         /* --max-regress */
 	const char *json_path, *csv_path;
 	bool quiet;
 	/* --sweep: a series of runs, one per load */
@@ -171,9 +176,15 @@ int client_measure(const struct config *cfg, struct run *run, volatile sig_atomi
 
 /* ---- reports (report.c) -------------------------------------------------- */
 
+/* The percentiles the gate compares carry a 95% interval from the run's own
+ * values (schema/pct.h pct_ci_ranks; NAN where n cannot bound one). */
+enum { CI_P50, CI_P90, CI_P99, N_CI };
+extern const double report_ci_pct[N_CI];    /* 50, 90, 99 */
+#define REPORT_CI_LEVEL 0.95
 struct report_stat {
 	size_t n;
 	double mean, p50, p90, p95, p99, max;
+	double ci_lo[N_CI], ci_hi[N_CI];
 };
 
 enum { M_TTFT, M_TPOT, M_ITL, M_E2E, N_METRICS };
@@ -201,6 +212,13 @@ int report_json(const char *path, const struct config *cfg, struct run *run);
 struct json_t;
 int report_dump_json(struct json_t *root, const char *path);
 int report_csv(const char *path, const struct run *run);
+
+/* ---- the regression gate (baseline.c) ------------------------------------ */
+/* This run against cfg->baseline_path (kpi-bench --json files): the table of what
+ * moved to out; 1 when a figure is worse past the thresholds, 0 when none
+ * is, -1 (said why) when the baseline cannot be read. */
+int baseline_compare(const struct config *cfg, struct run *run, FILE *out);
+#define EXIT_REGRESSION 3
 
 /* ---- steady state (steady.c) ---------------------------------------------- */
 

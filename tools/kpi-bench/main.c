@@ -85,6 +85,15 @@ static const char usage_text[] =
 "  --csv FILE             write one row per request, with the server's\n"
 "                         x-request-id, to FILE (- for stdout)\n"
 "  --quiet                no progress line on stderr\n"
+"  --baseline OLD.json    compare with a stored run (an earlier --json): a table of\n"
+"                         TTFT/TPOT/e2e percentiles, the share within the SLO and\n"
+"                         goodput (with --slo) and the error rate with their 95%\n"
+"                         intervals; exit 3 when one is worse past the thresholds\n"
+"                         and clear of the baseline's interval; repeat it with\n"
+"                         several runs of the old build and their spread counts as\n"
+"                         noise too (docs/bench.md, \"The regression gate\")\n"
+"  --max-regress PCT      how much worse a percentile may get (default 10, and\n"
+"                         1 ms); the error rate and the SLO share: 1 point\n"
 "\n"
 "sweep (capacity: the highest load that still meets the SLO):\n"
 "  --sweep rate           Poisson (or --burstiness) runs from --sweep-start up,\n"
@@ -120,7 +129,8 @@ static const char usage_text[] =
 "Ctrl-C (or SIGTERM) stops the run and prints what was measured so far\n"
 "(exit 130); a sweep keeps its finished points and writes --json and --html.\n"
 "Exit status: 0 when the run finished and at least one request succeeded,\n"
-"1 when none did or the server could not be reached, 2 for a bad command line.\n";
+"1 when none did or the server could not be reached, 2 for a bad command line,\n"
+"3 when --baseline found a regression.\n";
 
 enum {
 	OPT_URL = 256, OPT_ENDPOINT, OPT_MODEL, OPT_REQUESTS, OPT_DURATION, OPT_WARMUP,
@@ -128,7 +138,7 @@ enum {
 	OPT_TEMP, OPT_NO_STREAM, OPT_SEED, OPT_SLO, OPT_TIMEOUT, OPT_JSON, OPT_CSV, OPT_QUIET,
 	OPT_HELP, OPT_REPLAY, OPT_REPLAY_SPEED, OPT_BURSTINESS, OPT_SWEEP, OPT_SWEEP_STEPS,
 	OPT_SWEEP_START, OPT_SWEEP_MAX, OPT_SWEEP_PRECISION, OPT_SLO_SHARE, OPT_KNEE_REPEATS,
-	OPT_MIN_REQUESTS, OPT_HTML, OPT_TRACE_DB,
+	OPT_MIN_REQUESTS, OPT_HTML, OPT_TRACE_DB, OPT_BASELINE, OPT_MAX_REGRESS,
 };
 
 static const struct option long_opts[] = {
@@ -151,6 +161,8 @@ static const struct option long_opts[] = {
 	{ "slo", required_argument, NULL, OPT_SLO },
 	{ "timeout", required_argument, NULL, OPT_TIMEOUT },
 	{ "json", required_argument, NULL, OPT_JSON },
+	{ "baseline", required_argument, NULL, OPT_BASELINE },
+	{ "max-regress", required_argument, NULL, OPT_MAX_REGRESS },
 	{ "csv", required_argument, NULL, OPT_CSV },
 	{ "quiet", no_argument, NULL, OPT_QUIET },
 	{ "help", no_argument, NULL, OPT_HELP },
@@ -325,6 +337,7 @@ static void config_defaults(struct config *cfg)
 	cfg->stream = true;
 	cfg->temperature = -1;
 	cfg->seed = 1;
+	cfg->max_regress_pct = 10;
 	cfg->timeout = 600;
 	cfg->id_lo = 3;
 	cfg->id_hi = 258;
@@ -457,6 +470,18 @@ static void parse_option(struct config *cfg, struct seen *seen, int c, const cha
 		cfg->timeout = parse_double_flag("--timeout", a, 0, true, "a positive number of seconds");
 		break;
 	case OPT_JSON: cfg->json_path = a; break;
+	case OPT_BASELINE:
+		if (cfg->n_baselines == BASELINE_MAX)
+			usage_error("--baseline: at most %d runs", BASELINE_MAX);
+		cfg->baseline_path[cfg->n_baselines++] = a;
+		break;
+	case OPT_MAX_REGRESS: {
+		char *end;
+		cfg->max_regress_pct = strtod(a, &end);
+		if (end == a || *end || !(cfg->max_regress_pct >= 0))
+			usage_error("--max-regress '%s': give a percentage, e.g. 10", a);
+		break;
+	}
 	case OPT_CSV: cfg->csv_path = a; seen->csv = "--csv"; break;
 	case OPT_QUIET: cfg->quiet = true; break;
 	case OPT_HELP: fputs(usage_text, stdout); exit(0);
@@ -489,6 +514,8 @@ static void check_sweep_args(struct config *cfg, const struct seen *seen)
 		usage_error("--sweep needs --slo, e.g. --slo ttft=200,tpot=50: the SLO decides the highest load");
 	if (seen->csv)
 		usage_error("--csv writes one run's requests; a sweep writes --json and --html");
+	if (cfg->n_baselines)
+		usage_error("--baseline compares one run with another; a sweep's capacity has no baseline yet");
 	if (cfg->knee_repeats > 2)
 		usage_error("--knee-repeats '%ld': expected 0, 1 or 2", cfg->knee_repeats);
 	if (!seen->sweep_max)
@@ -573,6 +600,13 @@ static int write_reports(const struct config *cfg, struct run *run)
 		rc = 1;
 	if (cfg->csv_path && report_csv(cfg->csv_path, run))
 		rc = 1;
+	if (cfg->n_baselines) {
+		int b = baseline_compare(cfg, run, json_stdout || csv_stdout ? stderr : stdout);
+		if (b < 0)
+			rc = 1;
+		else if (b > 0 && !rc)
+			rc = EXIT_REGRESSION;
+	}
 	return rc;
 }
 

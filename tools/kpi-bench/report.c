@@ -2,6 +2,8 @@
  * SLO goodput and errors, as text for people, JSON for machines and a CSV
  * row per request for joining with the agent's trace (by x-request-id). */
 #include <jansson.h>
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -16,11 +18,15 @@ static int cmp_double(const void *a, const void *b)
 	return (x > y) - (x < y);
 }
 
+const double report_ci_pct[N_CI] = { 50, 90, 99 };
+
 /* Sorts v once and reads four percentiles off it, by the project's one
- * definition (schema/pct.h), and the max. */
+ * definition (schema/pct.h), the max, and the 95% intervals of three. */
 static struct report_stat stat_of(double *v, size_t n)
 {
 	struct report_stat s = { .n = n };
+	for (int i = 0; i < N_CI; i++)
+		s.ci_lo[i] = s.ci_hi[i] = NAN;
 	if (!n)
 		return s;
 	qsort(v, n, sizeof(*v), cmp_double);
@@ -33,6 +39,13 @@ static struct report_stat stat_of(double *v, size_t n)
 	s.p95 = pct_sorted_f64(v, n, 95);
 	s.p99 = pct_sorted_f64(v, n, 99);
 	s.max = v[n - 1];
+	for (int i = 0; i < N_CI; i++) {
+		size_t lo, hi;
+		if (!pct_ci_ranks(n, report_ci_pct[i], REPORT_CI_LEVEL, &lo, &hi)) {
+			s.ci_lo[i] = v[lo];
+			s.ci_hi[i] = v[hi];
+		}
+	}
 	return s;
 }
 
@@ -221,9 +234,17 @@ static json_t *stat_json(const struct report_stat *st)
 	if (!st->n)
 		return json_pack("{s:i, s:n, s:n, s:n, s:n, s:n, s:n}", "n", 0, "mean", "p50", "p90",
 				 "p95", "p99", "max");
-	return json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "n", (json_int_t)st->n,
-			 "mean", st->mean, "p50", st->p50, "p90", st->p90, "p95", st->p95,
-			 "p99", st->p99, "max", st->max);
+	json_t *o = json_pack("{s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "n", (json_int_t)st->n,
+			      "mean", st->mean, "p50", st->p50, "p90", st->p90, "p95", st->p95,
+			      "p99", st->p99, "max", st->max);
+	/* "p99_ci": [lo, hi], the 95% interval (null: too few values to bound it) */
+	for (int i = 0; i < N_CI; i++) {
+		char key[16];
+		snprintf(key, sizeof(key), "p%.0f_ci", report_ci_pct[i]);
+		json_object_set_new(o, key, isnan(st->ci_lo[i]) ? json_null() :
+				    json_pack("[f, f]", st->ci_lo[i], st->ci_hi[i]));
+	}
+	return o;
 }
 
 static json_t *opt_real(double v)

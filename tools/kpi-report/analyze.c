@@ -324,23 +324,32 @@ static void runq_behind(const struct trace_window *i, char *out, size_t len)
 /* 6. the agent lost data in the window: the figures above may miss requests.
  * Causes that cost requests lead the findings; a clamped mark or a row that
  * retention removed (outside a window a report reads, unless the window is
- * older than --retain) only closes them. */
+ * older than --retain; unshipped_rows are such rows kpi-ship had not sent
+ * yet) only closes them. */
 static void lost_finding(struct report *r)
 {
 	const struct trace_window *i = &r->inc.w;
 	struct rp_finding *f;
-	char list[512] = "";
+	char list[768] = "";
 	size_t len = 0;
-	int64_t costly = 0;
+	int64_t costly = 0, listed = 0;
 
 	if (i->lost <= 0)
 		return;
 	for (int k = 0; k < i->n_loss; k++) {
 		const struct trace_loss *l = &i->loss[k];
-		if (strcmp(l->cause, "clamped") && strcmp(l->cause, "retention_rows"))
+		if (strcmp(l->cause, "clamped") && strcmp(l->cause, "retention_rows") &&
+		    strcmp(l->cause, "unshipped_rows"))
 			costly += l->n;
+		listed += l->n;
 		len += (size_t)snprintf(list + len, len < sizeof(list) ? sizeof(list) - len : 0, "%s%lld %s",
 					k ? ", " : "", (long long)l->n, l->cause);
+	}
+	/* causes this reader has no room to name still count, as costly */
+	if (i->n_loss_more) {
+		costly += i->lost - listed;
+		snprintf(list + len, len < sizeof(list) ? sizeof(list) - len : 0, ", %lld of %d more causes",
+			 (long long)(i->lost - listed), i->n_loss_more);
 	}
 	if (!(f = add_finding(r, "the trace lost data in this window", "-", costly ? 10 : 0.1, 0)))
 		return;
@@ -892,6 +901,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 	else
 		lost_finding(r);   /* a loss is worth saying with or without a comparison */
 	report_cost_analyze(r, r->price);
+	report_weights_analyze(r);
 	return 0;
 sqlfail:
 	snprintf(err, errlen, "reading %s failed: %s", trace_path(r->t), trace_errmsg(r->t));

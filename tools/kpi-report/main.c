@@ -1,6 +1,7 @@
 /* main.c - kpi-report: post-incident report from a kpi-agent trace: which
  * phase got slow, when, why, against a baseline window. */
 #include "tools/kpi-report/report.h"
+#include "tools/common/clickhouse.h"
 
 #include <getopt.h>
 #include <locale.h>
@@ -11,10 +12,19 @@
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: kpi-report --db PATH [--from TIME --to TIME] [--baseline TIME..TIME]\n"
+		"Usage: kpi-report --db PATH|clickhouse://HOST[:PORT][/DB] [--from TIME --to TIME]\n"
+		"                  [--baseline TIME..TIME] [--host NAME] [--model NAME] [--window DURATION]\n"
 		"                  [--format md|html] [--price-per-hour USD] [-o FILE]\n"
 		"Explains which phase and which cause made a window of a kpi-agent trace slow.\n\n"
 		"  --db PATH            trace store (default %s, or $KPI_DB)\n"
+		"  --db clickhouse://HOST[:PORT][/DB]\n"
+		"                       the fleet's rows shipped by kpi-ship (docs/fleet.md): the same report\n"
+		"                       across hosts, with the hosts and models ranked by their share of\n"
+		"                       the p99 TTFT change\n"
+		"  --host NAME          with clickhouse://: only this host's rows\n"
+		"  --model NAME         with clickhouse://: only this model's requests\n"
+		"  --window DURATION    with clickhouse://: how much of the fleet's history to read, back from\n"
+		"                       its newest request (default 1h); --from/--to/--baseline lie inside it\n"
 		"  --from TIME          start of the incident window\n"
 		"  --to TIME            end of the incident window (default: end of the trace)\n"
 		"                       without both, the worst stretch of p99 TTFT is picked\n"
@@ -38,11 +48,15 @@ int main(int argc, char **argv)
 		{ "to", required_argument, 0, 't' }, { "baseline", required_argument, 0, 'b' },
 		{ "format", required_argument, 0, 'F' }, { "output", required_argument, 0, 'o' },
 		{ "price-per-hour", required_argument, 0, 'P' },
+		{ "host", required_argument, 0, 'H' }, { "model", required_argument, 0, 'm' },
+		{ "window", required_argument, 0, 'w' },
 		{ "help", no_argument, 0, 'h' }, { 0 },
 	};
 	const char *db = getenv("KPI_DB") ? getenv("KPI_DB") : TRACE_DEFAULT_DB;
 	const char *from_s = NULL, *to_s = NULL, *base_s = NULL, *out_path = NULL;
+	struct trace_fleet_filter ff = { .window_ns = 3600 * NS_PER_S };
 	int html = 0, o;
+	char err[768];
 	double price = -1;
 	char *end;
 	while ((o = getopt_long(argc, argv, "o:h", opts, NULL)) != -1) {
@@ -67,6 +81,14 @@ int main(int argc, char **argv)
 				return 2;
 			}
 			break;
+		case 'H': ff.host = optarg; break;
+		case 'm': ff.model = optarg; break;
+		case 'w':
+			if (timefmt_parse_duration(optarg, &ff.window_ns, err, sizeof(err)) || ff.window_ns <= 0) {
+				fprintf(stderr, "kpi-report: --window '%s': give a duration, e.g. 30m or 2h\n", optarg);
+				return 2;
+			}
+			break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -75,11 +97,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kpi-report: unexpected argument '%s' (see kpi-report --help)\n", argv[optind]);
 		return 2;
 	}
-	char err[768];
 	struct report *r = calloc(1, sizeof(*r));
 	if (!r) return 1;
 	r->price = price;
-	r->t = trace_open(db, err, sizeof(err));
+	if ((ff.host || ff.model) && !ch_is_url(db)) {
+		fprintf(stderr, "kpi-report: --host and --model filter a fleet: give --db clickhouse://HOST:PORT/DB\n");
+		free(r);
+		return 2;
+	}
+	if (ch_is_url(db))
+		r->fleet = trace_fleet_open(db, &ff, &r->t, err, sizeof(err));
+	else
+		r->t = trace_open(db, err, sizeof(err));
 	if (!r->t) {
 		fprintf(stderr, "kpi-report: %s\n", err);
 		free(r);
@@ -118,6 +147,18 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kpi-report: %s\n", err);
 		goto out;
 	}
+	if (r->fleet) {
+		char w[16];
+		snprintf(r->fleet_what, sizeof(r->fleet_what), "%lld requests of %d hosts%s%s%s%s, the last %s before "
+			 "the newest, read in %.2f s.", (long long)trace_fleet_rows(r->fleet), trace_fleet_hosts(r->fleet),
+			 ff.host ? ", host " : "", ff.host ? ff.host : "", ff.model ? ", model " : "",
+			 ff.model ? ff.model : "", timefmt_dur(w, sizeof(w), (double)ff.window_ns),
+			 trace_fleet_copy_s(r->fleet));
+		if (report_fleet_analyze(r)) {
+			fprintf(stderr, "kpi-report: ranking the hosts failed: %s\n", trace_errmsg(r->t));
+			goto out;
+		}
+	}
 	FILE *f = stdout;
 	if (out_path && !(f = fopen(out_path, "w"))) {
 		fprintf(stderr, "kpi-report: -o %s: cannot write there: %m\n", out_path);
@@ -131,7 +172,10 @@ int main(int argc, char **argv)
 	}
 	rc = 0;
 out:
-	trace_close(r->t);
+	if (r->fleet)
+		trace_fleet_close(r->fleet, r->t);
+	else
+		trace_close(r->t);
 	free(r);
 	return rc;
 }

@@ -222,7 +222,7 @@ void report_markdown(const struct report *r, FILE *o)
 {
 	char a[40], b[40], c[40], d[40], x[16], y[16];
 	const struct trace_window *bw = &r->base.w, *iw = &r->inc.w;
-	fprintf(o, "# kpi-report: %s\n\n", trace_path(r->t));
+	fprintf(o, "# kpi-report: %s\n\n", report_source(r));
 	fprintf(o, "- **%s**: %s → %s (%s; %s)\n", r->compare ? "Incident window" : "Window",
 		trace_fmt_time(r->t, a, sizeof(a), r->inc.from_ns, 1),
 		trace_fmt_time(r->t, b, sizeof(b), r->inc.to_ns, 1), D(x, (double)(r->inc.to_ns - r->inc.from_ns)), r->inc_how);
@@ -249,10 +249,12 @@ void report_markdown(const struct report *r, FILE *o)
 		for (int k = 0; k < 4; k++) fprintf(o, "- %s\n", r->attr[k].words);
 	}
 
+	report_fleet_render(r, o, 0);
 	fprintf(o, "\n## Summary\n\n");
 	rp_table_head(o, 0, r->compare);
 	summary_rows(r, o, 0);
 	report_cost_render(r, o, 0);
+	report_weights_render(r, o, 0);
 
 	fprintf(o, "\n## %s\n\n", r->compare ? "Percentiles" : "Percentiles and phases");
 	pct_table(r, o, 0);
@@ -368,13 +370,13 @@ void report_html(const struct report *r, FILE *o)
 	char a[40], b[40], x[16], y[16];
 	const struct trace_window *bw = &r->base.w, *iw = &r->inc.w;
 	fprintf(o, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>kpi-report: ");
-	html_esc(o, trace_path(r->t));
+	html_esc(o, report_source(r));
 	fprintf(o, "</title>\n<style>body{font:14px/1.4 system-ui,sans-serif;max-width:1000px;margin:2em auto;padding:0 1em}"
 		"table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:2px 8px;text-align:right}"
 		"td:first-child,th:first-child{text-align:left}figure{margin:.5em 0}figcaption{font-weight:600}"
 		".f{margin:.6em 0}.legend span{display:inline-block;width:10px;height:10px;margin:0 4px 0 12px}</style>"
 		"</head><body>\n<h1>kpi-report: ");
-	html_esc(o, trace_path(r->t));
+	html_esc(o, report_source(r));
 	fprintf(o, "</h1>\n<ul><li><b>%s</b>: %s → %s (%s; ", r->compare ? "Incident window" : "Window",
 		trace_fmt_time(r->t, a, sizeof(a), r->inc.from_ns, 1),
 		trace_fmt_time(r->t, b, sizeof(b), r->inc.to_ns, 1), D(x, (double)(r->inc.to_ns - r->inc.from_ns)));
@@ -412,11 +414,13 @@ void report_html(const struct report *r, FILE *o)
 		}
 		fprintf(o, "</ul>\n");
 	}
+	report_fleet_render(r, o, 1);
 	fprintf(o, "<h2>Summary</h2>\n");
 	rp_table_head(o, 1, r->compare);
 	summary_rows(r, o, 1);
 	fprintf(o, "</table>\n");
 	report_cost_render(r, o, 1);
+	report_weights_render(r, o, 1);
 	fprintf(o, "<h2>%s</h2>\n", r->compare ? "Percentiles" : "Percentiles and phases");
 	pct_table(r, o, 1);
 	fprintf(o, "<h2>Timelines</h2>\n<p>%s</p>\n", r->compare ? "Green: baseline; red: incident." :

@@ -9,6 +9,7 @@
 #include "tools/common/trace_hops.h"
 #include "tools/common/trace_queue.h"
 #include "tools/common/trace_reuse.h"
+#include "tools/common/trace_fleet.h"
 
 #include <stdio.h>
 
@@ -68,6 +69,14 @@ struct report {
 	int have_cost;
 	struct trace_cost_window cost_base, cost_inc;
 	char cost_source[256], cost_why[512];
+	/* requests by the weight type that served them, whole trace (weights.c) */
+	struct trace_weight weights[TRACE_WEIGHTS_MAX];
+	int nweights;
+	/* a report across hosts (--db clickhouse://...; fleet.c) */
+	struct trace_fleet *fleet;
+	char fleet_what[512];           /* what was read: hosts, rows, filter */
+	struct trace_fleet_group hosts[TRACE_FLEET_GROUPS], models[TRACE_FLEET_GROUPS];
+	int n_hosts, n_models;
 };
 
 /* Picks the windows (user's or automatic) and computes everything the report
@@ -80,6 +89,17 @@ int report_analyze(struct report *r, int64_t from, int have_from, int64_t to, in
  * finding; where the trace has none, cost_why says why. */
 void report_cost_analyze(struct report *r, double price_per_hour);
 void report_cost_render(const struct report *r, FILE *out, int html);
+
+/* The trace's requests by weight type of the model that served them, and
+ * their section (none when the trace names no weight type). */
+void report_weights_analyze(struct report *r);
+void report_weights_render(const struct report *r, FILE *out, int html);
+/* What the report reads: the trace's path, or the ClickHouse URL. */
+const char *report_source(const struct report *r);
+/* Across hosts: hosts and models ranked by their share of the p99 TTFT
+ * change (after report_analyze), and their section of the report. */
+int report_fleet_analyze(struct report *r);
+void report_fleet_render(const struct report *r, FILE *out, int html);
 
 void report_markdown(const struct report *r, FILE *out);
 /* A two-column table (baseline, incident), or one column (window) when

@@ -1,6 +1,8 @@
-/* data.c - kpitop's one door to the trace: a frame's window statistics,
- * sparklines and request list, through tools/common/trace.h only. */
+/* data.c - kpitop's one door to its data: a frame's window statistics,
+ * sparklines and request list, through tools/common/trace.h only; or, for
+ * a fleet in ClickHouse, every host of the window (fleet_window.h). */
 #include "tools/kpitop/kpitop.h"
+#include "tools/common/clickhouse.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +14,8 @@
  * the span and what the agent wrote since the last one: exactly the rows
  * that arrived in [lo_ns, hi_ns) among those up to rowid last_rowid. */
 struct kt_source {
+	struct fleet *fleet;        /* a fleet: nothing else below but fw is used */
+	struct fleet_window *fw;    /* the frame being read */
 	struct trace *tr;
 	struct trace_cost *cost;    /* NULL: the trace has no cost tables */
 	struct trace_hops *hops;    /* opened at the hops view's first use */
@@ -39,6 +43,22 @@ int kt_open(struct kt_data *d, const char *path, int64_t window_ns, char *err, s
 		snprintf(err, errlen, "out of memory");
 		return -1;
 	}
+	d->path = path;
+	d->window_ns = window_ns;
+	d->live = 1;
+	d->culprit = -1;
+	if (ch_is_url(path)) {
+		d->fleet = 1;
+		d->src->fleet = fleet_open(path, err, errlen);
+		d->src->fw = malloc(sizeof(*d->src->fw));
+		if (!d->src->fleet || !d->src->fw) {
+			if (d->src->fleet) snprintf(err, errlen, "out of memory");
+			kt_close(d);
+			return -1;
+		}
+		d->path = fleet_url(d->src->fleet);
+		return 0;
+	}
 	d->src->tr = trace_open(path, err, errlen);
 	if (!d->src->tr) {
 		kt_close(d);
@@ -46,16 +66,14 @@ int kt_open(struct kt_data *d, const char *path, int64_t window_ns, char *err, s
 	}
 	char why[256];
 	d->src->cost = trace_cost_open(d->src->tr, -1, why, sizeof(why));
-	d->path = path;
-	d->window_ns = window_ns;
-	d->live = 1;
-	d->culprit = -1;
 	return 0;
 }
 
 void kt_close(struct kt_data *d)
 {
 	if (!d->src) return;
+	fleet_close(d->src->fleet);
+	free(d->src->fw);
 	trace_cost_close(d->src->cost);
 	trace_hops_close(d->src->hops);
 	trace_close(d->src->tr);
@@ -64,21 +82,57 @@ void kt_close(struct kt_data *d)
 	d->src = NULL;
 }
 
+/* TIME on the fleet's wall clock: relative forms count from its oldest and
+ * newest rows, a time of day is on the day of the newest. */
+static int fleet_seek(struct kt_data *d, const char *time, char *err, size_t errlen)
+{
+	struct timefmt_point p;
+	int64_t first, last;
+	if (timefmt_parse_point(time, &p, err, errlen)) return -1;
+	if (p.anchor == TF_WALL) {
+		d->to_ns = p.ns;
+		return 0;
+	}
+	int rc = fleet_span(d->src->fleet, &first, &last);
+	if (rc <= 0) {
+		snprintf(err, errlen, rc < 0 ? "%s" : "time '%s' is relative to the fleet's rows, but %s holds none yet",
+			 rc < 0 ? fleet_errmsg(d->src->fleet) : time, d->path);
+		return -1;
+	}
+	if (p.anchor == TF_START) d->to_ns = first + p.ns;
+	else if (p.anchor == TF_END) d->to_ns = last + p.ns;
+	else if ((d->to_ns = timefmt_on_day(last, p.ns)) < 0) {
+		snprintf(err, errlen, "'%s' is not a time on the day of the fleet's newest row", time);
+		return -1;
+	}
+	return 0;
+}
+
 int kt_seek(struct kt_data *d, const char *time, char *err, size_t errlen)
 {
-	if (trace_parse_time(d->src->tr, time, &d->to_ns, err, errlen)) return -1;
+	if (d->fleet ? fleet_seek(d, time, err, errlen) : trace_parse_time(d->src->tr, time, &d->to_ns, err, errlen))
+		return -1;
 	d->live = 0;
 	return 0;
 }
 
 int kt_set_price(struct kt_data *d, double price_per_hour, char *err, size_t errlen)
 {
+	if (d->fleet) {
+		snprintf(err, errlen, "the fleet view has no cost meter: open one host's trace (--db PATH)");
+		return -1;
+	}
 	trace_cost_close(d->src->cost);
 	d->src->cost = trace_cost_open(d->src->tr, price_per_hour, err, errlen);
 	return d->src->cost ? 0 : -1;
 }
 
 const char *kt_errmsg(const struct kt_data *d) { return d->src->err; }
+
+void kt_set_fleet_timeout(struct kt_data *d, long timeout_ms)
+{
+	if (d->fleet) fleet_set_timeout(d->src->fleet, timeout_ms);
+}
 
 /* ---- the rows kept ----------------------------------------------------------- */
 
@@ -169,9 +223,35 @@ static int sample_frame(struct kt_data *d)
 	return 0;
 }
 
+/* A fleet's frame: the span, then the window's hosts, all on the wall clock;
+ * read aside, so that a frame that fails leaves the last one whole. */
+static int sample_fleet(struct kt_data *d)
+{
+	struct kt_source *s = d->src;
+	int64_t first, last, to = d->to_ns;
+	int rc = fleet_span(s->fleet, &first, &last);
+	if (rc < 0) return -1;
+	if (d->live) to = rc ? last + 1 : 0;
+	if (!rc) memset(s->fw, 0, sizeof(*s->fw));
+	else if (fleet_window_read(s->fleet, to - d->window_ns, to, KT_FLEET_LOOKBACK_NS, s->fw)) return -1;
+	memcpy(&d->fw, s->fw, sizeof(d->fw));
+	d->have_data = rc;
+	d->first_ns = d->first_wall_ns = first;
+	d->last_ns = d->last_wall_ns = last;
+	d->to_ns = d->to_wall_ns = to;
+	d->from_wall_ns = to - d->window_ns;
+	return 0;
+}
+
 int kt_sample(struct kt_data *d)
 {
 	double t0 = now_ms();
+	if (d->fleet) {
+		int rc = sample_fleet(d);
+		snprintf(d->src->err, sizeof(d->src->err), "%s", rc ? fleet_errmsg(d->src->fleet) : "");
+		d->sample_ms = now_ms() - t0;
+		return rc;
+	}
 	/* one snapshot: the rows kept, the samples and the lists agree */
 	struct kt_source *s = d->src;
 	int rc = trace_read_begin(s->tr) ? -1 : sample_frame(d);

@@ -1,9 +1,10 @@
 /* kpitop.h - kpitop's data layer (what one frame shows, filled from the
- * trace reader), its view state (keys), and its widgets. Widgets read
- * struct kt_data only; they never touch the store. */
+ * trace reader, or for a fleet from ClickHouse), its view state (keys), and
+ * its widgets. Widgets read struct kt_data only; they never touch a store. */
 #ifndef KPITOP_H
 #define KPITOP_H
 
+#include "tools/common/fleet_window.h"
 #include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
 #include "tools/common/trace_cost.h"
@@ -14,6 +15,10 @@
 #define KT_MAX_REQS 400
 #define KT_SPARK 60
 #define KT_MAX_HOPS 32
+/* the fleet view lists the hosts with a sample this long before the
+ * window's end (an agent writes one a second), even with no request in it */
+#define KT_FLEET_LOOKBACK_NS (15 * 60 * NS_PER_S)
+#define KT_MAX_ROWS (KT_MAX_REQS > FLEET_MAX_HOSTS ? KT_MAX_REQS : FLEET_MAX_HOSTS)
 
 /* ---- data layer (data.c, the one file that calls tools/common/trace.h) ---- */
 struct kt_source;                   /* the open trace and the rows kept between frames */
@@ -21,6 +26,11 @@ struct kt_source;                   /* the open trace and the rows kept between 
 struct kt_data {
 	struct kt_source *src;
 	const char *path;
+	/* path is a fleet in ClickHouse (clickhouse://...): a frame fills fw
+	 * (every host of the window) instead of the trace's fields, and the
+	 * times below are all Unix ns */
+	int fleet;
+	struct fleet_window fw;
 	int live;                   /* following the end of the trace */
 	int64_t window_ns;
 	int64_t to_ns;              /* window end, monotonic ns */
@@ -50,10 +60,13 @@ struct kt_data {
 	char hops_why[160];
 };
 
-/* Opens the trace at path for d (live, the window given). Returns 0, or -1
- * with a message that says what to do in err. */
+/* Opens the trace at path for d (live, the window given), or the fleet when
+ * path is clickhouse://HOST[:PORT][/DB]. Returns 0, or -1 with a message
+ * that says what to do in err. */
 int kt_open(struct kt_data *d, const char *path, int64_t window_ns, char *err, size_t errlen);
 void kt_close(struct kt_data *d);
+/* A fleet's query may take this long (default 60 s; --once waits longer). */
+void kt_set_fleet_timeout(struct kt_data *d, long timeout_ms);
 /* The price the cost meter uses instead of the agent's (--price-per-hour).
  * Returns 0, or -1 with err when the trace has no cost tables. */
 int kt_set_price(struct kt_data *d, double price_per_hour, char *err, size_t errlen);
@@ -69,20 +82,26 @@ void kt_hops(struct kt_data *d, const struct trace_req *r);
 /* ---- view state (keys) ------------------------------------------------------ */
 enum kt_sort { KS_ARRIVAL, KS_AGE, KS_TTFT, KS_E2E, KS_TPOT, KS_N };
 extern const char *const kt_sort_name[KS_N];
+/* the fleet view's host rows: worst first, or by name */
+enum kt_fleet_sort { KF_TTFT_P99, KF_TTFT_P50, KF_TPOT_P99, KF_RATE, KF_ERRORS, KF_LOST, KF_HOST, KF_N };
+extern const char *const kt_fleet_sort_name[KF_N];
 
 struct kt_view {
 	int paused, help, editing;
 	int hops;                   /* the panel shows the selected request's hops */
 	enum kt_sort sort;
-	char filter[64];            /* applied: id or state contains it */
+	enum kt_fleet_sort fleet_sort;
+	char filter[64];            /* applied: id or state (a fleet: host) contains it */
 	char edit[64];              /* being typed after '/' */
 	int sel, top;               /* panel selection and first row shown */
 	int panel_rows;             /* rows the panel had in the last frame */
 	char message[160];          /* one-shot status line note */
 };
 
-/* The panel's rows after filter and sort, as indexes into d->reqs. */
+/* The panel's rows after filter and sort, as indexes into d->reqs (a
+ * fleet: d->fw.host); idx holds KT_MAX_ROWS. */
 int kt_panel_rows(const struct kt_data *d, const struct kt_view *v, int *idx);
+int kt_fleet_rows(const struct kt_data *d, const struct kt_view *v, int *idx);
 
 /* ---- widgets (widgets.c), as htop's meters ---------------------------------- */
 /* An instance: its class, then the class's own state (size bytes in all).
@@ -100,13 +119,16 @@ struct kt_widget {
 	const struct kt_widget_class *cls;
 };
 
-/* The widgets of the screen, top to bottom. */
+/* The widgets of the screen, top to bottom: a trace's, or a fleet's. */
 #define KT_NWIDGETS 8
-extern const struct kt_widget_class kt_cost_class;   /* costmeter.c */
+extern const struct kt_widget_class kt_cost_class;          /* costmeter.c */
+extern const struct kt_widget_class kt_fleet_meters_class;  /* fleetview.c */
+extern const struct kt_widget_class kt_fleet_hosts_class;
 struct kt_screen {
 	struct kt_widget *w[KT_NWIDGETS];
+	int n;
 };
-int kt_screen_init(struct kt_screen *s);
+int kt_screen_init(struct kt_screen *s, int fleet);
 void kt_screen_free(struct kt_screen *s);
 /* Rows the widgets of fixed height take at this width. */
 int kt_screen_fixed_rows(const struct kt_screen *s, int width);

@@ -1,6 +1,6 @@
-/* main.c - kpitop: live terminal view of every KPI in a kpi-agent trace,
- * htop-style; main loop sample -> draw -> key with timeout; --once prints
- * one frame as text. */
+/* main.c - kpitop: live terminal view of every KPI in a kpi-agent trace (or
+ * of every host of a fleet in ClickHouse), htop-style; main loop sample ->
+ * draw -> key with timeout; --once prints one frame as text. */
 #include "tools/kpitop/kpitop.h"
 
 #include <getopt.h>
@@ -32,9 +32,14 @@ static void term_restore(void)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"Usage: kpitop [--db PATH] [--interval MS] [--window 10s|1m|5m] [--at TIME] [--once]\n"
-		"Live view of an LLM server's KPIs from the trace kpi-agent writes.\n\n"
+		"Usage: kpitop [--db PATH|clickhouse://HOST[:PORT][/DB]] [--interval MS] [--window 10s|1m|5m]\n"
+		"              [--at TIME] [--once]\n"
+		"Live view of an LLM server's KPIs from the trace kpi-agent writes, or of a fleet's hosts\n"
+		"from the ClickHouse kpi-ship fills.\n\n"
 		"  --db PATH        trace store (default %s, or $KPI_DB)\n"
+		"  --db clickhouse://HOST[:PORT][/DB]\n"
+		"                   the fleet view: one row per host (req/s, p50/p99 TTFT and TPOT,\n"
+		"                   errors, losses), computed by ClickHouse; TIME is on the wall clock\n"
 		"  --interval MS    refresh period in milliseconds (default 1000, 50..60000)\n"
 		"  --window DUR     statistics window: 10s, 1m, 5m or any duration (default 10s)\n"
 		"  --at TIME        replay: the window ends at TIME instead of following the trace;\n"
@@ -117,8 +122,8 @@ static void blit(const struct canvas *c)
 /* ---- keys ------------------------------------------------------------------- */
 static void clamp_sel(struct kt_data *d, struct kt_view *v)
 {
-	int idx[KT_MAX_REQS];
-	int n = kt_panel_rows(d, v, idx);
+	int idx[KT_MAX_ROWS];
+	int n = d->fleet ? kt_fleet_rows(d, v, idx) : kt_panel_rows(d, v, idx);
 	if (v->sel >= n) v->sel = n - 1;
 	if (v->sel < 0) v->sel = 0;
 	int rows = v->panel_rows > 0 ? v->panel_rows : 1;
@@ -131,10 +136,11 @@ static void clamp_sel(struct kt_data *d, struct kt_view *v)
 static void hops_select(struct kt_data *d, const struct kt_view *v)
 {
 	int idx[KT_MAX_REQS];
-	int n = kt_panel_rows(d, v, idx);
 
-	if (v->hops)
-		kt_hops(d, n && v->sel < n ? &d->reqs[idx[v->sel]] : NULL);
+	if (d->fleet || !v->hops)
+		return;
+	int n = kt_panel_rows(d, v, idx);
+	kt_hops(d, n && v->sel < n ? &d->reqs[idx[v->sel]] : NULL);
 }
 
 /* Returns 1 when the data must be sampled again. */
@@ -166,8 +172,18 @@ static int on_key(int ch, struct kt_data *d, struct kt_view *v, int *quit)
 	switch (ch) {
 	case 'q': case 'Q': case KEY_F(10): *quit = 1; return 0;
 	case 'h': case '?': case KEY_F(1): v->help = 1; return 0;
-	case 's': v->sort = (enum kt_sort)((v->sort + 1) % KS_N); return 0;
-	case 't': case '\n': case '\r': case KEY_ENTER: v->hops = ch == 't' ? !v->hops : 1; return 0;
+	case 's':
+		if (d->fleet) v->fleet_sort = (enum kt_fleet_sort)((v->fleet_sort + 1) % KF_N);
+		else v->sort = (enum kt_sort)((v->sort + 1) % KS_N);
+		return 0;
+	case 't': case '\n': case '\r': case KEY_ENTER:
+		if (d->fleet) {
+			snprintf(v->message, sizeof(v->message), "a host's requests and hops: kpitop --db its trace, "
+				 "on that host");
+			return 0;
+		}
+		v->hops = ch == 't' ? !v->hops : 1;
+		return 0;
 	case 27: v->hops = 0; return 0;
 	case '/': v->editing = 1; snprintf(v->edit, sizeof(v->edit), "%s", v->filter); return 0;
 	case 'p': case ' ': v->paused = !v->paused; return !v->paused;
@@ -179,7 +195,7 @@ static int on_key(int ch, struct kt_data *d, struct kt_view *v, int *quit)
 	case KEY_PPAGE: v->sel -= v->panel_rows; break;
 	case KEY_NPAGE: v->sel += v->panel_rows; break;
 	case KEY_HOME: v->sel = 0; break;
-	case KEY_END: v->sel = KT_MAX_REQS; break;
+	case KEY_END: v->sel = KT_MAX_ROWS; break;
 	case KEY_LEFT:
 		if (!d->have_data) return 0;
 		if (d->live) d->live = 0;
@@ -227,15 +243,23 @@ static int run_live(struct kt_screen *s, struct kt_data *d, struct kt_view *v, i
 	curs_set(0);
 	set_escdelay(25);
 	colors_init();
-	int quit = 0, rc = 0;
+	int quit = 0, rc = 0, fleet_failing = 0;
 	double next = 0;
 	while (!quit && !quit_signal) {
 		if (!v->paused && mono_ms() >= next) {
-			if (kt_sample(d)) {
+			if (kt_sample(d) && !d->fleet) {
 				term_restore();
 				fprintf(stderr, "kpitop: reading %s failed: %s\n", d->path, kt_errmsg(d));
 				rc = 1;
 				break;
+			} else if (d->fleet && kt_errmsg(d)[0]) {
+				/* a fleet's server may restart: the last frame stays, and the next try is an interval on */
+				snprintf(v->message, sizeof(v->message), "showing the last frame, trying again: %s",
+					 kt_errmsg(d));
+				fleet_failing = 1;
+			} else if (fleet_failing) {
+				v->message[0] = 0;
+				fleet_failing = 0;
 			}
 			next = mono_ms() + interval_ms;
 		}
@@ -308,9 +332,14 @@ static int run_once(struct kt_screen *s, struct kt_data *d, struct kt_view *v, i
 		ms[f] = mono_ms() - t0;
 	}
 	canvas_print(&c, used);
-	printf("window [%lld, %lld) monotonic ns; %d requests in it; frame computed in %.2f ms\n",
-	       (long long)d->win.from_ns, (long long)d->win.to_ns, d->win.requests, ms[0]);
-	if (frames > 0) print_frame_times(ms, frames, d->win.requests);
+	if (d->fleet)
+		printf("window [%lld, %lld) wall ns; %d hosts, %d requests in it; frame computed in %.2f ms\n",
+		       (long long)d->fw.from_wall_ns, (long long)d->fw.to_wall_ns, d->fw.n_hosts + d->fw.more_hosts,
+		       d->fw.all.requests, ms[0]);
+	else
+		printf("window [%lld, %lld) monotonic ns; %d requests in it; frame computed in %.2f ms\n",
+		       (long long)d->win.from_ns, (long long)d->win.to_ns, d->win.requests, ms[0]);
+	if (frames > 0) print_frame_times(ms, frames, d->fleet ? d->fw.all.requests : d->win.requests);
 	rc = 0;
 out:
 	free(ms);
@@ -429,6 +458,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "kpitop: %s\n", err);
 		return 1;
 	}
+	if (d.fleet && o.hops) {
+		fprintf(stderr, "kpitop: --hops reads one host's trace (--db PATH), not the fleet's ClickHouse\n");
+		kt_close(&d);
+		return 2;
+	}
 	if (o.price >= 0 && kt_set_price(&d, o.price, err, sizeof(err)))
 		fprintf(stderr, "kpitop: --price-per-hour: %s\n", err);  /* the meter says what it lacks */
 	if (o.at && kt_seek(&d, o.at, err, sizeof(err))) {
@@ -436,13 +470,15 @@ int main(int argc, char **argv)
 		kt_close(&d);
 		return 2;
 	}
-	if (kt_screen_init(&screen)) {
+	if (kt_screen_init(&screen, d.fleet)) {
 		fprintf(stderr, "kpitop: out of memory\n");
 		kt_close(&d);
 		return 1;
 	}
 	if (o.once) {
 		const char *cols = getenv("COLUMNS");
+		/* one frame of a large fleet window may take ClickHouse minutes */
+		kt_set_fleet_timeout(&d, 600000);
 		int width = o.width ? o.width : cols && atoi(cols) >= KT_MIN_W ? atoi(cols) : 120;
 		if (o.hops) {
 			snprintf(v.filter, sizeof(v.filter), "%s", o.hops);

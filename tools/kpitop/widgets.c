@@ -531,9 +531,13 @@ static void status_fill(struct kt_widget *w, const struct kt_data *d, const stru
 	struct status *st = (struct status *)w;
 	st->editing = v->editing;
 	if (v->editing)
-		snprintf(st->text, sizeof(st->text), "filter (id or state, Enter applies, Esc clears): %s_", v->edit);
+		snprintf(st->text, sizeof(st->text), "filter (%s, Enter applies, Esc clears): %s_",
+			 d->fleet ? "host name" : "id or state", v->edit);
 	else if (v->message[0])
 		snprintf(st->text, sizeof(st->text), "%s", v->message);
+	else if (d->fleet)
+		snprintf(st->text, sizeof(st->text), "q quit  h help  s sort  / filter  p pause  1/2/3 window 10s/1m/5m  "
+			 "↑↓ scroll  ←→ %s", d->live ? "go back in time" : "move through time");
 	else
 		snprintf(st->text, sizeof(st->text), "q quit  h help  s sort  / filter  p pause  1/2/3 window 10s/1m/5m  "
 			 "↑↓ scroll  ←→ %s  t hops", d->live ? "go back in time" : "move through time");
@@ -550,21 +554,28 @@ static const struct kt_widget_class status_class = {
 };
 
 /* ---- the screen ------------------------------------------------------------ */
-static const struct kt_widget_class *const screen_classes[] = {
+static const struct kt_widget_class *const trace_classes[] = {
 	&title_class, &meters_class, &kt_cost_class, &latency_class, &phases_class, &spark_class, &panel_class, &status_class,
 };
-_Static_assert(sizeof(screen_classes) / sizeof(*screen_classes) == KT_NWIDGETS, "one class per widget");
+_Static_assert(sizeof(trace_classes) / sizeof(*trace_classes) <= KT_NWIDGETS, "room for every widget");
+/* a fleet's: every host a row (fleetview.c) */
+static const struct kt_widget_class *const fleet_classes[] = {
+	&title_class, &kt_fleet_meters_class, &kt_fleet_hosts_class, &status_class,
+};
 
-int kt_screen_init(struct kt_screen *s)
+int kt_screen_init(struct kt_screen *s, int fleet)
 {
+	const struct kt_widget_class *const *classes = fleet ? fleet_classes : trace_classes;
 	memset(s, 0, sizeof(*s));
-	for (int i = 0; i < KT_NWIDGETS; i++) {
-		s->w[i] = calloc(1, screen_classes[i]->size);
+	s->n = fleet ? (int)(sizeof(fleet_classes) / sizeof(*fleet_classes))
+		     : (int)(sizeof(trace_classes) / sizeof(*trace_classes));
+	for (int i = 0; i < s->n; i++) {
+		s->w[i] = calloc(1, classes[i]->size);
 		if (!s->w[i]) {
 			kt_screen_free(s);
 			return -1;
 		}
-		s->w[i]->cls = screen_classes[i];
+		s->w[i]->cls = classes[i];
 	}
 	return 0;
 }
@@ -575,12 +586,13 @@ void kt_screen_free(struct kt_screen *s)
 		free(s->w[i]);
 		s->w[i] = NULL;
 	}
+	s->n = 0;
 }
 
 int kt_screen_fixed_rows(const struct kt_screen *s, int width)
 {
 	int rows = 0;
-	for (int i = 0; i < KT_NWIDGETS; i++) rows += s->w[i]->cls->height(width);
+	for (int i = 0; i < s->n; i++) rows += s->w[i]->cls->height(width);
 	return rows;
 }
 
@@ -605,19 +617,44 @@ static const char *const help_lines[] = {
 	"        traced from its HTTP exchange (source H) and the split is unknown",
 	"Column S: the request's source, U the engine's probes (usdt), H its HTTP exchange",
 	"Percentiles interpolate between the closest ranks, as SQLite's percentile().",
+	NULL,
+};
+
+static const char *const fleet_help_lines[] = {
+	"kpitop keys (fleet view: every host shipping to ClickHouse)",
+	"",
+	"  q, F10        quit",
+	"  h, F1, ?      this help (any key closes it)",
+	"  s             sort the hosts: p99 TTFT, p50 TTFT, p99 TPOT, req/s, errors,",
+	"                losses (largest first), host name",
+	"  /             filter hosts by name (Enter applies, Esc clears)",
+	"  p, space      pause / resume sampling",
+	"  1 2 3         window of 10s, 1m, 5m",
+	"  ↑ ↓ PgUp PgDn Home End   move in the host list",
+	"  ← →           move the window back / forward through the fleet's rows",
+	"                (← leaves live mode; → past the end returns to it)",
+	"",
+	"A host's row: the requests that arrived in the window (by their wall clock),",
+	"its TTFT and TPOT percentiles, errors (429s apart), what its agent lost, and",
+	"how long before the window's end its newest row was shipped (LAST).",
+	"ClickHouse computes them (requests FINAL: a batch shipped twice counts once);",
+	"percentiles interpolate between the closest ranks, as SQLite's percentile().",
+	"One host's requests and phases: kpitop --db its trace, on that host.",
+	NULL,
 };
 
 int kt_render(struct kt_screen *s, struct canvas *c, const struct kt_data *d, struct kt_view *v, int once)
 {
 	canvas_clear(c);
 	if (v->help && !once) {
-		for (size_t i = 0; i < sizeof(help_lines) / sizeof(*help_lines); i++)
-			canvas_text(c, 1 + (int)i, 2, -1, i ? CC_DEFAULT : CC_LABEL, i ? 0 : CF_BOLD, "%s", help_lines[i]);
+		const char *const *lines = d->fleet ? fleet_help_lines : help_lines;
+		for (int i = 0; lines[i]; i++)
+			canvas_text(c, 1 + i, 2, -1, i ? CC_DEFAULT : CC_LABEL, i ? 0 : CF_BOLD, "%s", lines[i]);
 		return c->h;
 	}
 	int fixed = kt_screen_fixed_rows(s, c->w);
 	int y = 0;
-	for (int i = 0; i < KT_NWIDGETS; i++) {
+	for (int i = 0; i < s->n; i++) {
 		struct kt_widget *wd = s->w[i];
 		if (once && !strcmp(wd->cls->name, "status")) continue;
 		int h = wd->cls->height(c->w);

@@ -1,0 +1,101 @@
+/* fleet.c - kpi-report across hosts: which hosts and models carry the change
+ * of the fleet's p99 TTFT between the baseline and the incident, and in which
+ * of their phases (the rows come from ClickHouse through trace_fleet.h). */
+#include "tools/kpi-report/report.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const ttft_phase[4] = { "net-in", "queue wait", "prefill", "first write" };
+
+const char *report_source(const struct report *r)
+{
+	return r->fleet ? trace_fleet_url(r->fleet) : trace_path(r->t);
+}
+
+int report_fleet_analyze(struct report *r)
+{
+	if (!r->fleet || !r->compare)
+		return 0;
+	r->n_hosts = trace_fleet_rank(r->fleet, "host", r->base.from_ns, r->base.to_ns, r->inc.from_ns, r->inc.to_ns,
+				      r->hosts, TRACE_FLEET_GROUPS);
+	r->n_models = trace_fleet_rank(r->fleet, "model", r->base.from_ns, r->base.to_ns, r->inc.from_ns,
+				       r->inc.to_ns, r->models, TRACE_FLEET_GROUPS);
+	return r->n_hosts < 0 || r->n_models < 0 ? -1 : 0;
+}
+
+static void esc(FILE *o, const char *s, int html)
+{
+	for (; *s; s++) {
+		if (html && *s == '<') fputs("&lt;", o);
+		else if (html && *s == '>') fputs("&gt;", o);
+		else if (html && *s == '&') fputs("&amp;", o);
+		else if (!html && (*s == '|' || *s == '*' || *s == '_')) fprintf(o, "\\%c", *s);
+		else fputc(*s, o);
+	}
+}
+
+static void table(const struct report *r, FILE *o, int html, const char *what, const struct trace_fleet_group *g,
+		  int n)
+{
+	char a[16], b[16], d[16];
+	if (html)
+		fprintf(o, "<table>\n<tr><th>%s</th><th>requests (baseline → incident)</th><th>p99 TTFT</th>"
+			"<th>part of the p99 band's change</th><th>share</th><th>its largest phase</th></tr>\n", what);
+	else
+		fprintf(o, "| %s | requests (baseline → incident) | p99 TTFT | part of the p99 band's change | share | "
+			"its largest phase |\n|---|---:|---|---:|---:|---|\n", what);
+	for (int k = 0; k < n; k++) {
+		const struct trace_fleet_group *x = &g[k];
+		timefmt_dur(a, sizeof(a), x->p99_base);
+		timefmt_dur(b, sizeof(b), x->p99_inc);
+		timefmt_dur(d, sizeof(d), fabs(x->delta));
+		fprintf(o, html ? "<tr><td>" : "| ");
+		esc(o, x->name, html);
+		fprintf(o, html ? "</td><td>%d → %d</td><td>%s → %s</td><td>%s%s</td><td>%.0f%%</td><td>%s</td></tr>\n"
+				: " | %d → %d | %s → %s | %s%s | %.0f%% | %s |\n",
+			x->n_base, x->n_inc, a, b, x->delta >= 0 ? "+" : "−", d, x->share * 100,
+			x->share > 0 ? ttft_phase[x->top_phase] : "-");
+	}
+	if (html)
+		fprintf(o, "</table>\n");
+	(void)r;
+}
+
+void report_fleet_render(const struct report *r, FILE *o, int html)
+{
+	if (!r->fleet)
+		return;
+	if (html)
+		fprintf(o, "<h2>Across hosts</h2>\n<p>");
+	else
+		fprintf(o, "\n## Across hosts\n\n");
+	esc(o, r->fleet_what, html);
+	fprintf(o, html ? "</p>\n" : "\n\n");
+	if (!r->compare || r->n_hosts <= 0)
+		return;
+	const struct trace_fleet_group *h = &r->hosts[0];
+	double change = r->attr[0].inc - r->attr[0].base;
+	char d[16];
+	timefmt_dur(d, sizeof(d), fabs(change));
+	fprintf(o, html ? "<p><b>" : "**");
+	fprintf(o, "Host ");
+	esc(o, h->name, html);
+	fprintf(o, " carries %.0f%% of the p99 TTFT %s (%s%s), most of it in %s", h->share * 100,
+		change >= 0 ? "increase" : "decrease", change >= 0 ? "+" : "−", d, ttft_phase[h->top_phase]);
+	if (r->n_models > 0 && r->models[0].share > 0) {
+		fprintf(o, "; model ");
+		esc(o, r->models[0].name, html);
+		fprintf(o, " %.0f%%", r->models[0].share * 100);
+	}
+	fprintf(o, html ? ".</b></p>\n" : ".**\n\n");
+	fprintf(o, html ? "<p>" : "");
+	fprintf(o, "The requests within a percentile of the fleet's p99 TTFT, in each window, carry its change; "
+		"each host's (model's) part of that band's mean, incident less baseline, is its part of the "
+		"change, and the parts add up to it. A host's own p99 is beside it.");
+	fprintf(o, html ? "</p>\n" : "\n\n");
+	table(r, o, html, "host", r->hosts, r->n_hosts);
+	fprintf(o, html ? "" : "\n");
+	table(r, o, html, "model", r->models, r->n_models);
+}
