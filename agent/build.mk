@@ -20,7 +20,8 @@ $(BUILD)/include/%.skel.h: $(BUILD)/bpf/%.bpf.o
 	$(Q)$(BPFTOOL) gen skeleton $< > $@.tmp && mv $@.tmp $@
 
 # Every schema/*.sql becomes a C string, in file-name order: NNN_*.sql are the
-# versioned migrations, views.sql is re-applied at every start.
+# versioned migrations, views.sql and then views_split.sql are re-applied at
+# every start.
 $(BUILD)/include/kpi_schema.h: $(sort $(wildcard schema/*.sql)) agent/build.mk
 	$(call msg,GEN,$@)
 	@mkdir -p $(@D)

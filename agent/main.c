@@ -26,6 +26,8 @@
 #include "agent/sources/llama.h"
 #include "agent/host/host.h"
 #include "agent/track/http_path.h"
+#include "agent/track/trajectory.h"
+#include "agent/track/split_infer.h"
 #include "agent/sinks/http_serve.h"
 #include "agent/sources/losses.h"
 #include "agent/host/peer_addr.h"
@@ -48,6 +50,7 @@ static struct env {
 	int n_ports;
 	bool http_only;
 	int64_t http_timeout_ns; /* --http-timeout DURATION */
+	int64_t task_idle_gap_ns; /* --task-idle-gap DURATION */
 	int flush_ms;
 	int ringbuf_mb;
 	bool token_detail;
@@ -65,7 +68,7 @@ static struct env {
 	const char *powercap_root; /* --powercap-root DIR */
 	double price_per_hour;   /* --price-per-hour USD; < 0: none */
 } env = { .db = TRACE_STORE_DEFAULT_PATH, .flush_ms = 200, .ringbuf_mb = 16,
-	      .http_timeout_ns = HTTP_PATH_TIMEOUT_NS,
+	      .http_timeout_ns = HTTP_PATH_TIMEOUT_NS, .task_idle_gap_ns = TRAJ_IDLE_GAP_NS,
 	      .max_backlog = TRACE_STORE_DEFAULT_BACKLOG, .retain_ns = RETAIN_DEFAULT_KEEP_NS,
 	      .max_db_mb = RETAIN_DEFAULT_MAX_MB, .powercap_root = ENERGY_POWERCAP_DEFAULT,
 	      .price_per_hour = -1 };
@@ -87,7 +90,9 @@ static const char usage[] =
 "  --port PORT        trace the process(es) listening on this local TCP port\n"
 "                     (repeatable), found again when another takes the port\n"
 "  --http-only        follow every target from the HTTP exchange on its sockets\n"
-"                     (source 'http'), even a kpi-infer with its USDT probes;\n"
+"                     (source 'http'), even a kpi-infer with its USDT probes,\n"
+"                     and probe no engine library (no llama.cpp uprobes):\n"
+"                     queue and prefill are then inferred from stream timing;\n"
 "                     a --pid/--exe/--port process without kpi probes is\n"
 "                     followed so anyway (docs/agent.md, Tracing any HTTP server);\n"
 "                     TLS is read through SSL_read/SSL_write uprobes on the\n"
@@ -97,6 +102,11 @@ static const char usage[] =
 "                     end_reason 'timeout' (N followed by s, m or h; default 60s):\n"
 "                     raise it for servers that think longer before their first\n"
 "                     byte\n"
+"  --task-idle-gap DURATION\n"
+"                     a process that serves nothing (a command-line agent) starts\n"
+"                     a new task after making no call this long, for calls that\n"
+"                     carry no traceparent or gen_ai.conversation.id (default 2s;\n"
+"                     docs/agent.md, Tasks)\n"
 "  --no-exec-hold     in discovery mode, do not stop a kpi-infer at the exec of a\n"
 "                     build the agent has not attached yet (by default it waits,\n"
 "                     10-20 ms once per new file, until its probes are in place, so\n"
@@ -216,14 +226,18 @@ static int64_t parse_duration(const char *flag, const char *s)
 	v = strtol(s, &end, 10);
 	if (!errno && end != s && v == 0 && !*end)
 		return 0;
+	if (!errno && end != s && v > 0 && !strcmp(end, "ms") && v <= INT64_MAX / 1000000ll)
+		return v * 1000000ll;
 	for (size_t i = 0; !errno && end != s && v > 0 && end[0] && !end[1] && i < 4; i++)
 		if (*end == units[i].unit && v <= INT64_MAX / units[i].ns)
 			return v * units[i].ns;
-	die_usage("%s wants a duration like 30s, 15m, 12h or 14d (or 0), got '%s'", flag, s);
+	die_usage("%s wants a duration like 300ms, 30s, 15m, 12h or 14d (or 0), got '%s'", flag, s);
 	return 0;
 }
 
-/* Which processes: --pid, --exe, --port, --http-only, --http-timeout, --no-exec-hold, --release-held. false: not one of these. */
+/* Which processes and how their HTTP is followed: --pid, --exe, --port,
+ * --http-only, --http-timeout, --task-idle-gap, --no-exec-hold, --release-held.
+ * false: not one of these. */
 static bool parse_targets_option(int c)
 {
 	switch (c) {
@@ -255,6 +269,11 @@ static bool parse_targets_option(int c)
 		break;
 	case 'L':
 		env.release_held = true;
+		break;
+	case 'G':
+		env.task_idle_gap_ns = parse_duration("--task-idle-gap", optarg);
+		if (!env.task_idle_gap_ns)
+			die_usage("--task-idle-gap wants a duration above 0, like 2s or 300ms");
 		break;
 	default:
 		return false;
@@ -353,6 +372,7 @@ static void parse_args(int argc, char **argv)
 		{ "port", required_argument, NULL, 'T' },
 		{ "http-only", no_argument, NULL, 'H' },
 		{ "http-timeout", required_argument, NULL, 'W' },
+		{ "task-idle-gap", required_argument, NULL, 'G' },
 		{ "flush-ms", required_argument, NULL, 'f' },
 		{ "ringbuf-mb", required_argument, NULL, 'r' },
 		{ "token-detail", no_argument, NULL, 't' },
@@ -617,8 +637,10 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 	if (ag->side && !ag->gpu)
 		fprintf(stderr, "kpi-agent: GPU kernels will not be recorded, nor steps split per request "
 			"by their sequences: %s\n", err);
-	ag->llama = agent_llama_open(err, sizeof(err));
-	if (!ag->llama)
+	/* --http-only: no engine probes at all, so every HTTP row's split is the
+	 * inferred one (compared against another agent's measured one) */
+	ag->llama = env.http_only ? NULL : agent_llama_open(err, sizeof(err));
+	if (!ag->llama && !env.http_only)
 		fprintf(stderr, "kpi-agent: llama.cpp servers will be traced from HTTP only: %s\n", err);
 	ag->cost = ag->side ? agent_cost_open(ag->side, env.powercap_root, env.price_per_hour, err,
 					      sizeof(err)) : NULL;
@@ -643,6 +665,7 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 	}
 	assemble_set_tls_query(ag->asm_, agent_tls_readable, ag->tls);
 	assemble_set_http_timeout(ag->asm_, (uint64_t)env.http_timeout_ns);
+	assemble_set_task_idle_gap(ag->asm_, (uint64_t)env.task_idle_gap_ns);
 	/* the sinks, in the order every record reaches them */
 	sink = trace_store_sink(ag->store);
 	bus_add(ag->bus, &sink);
@@ -726,6 +749,7 @@ static int poll_loop(struct agent *ag)
 			next_rescan = now + RESCAN_NS;
 		}
 		if (now >= next_flush) {
+			assemble_flush(ag->asm_, now, false);       /* HTTP requests whose split is decided */
 			agent_llama_flush(ag->llama, now, false);   /* the requests it held, into this flush */
 			flush(ag, now, false);
 			gpu_flush(ag, now, false);
@@ -748,7 +772,10 @@ static void finish(struct agent *ag)
 
 	/* with the ledger's final totals */
 	ring_buffer__consume(ag->rb);
+	assemble_finish(ag->asm_);      /* calls held for evidence, tasks still open */
+	assemble_release_held(ag->asm_);
 	losses_sample(ag, host_mono_ns(), &lost);
+	assemble_flush(ag->asm_, host_mono_ns(), true);
 	agent_llama_flush(ag->llama, host_mono_ns(), true);
 	flush(ag, host_mono_ns(), true);
 	gpu_flush(ag, host_mono_ns(), true);
@@ -764,14 +791,26 @@ static void finish(struct agent *ag)
 	       "shed while the database could not be written; %zu rows unwritten\n",
 	       (unsigned long long)st.exit_completed, (unsigned long long)st.exit_cut,
 	       (unsigned long long)shed_req, trace_store_pending(ag->store));
-	if (st.hops_out[0] + st.hops_out[1] + st.hops_out[2] + st.hops_out[3])
+	uint64_t linked = st.hops_out[1] + st.hops_out[2] + st.hops_out[3] + st.hops_out[4];
+	if (linked + st.hops_out[0])
 		printf("hops: %llu outbound exchanges linked to the request they served (%llu by "
-		       "header, %llu by thread, %llu by the only one open), %llu unlinked (%llu while "
-		       "several were open)\n",
-		       (unsigned long long)(st.hops_out[1] + st.hops_out[2] + st.hops_out[3]),
-		       (unsigned long long)st.hops_out[1], (unsigned long long)st.hops_out[2],
-		       (unsigned long long)st.hops_out[3], (unsigned long long)st.hops_out[0],
+		       "header, %llu by thread, %llu by the only one open, %llu by the id its response "
+		       "relayed), %llu unlinked (%llu while several were open)\n",
+		       (unsigned long long)linked, (unsigned long long)st.hops_out[1],
+		       (unsigned long long)st.hops_out[2], (unsigned long long)st.hops_out[3],
+		       (unsigned long long)st.hops_out[4], (unsigned long long)st.hops_out[0],
 		       (unsigned long long)st.hops_ambiguous);
+	if (st.pd_joined + st.pd_partial)
+		printf("disaggregated: %llu requests joined across router, decode and prefill workers, "
+		       "%llu with a worker's row missing\n", (unsigned long long)st.pd_joined,
+		       (unsigned long long)st.pd_partial);
+	if (st.tasks[0] + st.tasks[1] + st.tasks[2] + st.tasks[3])
+		printf("tasks: %llu (%llu of inbound requests, %llu by traceparent, %llu by "
+		       "conversation id, %llu by idle gaps), %llu escalations\n",
+		       (unsigned long long)(st.tasks[0] + st.tasks[1] + st.tasks[2] + st.tasks[3]),
+		       (unsigned long long)st.tasks[0], (unsigned long long)st.tasks[1],
+		       (unsigned long long)st.tasks[2], (unsigned long long)st.tasks[3],
+		       (unsigned long long)st.escalations);
 	losses_print(&lost);
 	agent_gpu_summary(ag->gpu, gpu_said, sizeof(gpu_said));
 	if (gpu_said[0])
@@ -780,6 +819,9 @@ static void finish(struct agent *ag)
 	if (gpu_said[0])
 		printf("%s\n", gpu_said);
 	agent_llama_summary(ag->llama, gpu_said, sizeof(gpu_said));
+	if (gpu_said[0])
+		printf("%s\n", gpu_said);
+	split_infer_summary(assemble_split_stats(ag->asm_), gpu_said, sizeof(gpu_said));
 	if (gpu_said[0])
 		printf("%s\n", gpu_said);
 }

@@ -59,6 +59,94 @@ struct kpi_request_record {
 	 * prefilled), its prefill steps, and the rule that matched its sequence */
 	int64_t cached_prompt_tokens, engine_prompt_tokens, prefill_steps;
 	const char *engine_join;
+	/* usdt rows of kpi-infer with its prefix cache on: cached_prompt_tokens
+	 * is the prompt tokens it held (request__prefix_hit), 0 for a miss */
+	bool prefix_cache;
+	/* disaggregated prefill and decode (schema/010_disagg.sql,
+	 * agent/track/disagg.c); KPI_NULL / NULL / "" where not one.  pd_role:
+	 * "router" (the row the client sees), "decode", "prefill".  The router's
+	 * and the decode worker's rows split e2e as net_in, router_ns, queue
+	 * (the prefill queue), prefill, kv_transfer_ns, decode_queue_ns, decode,
+	 * net_out; their marks: t_admit the routing decision (the decode
+	 * worker's admission on its own row), t_pd_admit the decode worker's
+	 * admission, t_sched and t_first the prefill worker's, t_kv_end the
+	 * decode worker's kv__recv_end, t_pd_sched its request__scheduled.  The
+	 * strings here are fixed words (static), which a sink may keep */
+	const char *pd_role;
+	int64_t t_pd_admit, t_kv_end, t_pd_sched;
+	/* the transfer's own marks: its first KV byte handed to the prefill
+	 * worker's socket (kv__send_start; on a decode worker's row whose
+	 * prefill worker's row is not in, its own kv__recv_start) and its last
+	 * byte in and checked (kv__recv_end; on a prefill worker's row, the
+	 * last byte handed over, kv__send_end) */
+	int64_t t_kv_start;
+	int64_t router_ns, kv_transfer_ns, decode_queue_ns;
+	/* the transfer: bytes moved (received; sent on a prefill row), the
+	 * worker's KV blocks, the whole stream's time (t_kv_end - t_kv_start),
+	 * its status (enum kpi_kv_status name) and the other worker ("host:port") */
+	int64_t kv_bytes, kv_blocks, kv_stream_ns;
+	const char *kv_status;
+	char kv_peer[KPI_PD_ADDR_LEN];
+	/* the router's decision (router rows) */
+	const char *route_policy;
+	char decode_worker[KPI_PD_ADDR_LEN], prefill_worker[KPI_PD_ADDR_LEN];
+	/* why the decode worker's request waited for a slot (kv__slot_wait):
+	 * "slots" (the running set was full), "blocks" (too few free KV
+	 * blocks), "queue" (others waiting ahead), "none"; and how many waited
+	 * ahead of it */
+	const char *slot_wait;
+	int64_t slot_waiting_ahead;
+	/* reasoning (schema 011; http rows of event streams, KPI_NULL / NULL
+	 * otherwise): the first answer event's write - t_arrive (TTFO), the first
+	 * reasoning event to the first answer event, the content events by kind,
+	 * the first tool-call event's write - t_arrive, usage's reasoning_tokens,
+	 * and how the reasoning came (field | responses | think) */
+	int64_t ttfo, reasoning_ns, reasoning_events, answer_events, ttftc, reasoning_tokens;
+	const char *reasoning_shape;
+	char conversation_id[KPI_REQID_LEN];    /* the request's gen_ai.conversation.id, "" none */
+	/* tasks (agent/track/trajectory.c, http rows): the task the row is the
+	 * root of (in) or the task or request it served (out), "" none; a call's
+	 * kind (model | tool, NULL on in rows), JSON-RPC method and MCP tool name
+	 * ("" none), retry and call_error (0/1; KPI_NULL on in rows), the hop id
+	 * of the model call it escalated ("" none) */
+	char task_id[KPI_REQID_LEN];
+	const char *call_kind;
+	char rpc_method[32], tool_name[64];
+	int64_t retry, call_error;
+	char escalated_from[32];
+	/* in memory only, no sink stores them: what the track's rules read (the
+	 * ids the response carried, the request's traceparent trace id, the
+	 * request body's fingerprint without its model, a JSON-RPC error) */
+	char resp_header_id[KPI_REQID_LEN], resp_body_id[KPI_REQID_LEN], trace_ctx[33];
+	uint64_t body_digest;
+	bool body_digest_ok, rpc_error;
+	int64_t escalation_added;       /* an escalation: its answer's end - the first answer's */
+	/* an outbound exchange: when its answer's last read's first unread
+	 * segment arrived (tcp_probe), else t_done: the call's end on a task's
+	 * critical path (a caller late to read is its own time, not the call's) */
+	int64_t t_answered;
+	/* http only (NULL / ignored otherwise, agent/track/split_infer.c): the
+	 * rule that inferred queue, prefill, t_sched and t_first from the times
+	 * the server wrote its streams' tokens ("idle", "step", "chunked"; NULL:
+	 * none applied, or the split is measured), and the decode step it saw */
+	const char *split_rule;
+	int64_t step_ns;
+};
+
+/* An agent task (agent/track/trajectory.c, schema/011_tasks.sql): the calls a
+ * process made for one inbound request, or under one trace or conversation
+ * id, or between idle gaps; its span split on the critical path. */
+struct kpi_task_record {
+	char task_id[KPI_REQID_LEN], request_id[KPI_REQID_LEN];
+	uint32_t pid;
+	char comm[16];
+	const char *rule;               /* inbound | traceparent | conversation | idle_gap */
+	char hop_id[32];                /* the inbound request's (rule inbound), "" else */
+	int64_t t_start, t_end, duration;
+	int model_calls, tool_calls, mcp_calls, retries, errors;
+	int64_t model_ns, tool_ns, agent_ns;    /* sum to duration */
+	bool success;
+	int64_t http_status;            /* the inbound response's, KPI_NULL without one */
 };
 
 /* A top-level request whose trace reached a model hop in another process
@@ -169,6 +257,7 @@ struct kpi_sink {
 	 * served, so apart from request() and the samples' counts; optional */
 	void (*exchange_out)(void *ctx, const struct kpi_request_record *r);
 	void (*integration)(void *ctx, const struct kpi_integration_record *r);     /* optional */
+	void (*task)(void *ctx, const struct kpi_task_record *k);                   /* optional */
 	void (*step)(void *ctx, const struct kpi_step_record *s);
 	void (*sample)(void *ctx, const struct kpi_sample_record *s);
 	void (*losses)(void *ctx, const struct kpi_loss_record *l);

@@ -47,6 +47,16 @@ struct {
 	__type(value, __u8);
 } target_ports SEC(".maps");
 
+/* Remote TCP ports the HTTP-mode targets' own calls went to (host order): the
+ * answers' segments on those connections are timed too (tcp_probe), so that a
+ * call's end is when its answer arrived, not when the caller got to read it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 1024);
+	__type(key, __u16);
+	__type(value, __u8);
+} peer_ports SEC(".maps");
+
 /* --port: the ports whose listener becomes a target at its listen(), before
  * its first connection (written by the agent; empty otherwise). */
 struct {
@@ -119,9 +129,10 @@ struct {
 
 /* first_ts: arrival of the first data segment not yet consumed by a read.
  * Reads clear it, so it is the next request's first segment even when that
- * segment lands before the daemon's response__end for the previous one. */
+ * segment lands before the daemon's response__end for the previous one.
+ * last_ts: of the latest one (a call's answer: when its last bytes came). */
 struct sk_state {
-	__u64 first_ts;
+	__u64 first_ts, last_ts;
 	__u32 srtt_us;
 	__u32 pad;
 };
@@ -461,7 +472,155 @@ int BPF_USDT(kpi_response_end, __u64 id, int fd, int http_status)
 	return 0;
 }
 
+/* ---- USDT: disaggregated prefill and decode ----------------------------- */
+
+/* kpi-infer --role router, decode and prefill (docs/disaggregation.md): the
+ * routing decision, both ends of a request's KV transfer, the decode side's
+ * wait for a slot, and prefix-cache hits.  The agent joins the three
+ * processes' events by the x-request-id they all carry (agent/track/disagg.c). */
+
+SEC("usdt")
+int BPF_USDT(kpi_route_decision, __u64 id, int fd, const char *request_id, int policy,
+	     const char *decode, const char *prefill)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_ev_route *e;
+
+	if (!is_target(tgid))
+		return 0;
+	e = EV_NEW(kpi_ev_route, KPI_EV_ROUTE, tgid, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->id = id;
+	e->fd = fd;
+	e->policy = policy;
+	bpf_probe_read_user_str(e->reqid, sizeof(e->reqid), request_id);
+	bpf_probe_read_user_str(e->decode, sizeof(e->decode), decode);
+	bpf_probe_read_user_str(e->prefill, sizeof(e->prefill), prefill);
+	ev_send(e);
+	return 0;
+}
+
+static __always_inline int kv_start(__u32 type, __u64 id, int fd, __u64 bytes, int blocks,
+				    const char *peer)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_ev_kv_start *e;
+
+	if (!is_target(tgid))
+		return 0;
+	e = EV_NEW(kpi_ev_kv_start, type, tgid, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->id = id;
+	e->fd = fd;
+	e->bytes = bytes;
+	e->blocks = blocks;
+	bpf_probe_read_user_str(e->peer, sizeof(e->peer), peer);
+	ev_send(e);
+	return 0;
+}
+
+static __always_inline int kv_end(__u32 type, __u64 id, int fd, __u64 bytes, int blocks, int status)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_ev_kv_end *e;
+
+	if (!is_target(tgid))
+		return 0;
+	e = EV_NEW(kpi_ev_kv_end, type, tgid, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->id = id;
+	e->fd = fd;
+	e->bytes = bytes;
+	e->blocks = blocks;
+	e->status = status;
+	ev_send(e);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_kv_send_start, __u64 id, const char *request_id, int fd, __u64 bytes, int blocks,
+	     const char *peer)
+{
+	return kv_start(KPI_EV_KV_SEND_START, id, fd, bytes, blocks, peer);
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_kv_send_end, __u64 id, int fd, __u64 bytes, int status)
+{
+	return kv_end(KPI_EV_KV_SEND_END, id, fd, bytes, -1, status);
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_kv_recv_start, __u64 id, const char *request_id, int fd, __u64 bytes, int blocks,
+	     const char *peer)
+{
+	return kv_start(KPI_EV_KV_RECV_START, id, fd, bytes, blocks, peer);
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_kv_recv_end, __u64 id, int fd, __u64 bytes, int blocks, int status)
+{
+	return kv_end(KPI_EV_KV_RECV_END, id, fd, bytes, blocks, status);
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_kv_slot_wait, __u64 id, int waiting_ahead, int blocks_needed, int blocks_free,
+	     int running, int max_running)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_ev_slot_wait *e;
+
+	if (!is_target(tgid))
+		return 0;
+	e = EV_NEW(kpi_ev_slot_wait, KPI_EV_SLOT_WAIT, tgid, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->id = id;
+	e->waiting_ahead = waiting_ahead;
+	e->blocks_needed = blocks_needed;
+	e->blocks_free = blocks_free;
+	e->running = running;
+	e->max_running = max_running;
+	ev_send(e);
+	return 0;
+}
+
+SEC("usdt")
+int BPF_USDT(kpi_request_prefix_hit, __u64 id, int cached_tokens)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_ev_prefix_hit *e;
+
+	if (!is_target(tgid))
+		return 0;
+	e = EV_NEW(kpi_ev_prefix_hit, KPI_EV_PREFIX_HIT, tgid, bpf_ktime_get_ns());
+	if (!e)
+		return 0;
+	e->id = id;
+	e->cached_tokens = cached_tokens;
+	ev_send(e);
+	return 0;
+}
+
 /* ---- TCP: first data segment of a request, smoothed RTT ---------------- */
+
+/* Whether every byte of the segment was received before: a retransmission
+ * of data the socket already has (the sender's copy of the ACK was late: a
+ * throttled link whose queue holds the ACKs behind the data going the other
+ * way).  TCP drops it, no read follows, and as a first segment it would
+ * stand as the next request's arrival, however much later that comes. */
+static __always_inline bool seg_old(const struct trace_event_raw_tcp_probe *ctx)
+{
+	struct sk_buff *skb = (struct sk_buff *)ctx->skbaddr;
+	struct tcp_skb_cb *cb = (struct tcp_skb_cb *)__builtin_preserve_access_index(&skb->cb);
+	__u32 end_seq = BPF_CORE_READ(cb, end_seq);
+	__u32 rcv_nxt = BPF_CORE_READ((struct tcp_sock *)ctx->skaddr, rcv_nxt);
+
+	return (__s32)(end_seq - rcv_nxt) <= 0;
+}
 
 /* A data segment reached a socket whose local port is a target's: note the
  * first one not yet consumed by a read, and the smoothed RTT.  Pure ACKs
@@ -470,12 +629,22 @@ int BPF_USDT(kpi_response_end, __u64 id, int fd, int http_status)
 SEC("tracepoint/tcp/tcp_probe")
 int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
 {
-	__u16 port = ctx->sport;
+	__u16 port = ctx->sport, rport = ctx->dport;
 	__u64 sk = (__u64)ctx->skaddr;
 	struct sk_state *s, init = {};
 
-	if (!ctx->data_len || !bpf_map_lookup_elem(&target_ports, &port))
+	if (!ctx->data_len || seg_old(ctx))
 		return 0;
+	if (!bpf_map_lookup_elem(&target_ports, &port)) {
+		/* an answer to a target's own call: its socket is in socks already */
+		if (!bpf_map_lookup_elem(&peer_ports, &rport) || !(s = bpf_map_lookup_elem(&socks, &sk)))
+			return 0;
+		s->srtt_us = ctx->srtt;
+		s->last_ts = bpf_ktime_get_ns();
+		if (!s->first_ts)
+			s->first_ts = s->last_ts;
+		return 0;
+	}
 	s = bpf_map_lookup_elem(&socks, &sk);
 	if (s) {
 		s->srtt_us = ctx->srtt;
@@ -574,7 +743,11 @@ static __always_inline void sock_send(__u32 tgid, int fd, __u64 sk, __u32 role)
 /* The conns entry of a connection seen first now: whether fd is a socket
  * followed, and in which role, is looked up once.  In HTTP mode that is one
  * accepted on a target's port (served), or any other connected TCP socket
- * (its own client connections: a proxy's upstream, a gateway's calls). */
+ * (its own client connections: a proxy's upstream, a gateway's calls).  A
+ * USDT target's own TCP connections (a kpi-infer router's to its decode
+ * workers, a decode worker's to a prefill worker, the router's /load polls)
+ * carry no request it serves: no ARRIVE or WRITE for them, only their SOCK,
+ * so that the agent knows the ends of the fd a kv__* probe names. */
 static __always_inline struct kpi_conn *conn_add(__u64 key, int fd, bool http)
 {
 	struct kpi_conn n = {};
@@ -582,13 +755,13 @@ static __always_inline struct kpi_conn *conn_add(__u64 key, int fd, bool http)
 
 	n.sk = fd_to_sk(fd);
 	tcp = n.sk != 0 && tcp_connected(n.sk);
-	if (http && n.sk && !served_here(n.sk))
+	if (n.sk && (http || tcp) && !served_here(n.sk))
 		n.role = KPI_ROLE_CLIENT;
-	n.is_sock = n.sk != 0 && (!http || n.role == KPI_ROLE_SERVED || tcp);
+	n.is_sock = n.sk != 0 && (http ? n.role == KPI_ROLE_SERVED || tcp : n.role == KPI_ROLE_SERVED);
 	if (bpf_map_update_elem(&conns, &key, &n, BPF_NOEXIST)) {
 		if (n.is_sock)
 			count(KPI_CNT_CONN_FULL);
-	} else if (n.is_sock && tcp) {
+	} else if (tcp && (n.is_sock || n.role == KPI_ROLE_CLIENT)) {
 		sock_send(key >> 32, fd, n.sk, n.role);
 	}
 	return bpf_map_lookup_elem(&conns, &key);
@@ -867,6 +1040,23 @@ static __always_inline __u32 first_word(const struct sys_arg *a, long ret)
  * read a status line.  Anything else (a database's protocol, TLS, a server
  * that speaks first) is left at once: no payload copies for it, and nothing
  * for the agent's HTTP tracker to count as lost framing. */
+/* A target's own HTTP connection: tcp_probe times the segments of its
+ * answers (socks entry, its remote port in peer_ports). */
+static __always_inline void client_answers_timed(const struct kpi_conn *c)
+{
+	struct sock *s = (struct sock *)c->sk;
+	struct sk_state init = {};
+	__u16 rport;
+	__u8 one = 1;
+
+	if (!s)
+		return;
+	rport = bpf_ntohs(BPF_CORE_READ(s, __sk_common.skc_dport));
+	bpf_map_update_elem(&peer_ports, &rport, &one, BPF_ANY);
+	if (!bpf_map_update_elem(&socks, &c->sk, &init, BPF_NOEXIST))
+		count(KPI_CNT_SOCKS_INS);
+}
+
 static __always_inline bool client_http(struct kpi_conn *c, const struct sys_arg *a, long ret)
 {
 	__u32 w;
@@ -879,6 +1069,7 @@ static __always_inline bool client_http(struct kpi_conn *c, const struct sys_arg
 	    w == WORD('H', 'E', 'A', 'D') || w == WORD('D', 'E', 'L', 'E') || w == WORD('P', 'A', 'T', 'C') ||
 	    w == WORD('O', 'P', 'T', 'I') || w == WORD('C', 'O', 'N', 'N') || w == WORD('T', 'R', 'A', 'C')) {
 		c->http = 1;
+		client_answers_timed(c);
 		return true;
 	}
 	c->is_sock = 0;
@@ -942,10 +1133,12 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 		e->dir = KPI_PAYLOAD_IN;
 		s = bpf_map_lookup_elem(&socks, &c->sk);
 		if (s) {
-			if (s->first_ts && s->first_ts <= now)
-				e->t_seg = s->first_ts;
+			/* a request: its first segment; a call's answer: its latest */
+			__u64 seg = c->role == KPI_ROLE_CLIENT ? s->last_ts : s->first_ts;
+			if (seg && seg <= now)
+				e->t_seg = seg;
 			e->srtt_us = s->srtt_us;
-			s->first_ts = 0;
+			s->first_ts = s->last_ts = 0;
 		}
 	} else {
 		e->h.ts = a->ts;

@@ -11,6 +11,7 @@
 #define KPI_WRITE_BATCH 8       /* write times one WRITE event carries */
 #define KPI_PAYLOAD_MAX 4096    /* bytes of one read/write piece a PAYLOAD record carries */
 #define KPI_PAYLOAD_IOVS 32     /* iovecs of a readv/writev/sendmsg/recvmsg followed */
+#define KPI_PD_ADDR_LEN 64      /* "host:port" bytes of a worker's address kept (NUL included) */
 
 enum kpi_event_type {
 	KPI_EV_ARRIVE = 1,      /* first bytes of a request read on a connection */
@@ -39,6 +40,14 @@ enum kpi_event_type {
 	KPI_EV_TLS_PAYLOAD,     /* HTTP-mode target: the plaintext of one SSL_read/SSL_write
 				 * (bpf/kpi_tls.bpf.c), laid out as PAYLOAD */
 	KPI_EV_SOCK,            /* a target's TCP connection seen first: its role and addresses */
+	/* disaggregated prefill and decode (docs/disaggregation.md) */
+	KPI_EV_ROUTE,           /* USDT route__decision: a router chose a request's workers */
+	KPI_EV_KV_SEND_START,   /* USDT kv__send_start: a prefill worker's KV stream begins */
+	KPI_EV_KV_SEND_END,     /* USDT kv__send_end */
+	KPI_EV_KV_RECV_START,   /* USDT kv__recv_start: a decode worker's KV stream header arrived */
+	KPI_EV_KV_RECV_END,     /* USDT kv__recv_end: the KV is in and checked, or it failed */
+	KPI_EV_SLOT_WAIT,       /* USDT kv__slot_wait: a request with its KV waits for a slot */
+	KPI_EV_PREFIX_HIT,      /* USDT request__prefix_hit */
 	KPI_EV_TYPE_MAX,
 };
 
@@ -264,7 +273,8 @@ struct kpi_ev_payload {
 	unsigned int moved;             /* bytes of this piece that went through the socket */
 	unsigned int captured;          /* of them, the first ones in data (<= KPI_PAYLOAD_MAX) */
 	unsigned long long t_seg;       /* reads: the first data segment not consumed before
-					 * this read (tcp_probe), 0 unknown */
+					 * this read (tcp_probe); on a client connection (a
+					 * call's answer) the latest one; 0 unknown */
 	unsigned int srtt_us;           /* reads: the connection's smoothed RTT, 0 unknown */
 	unsigned int tid;               /* the thread that read or wrote */
 	unsigned int role;              /* enum kpi_conn_role */
@@ -333,6 +343,66 @@ struct kpi_ev_sock {
 	unsigned char raddr[16];
 };
 
+/* ROUTE: USDT route__decision(id, fd, request_id, policy, decode, prefill) of
+ * kpi-infer --role router: the request read on fd goes to decode, which gets
+ * its KV from prefill.  The router's admission of the request. */
+struct kpi_ev_route {
+	struct kpi_ev_hdr h;
+	unsigned long long id;          /* the router's request id */
+	int fd;                         /* the client's connection */
+	int policy;                     /* enum kpi_route_policy (abi/kpi_reasons.h) */
+	char reqid[KPI_REQID_LEN];      /* x-request-id, passed on to both workers */
+	char decode[KPI_PD_ADDR_LEN];   /* "host:port" */
+	char prefill[KPI_PD_ADDR_LEN];  /* "" when none is named (the decode worker prefills) */
+};
+
+/* KV_SEND_START, KV_RECV_START: USDT kv__send_start / kv__recv_start(id,
+ * request_id, fd, bytes, blocks, peer): a request's KV stream begins on the
+ * prefill worker, or its header reached the decode worker. */
+struct kpi_ev_kv_start {
+	struct kpi_ev_hdr h;
+	unsigned long long id;          /* the worker's own request id */
+	unsigned long long bytes;       /* KV bytes the stream carries (its payload) */
+	int fd;                         /* prefill: the decode worker's connection; decode:
+					 * its connection to the prefill worker */
+	int blocks;                     /* the worker's KV blocks for the prompt */
+	char peer[KPI_PD_ADDR_LEN];     /* the other worker, "host:port" */
+};
+
+/* KV_SEND_END, KV_RECV_END: USDT kv__send_end(id, fd, bytes, status) /
+ * kv__recv_end(id, fd, bytes, blocks, status). */
+struct kpi_ev_kv_end {
+	struct kpi_ev_hdr h;
+	unsigned long long id;
+	unsigned long long bytes;       /* KV bytes sent, or received */
+	int fd;
+	int blocks;                     /* recv_end only; -1 for send_end */
+	int status;                     /* enum kpi_kv_status (abi/kpi_kv_wire.h), 0 ok */
+	int _pad;
+};
+
+/* SLOT_WAIT: USDT kv__slot_wait(id, waiting_ahead, blocks_needed, blocks_free,
+ * running, max_running): a decode worker's request, its KV in hand, joins
+ * the queue for a running slot; the wait ends at its request__scheduled. */
+struct kpi_ev_slot_wait {
+	struct kpi_ev_hdr h;
+	unsigned long long id;
+	int waiting_ahead;
+	int blocks_needed;
+	int blocks_free;
+	int running;
+	int max_running;                /* --max-seqs */
+	int _pad;
+};
+
+/* PREFIX_HIT: USDT request__prefix_hit(id, cached_tokens). */
+struct kpi_ev_prefix_hit {
+	struct kpi_ev_hdr h;
+	unsigned long long id;
+	int cached_tokens;
+	int _pad;
+};
+
 /* Any record, for code that holds one whatever its type (the agent's tests,
  * the WRITE it rebuilds from the map); the ring carries each at its own size. */
 union kpi_event {
@@ -353,6 +423,11 @@ union kpi_event {
 	struct kpi_ev_payload payload;
 	struct kpi_ev_http_close http_close;
 	struct kpi_ev_sock sock;
+	struct kpi_ev_route route;
+	struct kpi_ev_kv_start kv_start;
+	struct kpi_ev_kv_end kv_end;
+	struct kpi_ev_slot_wait slot_wait;
+	struct kpi_ev_prefix_hit prefix_hit;
 };
 
 /* The size a record of this type has in the ring; 0 for a type not sent. */
@@ -379,6 +454,13 @@ static inline __attribute__((always_inline)) unsigned int kpi_event_size(unsigne
 	case KPI_EV_HTTP_CLOSE: return sizeof(struct kpi_ev_http_close);
 	case KPI_EV_TLS_PAYLOAD: return KPI_EV_PAYLOAD_HEAD;    /* + captured */
 	case KPI_EV_SOCK: return sizeof(struct kpi_ev_sock);
+	case KPI_EV_ROUTE: return sizeof(struct kpi_ev_route);
+	case KPI_EV_KV_SEND_START:
+	case KPI_EV_KV_RECV_START: return sizeof(struct kpi_ev_kv_start);
+	case KPI_EV_KV_SEND_END:
+	case KPI_EV_KV_RECV_END: return sizeof(struct kpi_ev_kv_end);
+	case KPI_EV_SLOT_WAIT: return sizeof(struct kpi_ev_slot_wait);
+	case KPI_EV_PREFIX_HIT: return sizeof(struct kpi_ev_prefix_hit);
 	default: return 0;
 	}
 }
@@ -429,6 +511,11 @@ _Static_assert(__builtin_offsetof(struct kpi_ev_payload, data) == KPI_EV_PAYLOAD
 _Static_assert(sizeof(struct kpi_ev_http_close) == 24, "kpi_ev_http_close ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_tls_call) == 64, "kpi_tls_call ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_sock) == 64, "kpi_ev_sock ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_route) == 32 + KPI_REQID_LEN + 2 * KPI_PD_ADDR_LEN, "kpi_ev_route ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_kv_start) == 40 + KPI_PD_ADDR_LEN, "kpi_ev_kv_start ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_kv_end) == 48, "kpi_ev_kv_end ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_slot_wait) == 48, "kpi_ev_slot_wait ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_prefix_hit) == 32, "kpi_ev_prefix_hit ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_runq) == 24, "kpi_runq ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_target) == 16, "kpi_target ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_held) == 32, "kpi_held ABI changed: update both sides (and KPI_HELD_PIN's version)");

@@ -71,10 +71,16 @@ def test_agent_store_layout_and_views():
               "+ net_out_share, 6) FROM phase_share"):
         p = kpitest.run(["sqlite3", db, q], check=True)
         assert p.stdout.strip(), q
-    assert kpitest.run(["sqlite3", db, "SELECT * FROM phase_share"]).stdout.count("|") == 6
+    # requests, e2e, and the shares of net-in, router, queue, prefill, queue
+    # and prefill inferred, server wait, KV transfer, decode queue, decode, net-out
+    assert kpitest.run(["sqlite3", db, "SELECT * FROM phase_share"]).stdout.count("|") == 12
+    # kpi-infer's probes measured every split: the inferred and unknown shares are 0
     share = kpitest.run(["sqlite3", db, "SELECT round(net_in_share + queue_share + prefill_share"
-                         " + decode_share + net_out_share, 6) FROM phase_share"]).stdout.strip()
-    assert share == "1.0", share
+                         " + decode_share + net_out_share, 6), queue_inferred_share + prefill_inferred_share"
+                         " + server_wait_share FROM phase_share"]).stdout.strip()
+    assert share == "1.0|0.0", share
+    split = kpitest.run(["sqlite3", db, "SELECT DISTINCT split FROM request_phases_ms"]).stdout.split()
+    assert split == ["measured"], split
 
 
 def test_agent_follows_targets_that_come_and_go():

@@ -256,7 +256,10 @@ def test_least_privilege():
     src = open(os.path.join(ROOT, "bpf", "kpi.bpf.c")).read()
     h0, h1 = src.index("/* ---- HTTP mode"), src.index("/* sys_exit after a sys_enter")
     reads = re.findall(r"bpf_probe_read_user\w*\s*\(([^;]*)\);", src[:h0] + src[h1:])
-    assert reads and all("reqid" in r for r in reads), reads
+    # the request id, and the worker addresses the disaggregation probes name
+    # (route__decision, kv__send/recv_start: host:port, docs/security.md)
+    assert reads and all(any(f"e->{f}, sizeof(e->{f})" in r for f in ("reqid", "decode", "prefill", "peer"))
+                         for r in reads), reads
     assert "KPI_PAYLOAD_MAX" in src[h0:h1] and src.count("http_done(") == 3
     assert "bpf_copy_from_user" not in src
     # the TLS object reads plaintext only for a target flagged HTTP: its one

@@ -60,25 +60,15 @@ def _send(port, rid, wait_us, model):
 def _load(jobs, threads=4, times=None):
     """jobs: [(port, rid, wait_us, model)], sent by a few threads at once;
     returns {rid: status}; times, a dict, gets {rid: the client's e2e, ns}."""
-    got, lock, it = {}, threading.Lock(), iter(jobs)
-
-    def worker():
-        while True:
-            with lock:
-                job = next(it, None)
-            if job is None:
-                return
-            t0 = time.monotonic_ns()
-            st = _send(*job)
-            with lock:
-                got[job[1]] = st
-                if times is not None:
-                    times[job[1]] = time.monotonic_ns() - t0
-    ts = [threading.Thread(target=worker) for _ in range(threads)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    def one(job):
+        t0 = time.monotonic_ns()
+        st = _send(*job)
+        return st, time.monotonic_ns() - t0
+    got = {}
+    for job, (st, ns) in zip(jobs, at.in_threads(jobs, one, threads)):
+        got[job[1]] = st
+        if times is not None:
+            times[job[1]] = ns
     return got
 
 
@@ -291,12 +281,13 @@ def test_agent_hops_two_gateways_one_model():
 def test_agent_hops_report_names_the_guardrail():
     """The guardrail slows (1-2 ms, then a wait well above the machine's
     noise): kpi-report over that window, against the one before, names the
-    guardrail hop first, with its share of the top-level requests' p99
-    increase.  The noise floor is measured, not assumed: the spread of the
-    baseline's e2e as its client saw it (p99 - p50: a stall of the Python
-    chain behind the machine's other work, 60-80 ms on a loaded 2-core VM,
-    where a fixed 20 ms slowdown was lost in it); the slowdown is at least
-    10 times that, and 20 ms."""
+    guardrail first (the task step that grew, or the integration hop), and
+    its integration finding gives the guardrail hop's share of the top-level
+    requests' p99 increase.  The noise floor is measured, not assumed: the
+    spread of the baseline's e2e as its client saw it (p99 - p50: a stall of
+    the Python chain behind the machine's other work, 60-80 ms on a loaded
+    2-core VM, where a fixed 20 ms slowdown was lost in it); the slowdown is
+    at least 8 times that, and 20 ms."""
     _require()
     import servertest, tracetest
     at.require_built(tracetest.REPORT)
@@ -331,9 +322,16 @@ def test_agent_hops_report_names_the_guardrail():
     title, phase, cause = found[0]
     print(f"     first finding: {title} (phase {phase}, cause {cause}); then "
           f"{[c for _, _, c in found[1:]]}")
-    assert cause == "integration overhead" and "/v1/check" in title, found
-    share = float(title.split("grew, ")[1].split("%")[0])
-    assert share >= 80, title
+    # The gateway makes a model and a tool call a request: each is an agent
+    # task too (docs/agent.md, Tasks), and the task finding, which ranks first,
+    # names the same guardrail as the step that grew.
+    assert cause in ("integration overhead", "task step grew") and "/v1/check" in title, found
+    integ = [t for t, _, c in found if c == "integration overhead"]
+    assert integ and "/v1/check" in integ[0], found
+    share = float(integ[0].split("grew, ")[1].split("%")[0])
+    assert share >= 80, integ[0]
+    if cause == "task step grew":
+        assert float(title.split("grew, ")[1].split("%")[0]) >= 80, title
     daemon.stop()
 
 

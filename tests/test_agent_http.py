@@ -190,10 +190,15 @@ def _against_the_wire(argv_of_port):
         r = rows[rid]
         assert r["source"] == "http", r
         assert r["http_status"] == st, (rid, r["http_status"], st)
-        phases = [r[k] for k in ("net_in_ns", "server_wait_ns", "decode_ns", "net_out_ns")]
+        phases = [r[k] for k in ("net_in_ns", "queue_ns", "prefill_ns", "server_wait_ns",
+                                 "decode_ns", "net_out_ns")]
         assert all(p is None or p >= 0 for p in phases), (rid, phases)
         assert sum(p for p in phases if p is not None) == r["e2e_ns"], (rid, phases, r["e2e_ns"])
-        assert r["queue_ns"] is None and r["prefill_ns"] is None, r
+        # queue and prefill are inferred (split_rule says by which rule) or
+        # stay together in server_wait: never both, never one of them alone
+        split = r["split_rule"] is not None
+        assert (r["queue_ns"] is not None) == (r["prefill_ns"] is not None) == split, r
+        assert not split or r["server_wait_ns"] is None, r
         if rid in wire and rid != "h-disconnect":
             assert r["content_events"] == wire[rid]["content_events"], \
                 (rid, r["content_events"], wire[rid]["content_events"])
@@ -314,9 +319,10 @@ def test_agent_http_node_response_ends_where_the_client_saw_it():
 
 def test_agent_http_rows_reach_metrics_and_otlp():
     """A server seen only on the wire, exported: /metrics and OTLP carry its
-    rows (kpi_source / kpi.source "http"), with the model its requests named,
-    server_wait as the phase where queue and prefill would be (never 0 for
-    them), and the OTLP phase spans contiguous over each row's e2e."""
+    rows (kpi_source / kpi.source "http"), with the model its requests named;
+    the streams, one at a time, have queue and prefill inferred (rule idle,
+    the OTLP root says kpi.split_rule), the error answer has server_wait where
+    they would be; the OTLP phase spans contiguous over each row's e2e."""
     kpitest.require_root("kpi-agent")
     at.require_built(at.AGENT)
     import urllib.request
@@ -347,10 +353,14 @@ def test_agent_http_rows_reach_metrics_and_otlp():
     want = dict(kpi_source="http", gen_ai_request_model="test-model", pid=srv.pid)
     waits = [r["server_wait_ns"] for r in rows.values() if r["server_wait_ns"] is not None]
     decodes = [r for r in rows.values() if r["decode_ns"] is not None]
-    assert len(waits) == 13 and len(decodes) == 12, rows     # the 500 has no content events
+    split = [r for r in rows.values() if r["split_rule"] is not None]
+    # the 500 has no content events; each stream ran alone: nothing else was in flight
+    assert len(waits) == 1 and len(decodes) == 12 and len(split) == 12, rows
+    assert all(r["split_rule"] == "idle" and r["queue_ns"] == 0 for r in split), split[:2]
     assert sum(ft.series(m, "kpi_request_server_wait_seconds_count", **want)) == len(waits), text
     assert sum(ft.series(m, "kpi_request_decode_seconds_count", **want)) == len(decodes), text
-    assert sum(ft.series(m, "kpi_request_queue_seconds_count", **want)) == 0, text
+    assert sum(ft.series(m, "kpi_request_queue_seconds_count", **want)) == len(split), text
+    assert sum(ft.series(m, "kpi_request_prefill_seconds_count", **want)) == len(split), text
     assert sum(ft.series(m, "gen_ai_server_request_duration_seconds_count", **want)) == 13, text
     got = sum(ft.series(m, "kpi_request_server_wait_seconds_sum", **want))
     assert abs(got - sum(waits) / 1e9) <= 1e-6 * len(waits), (got, sum(waits))
@@ -364,7 +374,12 @@ def test_agent_http_rows_reach_metrics_and_otlp():
         kids = sorted((int(k["startTimeUnixNano"]), int(k["endTimeUnixNano"]), k["name"])
                       for _, _, k in spans if k.get("parentSpanId") == sp["spanId"])
         names = [n for _, _, n in kids]
-        assert "queue" not in names and "prefill" not in names and names[:2] == ["net_in", "server_wait"], names
+        if r["split_rule"]:
+            assert a["kpi.split_rule"] == r["split_rule"] and "server_wait" not in names and \
+                names[:3] == ["net_in", "queue", "prefill"], (names, a)
+        else:
+            assert "kpi.split_rule" not in a and "queue" not in names and "prefill" not in names \
+                and names[:2] == ["net_in", "server_wait"], (names, a)
         assert all(b[0] == a_[1] for a_, b in zip(kids, kids[1:])), kids
         assert kids[-1][1] - kids[0][0] == r["e2e_ns"] == int(sp["endTimeUnixNano"]) - int(sp["startTimeUnixNano"])
     srv.stop()

@@ -8,7 +8,7 @@ import kpitest, tracetest  # noqa: E402
 from tmuxtest import Tmux  # noqa: E402
 from tracetest import KPITOP, run_tool  # noqa: E402
 
-LAT = re.compile(r"^ (TTFT|TPOT|ITL|e2e)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\d+)$")
+LAT = re.compile(r"^ (TTFT|TTFO|TPOT|ITL|e2e)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\d+)$")
 WIN = re.compile(r"^window \[(-?\d+), (-?\d+)\) monotonic ns; (\d+) requests")
 
 
@@ -28,7 +28,7 @@ def parse(out):
         m = WIN.match(line)
         if m:
             win = (int(m.group(1)), int(m.group(2)), int(m.group(3)))
-    assert win and len(lat) == 4, f"no latency table or window line in:\n{out}"
+    assert win and len(lat) == 5, f"no latency table or window line in:\n{out}"
     return lat, win
 
 
@@ -119,6 +119,40 @@ def test_once_http_rows_show_source_and_unknown_phases():
     assert "source" not in once(usdt).splitlines()[0]
 
 
+def test_once_inferred_split_rows_show_their_queue_and_prefill():
+    """HTTP rows whose queue and prefill kpi-agent inferred from stream timing
+    (schema version 12, split_rule): their percentiles match, each row says I,
+    the header names the source, their bars hold queue and prefill."""
+    d = tmp()
+    db = os.path.join(d, "inferred.db")
+    tracetest.generate(db, duration_s=120, rate=10, source="inferred")
+    out = once(db, "--window", "1m", "--rows", "5")
+    check_against_rows(db, out)
+    lines = out.splitlines()
+    assert lines[0].rstrip().endswith("source: http (split inferred)"), lines[0]
+    assert not re.search(r"Q queue -  P prefill -", out) and "W server-wait" not in out, out
+    reqs = [line for line in lines if line.startswith(" req-")]
+    assert reqs and all(re.match(r" req-\d+\s+I done ", line) for line in reqs), reqs
+    assert all(re.search(r"[QP]", line.split()[-1]) and "W" not in line.split()[-1] for line in reqs), reqs
+    # the p99 request's phases under the bars say its queue and prefill were inferred
+    assert re.search(r" Q queue \S+ \(inferred\)  P prefill \S+ \(inferred\)  D decode ", out), out
+    # with an engine traced through its probes beside it: both named, each row marked
+    mixed = os.path.join(d, "mixed.db")
+    tracetest.generate(mixed, duration_s=120, rate=10, source="mixed-inferred")
+    out = once(mixed, "--window", "1m", "--rows", "8", "--width", "160")
+    check_against_rows(mixed, out)
+    m = re.search(r"sources: (\d+) usdt, (\d+) http \(split inferred\)", out.splitlines()[0])
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, out.splitlines()[0]
+    marks = {re.match(r" req-(\d+)\s+([UI]) ", line).group(2) for line in out.splitlines()
+             if line.startswith(" req-")}
+    assert marks == {"U", "I"}, out
+    # and an engine's probes alone: nothing says inferred
+    usdt = os.path.join(d, "usdt.db")
+    tracetest.generate(usdt, duration_s=120, rate=10)
+    out = once(usdt, "--window", "1m", "--rows", "8")
+    assert "inferred" not in out and re.search(r" Q queue \S+  P prefill \S+  D decode ", out), out
+
+
 def test_hops_view_reaches_back_a_long_trace():
     """kpitop's hops view runs the hops views on a copy of the rows around the
     selected request (tools/common/trace_hops.c): of 2,000 three-hop requests
@@ -143,6 +177,46 @@ def test_hops_view_reaches_back_a_long_trace():
         assert [g[-2:] for g in got] == [["in", "top"], ["out", "header"], ["in", "socket"]], lines[head:head + 5]
         if rid == "m-long":
             assert [(g[0], g[-2], g[-1]) for g in got] == [(c, dr, lr) for c, dr, lr in want], (got, want)
+
+
+def test_once_tasks_ttfo_and_unlinked():
+    """Schema 011 in kpitop: the TTFO row beside TTFT is the rows' percentile
+    of ttfo_ns; --tasks lists the agent tasks newest first with their calls,
+    retries, errors, duration and success as the tasks table has them; calls
+    no link rule tied (hops_unlinked) show as "unlinked", apart from what
+    was lost."""
+    d = tmp()
+    db = os.path.join(d, "agents.db")
+    tracetest.agents_trace(db, "think")
+    c = sqlite3.connect(db)
+    t_end = tracetest.T0 + 120 * tracetest.NS
+    for k, (cause, n) in enumerate((("hops_unlinked", 72), ("hops_unlinked", 5))):
+        t = t_end - (3 - k) * tracetest.NS
+        c.execute("INSERT INTO losses (run_id, wall_ns, t_ns, cause, n) VALUES (1, ?, ?, ?, ?)",
+                  (t - tracetest.T0 + tracetest.WALL0, t, cause, n))
+    c.commit()
+    out = once(db, "--at", "end", "--window", "10s")
+    lat, (frm, to, _) = parse(out)
+    ttfo = [r[0] for r in c.execute("SELECT ttfo_ns FROM requests WHERE ttfo_ns IS NOT NULL AND "
+                                     "t_arrive_ns >= ? AND t_arrive_ns < ?", (frm, to))]
+    assert lat["TTFO"][4] == len(ttfo) > 0, (lat["TTFO"], len(ttfo))
+    for k, p in enumerate((50, 95, 99)):
+        assert tracetest.close_to(lat["TTFO"][k], tracetest.pct(ttfo, p)), ("TTFO", p, lat["TTFO"])
+    assert re.search(r"\blost 0\b", out) and re.search(r"\bunlinked 77\b", out), out
+    out = once(db, "--at", "end", "--window", "10s", "--tasks", "--rows", "40")
+    head = out.index(" TASK ")
+    rows = re.findall(r"^ (900\.\d+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+\S+\s+\S+\s+(ok|no)",
+                      out[head:], re.M)
+    want = c.execute("SELECT task_id, comm, rule, model_calls, tool_calls, mcp_calls, retries, errors, duration_ns, "
+                     "success FROM tasks ORDER BY t_start_ns DESC").fetchall()
+    assert len(rows) == len(want) == 30, (len(rows), len(want), out)     # all fit in 40 rows
+    for got, w in zip(rows, want):
+        assert got[:3] == tuple(str(x) for x in w[:3]), (got, w)
+        assert tuple(int(x) for x in got[3:8]) == w[3:8], (got, w)
+        assert tracetest.close_to(tracetest.parse_dur(got[8]), w[8]) and (got[9] == "ok") == bool(w[9]), (got, w)
+    c.close()
+    p = run_tool([KPITOP, "--db", db, "--tasks"])
+    assert p.returncode == 2 and "--tasks goes with --once" in p.stderr, p.stderr
 
 
 def test_once_cpu_wait_names_who():
@@ -199,14 +273,15 @@ def test_refusals_say_what_to_do():
     d = tmp()
     p = run_tool([KPITOP, "--db", os.path.join(d, "none.db"), "--once"])
     assert p.returncode == 1 and "none.db" in p.stderr and "kpi-agent" in p.stderr, p.stderr
-    bad = os.path.join(d, "v99.db")
+    newer = tracetest.schema_version() + 1      # a trace from a newer agent
+    bad = os.path.join(d, f"v{newer}.db")
     c = sqlite3.connect(bad)
     c.execute("CREATE TABLE requests(x)")
-    c.execute("PRAGMA user_version = 99")
+    c.execute(f"PRAGMA user_version = {newer}")
     c.commit()
     c.close()
     p = run_tool([KPITOP, "--db", bad, "--once"])
-    assert p.returncode == 1 and "version 99" in p.stderr, p.stderr
+    assert p.returncode == 1 and f"version {newer}" in p.stderr, p.stderr
     db = os.path.join(d, "t.db")
     tracetest.generate(db, duration_s=30, rate=5)
     for flags, word in ((["--window", "10x"], "--window"), (["--interval", "5"], "--interval"),

@@ -47,16 +47,21 @@ def test_synthetic_incidents_first_finding():
         assert "picked automatically: the quietest comparable window before the incident" in md, md
 
 
+def queue_incident(source):
+    """A synthetic queue incident (600-660 s of 900) with rows of `source`
+    (tracetest.generate): the trace's path and kpi-report's markdown."""
+    db = os.path.join(tmp(), f"{source}.db")
+    tracetest.generate(db, duration_s=900, rate=10, incidents=[tracetest.Incident("queue", 600, 660)],
+                       source=source)
+    return db, report(db)
+
+
 def test_http_rows_say_the_split_is_unknown():
     """A window of rows traced from the HTTP exchange (source 'http'): the
     findings that need the engine's split say this trace cannot tell, the
     server wait stands where queue and prefill would, those two are "-",
     and the summary names the sources."""
-    d = tmp()
-    db = os.path.join(d, "http.db")
-    tracetest.generate(db, duration_s=900, rate=10, incidents=[tracetest.Incident("queue", 600, 660)],
-                       source="http")
-    md = report(db)
+    db, md = queue_incident("http")
     first = findings(md)[0]
     assert first == ("The engine's split is not known for these requests (source http): queue and prefill "
                      "show together as server wait, so this trace cannot tell queue growth, long prefills "
@@ -77,12 +82,46 @@ def test_http_rows_say_the_split_is_unknown():
     html = report(db, "--format", "html")
     assert "engine split unknown" in html and "server wait" in html
     # the same incident traced by the probes still finds the queue
-    usdt = os.path.join(d, "usdt.db")
-    tracetest.generate(usdt, duration_s=900, rate=10, incidents=[tracetest.Incident("queue", 600, 660)],
-                       source="mixed")
-    md = report(usdt)
+    _, md = queue_incident("mixed")
     assert re.search(r"^- \*\*Sources\*\*: incident \d+ usdt, \d+ http;", md, re.M), md
     assert "engine split unknown" not in md, md
+
+
+def test_inferred_split_rows_find_the_queue_with_a_caveat():
+    """Rows traced from the HTTP exchange whose queue and prefill kpi-agent
+    inferred from stream timing (source 'http', split_rule): they count as a
+    source of their own, their queue and prefill stand in the percentiles and
+    the TTFT split as measured ones do, the engine-split finding (queue growth)
+    runs on them and says in its evidence how many were inferred."""
+    _, md = queue_incident("inferred")
+    assert "engine split unknown" not in md, md
+    first = findings(md)[0]
+    assert first[1] == "queue" and first[2] == "queue growth with no rejections", first
+    m = re.search(r"the queue and prefill of (\d+) of these requests \(baseline (\d+)\) were inferred "
+                  r"from the server's stream timing", md)
+    assert m and int(m.group(1)) > 0 and int(m.group(2)) > 0, md
+    assert re.search(r"^- \*\*Sources\*\*: incident http \(split inferred\) \(\d+\); baseline http "
+                     r"\(split inferred\) \(\d+\)", md, re.M), md
+    assert re.search(r"^\| queue \| \d", md, re.M) and re.search(r"^\| prefill \| \d", md, re.M), md
+    assert "is queue wait (inferred)" in md and "server wait (queue + prefill)" not in md, md
+
+
+def test_measured_and_inferred_splits_are_told_apart():
+    """A host with an engine traced through its probes and one whose split
+    kpi-agent inferred (every other row): the report names both sources, the
+    TTFT split's queue and prefill say they were inferred on the http rows,
+    and the queue finding counts the inferred ones, which the trace holds."""
+    db, md = queue_incident("mixed-inferred")
+    first = findings(md)[0]
+    assert first[2] == "queue growth with no rejections", first
+    m = re.search(r"^- \*\*Sources\*\*: incident (\d+) usdt, (\d+) http \(split inferred\);", md, re.M)
+    assert m, md
+    m2 = re.search(r"the queue and prefill of (\d+) of these requests \(baseline \d+\) were inferred", md)
+    assert m2 and m2.group(1) == m.group(2), md
+    assert "is queue wait (inferred on http rows)" in md, md
+    inferred, usdt = sqlite3.connect(db).execute(
+        "SELECT count(split_rule), count(*) - count(split_rule) FROM requests").fetchone()
+    assert inferred > 0 and usdt > 0, (inferred, usdt)
 
 
 def test_cpu_finding_says_behind_whom():
@@ -145,6 +184,53 @@ def test_lossy_window_says_so():
         assert any("queue growth" in x[2] for x in f), f"the queue finding went missing: {f}"
         row = re.search(r"\| lost by the agent \(all causes\) \| (\S+) \| (\S+) \|", md)
         assert row and row.group(2) == str(total), (row and row.groups(), md)
+
+
+AGENT_CAUSES = {   # tracetest.agents_trace's change -> the cause kpi-report must name
+    "think": "reasoning grew", "slow": "server slower", "tool": "task step grew",
+    "escalate": "escalations rose", "large_slow": "escalated model slower",
+}
+
+
+def test_agents_findings_tell_the_causes_apart():
+    """Reasoning, tasks and cascades (schema 011) on a synthetic two-minute
+    trace that changes one thing in its second minute: the model reasoned
+    longer vs the server slowed per reasoning event; a tool of the agent's
+    tasks slowed; the gateway escalated more vs the large model slowed.
+    kpi-report names exactly that cause among these five, first of them; and
+    with no change it names none of them.  The section's figures are the
+    rows' (task success, the compounded expectation, escalation rates)."""
+    d = tmp()
+    for change in (None, *AGENT_CAUSES):
+        db = os.path.join(d, f"agents-{change}.db")
+        w = tracetest.agents_trace(db, change)
+        md = report(db, "--from", w["inc"][0], "--to", w["inc"][1], "--baseline", f"{w['base'][0]}..{w['base'][1]}")
+        named = [c for *_, c in tracetest.REPORT_FINDING.findall(md) if c in AGENT_CAUSES.values()]
+        assert named == ([AGENT_CAUSES[change]] if change else []), (change, named, md)
+        if change == "tool":
+            assert any("tool search grew" in t for t, _, _ in findings(md)), md
+        # the section against the rows
+        c = sqlite3.connect(db)
+        for k, (lo, hi) in enumerate(((0, 60), (60, 120))):
+            frm, to = tracetest.T0 + lo * tracetest.NS, tracetest.T0 + hi * tracetest.NS
+            tasks, ok = c.execute("SELECT COUNT(*), SUM(success) FROM tasks WHERE t_start_ns >= ? AND "
+                                  "t_start_ns < ?", (frm, to)).fetchone()
+            per_kind = c.execute("SELECT call_kind, COUNT(*), SUM(call_error) FROM exchanges_out o JOIN tasks t "
+                                 "ON t.task_id = o.task_id WHERE t.t_start_ns >= ? AND t.t_start_ns < ? "
+                                 "GROUP BY call_kind", (frm, to)).fetchall()
+            expected = 1.0
+            for _, n, err in per_kind:
+                expected *= (1 - err / n) ** (n / tasks)
+            row = re.search(r"\| task success \(expected from the steps\) \| (\d+)% \| (\d+)% \|", md)
+            assert row and int(row.group(k + 1)) == round(expected * 100), (change, k, expected, row and row.groups())
+            row = re.search(r"\| tasks \| (\d+) \| (\d+) \|", md)
+            assert row and int(row.group(k + 1)) == tasks, (change, k, tasks)
+            esc, n = c.execute("SELECT SUM(escalated), COUNT(*) FROM cascade_requests WHERE comm = 'gateway' "
+                               "AND t_arrive_ns >= ? AND t_arrive_ns < ?", (frm, to)).fetchone()
+            row = re.search(r"\| gateway small → large: escalated \| (\d+)% of (\d+) \| (\d+)% of (\d+) \|", md)
+            assert row and int(row.group(2 * k + 2)) == n and int(row.group(2 * k + 1)) == round(100 * esc / n), \
+                (change, k, esc, n, row and row.groups())
+        c.close()
 
 
 def test_short_trace_finds_its_incident():
@@ -462,7 +548,8 @@ def test_docs_queries_pure_sql_matches_extension():
 
     def run(sql):
         p = run_tool(["sqlite3", "-csv", "-cmd", f".load {load}", "-cmd",
-                      f".read {os.path.join(tracetest.ROOT, 'schema', 'views.sql')}", db, sql])
+                      f".read {os.path.join(tracetest.ROOT, 'schema', 'views.sql')}", "-cmd",
+                      f".read {os.path.join(tracetest.ROOT, 'schema', 'views_split.sql')}", db, sql])
         assert p.returncode == 0 and not p.stderr, f"{sql}\n{p.stderr}"
         return [line.split(",") for line in p.stdout.splitlines()]
 

@@ -36,7 +36,8 @@ def test_help_lists_every_flag():
     for flag in ["--model", "--host", "--port", "--max-seqs", "--max-batched-tokens",
                  "--max-queue", "--kv-blocks", "--block-size", "--backend", "--batching",
                  "--threads", "--max-body", "--request-timeout", "--idle-timeout",
-                 "--max-conns", "--make-model", "--preset", "--seed", "--help"]:
+                 "--max-conns", "--reasoning-tokens", "--make-model", "--preset", "--seed",
+                 "--help"]:
         assert flag in p.stdout, f"--help does not document {flag}"
     p = kpitest.run([st.KPI_INFER, "--port", "nope"])
     assert p.returncode == 2 and "--port" in p.stderr, p.stderr
@@ -118,6 +119,53 @@ def test_chat():
     assert chunks[-1]["choices"][0]["finish_reason"] == "length"
     text = "".join(e["choices"][0]["delta"].get("content", "") for e in chunks)
     assert text == m["content"], (text, m)
+
+
+def test_reasoning_tokens():
+    """--reasoning-tokens 3: chat carries the first 3 tokens' text as
+    reasoning_content (delta.reasoning_content, one event per token, the role on
+    the first), the rest as content; a text completion inlines it as
+    <think>...</think>; usage counts the reasoning tokens; the split text is
+    the plain response's, and fewer tokens than N leave no answer."""
+    d = st.Daemon("--reasoning-tokens", 3, "--threads", 1)
+    msgs = [{"role": "user", "content": "Think first."}]
+    body = dict(messages=msgs, max_tokens=8, temperature=0, ignore_eos=True)
+    s, _, r = d.json("POST", "/v1/chat/completions", body)
+    assert s == 200, r
+    m = r["choices"][0]["message"]
+    assert set(m) == {"role", "content", "reasoning_content"}, m
+    assert r["usage"]["completion_tokens_details"] == {"reasoning_tokens": 3}, r["usage"]
+    status, _, _, events = stream(d.port, "/v1/chat/completions", dict(body, stream=True))
+    assert status == 200 and events[-1] == "[DONE]", events
+    deltas = [e["choices"][0]["delta"] for e in events[:-1]]
+    assert len(deltas) == 8 and deltas[0]["role"] == "assistant", deltas
+    # one event per token: the first three reasoning, the next ones answer (an
+    # answer token whose bytes the UTF-8 repair still holds sends "content": "")
+    assert all("reasoning_content" in x and "content" not in x for x in deltas[:3]), deltas
+    assert all("content" in x and "reasoning_content" not in x for x in deltas[3:]), deltas
+    assert "".join(x.get("reasoning_content", "") for x in deltas) == m["reasoning_content"], \
+        (deltas, m)
+    assert "".join(x.get("content", "") for x in deltas) == m["content"], (deltas, m)
+    # a text completion: the same split inline
+    tbody = dict(prompt="Once upon a time", max_tokens=8, temperature=0, ignore_eos=True)
+    _, plain = complete(d, **tbody)
+    text = plain["choices"][0]["text"]
+    assert text.startswith("<think>") and text.count("</think>") == 1, text
+    assert plain["usage"]["completion_tokens_details"]["reasoning_tokens"] == 3, plain
+    _, _, _, events = stream(d.port, "/v1/completions", dict(tbody, stream=True))
+    parts = [e["choices"][0]["text"] for e in events[:-1]]
+    assert "".join(parts) == text, (parts, text)
+    assert parts[0].startswith("<think>") or parts[0] == "", parts
+    # max_tokens under N: all of it is reasoning
+    s, _, r = d.json("POST", "/v1/chat/completions", dict(body, max_tokens=2))
+    assert r["choices"][0]["message"]["content"] == "", r
+    assert r["usage"]["completion_tokens_details"] == {"reasoning_tokens": 2}, r["usage"]
+    # without the flag nothing changes: no reasoning field, no details in usage
+    s, _, r = daemon().json("POST", "/v1/chat/completions", body)
+    assert "reasoning_content" not in r["choices"][0]["message"], r
+    assert "completion_tokens_details" not in r["usage"], r
+    p = kpitest.run([st.KPI_INFER, "--reasoning-tokens", "-1"])
+    assert p.returncode == 2 and "--reasoning-tokens" in p.stderr, p.stderr
 
 
 def test_stop_string():

@@ -303,6 +303,41 @@ def test_ship_fleet_report_synthetic_hosts():
     assert r.returncode == 1 and "is clickhouse-server running there" in r.stderr, r.stderr
 
 
+def test_ship_inferred_split_stays_inferred():
+    """A trace whose http rows have their split inferred from stream timing
+    (split_rule) shipped and read back through the fleet: ClickHouse holds
+    every rule, and kpi-report over clickhouse:// counts the rows as
+    'http (split inferred)' and names their queue wait as inferred, as it does
+    on the SQLite trace (without the column they would read as http rows of
+    unknown split that nonetheless hold a queue)."""
+    import tracetest
+    for b in (SHIP, REPORT):
+        at.require_built(b)
+    cluster = cht.shared_cluster()
+    url = cluster.database("split")
+    d = kpitest.tmpdir("kpi-ship-split-")
+    host = f"inferred-{os.getpid()}"
+    p = os.path.join(d, "inferred.db")
+    tracetest.generate(p, duration_s=900, rate=5, incidents=[tracetest.Incident("queue", 600, 660)],
+                       source="inferred")
+    r = kpitest.run([SHIP, "--db", p, "--to", url, "--once", "--host", host])
+    assert r.returncode == 0 and "0 rows behind" in r.stdout, r.stdout + r.stderr
+    with sqlite3.connect(p) as c:
+        want = c.execute("SELECT count(*), count(split_rule), sum(step_ns) FROM requests").fetchone()
+    got = cluster.rows(f"SELECT count() AS n, count(split_rule) AS r, sum(step_ns) AS s "
+                       f"FROM split.requests FINAL WHERE host = '{host}'")[0]
+    assert [int(got[k]) for k in "nrs"] == list(want) and want[1] > 0, (got, want)
+    s0 = tracetest.WALL0 // 10**9
+    args = ["--from", f"@{s0 + 600}", "--to", f"@{s0 + 660}"]
+    local = kpitest.run([REPORT, "--db", p, *args])
+    fleet = kpitest.run([REPORT, "--db", url, "--host", host, "--window", "20m", *args])
+    for out in (local, fleet):
+        assert out.returncode == 0, out.stderr
+        assert re.search(r"^- \*\*Sources\*\*: incident http \(split inferred\) \(\d+\);", out.stdout,
+                         re.M), out.stdout[:3000]
+        assert "is queue wait (inferred)" in out.stdout, out.stdout[:3000]
+
+
 def test_ship_alert_rules_promtool():
     """promtool checks the rules and passes their unit tests; a copy with a
     wrong threshold fails them."""

@@ -20,6 +20,8 @@ void otlp_item_fill(struct otlp_item *it, const struct kpi_request_record *r)
 	it->r.operation = NULL;
 	it->r.source = NULL;
 	it->r.end_reason = NULL;
+	/* pd_role, kv_status, slot_wait, route_policy stay: fixed words of the
+	 * agent's own (record.h), never a producer's buffer */
 }
 
 /* Length of the well-formed UTF-8 sequence at p (1 to 4 bytes), 0 when none
@@ -172,6 +174,7 @@ static void encode_request(FILE *out, const struct otlp_item *it, int64_t off, c
 	/* a server seen only on the wire: the model its request asked for, and no
 	 * gen_ai.system (the agent cannot know which engine answered) */
 	bool usdt = !strcmp(it->source, "usdt");
+	const bool pd = r->pd_role != NULL;     /* other producers leave its fields 0 */
 	const char *model = export_ident_model(&it->id, r->model);
 	if (it->operation[0])
 		span_head(out, trace, root, NULL, it->operation, model, 2, start, end, off);
@@ -184,11 +187,21 @@ static void encode_request(FILE *out, const struct otlp_item *it, int64_t off, c
 		attr_str(out, &first, "gen_ai.system", "kpi-infer");
 	attr_str(out, &first, "gen_ai.request.model", model);
 	attr_str(out, &first, "kpi.source", it->source);
+	if (r->split_rule)      /* queue and prefill inferred from stream timing, by this rule */
+		attr_str(out, &first, "kpi.split_rule", r->split_rule);
 	attr_int(out, &first, "gen_ai.usage.input_tokens", r->prompt_tokens);
 	attr_int(out, &first, "gen_ai.usage.output_tokens", r->output_tokens);
 	if (it->finish[0])
 		attr_str_array(out, &first, "gen_ai.response.finish_reasons", it->finish);
 	attr_secs(out, &first, "gen_ai.server.time_to_first_token", r->ttft);
+	/* reasoning (docs/agent.md, Reasoning): the first answer event, the time before it */
+	attr_secs(out, &first, "kpi.time_to_first_output", r->ttfo);
+	attr_secs(out, &first, "kpi.reasoning", r->reasoning_ns);
+	attr_int(out, &first, "kpi.reasoning_events", r->reasoning_events);
+	attr_int(out, &first, "kpi.answer_events", r->answer_events);
+	attr_int(out, &first, "kpi.reasoning_tokens", r->reasoning_tokens);
+	if (r->task_id[0])
+		attr_str(out, &first, "kpi.task_id", r->task_id);
 	attr_secs(out, &first, "gen_ai.server.time_per_output_token", r->tpot);
 	attr_secs(out, &first, "gen_ai.server.request.duration", r->e2e);
 	if (it->id.port)
@@ -206,17 +219,30 @@ static void encode_request(FILE *out, const struct otlp_item *it, int64_t off, c
 	attr_int(out, &first, "kpi.itl_max_ns", r->itl_max);
 	attr_int(out, &first, "kpi.srtt_us", r->srtt_us);
 	attr_int(out, &first, "kpi.runq_ns", r->runq_ns);
+	if (pd) {
+		attr_str(out, &first, "kpi.pd_role", r->pd_role);
+		attr_int(out, &first, "kpi.kv_bytes", r->kv_bytes);
+		if (r->kv_status)
+			attr_str(out, &first, "kpi.kv_status", r->kv_status);
+		if (r->slot_wait)
+			attr_str(out, &first, "kpi.slot_wait", r->slot_wait);
+	}
 	fputs("]", out);
 	if (failed)
 		fprintf(out, ",\"status\":{\"code\":2,\"message\":\"%s\"}", err);
 	fputs("}", out);
 
 	/* children: the phases reached, contiguous by construction (a phase
-	 * lasts until the next mark reached), so each starts where the last ended */
-	static const char *const names[6] = { "net_in", "queue", "prefill", "server_wait", "decode", "net_out" };
-	const int64_t d[6] = { r->net_in, r->queue, r->prefill, r->server_wait, r->decode, r->net_out };
+	 * lasts until the next mark reached), so each starts where the last
+	 * ended; a disaggregated request's (docs/disaggregation.md) in their order
+	 * across its router, prefill and decode workers */
+	static const char *const names[9] = { "net_in", "router", "queue", "prefill", "kv_transfer",
+					      "decode_queue", "server_wait", "decode", "net_out" };
+	const int64_t d[9] = { r->net_in, pd ? r->router_ns : KPI_NULL, r->queue, r->prefill,
+			       pd ? r->kv_transfer_ns : KPI_NULL, pd ? r->decode_queue_ns : KPI_NULL,
+			       r->server_wait, r->decode, r->net_out };
 	int64_t at = start;
-	for (int k = 0; k < 6; k++) {
+	for (int k = 0; k < 9; k++) {
 		uint8_t span[8];
 		if (d[k] == KPI_NULL)
 			continue;

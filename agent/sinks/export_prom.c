@@ -37,6 +37,22 @@ static struct prom_buckets b_ttft = {
 	.n = 16, .le = { 0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
 	      7.5, 10.0 },
 };
+/* The first answer event, reasoning not counted (docs/agent.md, Reasoning): TTFT's bounds. */
+static struct prom_buckets b_ttfo = {
+	.name = "kpi_time_to_first_output_seconds",
+	.help = "Time to the first answer event of a streamed response, the reasoning before it "
+	"not counted (first byte read to the write of the first content, text or tool-call "
+	"arguments that is not reasoning); servers traced from their HTTP exchange.",
+	.n = 16, .le = { 0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0,
+	      7.5, 10.0 },
+};
+static struct prom_buckets b_reasoning = {
+	.name = "kpi_reasoning_seconds",
+	.help = "The first reasoning event to the first answer event of a streamed response: how long "
+	"the model thought before it answered.",
+	.n = 14, .le = { 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+	      81.92 },
+};
 static struct prom_buckets b_tpot = {
 	.name = "gen_ai_server_time_per_output_token_seconds",
 	.help = "Time per output token after the first, for successful responses "
@@ -54,21 +70,36 @@ static struct prom_buckets b_duration = {
  * conventions say nothing about them, so a 1-2.5-5 ladder. */
 #define PHASE_LE .n = 18, .le = { 0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, \
 		       0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 10.0, 60.0 }
-enum { PH_NET_IN, PH_QUEUE, PH_PREFILL, PH_SERVER_WAIT, PH_DECODE, PH_NET_OUT, N_PHASES };
+enum { PH_NET_IN, PH_QUEUE, PH_PREFILL, PH_SERVER_WAIT, PH_DECODE, PH_NET_OUT,
+       PH_ROUTER, PH_KV_TRANSFER, PH_DECODE_QUEUE, N_PHASES };
 static struct prom_buckets b_phase[N_PHASES] = {
 	{ .name = "kpi_request_network_in_seconds",
 	  .help = "Request phase net_in: first byte read to admitted (read, parse, tokenize).", PHASE_LE },
 	{ .name = "kpi_request_queue_seconds",
-	  .help = "Request phase queue: admitted to scheduled into its first batch step.", PHASE_LE },
+	  .help = "Request phase queue: admitted to scheduled into its first batch step (kpi_source "
+	  "http: inferred from the server's stream timing, from the request read).", PHASE_LE },
 	{ .name = "kpi_request_prefill_seconds",
-	  .help = "Request phase prefill: scheduled to first token generated.", PHASE_LE },
+	  .help = "Request phase prefill: scheduled to first token generated (kpi_source http: "
+	  "inferred from the server's stream timing).", PHASE_LE },
 	{ .name = "kpi_request_server_wait_seconds",
 	  .help = "Request phase server_wait (kpi_source http): request read to the first content "
-	  "written, queue and prefill together, which the wire cannot tell apart.", PHASE_LE },
+	  "written, queue and prefill together, where no rule could tell them apart.", PHASE_LE },
 	{ .name = "kpi_request_decode_seconds",
 	  .help = "Request phase decode: first token to last token generated.", PHASE_LE },
 	{ .name = "kpi_request_network_out_seconds",
 	  .help = "Request phase net_out: last token generated to last byte written.", PHASE_LE },
+	/* disaggregated prefill and decode (docs/disaggregation.md): the
+	 * router's and the decode worker's requests, from their joined rows */
+	{ .name = "kpi_request_router_seconds",
+	  .help = "Request phase router (disaggregated): the router's decision to the decode worker's "
+	  "admission.", PHASE_LE },
+	{ .name = "kpi_kv_transfer_seconds",
+	  .help = "Request phase kv_transfer (disaggregated): the prefill worker's first token to the "
+	  "decode worker holding the whole KV, checked: the part of the KV transfer the request "
+	  "waited for.", PHASE_LE },
+	{ .name = "kpi_request_decode_queue_seconds",
+	  .help = "Request phase decode_queue (disaggregated): the KV received to a running slot on "
+	  "the decode worker.", PHASE_LE },
 };
 
 /* Labelled by the top-level process's name, not its pid: a gateway that
@@ -80,9 +111,26 @@ static struct prom_buckets b_integ = {
 	"served the top-level request.", PHASE_LE,
 };
 
+/* Agent tasks (docs/agent.md, Tasks) and what an escalation added (Cascades),
+ * by the agent's or the gateway's process name. */
+static struct prom_buckets b_task = {
+	.name = "kpi_agent_task_duration_seconds",
+	.help = "Duration of an agent task (an inbound request that made two model calls, or a model "
+	"and a tool call; a command-line agent's calls under one trace or conversation id or "
+	"between idle gaps), by the agent's process.",
+	.n = 14, .le = { 0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48, 40.96,
+	      81.92 },
+};
+static struct prom_buckets b_escalation = {
+	.name = "kpi_cascade_escalation_added_seconds",
+	.help = "What an escalation added: the second model's answer's end minus the first's, by the "
+	"process that escalated.", PHASE_LE,
+};
+
 static struct prom_buckets *all_buckets[] = {
-	&b_ttft, &b_tpot, &b_duration,
-	&b_phase[0], &b_phase[1], &b_phase[2], &b_phase[3], &b_phase[4], &b_phase[5], &b_integ,
+	&b_ttft, &b_ttfo, &b_reasoning, &b_task, &b_escalation, &b_tpot, &b_duration,
+	&b_phase[0], &b_phase[1], &b_phase[2], &b_phase[3], &b_phase[4], &b_phase[5], &b_phase[6],
+	&b_phase[7], &b_phase[8], &b_integ,
 };
 
 static void buckets_init(void)
@@ -136,6 +184,8 @@ struct outcome {
 struct opstats {
 	bool used;                      /* a request was counted: render the series */
 	struct hist ttft, tpot, phase[N_PHASES];
+	struct hist ttfo, reasoning;
+	uint64_t reasoning_events, answer_events;
 	struct { char error[16]; struct hist h; } dur[PROM_MAX_ERRTYPES];
 	int n_dur;
 	struct outcome out[PROM_MAX_OUTCOMES];
@@ -144,6 +194,7 @@ struct opstats {
 	/* requests with the engine's split (http+libllama): their prompt as the
 	 * engine computed it, and the part its KV cache already held */
 	uint64_t prompt_engine, prompt_cached;
+	uint64_t kv_bytes;              /* KV moved by its disaggregated requests' transfers */
 };
 
 /* Behind whom the daemon's threads waited for a CPU (the `behind` label). */
@@ -179,6 +230,14 @@ struct prom_exporter {
 	int n_coll;
 	struct { char comm[16]; struct hist h; } integ[PROM_MAX_INTEG];
 	int n_integ;
+	/* agent tasks and escalations, by process name */
+	struct agent_proc {
+		char comm[16];
+		struct hist task, escalation;
+		uint64_t tasks[4][2];           /* by rule and outcome (failure, success) */
+		uint64_t calls[2], retries, escalations;    /* calls: model, tool */
+	} agents[PROM_MAX_INTEG];
+	int n_agents;
 };
 
 static uint64_t mono_ns(void)
@@ -282,6 +341,57 @@ static void on_integration(void *ctx, const struct kpi_integration_record *r)
 	pthread_mutex_unlock(&p->lock);
 }
 
+static const char *const task_rules[4] = { "inbound", "traceparent", "conversation", "idle_gap" };
+
+/* The agent series of a process name (NULL when PROM_MAX_INTEG are taken). */
+static struct agent_proc *agent_of(struct prom_exporter *p, const char *comm)
+{
+	int i;
+	comm = comm[0] ? comm : "unknown";
+	for (i = 0; i < p->n_agents && strcmp(p->agents[i].comm, comm); i++)
+		;
+	if (i == p->n_agents && i < PROM_MAX_INTEG)
+		snprintf(p->agents[p->n_agents++].comm, sizeof(p->agents[0].comm), "%s", comm);
+	if (i < p->n_agents)
+		return &p->agents[i];
+	p->overflow++;
+	return NULL;
+}
+
+static void on_task(void *ctx, const struct kpi_task_record *k)
+{
+	struct prom_exporter *p = ctx;
+
+	pthread_mutex_lock(&p->lock);
+	struct agent_proc *a = agent_of(p, k->comm);
+	for (int i = 0; a && i < 4; i++)
+		if (k->rule && !strcmp(k->rule, task_rules[i])) {
+			a->tasks[i][k->success]++;
+			hist_add(&a->task, &b_task, k->duration);
+		}
+	pthread_mutex_unlock(&p->lock);
+}
+
+/* A call of an agent's task, or an escalation. */
+static void on_exchange_out(void *ctx, const struct kpi_request_record *r)
+{
+	struct prom_exporter *p = ctx;
+
+	if (!r->task_id[0] && !r->escalated_from[0])
+		return;
+	pthread_mutex_lock(&p->lock);
+	struct agent_proc *a = agent_of(p, r->comm);
+	if (a) {
+		a->calls[r->call_kind && !strcmp(r->call_kind, "tool")]++;
+		a->retries += r->retry == 1;
+		if (r->escalated_from[0]) {
+			a->escalations++;
+			hist_add(&a->escalation, &b_escalation, r->escalation_added);
+		}
+	}
+	pthread_mutex_unlock(&p->lock);
+}
+
 static void on_request(void *ctx, const struct kpi_request_record *r)
 {
 	struct prom_exporter *p = ctx;
@@ -310,6 +420,8 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 	t->used = true;
 	if (!err[0]) {
 		hist_add(&t->ttft, &b_ttft, r->ttft);
+		hist_add(&t->ttfo, &b_ttfo, r->ttfo);
+		hist_add(&t->reasoning, &b_reasoning, r->reasoning_ns);
 		if (r->output_tokens != KPI_NULL && r->output_tokens > 1)
 			hist_add(&t->tpot, &b_tpot, r->tpot);
 	}
@@ -324,7 +436,10 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 		else
 			p->overflow++;
 	}
-	const int64_t ph[N_PHASES] = { r->net_in, r->queue, r->prefill, r->server_wait, r->decode, r->net_out };
+	const bool pd = r->pd_role != NULL;     /* other producers leave those fields 0 */
+	const int64_t ph[N_PHASES] = { r->net_in, r->queue, r->prefill, r->server_wait, r->decode, r->net_out,
+				       pd ? r->router_ns : KPI_NULL, pd ? r->kv_transfer_ns : KPI_NULL,
+				       pd ? r->decode_queue_ns : KPI_NULL };
 	for (int k = 0; k < N_PHASES; k++)
 		hist_add(&t->phase[k], &b_phase[k], ph[k]);
 
@@ -343,10 +458,16 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 		t->out[i].n++;
 	else
 		p->overflow++;
+	if (r->reasoning_events != KPI_NULL && r->reasoning_events > 0)
+		t->reasoning_events += (uint64_t)r->reasoning_events;
+	if (r->answer_events != KPI_NULL && r->answer_events > 0)
+		t->answer_events += (uint64_t)r->answer_events;
 	if (r->prompt_tokens != KPI_NULL && r->prompt_tokens > 0)
 		t->tokens_in += (uint64_t)r->prompt_tokens;
 	if (r->output_tokens != KPI_NULL && r->output_tokens > 0)
 		t->tokens_out += (uint64_t)r->output_tokens;
+	if (pd && r->kv_bytes != KPI_NULL && r->kv_bytes > 0)
+		t->kv_bytes += (uint64_t)r->kv_bytes;
 	if (r->engine_join && r->engine_prompt_tokens > 0) {
 		t->prompt_engine += (uint64_t)r->engine_prompt_tokens;
 		if (r->cached_prompt_tokens > 0)
@@ -417,7 +538,8 @@ void prom_free(struct prom_exporter *p)
 struct kpi_sink prom_sink(struct prom_exporter *p)
 {
 	return (struct kpi_sink){ .ctx = p, .request = on_request, .sample = on_sample,
-				  .losses = on_losses, .integration = on_integration };
+				  .losses = on_losses, .integration = on_integration,
+				  .exchange_out = on_exchange_out, .task = on_task };
 }
 
 void prom_add_collector(struct prom_exporter *p, void (*fn)(void *ctx, FILE *out), void *ctx)
@@ -527,33 +649,91 @@ static void put_hist(FILE *out, const struct prom_buckets *b, const struct targe
 	}
 }
 
-static void put_integ(FILE *out, const char *comm, const struct hist *h)
+/* A histogram of b labelled by process name alone. */
+static void put_integ(FILE *out, const struct prom_buckets *b, const char *comm, const struct hist *h)
 {
 	uint64_t cum = 0;
 	char le[32], sum[32];
 	bool first;
 
-	for (int k = 0; k <= b_integ.n; k++) {
+	for (int k = 0; k <= b->n; k++) {
 		cum += h->counts[k];
-		if (k < b_integ.n)
-			prom_format_double(le, sizeof(le), b_integ.le[k]);
+		if (k < b->n)
+			prom_format_double(le, sizeof(le), b->le[k]);
 		else
 			snprintf(le, sizeof(le), "+Inf");
 		first = true;
-		fprintf(out, "%s_bucket{", b_integ.name);
+		fprintf(out, "%s_bucket{", b->name);
 		put_label(out, "process", comm, &first);
 		put_label(out, "le", le, &first);
 		fprintf(out, "} %llu\n", (unsigned long long)cum);
 	}
 	prom_format_double(sum, sizeof(sum), (double)h->sum_ns / 1e9);
 	first = true;
-	fprintf(out, "%s_sum{", b_integ.name);
+	fprintf(out, "%s_sum{", b->name);
 	put_label(out, "process", comm, &first);
 	fprintf(out, "} %s\n", sum);
 	first = true;
-	fprintf(out, "%s_count{", b_integ.name);
+	fprintf(out, "%s_count{", b->name);
 	put_label(out, "process", comm, &first);
 	fprintf(out, "} %llu\n", (unsigned long long)h->count);
+}
+
+/* A counter labelled by process name and one more label (NULL: none). */
+static void put_proc_counter(FILE *out, const char *name, const char *comm, const char *label,
+			     const char *value, const char *label2, const char *value2, uint64_t n)
+{
+	bool first = true;
+	fprintf(out, "%s{", name);
+	put_label(out, "process", comm, &first);
+	if (label)
+		put_label(out, label, value, &first);
+	if (label2)
+		put_label(out, label2, value2, &first);
+	fprintf(out, "} %llu\n", (unsigned long long)n);
+}
+
+/* Agent tasks and cascades, by process name (docs/agent.md, Tasks, Cascades). */
+static void put_agents(FILE *out, const struct prom_exporter *p)
+{
+	if (!p->n_agents)
+		return;
+	family(out, b_task.name, "histogram", b_task.help);
+	for (int i = 0; i < p->n_agents; i++)
+		if (p->agents[i].task.count)
+			put_integ(out, &b_task, p->agents[i].comm, &p->agents[i].task);
+	family(out, "kpi_agent_tasks_total", "counter",
+	       "Agent tasks ended, by the rule that made them and their outcome (success: the inbound "
+	       "response below 400, else the last call did not fail).");
+	for (int i = 0; i < p->n_agents; i++)
+		for (int r = 0; r < 4; r++)
+			for (int ok = 0; ok < 2; ok++)
+				if (p->agents[i].tasks[r][ok])
+					put_proc_counter(out, "kpi_agent_tasks_total", p->agents[i].comm, "rule",
+							 task_rules[r], "outcome", ok ? "success" : "failure",
+							 p->agents[i].tasks[r][ok]);
+	family(out, "kpi_agent_task_calls_total", "counter",
+	       "Calls an agent's tasks (and a gateway's requests) made, by kind: model (an inference "
+	       "endpoint) or tool (any other call, MCP's tools/call included).");
+	for (int i = 0; i < p->n_agents; i++)
+		for (int k = 0; k < 2; k++)
+			put_proc_counter(out, "kpi_agent_task_calls_total", p->agents[i].comm, "kind",
+					 k ? "tool" : "model", NULL, NULL, p->agents[i].calls[k]);
+	family(out, "kpi_agent_task_retries_total", "counter",
+	       "Calls that re-sent a call of the same task whose last try failed.");
+	for (int i = 0; i < p->n_agents; i++)
+		put_proc_counter(out, "kpi_agent_task_retries_total", p->agents[i].comm, NULL, NULL, NULL, NULL,
+				 p->agents[i].retries);
+	family(out, "kpi_cascade_escalations_total", "counter",
+	       "Model calls that asked a second, different model the same request after the first "
+	       "answered (the escalation rate: this over the process's requests).");
+	for (int i = 0; i < p->n_agents; i++)
+		put_proc_counter(out, "kpi_cascade_escalations_total", p->agents[i].comm, NULL, NULL, NULL, NULL,
+				 p->agents[i].escalations);
+	family(out, b_escalation.name, "histogram", b_escalation.help);
+	for (int i = 0; i < p->n_agents; i++)
+		if (p->agents[i].escalation.count)
+			put_integ(out, &b_escalation, p->agents[i].comm, &p->agents[i].escalation);
 }
 
 static void put_gauge_line(FILE *out, const char *name, const struct target *t, double v)
@@ -599,6 +779,14 @@ int prom_render(struct prom_exporter *p, FILE *out)
 	family(out, b_ttft.name, "histogram", b_ttft.help);
 	FOR_OPS(p, i, op, m, S)
 		put_hist(out, &b_ttft, &p->t[i], op, m, S, &S->ttft, NULL);
+	family(out, b_ttfo.name, "histogram", b_ttfo.help);
+	FOR_OPS(p, i, op, m, S)
+		if (S->ttfo.count)
+			put_hist(out, &b_ttfo, &p->t[i], op, m, S, &S->ttfo, NULL);
+	family(out, b_reasoning.name, "histogram", b_reasoning.help);
+	FOR_OPS(p, i, op, m, S)
+		if (S->reasoning.count)
+			put_hist(out, &b_reasoning, &p->t[i], op, m, S, &S->reasoning, NULL);
 	family(out, b_tpot.name, "histogram", b_tpot.help);
 	FOR_OPS(p, i, op, m, S)
 		put_hist(out, &b_tpot, &p->t[i], op, m, S, &S->tpot, NULL);
@@ -609,11 +797,14 @@ int prom_render(struct prom_exporter *p, FILE *out)
 	for (int ph = 0; ph < N_PHASES; ph++) {
 		family(out, b_phase[ph].name, "histogram", b_phase[ph].help);
 		FOR_OPS(p, i, op, m, S)
-			put_hist(out, &b_phase[ph], &p->t[i], op, m, S, &S->phase[ph], NULL);
+			/* the disaggregated phases only where a request had them */
+			if (ph < PH_ROUTER || S->phase[ph].count)
+				put_hist(out, &b_phase[ph], &p->t[i], op, m, S, &S->phase[ph], NULL);
 	}
 	family(out, b_integ.name, "histogram", b_integ.help);
 	for (int i = 0; i < p->n_integ; i++)
-		put_integ(out, p->integ[i].comm, &p->integ[i].h);
+		put_integ(out, &b_integ, p->integ[i].comm, &p->integ[i].h);
+	put_agents(out, p);
 
 	family(out, "kpi_requests_total", "counter",
 	       "Requests completed or rejected, by HTTP status and finish reason.");
@@ -645,6 +836,27 @@ int prom_render(struct prom_exporter *p, FILE *out)
 			fprintf(out, "} %llu\n", (unsigned long long)(k ? S->tokens_out : S->tokens_in));
 		}
 	}
+	/* only where a stream's events were told reasoning from answer */
+	for (int k = 0; k < 2; k++) {
+		const char *name = k ? "kpi_answer_events_total" : "kpi_reasoning_events_total";
+		bool any = false;
+		FOR_OPS(p, i, op, m, S)
+			any |= S->reasoning_events + S->answer_events > 0;
+		if (!any)
+			continue;
+		family(out, name, "counter", k ? "Streamed events that carried answer (content, text, "
+		       "tool-call arguments that are not reasoning)." : "Streamed events that carried "
+		       "reasoning only (delta.reasoning, delta.reasoning_content, a Responses API "
+		       "reasoning delta, inline <think> content).");
+		FOR_OPS(p, i, op, m, S) {
+			if (!S->reasoning_events && !S->answer_events)
+				continue;
+			first = true;
+			fprintf(out, "%s{", name);
+			put_target_labels(out, &p->t[i], op, m, &first);
+			fprintf(out, "} %llu\n", (unsigned long long)(k ? S->answer_events : S->reasoning_events));
+		}
+	}
 	/* only where a llama.cpp server's requests were joined to its engine */
 	for (int k = 0; k < 2; k++) {
 		const char *name = k ? "kpi_prompt_tokens_cached_total" : "kpi_prompt_tokens_engine_total";
@@ -665,6 +877,25 @@ int prom_render(struct prom_exporter *p, FILE *out)
 			fprintf(out, "%s{", name);
 			put_target_labels(out, &p->t[i], op, m, &first);
 			fprintf(out, "} %llu\n", (unsigned long long)(k ? S->prompt_cached : S->prompt_engine));
+		}
+	}
+	/* only where disaggregated requests moved KV: the router's (what its
+	 * requests' transfers moved), the decode worker's (received), the
+	 * prefill worker's (sent, gen_ai_operation_name kv_prefill) */
+	bool any_kv = false;
+	FOR_OPS(p, i, op, m, S)
+		any_kv |= S->kv_bytes > 0;
+	if (any_kv) {
+		family(out, "kpi_kv_transfer_bytes_total", "counter",
+		       "KV cache bytes the requests' transfers between prefill and decode workers moved "
+		       "(disaggregated; per request from the kv__* probes).");
+		FOR_OPS(p, i, op, m, S) {
+			if (!S->kv_bytes)
+				continue;
+			first = true;
+			fputs("kpi_kv_transfer_bytes_total{", out);
+			put_target_labels(out, &p->t[i], op, m, &first);
+			fprintf(out, "} %llu\n", (unsigned long long)S->kv_bytes);
 		}
 	}
 #undef FOR_OPS

@@ -20,7 +20,7 @@
  * their oldest. (A request's row is written when it ends, so a long one can
  * follow shorter ones that arrived after it; so can an exchanges_out row,
  * whose first by rowid is then its oldest but for those.) */
-static const char *const wall_tables[] = { "requests", "exchanges_out", "steps", "samples",
+static const char *const wall_tables[] = { "requests", "exchanges_out", "tasks", "steps", "samples",
 					     "runq_by", "losses", "cost_samples", "energy_readings" };
 #define N_WALL_TABLES (sizeof(wall_tables) / sizeof(wall_tables[0]))
 

@@ -40,10 +40,10 @@ struct pending_loss {
 struct trace_store {
 	sqlite3 *db;
 	sqlite3_stmt *ins_req, *ins_out, *ins_step, *ins_sample, *ins_runq_by, *ins_token, *ins_inflight,
-		*del_inflight, *set_meta, *ins_loss;
+		*del_inflight, *set_meta, *ins_loss, *ins_task;
 	bool token_detail;
 	int64_t run_id, mono_to_wall;
-	struct vec reqs, steps, samples, losses;
+	struct vec reqs, steps, samples, losses, tasks;
 	struct kpi_loss_record loss_seen;       /* totals last queued as rows */
 	struct retainer ret;
 	uint64_t last_retain_err;
@@ -83,7 +83,7 @@ static int64_t mono_to_wall_offset(void)
 /* One row of requests or of exchanges_out (schema/008_hops.sql): the same columns. */
 static const char *insert_request_sql(const char *table)
 {
-	static char sql[2][1024];
+	static char sql[2][2048];
 	char *out = sql[strcmp(table, "requests") != 0];
 
 	snprintf(out, sizeof(sql[0]),
@@ -94,9 +94,16 @@ static const char *insert_request_sql(const char *table)
 		 "preemptions, srtt_us, runq_ns, source, server_wait_ns, t_req_read_ns, t_resp_start_ns, "
 		 "content_events, stream, max_tokens, end_reason, method, path, model, cached_prompt_tokens, "
 		 "engine_prompt_tokens, prefill_steps, engine_join, direction, hop_id, parent_hop_id, "
-		 "link_rule, tid, comm, sock_local, sock_peer, weight_type) VALUES "
+		 "link_rule, tid, comm, sock_local, sock_peer, weight_type, pd_role, router_ns, kv_transfer_ns, "
+		 "decode_queue_ns, t_pd_admit_ns, t_kv_start_ns, t_kv_end_ns, t_pd_sched_ns, kv_bytes, kv_blocks, "
+		 "kv_stream_ns, kv_status, kv_peer, route_policy, decode_worker, prefill_worker, slot_wait, "
+		 "slot_waiting_ahead, ttfo_ns, reasoning_ns, "
+		 "reasoning_events, answer_events, ttftc_ns, reasoning_tokens, reasoning_shape, conversation_id, "
+		 "task_id, call_kind, rpc_method, tool_name, retry, call_error, escalated_from, split_rule, "
+		 "step_ns%s) VALUES "
 		 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-		 "?,?,?,?,?,?,?,?,?,?,?,?,?)", table);
+		 "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?%s)", table,
+		 strcmp(table, "requests") ? ", t_answered_ns" : "", strcmp(table, "requests") ? ",?" : "");
 	return out;
 }
 
@@ -229,6 +236,7 @@ struct trace_store *trace_store_open(const char *path, bool token_detail, char *
 	st->steps.size = sizeof(struct kpi_step_record);
 	st->samples.size = sizeof(struct kpi_sample_record);
 	st->losses.size = sizeof(struct pending_loss);
+	st->tasks.size = sizeof(struct kpi_task_record);
 	if (make_dirs(path, err, errlen))
 		goto fail;
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0640);
@@ -292,6 +300,11 @@ struct trace_store *trace_store_open(const char *path, bool token_detail, char *
 	    prepare(st, &st->del_inflight, "DELETE FROM inflight", err, errlen) ||
 	    prepare(st, &st->set_meta, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", err, errlen) ||
 	    prepare(st, &st->ins_loss, "INSERT INTO losses(run_id, wall_ns, t_ns, cause, n) VALUES (?,?,?,?,?)",
+		    err, errlen) ||
+	    prepare(st, &st->ins_task,
+		    "INSERT INTO tasks(task_id, pid, comm, run_id, wall_ns, rule, hop_id, request_id, t_start_ns, "
+		    "t_end_ns, duration_ns, model_calls, tool_calls, mcp_calls, retries, errors, model_ns, "
+		    "tool_ns, agent_ns, success, http_status) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
 		    err, errlen))
 		goto fail;
 	st->ret = (struct retainer){ .db = st->db, .keep_ns = RETAIN_DEFAULT_KEEP_NS,
@@ -360,6 +373,16 @@ static void sink_exchange_out(void *ctx, const struct kpi_request_record *r)
 	sink_request_or_out(ctx, r, true);
 }
 
+static void sink_task(void *ctx, const struct kpi_task_record *k)
+{
+	struct trace_store *st = ctx;
+	if (st->tasks.n >= st->max_backlog) {
+		st->shed_rows++;
+		return;
+	}
+	*(struct kpi_task_record *)vec_push(&st->tasks) = *k;
+}
+
 static void sink_step(void *ctx, const struct kpi_step_record *s)
 {
 	struct trace_store *st = ctx;
@@ -403,13 +426,13 @@ static void sink_sample(void *ctx, const struct kpi_sample_record *s)
 struct kpi_sink trace_store_sink(struct trace_store *st)
 {
 	return (struct kpi_sink){ .ctx = st, .request = sink_request,
-				  .exchange_out = sink_exchange_out, .step = sink_step,
+				  .exchange_out = sink_exchange_out, .task = sink_task, .step = sink_step,
 				  .sample = sink_sample, .losses = sink_losses };
 }
 
 size_t trace_store_pending(const struct trace_store *st)
 {
-	return st->reqs.n + st->steps.n + st->samples.n + st->losses.n;
+	return st->reqs.n + st->steps.n + st->samples.n + st->losses.n + st->tasks.n;
 }
 
 /* ---- flush --------------------------------------------------------------------------- */
@@ -478,8 +501,9 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	bind_text_opt(s, i++, r->method[0] ? r->method : NULL);
 	bind_text_opt(s, i++, r->path[0] ? r->path : NULL);
 	bind_text_opt(s, i++, r->model[0] ? r->model : NULL);
-	/* the engine's columns belong to joined rows only: other producers leave them 0 */
-	bind_opt(s, i++, r->engine_join ? r->cached_prompt_tokens : KPI_NULL);
+	/* the engine's columns belong to joined rows only: other producers leave
+	 * them 0; kpi-infer's own prefix cache says how much it held */
+	bind_opt(s, i++, r->engine_join || r->prefix_cache ? r->cached_prompt_tokens : KPI_NULL);
 	bind_opt(s, i++, r->engine_join ? r->engine_prompt_tokens : KPI_NULL);
 	bind_opt(s, i++, r->engine_join ? r->prefill_steps : KPI_NULL);
 	bind_text_opt(s, i++, r->engine_join);
@@ -492,6 +516,41 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	bind_text_opt(s, i++, r->sock_local[0] ? r->sock_local : NULL);
 	bind_text_opt(s, i++, r->sock_peer[0] ? r->sock_peer : NULL);
 	bind_text_opt(s, i++, p->weight_type[0] ? p->weight_type : NULL);
+	/* disaggregated prefill and decode (schema/010_disagg.sql): NULL unless
+	 * pd_role is set (other producers leave the numbers 0) */
+	bool pd = r->pd_role != NULL;
+	int64_t pdv[] = { r->router_ns, r->kv_transfer_ns, r->decode_queue_ns, r->t_pd_admit, r->t_kv_start, r->t_kv_end,
+			  r->t_pd_sched, r->kv_bytes, r->kv_blocks, r->kv_stream_ns };
+	bind_text_opt(s, i++, r->pd_role);
+	for (size_t k = 0; k < sizeof(pdv) / sizeof(pdv[0]); k++)
+		bind_opt(s, i++, pd ? pdv[k] : KPI_NULL);
+	bind_text_opt(s, i++, pd ? r->kv_status : NULL);
+	bind_text_opt(s, i++, pd && r->kv_peer[0] ? r->kv_peer : NULL);
+	bind_text_opt(s, i++, pd ? r->route_policy : NULL);
+	bind_text_opt(s, i++, pd && r->decode_worker[0] ? r->decode_worker : NULL);
+	bind_text_opt(s, i++, pd && r->prefill_worker[0] ? r->prefill_worker : NULL);
+	bind_text_opt(s, i++, pd ? r->slot_wait : NULL);
+	bind_opt(s, i++, pd ? r->slot_waiting_ahead : KPI_NULL);
+	/* reasoning, tasks: the HTTP path's rows only (other producers leave them 0) */
+	bool http = r->source && !strncmp(r->source, "http", 4);
+	const int64_t reasoning[] = { r->ttfo, r->reasoning_ns, r->reasoning_events, r->answer_events, r->ttftc,
+				      r->reasoning_tokens };
+	for (size_t k = 0; k < sizeof(reasoning) / sizeof(reasoning[0]); k++)
+		bind_opt(s, i++, http ? reasoning[k] : KPI_NULL);
+	bind_text_opt(s, i++, http ? r->reasoning_shape : NULL);
+	bind_text_opt(s, i++, r->conversation_id[0] ? r->conversation_id : NULL);
+	bind_text_opt(s, i++, r->task_id[0] ? r->task_id : NULL);
+	bind_text_opt(s, i++, p->out ? r->call_kind : NULL);
+	bind_text_opt(s, i++, r->rpc_method[0] ? r->rpc_method : NULL);
+	bind_text_opt(s, i++, r->tool_name[0] ? r->tool_name : NULL);
+	bind_opt(s, i++, p->out ? r->retry : KPI_NULL);
+	bind_opt(s, i++, p->out ? r->call_error : KPI_NULL);
+	bind_text_opt(s, i++, r->escalated_from[0] ? r->escalated_from : NULL);
+	/* the inferred split's step belongs to rows with a rule only */
+	bind_text_opt(s, i++, r->split_rule);
+	bind_opt(s, i++, r->split_rule ? r->step_ns : KPI_NULL);
+	if (p->out)
+		bind_opt(s, i++, r->t_answered > 0 ? r->t_answered : KPI_NULL);
 	if (step_done(st, s))
 		return -1;
 	for (size_t k = 0; k < r->n_token_writes; k++) {
@@ -503,6 +562,27 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 			return -1;
 	}
 	return 0;
+}
+
+static int write_task(struct trace_store *st, const struct kpi_task_record *k)
+{
+	sqlite3_stmt *s = st->ins_task;
+	int i = 1;
+	const int64_t v[] = { k->t_start, k->t_end, k->duration, k->model_calls, k->tool_calls, k->mcp_calls,
+			      k->retries, k->errors, k->model_ns, k->tool_ns, k->agent_ns, k->success };
+
+	sqlite3_bind_text(s, i++, k->task_id, -1, SQLITE_STATIC);
+	sqlite3_bind_int64(s, i++, k->pid);
+	bind_text_opt(s, i++, k->comm[0] ? k->comm : NULL);
+	sqlite3_bind_int64(s, i++, st->run_id);
+	sqlite3_bind_int64(s, i++, k->t_start + st->mono_to_wall);
+	bind_text_opt(s, i++, k->rule);
+	bind_text_opt(s, i++, k->hop_id[0] ? k->hop_id : NULL);
+	bind_text_opt(s, i++, k->request_id[0] ? k->request_id : NULL);
+	for (size_t n = 0; n < sizeof(v) / sizeof(v[0]); n++)
+		sqlite3_bind_int64(s, i++, v[n]);
+	bind_opt(s, i++, k->http_status);
+	return step_done(st, s);
 }
 
 static int write_step(struct trace_store *st, const struct kpi_step_record *x)
@@ -629,7 +709,7 @@ static void drop_pending(struct trace_store *st)
 	struct pending_req *p = st->reqs.p;
 	for (size_t i = 0; i < st->reqs.n; i++)
 		free(p[i].tokens);
-	st->reqs.n = st->steps.n = st->samples.n = st->losses.n = 0;
+	st->reqs.n = st->steps.n = st->samples.n = st->losses.n = st->tasks.n = 0;
 }
 
 /* A retention round after a flush; its failure is said once a minute and
@@ -673,6 +753,10 @@ int trace_store_flush(struct trace_store *st, const struct kpi_inflight_view *li
 	what = "insert into requests";
 	for (size_t i = 0; i < st->reqs.n; i++)
 		if (write_request(st, (struct pending_req *)st->reqs.p + i))
+			goto fail;
+	what = "insert into tasks";
+	for (size_t i = 0; i < st->tasks.n; i++)
+		if (write_task(st, (struct kpi_task_record *)st->tasks.p + i))
 			goto fail;
 	what = "insert into steps";
 	for (size_t i = 0; i < st->steps.n; i++)
@@ -724,7 +808,7 @@ void trace_store_close(struct trace_store *st)
 {
 	sqlite3_stmt **stmts[] = { &st->ins_req, &st->ins_out, &st->ins_step, &st->ins_sample, &st->ins_runq_by,
 				   &st->ins_token, &st->ins_inflight, &st->del_inflight, &st->set_meta,
-				   &st->ins_loss };
+				   &st->ins_loss, &st->ins_task };
 
 	if (!st)
 		return;
@@ -746,5 +830,6 @@ void trace_store_close(struct trace_store *st)
 	free(st->steps.p);
 	free(st->samples.p);
 	free(st->losses.p);
+	free(st->tasks.p);
 	free(st);
 }

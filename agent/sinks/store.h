@@ -1,5 +1,5 @@
 /* store.h - the SQLite trace store: schema migrations from the embedded
- * schema/NNN_*.sql and views.sql, and a writer that batches records into one transaction per
+ * schema/NNN_*.sql, views.sql and views_split.sql, and a writer that batches records into one transaction per
  * flush. */
 #ifndef KPI_STORE_H
 #define KPI_STORE_H

@@ -291,9 +291,11 @@ static int attach_one(struct attach *at, pid_t pid, uint64_t exec_ts)
 	t->since = v.since;
 	if (sched_raw(at) && !had_entry)
 		runq_prime(at, pid);    /* the exec program's entry counts from the exec */
+	/* its ports first: the syscall programs tell the connections it serves
+	 * from those it makes by them (bpf/kpi.bpf.c conn_add) from its first read */
+	refresh_one(at, pid);
 	if (!had_entry)
 		target_put(at, pid, &v);
-	refresh_one(at, pid);
 	if (at->want.http_only)
 		return attach_http(at, t, &v, exe, "--http-only");
 	t->file = file_of(at, exe);

@@ -12,8 +12,10 @@
 static const struct {
 	const char *name;
 	size_t prog_off;
+	bool optional;          /* fired by some roles only: not reported when a binary lacks it */
 } usdt_probes[USDT_N_PROBES] = {
-#define P(probe, prog) { probe, offsetof(struct kpi_bpf, progs.prog) }
+#define P(probe, prog) { probe, offsetof(struct kpi_bpf, progs.prog), false }
+#define O(probe, prog) { probe, offsetof(struct kpi_bpf, progs.prog), true }
 	P("request__admitted", kpi_request_admitted),
 	P("request__rejected", kpi_request_rejected),
 	P("request__scheduled", kpi_request_scheduled),
@@ -24,7 +26,16 @@ static const struct {
 	P("request__finished", kpi_request_finished),
 	P("request__cancelled", kpi_request_cancelled),
 	P("response__end", kpi_response_end),
+	/* disaggregated prefill and decode: only the roles that have them fire them */
+	O("route__decision", kpi_route_decision),
+	O("kv__send_start", kpi_kv_send_start),
+	O("kv__send_end", kpi_kv_send_end),
+	O("kv__recv_start", kpi_kv_recv_start),
+	O("kv__recv_end", kpi_kv_recv_end),
+	O("kv__slot_wait", kpi_kv_slot_wait),
+	O("request__prefix_hit", kpi_request_prefix_hit),
 #undef P
+#undef O
 };
 
 static struct bpf_program *usdt_prog(struct kpi_bpf *skel, int i)
@@ -43,21 +54,20 @@ void usdt_detach(struct usdt_links *ln)
 int usdt_attach(struct kpi_bpf *skel, struct usdt_links *ln, pid_t pid, const char *exe,
 		char *missing, size_t len, const char **failed)
 {
-	int n_links = 0, err = 0;
+	int err = 0;
 
 	missing[0] = 0;
 	*failed = NULL;
 	for (int i = 0; i < USDT_N_PROBES; i++) {
 		ln->l[i] = bpf_program__attach_usdt(usdt_prog(skel, i), pid, exe, "kpi",
 						    usdt_probes[i].name, NULL);
-		if (ln->l[i]) {
-			n_links++;
+		if (ln->l[i])
 			continue;
-		}
 		if (errno == ENOENT) {
 			/* a probe the build compiled out or never fires: the rest still work */
 			size_t l = strlen(missing);
-			snprintf(missing + l, len - l, "%s%s", l ? ", " : "", usdt_probes[i].name);
+			if (!usdt_probes[i].optional)
+				snprintf(missing + l, len - l, "%s%s", l ? ", " : "", usdt_probes[i].name);
 			continue;
 		}
 		err = errno;
@@ -65,8 +75,7 @@ int usdt_attach(struct kpi_bpf *skel, struct usdt_links *ln, pid_t pid, const ch
 		break;
 	}
 	/* without admitted/response__end there is no request to record */
-	if (n_links < USDT_N_PROBES &&
-	    (!ln->l[0] || !ln->l[USDT_N_PROBES - 1] || missing[0] == 0)) {
+	if (*failed || !ln->l[USDT_ADMITTED] || !ln->l[USDT_RESPONSE_END]) {
 		usdt_detach(ln);
 		errno = err;
 		return -1;

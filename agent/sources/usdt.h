@@ -8,7 +8,9 @@
 #include <stddef.h>
 #include <sys/types.h>
 
-#define USDT_N_PROBES 10
+#define USDT_N_PROBES 17
+#define USDT_ADMITTED 0         /* indexes of the two a target cannot do without */
+#define USDT_RESPONSE_END 9
 #define USDT_MAX_FILES 16
 
 struct kpi_bpf;

@@ -7,10 +7,13 @@
 #include <uthash.h>
 #include "assemble.h"
 #include "bus.h"
+#include "disagg.h"
 #include "hop_link.h"
 #include "http_path.h"
+#include "trajectory.h"
 #include "marks.h"
 #include "agent/host/targets.h"
+#include "abi/kpi_kv_wire.h"
 #include "abi/kpi_reasons.h"
 
 /* ---- state -------------------------------------------------------------- */
@@ -45,6 +48,18 @@ struct req {
 	uint64_t *writes;
 	size_t n_writes, cap_writes;
 	struct hop_ends ends;   /* of its connection, when a SOCK record told them */
+	/* disaggregated prefill and decode (docs/disaggregation.md) */
+	bool routed;            /* a router's request: route__decision was its admission */
+	int policy;
+	char decode_worker[KPI_PD_ADDR_LEN], prefill_worker[KPI_PD_ADDR_LEN];
+	bool kv_send, kv_recv;  /* the prefill side of a KV transfer, or the decode side */
+	bool kv_ended;          /* its kv__send_end / kv__recv_end came */
+	bool resp_ended;        /* response__end came before kv__send_end: completes there */
+	uint64_t t_kv_start, t_kv_end, kv_bytes;
+	int kv_blocks, kv_status;
+	char kv_peer[KPI_PD_ADDR_LEN];
+	bool slot_waited, prefix_hit;
+	int slot_ahead, slot_needed, slot_free, slot_running, slot_max, cached_tokens;
 };
 
 /* Distinct processes a target waited behind within one sample; more than
@@ -96,6 +111,7 @@ struct assembler {
 	struct assemble_stats st;
 	uint64_t drops_before;  /* drops at the previous assemble_sample() */
 	struct http_path *http; /* HTTP-mode targets' records (PAYLOAD, HTTP_CLOSE) */
+	struct disagg *disagg;  /* a routed request's three processes' rows, joined */
 };
 
 static void count_request(void *ctx, const struct kpi_request_record *rec);
@@ -109,9 +125,10 @@ struct assembler *assemble_new(struct bus *bus)
 	a->bus = bus;
 	/* the HTTP path subscribes the hop graph, then the counts: the sinks
 	 * main adds later see every record after both, as they always did */
-	if (!(a->http = http_path_new(bus)) ||
+	if (!(a->http = http_path_new(bus)) || !(a->disagg = disagg_new(bus)) ||
 	    bus_add(bus, &(struct kpi_sink){ .ctx = a, .request = count_request })) {
 		http_path_free(a->http);
+		disagg_free(a->disagg);
 		free(a);
 		return NULL;
 	}
@@ -148,6 +165,7 @@ void assemble_free(struct assembler *a)
 	}
 	HASH_CLEAR(hh, a->recent);
 	http_path_free(a->http);
+	disagg_free(a->disagg);
 	free(a);
 }
 
@@ -156,27 +174,43 @@ void assemble_set_http_timeout(struct assembler *a, uint64_t ns)
 	http_path_set_timeout(a->http, ns);
 }
 
+void assemble_set_task_idle_gap(struct assembler *a, uint64_t ns)
+{
+	http_path_set_task_idle_gap(a->http, ns);
+}
+
+void assemble_finish(struct assembler *a)
+{
+	http_path_finish(a->http);
+}
+
 void assemble_set_tls_query(struct assembler *a, bool (*readable)(void *ctx, uint32_t pid),
 			    void *ctx)
 {
 	http_path_set_tls(a->http, (struct http_tls_query){ readable, ctx });
 }
-_Static_assert(HOP_RULE__COUNT == 4, "assemble_stats.hops_out has one slot per hop rule");
+_Static_assert(HOP_RULE__COUNT == 5, "assemble_stats.hops_out has one slot per hop rule");
 
 void assemble_stats(const struct assembler *a, struct assemble_stats *out)
 {
 	const struct hop_link_stats *h = hop_link_stats(http_path_hops(a->http));
 
 	*out = a->st;
+	out->clamped += disagg_stats(a->disagg)->clamped;
+	out->pd_joined = disagg_stats(a->disagg)->joined;
+	out->pd_partial = disagg_stats(a->disagg)->partial;
 	for (int i = 0; i < HOP_RULE__COUNT; i++)
 		out->hops_out[i] = h->links[i];
 	out->hops_ambiguous = h->ambiguous;
+	const struct trajectory_stats *t = http_path_tasks(a->http);
+	memcpy(out->tasks, t->tasks, sizeof(out->tasks));
+	out->escalations = t->escalations;
 }
 
 void assemble_losses(struct assembler *a, struct kpi_loss_record *l)
 {
 	l->total[KPI_LOSS_ORPHANS] = a->st.orphan_requests;
-	l->total[KPI_LOSS_CLAMPED] = a->st.clamped;
+	l->total[KPI_LOSS_CLAMPED] = a->st.clamped + disagg_stats(a->disagg)->clamped;
 	l->total[KPI_LOSS_BEFORE_ATTACH] = a->st.before_attach;
 	l->total[KPI_LOSS_HTTP_UNSYNCED] = http_path_stats(a->http)->unsynced;
 	l->total[KPI_LOSS_TLS_UNREADABLE] = http_path_tls_stats(a->http)->unreadable +
@@ -396,6 +430,46 @@ static void phases_fill(struct kpi_request_record *rec, const uint64_t m[6], boo
 	marks_phases(m, 6, ph);
 }
 
+/* The disaggregation fields of r's row (record.h); the join of the three
+ * processes' rows makes the rest (disagg.c). */
+static void pd_fill(const struct req *r, struct kpi_request_record *rec)
+{
+	rec->t_pd_admit = rec->t_kv_start = rec->t_kv_end = rec->t_pd_sched = KPI_NULL;
+	rec->router_ns = rec->kv_transfer_ns = rec->decode_queue_ns = KPI_NULL;
+	rec->kv_bytes = rec->kv_blocks = rec->kv_stream_ns = rec->slot_waiting_ahead = KPI_NULL;
+	if (r->routed) {
+		rec->pd_role = "router";
+		rec->route_policy = kpi_route_policy_name(r->policy);
+		memcpy(rec->decode_worker, r->decode_worker, sizeof(rec->decode_worker));
+		memcpy(rec->prefill_worker, r->prefill_worker, sizeof(rec->prefill_worker));
+		/* the router neither tokenizes nor counts what it relays: the
+		 * decode worker's row tells */
+		rec->prompt_tokens = rec->output_tokens = KPI_NULL;
+		return;
+	}
+	if (r->kv_send || r->kv_recv) {
+		rec->pd_role = r->kv_send ? "prefill" : "decode";
+		rec->kv_bytes = (int64_t)r->kv_bytes;
+		rec->kv_blocks = r->kv_blocks >= 0 ? r->kv_blocks : KPI_NULL;
+		rec->t_kv_start = (int64_t)r->t_kv_start;
+		if (r->kv_ended) {
+			rec->kv_status = kpi_kv_status_name(r->kv_status);
+			rec->kv_stream_ns = (int64_t)(r->t_kv_end - r->t_kv_start);
+			if (r->kv_status == KPI_KV_OK)
+				rec->t_kv_end = (int64_t)r->t_kv_end;
+		}
+		memcpy(rec->kv_peer, r->kv_peer, sizeof(rec->kv_peer));
+	} else if (r->admitted && r->operation == KPI_OP_KV_PREFILL) {
+		rec->pd_role = "prefill";       /* refused or failed before its first KV byte */
+	}
+	if (r->slot_waited) {
+		rec->slot_wait = r->slot_running >= r->slot_max ? "slots" :
+				 r->slot_needed > r->slot_free ? "blocks" :
+				 r->slot_ahead > 0 ? "queue" : "none";
+		rec->slot_waiting_ahead = r->slot_ahead;
+	}
+}
+
 /* Build the row and publish it. */
 static void req_complete(struct assembler *a, struct req *r)
 {
@@ -464,8 +538,21 @@ static void req_complete(struct assembler *a, struct req *r)
 	rec.source = "usdt";
 	rec.t_req_read = rec.t_resp_start = rec.server_wait = rec.content_events = KPI_NULL;
 	rec.stream = rec.max_tokens = KPI_NULL;
+	rec.prefix_cache = r->prefix_hit;
+	rec.cached_prompt_tokens = r->prefix_hit ? r->cached_tokens : KPI_NULL;
+	rec.engine_prompt_tokens = rec.prefill_steps = KPI_NULL;
+	pd_fill(r, &rec);
+	/* the probes see tokens, not the events they travel in: no reasoning split */
+	rec.ttfo = rec.reasoning_ns = rec.reasoning_events = rec.answer_events = rec.ttftc = KPI_NULL;
+	rec.reasoning_tokens = rec.retry = rec.call_error = rec.escalation_added = KPI_NULL;
 
-	bus_request(a->bus, &rec);
+	/* a router's row waits for its workers' rows (agent/track/disagg.c),
+	 * which tell its phases; it keeps every write of its response, since
+	 * the first token's is known only from the decode worker's marks */
+	size_t n_resp = 0;
+	while (n_resp < r->n_writes && r->writes[n_resp] <= w.t_done)
+		n_resp++;
+	disagg_request(a->disagg, &rec, r->writes, n_resp);
 	if (r->rejected)
 		a->st.rejected++;
 	req_unlink(a, r);
@@ -664,7 +751,19 @@ static void on_admit(struct assembler *a, const struct kpi_ev_admit *e)
 
 static void on_reject(struct assembler *a, const struct kpi_ev_reject *e)
 {
-	struct req *r = req_at_admission(a, e->h.pid, e->fd, e->h.ts, e->reqid);
+	struct req *r = e->fd >= 0 ? find_conn(a, e->h.pid, e->fd) : NULL;
+
+	/* an admitted request that failed before its engine finished it (a
+	 * router's upstream failed, a decode worker's KV transfer failed, the
+	 * engine refused it): the same request, now answered with an error */
+	if (r && r->admitted && !r->rejected && !r->finished &&
+	    !strncmp(r->reqid, e->reqid, sizeof(r->reqid))) {
+		r->rejected = true;
+		r->http_status = e->http_status;
+		r->reject_reason = e->reason;
+		return;
+	}
+	r = req_at_admission(a, e->h.pid, e->fd, e->h.ts, e->reqid);
 
 	r->rejected = true;
 	r->http_status = e->http_status;
@@ -749,6 +848,13 @@ static void on_resp_end(struct assembler *a, const struct kpi_ev_resp_end *e)
 	r->t_resp_end = e->h.ts;
 	r->http_status = e->http_status;
 	r->runq1 = e->runq_ns;
+	if (r->kv_send && !r->kv_ended) {
+		/* a prefill worker fires kv__send_end right after response__end:
+		 * the row waits for it, off the connection (its next request) */
+		conn_unlink(a, r);
+		r->resp_ended = true;
+		return;
+	}
 	req_end(a, r);
 }
 
@@ -766,6 +872,98 @@ static void on_close(struct assembler *a, const struct kpi_ev_close *e)
 		req_end(a, r);
 	else
 		r->cancelled = true;
+}
+
+/* ROUTE: a router's admission of the request read on fd, with the workers
+ * it chose; the join of the three processes' rows expects it from now. */
+static void on_route(struct assembler *a, const struct kpi_ev_route *e)
+{
+	struct req *r = req_at_admission(a, e->h.pid, e->fd, e->h.ts, e->reqid);
+
+	r->admitted = r->routed = true;
+	r->id = e->id;
+	r->has_id = true;
+	r->policy = e->policy;
+	snprintf(r->decode_worker, sizeof(r->decode_worker), "%.*s", (int)sizeof(e->decode) - 1, e->decode);
+	snprintf(r->prefill_worker, sizeof(r->prefill_worker), "%.*s", (int)sizeof(e->prefill) - 1,
+		 e->prefill);
+	id_link(a, r);
+	disagg_routed(a->disagg, r->pid, r->reqid, e->h.ts, r->decode_worker, r->prefill_worker);
+}
+
+/* The request with that id, or an orphan counted. */
+static struct req *req_by_id(struct assembler *a, uint32_t pid, uint64_t id)
+{
+	struct req *r = find_id(a, pid, id);
+
+	if (!r)
+		orphan_event(a, pid, id);
+	return r;
+}
+
+static void on_kv_start(struct assembler *a, const struct kpi_ev_kv_start *e)
+{
+	struct req *r = req_by_id(a, e->h.pid, e->id);
+
+	if (!r)
+		return;
+	if (e->h.type == KPI_EV_KV_SEND_START) {
+		r->kv_send = true;
+	} else {
+		r->kv_recv = true;
+		disagg_fetching(a->disagg, r->pid, r->reqid, e->h.ts);
+	}
+	r->t_kv_start = e->h.ts;
+	r->kv_bytes = e->bytes;
+	r->kv_blocks = e->blocks;
+	snprintf(r->kv_peer, sizeof(r->kv_peer), "%.*s", (int)sizeof(e->peer) - 1, e->peer);
+}
+
+static void on_kv_end(struct assembler *a, const struct kpi_ev_kv_end *e)
+{
+	struct req *r = req_by_id(a, e->h.pid, e->id);
+
+	if (!r)
+		return;
+	if (!r->kv_send && !r->kv_recv) {
+		/* failed before its stream began (refused, unreachable): no start */
+		r->kv_recv = e->h.type == KPI_EV_KV_RECV_END;
+		r->kv_send = !r->kv_recv;
+		r->t_kv_start = e->h.ts;
+		r->kv_blocks = e->blocks;
+	}
+	r->kv_ended = true;
+	r->t_kv_end = e->h.ts;
+	r->kv_bytes = e->bytes;
+	r->kv_status = e->status;
+	if (e->blocks >= 0)
+		r->kv_blocks = e->blocks;
+	if (r->resp_ended)
+		req_end(a, r);
+}
+
+static void on_slot_wait(struct assembler *a, const struct kpi_ev_slot_wait *e)
+{
+	struct req *r = req_by_id(a, e->h.pid, e->id);
+
+	if (!r)
+		return;
+	r->slot_waited = true;
+	r->slot_ahead = e->waiting_ahead;
+	r->slot_needed = e->blocks_needed;
+	r->slot_free = e->blocks_free;
+	r->slot_running = e->running;
+	r->slot_max = e->max_running;
+}
+
+static void on_prefix_hit(struct assembler *a, const struct kpi_ev_prefix_hit *e)
+{
+	struct req *r = req_by_id(a, e->h.pid, e->id);
+
+	if (!r)
+		return;
+	r->prefix_hit = true;
+	r->cached_tokens = e->cached_tokens;
 }
 
 int assemble_event(struct assembler *a, const void *rec, size_t size)
@@ -793,6 +991,13 @@ int assemble_event(struct assembler *a, const void *rec, size_t size)
 	case KPI_EV_WRITE: on_write(a, &e->write); break;
 	case KPI_EV_RESP_END: on_resp_end(a, &e->resp_end); break;
 	case KPI_EV_CLOSE: on_close(a, &e->close); break;
+	case KPI_EV_ROUTE: on_route(a, &e->route); break;
+	case KPI_EV_KV_SEND_START:
+	case KPI_EV_KV_RECV_START: on_kv_start(a, &e->kv_start); break;
+	case KPI_EV_KV_SEND_END:
+	case KPI_EV_KV_RECV_END: on_kv_end(a, &e->kv_end); break;
+	case KPI_EV_SLOT_WAIT: on_slot_wait(a, &e->slot_wait); break;
+	case KPI_EV_PREFIX_HIT: on_prefix_hit(a, &e->prefix_hit); break;
 	case KPI_EV_PAYLOAD:
 	case KPI_EV_TLS_PAYLOAD:
 	case KPI_EV_HTTP_CLOSE:
@@ -834,6 +1039,16 @@ static void req_forget(struct assembler *a, struct req *r)
 	a->st.exit_cut++;
 	req_unlink(a, r);
 	req_free(r);
+}
+
+void assemble_flush(struct assembler *a, uint64_t now, bool final)
+{
+	http_path_flush(a->http, now, final);
+}
+
+const struct split_stats *assemble_split_stats(const struct assembler *a)
+{
+	return http_path_split_stats(a->http);
 }
 
 void assemble_forget_pid(struct assembler *a, uint32_t pid)
@@ -893,6 +1108,7 @@ void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 		     const struct kpi_runq *runq, int n, uint64_t drops)
 {
 	http_path_expire(a->http, now);
+	disagg_expire(a->disagg, now);
 	for (int i = 0; i < n; i++) {
 		struct pidstate *ps = pidstate(a, pids[i]);
 		struct count_ctx cc = { .pid = pids[i] };
@@ -950,6 +1166,11 @@ void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
 		ps->completed = ps->out_tokens = ps->preemptions = ps->rejections = ps->errors = 0;
 	}
 	a->drops_before = drops;
+}
+
+void assemble_release_held(struct assembler *a)
+{
+	disagg_expire(a->disagg, UINT64_MAX);
 }
 
 static void visit(struct req *r, void (*fn)(void *, const struct kpi_inflight_record *), void *ctx)

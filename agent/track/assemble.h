@@ -21,6 +21,9 @@ int assemble_event(struct assembler *a, const void *rec, size_t size);
  * but whose response__end never fired (t_done = the last write, http_status
  * NULL), drops the others (cut off by the exit). */
 void assemble_forget_pid(struct assembler *a, uint32_t pid);
+/* Hands out the HTTP path's inbound records whose inferred split is decided
+ * (every one when final): call before the joins and the store flush. */
+void assemble_flush(struct assembler *a, uint64_t now, bool final);
 /* One sample per pid in pids[] covering (last sample, now]. runq[i] is pid
  * i's cumulative run-queue delay (BPF runq_total); drops the agent-wide
  * drops so far.  The RUNQ_BY events since the last sample name the other
@@ -32,8 +35,16 @@ void assemble_sample(struct assembler *a, uint64_t now, const uint32_t *pids,
  * agent_tls_readable); unset, no TLS connection is. */
 /* How long an HTTP exchange may move no byte before it ends as a timeout. */
 void assemble_set_http_timeout(struct assembler *a, uint64_t ns);
+/* How long a process that serves nothing may pause before its next call starts a new task. */
+void assemble_set_task_idle_gap(struct assembler *a, uint64_t ns);
+/* The agent stops: what the HTTP path held for evidence goes out, the tasks still open end. */
+void assemble_finish(struct assembler *a);
 void assemble_set_tls_query(struct assembler *a, bool (*readable)(void *ctx, uint32_t pid),
 			    void *ctx);
+/* Hands out the rows that wait for their request's other processes'
+ * (disaggregated prefill and decode: agent/track/disagg.c) as they are: at
+ * the end of a run. */
+void assemble_release_held(struct assembler *a);
 /* Calls fn for every request in flight. */
 void assemble_foreach_inflight(struct assembler *a,
 			       void (*fn)(void *ctx, const struct kpi_inflight_record *r), void *ctx);
@@ -54,9 +65,17 @@ struct assemble_stats {
 	/* outbound exchanges of HTTP-mode targets by the rule that linked them
 	 * (enum hop_rule, hop_link.h: [0] unlinked), and of the unlinked those
 	 * made while several inbound requests were open */
-	uint64_t hops_out[4], hops_ambiguous;
+	uint64_t hops_out[5], hops_ambiguous;
+	/* disaggregated requests (disagg.h): client-facing rows joined with
+	 * every worker's row expected, and those that went with one missing */
+	uint64_t pd_joined, pd_partial;
+	/* agent tasks by the rule that made them (inbound, traceparent,
+	 * conversation, idle_gap), and escalations (agent/track/trajectory.c) */
+	uint64_t tasks[4], escalations;
 };
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
+/* What the inferred split of HTTP-mode streams came to (split_infer.h). */
+const struct split_stats *assemble_split_stats(const struct assembler *a);
 /* Fills in the causes the assembler counts (orphans, clamped, before_attach,
  * http_unsynced, tls_unreadable, hops_unlinked) and publishes l on the bus. */
 void assemble_losses(struct assembler *a, struct kpi_loss_record *l);

@@ -1,6 +1,7 @@
 /* bus.c - hands each record to every sink in the order they were added, and
  * lets one hold take HTTP records before them. */
 #include <stdlib.h>
+#include <string.h>
 #include "bus.h"
 
 struct bus {
@@ -39,6 +40,7 @@ int bus_add(struct bus *b, const struct kpi_sink *sink)
 void bus_request(struct bus *b, const struct kpi_request_record *r) { EACH(b, request, r); }
 void bus_exchange_out(struct bus *b, const struct kpi_request_record *r) { EACH(b, exchange_out, r); }
 void bus_integration(struct bus *b, const struct kpi_integration_record *r) { EACH(b, integration, r); }
+void bus_task(struct bus *b, const struct kpi_task_record *k) { EACH(b, task, k); }
 void bus_step(struct bus *b, const struct kpi_step_record *s) { EACH(b, step, s); }
 void bus_sample(struct bus *b, const struct kpi_sample_record *s) { EACH(b, sample, s); }
 void bus_losses(struct bus *b, const struct kpi_loss_record *l) { EACH(b, losses, l); }
@@ -54,4 +56,24 @@ void bus_request_or_hold(struct bus *b, const struct kpi_request_record *r)
 {
 	if (!b->hold || !b->hold(b->hold_ctx, r))
 		bus_request(b, r);
+}
+
+void bus_held_keep(struct bus_held *h, const struct kpi_request_record *r)
+{
+	h->r = *r;
+	h->tokens = NULL;
+	if (r->n_token_writes) {
+		h->tokens = malloc(r->n_token_writes * sizeof(*h->tokens));
+		if (!h->tokens)
+			abort();
+		memcpy(h->tokens, r->token_writes, r->n_token_writes * sizeof(*h->tokens));
+	}
+	h->r.token_writes = h->tokens;
+}
+
+void bus_held_free(struct bus_held *h)
+{
+	free(h->tokens);
+	h->tokens = NULL;
+	h->r.token_writes = NULL;
 }

@@ -153,6 +153,22 @@ void hop_graph_out_done(struct hop_graph *g, const char *hop_id, const struct ho
 		}
 }
 
+void hop_graph_out_link(struct hop_graph *g, const char *hop_id, const struct hop_ends *ends, const char *parent)
+{
+	char key[KEY_LEN];
+	struct gbucket *b;
+
+	ends_key(key, ends->local, ends->peer);
+	if (!parent[0] || !(b = bucket(&g->out_by_ends, key, false)))
+		return;
+	for (struct gent *e = b->head; e; e = e->link[1].next)
+		if (!strcmp(e->hop_id, hop_id)) {
+			if (!e->link[0].b)
+				link_add(&g->by_parent, parent, e, 0);
+			return;
+		}
+}
+
 /* The inbound hop on the other end of out's connection, arrived while it was open. */
 static const struct gent *served_by(const struct hop_graph *g, const struct gent *out)
 {

@@ -29,6 +29,9 @@ void hop_graph_out_open(struct hop_graph *g, const char *hop_id, const char *par
 			const struct hop_ends *e, uint64_t t0);
 void hop_graph_out_done(struct hop_graph *g, const char *hop_id, const struct hop_ends *e,
 			uint64_t t1);
+/* An outbound exchange opened without a parent was linked to one later (the
+ * response-id rule), before that parent's record is written. */
+void hop_graph_out_link(struct hop_graph *g, const char *hop_id, const struct hop_ends *e, const char *parent);
 /* An inbound request's record r is being written: kept as a hop; a
  * top-level one (no traced call on the other end of its connection) waits
  * for its trace's hops, then goes to on_integration if it reached a model

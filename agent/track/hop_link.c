@@ -27,12 +27,20 @@ struct hop_ent {
 	uint64_t conn;                  /* pid << 32 | fd */
 	uint32_t pid, tid;
 	bool out;
+	bool several;                   /* out, unlinked: several inbound requests were open */
 	enum hop_rule rule;             /* out: the rule that chose parent */
 	char hop_id[HOP_ID_LEN];        /* in: its own; out: its parent's */
 	char hdr[HOP_HDR_LEN];
 };
 
+/* A process that has had an inbound request open. */
+struct serves_ent {
+	UT_hash_handle hh;
+	uint32_t pid;
+};
+
 struct hop_link {
+	struct serves_ent *serves;
 	struct sock_ent *socks;
 	struct comm_ent *comms;
 	struct hop_ent *hops;
@@ -69,6 +77,11 @@ void hop_link_free(struct hop_link *hl)
 	HASH_ITER(hh, hl->hops, h, ht) {
 		HASH_DEL(hl->hops, h);
 		free(h);
+	}
+	struct serves_ent *sv, *svt;
+	HASH_ITER(hh, hl->serves, sv, svt) {
+		HASH_DEL(hl->serves, sv);
+		free(sv);
 	}
 	free(hl);
 }
@@ -153,6 +166,13 @@ uint64_t hop_link_in_open(struct hop_link *hl, uint32_t pid, int fd, uint32_t ti
 			  const char *hdr, uint64_t ts)
 {
 	struct hop_ent *h = ent_add(hl, pid, fd, tid, hdr, false);
+	struct serves_ent *sv;
+
+	HASH_FIND(hh, hl->serves, &pid, sizeof(pid), sv);
+	if (!sv && (sv = calloc(1, sizeof(*sv)))) {
+		sv->pid = pid;
+		HASH_ADD(hh, hl->serves, pid, sizeof(sv->pid), sv);
+	}
 
 	if (!h)
 		return 0;
@@ -205,8 +225,6 @@ uint64_t hop_link_out_open(struct hop_link *hl, uint32_t pid, int fd, uint32_t t
 		rule = HOP_RULE_THREAD;
 	else if ((p = only_open(hl, pid, NULL, NULL, &several)))
 		rule = HOP_RULE_LOOP;
-	if (!p && several)
-		hl->st.ambiguous++;
 	parent[0] = 0;
 	if (p)
 		memcpy(parent, p->hop_id, HOP_ID_LEN);
@@ -214,25 +232,41 @@ uint64_t hop_link_out_open(struct hop_link *hl, uint32_t pid, int fd, uint32_t t
 	if (!h)
 		return 0;
 	h->rule = rule;
+	h->several = !p && several;
 	memcpy(h->hop_id, parent, sizeof(h->hop_id));
 	return h->tag;
 }
 
-enum hop_rule hop_link_out_take(struct hop_link *hl, uint64_t tag, char parent[HOP_ID_LEN])
+enum hop_rule hop_link_out_take(struct hop_link *hl, uint64_t tag, char parent[HOP_ID_LEN], bool *several)
 {
 	struct hop_ent *h;
 	enum hop_rule rule = HOP_RULE_NONE;
 
 	parent[0] = 0;
+	*several = false;
 	HASH_FIND(hh, hl->hops, &tag, sizeof(tag), h);
 	if (h && h->out) {
 		rule = h->rule;
+		*several = h->several;
 		memcpy(parent, h->hop_id, HOP_ID_LEN);
 		HASH_DEL(hl->hops, h);
 		free(h);
 	}
-	hl->st.links[rule]++;
 	return rule;
+}
+
+void hop_link_count(struct hop_link *hl, enum hop_rule rule, bool several)
+{
+	hl->st.links[rule]++;
+	hl->st.ambiguous += rule == HOP_RULE_NONE && several;
+}
+
+bool hop_link_serves(const struct hop_link *hl, uint32_t pid)
+{
+	struct serves_ent *sv;
+
+	HASH_FIND(hh, hl->serves, &pid, sizeof(pid), sv);
+	return sv != NULL;
 }
 
 void hop_link_close(struct hop_link *hl, uint64_t tag)
@@ -280,6 +314,12 @@ void hop_link_forget_pid(struct hop_link *hl, uint32_t pid)
 		HASH_DEL(hl->comms, c);
 		free(c);
 	}
+	struct serves_ent *sv;
+	HASH_FIND(hh, hl->serves, &pid, sizeof(pid), sv);
+	if (sv) {
+		HASH_DEL(hl->serves, sv);
+		free(sv);
+	}
 }
 
 const struct hop_link_stats *hop_link_stats(const struct hop_link *hl)
@@ -289,7 +329,15 @@ const struct hop_link_stats *hop_link_stats(const struct hop_link *hl)
 
 const char *hop_rule_name(enum hop_rule r)
 {
-	static const char *const names[HOP_RULE__COUNT] = { NULL, "header", "thread", "loop" };
+	static const char *const names[HOP_RULE__COUNT] = { NULL, "header", "thread", "loop", "response_id" };
 
 	return r >= 0 && r < HOP_RULE__COUNT ? names[r] : NULL;
+}
+
+enum hop_rule hop_rule_of(const char *name)
+{
+	for (int r = 1; name && r < HOP_RULE__COUNT; r++)
+		if (!strcmp(name, hop_rule_name(r)))
+			return r;
+	return HOP_RULE_NONE;
 }

@@ -25,6 +25,8 @@ enum hop_rule {
 	HOP_RULE_THREAD,        /* written on the thread that read the one inbound
 				 * request that thread had open */
 	HOP_RULE_LOOP,          /* the only inbound request open on the process */
+	HOP_RULE_RESPONSE_ID,   /* the inbound response relayed its id (agent/track/relay_link.c):
+				 * decided after the call ended, by the rule there */
 	HOP_RULE__COUNT
 };
 
@@ -58,8 +60,14 @@ uint64_t hop_link_in_open(struct hop_link *hl, uint32_t pid, int fd, uint32_t ti
 uint64_t hop_link_out_open(struct hop_link *hl, uint32_t pid, int fd, uint32_t tid,
 			   const char *hdr, uint64_t ts, char parent[HOP_ID_LEN]);
 /* The parent chosen for outbound tag (its hop id in parent, "" when none);
- * forgets the tag. */
-enum hop_rule hop_link_out_take(struct hop_link *hl, uint64_t tag, char parent[HOP_ID_LEN]);
+ * several: no rule chose one while several inbound requests were open (the
+ * response-id rule may yet). Forgets the tag; counts nothing (hop_link_count). */
+enum hop_rule hop_link_out_take(struct hop_link *hl, uint64_t tag, char parent[HOP_ID_LEN], bool *several);
+/* An outbound exchange is written, linked by rule (NONE: unlinked; several:
+ * while several inbound requests were open): the counts of hop_link_stats. */
+void hop_link_count(struct hop_link *hl, enum hop_rule rule, bool several);
+/* Whether pid has had an inbound request open: it serves requests. */
+bool hop_link_serves(const struct hop_link *hl, uint32_t pid);
 /* Inbound tag was answered (or given up): no longer a parent candidate. */
 void hop_link_close(struct hop_link *hl, uint64_t tag);
 /* Connection (pid, fd) ended with exchanges never handed over: their tags go. */
@@ -69,5 +77,6 @@ void hop_link_forget_pid(struct hop_link *hl, uint32_t pid);
 
 const struct hop_link_stats *hop_link_stats(const struct hop_link *hl);
 const char *hop_rule_name(enum hop_rule r);     /* "header", ...; NULL for NONE */
+enum hop_rule hop_rule_of(const char *name);    /* the rule of a name, NONE for NULL */
 
 #endif

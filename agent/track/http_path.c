@@ -6,14 +6,20 @@
 #include <stdlib.h>
 #include <string.h>
 #include <uthash.h>
+#include <sys/random.h>
 #include "bus.h"
 #include "hop_graph.h"
 #include "hop_link.h"
+#include "http/http_reason.h"
 #include "http_path.h"
 #include "marks.h"
+#include "relay_link.h"
+#include "trajectory.h"
+#include "split_infer.h"
 
-/* Reads whose first unread segment time is kept, to move an exchange's
- * t_arrive (the read with its first byte) back to that segment. */
+/* Reads whose first unread segment time is kept, to move a served exchange's
+ * t_arrive (the read with its first byte) back to that segment, and to end a
+ * call when its answer arrived (the read that completed it). */
 #define SEG_RING 8
 
 struct http_conn {
@@ -43,7 +49,11 @@ struct http_path {
 	struct http_tls_stats tls;
 	struct hop_link *hops;
 	struct hop_graph *graph;
+	struct relay_link *relay;       /* calls held for the response-id rule */
+	struct trajectory *tasks;
+	struct split_infer *split;      /* the inferred engine split of inbound streams */
 	uint64_t timeout_ns;
+	uint64_t digest_key;            /* the request-body fingerprints' secret (http_digest.h) */
 };
 
 static void integration_out(void *ctx, const struct kpi_integration_record *r)
@@ -57,6 +67,13 @@ static void graph_in(void *ctx, const struct kpi_request_record *r)
 	hop_graph_in(ctx, r);
 }
 
+static void task_out(void *ctx, const struct kpi_task_record *k)
+{
+	bus_task(ctx, k);
+}
+
+static void relay_release(void *ctx, struct kpi_request_record *rec);
+
 struct http_path *http_path_new(struct bus *bus)
 {
 	struct http_path *hp = calloc(1, sizeof(*hp));
@@ -65,7 +82,13 @@ struct http_path *http_path_new(struct bus *bus)
 		return NULL;
 	hp->bus = bus;
 	hp->timeout_ns = HTTP_PATH_TIMEOUT_NS;
+	/* a secret of this run: a fingerprint means nothing outside it */
+	if (getrandom(&hp->digest_key, sizeof(hp->digest_key), 0) != sizeof(hp->digest_key))
+		hp->digest_key = (uint64_t)(uintptr_t)hp ^ 0x9e3779b97f4a7c15ULL;
+	hp->split = split_infer_new();
 	if (!(hp->hops = hop_link_new()) || !(hp->graph = hop_graph_new(integration_out, bus)) ||
+	    !(hp->relay = relay_link_new(relay_release, hp)) ||
+	    !(hp->tasks = trajectory_new(task_out, bus, 0)) ||
 	    bus_add(bus, &(struct kpi_sink){ .ctx = hp->graph, .request = graph_in })) {
 		http_path_free(hp);
 		return NULL;
@@ -91,6 +114,9 @@ void http_path_free(struct http_path *hp)
 		conn_free(hp, c);
 	hop_link_free(hp->hops);
 	hop_graph_free(hp->graph);
+	relay_link_free(hp->relay);
+	trajectory_free(hp->tasks);
+	split_infer_free(hp->split);
 	free(hp);
 }
 
@@ -201,6 +227,24 @@ static uint64_t seg_of(const struct http_conn *c, uint64_t t_read)
 	return 0;
 }
 
+/* A call's answer: the latest segment any of its reads (from..to) carried. A
+ * read can carry a segment that came while it ran, after the bytes it
+ * returned, and leave the read that completes the answer none. */
+static uint64_t seg_latest(const struct http_conn *c, uint64_t from, uint64_t to)
+{
+	unsigned n = c->n_reads < SEG_RING ? c->n_reads : SEG_RING;
+	uint64_t best = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		unsigned k = (c->n_reads - 1 - i) % SEG_RING;
+		if (c->read_ts[k] < from)
+			break;
+		if (c->read_ts[k] <= to && c->seg_ts[k] <= to && c->seg_ts[k] > best)
+			best = c->seg_ts[k];
+	}
+	return best;
+}
+
 /* The marks, phases and TTFT of x; seg: its first segment's arrival (0: none). */
 static void times_fill(struct kpi_request_record *r, const struct http_exchange *x, uint64_t seg)
 {
@@ -242,8 +286,16 @@ static void times_fill(struct kpi_request_record *r, const struct http_exchange 
 		   : !(x->flags & HTTP_X_SSE) && x->t_resp_start ? (int64_t)(m[2] - m[0]) : KPI_NULL;
 }
 
-/* A request's head is complete: an inbound one becomes a parent candidate,
- * an outbound one gets its parent now, while what was open then is known. */
+/* An inbound exchange's stream, for the split inference: the connection and
+ * the request's first byte tell it from every other of the process. */
+static uint64_t stream_key(const struct http_conn *c, const struct http_exchange *x)
+{
+	return (uint64_t)(uint32_t)c->fd << 48 ^ x->t_arrive;
+}
+
+/* A request's head is complete: an inbound one becomes a parent candidate
+ * and a stream the split inference follows, an outbound one gets its parent
+ * now, while what was open then is known. */
 static uint64_t on_request(void *ctx, const struct http_exchange *x)
 {
 	struct http_conn *c = ctx;
@@ -257,19 +309,33 @@ static uint64_t on_request(void *ctx, const struct http_exchange *x)
 		hop_graph_out_open(c->hp->graph, hop_id, parent, &c->ends, x->t_arrive);
 		return tag;
 	}
+	if (x->t_arrive)
+		split_infer_open(c->hp->split, c->pid, stream_key(c, x), x->t_arrive,
+				 !strcmp(x->method, "POST"));
 	return hop_link_in_open(c->hp->hops, c->pid, c->fd, c->tid, hdr, x->t_arrive);
 }
 
-/* The hop columns of x's record. */
+/* A token event of an inbound stream: a mark of its engine's steps. */
+static void on_token(void *ctx, const struct http_exchange *x, uint64_t ts)
+{
+	struct http_conn *c = ctx;
+
+	if (!c->client && x->t_arrive)
+		split_infer_token(c->hp->split, c->pid, stream_key(c, x), ts, x->t_req_read);
+}
+
+/* The hop columns of x's record; *several: an outbound one no rule linked
+ * while several inbound requests were open. */
 static void hop_fill(struct http_conn *c, const struct http_exchange *x,
-		     struct kpi_request_record *rec)
+		     struct kpi_request_record *rec, bool *several)
 {
 	struct hop_link *hl = c->hp->hops;
 
 	rec->direction = c->client ? "out" : "in";
 	hop_link_hop_id(c->pid, x->t_arrive ? x->t_arrive : x->t_done, rec->hop_id);
+	*several = false;
 	if (c->client)
-		rec->link_rule = hop_rule_name(hop_link_out_take(hl, x->tag, rec->parent_hop_id));
+		rec->link_rule = hop_rule_name(hop_link_out_take(hl, x->tag, rec->parent_hop_id, several));
 	else
 		hop_link_close(hl, x->tag);
 	rec->tid = c->tid;
@@ -278,11 +344,76 @@ static void hop_fill(struct http_conn *c, const struct http_exchange *x,
 	memcpy(rec->sock_peer, c->ends.peer, sizeof(rec->sock_peer));
 }
 
+/* x's mark at t as a time since the record's arrival, KPI_NULL when not reached. */
+static int64_t since_arrive(const struct kpi_request_record *rec, uint64_t t)
+{
+	if (!t)
+		return KPI_NULL;
+	return (int64_t)t > rec->t_arrive ? (int64_t)t - rec->t_arrive : 0;
+}
+
+/* What the exchange says about reasoning (an event stream's), and what the
+ * tasks, cascades and the response-id rule read. */
+static void agent_fill(const struct http_exchange *x, struct kpi_request_record *rec)
+{
+	bool sse = x->flags & HTTP_X_SSE;
+
+	rec->ttfo = rec->reasoning_ns = rec->ttftc = rec->reasoning_events = rec->answer_events = KPI_NULL;
+	if (sse) {
+		rec->ttfo = since_arrive(rec, x->t_first_answer);
+		rec->ttftc = since_arrive(rec, x->t_first_tool);
+		rec->reasoning_events = x->reasoning_events;
+		rec->answer_events = x->answer_events;
+		if (x->t_first_reasoning && x->t_first_answer)
+			rec->reasoning_ns = x->t_first_answer >= x->t_first_reasoning ?
+					    (int64_t)(x->t_first_answer - x->t_first_reasoning) : 0;
+	}
+	rec->reasoning_tokens = opt_count(x->reasoning_tokens);
+	rec->reasoning_shape = http_reason_shape_name(x->reasoning_shape);
+	memcpy(rec->conversation_id, x->conversation_id, sizeof(rec->conversation_id));
+	snprintf(rec->rpc_method, sizeof(rec->rpc_method), "%s", x->rpc_method);
+	snprintf(rec->tool_name, sizeof(rec->tool_name), "%s", x->tool_name);
+	rec->retry = rec->call_error = KPI_NULL;
+	rec->escalation_added = KPI_NULL;
+	memcpy(rec->resp_header_id, x->resp_header_id, sizeof(rec->resp_header_id));
+	memcpy(rec->resp_body_id, x->resp_body_id, sizeof(rec->resp_body_id));
+	memcpy(rec->trace_ctx, x->trace_id, sizeof(rec->trace_ctx));
+	rec->body_digest = x->body_digest;
+	rec->body_digest_ok = x->body_digest_ok;
+	rec->rpc_error = x->rpc_error;
+}
+
+/* An outbound exchange's record goes out, its link decided: counted, its
+ * task's call columns filled, written. held: it came back from the
+ * response-id rule (else the rule is told of it, as another candidate). */
+static void out_write(struct http_path *hp, struct kpi_request_record *rec, bool several, bool held)
+{
+	if (!held)
+		relay_link_seen(hp->relay, rec);
+	hop_link_count(hp->hops, hop_rule_of(rec->link_rule), several);
+	trajectory_call(hp->tasks, rec, hop_link_serves(hp->hops, rec->pid));
+	bus_exchange_out(hp->bus, rec);
+}
+
+/* A call the response-id rule held comes back, linked or not. */
+static void relay_release(void *ctx, struct kpi_request_record *rec)
+{
+	struct http_path *hp = ctx;
+	struct hop_ends e;
+
+	if (rec->link_rule) {
+		memcpy(e.local, rec->sock_local, sizeof(e.local));
+		memcpy(e.peer, rec->sock_peer, sizeof(e.peer));
+		hop_graph_out_link(hp->graph, rec->hop_id, &e, rec->parent_hop_id);
+	}
+	out_write(hp, rec, true, true);
+}
+
 static void on_exchange(void *ctx, const struct http_exchange *x)
 {
 	struct http_conn *c = ctx;
 	struct kpi_request_record rec;
-	uint64_t seg = x->t_arrive ? seg_of(c, x->t_arrive) : 0;
+	uint64_t seg = x->t_arrive && !c->client ? seg_of(c, x->t_arrive) : 0;
 	bool content = x->content_events > 0 && x->t_first_content;
 
 	memset(&rec, 0, sizeof(rec));
@@ -320,12 +451,25 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 	snprintf(rec.method, sizeof(rec.method), "%s", x->method);
 	snprintf(rec.path, sizeof(rec.path), "%s", x->path);
 	snprintf(rec.model, sizeof(rec.model), "%s", x->model);
-	hop_fill(c, x, &rec);
+	agent_fill(x, &rec);
+	if (c->client) {
+		uint64_t seg = seg_latest(c, x->t_arrive, x->t_done);
+		rec.t_answered = seg && (int64_t)seg >= rec.t_arrive ? (int64_t)seg : rec.t_done;
+	}
+	bool several;
+	hop_fill(c, x, &rec, &several);
 	if (c->client) {
 		hop_graph_out_done(c->hp->graph, rec.hop_id, &c->ends, x->t_done);
-		bus_exchange_out(c->hp->bus, &rec);
+		/* no rule could tell which of several requests it served: the response may say */
+		if (!rec.link_rule && several && relay_link_hold(c->hp->relay, &rec))
+			return;
+		out_write(c->hp, &rec, several, false);
 	} else {
-		bus_request_or_hold(c->hp->bus, &rec);   /* the engine's join may hold it */
+		relay_link_inbound(c->hp->relay, &rec);   /* the calls it relayed come out linked */
+		trajectory_inbound(c->hp->tasks, &rec);
+		/* held until its split is decided (http_path_flush), then the
+		 * engine's join may hold it */
+		split_infer_done(c->hp->split, c->pid, x->t_arrive ? stream_key(c, x) : 0, &rec);
 	}
 }
 
@@ -344,8 +488,9 @@ static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bo
 	/* one older than the attach shows up as unsynced until a message
 	 * starts, and is counted so */
 	c->t = http_track_new(&(struct http_track_cfg){ .on_exchange = on_exchange,
-							.on_request = on_request, .ctx = c,
-							.totals = &hp->totals });
+							.on_request = on_request, .on_token = on_token,
+							.ctx = c, .totals = &hp->totals,
+							.digest_key = hp->digest_key });
 	if (!c->t) {
 		free(c);
 		return NULL;
@@ -422,7 +567,8 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 	/* the tracker reads requests as HTTP_IN: on a client connection those
 	 * are the target's writes */
 	bool req_dir = (p->dir == KPI_PAYLOAD_OUT) == c->client;
-	if (!c->client && p->dir == KPI_PAYLOAD_IN) {
+	/* a served request's first segment (its arrival), a call's answer's (its end) */
+	if (p->dir == KPI_PAYLOAD_IN) {
 		unsigned k = c->n_reads++ % SEG_RING;
 		c->read_ts[k] = p->h.ts;
 		c->seg_ts[k] = p->t_seg;
@@ -443,6 +589,8 @@ void http_path_expire(struct http_path *hp, uint64_t now)
 	struct http_conn *c, *tmp;
 
 	hop_graph_expire(hp->graph, now);
+	relay_link_expire(hp->relay, now);
+	trajectory_expire(hp->tasks, now);
 	HASH_ITER(hh, hp->conns, c, tmp) {
 		uint64_t last = http_track_last_ts(c->t);
 		if (!last || now < last)
@@ -452,6 +600,16 @@ void http_path_expire(struct http_path *hp, uint64_t now)
 		else if (!http_track_in_flight(c->t) && now - last > HTTP_PATH_IDLE_NS)
 			conn_free(hp, c);
 	}
+}
+
+static void request_out(void *ctx, const struct kpi_request_record *rec)
+{
+	bus_request_or_hold(ctx, rec);          /* the engine's join may hold it */
+}
+
+void http_path_flush(struct http_path *hp, uint64_t now, bool final)
+{
+	split_infer_release(hp->split, now, final, request_out, hp->bus);
 }
 
 void http_path_forget_pid(struct http_path *hp, uint32_t pid)
@@ -465,5 +623,33 @@ void http_path_forget_pid(struct http_path *hp, uint32_t pid)
 			http_track_close(c->t, http_track_last_ts(c->t), HTTP_BY_SERVER);
 		conn_free(hp, c);
 	}
+	split_infer_forget_pid(hp->split, pid, request_out, hp->bus);
+	trajectory_forget_pid(hp->tasks, pid);
 	hop_link_forget_pid(hp->hops, pid);
+}
+
+void http_path_finish(struct http_path *hp)
+{
+	relay_link_expire(hp->relay, UINT64_MAX);
+	trajectory_forget_pid(hp->tasks, 0);
+}
+
+void http_path_set_task_idle_gap(struct http_path *hp, uint64_t ns)
+{
+	trajectory_set_idle_gap(hp->tasks, ns);
+}
+
+const struct trajectory_stats *http_path_tasks(const struct http_path *hp)
+{
+	return trajectory_stats(hp->tasks);
+}
+
+const struct relay_stats *http_path_relay(const struct http_path *hp)
+{
+	return relay_link_stats(hp->relay);
+}
+
+const struct split_stats *http_path_split_stats(const struct http_path *hp)
+{
+	return split_infer_stats(hp->split);
 }

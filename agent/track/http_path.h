@@ -14,7 +14,10 @@
 #define HTTP_PATH_IDLE_NS    (600ULL * 1000000000ULL)   /* an idle connection's tracker is freed */
 
 struct bus;
+struct split_stats;
 struct hop_graph;
+struct relay_stats;
+struct trajectory_stats;
 struct hop_link;
 struct http_path;
 
@@ -32,9 +35,10 @@ struct http_tls_stats {
 	uint64_t cipher_skipped;        /* socket reads/writes of TLS connections not parsed */
 };
 
-/* Records go out on bus (an inbound exchange through bus_request_or_hold, an
- * outbound one through bus_exchange_out), where the hop graph subscribes
- * here. NULL when out of memory. */
+/* Records go out on bus (an inbound exchange through bus_request_or_hold once
+ * its inferred split is decided: http_path_flush; an outbound one through
+ * bus_exchange_out), where the hop graph subscribes here. NULL when out of
+ * memory. */
 struct http_path *http_path_new(struct bus *bus);
 void http_path_free(struct http_path *hp);
 /* Where a TLS connection's process is asked about (unset: no TLS is read). */
@@ -48,9 +52,22 @@ void http_path_set_timeout(struct http_path *hp, uint64_t ns);
 /* Ends exchanges fed nothing for the timeout (HTTP_PATH_TIMEOUT_NS unless
  * set), frees trackers idle for HTTP_PATH_IDLE_NS; now: CLOCK_MONOTONIC ns. */
 void http_path_expire(struct http_path *hp, uint64_t now);
+/* Hands out the inbound records whose split is decided (split_infer.h:
+ * SPLIT_SETTLE_NS past their first token; every one when final). */
+void http_path_flush(struct http_path *hp, uint64_t now, bool final);
 /* The target exited: its exchanges in flight end as closed by the server,
- * its trackers are freed. */
+ * its records go out, its trackers are freed. */
 void http_path_forget_pid(struct http_path *hp, uint32_t pid);
+/* The agent stops: the calls held for the response-id rule go out as they
+ * are, the tasks of processes that serve nothing end (before the last flush). */
+void http_path_finish(struct http_path *hp);
+/* --task-idle-gap (agent/track/trajectory.h). */
+void http_path_set_task_idle_gap(struct http_path *hp, uint64_t ns);
+/* What the tasks and the response-id rule came to. */
+const struct trajectory_stats *http_path_tasks(const struct http_path *hp);
+const struct relay_stats *http_path_relay(const struct http_path *hp);
+/* What the split inference decided, by rule and reason. */
+const struct split_stats *http_path_split_stats(const struct http_path *hp);
 /* The outbound exchanges' parents and the connections' ends (hop_link.h). */
 struct hop_link *http_path_hops(struct http_path *hp);
 /* Sums over every tracker, the freed ones included. */

@@ -2,6 +2,7 @@
  * and their join to its HTTP requests (docs/agent.md "llama.cpp servers"). */
 #include <stdlib.h>
 #include <string.h>
+#include "bus.h"
 #include "llama_join.h"
 #include "marks.h"
 
@@ -21,10 +22,6 @@ struct gen {
 	bool open;                      /* the current generation of its sequence */
 };
 
-struct held {
-	struct kpi_request_record r;
-	uint64_t *tokens;               /* the record's token writes, owned */
-};
 
 struct llama_join {
 	uint32_t pid;
@@ -33,7 +30,7 @@ struct llama_join {
 	size_t n_gens, cap_gens;
 	struct gen *open[LLAMA_JOIN_MAX_OPEN];
 	int n_open;
-	struct held *held;
+	struct bus_held *held;
 	size_t n_held, cap_held;
 	struct llama_join_stats st;
 };
@@ -55,7 +52,7 @@ void llama_join_free(struct llama_join *j)
 	for (size_t i = 0; i < j->n_gens; i++)
 		free(j->gens[i]);
 	for (size_t i = 0; i < j->n_held; i++)
-		free(j->held[i].tokens);
+		bus_held_free(&j->held[i]);
 	free(j->gens);
 	free(j->held);
 	free(j);
@@ -170,7 +167,7 @@ void llama_join_call(struct llama_join *j, const struct kpi_llama_ev *e, struct 
 
 void llama_join_hold(struct llama_join *j, const struct kpi_request_record *rec)
 {
-	struct held *h;
+	struct bus_held *h;
 
 	if (j->n_held == j->cap_held) {
 		j->cap_held = j->cap_held ? 2 * j->cap_held : 64;
@@ -179,15 +176,7 @@ void llama_join_hold(struct llama_join *j, const struct kpi_request_record *rec)
 			abort();
 	}
 	h = &j->held[j->n_held++];
-	h->r = *rec;
-	h->tokens = NULL;
-	if (rec->n_token_writes) {
-		h->tokens = malloc(rec->n_token_writes * sizeof(*h->tokens));
-		if (!h->tokens)
-			abort();
-		memcpy(h->tokens, rec->token_writes, rec->n_token_writes * sizeof(*h->tokens));
-	}
-	h->r.token_writes = h->tokens;
+	bus_held_keep(h, rec);
 }
 
 static int64_t read_mark(const struct kpi_request_record *r)
@@ -197,7 +186,7 @@ static int64_t read_mark(const struct kpi_request_record *r)
 
 static int by_read(const void *a, const void *b)
 {
-	int64_t x = read_mark(&((const struct held *)a)->r), y = read_mark(&((const struct held *)b)->r);
+	int64_t x = read_mark(&((const struct bus_held *)a)->r), y = read_mark(&((const struct bus_held *)b)->r);
 	return x < y ? -1 : x > y;
 }
 
@@ -282,6 +271,8 @@ static void join_one(struct llama_join *j, struct kpi_request_record *r)
 		r->prompt_tokens = r->engine_prompt_tokens;
 	r->engine_join = rule;
 	r->source = "http+libllama";
+	r->split_rule = NULL;           /* measured now: what was inferred goes */
+	r->step_ns = KPI_NULL;
 	j->st.joined++;
 }
 
@@ -311,13 +302,13 @@ void llama_join_release(struct llama_join *j, uint64_t now, bool final,
 	qsort(j->held, j->n_held, sizeof(*j->held), by_read);
 	/* in read order: a record waits for the ones read before it */
 	for (; n < j->n_held; n++) {
-		struct held *h = &j->held[n];
+		struct bus_held *h = &j->held[n];
 		bool over = j->n_held - n > LLAMA_JOIN_MAX_HELD;
 		if (!final && !over && (uint64_t)h->r.t_done + LLAMA_JOIN_SETTLE_NS > now)
 			break;
 		join_one(j, &h->r);
 		out(ctx, &h->r);
-		free(h->tokens);
+		bus_held_free(h);
 	}
 	memmove(j->held, j->held + n, (j->n_held - n) * sizeof(*j->held));
 	j->n_held -= n;

@@ -58,6 +58,11 @@ static void on_token(struct req *r, const struct eth_event *ev, bool last)
 		metrics_observe(&srv.m, MH_ITL, (double)(ev->t_ns - r->t_prev) / 1e9);
 	}
 	r->t_prev = ev->t_ns;
+	/* --reasoning-tokens N: the text of the first N tokens is reasoning */
+	if (r->n_out <= r->reasoning_tokens)
+		r->answer_at = SIZE_MAX;
+	else if (r->n_out == r->reasoning_tokens + 1)
+		r->answer_at = r->text.len;
 	if (!r->conn)
 		return; /* the client has gone; the cancel is on its way to the engine */
 

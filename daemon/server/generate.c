@@ -86,6 +86,7 @@ static void generate_submit(struct conn *c, struct req *r, const struct api_requ
 	r->chat = ar->chat;
 	r->stream = ar->stream;
 	r->include_usage = ar->stream && ar->include_usage;
+	r->reasoning_tokens = srv.cfg->reasoning_tokens;
 	r->return_token_ids = ar->return_token_ids && !ar->stream;
 	r->sp = (struct sampling_params){
 		.temperature = ar->temperature,

@@ -65,6 +65,11 @@ static const char usage[] =
 "                            (default 60)\n"
 "  --max-conns N             open connections; more wait in the backlog\n"
 "                            (default 10000)\n"
+"  --reasoning-tokens N      serve the first N generated tokens of every request\n"
+"                            as reasoning: chat sends them as reasoning_content\n"
+"                            (delta.reasoning_content when streaming), text\n"
+"                            completions inline as <think>...</think>; usage\n"
+"                            counts them (default 0: none)\n"
 "\n"
 "Disaggregated prefill and decode (docs/disaggregation.md):\n"
 "  --role ROLE               colocated (default): prefill and decode here;\n"
@@ -116,6 +121,7 @@ enum {
 	OPT_TYPE, OPT_KERNELS, OPT_KL, OPT_KL_TEXT, OPT_KL_CTX, OPT_KL_CHUNKS, OPT_JSON,
 	OPT_ROLE, OPT_DECODE, OPT_PREFILL, OPT_POLICY, OPT_PREFIX_BYTES, OPT_LOAD_INTERVAL,
 	OPT_UPSTREAM_TIMEOUT, OPT_PREFIX_CACHE,
+	OPT_REASONING_TOKENS,
 };
 
 static const struct option options[] = {
@@ -135,6 +141,7 @@ static const struct option options[] = {
 	{ "request-timeout", required_argument, NULL, OPT_REQ_TIMEOUT },
 	{ "idle-timeout", required_argument, NULL, OPT_IDLE_TIMEOUT },
 	{ "max-conns", required_argument, NULL, OPT_MAX_CONNS },
+	{ "reasoning-tokens", required_argument, NULL, OPT_REASONING_TOKENS },
 	{ "make-model", required_argument, NULL, OPT_MAKE_MODEL },
 	{ "preset", required_argument, NULL, OPT_PRESET },
 	{ "seed", required_argument, NULL, OPT_SEED },
@@ -260,6 +267,9 @@ static int parse_flags(int argc, char **argv, struct engine_config *ec,
 			sc->idle_timeout_s = (int)int_flag("idle-timeout", optarg, 1, 86400);
 			break;
 		case OPT_MAX_CONNS: sc->max_conns = (int)int_flag("max-conns", optarg, 1, 1 << 20); break;
+		case OPT_REASONING_TOKENS:
+			sc->reasoning_tokens = (int)int_flag("reasoning-tokens", optarg, 0, 1 << 24);
+			break;
 		case OPT_BACKEND:
 			ec->backend = choice_flag("backend", optarg, "cpu", "cuda") ?
 				ENGINE_BACKEND_CUDA : ENGINE_BACKEND_CPU;

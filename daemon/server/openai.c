@@ -19,28 +19,72 @@ static void chunk_prefix(struct sbuf *b, const struct req *r, const char *model,
 static void usage_json(struct sbuf *b, const struct req *r)
 {
 	sbuf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,"
-		    "\"total_tokens\":%d}", r->n_prompt, r->n_out, r->n_prompt + r->n_out);
+		    "\"total_tokens\":%d", r->n_prompt, r->n_out, r->n_prompt + r->n_out);
+	int n_reason = r->reasoning_tokens;
+	if (n_reason)
+		sbuf_printf(b, ",\"completion_tokens_details\":{\"reasoning_tokens\":%d}",
+			    r->n_out < n_reason ? r->n_out : n_reason);
+	sbuf_adds(b, "}");
+}
+
+/* ---- reasoning (--reasoning-tokens) ------------------------------------------
+ * r->text before r->answer_at is the reasoning, the rest the answer. Chat
+ * carries them apart (delta.reasoning_content, message.reasoning_content, as
+ * vLLM with a reasoning parser, SGLang and llama.cpp do); a text completion
+ * has no such field, so they go inline as <think>reasoning</think>answer, as
+ * a reasoning model served without a parser writes them. */
+
+/* Of text[off, off + n), how many bytes are reasoning. */
+static size_t reasoning_part(const struct req *r, size_t off, size_t n)
+{
+	if (r->answer_at <= off)
+		return 0;
+	return r->answer_at - off < n ? r->answer_at - off : n;
+}
+
+/* text[off, off + n) as a completion's text: <think> opens the first
+ * reasoning byte, </think> comes before the first answer byte. */
+static void text_inline(struct sbuf *b, const struct req *r, size_t off, size_t n)
+{
+	const char *text = r->text.data + off;
+	size_t rn = r->reasoning_tokens ? reasoning_part(r, off, n) : 0;
+	if (r->reasoning_tokens && off == 0 && n)
+		sbuf_adds(b, "<think>");
+	json_escape(b, text, rn);
+	if (r->reasoning_tokens && r->answer_at >= off && r->answer_at < off + n)
+		sbuf_adds(b, "</think>");
+	json_escape(b, text + rn, n - rn);
+}
+
+static void string_field(struct sbuf *b, bool *comma, const char *name, const char *s, size_t n)
+{
+	sbuf_printf(b, "%s\"%s\":\"", *comma ? "," : "", name);
+	json_escape(b, s, n);
+	sbuf_adds(b, "\"");
+	*comma = true;
 }
 
 void openai_sse_event(struct sbuf *b, const struct req *r, const char *model,
 		      const char *text, size_t n, const char *finish)
 {
+	size_t off = (size_t)(text - r->text.data);
 	sbuf_adds(b, "data: ");
 	chunk_prefix(b, r, model, false);
 	if (r->chat) {
 		sbuf_adds(b, "\"choices\":[{\"index\":0,\"delta\":{");
-		bool role = !r->headers_sent;
-		if (role)
+		bool comma = !r->headers_sent;
+		if (comma)
 			sbuf_adds(b, "\"role\":\"assistant\"");
-		if (n || !finish) {
-			sbuf_adds(b, role ? ",\"content\":\"" : "\"content\":\"");
-			json_escape(b, text, n);
-			sbuf_adds(b, "\"");
-		}
+		size_t rn = reasoning_part(r, off, n);
+		bool thinking = r->answer_at > off; /* an empty event keeps its phase's field */
+		if (rn || (thinking && !n && !finish))
+			string_field(b, &comma, "reasoning_content", text, rn);
+		if (n > rn || (!thinking && !n && !finish))
+			string_field(b, &comma, "content", text + rn, n - rn);
 		sbuf_adds(b, "}");
 	} else {
 		sbuf_adds(b, "\"choices\":[{\"index\":0,\"text\":\"");
-		json_escape(b, text, n);
+		text_inline(b, r, off, n);
 		sbuf_adds(b, "\"");
 	}
 	if (finish)
@@ -68,14 +112,20 @@ void openai_completion(struct sbuf *b, const struct req *r, const char *model,
 		       const char *finish)
 {
 	chunk_prefix(b, r, model, true);
-	if (r->chat)
-		sbuf_adds(b, "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\","
-			  "\"content\":\"");
-	else
+	if (r->chat) {
+		size_t rn = reasoning_part(r, 0, r->text.len);
+		bool comma = true;
+		sbuf_adds(b, "\"choices\":[{\"index\":0,\"message\":{\"role\":\"assistant\"");
+		string_field(b, &comma, "content", r->text.data + rn, r->text.len - rn);
+		if (r->reasoning_tokens)
+			string_field(b, &comma, "reasoning_content", r->text.data, rn);
+		sbuf_adds(b, "}");
+	} else {
 		sbuf_adds(b, "\"choices\":[{\"index\":0,\"text\":\"");
-	json_escape(b, r->text.data, r->text.len);
-	sbuf_printf(b, "\"%s,\"logprobs\":null,\"finish_reason\":\"%s\"", r->chat ? "}" : "",
-		    finish);
+		text_inline(b, r, 0, r->text.len);
+		sbuf_adds(b, "\"");
+	}
+	sbuf_printf(b, ",\"logprobs\":null,\"finish_reason\":\"%s\"", finish);
 	if (r->return_token_ids) {
 		const int32_t *ids = (const int32_t *)r->token_ids.data;
 		size_t n = r->token_ids.len / sizeof(int32_t);

@@ -14,7 +14,9 @@ struct req;
 /* model: the JSON-escaped model name every body carries. */
 
 /* One SSE event carrying text and, on the last one, the finish reason; the
- * first event of a chat stream (headers not yet sent) carries the role. */
+ * first event of a chat stream (headers not yet sent) carries the role. text
+ * lies in r->text: its offset there tells reasoning from answer
+ * (--reasoning-tokens). */
 void openai_sse_event(struct sbuf *b, const struct req *r, const char *model,
 		      const char *text, size_t n, const char *finish);
 /* The events of a stream's final write after its last token's: the usage

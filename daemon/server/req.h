@@ -45,6 +45,8 @@ struct req {
 	struct sbuf token_ids;     /* return_token_ids: the generated ids, int32 each */
 	bool return_token_ids;
 	size_t emitted;            /* bytes of text already sent */
+	int reasoning_tokens;      /* --reasoning-tokens: its first N tokens are reasoning */
+	size_t answer_at;          /* ... and the text before this offset */
 	uint64_t t_arrive, t_admit, t_sched, t_first, t_prev;
 	long long created;
 	char rid[HTTP_MAX_REQUEST_ID + 1];

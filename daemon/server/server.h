@@ -51,6 +51,7 @@ struct server_config {
 	const char *model_label;/* fallback model name (file name) */
 	int upstream_timeout_s; /* decode -> prefill, router -> worker: no byte for this long fails it */
 	struct router_config router;
+	int reasoning_tokens;   /* the first N generated tokens are reasoning (req.h, openai.c) */
 };
 
 /* Serves until SIGTERM or SIGINT (which the caller has blocked in every

@@ -101,7 +101,9 @@ CREATE TABLE IF NOT EXISTS {db}.requests_local (
 	tid Nullable(Int64),
 	comm Nullable(String),
 	sock_local Nullable(String),
-	sock_peer Nullable(String)
+	sock_peer Nullable(String),
+	split_rule Nullable(String),
+	step_ns Nullable(Int64)
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toDate(toDateTime(intDiv(wall_ns, 1000000000)))
 ORDER BY (host, wall_ns, row_id);
@@ -166,7 +168,9 @@ CREATE TABLE IF NOT EXISTS {db}.exchanges_out_local (
 	tid Nullable(Int64),
 	comm Nullable(String),
 	sock_local Nullable(String),
-	sock_peer Nullable(String)
+	sock_peer Nullable(String),
+	split_rule Nullable(String),
+	step_ns Nullable(Int64)
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toDate(toDateTime(intDiv(wall_ns, 1000000000)))
 ORDER BY (host, wall_ns, row_id);

@@ -489,6 +489,28 @@ def wait_health(port, p, timeout=60):
         time.sleep(0.002)
 
 
+def in_threads(items, fn, threads=4):
+    """[fn(item) for item in items], threads of them at once, each thread
+    taking the next item as it is free; the results in the items' order."""
+    items = list(items)
+    out, lock, nxt = [None] * len(items), threading.Lock(), [0]
+
+    def worker():
+        while True:
+            with lock:
+                i = nxt[0]
+                nxt[0] += 1
+            if i >= len(items):
+                return
+            out[i] = fn(items[i])
+    ts = [threading.Thread(target=worker) for _ in range(threads)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return out
+
+
 def load_at_once(port, tag, n, threads=4):
     """n short requests from threads started together, a new connection every
     other request, half streamed; returns the Results (rid: tag-worker-i)."""

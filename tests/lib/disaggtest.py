@@ -2,7 +2,7 @@
 prefill and decode workers and a router, send completions that return their
 token ids, read and forge KV streams (abi/kpi_kv_wire.h), and a fake prefill
 worker that answers whatever bytes a test gives it. Standard library only."""
-import json, random, socket, struct, threading, time
+import json, os, random, socket, struct, threading, time
 
 import kpitest
 import servertest as st
@@ -160,3 +160,51 @@ def kv_answer(body, status=200, ctype=KV_CTYPE, length=None):
     length = len(body) if length is None else length
     return (f"HTTP/1.1 {status} X\r\nContent-Type: {ctype}\r\nContent-Length: {length}\r\n"
             f"x-request-id: fake\r\n\r\n").encode() + body
+
+
+class NetnsLink:
+    """A network namespace of its own joined to this one by a veth pair, for a
+    worker that the rest reach over a link tc can shape: host_ip on this side,
+    peer_ip on the namespace's (a /30 of 10.213.0.0/16 chosen by pid, so
+    parallel runs do not meet).  prefix is the argv that runs a command in the
+    namespace; limit() puts a token bucket (tc tbf) on the namespace side's
+    egress, what its worker sends.  Gone with the test (ip netns del)."""
+
+    def __init__(self):
+        kpitest.require_root("a network namespace and a veth pair")
+        n = os.getpid() % 16000
+        self.ns = f"kpi-pd-{os.getpid()}"
+        self.host_if, self.ns_if = f"kpd{n}h", f"kpd{n}n"
+        base = f"10.213.{n // 64}.{(n % 64) * 4}"
+        head, last = base.rsplit(".", 1)
+        self.host_ip, self.peer_ip = f"{head}.{int(last) + 1}", f"{head}.{int(last) + 2}"
+        self.prefix = ("ip", "netns", "exec", self.ns)
+        self._ip("netns", "add", self.ns)
+        kpitest.on_cleanup(self.close)
+        self._ip("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if)
+        self._ip("link", "set", self.ns_if, "netns", self.ns)
+        self._ip("addr", "add", f"{self.host_ip}/30", "dev", self.host_if)
+        self._ip("link", "set", self.host_if, "up")
+        self._ns("ip", "addr", "add", f"{self.peer_ip}/30", "dev", self.ns_if)
+        self._ns("ip", "link", "set", self.ns_if, "up")
+        self._ns("ip", "link", "set", "lo", "up")
+
+    @staticmethod
+    def _ip(*args):
+        kpitest.run(["ip", *args], check=True)
+
+    def _ns(self, *argv):
+        kpitest.run([*self.prefix, *argv], check=True)
+
+    def limit(self, rate, burst, latency="2s"):
+        """What the namespace sends goes at rate (tc units: "40mbit") after a
+        burst (bytes) at line rate."""
+        self._ns("tc", "qdisc", "replace", "dev", self.ns_if, "root", "tbf", "rate", rate,
+                 "burst", str(burst), "latency", latency)
+
+    def unlimit(self):
+        self._ns("tc", "qdisc", "del", "dev", self.ns_if, "root")
+
+    def close(self):
+        kpitest.run(["ip", "netns", "del", self.ns])
+        kpitest.run(["ip", "link", "del", self.host_if])   # gone with the namespace, normally

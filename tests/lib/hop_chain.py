@@ -12,28 +12,12 @@ x-request-id only with --propagate; their bodies always say whose they are
 tests read off the wire as the truth.  The client's x-guard-wait-us header
 goes to the guardrail, which sleeps that long before it answers."""
 import http.client, json, socket, socketserver, sys, threading, time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
+
+from httpfixture import Handler
 
 
-class Base(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def log_message(self, fmt, *args):
-        pass
-
-    def body(self):
-        n = int(self.headers.get("content-length") or 0)
-        return self.rfile.read(n) if n else b""
-
-    def answer(self, status, data, ctype="application/json"):
-        self.send_response(status)
-        self.send_header("Content-Type", ctype)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-
-class Guardrail(Base):
+class Guardrail(Handler):
     def do_POST(self):
         self.body()
         time.sleep(int(self.headers.get("x-guard-wait-us") or 0) / 1e6)
@@ -72,7 +56,7 @@ def echo_line():
     _echo.f.readline()
 
 
-class Gateway(Base):
+class Gateway(Handler):
     def do_POST(self):
         req = json.loads(self.body() or b"{}")
         echo_line()

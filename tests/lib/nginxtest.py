@@ -44,10 +44,11 @@ def find():
     return nginx
 
 
-def start(d, port, upstream, workers=1, cert=None, propagate_id=False):
+def start(d, port, upstream, workers=1, cert=None, propagate_id=False, strip_id=False):
     """nginx on 127.0.0.1:port proxying to upstream, unbuffered; cert: a
     (certificate, key) pair to terminate TLS 1.2/1.3 with; propagate_id: the
-    client's x-request-id goes upstream with the request.  Returns the
+    client's x-request-id goes upstream with the request; strip_id: it does
+    not (nginx passes the client's headers on unless told).  Returns the
     kpitest.Proc once the port accepts."""
     nginx = find()
     conf = os.path.join(d, "nginx.conf")
@@ -56,7 +57,8 @@ def start(d, port, upstream, workers=1, cert=None, propagate_id=False):
                             ssl=" ssl" if cert else "",
                             tls=TLS.format(crt=cert[0], key=cert[1]) if cert else "",
                             headers="\n            proxy_set_header X-Request-Id $http_x_request_id;"
-                            if propagate_id else ""))
+                            if propagate_id else '\n            proxy_set_header X-Request-Id "";'
+                            if strip_id else ""))
     ng = kpitest.Proc([nginx, "-c", conf, "-g", "daemon off;"])
     deadline = time.monotonic() + 20
     while True:

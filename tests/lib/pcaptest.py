@@ -120,6 +120,17 @@ def streams(path, server_port):
     return conns
 
 
+def client_fins(path, server_port):
+    """{client_port: the capture time of the client's first FIN or RST} on
+    connections to server_port: when a client that gave up on an answer
+    closed (its call ended there, whatever the server wrote after)."""
+    out = {}
+    for t, sport, dport, _, flags, _ in read_pcap(path):
+        if dport == server_port and flags & 0x05 and sport not in out:
+            out[sport] = t
+    return out
+
+
 def _messages(data, times, is_request):
     """Splits an HTTP/1.1 byte stream into messages: (head, body, t_first,
     t_last, body_offset_in_data, end_offset). Content-Length and chunked
@@ -158,15 +169,18 @@ def _messages(data, times, is_request):
     return out
 
 
-def exchanges(path, server_port):
+def exchanges(path, server_port, is_event=None):
     """Every request/response pair on the wire to server_port, in order per
     connection: dicts with the request line, headers, body, the first request byte's
     time, the response status, the time of the first SSE event carrying
     generated content (None for none), the number of such events, the
     time of the response's last byte, the server's FIN on the connection
-    (t_fin, None for none) and t_end, when the client saw the response end:
+    (t_fin, None for none), t_end, when the client saw the response end:
     its last byte, or for a body delimited by the close (neither
-    Content-Length nor chunked) the FIN. Times are CLOCK_REALTIME ns."""
+    Content-Length nor chunked) the FIN, and the stream's reasoning marks
+    (reasoning_of). Times are CLOCK_REALTIME ns.
+    is_event(event bytes): which events count (default is_content_event;
+    is_token_event counts every token, its text empty or not)."""
     result = []
     for cport, (req, resp) in sorted(streams(path, server_port).items()):
         qdata, qtimes = req.assemble()
@@ -175,7 +189,10 @@ def exchanges(path, server_port):
         resps = _messages(rdata, rtimes, False)
         for (qline, qhdr, qbody, q_first, q_last, _, _), r in zip(reqs, resps):
             rline, rhdr, body, r_first, r_last, b_off, _ = r
-            first_content, n_content = _content_events(rdata, rtimes, b_off, body, rhdr)
+            events = _sse_events(rdata, rtimes, b_off, body, rhdr)
+            counts = is_event or is_content_event
+            first_content = next((t for e, t in events if counts(e)), None)
+            n_content = sum(bool(counts(e)) for e, _ in events)
             by_close = "content-length" not in rhdr and \
                 rhdr.get("transfer-encoding", "").lower() != "chunked" and rline.split(" ")[1] not in ("204", "304")
             result.append({"request_line": qline, "request_headers": qhdr, "request_body": qbody,
@@ -184,7 +201,8 @@ def exchanges(path, server_port):
                            "response_headers": rhdr, "t_response_first_byte": r_first,
                            "t_first_content": first_content, "content_events": n_content,
                            "t_last_byte": r_last, "t_fin": resp.fin,
-                           "t_end": resp.fin if by_close and resp.fin else r_last, "client_port": cport})
+                           "t_end": resp.fin if by_close and resp.fin else r_last, "client_port": cport,
+                           "reasoning": reasoning_of(events)})
     return result
 
 
@@ -193,12 +211,12 @@ def exchanges_by_id(path, server_port):
     return {x["request_headers"].get("x-request-id"): x for x in exchanges(path, server_port)}
 
 
-def _content_events(rdata, rtimes, b_off, body, rhdr):
-    """The wire time of the first SSE event with generated content, and how
-    many there are: the time of the byte that completes the event (its blank
-    line), as the agent times an event by the write that completes it."""
+def _sse_events(rdata, rtimes, b_off, body, rhdr):
+    """The SSE events of a response body: (event bytes, the wire time of the
+    byte that completes it, its blank line), as the agent times an event by
+    the write that completes it.  [] when the body is not an event stream."""
     if "text/event-stream" not in rhdr.get("content-type", ""):
-        return None, 0
+        return []
     chunked = rhdr.get("transfer-encoding", "").lower() == "chunked"
     # map every payload byte back to its offset in rdata
     payload, offsets = bytearray(), []
@@ -217,45 +235,138 @@ def _content_events(rdata, rtimes, b_off, body, rhdr):
     else:
         payload += body
         offsets += range(b_off, b_off + len(body))
-    first, n, start = None, 0, 0
     text = bytes(payload).replace(b"\r\n", b"\n") if b"\r\n" in payload else bytes(payload)
     if text is not payload and len(text) != len(payload):
         raise AssertionError("CRLF-separated SSE is not handled by this reader")
+    out, start = [], 0
     while True:
         e = text.find(b"\n\n", start)
         if e < 0:
             break
-        event = text[start:e]
-        if is_content_event(event):
-            n += 1
-            if first is None:
-                first = rtimes[offsets[e + 1]]
+        out.append((text[start:e], rtimes[offsets[e + 1]]))
         start = e + 2
-    return first, n
+    return out
+
+
+def _event_json(event):
+    """An event's data as JSON (None for none, [DONE] or not JSON) and its
+    event: name ("" none)."""
+    import json
+    lines = event.split(b"\n")
+    name = next((l[6:].strip().decode() for l in lines if l.startswith(b"event:")), "")
+    data = b"".join(l[5:].strip() for l in lines if l.startswith(b"data:"))
+    if not data or data == b"[DONE]":
+        return None, name
+    try:
+        return json.loads(data), name
+    except ValueError:
+        return None, name
 
 
 def is_content_event(event):
     """The same rule as the agent's (docs/agent.md): an event whose data
-    carries generated text, not a role-only chunk, comment or [DONE]."""
+    carries generated text (answer or reasoning), not a role-only chunk,
+    comment or [DONE]; of the Responses API every response.*.delta event."""
+    j, name = _event_json(event)
+    if not isinstance(j, dict):
+        return False
+    rtype = name if name.startswith("response.") else j.get("type") or ""
+    if rtype.startswith("response."):
+        return rtype.endswith(".delta")
+    for c in j.get("choices") or []:
+        if c.get("text"):
+            return True
+        d = c.get("delta") or {}
+        if d.get("content") or d.get("reasoning_content") or d.get("reasoning"):
+            return True
+        if any((tc.get("function") or {}).get("arguments") for tc in d.get("tool_calls") or []):
+            return True
+    return False
+
+
+def is_token_event(event):
+    """An event that carries a generated token, whatever its text: a
+    completions or chat chunk with choices (kpi-infer sends one per token;
+    a byte-level model's token can decode to no text yet)."""
     import json
     data = b"".join(l[5:].strip() for l in event.split(b"\n") if l.startswith(b"data:"))
     if not data or data == b"[DONE]":
         return False
     try:
-        j = json.loads(data)
+        return bool(json.loads(data).get("choices"))
     except ValueError:
         return False
-    if j.get("type") == "response.output_text.delta":
-        return True
+def _event_parts(event):
+    """What one event carries: (reasoning text, answer text, tool call) where
+    answer text is content / text before any <think> handling; a tool call is
+    a tool_calls delta (its name or its arguments) or a Responses API
+    function-call item or arguments delta."""
+    j, name = _event_json(event)
+    if not isinstance(j, dict):
+        return "", "", False
+    rtype = name if name.startswith("response.") else j.get("type") or ""
+    if rtype.startswith("response."):
+        if rtype in ("response.reasoning_text.delta", "response.reasoning_summary_text.delta"):
+            return j.get("delta") or "", "", False
+        if rtype == "response.output_text.delta":
+            return "", j.get("delta") or "", False
+        if rtype == "response.function_call_arguments.delta":
+            return "", j.get("delta") or "", True
+        item = j.get("item") or {}
+        return "", "", rtype == "response.output_item.added" and item.get("type") == "function_call"
+    reasoning, answer, tool = "", "", False
     for c in j.get("choices") or []:
-        if c.get("text"):
-            return True
         d = c.get("delta") or {}
-        if d.get("content") or d.get("reasoning_content"):
-            return True
-        if any((tc.get("function") or {}).get("arguments") for tc in d.get("tool_calls") or []):
-            return True
-    return False
+        reasoning += d.get("reasoning_content") or d.get("reasoning") or ""
+        answer += (c.get("text") or "") + (d.get("content") or "")
+        for tc in d.get("tool_calls") or []:
+            tool = True
+            answer += (tc.get("function") or {}).get("arguments") or ""
+    return reasoning, answer, tool
+
+
+def reasoning_of(events):
+    """The reasoning marks of a stream, from its events [(bytes, t)], by the
+    rule docs/agent.md gives (computed here from whole events and whole
+    strings, independently of the agent's bounded scan): reasoning is what
+    reasoning fields carry, and inline content from <think> (or, when the
+    stream never opens one, from its start) to </think>; an event with any
+    answer byte is an answer event, one with reasoning bytes only a reasoning
+    event.  {t_first_content, t_first_reasoning, t_first_answer, t_first_tool,
+    reasoning_events, answer_events}, times None when absent."""
+    parts = [(_event_parts(e), t) for e, t in events if is_content_event(e) or _event_parts(e)[2]]
+    inline = "".join(a for (_, a, _), _ in parts)
+    opened, closes = inline.find("<think>"), inline.find("</think>")
+    # the inline reasoning, as offsets into the stream's content: [lo, hi)
+    if closes >= 0:
+        lo, hi = (opened if 0 <= opened < closes else 0), closes + len("</think>")
+    elif opened >= 0:
+        lo, hi = opened, len(inline)
+    else:
+        lo = hi = 0
+    out = {"t_first_content": None, "t_first_reasoning": None, "t_first_answer": None,
+           "t_first_tool": None, "reasoning_events": 0, "answer_events": 0}
+    pos = 0
+    for (reasoning, answer, tool), t in parts:
+        a0, pos = pos, pos + len(answer)
+        in_think = max(0, min(pos, hi) - max(a0, lo))     # answer bytes inside [lo, hi)
+        r = bool(reasoning) or in_think > 0
+        a = len(answer) - in_think > 0
+        if tool and out["t_first_tool"] is None:
+            out["t_first_tool"] = t
+        if not (r or a):
+            continue
+        if out["t_first_content"] is None:
+            out["t_first_content"] = t
+        if a:
+            out["answer_events"] += 1
+            if out["t_first_answer"] is None:
+                out["t_first_answer"] = t
+        else:
+            out["reasoning_events"] += 1
+        if r and out["t_first_reasoning"] is None:
+            out["t_first_reasoning"] = t
+    return out
 
 
 def tls_records(data, times):

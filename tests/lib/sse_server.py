@@ -11,16 +11,36 @@ answers NNN; GET /static sends this file with sendfile(2). A request without x-r
 response (srv-N), as the servers that make their own do, so a client that
 keys on the response's (kpi-bench) and the agent agree. Run:
 python3 sse_server.py PORT [--nagle] [--role-with-content] [--gap-ms MS]
-[--tls CERT KEY] [--host ADDR] (prints 'listening on PORT'); TCP_NODELAY unless --nagle;
---host: the address to listen on (default 127.0.0.1); a request's x-test-text header is
-the text of every content event (default " tokN"); --tls:
+[--tls CERT KEY] [--host ADDR] [--fixed-id ID] (prints 'listening on PORT'); TCP_NODELAY unless
+--nagle; --host: the address to listen on (default 127.0.0.1); a request's x-test-text header
+is the text of every content event (default " tokN"); --fixed-id: every response's x-request-id
+is ID, whatever the request's (as the chunks' ids are always the same: answers a relay cannot
+be told apart by); --tls:
 HTTPS through Python's ssl (the system libssl), the handshake done at the accept; --gap-ms: the pause before
 each event when the request's x-test-gap-ms does not say (default 2); --role-with-content: a chat stream's
 role rides on its first content event instead of a role-only first event
 (llama.cpp's server does so), so a client that times the first event with
-choices (kpi-bench) times the first content."""
-import itertools, json, os, socket, sys, time
+choices (kpi-bench) times the first content.
+
+Reasoning (issue 32): the x-test-reasoning header makes the first K of the n
+token events reasoning (K from x-test-reasoning-events, default n // 2), in
+one of the shapes servers send it: reasoning (delta.reasoning, vLLM now),
+reasoning_content (delta.reasoning_content: SGLang, llama.cpp, older vLLM),
+think (inline <think>...</think> in content, the boundary inside the last
+reasoning event: " r3</think>\n\na0"), think-split-event (</think> cut
+across two events: "</thi" | "nk>..."), think-split-write (the event with
+</think> written in two writes cut inside the tag), think-no-open (only the
+closing tag, as DeepSeek-R1's template leaves it).  POST /v1/responses
+answers as the Responses API (response.created, response.reasoning_text.delta
+for the K reasoning events, response.output_text.delta, response.completed
+with usage); x-test-reasoning is then implied.  x-test-tool-call: 1 makes the
+answer a tool call (delta.tool_calls: the name first, with empty arguments,
+then argument deltas; response.output_item.added and
+response.function_call_arguments.delta)."""
+import itertools, json, os, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from httpfixture import NoDelayServer
 
 
 def chunk(data):
@@ -33,6 +53,7 @@ def sse(obj):
 
 ROLE_WITH_CONTENT = "--role-with-content" in sys.argv
 GAP_MS = sys.argv[sys.argv.index("--gap-ms") + 1] if "--gap-ms" in sys.argv else "2"
+FIXED_ID = sys.argv[sys.argv.index("--fixed-id") + 1] if "--fixed-id" in sys.argv else None
 _ids = itertools.count(1)       # next() is atomic under the GIL
 
 
@@ -40,6 +61,8 @@ class Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
 
     def _request_id(self):
+        if FIXED_ID:
+            return FIXED_ID
         if not self.headers.get("x-request-id"):
             self.headers["x-request-id"] = f"srv-{next(_ids)}"
         return self.headers["x-request-id"]
@@ -79,27 +102,7 @@ class Handler(BaseHTTPRequestHandler):
         text = self.headers.get("x-test-text")
         mode = self.headers.get("x-test-mode", "event")
         gap = float(self.headers.get("x-test-gap-ms", GAP_MS)) / 1000
-        if self.path.split("?")[0] == "/v1/completions":
-            cid, obj = "cmpl-test", "text_completion"
-            events = [sse({"id": cid, "object": obj, "choices": [{"index": 0, "text": text or f" tok{i}",
-                                                                  "finish_reason": None}]})
-                      for i in range(n)]
-            events.append(sse({"id": cid, "object": obj,
-                               "choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
-        else:
-            cid, obj = "chatcmpl-test", "chat.completion.chunk"
-            role = {"role": "assistant"}
-            events = [] if ROLE_WITH_CONTENT else [sse({"id": cid, "object": obj, "choices": [
-                {"index": 0, "delta": {**role, "content": ""}}]})]
-            for i in range(n):
-                delta = {**(role if ROLE_WITH_CONTENT and i == 0 else {}), "content": text or f" tok{i}"}
-                events.append(sse({"id": cid, "object": obj,
-                                   "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}))
-            events.append(sse({"id": cid, "object": obj,
-                               "choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]}))
-        events.append(sse({"id": cid, "object": obj, "choices": [],
-                           "usage": {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}}))
-        events.append(sse(b"[DONE]"))
+        events, split = stream_events(self.path.split("?")[0], n, self.headers, text)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         if mode == "close":
@@ -122,6 +125,16 @@ class Handler(BaseHTTPRequestHandler):
                 for i in range(0, len(events), 3):
                     time.sleep(gap)
                     self.wfile.write(chunk(b"".join(events[i:i + 3])))
+            elif split:                 # the event with </think> across two writes, cut in the tag
+                for i, e in enumerate(events):
+                    time.sleep(gap)
+                    c = chunk(e)
+                    if i in split:
+                        at = c.index(b"\r\n") + 2 + split[i]
+                        self.wfile.write(c[:at])
+                        time.sleep(0.0005)
+                        c = c[at:]
+                    self.wfile.write(c)
             elif mode == "split":       # each event's chunk across two writes
                 for e in events:
                     time.sleep(gap)
@@ -142,19 +155,102 @@ class Handler(BaseHTTPRequestHandler):
             self.close_connection = True
 
 
-class NoDelayServer(ThreadingHTTPServer):
-    """TCP_NODELAY on every connection, as production servers set it: without
-    it Nagle holds a small write while the previous one is unacknowledged,
-    and a keep-alive client's delayed ACK puts up to 40 ms between the write
-    (what the agent times) and the wire.  A listen backlog for many clients
-    at once: socketserver's 5 drops the SYNs of a burst, which come again a
-    second later."""
-    request_queue_size = 128
+SHAPES = ("reasoning", "reasoning_content", "think", "think-split-event", "think-split-write",
+          "think-no-open")
 
-    def get_request(self):
-        conn, addr = super().get_request()
-        conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        return conn, addr
+
+def _think_pieces(shape, n, k):
+    """The content of each of n token events when the first k reason inline
+    (<think> ... </think>): the tag's cut as the shape says."""
+    out = [(("<think>" if i == 0 and shape != "think-no-open" else "") + f" r{i}") for i in range(k)]
+    out += [f" a{j}" for j in range(n - k)]
+    if 0 < k < n:
+        if shape == "think-split-event":
+            out[k - 1] += "</thi"
+            out[k] = "nk>\n\n" + out[k]
+        elif shape == "think-split-write":
+            out[k] = "</think>\n\n" + out[k]
+        else:
+            out[k - 1] += "</think>\n\n" + out[k]
+            out[k] = f" a{n - k}"
+    return out
+
+
+def _responses_events(n, k, tool):
+    """The Responses API's stream: k reasoning deltas, then n - k answer
+    deltas (output text, or a function call's arguments)."""
+    def ev(typ, **kw):
+        return b"event: " + typ.encode() + b"\n" + sse({"type": typ, **kw})
+    out = [ev("response.created", response={"id": "resp-test", "status": "in_progress"})]
+    out += [ev("response.reasoning_text.delta", item_id="rs-1", delta=f" r{i}") for i in range(k)]
+    if tool:
+        out.append(ev("response.output_item.added", item={"type": "function_call", "id": "fc-1",
+                                                          "name": "get_weather", "arguments": ""}))
+        out += [ev("response.function_call_arguments.delta", item_id="fc-1", delta=f'{{"a{j}":1}}')
+                for j in range(n - k)]
+    else:
+        out += [ev("response.output_text.delta", item_id="msg-1", delta=f" a{j}") for j in range(n - k)]
+    out.append(ev("response.completed", response={
+        "id": "resp-test", "status": "completed",
+        "usage": {"input_tokens": 5, "output_tokens": n,
+                  "output_tokens_details": {"reasoning_tokens": k}}}))
+    return out
+
+
+def stream_events(path, n, headers, text=None):
+    """The events of a streamed answer of n tokens (text: every answer
+    event's text, default " tokN"), and {event index: the
+    byte offset in that event where its write is cut} (think-split-write)."""
+    shape = headers.get("x-test-reasoning", "")
+    k = int(headers.get("x-test-reasoning-events") or n // 2) if shape or path == "/v1/responses" else 0
+    k = min(k, n)
+    tool = headers.get("x-test-tool-call") == "1"
+    if shape and shape not in SHAPES:
+        raise ValueError(f"x-test-reasoning: {shape!r} is not one of {SHAPES}")
+    if path == "/v1/responses":
+        return _responses_events(n, k, tool), {}
+    usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
+    if path == "/v1/completions":
+        cid, obj = "cmpl-test", "text_completion"
+        pieces = _think_pieces(shape, n, k) if shape.startswith("think") else [text or f" tok{i}" for i in range(n)]
+        events = [sse({"id": cid, "object": obj, "choices": [{"index": 0, "text": t,
+                                                              "finish_reason": None}]})
+                  for t in pieces]
+        events.append(sse({"id": cid, "object": obj,
+                           "choices": [{"index": 0, "text": "", "finish_reason": "length"}]}))
+    else:
+        cid, obj = "chatcmpl-test", "chat.completion.chunk"
+        role = {"role": "assistant"}
+        events = [] if ROLE_WITH_CONTENT else [sse({"id": cid, "object": obj, "choices": [
+            {"index": 0, "delta": {**role, "content": ""}}]})]
+        inline = _think_pieces(shape, n, k) if shape.startswith("think") else None
+        for i in range(n):
+            if inline:
+                delta = {"content": inline[i]}
+            elif i < k:
+                delta = {shape: f" r{i}"}
+            elif tool:
+                fn = {"name": "get_weather", "arguments": ""} if i == k else {"arguments": f'{{"a{i}":1}}'}
+                delta = {"tool_calls": [{"index": 0, **({"id": "call-1", "type": "function"} if i == k else {}),
+                                         "function": fn}]}
+            else:
+                delta = {"content": (text or f" tok{i}") if not shape else f" a{i - k}"}
+            if ROLE_WITH_CONTENT and i == 0:
+                delta = {**role, **delta}
+            events.append(sse({"id": cid, "object": obj,
+                               "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}))
+        events.append(sse({"id": cid, "object": obj,
+                           "choices": [{"index": 0, "delta": {},
+                                        "finish_reason": "tool_calls" if tool else "length"}]}))
+    if k:
+        usage["completion_tokens_details"] = {"reasoning_tokens": k}
+    events.append(sse({"id": cid, "object": obj, "choices": [], "usage": usage}))
+    events.append(sse(b"[DONE]"))
+    split = {}
+    if shape == "think-split-write" and 0 < k < n:
+        i = next(i for i, e in enumerate(events) if b"</think>" in e)
+        split[i] = events[i].index(b"</think>") + 4         # "</th" | "ink>"
+    return events, split
 
 
 if __name__ == "__main__":

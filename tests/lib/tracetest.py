@@ -82,13 +82,17 @@ def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, st
     one kpi-agent makes from an HTTP exchange (source 'http': queue, prefill
     and the engine's marks NULL, server_wait_ns holding queue and prefill;
     no samples, steps or in-flight rows, which that path does not write);
-    "mixed": every other row so."""
-    assert source in ("usdt", "http", "mixed"), source
+    "mixed": every other row so; "inferred": as "http", with the split
+    kpi-agent infers from stream timing (split_rule 'step': queue, prefill,
+    t_sched and t_first set, server_wait_ns NULL, decode from t_first);
+    "mixed-inferred": every other row so, the rest as "usdt" (an engine with
+    probes and one without on one host)."""
+    assert source in ("usdt", "http", "mixed", "inferred", "mixed-inferred"), source
     rnd = random.Random(seed)
     db = new_store(path)
     if source != "usdt":
         migrate(db)
-        if source == "http":
+        if source in ("http", "inferred"):
             steps, inflight = False, 0
     off = WALL0 - T0
     db.execute("INSERT INTO agent_runs VALUES (1, ?, ?, 'synthetic', 'tracetest', NULL)", (WALL0, off))
@@ -112,6 +116,9 @@ def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, st
            "VALUES (?,?,?,1,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)")
     if source == "usdt":      # a version-1 store has neither column
         ins = ins.replace(", source, server_wait_ns", "").replace("?,?,?)", "?)")
+    if source in ("inferred", "mixed-inferred"):
+        ins = ins.replace(", source, server_wait_ns)", ", source, server_wait_ns, split_rule, step_ns)") \
+                 .replace("?,?,?)", "?,?,?,?,?)")
     while True:
         t += int(rnd.expovariate(rate) * 1e9) + 1
         if t >= end:
@@ -168,8 +175,14 @@ def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, st
             # the last one the decode; the engine's marks are unknown
             row = row[:5] + (None, None, None, None) + row[9:12] + (None, None, decode,
                   done - fw - decode) + row[16:27] + (0, 80, None, "http", ttft - net_in)
+        elif source == "inferred" or (source == "mixed-inferred" and i % 2):
+            # the wire's view with the split inferred: the engine's admission
+            # and last token stay unknown, the first token is the step's end
+            row = row[:5] + (None, sched, first, None) + row[9:12] + (queue, prefill,
+                  fw + decode - first, done - fw - decode) + row[16:27] + (0, 80, None, "http", None,
+                  "step", tpot)
         elif source != "usdt":
-            row += ("usdt", None)
+            row += ("usdt", None) + ((None, None) if source == "mixed-inferred" else ())
         rows.append(row)
         s[0] += 1
         s[1] += out
@@ -183,7 +196,7 @@ def generate(path, duration_s=600, rate=20.0, incidents=(), seed=1, pid=4242, st
                 print(f"  {i} requests", flush=True)
     db.executemany(ins, rows)
     srows = []
-    for sec in (range(duration_s) if source != "http" else ()):
+    for sec in (range(duration_s) if source not in ("http", "inferred") else ()):
         c = per_sec.get(sec, [0, 0, 0, 0, 0, incident_at(sec)])
         kind = c[5]
         qd = {"queue": 40, "kv": 25, "cpu": 10}.get(kind, 1) + rnd.randint(0, 3)
@@ -347,3 +360,137 @@ def hops_trace(path, n, step_ns=10_000_000):
     db.executemany(f"INSERT INTO exchanges_out({cols}) VALUES ({q})", outs)
     db.commit()
     db.close()
+
+
+def agents_trace(path, change=None, seed=3):
+    """A trace of two minutes (baseline: the first, incident: the second)
+    with what schema 011 adds: a reasoning model's rows (2 a second, 20
+    reasoning events at 10 ms then the answer), an agent's tasks (one every 4
+    s: three model calls of 100 ms, a "search" and an MCP "lookup" tool call,
+    1 ms of its own work between calls; every fifth task's search fails once
+    and is retried) and a cascade gateway (2 requests a second to "small", 50
+    ms; 20% escalated to "large", 300 ms).  change, in the incident minute:
+    "think" 60 reasoning events, "slow" 30 ms a reasoning event (and TTFT
+    doubled), "tool" the search takes 200 ms, "escalate" 60% escalated,
+    "large_slow" large takes 900 ms.  Returns {"base": (from, to), "inc":
+    (from, to)} as @UNIX seconds for kpi-report."""
+    rnd = random.Random(seed)
+    db = new_store(path)
+    migrate(db)
+    db.executescript(open(os.path.join(ROOT, "schema", "views.sql")).read())   # as kpi-agent does
+    db.execute(f"PRAGMA user_version = {schema_version()}")
+    off = WALL0 - T0
+    db.execute("INSERT INTO agent_runs VALUES (1, ?, ?, 'synthetic', 'tracetest', NULL)", (WALL0, off))
+    req_cols = ("request_id, pid, run_id, wall_ns, t_arrive_ns, t_done_ns, e2e_ns, ttft_ns, ttfo_ns, "
+                "reasoning_ns, reasoning_events, answer_events, content_events, source, direction, hop_id, "
+                "comm, sock_local, sock_peer, path, http_status, end_reason, model, prompt_tokens, "
+                "output_tokens, task_id")
+    out_cols = ("request_id, pid, run_id, wall_ns, t_arrive_ns, t_done_ns, e2e_ns, source, direction, hop_id, "
+                "parent_hop_id, link_rule, comm, sock_local, sock_peer, path, http_status, end_reason, model, "
+                "task_id, call_kind, rpc_method, tool_name, retry, call_error, escalated_from")
+    reqs, outs, tasks = [], [], []
+    port = [30000]
+
+    def ends():
+        port[0] += 1
+        return f"127.0.0.1:{port[0]}"
+
+    def model_row(rid, pid, comm, t, e2e, model, ttft=None, events=0, pace=0, cost_end=None):
+        ttfo = None if ttft is None else ttft + events * pace
+        peer = cost_end or ends()
+        reqs.append((rid, pid, 1, t + off, t, t + e2e, e2e, ttft, ttfo, events * pace if events else None,
+                     events or None, 5 if ttft is not None else None, events + 5 if ttft is not None else None,
+                     "http", "in", f"{pid}.{t}", comm, "127.0.0.1:9000", peer, "/v1/chat/completions", 200,
+                     "complete", model, 20, events + 5, None))
+        return peer
+
+    def call(pid, comm, t, e2e, task, kind, model=None, tool=None, rpc=None, retry=0, error=0, esc=None,
+             model_pid=None, model_comm=None):
+        hop = f"{pid}.{t}"
+        local = ends()
+        outs.append((f"out-{hop}", pid, 1, t + off, t, t + e2e, e2e, "http", "out", hop, task, "thread", comm,
+                     local, "127.0.0.1:9000" if kind == "model" else "127.0.0.1:9100",
+                     "/v1/chat/completions" if kind == "model" else "/mcp" if rpc else f"/tools/{tool}",
+                     500 if error else 200, "complete", model, task, kind, rpc, tool, retry, error, esc))
+        if kind == "model" and model_pid:
+            # the model server's own row, on the other end of the call's connection
+            reqs.append((f"m-{hop}", model_pid, 1, t + 100_000 + off, t + 100_000, t + e2e - 100_000,
+                         e2e - 200_000, None, None, None, None, None, None, "http", "in", f"{model_pid}.{t}",
+                         model_comm, "127.0.0.1:9000", local, "/v1/chat/completions", 200, "complete", model,
+                         20, 5, None))
+        return hop
+
+    for minute in (0, 1):
+        ch = change if minute else None
+        t0 = T0 + minute * 60 * NS
+        # the reasoning model server
+        for k in range(120):
+            t = t0 + k * NS // 2 + rnd.randrange(0, 10 * MS)
+            events = 60 if ch == "think" else 20
+            pace = 30 * MS if ch == "slow" else 10 * MS
+            ttft = (100 if ch == "slow" else 50) * MS
+            model_row(f"rq-{minute}-{k}", 500, "vllm", t, ttft + events * pace + 5 * pace, "r1", ttft, events, pace)
+        # the agent's tasks
+        for k in range(15):
+            t = t0 + k * 4 * NS
+            task = f"900.{t}"
+            cur, n = t + MS, {"model": 0, "tool": 0, "retries": 0, "errors": 0}
+            steps = ["model", "search", "model", "lookup", "model"]
+            if k % 5 == 0:
+                steps.insert(2, "search-fail")
+            for s in steps:
+                if s == "model":
+                    call(900, "agent", cur, 100 * MS, task, "model", model="tiny", model_pid=501,
+                         model_comm="kpi-infer")
+                    cur += 100 * MS
+                    n["model"] += 1
+                elif s == "lookup":
+                    call(900, "agent", cur, 20 * MS, task, "tool", tool="lookup", rpc="tools/call")
+                    cur += 20 * MS
+                    n["tool"] += 1
+                else:
+                    d = (200 if ch == "tool" else 20) * MS
+                    fail = s == "search-fail"
+                    call(900, "agent", cur, d, task, "tool", tool="search", error=int(fail),
+                         retry=int(s == "search" and k % 5 == 0))
+                    n["tool"] += 1
+                    n["errors"] += int(fail)
+                    n["retries"] += int(s == "search" and k % 5 == 0)
+                    cur += d
+                cur += MS
+            dur = cur - t
+            model_ns = n["model"] * 100 * MS
+            tool_ns = sum((200 if ch == "tool" else 20) * MS for s in steps if s.startswith("search")) + 20 * MS
+            tasks.append((task, 900, "agent", 1, t + off, "inbound", task, f"task-{minute}-{k}", t, cur, dur,
+                          n["model"], n["tool"], 1, n["retries"], n["errors"], model_ns, tool_ns,
+                          dur - model_ns - tool_ns, 1, 200))
+            reqs.append((f"task-{minute}-{k}", 900, 1, t + off, t, cur, dur, None, None, None, None, None, None,
+                         "http", "in", task, "agent", "127.0.0.1:8000", ends(), "/task", 200, "complete",
+                         None, None, None, task))
+        # the cascade gateway
+        rate = 0.6 if ch == "escalate" else 0.2
+        large = (900 if ch == "large_slow" else 300) * MS
+        for k in range(120):
+            t = t0 + k * NS // 2
+            top = f"700.{t}"
+            first = call(700, "gateway", t + MS, 50 * MS, top, "model", model="small", model_pid=502,
+                         model_comm="kpi-infer")
+            esc = (k * 7919) % 100 < rate * 100
+            if esc:
+                call(700, "gateway", t + 52 * MS, large, top, "model", model="large", esc=first, model_pid=503,
+                     model_comm="kpi-infer")
+            end = t + (52 * MS + large if esc else 52 * MS)
+            reqs.append((f"gw-{minute}-{k}", 700, 1, t + off, t, end, end - t, None, None, None, None, None,
+                         None, "http", "in", top, "gateway", "127.0.0.1:8100", ends(), "/v1/chat/completions",
+                         200, "complete", None, None, None, None))
+    q = ",".join("?" * len(req_cols.split(",")))
+    db.executemany(f"INSERT INTO requests({req_cols}) VALUES ({q})", reqs)
+    q = ",".join("?" * len(out_cols.split(",")))
+    db.executemany(f"INSERT INTO exchanges_out({out_cols}) VALUES ({q})", outs)
+    db.executemany("INSERT INTO tasks(task_id, pid, comm, run_id, wall_ns, rule, hop_id, request_id, t_start_ns, "
+                   "t_end_ns, duration_ns, model_calls, tool_calls, mcp_calls, retries, errors, model_ns, "
+                   "tool_ns, agent_ns, success, http_status) VALUES (" + ",".join("?" * 21) + ")", tasks)
+    db.commit()
+    db.close()
+    wall = lambda t: f"@{(t + off) / NS:.3f}"
+    return {"base": (wall(T0), wall(T0 + 60 * NS)), "inc": (wall(T0 + 60 * NS), wall(T0 + 120 * NS))}

@@ -39,6 +39,12 @@ static void on_integ(void *ctx, const struct kpi_integration_record *r)
 		integ[n_integ++] = *r;
 }
 
+/* The inbound rows the HTTP path holds until their inferred split is decided. */
+static void settle(struct assembler *a)
+{
+	assemble_flush(a, UINT64_MAX, true);
+}
+
 /* A new assembler on a new bus (the last test's assembler is freed by now). */
 static struct assembler *fresh(void)
 {
@@ -101,8 +107,8 @@ static void http_close(struct assembler *a, uint64_t ts, unsigned by)
 
 static int64_t phase_sum(const struct kpi_request_record *r)
 {
-	int64_t p[5] = { r->net_in, r->server_wait, r->decode, r->net_out, r->queue }, s = 0;
-	for (int i = 0; i < 5; i++)
+	int64_t p[6] = { r->net_in, r->server_wait, r->decode, r->net_out, r->queue, r->prefill }, s = 0;
+	for (int i = 0; i < 6; i++)
 		if (p[i] != KPI_NULL)
 			s += p[i];
 	return s;
@@ -134,6 +140,8 @@ static void streamed_exchange(void)
 	feed(a, KPI_PAYLOAD_OUT, 1800, 0, chunk(EVENT("c")));
 	feed(a, KPI_PAYLOAD_OUT, 1850, 0, chunk("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":3}}\n\n"));
 	feed(a, KPI_PAYLOAD_OUT, 1900, 0, "0\r\n\r\n");
+	CHECK(n_got == 0, "%d rows before the split is decided", n_got);
+	settle(a);
 	CHECK(n_got == 1, "%d rows", n_got);
 	struct kpi_request_record *r = &got[0];
 	CHECK(!strcmp(r->request_id, "s-1") && !strcmp(r->source, "http"), "%s", r->request_id);
@@ -141,10 +149,15 @@ static void streamed_exchange(void)
 	      "arrive %lld", (long long)r->t_arrive);
 	CHECK(r->t_req_read == 1000 && r->t_resp_start == 1100 && r->t_first_write == 1500 &&
 	      r->t_done == 1900, "marks");
-	CHECK(r->net_in == 100 && r->server_wait == 500 && r->decode == 300 && r->net_out == 100,
+	/* nothing else in flight: the split is inferred (idle), the role-only
+	 * chunk is no token, the first token is the first content */
+	CHECK(r->split_rule && !strcmp(r->split_rule, "idle") && r->queue == 0 && r->prefill == 500 &&
+	      r->t_sched == 1000 && r->t_first == 1500 && r->step_ns == 150, "split %s %lld %lld",
+	      r->split_rule ? r->split_rule : "-", (long long)r->queue, (long long)r->prefill);
+	CHECK(r->net_in == 100 && r->server_wait == KPI_NULL && r->decode == 300 && r->net_out == 100,
 	      "%lld %lld %lld %lld", (long long)r->net_in, (long long)r->server_wait,
 	      (long long)r->decode, (long long)r->net_out);
-	CHECK(r->queue == KPI_NULL && r->prefill == KPI_NULL && r->t_admit == KPI_NULL, "engine marks");
+	CHECK(r->t_admit == KPI_NULL && r->t_last == KPI_NULL, "engine marks");
 	CHECK(r->e2e == 1000 && phase_sum(r) == r->e2e, "e2e %lld", (long long)r->e2e);
 	CHECK(r->ttft == 600 && r->content_events == 3 && r->n_token_writes == 3, "ttft");
 	CHECK(r->itl_max == 200 && r->itl_p50 == 150 && r->tpot == 150, "itl %lld %lld %lld",
@@ -168,6 +181,7 @@ static void plain_error_then_keepalive(void)
 	feed(a, KPI_PAYLOAD_OUT, 1400, 0, "{}");
 	feed(a, KPI_PAYLOAD_IN, 2000, 1990, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
 	feed(a, KPI_PAYLOAD_OUT, 2100, 0, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+	settle(a);
 	CHECK(n_got == 2, "%d rows", n_got);
 	struct kpi_request_record *r = &got[0];
 	CHECK(r->http_status == 404 && r->ttft == 300 && r->decode == KPI_NULL &&
@@ -191,6 +205,7 @@ static void client_disconnect(void)
 	feed(a, KPI_PAYLOAD_OUT, 1200, 0, chunk("data: {\"choices\":[{\"text\":\"x\"}]}\n\n"));
 	http_close(a, 1500, KPI_CLOSE_BY_CLIENT);
 	http_close(a, 1600, KPI_CLOSE_BY_SERVER);
+	settle(a);
 	CHECK(n_got == 1 && !strcmp(got[0].end_reason, "client_closed"), "%d", n_got);
 	CHECK(got[0].t_done == 1500 && phase_sum(&got[0]) == got[0].e2e && got[0].content_events == 1,
 	      "done %lld", (long long)got[0].t_done);
@@ -269,6 +284,7 @@ static void tls_connection(void)
 	feed_bytes(a, KPI_EV_PAYLOAD, 7, KPI_PAYLOAD_IN, 2050, appdata, sizeof(appdata));
 	feed_bytes(a, KPI_EV_TLS_PAYLOAD, 7, KPI_PAYLOAD_OUT, 2400, resp, strlen(resp));
 	feed_bytes(a, KPI_EV_TLS_PAYLOAD, KPI_TLS_FD_UNKNOWN, KPI_PAYLOAD_IN, 2500, req, strlen(req));
+	settle(a);
 	CHECK(n_got == 1 && !strcmp(got[0].request_id, "tls-1") && got[0].http_status == 200,
 	      "%d rows", n_got);
 	CHECK(got[0].t_arrive == 2000 && got[0].t_done == 2400, "arrive %lld done %lld",
@@ -299,6 +315,7 @@ static void tls_unreadable(void)
 	tls_losses(a, &unreadable, &unsynced);
 	CHECK(unreadable == 1 && unsynced == 0, "unreadable %llu unsynced %llu",
 	      (unsigned long long)unreadable, (unsigned long long)unsynced);
+	settle(a);
 	CHECK(n_got == 1 && got[0].http_status == 204, "%d rows", n_got);
 	assemble_free(a);
 }
@@ -331,6 +348,7 @@ static void call_linked_by_thread(void)
 	sock(a, 7, KPI_ROLE_SERVED, 8080, 50000, true);
 	sock(a, 9, KPI_ROLE_CLIENT, 50001, 9000, false);
 	call_within(a, 1000, "in-1", "", 100);
+	settle(a);
 	CHECK(n_got == 1 && n_outs == 1, "%d in, %d out", n_got, n_outs);
 	struct kpi_request_record *in = &got[0], *out = &outs[0];
 	CHECK(!strcmp(in->direction, "in") && !strcmp(in->hop_id, "42.1000") && in->tid == 100,
@@ -409,6 +427,7 @@ static void integration_overhead(void)
 		if (late)
 			feed_on(a, 10, 300, KPI_ROLE_SERVED, KPI_PAYLOAD_OUT, 1750, 0,
 				"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+		settle(a);
 		CHECK(n_got == 2 && n_outs == 1 && n_integ == 1, "late %d: %d in, %d out, %d integration",
 		      late, n_got, n_outs, n_integ);
 		struct kpi_integration_record *r = &integ[0];

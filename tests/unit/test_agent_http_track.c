@@ -266,6 +266,48 @@ static void test_completions_stream(void)
 	http_track_free(t);
 }
 
+/* The token events a stream's split is inferred from (on_token): every event
+ * that carries a token, its text or an empty one, at its write's time; not
+ * a chat stream's role-only first chunk, comments, the finish-only chunk,
+ * usage or [DONE]. */
+struct tok_seen {
+	int n;
+	uint64_t ts[16];
+	uint64_t arrive;
+};
+
+static void on_tok(void *ctx, const struct http_exchange *x, uint64_t ts)
+{
+	struct tok_seen *s = ctx;
+	if (s->n < 16)
+		s->ts[s->n++] = ts;
+	s->arrive = x->t_arrive;
+}
+
+static void test_token_events(void)
+{
+	struct tok_seen seen = { 0 };
+	struct http_track *t = http_track_new(&(struct http_track_cfg){ .on_token = on_tok, .ctx = &seen });
+
+	CHECK(t, "http_track_new failed");
+	post(t, "/v1/chat/completions", "", "{\"stream\":true}", 10);
+	out(t, "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n", 20);
+	out(t, chunk("data: {\"choices\":[{\"delta\":{\"role\":\"assistant\",\"content\":\"\"}}]}\n\n"), 30);
+	out(t, chunk("data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"}}]}\n\n"), 40);
+	out(t, chunk(": ping\n\n"), 45);
+	out(t, chunk("data: {\"choices\":[{\"delta\":{\"content\":\"\"}}]}\n\n"), 50);
+	out(t, chunk("data: {\"choices\":[{\"delta\":{\"content\":null}}]}\n\n"), 55);
+	out(t, chunk("data: {\"choices\":[{\"index\":0,\"text\":\"\",\"finish_reason\":null}]}\n\n"), 60);
+	out(t, chunk("data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n"), 70);
+	out(t, chunk("data: {\"choices\":[],\"usage\":{\"completion_tokens\":3}}\n\ndata: [DONE]\n\n"), 80);
+	out(t, "0\r\n\r\n", 90);
+	CHECK(seen.n == 3 && seen.ts[0] == 40 && seen.ts[1] == 50 && seen.ts[2] == 60,
+	      "%d token events (%" PRIu64 ", %" PRIu64 ", %" PRIu64 ")", seen.n, seen.ts[0], seen.ts[1],
+	      seen.ts[2]);
+	CHECK(seen.arrive == 10, "the exchange in progress: arrive %" PRIu64, seen.arrive);
+	http_track_free(t);
+}
+
 /* Reasoning, tool-call arguments and a vLLM chunk whose logprobs carry a
  * "content" array: only non-empty generated strings count. */
 static void test_chat_reasoning_and_tools(void)
@@ -666,6 +708,7 @@ int main(void)
 	RUN(test_chat_stream_event_split);
 	RUN(test_chat_stream_bytewise);
 	RUN(test_completions_stream);
+	RUN(test_token_events);
 	RUN(test_chat_reasoning_and_tools);
 	RUN(test_responses_api);
 	RUN(test_keep_alive_three_requests);

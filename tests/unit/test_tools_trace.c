@@ -220,7 +220,9 @@ static void test_open_schema_and_window(void)
 	CHECK(pts[3].t_ns == 3 * NS_PER_S && pts[3].samples == 0 && pts[3].kv_usage_max == -1, "bucket 3");
 	int64_t at;
 	char err[512];
-	CHECK(!trace_parse_time(t, "-1s", &at, err, sizeof(err)) && at == 9 * NS_PER_S, "-1s: %s", err);
+	/* "end" is just past the last row (10 s), so that a window ending there holds it */
+	CHECK(!trace_parse_time(t, "end", &at, err, sizeof(err)) && at == 10 * NS_PER_S + 1, "end -> %lld", (long long)at);
+	CHECK(!trace_parse_time(t, "-1s", &at, err, sizeof(err)) && at == 9 * NS_PER_S + 1, "-1s -> %lld", (long long)at);
 	CHECK(!trace_parse_time(t, "@1001", &at, err, sizeof(err)) && at == NS_PER_S, "@1001 -> %lld", (long long)at);
 	CHECK(trace_parse_time(t, "yesterday", &at, err, sizeof(err)) == -1 && strstr(err, "'yesterday'"), "%s", err);
 	trace_close(t);
@@ -337,7 +339,8 @@ static void test_window_runq_by(void)
 
 /* Every cause the agent counts (agent/record.h) comes back from a window by
  * name with its count, and the total is their sum: a cause the agent gains
- * past what the readers list fails here, not silently in kpitop/kpi-report. */
+ * past what the readers list fails here, not silently in kpitop/kpi-report.
+ * hops_unlinked is missing evidence, not lost data: in unlinked, apart. */
 static void test_window_every_loss_cause(void)
 {
 	char sql[160];
@@ -348,14 +351,14 @@ static void test_window_every_loss_cause(void)
 		CHECK(sqlite3_exec(db, kpi_schema_files[i].sql, NULL, NULL, NULL) == SQLITE_OK, "%s: %s",
 		      kpi_schema_files[i].name, sqlite3_errmsg(db));
 	/* cause c lost c + 1 in each of two sample seconds, and one request arrived */
-	int64_t want = 0;
+	int64_t want = 0, want_unlinked = 0;
 	for (int c = 0; c < KPI_LOSS__COUNT; c++)
 		for (int s = 1; s <= 2; s++) {
 			snprintf(sql, sizeof(sql), "INSERT INTO losses (run_id, wall_ns, t_ns, cause, n) VALUES "
 				 "(1, %lld, %lld, '%s', %d)", 1000 * NS_PER_S + s * NS_PER_S, (long long)s * NS_PER_S,
 				 kpi_loss_name(c), c + 1);
 			CHECK(sqlite3_exec(db, sql, NULL, NULL, NULL) == SQLITE_OK, "%s", sqlite3_errmsg(db));
-			want += c + 1;
+			*(c == KPI_LOSS_HOPS_UNLINKED ? &want_unlinked : &want) += c + 1;
 		}
 	sqlite3_exec(db, "INSERT INTO requests (request_id, pid, wall_ns, t_arrive_ns) VALUES ('r', 1, "
 		     "1001000000000, 1000000000)", NULL, NULL, NULL);
@@ -365,16 +368,23 @@ static void test_window_every_loss_cause(void)
 	CHECK(KPI_LOSS__COUNT <= TRACE_LOSS_MAX, "the agent has %d loss causes, the readers list %d: raise "
 	      "TRACE_LOSS_MAX in tools/common/trace.h", KPI_LOSS__COUNT, TRACE_LOSS_MAX);
 	CHECK(w.lost == want, "lost %lld, want %lld", (long long)w.lost, (long long)want);
-	CHECK(w.n_loss + w.n_loss_more == KPI_LOSS__COUNT && !w.n_loss_more, "%d listed, %d more, the agent has %d",
-	      w.n_loss, w.n_loss_more, KPI_LOSS__COUNT);
+	CHECK(w.unlinked == want_unlinked, "unlinked %lld, want %lld", (long long)w.unlinked,
+	      (long long)want_unlinked);
+	CHECK(w.n_loss + w.n_loss_more == KPI_LOSS__COUNT - 1 && !w.n_loss_more, "%d listed, %d more, the agent "
+	      "has %d and hops_unlinked", w.n_loss, w.n_loss_more, KPI_LOSS__COUNT - 1);
 	for (int c = 0; c < KPI_LOSS__COUNT; c++) {
 		int k;
 		for (k = 0; k < w.n_loss && strcmp(w.loss[k].cause, kpi_loss_name(c)); k++)
 			;
+		if (c == KPI_LOSS_HOPS_UNLINKED) {
+			CHECK(k == w.n_loss, "hops_unlinked listed among the losses at %d", k);
+			continue;
+		}
 		CHECK(k < w.n_loss && w.loss[k].n == 2 * (c + 1), "cause %s: %s", kpi_loss_name(c),
 		      k < w.n_loss ? "wrong count" : "not listed");
-		/* largest first */
-		CHECK(k == KPI_LOSS__COUNT - 1 - c || k >= w.n_loss, "cause %s listed at %d", kpi_loss_name(c), k);
+		/* largest first, hops_unlinked not among them */
+		int at = KPI_LOSS__COUNT - 1 - c - (c < KPI_LOSS_HOPS_UNLINKED);
+		CHECK(k == at, "cause %s listed at %d, not %d", kpi_loss_name(c), k, at);
 	}
 	trace_close(t);
 	unlink(p);

@@ -92,7 +92,7 @@ static int window_rows(struct reqstats *s, const struct trace_stat_row *rows, si
 		if (r->t_arrive_ns < w->from_ns || r->t_arrive_ns >= w->to_ns) continue;
 		w->requests++;
 		w->by_source[r->flags & TSR_HTTP ? TRACE_SRC_HTTP : r->flags & TSR_LIBLLAMA ? TRACE_SRC_LIBLLAMA :
-			     TRACE_SRC_USDT]++;
+			     r->flags & TSR_INFERRED ? TRACE_SRC_INFERRED : TRACE_SRC_USDT]++;
 		if (r->t_done_ns != TRACE_NULL && r->t_done_ns > w->served_to_ns) w->served_to_ns = r->t_done_ns;
 		if (r->http_status == 429) {
 			w->rejected++;
@@ -149,9 +149,11 @@ int reqstats_window(struct reqstats *s, const struct trace_stat_row *rows, size_
 	double targets[2] = { w->m[TM_E2E].p50, w->m[TM_E2E].p99 };
 	int64_t *phases[2] = { w->phase_p50, w->phase_p99 }, *e2e[2] = { &w->e2e_p50_row, &w->e2e_p99_row };
 	int64_t *wait[2] = { &w->wait_p50, &w->wait_p99 };
+	bool *inferred[2] = { &w->inferred_p50, &w->inferred_p99 };
 	for (int k = 0; k < 2; k++) {
 		const struct trace_stat_row *r = nearest_row(s, rows, targets[k]);
 		*e2e[k] = r->m[TM_E2E];
+		*inferred[k] = r->flags & TSR_INFERRED;
 		for (int p = 0; p < PH_N; p++)
 			phases[k][p] = r->m[TM_NET_IN + p] == TRACE_NULL ? -1 : r->m[TM_NET_IN + p];
 		*wait[k] = r->m[TM_SERVER_WAIT] == TRACE_NULL ? -1 : r->m[TM_SERVER_WAIT];

@@ -13,9 +13,10 @@
 const char *const trace_phase_name[PH_N] = { "net-in", "queue", "prefill", "decode", "net-out" };
 const char *const trace_metric_name[TM_N] = {
 	"TTFT", "TPOT", "ITL", "e2e", "net-in", "queue", "prefill", "decode", "net-out", "run-queue",
-	"server-wait",
+	"server-wait", "TTFO",
 };
-const char *const trace_source_name[TRACE_SRC_N] = { "usdt", "http", "http+libllama" };
+const char *const trace_source_name[TRACE_SRC_N] = { "usdt", "http", "http+libllama",
+						      "http (split inferred)" };
 const char *const trace_state_name[TRS_N] = {
 	"arriving", "queued", "prefill", "decode", "writing", "done", "rejected", "error", "cancelled",
 };
@@ -41,7 +42,13 @@ struct trace {
 	char *path;
 	bool has_source;                    /* requests.source (006_http.sql) */
 	bool has_engine;                    /* requests.engine_prompt_tokens (007_llama.sql) */
+	/* " AND ..." that leaves out a disaggregated request's worker rows (the
+	 * decode and prefill workers' hops under the router's row, which stands
+	 * for the request: 010_disagg.sql); "" before version 10 */
+	const char *top;
+	bool has_ttfo;                      /* requests.ttfo_ns (011_tasks.sql) */
 	bool has_weight_type;               /* requests.weight_type (009_weight_type.sql) */
+	bool has_split;                     /* requests.split_rule (012_split.sql) */
 	int64_t mono_to_wall;
 	sqlite3_stmt *q_window, *q_since, *q_samples, *q_inflight, *q_replay, *q_recent,
 		*q_slowest, *q_steps, *q_runq_by, *q_losses;
@@ -66,19 +73,36 @@ struct trace {
 	"request_id, pid, t_arrive_ns, t_admit_ns, t_sched_ns, t_first_ns, t_last_ns, t_done_ns, " \
 	"net_in_ns, queue_ns, prefill_ns, decode_ns, net_out_ns, ttft_ns, tpot_ns, e2e_ns, "     \
 	"prompt_tokens, output_tokens, http_status, finish_reason, reject_reason, preemptions, " \
-	"runq_ns, itl_max_ns, %s"
+	"runq_ns, itl_max_ns, %s, %s"
 
-/* struct trace_stat_row's columns: 0..10 are the metrics in enum order (10,
- * the server wait, and the last, the source, are SQL_SRC_COLS) */
+/* struct trace_stat_row's columns: 0..11 are the metrics in enum order (10,
+ * the server wait, and the last, the source, are SQL_SRC_COLS; 11, TTFO,
+ * sql_ttfo_col) */
 #define SQL_STAT_COLS                                                                           \
 	"ttft_ns, tpot_ns, itl_p50_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, decode_ns, "    \
-	"net_out_ns, runq_ns, %s, itl_p99_ns, itl_max_ns, prompt_tokens, output_tokens, "        \
+	"net_out_ns, runq_ns, %s, %s, itl_p99_ns, itl_max_ns, prompt_tokens, output_tokens, "    \
 	"http_status, finish_reason, preemptions, t_done_ns, t_arrive_ns"
 
-/* server_wait_ns, then 1 for an http row, where the store has them */
+/* The source code of a row (TRACE_SRC_SQL), as far as the store says. */
+static const char *sql_src(const struct trace *t)
+{
+	return !t->has_source ? "0" : t->has_split ? TRACE_SRC_SQL_SPLIT : TRACE_SRC_SQL;
+}
+
+/* server_wait_ns, then the row's source code, where the store has them */
 static const char *sql_src_cols(const struct trace *t)
 {
-	return t->has_source ? "server_wait_ns, " TRACE_SRC_SQL : "NULL, 0";
+	static char cols[2][256];
+	char *c = cols[t->has_split];
+
+	snprintf(c, sizeof(cols[0]), "%s, %s", t->has_source ? "server_wait_ns" : "NULL", sql_src(t));
+	return c;
+}
+
+/* ttfo_ns where the store has it (version 11) */
+static const char *sql_ttfo_col(const struct trace *t)
+{
+	return t->has_ttfo ? "ttfo_ns" : "NULL";
 }
 
 /* ---- opening ------------------------------------------------------------- */
@@ -203,15 +227,16 @@ static bool has_column(struct trace *t, const char *table, const char *column)
 /* The window and timeline statements; what a version-ver store has. */
 static int prep_window_queries(struct trace *t, int ver, char *err, size_t errlen)
 {
-	char sql[1024], win[1024], since[1024], rows[1024];
-	const char *wait = t->has_source ? "server_wait_ns" : "NULL", *http = t->has_source ? TRACE_SRC_SQL : "0";
+	char sql[1024], win[1536], since[1536], rows[1536];
+	const char *wait = t->has_source ? "server_wait_ns" : "NULL", *http = sql_src(t);
 	snprintf(win, sizeof(win), "SELECT " SQL_STAT_COLS ", %s FROM requests "
-		 "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2", wait, http);
+		 "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2%s", wait, sql_ttfo_col(t), http, t->top);
 	snprintf(since, sizeof(since), "SELECT " SQL_STAT_COLS ", %s FROM requests "
-		 "WHERE rowid > ?3 AND +t_arrive_ns >= ?1 AND +t_arrive_ns < ?2", wait, http);
+		 "WHERE rowid > ?3 AND +t_arrive_ns >= ?1 AND +t_arrive_ns < ?2%s", wait, sql_ttfo_col(t), http,
+		 t->top);
 	snprintf(rows, sizeof(rows), "SELECT t_arrive_ns, ttft_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, "
 		 "decode_ns, net_out_ns, %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 "
-		 "AND e2e_ns IS NOT NULL AND http_status IS NOT 429", sql_src_cols(t));
+		 "AND e2e_ns IS NOT NULL AND http_status IS NOT 429%s", sql_src_cols(t), t->top);
 	snprintf(sql, sizeof(sql), "SELECT pid, t_ns, queue_depth, running, kv_usage, requests_per_s, "
 		 "output_tokens_per_s, preemptions, rejections, errors, drops, runq_ns, %s "
 		 "FROM samples WHERE t_ns >= ?1 AND t_ns < ?2 ORDER BY t_ns",
@@ -235,15 +260,15 @@ static int prep_window_queries(struct trace *t, int ver, char *err, size_t errle
 /* The request-list statements (SQL_REQ_COLS rows, and the agent's inflight). */
 static int prep_list_queries(struct trace *t, char *err, size_t errlen)
 {
-	char replay[1024], recent[1024], slowest[1024], cols[512];
-	snprintf(cols, sizeof(cols), SQL_REQ_COLS, sql_src_cols(t));
+	char replay[1536], recent[1536], slowest[1536], cols[1024];
+	snprintf(cols, sizeof(cols), SQL_REQ_COLS, sql_src_cols(t), sql_ttfo_col(t));
 	snprintf(replay, sizeof(replay), "SELECT %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns <= ?2 "
-		 "AND (t_done_ns IS NULL OR t_done_ns > ?2) AND http_status IS NOT 429 "
-		 "ORDER BY t_arrive_ns LIMIT ?3", cols);
+		 "AND (t_done_ns IS NULL OR t_done_ns > ?2) AND http_status IS NOT 429%s "
+		 "ORDER BY t_arrive_ns LIMIT ?3", cols, t->top);
 	snprintf(recent, sizeof(recent), "SELECT %s FROM requests WHERE t_arrive_ns < ?1 AND t_arrive_ns >= ?3 "
-		 "AND coalesce(t_done_ns, t_arrive_ns) <= ?1 ORDER BY t_arrive_ns DESC LIMIT ?2", cols);
-	snprintf(slowest, sizeof(slowest), "SELECT %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 "
-		 "ORDER BY coalesce(e2e_ns, ttft_ns, 0) DESC LIMIT ?3", cols);
+		 "AND coalesce(t_done_ns, t_arrive_ns) <= ?1%s ORDER BY t_arrive_ns DESC LIMIT ?2", cols, t->top);
+	snprintf(slowest, sizeof(slowest), "SELECT %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2%s "
+		 "ORDER BY coalesce(e2e_ns, ttft_ns, 0) DESC LIMIT ?3", cols, t->top);
 	return prep(t, &t->q_inflight,
 		    "SELECT request_id, pid, state, t_arrive_ns, t_admit_ns, t_sched_ns, t_first_ns, "
 		    "prompt_tokens, output_writes FROM inflight ORDER BY t_arrive_ns", err, errlen) ||
@@ -262,7 +287,10 @@ struct trace *trace_open(const char *path, char *err, size_t errlen)
 	if (open_db(t, path, err, errlen) || (ver = schema_version(t, err, errlen)) < 0 ||
 	    (t->has_source = has_column(t, "requests", "source"),
 	     t->has_engine = has_column(t, "requests", "engine_prompt_tokens"),
-	     t->has_weight_type = has_column(t, "requests", "weight_type"), 0) ||
+	     t->top = has_column(t, "requests", "pd_role") ? TRACE_TOP_SQL : "",
+	     t->has_ttfo = has_column(t, "requests", "ttfo_ns"),
+	     t->has_weight_type = has_column(t, "requests", "weight_type"),
+	     t->has_split = has_column(t, "requests", "split_rule"), 0) ||
 	    prep_window_queries(t, ver, err, errlen) || prep_list_queries(t, err, errlen)) {
 		trace_close(t);
 		return NULL;
@@ -348,19 +376,20 @@ static int64_t col_or_null(sqlite3_stmt *st, int c)
 static void stat_row_read(sqlite3_stmt *st, struct trace_stat_row *r)
 {
 	for (int m = 0; m < TM_N; m++) r->m[m] = col_or_null(st, m);
-	r->itl_p99_ns = col_or_null(st, 11);
-	r->itl_max_ns = col_or_null(st, 12);
-	r->prompt_tokens = sqlite3_column_int64(st, 13);
-	r->output_tokens = sqlite3_column_int64(st, 14);
-	r->http_status = col_null(st, 15) ? 0 : sqlite3_column_int(st, 15);
-	const char *fin = (const char *)sqlite3_column_text(st, 16);
+	r->itl_p99_ns = col_or_null(st, TM_N);
+	r->itl_max_ns = col_or_null(st, TM_N + 1);
+	r->prompt_tokens = sqlite3_column_int64(st, TM_N + 2);
+	r->output_tokens = sqlite3_column_int64(st, TM_N + 3);
+	r->http_status = col_null(st, TM_N + 4) ? 0 : sqlite3_column_int(st, TM_N + 4);
+	const char *fin = (const char *)sqlite3_column_text(st, TM_N + 5);
 	r->flags = (fin && !strcmp(fin, "error") ? TSR_ERROR : 0) |
 		   (fin && !strcmp(fin, "cancelled") ? TSR_CANCELLED : 0) |
-		   (sqlite3_column_int(st, 17) > 0 ? TSR_PREEMPTED : 0) |
-		   (sqlite3_column_int(st, 20) == 1 ? TSR_HTTP : 0) |
-		   (sqlite3_column_int(st, 20) == 2 ? TSR_LIBLLAMA : 0);
-	r->t_done_ns = col_or_null(st, 18);
-	r->t_arrive_ns = sqlite3_column_int64(st, 19);
+		   (sqlite3_column_int(st, TM_N + 6) > 0 ? TSR_PREEMPTED : 0) |
+		   (sqlite3_column_int(st, TM_N + 9) == 1 ? TSR_HTTP : 0) |
+		   (sqlite3_column_int(st, TM_N + 9) == 2 ? TSR_LIBLLAMA : 0) |
+		   (sqlite3_column_int(st, TM_N + 9) == 3 ? TSR_INFERRED : 0);
+	r->t_done_ns = col_or_null(st, TM_N + 7);
+	r->t_arrive_ns = sqlite3_column_int64(st, TM_N + 8);
 }
 
 /* Appends every row of a bound SQL_STAT_COLS statement to out. */
@@ -487,20 +516,26 @@ static int window_losses(struct trace *t, struct trace_window *w)
 
 	w->n_loss = w->n_loss_more = 0;
 	w->lost = st ? 0 : -1;
+	w->unlinked = 0;
 	if (!st) return 0;
 	sqlite3_reset(st);
 	sqlite3_bind_int64(st, 1, w->from_ns);
 	sqlite3_bind_int64(st, 2, w->samples_to_ns);
-	/* every cause counts in the total, listed or not */
+	/* every cause counts in the total, listed or not; calls no link rule
+	 * tied (hops_unlinked) are missing evidence, counted apart */
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+		const unsigned char *cause = sqlite3_column_text(st, 0);
 		int64_t n = sqlite3_column_int64(st, 1);
+		if (cause && !strcmp((const char *)cause, "hops_unlinked")) {
+			w->unlinked += n;
+			continue;
+		}
 		w->lost += n;
 		if (w->n_loss == TRACE_LOSS_MAX) {
 			w->n_loss_more++;
 			continue;
 		}
 		struct trace_loss *l = &w->loss[w->n_loss++];
-		const unsigned char *cause = sqlite3_column_text(st, 0);
 		snprintf(l->cause, sizeof(l->cause), "%s", cause ? (const char *)cause : "?");
 		l->n = n;
 	}
@@ -633,6 +668,7 @@ static void req_from_row(sqlite3_stmt *st, int64_t now_ns, struct trace_req *r)
 	r->itl_max_ns = col_ns(st, 23);
 	r->server_wait_ns = col_ns(st, 24);
 	r->source = trace_source_of(sqlite3_column_int(st, 25));
+	r->ttfo_ns = col_ns(st, 26);
 	if (done >= 0 && done <= now_ns) {
 		if (r->http_status == 429 || (rej && *rej)) r->state = TRS_REJECTED;
 		else if (fin && !strcmp(fin, "cancelled")) r->state = TRS_CANCELLED;
@@ -654,7 +690,7 @@ static void req_from_row(sqlite3_stmt *st, int64_t now_ns, struct trace_req *r)
 		else if (marks[p + 1] < 0 || marks[p + 1] > now_ns) r->phase[p] = now_ns - marks[p];
 	}
 	if (first < 0 || first > now_ns) r->ttft_ns = -1;
-	r->tpot_ns = r->e2e_ns = -1;
+	r->tpot_ns = r->e2e_ns = r->ttfo_ns = -1;
 	if (r->state < TRS_WRITING) r->output_tokens = 0;
 }
 
@@ -685,7 +721,7 @@ static void req_from_inflight(sqlite3_stmt *st, int64_t now_ns, struct trace_req
 	r->prompt_tokens = sqlite3_column_int(st, 7);
 	r->output_tokens = sqlite3_column_int(st, 8);
 	r->ttft_ns = marks[3] >= 0 ? marks[3] - marks[0] : -1;
-	r->tpot_ns = r->e2e_ns = r->runq_ns = r->itl_max_ns = -1;
+	r->tpot_ns = r->e2e_ns = r->runq_ns = r->itl_max_ns = r->ttfo_ns = -1;
 }
 
 int trace_inflight(struct trace *t, int64_t now_ns, int live, struct trace_req *out, int max)
@@ -751,7 +787,7 @@ int trace_weights(struct trace *t, struct trace_weight *out, int max)
 	if (!t->has_weight_type)
 		return 0;
 	snprintf(sql, sizeof(sql), "SELECT " SQL_STAT_COLS ", %s FROM requests WHERE weight_type = ?1",
-		 t->has_source ? "server_wait_ns" : "NULL", t->has_source ? TRACE_SRC_SQL : "0");
+		 t->has_source ? "server_wait_ns" : "NULL", sql_ttfo_col(t), t->has_source ? TRACE_SRC_SQL : "0");
 	if (sqlite3_prepare_v2(t->db, "SELECT weight_type, min(t_arrive_ns), max(coalesce(t_done_ns, t_arrive_ns)) "
 			       "FROM requests WHERE weight_type IS NOT NULL GROUP BY weight_type "
 			       "ORDER BY min(t_arrive_ns)", -1, &types, NULL) != SQLITE_OK ||
@@ -800,11 +836,11 @@ int trace_column(struct trace *t, const char *column, int64_t from_ns, int64_t t
 		ok |= !strcmp(column, allowed[i]);
 	if (!ok) return -1;
 	if (strcmp(t->col_name, column)) {
-		char sql[256];
+		char sql[384];
 		sqlite3_finalize(t->q_column);
 		t->q_column = NULL;
 		snprintf(sql, sizeof(sql), "SELECT t_arrive_ns, %s FROM requests WHERE t_arrive_ns >= ?1 "
-			 "AND t_arrive_ns < ?2 AND %s IS NOT NULL ORDER BY t_arrive_ns", column, column);
+			 "AND t_arrive_ns < ?2 AND %s IS NOT NULL%s ORDER BY t_arrive_ns", column, column, t->top);
 		if (sqlite3_prepare_v2(t->db, sql, -1, &t->q_column, NULL) != SQLITE_OK) return -1;
 		snprintf(t->col_name, sizeof(t->col_name), "%s", column);
 	}
@@ -892,7 +928,8 @@ int trace_parse_time(struct trace *t, const char *s, int64_t *mono_ns, char *err
 		return -1;
 	}
 	if (p.anchor == TF_START) *mono_ns = first + p.ns;
-	else if (p.anchor == TF_END) *mono_ns = last + p.ns;
+	/* just past the last instant: a window that ends at "end" holds the last row */
+	else if (p.anchor == TF_END) *mono_ns = last + 1 + p.ns;
 	else {
 		int64_t wall = timefmt_on_day(trace_mono_to_wall(t, last), p.ns);
 		if (wall < 0) {

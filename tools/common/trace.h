@@ -21,9 +21,19 @@
  * usdt rows' (the source is not 'http'), and its prefix-cache reuse
  * (trace_reuse.h); 8 (008_hops.sql) the hops of a request across processes,
  * which the readers read where the trace has them; 9 (009_weight_type.sql)
- * the weight type of the model that served each request (trace_weights). */
+ * the weight type of the model that served each request (trace_weights);
+ * 10 (010_disagg.sql) disaggregated requests (below); 11 (011_tasks.sql)
+ * reasoning per request (TTFO), agent tasks and cascades (trace_agents.h);
+ * 12 (012_split.sql) the split of http rows inferred from stream timing
+ * (split_rule), read as a source of its own (TRACE_SRC_INFERRED). */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 9
+#define TRACE_SCHEMA_VERSION 12
+/* Version 10 (010_disagg.sql): a disaggregated request's router row has its
+ * phases across the router, decode and prefill workers; the workers' own
+ * rows hang under it (parent_hop_id).  The window statistics, timelines and
+ * request lists count the request once, by its router's row: this is the
+ * condition they add. */
+#define TRACE_TOP_SQL " AND (pd_role IS NULL OR parent_hop_id IS NULL)"
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 
@@ -43,20 +53,38 @@ enum trace_metric {
 	TM_TTFT, TM_TPOT, TM_ITL, TM_E2E,
 	TM_NET_IN, TM_QUEUE, TM_PREFILL, TM_DECODE, TM_NET_OUT, TM_RUNQ,
 	TM_SERVER_WAIT,             /* http rows: queue and prefill together */
+	TM_TTFO,                    /* http rows: time to the first answer event, reasoning
+				     * not counted (schema version 11) */
 	TM_N
 };
 extern const char *const trace_metric_name[TM_N];  /* "TTFT", "TPOT", ... */
 
 /* Which path of the agent made a request's row (requests.source, schema
- * version 6; older rows and traces: usdt). An http row knows no engine
- * split: its queue and prefill are unknown, its server wait is known. */
-enum trace_source { TRACE_SRC_USDT, TRACE_SRC_HTTP, TRACE_SRC_LIBLLAMA, TRACE_SRC_N };
-extern const char *const trace_source_name[TRACE_SRC_N];   /* "usdt", "http", "http+libllama" */
-/* The source column's code in the statements: 0 usdt, 1 http, 2 http+libllama. */
+ * version 6; older rows and traces: usdt), and where its split came from. An
+ * http row knows no engine split: its queue and prefill are unknown, its
+ * server wait is known; unless (schema version 12) the agent inferred them
+ * from the server's stream timing (requests.split_rule): TRACE_SRC_INFERRED,
+ * queue and prefill known as the engine-probed rows' are, marked inferred. */
+enum trace_source { TRACE_SRC_USDT, TRACE_SRC_HTTP, TRACE_SRC_LIBLLAMA, TRACE_SRC_INFERRED,
+		    TRACE_SRC_N };
+/* "usdt", "http", "http+libllama", "http (split inferred)" */
+extern const char *const trace_source_name[TRACE_SRC_N];
+/* The source column's code in the statements: 0 usdt, 1 http, 2
+ * http+libllama, 3 http with an inferred split (_SPLIT: a store that has
+ * requests.split_rule). */
 #define TRACE_SRC_SQL "CASE source WHEN 'http' THEN 1 WHEN 'http+libllama' THEN 2 ELSE 0 END"
+#define TRACE_SRC_SQL_SPLIT "CASE source WHEN 'http' THEN 1 + 2 * (split_rule IS NOT NULL) " \
+	"WHEN 'http+libllama' THEN 2 ELSE 0 END"
 static inline enum trace_source trace_source_of(int code)
 {
-	return code == 1 ? TRACE_SRC_HTTP : code == 2 ? TRACE_SRC_LIBLLAMA : TRACE_SRC_USDT;
+	return code == 1 ? TRACE_SRC_HTTP : code == 2 ? TRACE_SRC_LIBLLAMA :
+	       code == 3 ? TRACE_SRC_INFERRED : TRACE_SRC_USDT;
+}
+/* Rows whose queue and prefill are known: measured (usdt, http+libllama)
+ * or inferred. */
+static inline bool trace_source_split(enum trace_source s)
+{
+	return s != TRACE_SRC_HTTP;
 }
 
 /* Percentiles (ns) over the requests of a window that have the value.
@@ -92,6 +120,7 @@ struct trace_window {
 	int64_t phase_p50[PH_N], phase_p99[PH_N];
 	int64_t wait_p50, wait_p99;
 	int64_t e2e_p50_row, e2e_p99_row;
+	bool inferred_p50, inferred_p99;    /* their queue and prefill were inferred (TSR_INFERRED) */
 	int64_t served_to_ns;       /* when the last of those requests finished (0: none) */
 	/* from samples in [from_ns, samples_to_ns) */
 	int64_t samples_to_ns;
@@ -115,8 +144,11 @@ struct trace_window {
 	/* what the agent lost in the window (samples' times), all causes, and
 	 * by cause, largest first (schema version 4; lost -1 before: the trace
 	 * does not say); causes past the list (none while the agent has no
-	 * more than TRACE_LOSS_MAX) are in lost and n_loss_more */
-	int64_t lost;
+	 * more than TRACE_LOSS_MAX) are in lost and n_loss_more; outbound calls
+	 * no link rule could tie to the request they served (hops_unlinked) are
+	 * missing evidence, not lost data: counted apart, in unlinked, and in
+	 * neither of the others */
+	int64_t lost, unlinked;
 	struct trace_loss {
 		char cause[24];
 		int64_t n;
@@ -152,6 +184,7 @@ struct trace_req {
 	int64_t phase[PH_N];
 	enum trace_source source;
 	int64_t server_wait_ns;     /* http rows: between net-in and decode */
+	int64_t ttfo_ns;            /* http rows: time to the first answer event (version 11) */
 };
 
 /* What the window statistics and timelines read of one request (a row of
@@ -163,6 +196,7 @@ enum {
 	TSR_PREEMPTED = 4,          /* preempted at least once */
 	TSR_HTTP = 8,               /* source http: no engine split */
 	TSR_LIBLLAMA = 16,          /* source http+libllama: the engine's split from libllama */
+	TSR_INFERRED = 32,          /* source http, queue and prefill inferred (split_rule) */
 };
 struct trace_stat_row {
 	int64_t t_arrive_ns, t_done_ns;

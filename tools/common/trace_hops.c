@@ -120,11 +120,15 @@ struct trace_hops *trace_hops_open(struct trace *t, char *err, size_t errlen)
 		trace_hops_close(h);
 		return NULL;
 	}
-	/* each top-level request, then one row per hop its calls reached */
+	/* each top-level request, then one row per hop its calls reached: the
+	 * inbound request on the other end of each call (depth 2, by socket),
+	 * or one that hangs under it directly (depth 1: a disaggregated
+	 * request's decode worker, schema version 10) */
 	if (sqlite3_prepare_v2(h->db,
 		"SELECT i.trace_id, i.e2e_ns, i.comm, h.comm, h.path, h.e2e_ns, h.hop_id = i.model_hop_id "
-		"FROM integration i LEFT JOIN hops h ON h.trace_id = i.trace_id AND h.depth = 2 "
-		"AND h.direction = 'in' WHERE i.t_arrive_ns >= ?1 AND i.t_arrive_ns < ?2 AND i.hops > 1 "
+		"FROM integration i LEFT JOIN hops h ON h.trace_id = i.trace_id AND h.direction = 'in' "
+		"AND ((h.depth = 2 AND h.link_rule = 'socket') OR h.depth = 1) "
+		"WHERE i.t_arrive_ns >= ?1 AND i.t_arrive_ns < ?2 AND i.hops > 1 "
 		"AND i.e2e_ns IS NOT NULL ORDER BY i.trace_id", -1, &h->q, NULL) != SQLITE_OK) {
 		snprintf(err, errlen, "%s: no hops views (%s): a trace written before schema version 8 "
 			 "has no hops", trace_path(t), sqlite3_errmsg(h->db));

@@ -11,16 +11,21 @@
 
 static const char *const ttft_names[RP_TTFT_NPH] = { "net-in", "queue wait", "prefill", "first write" };
 static const char *const e2e_names[PH_N] = { "net-in", "queue wait", "prefill", "decode", "net-out" };
-/* Windows of http rows only: the queue slot holds their server wait (queue
- * and prefill together), and prefill stays empty; mixed windows say both. */
-static const char *const ttft_names_http[RP_TTFT_NPH] = { "net-in", "server wait (queue + prefill)", "prefill",
-							  "first write" };
-static const char *const e2e_names_http[PH_N] = { "net-in", "server wait (queue + prefill)", "prefill", "decode",
-						  "net-out" };
-static const char *const ttft_names_mixed[RP_TTFT_NPH] = { "net-in", "queue wait (server wait where http)",
-							   "prefill", "first write" };
-static const char *const e2e_names_mixed[PH_N] = { "net-in", "queue wait (server wait where http)", "prefill",
-						   "decode", "net-out" };
+/* The queue and prefill slots' names by the windows' rows: measured by the
+ * engine's probes (the plain names), inferred from stream timing, unknown
+ * (http rows: the queue slot holds their server wait, queue and prefill
+ * together, and prefill stays empty). Index: measured | inferred << 1 |
+ * unknown << 2; a window of none has the plain names. */
+static const char *const queue_names[8] = {
+	"queue wait", "queue wait", "queue wait (inferred)", "queue wait (inferred on http rows)",
+	"server wait (queue + prefill)", "queue wait (server wait where http)",
+	"queue wait (inferred, or server wait where unknown)",
+	"queue wait (inferred on http rows, or server wait where unknown)",
+};
+static const char *const prefill_names[8] = {
+	"prefill", "prefill", "prefill (inferred)", "prefill (inferred on http rows)",
+	"prefill", "prefill", "prefill (inferred)", "prefill (inferred on http rows)",
+};
 
 #define DEFAULT_INCIDENT (300 * NS_PER_S)
 
@@ -219,13 +224,13 @@ static void attr_words(struct rp_attr *a)
 	}
 	int n = snprintf(a->words, sizeof(a->words), "%.0f%% of the p%.0f %s %s (%s%s: %s → %s) is %s",
 			 round(a->share[a->top] * 100), a->p, a->metric, change > 0 ? "increase" : "decrease",
-			 change > 0 ? "+" : "−", d, x, y, a->names[a->top]);
+			 change > 0 ? "+" : "−", d, x, y, a->name[a->top]);
 	/* then the other phases that carry at least 5% */
 	int first = 1;
 	for (int i = 0; i < a->nph && n < (int)sizeof(a->words) - 40; i++) {
 		if (i == a->top || a->share[i] < 0.05) continue;
 		n += snprintf(a->words + n, sizeof(a->words) - (size_t)n, "%s %s %.0f%%", first ? "; then" : ",",
-			      a->names[i], round(a->share[i] * 100));
+			      a->name[i], round(a->share[i] * 100));
 		first = 0;
 	}
 	snprintf(a->words + n, sizeof(a->words) - (size_t)n, ".");
@@ -238,11 +243,13 @@ static int attribute(struct report *r, struct rp_attr *a, const char *metric, do
 	a->p = p;
 	a->nph = ttft ? RP_TTFT_NPH : PH_N;
 	const int *src = r->inc.w.by_source, *bsrc = r->base.w.by_source;
-	/* rows with the engine's split (usdt, http+libllama) and without (http) */
-	int http = src[TRACE_SRC_HTTP] + bsrc[TRACE_SRC_HTTP], usdt = src[TRACE_SRC_USDT] + bsrc[TRACE_SRC_USDT] +
-		   src[TRACE_SRC_LIBLLAMA] + bsrc[TRACE_SRC_LIBLLAMA];
-	a->names = !http ? (ttft ? ttft_names : e2e_names) : !usdt ? (ttft ? ttft_names_http : e2e_names_http)
-		   : (ttft ? ttft_names_mixed : e2e_names_mixed);
+	/* rows whose split was measured, inferred, unknown: what queue and prefill name */
+	int measured = src[TRACE_SRC_USDT] + bsrc[TRACE_SRC_USDT] + src[TRACE_SRC_LIBLLAMA] + bsrc[TRACE_SRC_LIBLLAMA],
+	    inferred = src[TRACE_SRC_INFERRED] + bsrc[TRACE_SRC_INFERRED], unknown = src[TRACE_SRC_HTTP] + bsrc[TRACE_SRC_HTTP];
+	int kind = (measured > 0) | (inferred > 0) << 1 | (unknown > 0) << 2;
+	memcpy(a->name, ttft ? ttft_names : e2e_names, sizeof(a->name[0]) * (size_t)a->nph);
+	a->name[PH_QUEUE] = queue_names[kind];
+	a->name[PH_PREFILL] = prefill_names[kind];
 	double mb[PH_N], mi[PH_N];
 	const struct trace_row *rows;
 	int n = trace_rows(r->t, r->base.from_ns, r->base.to_ns, &rows);
@@ -268,25 +275,6 @@ static int attribute(struct report *r, struct rp_attr *a, const char *metric, do
 }
 
 /* ---- findings ------------------------------------------------------------- */
-
-static struct rp_finding *add_finding(struct report *r, const char *cause, const char *phase, double score, int order)
-{
-	if (r->nf >= RP_MAX_FINDINGS) return NULL;
-	struct rp_finding *f = &r->f[r->nf++];
-	memset(f, 0, sizeof(*f));
-	f->cause = cause;
-	f->phase = phase;
-	f->score = score;
-	f->order = order;
-	return f;
-}
-
-static int cmp_finding(const void *a, const void *b)
-{
-	const struct rp_finding *x = a, *y = b;
-	if (x->score != y->score) return x->score < y->score ? 1 : -1;
-	return x->order - y->order;
-}
 
 /* e2e phase with the largest share among the given ones */
 static const char *top_phase(const struct rp_attr *e2e, const int *phases, int n)
@@ -351,7 +339,7 @@ static void lost_finding(struct report *r)
 		snprintf(list + len, len < sizeof(list) ? sizeof(list) - len : 0, ", %lld of %d more causes",
 			 (long long)(i->lost - listed), i->n_loss_more);
 	}
-	if (!(f = add_finding(r, "the trace lost data in this window", "-", costly ? 10 : 0.1, 0)))
+	if (!(f = rp_add_finding(r, "the trace lost data in this window", "-", costly ? 10 : 0.1, 0)))
 		return;
 	snprintf(f->title, sizeof(f->title), "The agent lost data in this window: %lld %s (the figures "
 		 "here may miss requests)", (long long)i->lost, i->lost == 1 ? "loss" : "losses");
@@ -374,6 +362,19 @@ struct fctx {
 	 * on until the window's requests were served (trace_window_stats) */
 	double ssecs, bssecs;
 };
+
+/* The caveat of a finding on queue and prefill where some of them were
+ * inferred from stream timing, not measured by the engine's probes. */
+static void inferred_caveat(struct rp_finding *f, const struct trace_window *i, const struct trace_window *b)
+{
+	int n = i->by_source[TRACE_SRC_INFERRED], bn = b->by_source[TRACE_SRC_INFERRED];
+	size_t len = strlen(f->evidence);
+
+	if ((n || bn) && len < sizeof(f->evidence))
+		snprintf(f->evidence + len, sizeof(f->evidence) - len, "; the queue and prefill of %d of "
+			 "these requests (baseline %d) were inferred from the server's stream timing, not "
+			 "measured by its probes (docs/agent.md, The inferred split)", n, bn);
+}
 
 /* "; queue depth peaked at 37 (baseline 2)", only where it rose: a depth
  * that did not is no evidence of a queue that grew. */
@@ -410,7 +411,7 @@ static void finding_queue(const struct fctx *c)
 	timefmt_dur(s1, 16, i->m[TM_QUEUE].p99);
 	timefmt_dur(s2, 16, b->m[TM_QUEUE].p99);
 	if (q->steps > 0 && 2 * q->full_steps >= q->steps) {
-		if (!(f = add_finding(r, "step token budget", "queue", 1 + qshare, 1)))
+		if (!(f = rp_add_finding(r, "step token budget", "queue", 1 + qshare, 1)))
 			return;
 		snprintf(f->title, sizeof(f->title), "Queue wait: requests waited for the step's token budget, "
 			 "not for admission (each step carried %lld tokens while %d requests waited their turn)",
@@ -430,7 +431,7 @@ static void finding_queue(const struct fctx *c)
 			 "step budget");
 		return;
 	}
-	if (rej || !(f = add_finding(r, "queue growth with no rejections", "queue", 1 + qshare, 1)))
+	if (rej || !(f = rp_add_finding(r, "queue growth with no rejections", "queue", 1 + qshare, 1)))
 		return;
 	snprintf(f->title, sizeof(f->title), "Queue wait: the queue grew and nothing was rejected "
 		 "(admission control missing or too lax)");
@@ -445,6 +446,7 @@ static void finding_queue(const struct fctx *c)
 			 (long long)q->step_tokens_max);
 	snprintf(f->action, sizeof(f->action), "bound the queue (kpi-infer's queue limit) so excess load "
 		 "gets a fast 429 instead of a slow answer, or add capacity for this arrival rate");
+	inferred_caveat(f, i, b);
 }
 
 /* 1-3 for a window of http rows only: queue growth, KV exhaustion and long
@@ -460,7 +462,7 @@ static void finding_split_unknown(const struct fctx *c)
 	struct rp_finding *f;
 
 	double wshare = tt->inc > tt->base ? tt->share[1] : 0;
-	if (!(f = add_finding(r, "engine split unknown", "server wait", 1 + wshare, 1))) return;
+	if (!(f = rp_add_finding(r, "engine split unknown", "server wait", 1 + wshare, 1))) return;
 	snprintf(f->title, sizeof(f->title), "The engine's split is not known for these requests (source http): "
 		 "queue and prefill show together as server wait, so this trace cannot tell queue growth, long "
 		 "prefills or KV cache exhaustion apart");
@@ -488,7 +490,7 @@ static void finding_kv(const struct fctx *c)
 	double bpre_rate = bssecs > 0 ? bpre / bssecs : 0;
 	if ((pre > 0 && pre / ssecs > 2 * bpre_rate) || (i->kv_usage_max >= 0.98 && b->kv_usage_max < 0.98)) {
 		static const int ph[] = { PH_QUEUE, PH_DECODE, PH_PREFILL };
-		if ((f = add_finding(r, "KV cache pool exhaustion", top_phase(ee, ph, 3), 3 + (pre > 0), 2))) {
+		if ((f = rp_add_finding(r, "KV cache pool exhaustion", top_phase(ee, ph, 3), 3 + (pre > 0), 2))) {
 			snprintf(f->title, sizeof(f->title), "KV cache exhausted: %lld preemptions; requests wait "
 				 "for free blocks and preempted ones recompute (shows in %s)", (long long)pre, f->phase);
 			snprintf(f->evidence, sizeof(f->evidence),
@@ -513,7 +515,7 @@ static void finding_prefill(const struct fctx *c)
 
 	double gap = i->itl_max.p99, bgap = b->itl_max.p99;
 	if (r->inc.steps.long_prefill_steps > 0 && gap >= 3 * bgap && gap >= 100 * NS_PER_MS &&
-	    (f = add_finding(r, "long prefills stalling decodes", "decode", 1.5 + fmin(gap / fmax(bgap, 1) / 100, 0.4), 3))) {
+	    (f = rp_add_finding(r, "long prefills stalling decodes", "decode", 1.5 + fmin(gap / fmax(bgap, 1) / 100, 0.4), 3))) {
 		snprintf(f->title, sizeof(f->title), "Long prefills stall other requests' decodes "
 			 "(inter-token gaps while a long prompt is prefilled)");
 		snprintf(f->evidence, sizeof(f->evidence),
@@ -542,7 +544,7 @@ static void finding_reuse(const struct fctx *c)
 	double drop = b->hit_ratio - i->hit_ratio;
 	if (drop < 0.2 || i->hit_ratio > 0.75 * b->hit_ratio || tt->inc < 1.2 * tt->base)
 		return;
-	if (!(f = add_finding(r, "prefix-cache reuse dropped", "prefill", 1.5 + drop, 3)))
+	if (!(f = rp_add_finding(r, "prefix-cache reuse dropped", "prefill", 1.5 + drop, 3)))
 		return;
 	snprintf(f->title, sizeof(f->title), "Prefix-cache reuse dropped: prompts the KV cache held "
 		 "before are computed again (prefill), and TTFT rose with it");
@@ -582,7 +584,7 @@ static void finding_cpu(const struct fctx *c)
 	if (by_req || by_samples) {
 		static const int ph[] = { PH_PREFILL, PH_DECODE };
 		double strength = fmax(rq, i->runq_share);
-		if ((f = add_finding(r, "engine run-queue delay (CPU contention)", top_phase(ee, ph, 2),
+		if ((f = rp_add_finding(r, "engine run-queue delay (CPU contention)", top_phase(ee, ph, 2),
 				     2.5 + fmin(strength, 0.49), 4))) {
 			char who[384];
 			const struct trace_runq_by *other = trace_runq_culprit(i);
@@ -632,7 +634,7 @@ static void finding_network(const struct fctx *c)
 	double net_now = i->m[TM_E2E].p99 > 0 ? (i->m[TM_NET_IN].p99 + i->m[TM_NET_OUT].p99) / i->m[TM_E2E].p99 : 0;
 	if (net_share >= 0.5 || net_now >= 0.5) {
 		int in = ee->delta[PH_NET_IN] >= ee->delta[PH_NET_OUT];
-		if ((f = add_finding(r, in ? "network-in dominating" : "network-out dominating", in ? "net-in" : "net-out",
+		if ((f = rp_add_finding(r, in ? "network-in dominating" : "network-out dominating", in ? "net-in" : "net-out",
 				     2 + fmax(net_share, net_now) * 0.4, 5))) {
 			snprintf(f->title, sizeof(f->title), "Network %s dominates: time goes to %s (client or network)",
 				 in ? "in" : "out", in ? "receiving requests" : "delivering responses");
@@ -710,7 +712,7 @@ static void finding_integration(const struct fctx *c)
 	}
 	double share = pos > 0 ? fmax(mi[top] - mb[top], 0) / pos : 0;
 	int is_model = top == model;
-	if (pos > 0 && (f = add_finding(r, "integration overhead", "integration",
+	if (pos > 0 && (f = rp_add_finding(r, "integration overhead", "integration",
 					is_model ? 1 + 0.5 * share : 4 + 0.9 * share, 6))) {
 		const char *name = trace_hops_name(h, top);
 		snprintf(f->title, sizeof(f->title), "%s: the %s hop grew, %.0f%% of the p99 increase of the "
@@ -754,7 +756,10 @@ static void findings(struct report *r)
 	};
 	struct rp_finding *f;
 
-	if (i->by_source[TRACE_SRC_HTTP] && !i->by_source[TRACE_SRC_USDT] && !i->by_source[TRACE_SRC_LIBLLAMA]) {
+	int with_split = 0;
+	for (int k = 0; k < TRACE_SRC_N; k++)
+		with_split += trace_source_split(k) ? i->by_source[k] : 0;
+	if (i->by_source[TRACE_SRC_HTTP] && !with_split) {
 		finding_split_unknown(&c);
 	} else {
 		finding_queue(&c);
@@ -765,14 +770,16 @@ static void findings(struct report *r)
 	finding_cpu(&c);
 	finding_network(&c);
 	finding_integration(&c);
-	if (!r->nf && (f = add_finding(r, "no known cause matched", trace_phase_name[c.ee->top], 0, 9))) {
+	report_disagg_findings(r);
+	report_agents_findings(r);
+	if (!r->nf && (f = rp_add_finding(r, "no known cause matched", trace_phase_name[c.ee->top], 0, 9))) {
 		snprintf(f->title, sizeof(f->title), "No known cause matched; the largest change is in %s",
-			 e2e_names[c.ee->top]);
+			 c.ee->name[c.ee->top]);
 		snprintf(f->evidence, sizeof(f->evidence), "%s %s", c.tt->words, c.ee->words);
 		snprintf(f->action, sizeof(f->action), "look at the slowest requests below and the timelines");
 	}
 	lost_finding(r);
-	qsort(r->f, (size_t)r->nf, sizeof(r->f[0]), cmp_finding);
+	rp_sort_findings(r);
 }
 
 /* ---- the whole analysis --------------------------------------------------- */
@@ -896,6 +903,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 	if (trace_series(r->t, r->tl_from, r->tl_to, RP_TIMELINE, r->tl)) goto sqlfail;
 	if (trace_queue_series(r->t, r->tl_from, r->tl_to, RP_TIMELINE, r->tl, err, errlen)) return -1;
 	r->nslow = trace_slowest(r->t, from, to, r->slow, RP_SLOWEST);
+	report_agents_analyze(r);
 	if (found)
 		findings(r);
 	else

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static const int pct_rows[] = { TM_TTFT, TM_TPOT, TM_ITL, TM_E2E, TM_NET_IN, TM_QUEUE, TM_PREFILL,
+static const int pct_rows[] = { TM_TTFT, TM_TTFO, TM_TPOT, TM_ITL, TM_E2E, TM_NET_IN, TM_QUEUE, TM_PREFILL,
 				TM_SERVER_WAIT, TM_DECODE, TM_NET_OUT, TM_RUNQ };
 #define NPCT ((int)(sizeof(pct_rows) / sizeof(pct_rows[0])))
 
@@ -18,10 +18,11 @@ static int any_http(const struct report *r)
 	return r->base.w.by_source[TRACE_SRC_HTTP] + r->inc.w.by_source[TRACE_SRC_HTTP] > 0;
 }
 
-/* A percentile row to leave out: the server wait where no row has one. */
+/* A percentile row to leave out: the server wait or TTFO where no row has one. */
 static int pct_skip(const struct report *r, int k)
 {
-	return pct_rows[k] == TM_SERVER_WAIT && !r->base.w.m[TM_SERVER_WAIT].n && !r->inc.w.m[TM_SERVER_WAIT].n;
+	int m = pct_rows[k];
+	return (m == TM_SERVER_WAIT || m == TM_TTFO) && !r->base.w.m[m].n && !r->inc.w.m[m].n;
 }
 
 /* "120 usdt, 30 http" of a window, or "http (30)" when there is one source:
@@ -48,7 +49,9 @@ static char *sources(char *b, size_t n, const struct trace_window *w)
 }
 
 static const char sources_note[] = "usdt: the engine's probes, with its queue and prefill split; http: the "
-				   "server's HTTP exchange, where queue and prefill are one server wait";
+				   "server's HTTP exchange, where queue and prefill are one server wait; http (split "
+				   "inferred): queue and prefill inferred from the server's stream timing (docs/agent.md, "
+				   "\"The inferred split\")";
 
 /* The phases of a waterfall in order, with an http row's server wait (W)
  * after net-in; a phase the row does not know is -1. */
@@ -153,7 +156,8 @@ static int in_window(const struct report *r, int i, const struct rp_window *w)
  * unknown, not 0. */
 static int no_samples(const struct trace_window *w)
 {
-	return !w->samples && (w->by_source[TRACE_SRC_HTTP] || w->by_source[TRACE_SRC_LIBLLAMA]);
+	return !w->samples && (w->by_source[TRACE_SRC_HTTP] || w->by_source[TRACE_SRC_LIBLLAMA] ||
+			       w->by_source[TRACE_SRC_INFERRED]);
 }
 
 static void summary_rows(const struct report *r, FILE *o, int html)
@@ -172,6 +176,8 @@ static void summary_rows(const struct report *r, FILE *o, int html)
 		{ "peak KV usage %", b->kv_usage_max * 100, i->kv_usage_max * 100, "%.0f" },
 		{ "ring-buffer drops", b->drops, i->drops, "%.0f" },
 		{ "lost by the agent (all causes)", (double)b->lost, (double)i->lost, "%.0f" },
+		{ "calls not linked to a request (missing evidence, not lost)", (double)b->unlinked,
+		  (double)i->unlinked, "%.0f" },
 	};
 	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
 		char bv[32], iv[32];
@@ -247,6 +253,7 @@ void report_markdown(const struct report *r, FILE *o)
 	if (r->compare) {
 		fprintf(o, "\n## Where the time went\n\n");
 		for (int k = 0; k < 4; k++) fprintf(o, "- %s\n", r->attr[k].words);
+		if (r->pd_words[0]) fprintf(o, "- %s\n", r->pd_words);
 	}
 
 	report_fleet_render(r, o, 0);
@@ -254,6 +261,7 @@ void report_markdown(const struct report *r, FILE *o)
 	rp_table_head(o, 0, r->compare);
 	summary_rows(r, o, 0);
 	report_cost_render(r, o, 0);
+	report_agents_render(r, o, 0);
 	report_weights_render(r, o, 0);
 
 	fprintf(o, "\n## %s\n\n", r->compare ? "Percentiles" : "Percentiles and phases");
@@ -412,6 +420,11 @@ void report_html(const struct report *r, FILE *o)
 			html_esc(o, r->attr[k].words);
 			fprintf(o, "</li>\n");
 		}
+		if (r->pd_words[0]) {
+			fprintf(o, "<li>");
+			html_esc(o, r->pd_words);
+			fprintf(o, "</li>\n");
+		}
 		fprintf(o, "</ul>\n");
 	}
 	report_fleet_render(r, o, 1);
@@ -420,6 +433,7 @@ void report_html(const struct report *r, FILE *o)
 	summary_rows(r, o, 1);
 	fprintf(o, "</table>\n");
 	report_cost_render(r, o, 1);
+	report_agents_render(r, o, 1);
 	report_weights_render(r, o, 1);
 	fprintf(o, "<h2>%s</h2>\n", r->compare ? "Percentiles" : "Percentiles and phases");
 	pct_table(r, o, 1);

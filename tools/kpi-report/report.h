@@ -5,6 +5,7 @@
 
 #include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
+#include "tools/common/trace_agents.h"
 #include "tools/common/trace_cost.h"
 #include "tools/common/trace_hops.h"
 #include "tools/common/trace_queue.h"
@@ -34,7 +35,7 @@ struct rp_attr {
 	double p;                       /* 50 or 99 */
 	double base, inc;               /* the percentile in both windows, ns */
 	int nph;
-	const char *const *names;
+	const char *name[PH_N];         /* each phase's; queue and prefill say where they were inferred */
 	double delta[PH_N];             /* per-phase change of the band's means, ns */
 	double share[PH_N];             /* delta / sum of deltas */
 	int top;                        /* phase with the largest share */
@@ -49,6 +50,19 @@ struct rp_finding {
 	char title[256];
 	char evidence[1024];
 	char action[256];
+};
+
+#define RP_CASCADES 8
+
+/* Reasoning, agent tasks and cascades of both windows ([0] baseline, [1]
+ * incident; schema version 11), agents.c. */
+struct rp_agents {
+	int have;                       /* the trace has them; why says why not */
+	char why[256];
+	struct trace_reasoning reason[2];
+	struct trace_tasks_window tasks[2];
+	struct trace_cascade casc[2][RP_CASCADES];
+	int ncasc[2];
 };
 
 struct report {
@@ -69,6 +83,10 @@ struct report {
 	int have_cost;
 	struct trace_cost_window cost_base, cost_inc;
 	char cost_source[256], cost_why[512];
+	/* disaggregated requests' p99 TTFT change by phase across the router,
+	 * prefill and decode workers (disagg.c); "" when the windows have none */
+	char pd_words[768];
+	struct rp_agents ag;
 	/* requests by the weight type that served them, whole trace (weights.c) */
 	struct trace_weight weights[TRACE_WEIGHTS_MAX];
 	int nweights;
@@ -78,6 +96,24 @@ struct report {
 	struct trace_fleet_group hosts[TRACE_FLEET_GROUPS], models[TRACE_FLEET_GROUPS];
 	int n_hosts, n_models;
 };
+
+/* A finding to fill in (NULL when the list is full); findings are sorted
+ * strongest first once all are in. */
+struct rp_finding *rp_add_finding(struct report *r, const char *cause, const char *phase, double score,
+				  int order);
+void rp_sort_findings(struct report *r);
+
+/* Disaggregated prefill and decode (disagg.c): the words on their TTFT
+ * change (pd_words) and the findings only their phases can make, a KV
+ * transfer that slowed and a decode side out of slots. */
+void report_disagg_findings(struct report *r);
+/* Both windows' reasoning, tasks and cascades (r->ag), and the findings they
+ * make: "reasoning grew" apart from "the server was slower", "escalations
+ * rose" apart from "the escalated model got slower", the task step that grew;
+ * the section that shows them. */
+void report_agents_analyze(struct report *r);
+void report_agents_findings(struct report *r);
+void report_agents_render(const struct report *r, FILE *out, int html);
 
 /* Picks the windows (user's or automatic) and computes everything the report
  * shows. have_from/have_to/have_base say which flags were given. Returns 0,

@@ -18,8 +18,11 @@ struct kt_source {
 	struct fleet_window *fw;    /* the frame being read */
 	struct trace *tr;
 	struct trace_cost *cost;    /* NULL: the trace has no cost tables */
+	struct trace_disagg *pd;    /* NULL: no disaggregation columns (before version 10) */
 	struct trace_hops *hops;    /* opened at the hops view's first use */
 	int hops_tried;
+	struct trace_agents *agents;        /* opened at the tasks view's first use */
+	int agents_tried;
 	int hops_pid;               /* the request whose hops d->hops holds */
 	int64_t hops_t;
 	struct trace_stat_rows rows;
@@ -66,6 +69,7 @@ int kt_open(struct kt_data *d, const char *path, int64_t window_ns, char *err, s
 	}
 	char why[256];
 	d->src->cost = trace_cost_open(d->src->tr, -1, why, sizeof(why));
+	d->src->pd = trace_disagg_open(d->src->tr, why, sizeof(why));
 	return 0;
 }
 
@@ -75,7 +79,9 @@ void kt_close(struct kt_data *d)
 	fleet_close(d->src->fleet);
 	free(d->src->fw);
 	trace_cost_close(d->src->cost);
+	trace_disagg_close(d->src->pd);
 	trace_hops_close(d->src->hops);
+	trace_agents_close(d->src->agents);
 	trace_close(d->src->tr);
 	trace_stat_rows_free(&d->src->rows);
 	free(d->src);
@@ -193,6 +199,7 @@ static int sample_frame(struct kt_data *d)
 		memset(&d->win, 0, sizeof(d->win));
 		memset(&d->reuse, 0, sizeof(d->reuse));
 		d->have_cost = 0;
+		d->have_pd = 0;
 		d->culprit = -1;
 		d->nreqs = d->ninflight = 0;
 		return 0;
@@ -211,6 +218,7 @@ static int sample_frame(struct kt_data *d)
 	d->have_cost = s->cost && !trace_cost_window(s->cost, from, d->to_ns, &d->cost) && d->cost.have;
 	if (trace_prefix_reuse(s->tr, from, d->to_ns, &d->reuse))
 		return -1;
+	d->have_pd = s->pd && !trace_disagg_window(s->pd, from, d->to_ns, &d->pd);
 	const struct trace_runq_by *who = trace_runq_culprit(&d->win);
 	d->culprit = who ? (int)(who - d->win.runq_by) : -1;
 	d->from_wall_ns = trace_mono_to_wall(s->tr, from);
@@ -298,4 +306,29 @@ void kt_hops(struct kt_data *d, const struct trace_req *r)
 		snprintf(d->hops_why, sizeof(d->hops_why), "not in a trace of hops yet (in flight, or "
 			 "written before the agent followed hops)");
 	d->nhops = n > 0 ? n : 0;
+}
+
+void kt_tasks(struct kt_data *d)
+{
+	struct kt_source *s = d->src;
+
+	d->ntasks = 0;
+	d->tasks_why[0] = 0;
+	if (!s->agents && !s->agents_tried) {
+		s->agents_tried = 1;
+		s->agents = trace_agents_open(s->tr, d->tasks_why, sizeof(d->tasks_why));
+	}
+	if (!s->agents) {
+		snprintf(d->tasks_why, sizeof(d->tasks_why), "this trace has no tasks (written before schema "
+			 "version 11)");
+		return;
+	}
+	int n = trace_agents_tasks(s->agents, d->to_ns, d->tasks, KT_MAX_TASKS);
+	if (n < 0)
+		snprintf(d->tasks_why, sizeof(d->tasks_why), "reading the tasks failed");
+	else if (n == 0)
+		snprintf(d->tasks_why, sizeof(d->tasks_why), "no agent task before the window's end (a task: "
+			 "an inbound request that made two model calls, or a model and a tool call; "
+			 "docs/agent.md, Tasks)");
+	d->ntasks = n > 0 ? n : 0;
 }

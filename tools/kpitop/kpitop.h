@@ -7,7 +7,9 @@
 #include "tools/common/fleet_window.h"
 #include "tools/common/timefmt.h"
 #include "tools/common/trace.h"
+#include "tools/common/trace_agents.h"
 #include "tools/common/trace_cost.h"
+#include "tools/common/trace_disagg.h"
 #include "tools/common/trace_hops.h"
 #include "tools/common/trace_reuse.h"
 #include "tools/kpitop/canvas.h"
@@ -15,6 +17,7 @@
 #define KT_MAX_REQS 400
 #define KT_SPARK 60
 #define KT_MAX_HOPS 32
+#define KT_MAX_TASKS 200
 /* the fleet view lists the hosts with a sample this long before the
  * window's end (an agent writes one a second), even with no request in it */
 #define KT_FLEET_LOOKBACK_NS (15 * 60 * NS_PER_S)
@@ -50,6 +53,10 @@ struct kt_data {
 	/* cost and energy over the window (schema version 5; trace_cost.h) */
 	int have_cost;
 	struct trace_cost_window cost;
+	/* disaggregated requests in the window (schema version 10;
+	 * trace_disagg.h): have_pd 0 when the trace has no such columns */
+	int have_pd;
+	struct trace_disagg_window pd;
 	double sample_ms;           /* what the last sample took */
 	long rows_read;             /* request rows it read from the store */
 	/* the hops view: every hop of the selected request's trace (schema
@@ -58,6 +65,11 @@ struct kt_data {
 	struct trace_hop hops[KT_MAX_HOPS];
 	int nhops;
 	char hops_why[160];
+	/* the tasks view: the agent tasks that started before the window's end,
+	 * newest first (schema version 11); tasks_why says why none */
+	struct trace_task tasks[KT_MAX_TASKS];
+	int ntasks;
+	char tasks_why[160];
 };
 
 /* Opens the trace at path for d (live, the window given), or the fleet when
@@ -78,6 +90,8 @@ int kt_sample(struct kt_data *d);
 const char *kt_errmsg(const struct kt_data *d);
 /* The hops view's rows for request r (kept until another is asked for). */
 void kt_hops(struct kt_data *d, const struct trace_req *r);
+/* The tasks view's rows, up to the window's end. */
+void kt_tasks(struct kt_data *d);
 
 /* ---- view state (keys) ------------------------------------------------------ */
 enum kt_sort { KS_ARRIVAL, KS_AGE, KS_TTFT, KS_E2E, KS_TPOT, KS_N };
@@ -89,6 +103,7 @@ extern const char *const kt_fleet_sort_name[KF_N];
 struct kt_view {
 	int paused, help, editing;
 	int hops;                   /* the panel shows the selected request's hops */
+	int tasks;                  /* the panel shows the agent tasks */
 	enum kt_sort sort;
 	enum kt_fleet_sort fleet_sort;
 	char filter[64];            /* applied: id or state (a fleet: host) contains it */
@@ -120,8 +135,9 @@ struct kt_widget {
 };
 
 /* The widgets of the screen, top to bottom: a trace's, or a fleet's. */
-#define KT_NWIDGETS 8
+#define KT_NWIDGETS 9
 extern const struct kt_widget_class kt_cost_class;          /* costmeter.c */
+extern const struct kt_widget_class kt_pd_class;            /* pdmeter.c */
 extern const struct kt_widget_class kt_fleet_meters_class;  /* fleetview.c */
 extern const struct kt_widget_class kt_fleet_hosts_class;
 struct kt_screen {

@@ -55,10 +55,11 @@ static void usage(FILE *f)
 		"                   --price-per-hour, from the trace); docs/cost.md\n"
 		"  --hops ID        with --once: the panel shows the hops of the first request whose\n"
 		"                   id contains ID (as the t key does for the selected one)\n"
+		"  --tasks          with --once: the panel shows the agent tasks (as the a key does)\n"
 		"  -h, --help       this help\n\n"
 		"Keys: q quit, h/F1 help, s sort, / filter, p pause, 1/2/3 window, arrows scroll,\n"
-		"\u2190/\u2192 move the window through time, t/Enter the selected request's hops\n"
-		"(Esc back). NO_COLOR=1 for monochrome.\n",
+		"\u2190/\u2192 move the window through time, t/Enter the selected request's hops,\n"
+		"a the agent tasks (Esc back). NO_COLOR=1 for monochrome.\n",
 		TRACE_DEFAULT_DB);
 }
 
@@ -137,10 +138,14 @@ static void hops_select(struct kt_data *d, const struct kt_view *v)
 {
 	int idx[KT_MAX_REQS];
 
-	if (d->fleet || !v->hops)
+	if (d->fleet)
 		return;
-	int n = kt_panel_rows(d, v, idx);
-	kt_hops(d, n && v->sel < n ? &d->reqs[idx[v->sel]] : NULL);
+	if (v->hops) {
+		int n = kt_panel_rows(d, v, idx);
+		kt_hops(d, n && v->sel < n ? &d->reqs[idx[v->sel]] : NULL);
+	}
+	if (v->tasks)
+		kt_tasks(d);
 }
 
 /* Returns 1 when the data must be sampled again. */
@@ -176,15 +181,21 @@ static int on_key(int ch, struct kt_data *d, struct kt_view *v, int *quit)
 		if (d->fleet) v->fleet_sort = (enum kt_fleet_sort)((v->fleet_sort + 1) % KF_N);
 		else v->sort = (enum kt_sort)((v->sort + 1) % KS_N);
 		return 0;
-	case 't': case '\n': case '\r': case KEY_ENTER:
+	case 't': case '\n': case '\r': case KEY_ENTER: case 'a':
 		if (d->fleet) {
-			snprintf(v->message, sizeof(v->message), "a host's requests and hops: kpitop --db its trace, "
-				 "on that host");
+			snprintf(v->message, sizeof(v->message), "a host's requests, hops and tasks: kpitop --db its "
+				 "trace, on that host");
+			return 0;
+		}
+		if (ch == 'a') {
+			v->tasks = !v->tasks;
+			v->hops = 0;
 			return 0;
 		}
 		v->hops = ch == 't' ? !v->hops : 1;
+		v->tasks = 0;
 		return 0;
-	case 27: v->hops = 0; return 0;
+	case 27: v->hops = v->tasks = 0; return 0;
 	case '/': v->editing = 1; snprintf(v->edit, sizeof(v->edit), "%s", v->filter); return 0;
 	case 'p': case ' ': v->paused = !v->paused; return !v->paused;
 	case '1': d->window_ns = 10 * NS_PER_S; return 1;
@@ -350,7 +361,7 @@ out:
 /* ---- command line ------------------------------------------------------------ */
 struct kt_opts {
 	const char *db, *at, *hops;
-	int interval, once, rows, frames, width;
+	int interval, once, rows, frames, width, tasks;
 	int64_t window;
 	double price;               /* --price-per-hour; < 0: the agent's */
 };
@@ -374,6 +385,7 @@ static int parse_args(int argc, char **argv, struct kt_opts *o)
 		{ "once", no_argument, 0, 'o' }, { "width", required_argument, 0, 'W' },
 		{ "rows", required_argument, 0, 'R' }, { "frames", required_argument, 0, 'F' },
 		{ "price-per-hour", required_argument, 0, 'P' }, { "hops", required_argument, 0, 'H' },
+		{ "tasks", no_argument, 0, 'K' },
 		{ "help", no_argument, 0, 'h' }, { 0 },
 	};
 	char err[512], *end;
@@ -384,6 +396,7 @@ static int parse_args(int argc, char **argv, struct kt_opts *o)
 		case 'a': o->at = optarg; break;
 		case 'o': o->once = 1; break;
 		case 'H': o->hops = optarg; break;
+		case 'K': o->tasks = 1; break;
 		case 'i':
 			if (!int_arg(optarg, 50, 60000, &o->interval)) break;
 			fprintf(stderr, "kpitop: --interval '%s': give milliseconds from 50 to 60000\n", optarg);
@@ -417,8 +430,12 @@ static int parse_args(int argc, char **argv, struct kt_opts *o)
 		fprintf(stderr, "kpitop: unexpected argument '%s' (see kpitop --help)\n", argv[optind]);
 		return 2;
 	}
-	if ((o->frames || o->hops) && !o->once) {
-		fprintf(stderr, "kpitop: --%s goes with --once\n", o->frames ? "frames" : "hops");
+	if ((o->frames || o->hops || o->tasks) && !o->once) {
+		fprintf(stderr, "kpitop: --%s goes with --once\n", o->frames ? "frames" : o->hops ? "hops" : "tasks");
+		return 2;
+	}
+	if (o->hops && o->tasks) {
+		fprintf(stderr, "kpitop: --hops and --tasks each choose what the panel shows: give one\n");
 		return 2;
 	}
 	return -1;
@@ -484,6 +501,7 @@ int main(int argc, char **argv)
 			snprintf(v.filter, sizeof(v.filter), "%s", o.hops);
 			v.hops = 1;
 		}
+		v.tasks = o.tasks;
 		rc = run_once(&screen, &d, &v, width, o.rows, o.frames, d.live ? 0 : o.interval * NS_PER_MS);
 	} else {
 		rc = start_live(&screen, &d, &v, o.interval);

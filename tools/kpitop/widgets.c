@@ -11,19 +11,25 @@ const char *const kt_sort_name[KS_N] = { "arrival", "age", "TTFT", "e2e", "TPOT"
 static char *dur(char *b, double ns) { return timefmt_dur(b, 16, ns); }
 
 /* The bar's segments: the phases, with the server wait of an http row (queue
- * and prefill together, which it cannot tell apart) after net-in. */
-#define BAR_N (PH_N + 1)
-static const char bar_glyph[BAR_N] = { 'N', 'W', 'Q', 'P', 'D', 'O' };
+ * and prefill together, which it cannot tell apart) after net-in, and what
+ * of e2e the five phases do not cover: a disaggregated request's router, KV
+ * transfer and decode queue (the P/D line has them). */
+#define BAR_N (PH_N + 2)
+static const char bar_glyph[BAR_N] = { 'N', 'W', 'Q', 'P', 'D', 'O', 'x' };
 static const int bar_color[BAR_N] = { CC_PH0 + PH_NET_IN, CC_PH0 + PH_QUEUE, CC_PH0 + PH_QUEUE,
-				      CC_PH0 + PH_PREFILL, CC_PH0 + PH_DECODE, CC_PH0 + PH_NET_OUT };
+				      CC_PH0 + PH_PREFILL, CC_PH0 + PH_DECODE, CC_PH0 + PH_NET_OUT, CC_DIM };
 
 /* A stacked bar of phases over len columns, by largest remainder so the
  * columns add up exactly and every present phase is visible; wait < 0: the
- * row has the engine's split instead. */
-static void phase_bar(struct canvas *c, int y, int x, int len, const int64_t *phase, int64_t wait)
+ * row has the engine's split instead; e2e (< 0 unknown) sets the rest. */
+static void phase_bar(struct canvas *c, int y, int x, int len, const int64_t *phase, int64_t wait,
+		      int64_t e2e)
 {
+	int64_t known = 0;
+	for (int p = 0; p < PH_N; p++) known += phase[p] > 0 ? phase[p] : 0;
+	known += wait > 0 ? wait : 0;
 	const int64_t ph[BAR_N] = { phase[PH_NET_IN], wait, phase[PH_QUEUE], phase[PH_PREFILL],
-				    phase[PH_DECODE], phase[PH_NET_OUT] };
+				    phase[PH_DECODE], phase[PH_NET_OUT], e2e > known ? e2e - known : 0 };
 	double tot = 0;
 	for (int p = 0; p < BAR_N; p++) tot += ph[p] > 0 ? (double)ph[p] : 0;
 	if (tot <= 0 || len <= 0) {
@@ -73,14 +79,25 @@ static void title_fill(struct kt_widget *w, const struct kt_data *d, const struc
 			 d->live ? "live" : "replay", dur(wd, (double)d->window_ns), a, b);
 	/* where the window's requests came from, when not all from the probes */
 	const int *src = d->win.by_source;
-	if ((src[TRACE_SRC_HTTP] || src[TRACE_SRC_LIBLLAMA]) && n > 0 && (size_t)n < sizeof(t->text)) {
-		int kinds = !!src[TRACE_SRC_USDT] + !!src[TRACE_SRC_HTTP] + !!src[TRACE_SRC_LIBLLAMA];
-		if (kinds > 1)
-			snprintf(t->text + n, sizeof(t->text) - (size_t)n, "  sources: %d usdt, %d http, %d http+libllama",
-				 src[TRACE_SRC_USDT], src[TRACE_SRC_HTTP], src[TRACE_SRC_LIBLLAMA]);
-		else
-			snprintf(t->text + n, sizeof(t->text) - (size_t)n, "  source: %s",
-				 trace_source_name[src[TRACE_SRC_HTTP] ? TRACE_SRC_HTTP : TRACE_SRC_LIBLLAMA]);
+	if (src[TRACE_SRC_HTTP] + src[TRACE_SRC_LIBLLAMA] + src[TRACE_SRC_INFERRED] && n > 0 &&
+	    (size_t)n < sizeof(t->text)) {
+		int kinds = 0, only = TRACE_SRC_USDT;
+		for (int k = 0; k < TRACE_SRC_N; k++)
+			if (src[k]) {
+				kinds++;
+				only = k;
+			}
+		if (kinds > 1) {
+			n += snprintf(t->text + n, sizeof(t->text) - (size_t)n, "  sources:");
+			for (int k = 0, first = 1; k < TRACE_SRC_N && (size_t)n < sizeof(t->text); k++)
+				if (src[k]) {
+					n += snprintf(t->text + n, sizeof(t->text) - (size_t)n, "%s %d %s",
+						      first ? "" : ",", src[k], trace_source_name[k]);
+					first = 0;
+				}
+		} else {
+			snprintf(t->text + n, sizeof(t->text) - (size_t)n, "  source: %s", trace_source_name[only]);
+		}
 	}
 	/* a llama.cpp engine's prefix cache (source http+libllama) */
 	n = (int)strlen(t->text);
@@ -187,7 +204,8 @@ static void meters_draw(const struct kt_widget *w, struct canvas *c, int y, int 
 	int x = 1;
 	x = meter(c, y, x, "req/s", CC_VALUE, "%.1f", mw->req_per_s);
 	x = meter(c, y, x, "out tok/s", CC_VALUE, "%.0f", mw->out_tok_per_s);
-	if (!mw->samples && (mw->by_source[TRACE_SRC_HTTP] || mw->by_source[TRACE_SRC_LIBLLAMA])) {
+	if (!mw->samples && (mw->by_source[TRACE_SRC_HTTP] || mw->by_source[TRACE_SRC_LIBLLAMA] ||
+			     mw->by_source[TRACE_SRC_INFERRED])) {
 		/* the HTTP exchange carries no engine samples: unknown, not 0 */
 		x = meter(c, y, x, "running", CC_DIM, "-", 0);
 		x = meter(c, y, x, "waiting", CC_DIM, "-", 0);
@@ -205,6 +223,8 @@ static void meters_draw(const struct kt_widget *w, struct canvas *c, int y, int 
 	x = meter(c, y, x, "429s", rej ? CC_BAD : CC_VALUE, "%.0f", (double)rej);
 	x = meter(c, y, x, "errors", err ? CC_BAD : CC_VALUE, "%.0f", (double)err);
 	x = lost_meter(c, y, x, mw);
+	if (mw->unlinked > 0)   /* calls no link rule could tie: missing evidence, not lost data */
+		x = meter(c, y, x, "unlinked", CC_DIM, "%.0f", (double)mw->unlinked);
 	x = meter(c, y, x, "requests", CC_VALUE, "%.0f", mw->requests);
 	if (mw->samples) x = cpu_wait_meter(c, y, x, m);
 	if (!m->have_data) canvas_text(c, y, x, -1, CC_WARN, 0, "(no data in the store yet)");
@@ -216,7 +236,7 @@ static const struct kt_widget_class meters_class = {
 };
 
 /* ---- latency percentiles -------------------------------------------------- */
-static const int lat_metrics[] = { TM_TTFT, TM_TPOT, TM_ITL, TM_E2E };
+static const int lat_metrics[] = { TM_TTFT, TM_TTFO, TM_TPOT, TM_ITL, TM_E2E };
 #define LAT_ROWS (int)(sizeof(lat_metrics) / sizeof(*lat_metrics))
 
 struct latency {
@@ -260,6 +280,7 @@ struct phases {
 	int64_t phase[2][PH_N];         /* the median's, the p99's (-1: unknown) */
 	int64_t wait[2];                /* their server wait (-1: engine split known) */
 	int64_t e2e[2];
+	bool inferred;                  /* the p99's queue and prefill were inferred */
 };
 
 static int phases_height(int w) { return 3; }
@@ -274,6 +295,7 @@ static void phases_fill(struct kt_widget *w, const struct kt_data *d, const stru
 	p->wait[1] = d->win.wait_p99;
 	p->e2e[0] = d->win.e2e_p50_row;
 	p->e2e[1] = d->win.e2e_p99_row;
+	p->inferred = d->win.inferred_p99;
 }
 
 static void phases_draw(const struct kt_widget *w, struct canvas *c, int y, int width, int h)
@@ -285,23 +307,30 @@ static void phases_draw(const struct kt_widget *w, struct canvas *c, int y, int 
 	for (int i = 0; i < 2; i++) {
 		canvas_text(c, y + i, 1, -1, CC_LABEL, 0, "%-7s", names[i]);
 		if (ph->finished) {
-			phase_bar(c, y + i, 9, barw, ph->phase[i], ph->wait[i]);
+			phase_bar(c, y + i, 9, barw, ph->phase[i], ph->wait[i], ph->e2e[i]);
 			canvas_text(c, y + i, 10 + barw, -1, CC_VALUE, CF_BOLD, "%s", dur(a, (double)ph->e2e[i]));
 		} else {
 			canvas_text(c, y + i, 9, -1, CC_DIM, 0, "no finished request in the window");
 		}
 	}
-	/* the p99 request's phases; "-" for one its row does not know, and
-	 * the server wait only where the row has it in place of the split */
+	/* the p99 request's phases; "-" for one its row does not know, the
+	 * server wait only where the row has it in place of the split, and
+	 * "(inferred)" after a queue and prefill inferred from stream timing */
 	int x = 9;
+	int64_t rest = ph->e2e[1] - (ph->wait[1] > 0 ? ph->wait[1] : 0);
+	for (int p = 0; p < PH_N; p++)
+		rest -= ph->phase[1][p] > 0 ? ph->phase[1][p] : 0;
 	for (int p = 0; p < BAR_N; p++) {
-		int64_t v = p == 1 ? ph->wait[1] : ph->phase[1][p - (p > 1)];
-		if (p == 1 && (!ph->finished || v < 0)) continue;
+		int last = p == BAR_N - 1;
+		int64_t v = p == 1 ? ph->wait[1] : last ? rest : ph->phase[1][p - (p > 1)];
+		if ((p == 1 || last) && (!ph->finished || v <= 0)) continue;
 		canvas_fill(c, y + 2, x, 1, (wchar_t)bar_glyph[p], bar_color[p], CF_REVERSE);
 		x += 2 + canvas_text(c, y + 2, x + 2, -1, CC_DIM, 0, "%s",
-				     p == 1 ? "server-wait" : trace_phase_name[p - (p > 1)]) + 2;
+				     p == 1 ? "server-wait" : last ? "router, KV, decode queue (P/D)" :
+				     trace_phase_name[p - (p > 1)]) + 2;
 		if (ph->finished)
-			x += canvas_text(c, y + 2, x - 1, -1, CC_DIM, 0, "%s", dur(a, (double)v)) + 1;
+			x += canvas_text(c, y + 2, x - 1, -1, CC_DIM, 0, "%s%s", dur(a, (double)v),
+					 ph->inferred && (p == 2 || p == 3) ? " (inferred)" : "") + 1;
 	}
 }
 
@@ -395,6 +424,9 @@ struct panel {
 	int hops, nhops;                        /* the hops view, and its rows */
 	struct trace_hop hop[KT_MAX_HOPS];
 	char hops_of[64], hops_why[160];
+	int tasks, ntasks;                      /* the tasks view, and its rows */
+	struct trace_task task[KT_MAX_TASKS];
+	char tasks_why[160];
 	enum kt_sort sort;
 	char filter[64];
 	int top, sel;
@@ -417,6 +449,64 @@ static void panel_fill(struct kt_widget *w, const struct kt_data *d, const struc
 	memcpy(p->hop, d->hops, sizeof(p->hop[0]) * (size_t)d->nhops);
 	snprintf(p->hops_of, sizeof(p->hops_of), "%s", d->hops_of);
 	snprintf(p->hops_why, sizeof(p->hops_why), "%s", d->hops_why);
+	p->tasks = v->tasks;
+	p->ntasks = d->ntasks;
+	memcpy(p->task, d->tasks, sizeof(p->task[0]) * (size_t)d->ntasks);
+	snprintf(p->tasks_why, sizeof(p->tasks_why), "%s", d->tasks_why);
+}
+
+/* A task's critical path as one bar: model calls (M), tool calls (T), its
+ * own work (A), in proportion. */
+static void task_bar(struct canvas *c, int y, int x, int len, const struct trace_task *k)
+{
+	const int64_t part[3] = { k->model_ns, k->tool_ns, k->agent_ns };
+	static const char glyph[3] = { 'M', 'T', 'A' };
+	static const int color[3] = { CC_PH0 + PH_DECODE, CC_PH0 + PH_QUEUE, CC_PH0 + PH_NET_IN };
+	int64_t tot = part[0] + part[1] + part[2];
+	if (tot <= 0 || len <= 0) {
+		canvas_text(c, y, x, len, CC_DIM, 0, "-");
+		return;
+	}
+	int used = 0;
+	for (int i = 0; i < 3; i++) {
+		int n = i == 2 ? len - used : (int)((double)part[i] / (double)tot * len + 0.5);
+		if (n > len - used) n = len - used;
+		canvas_fill(c, y, x + used, n, (wchar_t)glyph[i], color[i], CF_REVERSE);
+		used += n;
+	}
+}
+
+/* The tasks view: the agent tasks that started before the window's end,
+ * newest first: their calls, retries and errors, duration, success, and
+ * where the time went on the critical path. */
+static void tasks_draw(const struct panel *p, struct canvas *c, int y, int width, int h)
+{
+	int barx = 95, barw = width - barx - 1;
+	char a[16], m[16], t[16];
+
+	canvas_fill(c, y, 0, width, L' ', CC_TITLE, CF_REVERSE);
+	canvas_text(c, y, 0, width, CC_TITLE, CF_REVERSE, " %-20s %-10s %-11s %5s %4s %3s %5s %3s %8s %8s %8s %2s  %s",
+		    "TASK", "PROCESS", "RULE", "MODEL", "TOOL", "MCP", "RETRY", "ERR", "DURATION", "MODEL", "TOOL",
+		    "OK", "M model T tool A agent (a or Esc: requests)");
+	if (!p->ntasks) {
+		canvas_text(c, y + 1, 1, -1, CC_DIM, 0, "%s", p->tasks_why);
+		return;
+	}
+	for (int i = 0; i < p->ntasks && i < h - 1; i++) {
+		const struct trace_task *k = &p->task[i];
+		int yy = y + 1 + i;
+		canvas_text(c, yy, 1, 20, CC_VALUE, 0, "%-20.20s", k->id);
+		canvas_text(c, yy, 22, 10, CC_DEFAULT, 0, "%-10.10s", k->comm);
+		canvas_text(c, yy, 33, 11, CC_DIM, 0, "%-11.11s", k->rule);
+		canvas_text(c, yy, 45, -1, CC_DEFAULT, 0, "%5d %4d %3d", k->model_calls, k->tool_calls, k->mcp_calls);
+		canvas_text(c, yy, 60, 5, k->retries ? CC_WARN : CC_DEFAULT, 0, "%5d", k->retries);
+		canvas_text(c, yy, 66, 3, k->errors ? CC_BAD : CC_DEFAULT, 0, "%3d", k->errors);
+		canvas_rtext(c, yy, 70, 8, CC_VALUE, 0, dur(a, (double)k->duration_ns));
+		canvas_rtext(c, yy, 79, 8, CC_DEFAULT, 0, dur(m, (double)k->model_ns));
+		canvas_rtext(c, yy, 88, 8, CC_DEFAULT, 0, dur(t, (double)k->tool_ns));
+		canvas_text(c, yy, 97, 2, k->success ? CC_GOOD : CC_BAD, CF_BOLD, "%s", k->success ? "ok" : "no");
+		if (barw - 5 >= 5) task_bar(c, yy, barx + 5, barw - 5, k);
+	}
 }
 
 /* The hops view: one line per hop of the selected request's trace, indented
@@ -461,7 +551,7 @@ static void hops_draw(const struct panel *p, struct canvas *c, int y, int width,
 		int len = (int)((double)o->e2e_ns / span * barw + 0.5);
 		if (len < 1) len = 1;
 		if (x + len > barx + barw) len = barx + barw - x;
-		phase_bar(c, yy, x, len, o->phase, o->server_wait_ns);
+		phase_bar(c, yy, x, len, o->phase, o->server_wait_ns, o->e2e_ns);
 	}
 }
 
@@ -478,32 +568,41 @@ static int state_color(enum trace_req_state s)
 static void panel_row(struct canvas *c, int y, int width, const struct trace_req *r, int sel)
 {
 	int fl = sel ? CF_REVERSE : 0, cc = sel ? CC_SEL : CC_DEFAULT;
-	int barx = 79, barw = width - barx - 1;
-	char a[16], b[16], d[16], e[16];
+	int barx = 88, barw = width - barx - 1;
+	char a[16], b[16], d[16], e[16], o[16];
 	if (sel) canvas_fill(c, y, 0, width, L' ', CC_SEL, CF_REVERSE);
 	canvas_text(c, y, 1, 14, sel ? CC_SEL : CC_VALUE, fl, "%-14s", r->id);
-	canvas_text(c, y, 16, 1, cc, fl, "%c", "UHL"[r->source]);
+	/* U usdt, H http, L http+libllama, I http with its split inferred */
+	canvas_text(c, y, 16, 1, cc, fl, "%c", "UHLI"[r->source]);
 	canvas_text(c, y, 18, 9, sel ? CC_SEL : state_color(r->state), fl | CF_BOLD, "%-9s",
 		    trace_state_name[r->state]);
 	canvas_rtext(c, y, 28, 8, cc, fl, dur(a, (double)r->age_ns));
 	canvas_text(c, y, 36, -1, cc, fl, " %6d %5d", r->prompt_tokens, r->output_tokens);
 	canvas_rtext(c, y, 50, 8, cc, fl, dur(b, (double)r->ttft_ns));
-	canvas_rtext(c, y, 59, 8, cc, fl, dur(d, (double)r->tpot_ns));
-	canvas_rtext(c, y, 68, 8, cc, fl, dur(e, (double)r->e2e_ns));
-	if (barw >= 5) phase_bar(c, y, barx, barw, r->phase, r->source == TRACE_SRC_HTTP ? r->server_wait_ns : -1);
+	/* the first answer event: later than TTFT by what the model reasoned */
+	canvas_rtext(c, y, 59, 8, r->ttfo_ns >= 0 || sel ? cc : CC_DIM, fl, dur(o, (double)r->ttfo_ns));
+	canvas_rtext(c, y, 68, 8, cc, fl, dur(d, (double)r->tpot_ns));
+	canvas_rtext(c, y, 77, 8, cc, fl, dur(e, (double)r->e2e_ns));
+	if (barw >= 5) phase_bar(c, y, barx, barw, r->phase, r->source == TRACE_SRC_HTTP ? r->server_wait_ns : -1,
+				 r->state == TRS_DONE ? r->e2e_ns : -1);
 }
 
 static void panel_draw(const struct kt_widget *w, struct canvas *c, int y, int width, int h)
 {
 	const struct panel *p = (const struct panel *)w;
+	if (p->tasks) {
+		tasks_draw(p, c, y, width, h);
+		return;
+	}
 	if (p->hops) {
 		hops_draw(p, c, y, width, h);
 		return;
 	}
 	canvas_fill(c, y, 0, width, L' ', CC_TITLE, CF_REVERSE);
-	canvas_text(c, y, 0, width, CC_TITLE, CF_REVERSE, " %-14s S %-9s %8s %6s %5s %8s %8s %8s  PHASES (sort: %s%s%s)",
-		    "ID", "STATE", "AGE", "PROMPT", "OUT", "TTFT", "TPOT", "E2E", kt_sort_name[p->sort],
-		    p->filter[0] ? ", filter: " : "", p->filter);
+	/* the filter first: at 120 columns the header's end is cut */
+	canvas_text(c, y, 0, width, CC_TITLE, CF_REVERSE, " %-14s S %-9s %8s %6s %5s %8s %8s %8s %8s  PHASES (%s%s%ssort: %s)",
+		    "ID", "STATE", "AGE", "PROMPT", "OUT", "TTFT", "TTFO", "TPOT", "E2E", p->filter[0] ? "filter: " : "",
+		    p->filter, p->filter[0] ? ", " : "", kt_sort_name[p->sort]);
 	if (p->n == 0) {
 		canvas_text(c, y + 1, 1, -1, CC_DIM, 0, p->filter[0] ? "no request matches the filter '%s'"
 			    : "no requests in flight or finished before the window's end%s", p->filter);
@@ -540,7 +639,7 @@ static void status_fill(struct kt_widget *w, const struct kt_data *d, const stru
 			 "↑↓ scroll  ←→ %s", d->live ? "go back in time" : "move through time");
 	else
 		snprintf(st->text, sizeof(st->text), "q quit  h help  s sort  / filter  p pause  1/2/3 window 10s/1m/5m  "
-			 "↑↓ scroll  ←→ %s  t hops", d->live ? "go back in time" : "move through time");
+			 "↑↓ scroll  ←→ %s  t hops  a tasks", d->live ? "go back in time" : "move through time");
 }
 
 static void status_draw(const struct kt_widget *w, struct canvas *c, int y, int width, int h)
@@ -555,7 +654,7 @@ static const struct kt_widget_class status_class = {
 
 /* ---- the screen ------------------------------------------------------------ */
 static const struct kt_widget_class *const trace_classes[] = {
-	&title_class, &meters_class, &kt_cost_class, &latency_class, &phases_class, &spark_class, &panel_class, &status_class,
+	&title_class, &meters_class, &kt_cost_class, &latency_class, &phases_class, &kt_pd_class, &spark_class, &panel_class, &status_class,
 };
 _Static_assert(sizeof(trace_classes) / sizeof(*trace_classes) <= KT_NWIDGETS, "room for every widget");
 /* a fleet's: every host a row (fleetview.c) */
@@ -611,10 +710,20 @@ static const char *const help_lines[] = {
 	"                (← leaves live mode; → past the end returns to it)",
 	"  t, Enter      the selected request's hops: every process it passed, one line",
 	"                each on one time scale, with the rule that linked it (Esc back)",
+	"  a             the agent tasks: their model and tool calls, retries, errors,",
+	"                success, and their time split model / tool / the agent's own (Esc back)",
 	"",
+	"TTFO: the first answer event (reasoning not counted); TTFT: the first of any kind",
+	"unlinked (header): calls no link rule could tie to a request: missing evidence,",
+	"        not lost data (docs/agent.md, Hops)",
 	"Phases: N net-in  Q queue  P prefill  D decode  O net-out",
 	"        W server wait: queue and prefill together, where the request was",
 	"        traced from its HTTP exchange (source H) and the split is unknown",
+	"        x a disaggregated request's router, KV transfer and decode queue",
+	"P/D line (router -> decode worker <- prefill worker): requests, KV bytes over",
+	"        stream time, p99 of in net-in, rt router, pq prefill queue, pf prefill,",
+	"        KV transfer, dq decode queue, dec decode, out net-out; slot waits",
+	"        (running set full, KV blocks short) on the decode workers",
 	"Column S: the request's source, U the engine's probes (usdt), H its HTTP exchange",
 	"Percentiles interpolate between the closest ranks, as SQLite's percentile().",
 	NULL,

@@ -12,8 +12,10 @@
 static const struct { const char *s; size_t n; } key_names[HTTP_K__COUNT] = { KEY(""), KEY("model"),
 	KEY("stream"), KEY("max_tokens"), KEY("max_completion_tokens"), KEY("finish_reason"),
 	KEY("prompt_tokens"), KEY("completion_tokens"), KEY("input_tokens"), KEY("output_tokens"),
-	KEY("type"), KEY("content"), KEY("reasoning_content"), KEY("reasoning"), KEY("text"),
-	KEY("arguments") };
+	KEY("type"), KEY("id"), KEY("delta"), KEY("tool_calls"), KEY("reasoning_tokens"), KEY("method"),
+	KEY("name"), KEY("jsonrpc"), KEY("error"), KEY("isError"), KEY("role"), KEY("content"),
+	KEY("reasoning_content"), KEY("reasoning"), KEY("text"), KEY("arguments") };
+_Static_assert(HTTP_K__COUNT <= 32, "a key mask is an unsigned");
 
 static int key_find(const char *s, size_t n, unsigned mask)
 {

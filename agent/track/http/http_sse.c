@@ -8,6 +8,8 @@ struct evclass {
 	http_key_fn *usage;
 	void *ctx;
 	bool content;                   /* a non-empty content-like string */
+	bool empty;                     /* an empty one */
+	bool role;                      /* a "role" key: a chat stream's role-only first chunk */
 	int rtype;                      /* Responses API type: 1 *.delta, 2 other, 0 none */
 };
 
@@ -28,6 +30,10 @@ static void event_key(void *ctx, int key, const struct http_jval *v)
 		/* `"content":"` with the rest not captured counts (docs/agent.md) */
 		if (v->type == HTTP_J_STR && (v->len || !v->complete))
 			c->content = true;
+		else if (v->type == HTTP_J_STR)
+			c->empty = true;
+	} else if (key == HTTP_K_ROLE) {
+		c->role = true;
 	} else {
 		c->usage(c->ctx, key, v);
 	}
@@ -39,12 +45,13 @@ static bool field(const char *l, size_t n, const char *name)
 	return n >= k && !memcmp(l, name, k);
 }
 
-enum http_ev_kind http_sse_classify(const struct http_sse *e, http_key_fn *usage, void *ctx)
+bool http_sse_scan(const struct http_sse *e, unsigned mask, http_key_fn *fn, void *ctx, char *name,
+		   size_t name_len)
 {
-	struct evclass c = { .usage = usage, .ctx = ctx };
 	const char *p = e->buf, *end = e->buf + e->len;
-	int named = 0;
 	bool done = false;
+
+	name[0] = 0;
 	while (p < end) {
 		const char *nl = p;
 		while (nl < end && *nl != '\n' && *nl != '\0')
@@ -52,20 +59,30 @@ enum http_ev_kind http_sse_classify(const struct http_sse *e, http_key_fn *usage
 		size_t n = (size_t)(nl - p);
 		bool whole = nl < end && *nl == '\n';
 		if (field(p, n, "event:") && whole) {
-			size_t s = n > 6 && p[6] == ' ' ? 7 : 6;
-			named = response_type(p + s, n - s);
+			size_t s = n > 6 && p[6] == ' ' ? 7 : 6, k = n - s < name_len - 1 ? n - s : name_len - 1;
+			memcpy(name, p + s, k);
+			name[k] = 0;
 		} else if (field(p, n, "data:")) {
 			size_t s = n > 5 && p[5] == ' ' ? 6 : 5;
 			if (n - s == 6 && !memcmp(p + s, "[DONE]", 6))
 				done = true;
 			else
-				http_json_scan(p + s, n - s, HTTP_EVENT_KEYS, event_key, &c);
+				http_json_scan(p + s, n - s, mask, fn, ctx);
 		} else if (n && p[0] != ':' && !field(p, n, "id:") && !field(p, n, "retry:") &&
 			   !field(p, n, "event:")) {
-			http_json_scan(p, n, HTTP_EVENT_KEYS, event_key, &c); /* a line's tail after a cut */
+			http_json_scan(p, n, mask, fn, ctx); /* a line's tail after a cut */
 		}
 		p = nl + 1;
 	}
+	return !done;
+}
+
+enum http_ev_kind http_sse_classify(const struct http_sse *e, http_key_fn *usage, void *ctx)
+{
+	struct evclass c = { .usage = usage, .ctx = ctx };
+	char name[40];
+	bool done = !http_sse_scan(e, HTTP_EVENT_KEYS, event_key, &c, name, sizeof(name));
+	int named = response_type(name, strlen(name));
 	int rtype = named ? named : c.rtype;
 	if (done)
 		return HTTP_EV_OTHER;
@@ -73,7 +90,9 @@ enum http_ev_kind http_sse_classify(const struct http_sse *e, http_key_fn *usage
 		return rtype == 1 ? HTTP_EV_CONTENT : HTTP_EV_OTHER;
 	if (c.content)
 		return HTTP_EV_CONTENT;
-	return e->cut ? HTTP_EV_UNKNOWN : HTTP_EV_OTHER;
+	if (e->cut)
+		return HTTP_EV_UNKNOWN;
+	return c.empty && !c.role ? HTTP_EV_EMPTY : HTTP_EV_OTHER;
 }
 
 void http_sse_reset(struct http_sse *e)

@@ -12,7 +12,10 @@
 
 #define HTTP_SSE_KEEP 480u      /* bytes of an event kept to classify it */
 
-enum http_ev_kind { HTTP_EV_OTHER, HTTP_EV_CONTENT, HTTP_EV_UNKNOWN };
+/* EMPTY: a token whose text is empty (a content-like key holding "", no
+ * role: a byte sequence cut between tokens, a special token), still written at
+ * its step like the others; counted with OTHER for the content counts. */
+enum http_ev_kind { HTTP_EV_OTHER, HTTP_EV_CONTENT, HTTP_EV_UNKNOWN, HTTP_EV_EMPTY };
 
 /* The event being split out: its first bytes, CRs dropped, lines ended by
  * '\n', a cut (gap) marked by '\0'. */
@@ -33,9 +36,16 @@ void http_sse_cut(struct http_sse *e);
 /* Forgets the event in progress (zeroed: no generated text is kept). */
 void http_sse_reset(struct http_sse *e);
 
+/* Calls fn for every key in mask of the event's data lines (and of a line's
+ * tail after a cut), in order; name gets its event: line's name (NUL-ended,
+ * "" none, cut to name_len). Returns false for data: [DONE]. */
+bool http_sse_scan(const struct http_sse *e, unsigned mask, http_key_fn *fn, void *ctx, char *name,
+		   size_t name_len);
+
 /* CONTENT when its data JSON has a non-empty content-like string (or, for
- * the Responses API, a response.*.delta type), OTHER for control, role-only
- * and [DONE] events, UNKNOWN when the bytes that would tell were not seen.
+ * the Responses API, a response.*.delta type), EMPTY when its content-like
+ * string is empty and it names no role, OTHER for control, role-only and
+ * [DONE] events, UNKNOWN when the bytes that would tell were not seen.
  * The usage and finish_reason keys it meets go to usage(ctx). */
 enum http_ev_kind http_sse_classify(const struct http_sse *e, http_key_fn *usage, void *ctx);
 

@@ -6,7 +6,9 @@
 #include <string.h>
 #include <strings.h>
 #include "http_chunked.h"
+#include "http_digest.h"
 #include "http_json.h"
+#include "http_reason.h"
 #include "http_sse.h"
 #include "http_text.h"
 #include "http_track.h"
@@ -52,6 +54,9 @@ struct xnode {
 	uint64_t *writes;
 	uint32_t n_writes, cap_writes;
 	char req_id[HTTP_TRACK_ID_LEN], resp_id[HTTP_TRACK_ID_LEN], trace_id[33];
+	struct http_reason reason;
+	struct http_digest digest;
+	bool jsonrpc;                   /* the request body is JSON-RPC */
 };
 
 struct http_track {
@@ -74,7 +79,8 @@ static void dir_unsync(struct http_track *t, struct dir *d, uint64_t ts, bool ma
 
 static void req_key(void *ctx, int key, const struct http_jval *v)
 {
-	struct http_exchange *x = ctx;
+	struct xnode *n = ctx;
+	struct http_exchange *x = &n->x;
 	if (key == HTTP_K_MODEL && v->type == HTTP_J_STR && !x->model[0] &&
 	    (v->complete || v->len >= HTTP_TRACK_MODEL_LEN - 1))
 		http_copy_clean(x->model, sizeof(x->model), v->s, v->len, false);
@@ -86,6 +92,12 @@ static void req_key(void *ctx, int key, const struct http_jval *v)
 		x->max_tokens = v->num;
 	else if (key == HTTP_K_MAX_COMPLETION_TOKENS && v->type == HTTP_J_NUM && x->max_tokens < 0)
 		x->max_tokens = v->num;
+	else if (key == HTTP_K_METHOD && v->type == HTTP_J_STR && !x->rpc_method[0])
+		http_copy_clean(x->rpc_method, sizeof(x->rpc_method), v->s, v->len, false);
+	else if (key == HTTP_K_NAME && v->type == HTTP_J_STR && !x->tool_name[0])
+		http_copy_clean(x->tool_name, sizeof(x->tool_name), v->s, v->len, false);
+	else if (key == HTTP_K_JSONRPC)
+		n->jsonrpc = true;
 }
 
 /* usage and finish_reason: the last seen wins (continuous usage stats). */
@@ -100,6 +112,12 @@ static void usage_key(void *ctx, int key, const struct http_jval *v)
 		x->prompt_tokens = v->num;
 	else if ((key == HTTP_K_COMPLETION_TOKENS || key == HTTP_K_OUTPUT_TOKENS) && v->type == HTTP_J_NUM)
 		x->completion_tokens = v->num;
+	else if (key == HTTP_K_REASONING_TOKENS && v->type == HTTP_J_NUM)
+		x->reasoning_tokens = v->num;
+	else if (key == HTTP_K_ID && v->type == HTTP_J_STR && !x->resp_body_id[0])
+		http_copy_clean(x->resp_body_id, sizeof(x->resp_body_id), v->s, v->len, true);
+	else if ((key == HTTP_K_ERROR && v->type != HTTP_J_NULL) || (key == HTTP_K_IS_ERROR && v->type == HTTP_J_TRUE))
+		x->rpc_error = true;
 }
 
 /* ---- server-sent events --------------------------------------------------- */
@@ -135,6 +153,9 @@ static void sse_event(void *ctx, const struct http_sse *e)
 {
 	struct sse_ctx *c = ctx;
 	enum http_ev_kind k = http_sse_classify(e, usage_key, &c->n->x);
+	http_reason_event(&c->n->reason, e, c->ts);
+	if ((k == HTTP_EV_CONTENT || k == HTTP_EV_EMPTY) && c->t->cfg.on_token)
+		c->t->cfg.on_token(c->t->cfg.ctx, &c->n->x, c->ts);
 	if (k == HTTP_EV_CONTENT) {
 		note_content(c->t, c->n, c->ts);
 	} else if (k == HTTP_EV_UNKNOWN) {
@@ -156,6 +177,27 @@ static void pick_id(struct xnode *n)
 	memcpy(x->request_id, src, strlen(src) + 1);    /* each source fits request_id */
 }
 
+/* What the exchange's reasoning, ids and body fingerprint came to. */
+static void reason_out(struct xnode *n)
+{
+	struct http_exchange *x = &n->x;
+	struct http_reason *r = &n->reason;
+	http_reason_end(r);
+	x->t_first_reasoning = r->t_first_reasoning;
+	x->t_first_answer = r->t_first_answer;
+	x->t_first_tool = r->t_first_tool;
+	x->reasoning_events = r->reasoning_events;
+	x->answer_events = r->answer_events;
+	x->reasoning_shape = r->shape;
+	memcpy(x->resp_header_id, n->resp_id, sizeof(x->resp_header_id));
+	memcpy(x->trace_id, n->trace_id, sizeof(x->trace_id));
+	if (!n->jsonrpc)
+		x->rpc_method[0] = x->tool_name[0] = 0;
+	else if (strcmp(x->rpc_method, "tools/call"))
+		x->tool_name[0] = 0;
+	x->body_digest_ok = http_digest_get(&n->digest, &x->body_digest);
+}
+
 /* Hands the oldest exchange over with reason end at ts and forgets it (a
  * response always belongs to the oldest: the others wait behind it). */
 static void deliver(struct http_track *t, enum http_end end, uint64_t ts)
@@ -171,6 +213,7 @@ static void deliver(struct http_track *t, enum http_end end, uint64_t ts)
 	n->x.end = end;
 	n->x.t_done = ts;
 	pick_id(n);
+	reason_out(n);
 	n->x.content_writes = n->writes;
 	n->x.n_content_writes = n->n_writes;
 	STAT(t, exchanges, 1);
@@ -284,7 +327,8 @@ static bool start_request(struct http_track *t, struct dir *d, uint64_t ts)
 	}
 	n->x.t_arrive = d->msg_ts;
 	n->x.stream = -1;
-	n->x.max_tokens = n->x.prompt_tokens = n->x.completion_tokens = -1;
+	n->x.max_tokens = n->x.prompt_tokens = n->x.completion_tokens = n->x.reasoning_tokens = -1;
+	http_digest_init(&n->digest, t->cfg.digest_key);
 	memcpy(n->x.method, method, sizeof(method));
 	memcpy(n->x.path, path, sizeof(path));
 	if (t->tail)
@@ -370,6 +414,8 @@ static void header_line(struct http_track *t, struct dir *d)
 		http_copy_clean(d == &t->in ? d->x->req_id : d->x->resp_id, HTTP_TRACK_ID_LEN, v, vn, true);
 	else if (IS("traceparent") && d->x && d == &t->in)
 		traceparent(d->x, v, vn);
+	else if (IS("gen_ai.conversation.id") && d->x && d == &t->in)
+		http_copy_clean(d->x->x.conversation_id, HTTP_TRACK_ID_LEN, v, vn, true);
 #undef IS
 }
 
@@ -380,9 +426,10 @@ static void body_data(struct http_track *t, struct dir *d, const uint8_t *p, siz
 {
 	if (!d->x)
 		return;
-	if (d == &t->in)
-		http_json_scan_body(&d->carry, (const char *)p, n, HTTP_REQ_KEYS, req_key, &d->x->x);
-	else if (d->h.sse)
+	if (d == &t->in) {
+		http_json_scan_body(&d->carry, (const char *)p, n, HTTP_REQ_KEYS, req_key, d->x);
+		http_digest_feed(&d->x->digest, p, n);
+	} else if (d->h.sse)
 		http_sse_feed(&t->ev, (const char *)p, n, sse_event, &(struct sse_ctx){ t, d->x, ts });
 	else
 		http_json_scan_body(&d->carry, (const char *)p, n, HTTP_USAGE_KEYS, usage_key, &d->x->x);
@@ -394,6 +441,8 @@ static void body_gap(struct http_track *t, struct dir *d)
 	if (!d->x)
 		return;
 	d->x->x.flags |= HTTP_X_BODY_GAP;
+	if (d == &t->in)
+		http_digest_gap(&d->x->digest);
 	if (d == &t->out && d->h.sse)
 		http_sse_cut(&t->ev);
 }

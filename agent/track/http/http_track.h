@@ -21,6 +21,7 @@
 #define HTTP_TRACK_PATH_LEN   64        /* path bytes kept (the query is never kept) */
 #define HTTP_TRACK_METHOD_LEN 16
 #define HTTP_TRACK_REASON_LEN 16        /* finish_reason */
+#define HTTP_TRACK_RPC_LEN    32        /* a JSON-RPC method */
 #define HTTP_TRACK_MAX_WRITES 65536     /* content write times kept per exchange */
 #define HTTP_TRACK_MAX_QUEUE  16        /* pipelined requests per connection before it gives up */
 
@@ -92,6 +93,28 @@ struct http_exchange {
 	char model[HTTP_TRACK_MODEL_LEN];       /* the request's "model", "" unknown */
 	char finish_reason[HTTP_TRACK_REASON_LEN]; /* the last one seen, "" unknown */
 	char request_id[HTTP_TRACK_ID_LEN];     /* [A-Za-z0-9._:-] only, "" when id_src is NONE */
+	/* reasoning (http_reason.h): the writes of the first reasoning, answer
+	 * and tool-call events (0: none), the content events by kind, and the
+	 * shape (enum http_reason_shape); usage's reasoning_tokens (-1 unknown) */
+	uint64_t t_first_reasoning, t_first_answer, t_first_tool;
+	uint32_t reasoning_events, answer_events;
+	unsigned reasoning_shape;
+	int64_t reasoning_tokens;
+	/* the ids a response carried: its x-request-id header and the first "id"
+	 * of its body or events (a chunk's, a completion's); "" none */
+	char resp_header_id[HTTP_TRACK_ID_LEN], resp_body_id[HTTP_TRACK_ID_LEN];
+	char conversation_id[HTTP_TRACK_ID_LEN];        /* the request's gen_ai.conversation.id */
+	char trace_id[33];                              /* the request's traceparent trace-id, "" none */
+	/* JSON-RPC (MCP over streamable HTTP): the request's method and, for
+	 * tools/call, the tool's name (params.name: metadata, arguments are never
+	 * read); rpc_error: the response carried an error (a non-null "error", a
+	 * result with "isError": true) */
+	char rpc_method[HTTP_TRACK_RPC_LEN], tool_name[HTTP_TRACK_MODEL_LEN];
+	bool rpc_error;
+	/* the request body's fingerprint, its "model" value left out (http_digest.h):
+	 * valid when body_digest_ok; in memory only */
+	uint64_t body_digest;
+	bool body_digest_ok;
 	/* the write time of each content event, in order; valid during the
 	 * callback only; n_content_writes < content_events when capped */
 	const uint64_t *content_writes;
@@ -122,9 +145,15 @@ struct http_track_cfg {
 	 * path, t_arrive and header id (request_id, id_src) filled; what it
 	 * returns comes back as the exchange's tag */
 	uint64_t (*on_request)(void *ctx, const struct http_exchange *x);
+	/* optional: called for every token event of a response as the write
+	 * that completes it is fed (content, or a token with empty text), with
+	 * that write's time; x is the exchange in progress (its head's fields,
+	 * t_arrive, tag) */
+	void (*on_token)(void *ctx, const struct http_exchange *x, uint64_t ts);
 	void *ctx;
 	struct http_track_stats *totals; /* module-wide sums every tracker adds to, or NULL */
 	bool midstream;                  /* opened before tracking began: find a message start first */
+	uint64_t digest_key;             /* the secret the body fingerprints are keyed with */
 };
 
 struct http_track;
