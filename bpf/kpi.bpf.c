@@ -1046,13 +1046,13 @@ static __always_inline void client_answers_timed(const struct kpi_conn *c)
 {
 	struct sock *s = (struct sock *)c->sk;
 	struct sk_state init = {};
-	__u16 rport;
+	__u16 server_port;
 	__u8 one = 1;
 
 	if (!s)
 		return;
-	rport = bpf_ntohs(BPF_CORE_READ(s, __sk_common.skc_dport));
-	bpf_map_update_elem(&peer_ports, &rport, &one, BPF_ANY);
+	server_port = bpf_ntohs(BPF_CORE_READ(s, __sk_common.skc_dport));
+	bpf_map_update_elem(&peer_ports, &server_port, &one, BPF_ANY);
 	if (!bpf_map_update_elem(&socks, &c->sk, &init, BPF_NOEXIST))
 		count(KPI_CNT_SOCKS_INS);
 }
