@@ -45,7 +45,7 @@ endif
 DEB_PKGS := build-essential clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev \
 	systemtap-sdt-dev libsqlite3-dev sqlite3 libjansson-dev libncurses-dev \
 	pkg-config python3 tmux iproute2 procps bpftrace libclang-rt-14-dev \
-	prometheus uthash-dev libxxhash-dev libcurl4-openssl-dev chromium tcpdump nginx nodejs openssl curl \
+	prometheus uthash-dev libxxhash-dev libcurl4-openssl-dev libssl-dev chromium tcpdump nginx nodejs openssl curl \
 	clickhouse-server clickhouse-client
 
 .PHONY: all deps test demo bench clean check-layout

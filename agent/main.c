@@ -19,6 +19,7 @@
 #include "agent/sources/cost.h"
 #include "agent/sources/energy.h"
 #include "agent/sources/attach.h"
+#include "agent/sources/hold.h"
 #include "agent/sinks/exporters.h"
 #include "agent/sources/gpu.h"
 #include "agent/sources/tls.h"
@@ -29,6 +30,7 @@
 #include "agent/track/split_infer.h"
 #include "agent/sinks/http_serve.h"
 #include "agent/sources/losses.h"
+#include "agent/host/peer_addr.h"
 #include "agent/host/privdrop.h"
 #include "agent/sinks/retain.h"
 #include "agent/sinks/side_store.h"
@@ -53,6 +55,8 @@ static struct env {
 	int ringbuf_mb;
 	bool token_detail;
 	bool no_exec_hold;       /* --no-exec-hold */
+	bool release_held;       /* --release-held */
+	bool store_peer_addrs;   /* --store-peer-addrs */
 	double duration;
 	bool verbose;
 	const char *metrics;     /* --metrics ADDR:PORT */
@@ -106,10 +110,19 @@ static const char usage[] =
 "  --no-exec-hold     in discovery mode, do not stop a kpi-infer at the exec of a\n"
 "                     build the agent has not attached yet (by default it waits,\n"
 "                     10-20 ms once per new file, until its probes are in place, so\n"
-"                     its first requests are traced; docs/agent.md, Targets)\n"
+"                     its first requests are traced; docs/agent.md, Targets), nor a\n"
+"                     --port server at its listen()\n"
+"  --release-held     continue every process that a kpi-agent which is gone (killed,\n"
+"                     crashed) left stopped at its exec or listen(), then exit: what\n"
+"                     the systemd unit's ExecStopPost= runs (an agent also does it\n"
+"                     when it starts, and its guard, kpi-hold-guard, when the agent\n"
+"                     alone dies); a process stopped by anyone else is left so\n"
 "  --flush-ms N       write to the database every N ms, one transaction (default 200)\n"
 "  --ringbuf-mb N     BPF ring buffer size in MiB, a power of two (default 16)\n"
 "  --token-detail     also store every token's write time (table tokens)\n"
+"  --store-peer-addrs store the address of a connection's remote end in full\n"
+"                     (default: this host's addresses in full, any other as a\n"
+"                     keyed hash, the key in DB.peerkey, root's; docs/security.md)\n"
 "  --duration S       stop after S seconds (default: until SIGINT/SIGTERM)\n"
 "  --metrics ADDR:PORT\n"
 "                     serve Prometheus /metrics there (a bare PORT binds\n"
@@ -223,7 +236,8 @@ static int64_t parse_duration(const char *flag, const char *s)
 }
 
 /* Which processes and how their HTTP is followed: --pid, --exe, --port,
- * --http-only, --http-timeout, --task-idle-gap, --no-exec-hold. false: not one of these. */
+ * --http-only, --http-timeout, --task-idle-gap, --no-exec-hold, --release-held.
+ * false: not one of these. */
 static bool parse_targets_option(int c)
 {
 	switch (c) {
@@ -253,6 +267,9 @@ static bool parse_targets_option(int c)
 	case 'X':
 		env.no_exec_hold = true;
 		break;
+	case 'L':
+		env.release_held = true;
+		break;
 	case 'G':
 		env.task_idle_gap_ns = parse_duration("--task-idle-gap", optarg);
 		if (!env.task_idle_gap_ns)
@@ -264,7 +281,7 @@ static bool parse_targets_option(int c)
 	return true;
 }
 
-/* The trace: --db, --flush-ms, --ringbuf-mb, --token-detail, --max-backlog, --retain, --max-db-mb. false: not one of these. */
+/* The trace: --db, --flush-ms, --ringbuf-mb, --token-detail, --store-peer-addrs, --max-backlog, --retain, --max-db-mb. false: not one of these. */
 static bool parse_store_option(int c)
 {
 	switch (c) {
@@ -283,6 +300,9 @@ static bool parse_store_option(int c)
 		break;
 	case 't':
 		env.token_detail = true;
+		break;
+	case 'A':
+		env.store_peer_addrs = true;
 		break;
 	case 'B':
 		env.max_backlog = parse_num("--max-backlog", optarg, 1, 100000000);
@@ -356,6 +376,7 @@ static void parse_args(int argc, char **argv)
 		{ "flush-ms", required_argument, NULL, 'f' },
 		{ "ringbuf-mb", required_argument, NULL, 'r' },
 		{ "token-detail", no_argument, NULL, 't' },
+		{ "store-peer-addrs", no_argument, NULL, 'A' },
 		{ "duration", required_argument, NULL, 'D' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "metrics", required_argument, NULL, 'M' },
@@ -365,6 +386,7 @@ static void parse_args(int argc, char **argv)
 		{ "retain", required_argument, NULL, 'R' },
 		{ "max-db-mb", required_argument, NULL, 'S' },
 		{ "no-exec-hold", no_argument, NULL, 'X' },
+		{ "release-held", no_argument, NULL, 'L' },
 		{ "price-per-hour", required_argument, NULL, 'P' },
 		{ "powercap-root", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
@@ -603,6 +625,9 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		return -1;
 	}
+	/* the trace's key, root's: read before the privilege drop */
+	if (peer_addr_open(env.db, env.store_peer_addrs, err, sizeof(err)))
+		fprintf(stderr, "kpi-agent: %s\n", err);
 	trace_store_set_max_backlog(ag->store, (size_t)env.max_backlog);
 	trace_store_set_retention(ag->store, env.retain_ns, (int64_t)env.max_db_mb << 20);
 	ag->side = side_store_open(env.db, trace_store_run_id(ag->store), err, sizeof(err));
@@ -630,6 +655,9 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 		return -1;
 	}
 	printf("%s\n", said);
+	/* it needs no more than the main loop; the hold guard it forks comes
+	 * before any other thread */
+	attach_watchdog_start(ag->at);
 	ag->bus = bus_new();
 	if (!ag->bus || !(ag->asm_ = assemble_new(ag->bus))) {
 		fprintf(stderr, "kpi-agent: out of memory\n");
@@ -716,6 +744,7 @@ static int poll_loop(struct agent *ag)
 				next_sample = now + SAMPLE_NS;
 		}
 		if (now >= next_rescan) {
+			peer_addr_refresh();
 			attach_rescan(ag->at);
 			next_rescan = now + RESCAN_NS;
 		}
@@ -797,6 +826,22 @@ static void finish(struct agent *ag)
 		printf("%s\n", gpu_said);
 }
 
+/* --release-held: the holds of agents that are gone end; 0, or 1 when the
+ * map cannot be read. */
+static int release_held(void)
+{
+	char err[512];
+	int n = hold_release_orphans(err, sizeof(err));
+
+	if (n < 0) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
+		return 1;
+	}
+	if (!n)
+		printf("no process is held by a kpi-agent that is gone\n");
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct agent ag = { 0 };
@@ -806,6 +851,16 @@ int main(int argc, char **argv)
 
 	setvbuf(stdout, NULL, _IOLBF, 0);
 	parse_args(argc, argv);
+	if (env.release_held)
+		return release_held();
+	/* from here on a stop signal ends the loop; whatever the agent holds
+	 * by then is continued in its teardown (attach_hold_end) */
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+	/* an agent that was killed holding a process: it runs on now, before
+	 * anything that takes time (the checks, the programs' load) */
+	if (hold_release_orphans(err, sizeof(err)) < 0 && !geteuid())
+		fprintf(stderr, "kpi-agent: %s\n", err);
 	libbpf_set_print(libbpf_print);
 	if (check_host(&ag, &priv))
 		return 1;
@@ -842,9 +897,6 @@ int main(int argc, char **argv)
 			"counted as tls_unreadable): %s\n", err);
 	if (attach_global(ag.at) || open_outputs(&ag, &priv))
 		goto cleanup;
-	attach_watchdog_start(ag.at);    /* after the drop: it needs no more than the main loop */
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
 	/* before the line scripts wait on: what runs now is attached, and with
 	 * --exe its file's probes are in place for what starts next */
 	attach_rescan(ag.at);
@@ -857,7 +909,9 @@ int main(int argc, char **argv)
 		printf("waiting for a process to listen on port %u\n", env.ports[0]);
 	else if (!attach_count(ag.at))
 		printf("waiting for %s to start\n", env.exe ? env.exe : TARGET_DEFAULT_NAME);
-	if (poll_loop(&ag))
+	r = poll_loop(&ag);
+	attach_hold_end(ag.at);         /* before the final flush, however long it takes */
+	if (r)
 		goto cleanup;
 	finish(&ag);
 	rc = 0;

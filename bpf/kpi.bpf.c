@@ -71,9 +71,43 @@ const volatile bool watch_listen = false;
  * (discovery mode's first sight of a new kpi-infer build), or at the listen()
  * of a --port server: the agent attaches
  * them, which takes the kernel's first uprobe registration on the file (10-20
- * ms), then continues it, so not even its first request goes untraced. */
+ * ms), then continues it, so not even its first request goes untraced.  Each
+ * hold is an entry of `held` (struct kpi_held) before the stop: the map is
+ * pinned (KPI_HELD_PIN), so an agent that dies holding a process leaves
+ * what another needs to continue it.  hold_stop: the agent is ending, hold
+ * nothing more (set before it releases what it holds). */
 const volatile bool exec_hold = false;
+const volatile __u32 holder_tgid = 0;
+const volatile __u64 holder_start = 0;
+volatile bool hold_stop = false;
 #define SIGSTOP_NR 19
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KPI_HELD_MAX);
+	__type(key, __u32);
+	__type(value, struct kpi_held);
+} held SEC(".maps");
+
+/* Stops the current process (tgid) until its agent continues it: true when
+ * it is held.  The entry goes in first, so that whoever continues it finds
+ * it; a process held already (by another agent) is left to that one. */
+static __always_inline bool hold_current(__u32 tgid, __u64 now, bool at_listen)
+{
+	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
+	struct kpi_held h = {
+		.start_ns = BPF_CORE_READ(t, group_leader, start_boottime), .since = now,
+		.holder_start = holder_start, .holder = holder_tgid, .at_listen = at_listen,
+	};
+
+	if (!exec_hold || hold_stop || bpf_map_update_elem(&held, &tgid, &h, BPF_NOEXIST))
+		return false;
+	if (bpf_send_signal(SIGSTOP_NR)) {
+		bpf_map_delete_elem(&held, &tgid);
+		return false;
+	}
+	return true;
+}
 
 
 /* tid -> tgid of the targets' threads: only for the tracepoint flavour of
@@ -1012,13 +1046,13 @@ static __always_inline void client_answers_timed(const struct kpi_conn *c)
 {
 	struct sock *s = (struct sock *)c->sk;
 	struct sk_state init = {};
-	__u16 rport;
+	__u16 server_port;
 	__u8 one = 1;
 
 	if (!s)
 		return;
-	rport = bpf_ntohs(BPF_CORE_READ(s, __sk_common.skc_dport));
-	bpf_map_update_elem(&peer_ports, &rport, &one, BPF_ANY);
+	server_port = bpf_ntohs(BPF_CORE_READ(s, __sk_common.skc_dport));
+	bpf_map_update_elem(&peer_ports, &server_port, &one, BPF_ANY);
 	if (!bpf_map_update_elem(&socks, &c->sk, &init, BPF_NOEXIST))
 		count(KPI_CNT_SOCKS_INS);
 }
@@ -1261,23 +1295,17 @@ static __always_inline void listen_adopt(__u32 tgid)
 	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
 	struct kpi_target v = { .since = bpf_ktime_get_ns(), .state = KPI_TARGET_PENDING };
 	struct kpi_ev_exec *e;
-	int added;
+	bool stopped;
 
-	if (exec_hold)
-		v.flags |= KPI_TARGET_F_HELD;
-	added = bpf_map_update_elem(&targets, &tgid, &v, BPF_NOEXIST);
-	if (added)
+	if (bpf_map_update_elem(&targets, &tgid, &v, BPF_NOEXIST))
 		return;         /* full, or another thread of it got there first */
-	if ((v.flags & KPI_TARGET_F_HELD) && bpf_send_signal(SIGSTOP_NR)) {
-		v.flags &= ~KPI_TARGET_F_HELD;
-		bpf_map_update_elem(&targets, &tgid, &v, BPF_ANY);
-	}
+	stopped = hold_current(tgid, v.since, true);
 	e = EV_NEW(kpi_ev_exec, KPI_EV_EXEC, tgid, v.since);
 	if (!e)
 		return;         /* the rescan finds it (and continues it) */
 	e->ino = BPF_CORE_READ(t, mm, exe_file, f_inode, i_ino);
 	e->state = v.state;
-	e->held = !!(v.flags & KPI_TARGET_F_HELD);
+	e->held = stopped;
 	e->at_listen = 1;
 	bpf_get_current_comm(e->comm, sizeof(e->comm));
 	ev_send_now(e);
@@ -1603,6 +1631,7 @@ int kpi_proc_exec(void *ctx)
 	__u32 *rule = bpf_map_lookup_elem(&exec_inodes, &ino);
 	struct kpi_target v = { .since = ts };
 	struct kpi_ev_exec *e;
+	bool stopped = false;
 	char comm[16];
 	int added;
 
@@ -1617,15 +1646,10 @@ int kpi_proc_exec(void *ctx)
 			exit_send(tgid, ts, 1);
 		return 0;
 	}
-	if (v.state == KPI_TARGET_PENDING && exec_hold)
-		v.flags |= KPI_TARGET_F_HELD;
 	added = bpf_map_update_elem(&targets, &tgid, &v, BPF_ANY);
-	/* only with its entry in place: the agent continues what the entry says it held */
-	if ((v.flags & KPI_TARGET_F_HELD) && (added || bpf_send_signal(SIGSTOP_NR))) {
-		v.flags &= ~KPI_TARGET_F_HELD;
-		if (!added)
-			bpf_map_update_elem(&targets, &tgid, &v, BPF_ANY);
-	}
+	/* only with its entry in place: the agent attaches what targets holds */
+	if (v.state == KPI_TARGET_PENDING && !added)
+		stopped = hold_current(tgid, ts, false);
 	if (exec_tids && !added)
 		bpf_map_update_elem(&target_tids, &tgid, &tgid, BPF_ANY);
 	/* without the event the agent still finds it at its next /proc scan */
@@ -1635,7 +1659,7 @@ int kpi_proc_exec(void *ctx)
 	e->ino = ino;
 	e->state = v.state;
 	e->added = added;
-	e->held = !!(v.flags & KPI_TARGET_F_HELD);
+	e->held = stopped;
 	__builtin_memcpy(e->comm, comm, sizeof(comm));
 	ev_send_now(e);
 	return 0;
@@ -1651,6 +1675,7 @@ int kpi_proc_exit(void *ctx)
 
 	if (!is_target(tgid) || BPF_CORE_READ(t, signal, live.counter) != 0)
 		return 0;
+	bpf_map_delete_elem(&held, &tgid);      /* killed while held: nothing to continue */
 	if (bpf_map_delete_elem(&targets, &tgid) == 0)
 		exit_send(tgid, bpf_ktime_get_ns(), 0);
 	return 0;

@@ -73,8 +73,24 @@ enum kpi_target_state {
 /* kpi_target.flags */
 #define KPI_TARGET_F_HTTP 1u    /* no USDT: follow its HTTP exchanges from socket payloads
 				 * (PAYLOAD, HTTP_CLOSE) instead of ARRIVE/WRITE/CLOSE */
-#define KPI_TARGET_F_HELD 2u    /* stopped at its exec (SIGSTOP) until the agent has
-				 * attached its file's probes and continued it */
+
+/* Value of the BPF `held` map, keyed by tgid: a process an agent's program
+ * stopped (SIGSTOP) at its exec or at its listen() on a --port port, until
+ * that agent continues it.  The map is pinned at KPI_HELD_PIN and shared by
+ * every agent on the host, so that a hold outlives no agent: one that starts,
+ * or `kpi-agent --release-held`, continues the holds of an agent that is gone.
+ * Start times are the kernel's start_boottime (ns), the clock of /proc/PID/stat's
+ * starttime (in clock ticks): a pid reused by another process is not that one. */
+struct kpi_held {
+	unsigned long long start_ns;    /* the held process's start_boottime */
+	unsigned long long since;       /* CLOCK_MONOTONIC ns it was stopped */
+	unsigned long long holder_start;  /* its agent's starttime, clock ticks (/proc) */
+	unsigned int holder;            /* its agent's tgid */
+	unsigned int at_listen;         /* 1: stopped at listen(), 0: at its exec */
+};
+#define KPI_HELD_MAX 1024
+#define KPI_HELD_DIR "/sys/fs/bpf/kpiscope"
+#define KPI_HELD_PIN KPI_HELD_DIR "/held_v1"   /* _vN: a new layout is a new file */
 
 struct kpi_target {
 	unsigned long long since;       /* CLOCK_MONOTONIC ns it was added (its exec, or
@@ -502,6 +518,7 @@ _Static_assert(sizeof(struct kpi_ev_slot_wait) == 48, "kpi_ev_slot_wait ABI chan
 _Static_assert(sizeof(struct kpi_ev_prefix_hit) == 32, "kpi_ev_prefix_hit ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_runq) == 24, "kpi_runq ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_target) == 16, "kpi_target ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_held) == 32, "kpi_held ABI changed: update both sides (and KPI_HELD_PIN's version)");
 
 /* The WRITE event for the n (1..KPI_WRITE_BATCH) write times c holds, timed at
  * the last of them.  The kernel sends it when the batch fills, the response

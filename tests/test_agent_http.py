@@ -636,17 +636,29 @@ def test_agent_http_port_follows_a_restart():
     second.stop()
 
 
+CLIENT_WIRE_P99_US = 1000  # kpi-bench's TTFT beyond the wire's (its own sending and parsing)
+
+
 def _bench_matches_the_trace(argv_of_port):
     """kpi-bench --url drives a server (argv_of_port(port) runs it; chat and
-    completions) traced with --port: every request of its CSV has its row,
-    joined on the x-request-id the server answered with; the statuses and
-    content-event counts are equal and the client's TTFT is the server's plus
-    the loopback and the client's own parsing: never less, and within 1 ms at
-    p99 (one client thread on a shared 2-core machine can wait for a CPU)."""
+    completions) traced with --port, the port captured with tcpdump: every
+    request of kpi-bench's CSV has its row, joined on the x-request-id the
+    server answered with; the statuses and content-event counts are equal.
+    Each side is timed against the wire, never against the other: the
+    agent's marks within WIRE_P99_US of the capture (_compare_wire), and
+    kpi-bench's TTFT (its clock: before the request's first byte is sent,
+    after the first content event is parsed) never less than the wire's
+    (first request byte to the byte that completes the first content event)
+    and within CLIENT_WIRE_P99_US of it at p99.  kpi-bench runs at
+    SCHED_FIFO (as test_bench_sweep's timed runs do): what it adds beyond the
+    wire is then its own work, not the minutes of CPU another job on a
+    shared 2-core machine takes from a client thread."""
     kpitest.require_root("kpi-agent")
+    pcaptest.require()
     at.require_built(at.AGENT)
     bench = os.path.join(kpitest.BUILD, "kpi-bench")
     at.require_built(bench)
+    rt = ["chrt", "-f", "10"] if shutil.which("chrt") else []
     d = _tmp()
     db = os.path.join(d, "bench.db")
     port = kpitest.free_port()
@@ -654,18 +666,22 @@ def _bench_matches_the_trace(argv_of_port):
     srv.wait_line("listening on")
     agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
     assert "HTTP mode" in agent.wait_line(f"attached to pid {srv.pid}", timeout=60)
+    cap = pcaptest.Capture([port])
     csvs = {}
     for ep in ("chat", "completions"):
         csvs[ep] = os.path.join(d, f"{ep}.csv")
-        p = kpitest.run([bench, "--url", f"http://127.0.0.1:{port}", "--endpoint", ep, "--requests", "40",
+        p = kpitest.run([*rt, bench, "--url", f"http://127.0.0.1:{port}", "--endpoint", ep, "--requests", "40",
                          "--concurrency", "4", "--prompt-len", "16", "--max-tokens", "12", "--quiet",
                          "--csv", csvs[ep]], timeout=120)
         assert p.returncode == 0, f"kpi-bench --endpoint {ep} exited {p.returncode}:\n{p.stdout}\n{p.stderr}"
+    pcap = cap.stop()
     time.sleep(0.3)
     assert agent.stop() == 0, agent.lines[-20:]
     srv.stop()
     rows = at.rows(db)
-    diffs = []
+    # the server names each request in its answer: the wire by that id
+    wire = {x["response_headers"].get("x-request-id"): x for x in pcaptest.exchanges(pcap, port)}
+    beyond = []
     for ep, path in csvs.items():
         with open(path) as f:
             bench_rows = list(csv.DictReader(f))
@@ -679,14 +695,17 @@ def _bench_matches_the_trace(argv_of_port):
             assert r["source"] == "http" and r["path"] == want_path, (rid, r["source"], r["path"])
             assert int(b["status"]) == r["http_status"], (rid, b["status"], r["http_status"])
             assert r["content_events"] == int(b["completion_tokens"]) == 12, (rid, r["content_events"], b)
-            client_ns, server_ns = float(b["ttft_ms"]) * 1e6, r["ttft_ns"]
-            assert server_ns <= client_ns, (ep, rid, client_ns, server_ns)
-            diffs.append(client_ns - server_ns)
-    diffs.sort()
-    p99 = diffs[int(0.99 * (len(diffs) - 1))]
-    print(f"     client - server TTFT, µs: p50 {diffs[len(diffs) // 2] / 1e3:.0f}, p99 {p99 / 1e3:.0f}, "
-          f"max {diffs[-1] / 1e3:.0f}")
-    assert p99 <= 1e6, diffs[-5:]
+            x = wire.get(rid)
+            assert x and x["t_first_content"] is not None, (rid, x)
+            wire_ns = x["t_first_content"] - x["t_first_byte"]
+            beyond.append((float(b["ttft_ms"]) * 1e6 - wire_ns, rid))
+    beyond.sort()
+    p99 = beyond[int(0.99 * (len(beyond) - 1))][0]
+    print(f"     kpi-bench - wire TTFT, µs: min {beyond[0][0] / 1e3:.1f}, p50 "
+          f"{beyond[len(beyond) // 2][0] / 1e3:.1f}, p99 {p99 / 1e3:.1f}, max {beyond[-1][0] / 1e3:.1f}")
+    assert beyond[0][0] >= 0, f"kpi-bench's TTFT is shorter than the wire's: {beyond[:3]}"
+    assert p99 <= CLIENT_WIRE_P99_US * 1e3, beyond[-5:]
+    _compare_wire(rows, {rid: wire[rid] for rid in rows if rid in wire}, db)
 
 
 def test_agent_http_kpi_bench_matches_the_trace():

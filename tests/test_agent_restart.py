@@ -2,7 +2,7 @@
 started and stopped 10 times on one port, loaded the moment /health answers;
 every request of every lifetime must be in the trace under its own pid.  Root,
 real BPF, real kpi-infer; numbers go to build/reliability/agent_restart.json."""
-import json, os, shutil, statistics, time
+import os, shutil, signal, statistics, time
 
 import kpitest
 import agenttest
@@ -10,18 +10,8 @@ import faulttest as ft
 import servertest
 
 ROUNDS, PER_ROUND = 10, 20
+BEFORE, AFTER = 12, 8       # test_no_exec_hold_is_counted: requests before and after the attach
 REPORT = os.path.join(kpitest.BUILD, "reliability", "agent_restart.json")
-
-
-def _report(mode, res):
-    os.makedirs(os.path.dirname(REPORT), exist_ok=True)
-    old = {}
-    if os.path.exists(REPORT):
-        with open(REPORT) as f:
-            old = json.load(f)
-    old[mode] = res
-    with open(REPORT, "w") as f:
-        json.dump(old, f, indent=1)
 
 
 def _run(mode, name, *agent_args):
@@ -51,14 +41,13 @@ def _run(mode, name, *agent_args):
            "before_attach_arrivals": before,
            "traced_ms": [l[0] if l else None for l in lat],
            "agent_knew_ms": [l[1] if l else None for l in lat]}
-    _report(mode, res)
+    kpitest.merge_json(REPORT, mode, res)
     known = [l for l in lat if l and l[1] is not None]
     print(f"     {mode}: {res['recorded']} of {res['served']} served requests recorded "
           f"(sent {res['sent']}), {len(wrong_pid)} under another pid, {before} arrived before "
           f"the attach completed; exec -> traced ms {res['traced_ms']}, exec -> agent knew "
           f"median {statistics.median(l[1] for l in known) if known else float('nan'):.1f} ms")
     assert len(served) == ROUNDS * PER_ROUND, f"only {len(served)} of {ROUNDS * PER_ROUND} served"
-    assert before is not None, "meta has no before_attach_arrivals"
     # Discovery mode meets the file at the first lifetime's exec: the exec
     # program stops that process until the agent has attached the file's
     # probes (10-20 ms), so the first lifetime is traced from its first
@@ -83,25 +72,70 @@ def test_restart_loop_discovery():
     _run("discovery", "kpi-infer")
 
 
+def _fresh_connection_requests(port, tag, n):
+    """n short requests one after another, each on a connection of its own
+    (a keep-alive connection's later requests send no new arrival)."""
+    out = []
+    for i in range(n):
+        res = agenttest.Result(f"{tag}-{i}", i % 2 == 0)
+        body = {"prompt": "the cat sat on the mat", "max_tokens": 4, "temperature": 0,
+                "stream": res.stream}
+        conn = agenttest.Conn(port)
+        try:
+            conn.completion(res, body)
+        finally:
+            conn.close()
+        out.append(res)
+    return out
+
+
 def test_no_exec_hold_is_counted():
-    """--no-exec-hold: the first lifetime of a file new to the agent runs while
-    its probes are attached; what it served meanwhile may miss its engine
-    marks, and the arrivals that met the pending target are counted."""
+    """--no-exec-hold: a new build of the file runs at once while its probes
+    are attached.  The agent is stopped (SIGSTOP) from before that build's
+    exec until it has served BEFORE requests, so all of them meet a target
+    whose probes are not in place, whatever the machine's load; then it is
+    continued and AFTER more are sent.  Every request is on a connection of
+    its own: recorded + counted before the attach = sent, exactly (the
+    BEFORE ones are counted and have no row under their id, the AFTER ones
+    are recorded), and the build was never stopped at its exec."""
     ft.require()
     d = ft.workdir()
-    exe = os.path.join(d, "kpi-infer")
+    # a name of its own (the exec program matches the first 15 characters of
+    # --exe's name): no other kpi-infer on the machine is followed
+    exe = os.path.join(d, f"kpinohold{os.getpid() % 100000}")
     shutil.copy2(servertest.KPI_INFER, exe)
     db = os.path.join(d, "trace.db")
-    agent = agenttest.start_agent(db, "--flush-ms", 100, "--no-exec-hold")
+    agent = agenttest.start_agent(db, "--flush-ms", 100, "--exe", exe, "--no-exec-hold")
     agent.wait_line("writing ", timeout=60)
-    lives = agenttest.restart_loop(exe, servertest.tiny_model(), d, kpitest.free_port(), 1, PER_ROUND)
-    time.sleep(0.3)
+    agent.wait_line("waiting for ", timeout=60)
+    # a new build (a file of another inode under the same path): its
+    # probes are not attached, and the agent cannot attach them while stopped
+    os.kill(agent.pid, signal.SIGSTOP)
+    kpitest.on_cleanup(lambda: agent.p.poll() is None and os.kill(agent.pid, signal.SIGCONT))
+    os.unlink(exe)
+    shutil.copy2(servertest.KPI_INFER, exe)
+    port = kpitest.free_port()
+    daemon = kpitest.Proc([exe, "--model", servertest.tiny_model(), "--port", str(port)])
+    daemon.wait_line("listening on http://", timeout=60)
+    before = _fresh_connection_requests(port, "before", BEFORE)
+    os.kill(agent.pid, signal.SIGCONT)
+    line = agent.wait_line(f"attached to pid {daemon.pid} ", timeout=60)
+    after = _fresh_connection_requests(port, "after", AFTER)
+    assert daemon.stop() == 0, "\n".join(daemon.lines[-20:])
+    agent.wait_line(f"detached from pid {daemon.pid}", timeout=30)
     assert agent.stop() == 0, "\n".join(agent.lines[-20:])
-    pid = lives[0][0]
-    line = agenttest.attached_lines(agent.lines, {pid}).get(pid, "")
-    assert line and "held at its exec" not in line, line
-    before = dict(ft.query(db, "SELECT key, value FROM meta")).get("before_attach_arrivals")
-    assert before is not None
+    sent = before + after
+    bad = [(r.rid, r.status, r.error) for r in sent if r.status != 200 or r.error]
+    assert not bad, f"not served: {bad}"
+    assert "held at its exec" not in line, line
+    ids = {rid for (rid,) in ft.query(db, "SELECT request_id FROM requests WHERE pid = ?", daemon.pid)}
+    recorded = [r.rid for r in sent if r.rid in ids]
+    counted = int(dict(ft.query(db, "SELECT key, value FROM meta"))["before_attach_arrivals"])
+    print(f"     --no-exec-hold: {len(recorded)} recorded + {counted} counted before the attach "
+          f"= {len(recorded) + counted} of {len(sent)} sent ({BEFORE} before the attach, {AFTER} after)")
+    assert recorded == [r.rid for r in after], f"recorded {recorded}"
+    assert counted == BEFORE, f"{counted} arrivals counted before the attach, {BEFORE} sent"
+    assert len(recorded) + counted == len(sent)
 
 
 def test_restart_loop_exe():

@@ -390,37 +390,37 @@ def timed_bench(*args):
     return kpitest.run([*rt, benchtest.BENCH, "--quiet", *map(str, args)], timeout=180)
 
 
-def replay_error(url, rec, a, d, speed, attempts=3):
-    """Replays rec at speed up to `attempts` times (noise only ever adds
-    error: the best run is the replay's own); each time the plan must be the
-    recording's offsets to the CSV's microsecond, and the error, measured on
-    the wire side (t_sent), must be the run's own send lateness. Returns the
-    best p99 offset error (ms, in the recording's time) and that run's max."""
-    best = None
-    for k in range(attempts):
-        rep = os.path.join(d, f"rep-x{speed}-{k}.csv")
-        p = timed_bench("--url", url, "--replay", rec, "--replay-speed", speed, "--ignore-eos",
-                        "--seed", 99, "--csv", rep)
-        assert p.returncode == 0, p.stdout + p.stderr
-        b = read_csv(rep)
-        assert len(b) == len(a)
-        for x, y in zip(a, b):
-            assert (x["prompt_len"], x["max_tokens"]) == (y["prompt_len"], y["max_tokens"]), (x, y)
-            assert y["completion_tokens"] == y["max_tokens"] and y["error"] == "", y
-            # the plan: every request due at its recorded offset, scaled
-            assert abs(float(y["t_due_ms"]) * speed - float(x["t_sent_ms"])) <= 0.002 * speed, (x, y)
-        errs = [abs(float(x["t_sent_ms"]) - float(y["t_sent_ms"]) * speed) for x, y in zip(a, b)]
-        late = lateness(b)
-        # what is off is the sending, not the plan
-        assert pct99([abs(e - l * speed) for e, l in zip(errs, late)]) <= 0.01 * speed, (errs, late)
-        p99, worst = pct99(errs), max(errs)
-        print(f"replay at speed {speed} (try {k + 1}): offset error p99 {p99:.3f} ms, max {worst:.3f} ms "
-              f"over {len(a)} requests")
-        if best is None or p99 < best[0]:
-            best = (p99, worst)
-        if p99 <= 1.0:
-            break
-    return best
+def replay_checked(url, rec, a, d, speed):
+    """Replays rec at speed once and checks the plan: every request due at
+    its recorded offset (scaled) to the CSV's microsecond, with its recorded
+    lengths; none sent before it was due; and the offset error, measured on
+    the wire side (t_sent), nothing but the run's own send lateness.  How
+    late a run sends is the machine's scheduling, not the plan: that figure
+    is printed here and benchmarked by tests/bench/bench_replay.py beside
+    the same client's lateness on a Poisson schedule (its noise floor), never
+    bounded by a test.  Returns (p99, max) of the offset error, ms in the
+    recording's time."""
+    rep = os.path.join(d, f"rep-x{speed}.csv")
+    p = timed_bench("--url", url, "--replay", rec, "--replay-speed", speed, "--ignore-eos",
+                    "--seed", 99, "--csv", rep)
+    assert p.returncode == 0, p.stdout + p.stderr
+    b = read_csv(rep)
+    assert len(b) == len(a)
+    for x, y in zip(a, b):
+        assert (x["prompt_len"], x["max_tokens"]) == (y["prompt_len"], y["max_tokens"]), (x, y)
+        assert y["completion_tokens"] == y["max_tokens"] and y["error"] == "", y
+        # the plan: every request due at its recorded offset, scaled
+        assert abs(float(y["t_due_ms"]) * speed - float(x["t_sent_ms"])) <= 0.002 * speed, (x, y)
+    late = lateness(b)
+    # never early (the CSV keeps microseconds)
+    assert min(late) >= -0.001, min(late)
+    errs = [abs(float(x["t_sent_ms"]) - float(y["t_sent_ms"]) * speed) for x, y in zip(a, b)]
+    # what is off is the sending, not the plan
+    assert pct99([abs(e - l * speed) for e, l in zip(errs, late)]) <= 0.01 * speed, (errs, late)
+    p99, worst = pct99(errs), max(errs)
+    print(f"replay at speed {speed}: offset error p99 {p99:.3f} ms, max {worst:.3f} ms over "
+          f"{len(a)} requests (send lateness p99 {pct99(late):.3f} ms)")
+    return p99, worst
 
 
 def test_replay_reproduces_offsets_and_lengths():
@@ -434,26 +434,18 @@ def test_replay_reproduces_offsets_and_lengths():
     assert p.returncode == 0, p.stdout + p.stderr
     a = read_csv(rec)
     assert len(a) == 200
-    # the machine's noise floor: how late the same client sent a Poisson
-    # schedule at the same rate, a moment before the replays
+    # the recording's own send lateness: the machine's noise floor for the
+    # replays' error, printed beside them
     floor = lateness(a)
-    floor_p99, floor_max = pct99(floor), max(floor)
-    print(f"recording: sent late p99 {floor_p99:.3f} ms, max {floor_max:.3f} ms")
+    print(f"recording: sent late p99 {pct99(floor):.3f} ms, max {max(floor):.3f} ms")
     jpath = os.path.join(d, "rep.json")
     p = timed_bench("--url", url, "--replay", rec, "--ignore-eos", "--requests", 5, "--json", jpath)
     assert p.returncode == 0, p.stdout + p.stderr
     js = read_json(jpath)
     assert js["mode"] == "replay" and js["send_late_ms"]["n"] == 5, js
 
-    for speed, target in ((1, 1.0), (2, 2.0)):   # at speed 2 the error is doubled by the scaling back
-        p99, worst = replay_error(url, rec, a, d, speed)
-        if p99 > target:
-            # a finding, not a failure, when the machine itself could not
-            # keep a schedule that well: the replay is then within the
-            # lateness the recording run showed
-            print(f"finding: p99 {p99:.3f} ms is above the {target} ms target; this machine's "
-                  f"noise floor (the recording's send lateness) reached {floor_max:.3f} ms")
-            assert p99 <= max(target, floor_max * speed), (p99, floor_p99, floor_max)
+    for speed in (1, 2):
+        replay_checked(url, rec, a, d, speed)
 
     # a trace's requests table exported by sqlite3: absolute ns, token counts;
     # rejected rows (no output_tokens) are skipped, and said so

@@ -416,7 +416,13 @@ def test_make_demo_pipeline():
     assert f"kpi-report --db {db}" in p.stdout, p.stdout
     r = run_tool([tracetest.REPORT, "--db", db])
     assert r.returncode == 0, f"kpi-report exited {r.returncode}: {r.stderr}"
-    assert tracetest.report_findings(r.stdout)[0][1] == "queue", r.stdout
+    # the burst is a queue: a queue finding, and queue wait the largest share
+    # of the p99 TTFT increase.  Not which finding comes first: the burst's
+    # 2048-token prefills also stall decodes, a finding scored from the
+    # inter-token gap ratio, which a busy CPU beside the demo stretches (1.73
+    # against the queue's 1.71 in one run with a busy thread beside it)
+    assert "queue" in [f[1] for f in tracetest.report_findings(r.stdout)], r.stdout
+    assert re.search(r"^- \d+% of the p99 TTFT increase \(.*\) is queue wait\b", r.stdout, re.M), r.stdout
     # everything it started is gone: no process inherited its DEMO_DIR
     left = []
     for pid in filter(str.isdigit, os.listdir("/proc")):

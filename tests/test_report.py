@@ -393,15 +393,22 @@ def real_incident(infer_args, baseline, incident, hog=None):
     db = os.path.join(d, "trace.db")
     rec = tracetest.Recording(db, *infer_args)
     if hog:
-        subprocess.run(["taskset", "-pc", hog, str(rec.pid)], check=True, capture_output=True)
-        subprocess.run(["sh", "-c", f"for t in /proc/{rec.pid}/task/*; do taskset -pc {hog} ${{t##*/}}; done"],
-                       check=True, capture_output=True)
+        # the engine on the hog's CPU, ahead of the machine's other work
+        # (nice -10, every thread): a task of another job that lands on that
+        # CPU runs there rarely, and rarely just before the engine does
+        # (the agent names what the engine waited behind by the task that
+        # left the CPU when the engine got it; docs/agent.md)
+        for tid in map(int, os.listdir(f"/proc/{rec.pid}/task")):
+            os.sched_setaffinity(tid, {int(hog)})
+            os.setpriority(os.PRIO_PROCESS, tid, -10)
     rec.load(*baseline)
     hogs = []
     if hog:
-        # two busy loops on the engine's CPU, at a higher priority than it
+        # two busy loops on the engine's CPU, ahead of it: each weighs 9.3
+        # times the engine (nice -20 against -10), which keeps about 5% of
+        # the CPU
         for _ in range(2):
-            hogs.append(kpitest.Proc(["nice", "-n", "-10", "taskset", "-c", hog, sys.executable, "-c",
+            hogs.append(kpitest.Proc(["nice", "-n", "-20", "taskset", "-c", hog, sys.executable, "-c",
                                       "while True: pass"]))
         time.sleep(0.5)
     t0, t1 = rec.load(*incident)
@@ -517,7 +524,7 @@ def test_real_cpu_hog_beside_the_engine():
     assert f[0][1] in ("prefill", "decode"), f[0]
     # it names what the engine waited behind: one of the two busy loops
     m = re.search(r"behind (\S+) \(pid (\d+)\)", f[0][0])
-    assert m and int(m.group(2)) in hogs, (f[0], hogs)
+    assert m and int(m.group(2)) in hogs, (f[0], hogs, md[:2500])
     assert f"move {m.group(1)} (pid {m.group(2)}) off the engine's CPUs" in md, md
 
 

@@ -102,6 +102,13 @@ static int cap_set(uint64_t caps)
 	return cap_set2(caps, caps);
 }
 
+int privdrop_narrow(uint64_t caps)
+{
+	uint64_t eff, perm;
+
+	return cap_get(&eff, &perm) ? -1 : cap_set(caps & perm);
+}
+
 /* Can this thread, with the capabilities now effective, open a uprobe perf
  * event on a process (itself)?  That is what attaching USDT probes to a
  * kpi-infer started later does.  Only EACCES/EPERM mean "not allowed": any

@@ -36,6 +36,9 @@ int privdrop_own_db(const struct privdrop *pd, const char *db, char *err, size_t
  * before any thread is started (capabilities are per thread).  said gets
  * the line to print: the user and the capabilities kept. */
 int privdrop_apply(const struct privdrop *pd, char *said, size_t saidlen, char *err, size_t len);
+/* Keeps only the capabilities in caps of those the process holds (what a
+ * helper process forked after privdrop_apply needs). 0, or -1 (errno). */
+int privdrop_narrow(uint64_t caps);
 /* "CAP_BPF, CAP_PERFMON" for the bits in caps. */
 void privdrop_cap_names(uint64_t caps, char *buf, size_t len);
 

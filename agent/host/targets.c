@@ -121,6 +121,53 @@ int targets_scan(const char *exe, pid_t *out, int max)
 	return sc.out.n;
 }
 
+/* /proc/PID/stat's fields from the third on (after the comm, which may hold
+ * spaces and parens), into buf; NULL when gone. */
+static const char *stat_fields(pid_t pid, char *buf, size_t len)
+{
+	char f[64], *p;
+	FILE *fp;
+
+	snprintf(f, sizeof(f), "/proc/%d/stat", pid);
+	if (!(fp = fopen(f, "r")))
+		return NULL;
+	p = fgets(buf, (int)len, fp);
+	fclose(fp);
+	if (!p || !(p = strrchr(buf, ')')) || p[1] != ' ')
+		return NULL;
+	return p + 2;
+}
+
+#define PF_EXITING_ 0x4u        /* include/linux/sched.h */
+#define SIGKILL_BIT (1ull << (9 - 1))
+
+bool target_ending(pid_t pid)
+{
+	char buf[1024], path[64], line[256];
+	const char *p = stat_fields(pid, buf, sizeof(buf));
+	unsigned long long mask;
+	unsigned int flags = 0;
+	bool killed = false;
+	FILE *f;
+
+	if (!p)
+		return false;
+	if (*p == 'Z' || *p == 'X' || *p == 'x')
+		return true;
+	/* state ppid pgrp session tty_nr tpgid flags */
+	if (sscanf(p, "%*c %*d %*d %*d %*d %*d %u", &flags) == 1 && (flags & PF_EXITING_))
+		return true;
+	snprintf(path, sizeof(path), "/proc/%d/status", pid);
+	if (!(f = fopen(path, "r")))
+		return false;
+	while (!killed && fgets(line, sizeof(line), f))
+		if ((sscanf(line, "ShdPnd: %llx", &mask) == 1 || sscanf(line, "SigPnd: %llx", &mask) == 1) &&
+		    (mask & SIGKILL_BIT))
+			killed = true;
+	fclose(f);
+	return killed;
+}
+
 unsigned long long target_start_time(pid_t pid)
 {
 	char f[64], buf[1024], *p;

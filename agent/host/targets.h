@@ -19,6 +19,10 @@ void target_comm(pid_t pid, char *out, size_t len);
 /* Start time of pid in clock ticks since boot (0: gone); pid + start time
  * names a process even after its pid is reused. */
 unsigned long long target_start_time(pid_t pid);
+/* The process is ending: a zombie, inside its exit (PF_EXITING), or killed
+ * (SIGKILL pending, which it cannot survive); false when it runs, or is gone
+ * (target_start_time says that). */
+bool target_ending(pid_t pid);
 /* The executable's path as the kernel sees it (for uprobes). */
 int target_exe_path(pid_t pid, char *buf, size_t len);
 /* TCP ports pid listens on (host order).  Returns the count. */

@@ -19,6 +19,12 @@
 #define PROM_EVICT_NS      (300ull * 1000000000ull)  /* forget a quiet, gone process */
 #define PROM_MAX_COLLECTORS 4
 #define PROM_MAX_INTEG     16    /* process names with an integration-overhead histogram */
+/* The kpi_request_model label: what requests named, a client's choice, so
+ * bounded per process; the rest count under "other", a request that named
+ * none has no label. */
+#define PROM_MODEL_OTHER   PROM_REQUEST_MODELS
+#define PROM_MODEL_NONE    (PROM_REQUEST_MODELS + 1)
+#define PROM_MODEL_SLOTS   (PROM_REQUEST_MODELS + 2)
 
 /* ---- buckets ----------------------------------------------------------------------- */
 
@@ -171,9 +177,10 @@ struct outcome {
 	uint64_t n;
 };
 
-/* The request series of one process and one gen_ai.operation.name (index:
+/* The request series of one process, one gen_ai.operation.name (index:
  * enum kpi_operation; KPI_OP_NONE holds requests refused before admission,
- * rendered without the label). */
+ * rendered without the label) and one kpi_request_model (a slot of the
+ * process's req_model, PROM_MODEL_OTHER or PROM_MODEL_NONE). */
 struct opstats {
 	bool used;                      /* a request was counted: render the series */
 	struct hist ttft, tpot, phase[N_PHASES];
@@ -199,7 +206,12 @@ struct target {
 	struct export_ident id;
 	char source[16];                /* of its last request: usdt, http (the kpi_source label) */
 	uint64_t last_seen;             /* CLOCK_MONOTONIC ns of the last record */
-	struct opstats op[KPI_OP__COUNT];
+	/* the first model a request named: gen_ai_request_model of a process with
+	 * no model file of its own (one value for its life, not the last client's) */
+	char first_model[sizeof(((struct kpi_request_record *)0)->model)];
+	char req_model[PROM_REQUEST_MODELS][sizeof(((struct kpi_request_record *)0)->model)];
+	int n_req_model;
+	struct opstats *op[KPI_OP__COUNT][PROM_MODEL_SLOTS];    /* made when first counted */
 	uint64_t preemptions;
 	uint64_t runq_ns[3];            /* by RUNQ_BEHIND_* */
 	bool sampled;
@@ -244,6 +256,14 @@ static void hist_add(struct hist *h, const struct prom_buckets *b, int64_t v_ns)
 	h->sum_ns += v_ns;
 }
 
+static void target_clear(struct target *t)
+{
+	for (int op = 0; op < KPI_OP__COUNT; op++)
+		for (int m = 0; m < PROM_MODEL_SLOTS; m++)
+			free(t->op[op][m]);
+	memset(t, 0, sizeof(*t));
+}
+
 /* The target entry of pid; a new one evicts the least recently seen. */
 static struct target *target_of(struct prom_exporter *p, uint32_t pid)
 {
@@ -261,7 +281,7 @@ static struct target *target_of(struct prom_exporter *p, uint32_t pid)
 				victim = i;
 		t = &p->t[victim];
 	}
-	memset(t, 0, sizeof(*t));
+	target_clear(t);
 	t->pid = pid;
 	t->kv_usage = -1;
 	return t;
@@ -286,6 +306,20 @@ static int op_index(const char *operation)
 		if (!strcmp(operation, kpi_operation_name(k)))
 			return k;
 	return KPI_OP_NONE;
+}
+
+/* The kpi_request_model slot of a request that named model. */
+static int model_slot(struct target *t, const char *model)
+{
+	int m;
+
+	if (!model[0])
+		return PROM_MODEL_NONE;
+	for (m = 0; m < t->n_req_model && strcmp(t->req_model[m], model); m++)
+		;
+	if (m == t->n_req_model && m < PROM_REQUEST_MODELS)
+		snprintf(t->req_model[t->n_req_model++], sizeof(t->req_model[0]), "%s", model);
+	return m < t->n_req_model ? m : PROM_MODEL_OTHER;
 }
 
 /* One top-level request's integration overhead, under its process's name. */
@@ -370,11 +404,19 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 	pthread_mutex_lock(&p->lock);
 	struct target *tg = target_of(p, r->pid);
 	tg->id = *id;
-	/* a server seen only on the wire: the model its requests ask for */
-	snprintf(tg->id.model, sizeof(tg->id.model), "%s", export_ident_model(id, r->model));
+	/* a server seen only on the wire: the first model its requests asked for */
+	if (!tg->first_model[0])
+		snprintf(tg->first_model, sizeof(tg->first_model), "%s", r->model);
+	snprintf(tg->id.model, sizeof(tg->id.model), "%s", export_ident_model(id, tg->first_model));
 	snprintf(tg->source, sizeof(tg->source), "%s", r->source ? r->source : "usdt");
 	tg->last_seen = mono_ns();
-	struct opstats *t = &tg->op[op_index(r->operation)];
+	struct opstats **slot = &tg->op[op_index(r->operation)][model_slot(tg, r->model)];
+	if (!*slot && !(*slot = calloc(1, sizeof(**slot)))) {
+		p->overflow++;
+		pthread_mutex_unlock(&p->lock);
+		return;
+	}
+	struct opstats *t = *slot;
 	t->used = true;
 	if (!err[0]) {
 		hist_add(&t->ttft, &b_ttft, r->ttft);
@@ -441,10 +483,8 @@ static void on_sample(void *ctx, const struct kpi_sample_record *s)
 
 	pthread_mutex_lock(&p->lock);
 	struct target *t = target_of(p, s->pid);
-	char asked[sizeof(t->id.model)];
-	snprintf(asked, sizeof(asked), "%s", t->id.model);     /* what its requests named, if anything */
 	t->id = *id;
-	snprintf(t->id.model, sizeof(t->id.model), "%s", export_ident_model(id, asked));
+	snprintf(t->id.model, sizeof(t->id.model), "%s", export_ident_model(id, t->first_model));
 	t->last_seen = mono_ns();
 	t->sampled = true;
 	t->queue_depth = s->queue_depth;
@@ -489,6 +529,8 @@ void prom_free(struct prom_exporter *p)
 {
 	if (!p)
 		return;
+	for (int i = 0; i < p->n; i++)
+		target_clear(&p->t[i]);
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -545,8 +587,9 @@ static void put_label(FILE *out, const char *name, const char *v, bool *first)
 }
 
 /* op: enum kpi_operation of a request series; gauges and requests refused
- * before admission (KPI_OP_NONE) carry no gen_ai_operation_name */
-static void put_target_labels(FILE *out, const struct target *t, int op, bool *first)
+ * before admission (KPI_OP_NONE) carry no gen_ai_operation_name.  m: the
+ * series' kpi_request_model slot (PROM_MODEL_NONE: no such label). */
+static void put_target_labels(FILE *out, const struct target *t, int op, int m, bool *first)
 {
 	char port[16], pid[16];
 	snprintf(port, sizeof(port), "%d", t->id.port);
@@ -558,6 +601,10 @@ static void put_target_labels(FILE *out, const struct target *t, int op, bool *f
 	put_label(out, "pid", pid, first);
 	if (t->source[0])
 		put_label(out, "kpi_source", t->source, first);
+	if (m < PROM_REQUEST_MODELS && m < t->n_req_model)
+		put_label(out, "kpi_request_model", t->req_model[m], first);
+	else if (m == PROM_MODEL_OTHER)
+		put_label(out, "kpi_request_model", "other", first);
 }
 
 static void family(FILE *out, const char *name, const char *type, const char *help)
@@ -565,14 +612,14 @@ static void family(FILE *out, const char *name, const char *type, const char *he
 	fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void put_hist(FILE *out, const struct prom_buckets *b, const struct target *t, int op,
-		     const struct hist *h, const char *error)
+static void put_hist(FILE *out, const struct prom_buckets *b, const struct target *t, int op, int m,
+		     const struct opstats *S, const struct hist *h, const char *error)
 {
 	uint64_t cum = 0;
 	char le[32], sum[32];
 	bool first;
 
-	if (!t->op[op].used || (op == KPI_OP_NONE && !h->count))
+	if (!S->used || (op == KPI_OP_NONE && !h->count))
 		return;         /* no empty series for refused requests' missing values */
 	for (int k = 0; k <= b->n; k++) {
 		cum += h->counts[k];
@@ -582,7 +629,7 @@ static void put_hist(FILE *out, const struct prom_buckets *b, const struct targe
 			snprintf(le, sizeof(le), "+Inf");
 		first = true;
 		fprintf(out, "%s_bucket{", b->name);
-		put_target_labels(out, t, op, &first);
+		put_target_labels(out, t, op, m, &first);
 		if (error && error[0])
 			put_label(out, "error_type", error, &first);
 		put_label(out, "le", le, &first);
@@ -592,7 +639,7 @@ static void put_hist(FILE *out, const struct prom_buckets *b, const struct targe
 	for (int k = 0; k < 2; k++) {
 		first = true;
 		fprintf(out, "%s_%s{", b->name, k ? "count" : "sum");
-		put_target_labels(out, t, op, &first);
+		put_target_labels(out, t, op, m, &first);
 		if (error && error[0])
 			put_label(out, "error_type", error, &first);
 		if (k)
@@ -695,7 +742,7 @@ static void put_gauge_line(FILE *out, const char *name, const struct target *t, 
 	bool first = true;
 	prom_format_double(val, sizeof(val), v);
 	fprintf(out, "%s{", name);
-	put_target_labels(out, t, KPI_OP_NONE, &first);
+	put_target_labels(out, t, KPI_OP_NONE, PROM_MODEL_NONE, &first);
 	fprintf(out, "} %s\n", val);
 }
 
@@ -704,8 +751,12 @@ static void evict_quiet(struct prom_exporter *p, uint64_t now)
 	for (int i = p->n - 1; i >= 0; i--) {
 		struct target *t = &p->t[i];
 		bool alive = kill((pid_t)t->pid, 0) == 0;
-		if (!alive && now - t->last_seen > PROM_EVICT_NS)
+		if (!alive && now - t->last_seen > PROM_EVICT_NS) {
+			target_clear(t);
 			p->t[i] = p->t[--p->n];
+			/* the last entry moved: its old place holds no series of its own */
+			memset(&p->t[p->n], 0, sizeof(p->t[0]));
+		}
 	}
 }
 
@@ -717,36 +768,38 @@ int prom_render(struct prom_exporter *p, FILE *out)
 	pthread_mutex_lock(&p->lock);
 	evict_quiet(p, now);
 
-/* every (target, operation) pair: i the target, op its enum kpi_operation */
-#define FOR_OPS(p, i, op) \
+/* every request series: i the target, op its enum kpi_operation, m its
+ * kpi_request_model slot, S its counts */
+#define FOR_OPS(p, i, op, m, S) \
 	for (int i = 0; i < (p)->n; i++) \
-		for (int op = 0; op < KPI_OP__COUNT; op++)
+		for (int op = 0; op < KPI_OP__COUNT; op++) \
+			for (int m = 0; m < PROM_MODEL_SLOTS; m++) \
+				for (const struct opstats *S = (p)->t[i].op[op][m]; S; S = NULL)
 
 	family(out, b_ttft.name, "histogram", b_ttft.help);
-	FOR_OPS(p, i, op)
-		put_hist(out, &b_ttft, &p->t[i], op, &p->t[i].op[op].ttft, NULL);
+	FOR_OPS(p, i, op, m, S)
+		put_hist(out, &b_ttft, &p->t[i], op, m, S, &S->ttft, NULL);
 	family(out, b_ttfo.name, "histogram", b_ttfo.help);
-	FOR_OPS(p, i, op)
-		if (p->t[i].op[op].ttfo.count)
-			put_hist(out, &b_ttfo, &p->t[i], op, &p->t[i].op[op].ttfo, NULL);
+	FOR_OPS(p, i, op, m, S)
+		if (S->ttfo.count)
+			put_hist(out, &b_ttfo, &p->t[i], op, m, S, &S->ttfo, NULL);
 	family(out, b_reasoning.name, "histogram", b_reasoning.help);
-	FOR_OPS(p, i, op)
-		if (p->t[i].op[op].reasoning.count)
-			put_hist(out, &b_reasoning, &p->t[i], op, &p->t[i].op[op].reasoning, NULL);
+	FOR_OPS(p, i, op, m, S)
+		if (S->reasoning.count)
+			put_hist(out, &b_reasoning, &p->t[i], op, m, S, &S->reasoning, NULL);
 	family(out, b_tpot.name, "histogram", b_tpot.help);
-	FOR_OPS(p, i, op)
-		put_hist(out, &b_tpot, &p->t[i], op, &p->t[i].op[op].tpot, NULL);
+	FOR_OPS(p, i, op, m, S)
+		put_hist(out, &b_tpot, &p->t[i], op, m, S, &S->tpot, NULL);
 	family(out, b_duration.name, "histogram", b_duration.help);
-	FOR_OPS(p, i, op)
-		for (int k = 0; k < p->t[i].op[op].n_dur; k++)
-			put_hist(out, &b_duration, &p->t[i], op, &p->t[i].op[op].dur[k].h,
-				 p->t[i].op[op].dur[k].error);
+	FOR_OPS(p, i, op, m, S)
+		for (int k = 0; k < S->n_dur; k++)
+			put_hist(out, &b_duration, &p->t[i], op, m, S, &S->dur[k].h, S->dur[k].error);
 	for (int ph = 0; ph < N_PHASES; ph++) {
 		family(out, b_phase[ph].name, "histogram", b_phase[ph].help);
-		FOR_OPS(p, i, op)
+		FOR_OPS(p, i, op, m, S)
 			/* the disaggregated phases only where a request had them */
-			if (ph < PH_ROUTER || p->t[i].op[op].phase[ph].count)
-				put_hist(out, &b_phase[ph], &p->t[i], op, &p->t[i].op[op].phase[ph], NULL);
+			if (ph < PH_ROUTER || S->phase[ph].count)
+				put_hist(out, &b_phase[ph], &p->t[i], op, m, S, &S->phase[ph], NULL);
 	}
 	family(out, b_integ.name, "histogram", b_integ.help);
 	for (int i = 0; i < p->n_integ; i++)
@@ -755,14 +808,14 @@ int prom_render(struct prom_exporter *p, FILE *out)
 
 	family(out, "kpi_requests_total", "counter",
 	       "Requests completed or rejected, by HTTP status and finish reason.");
-	FOR_OPS(p, i, op)
-		for (int k = 0; k < p->t[i].op[op].n_out; k++) {
-			const struct outcome *o = &p->t[i].op[op].out[k];
+	FOR_OPS(p, i, op, m, S)
+		for (int k = 0; k < S->n_out; k++) {
+			const struct outcome *o = &S->out[k];
 			char st[16];
 			snprintf(st, sizeof(st), "%d", o->status);
 			first = true;
 			fputs("kpi_requests_total{", out);
-			put_target_labels(out, &p->t[i], op, &first);
+			put_target_labels(out, &p->t[i], op, m, &first);
 			put_label(out, "http_response_status_code", st, &first);
 			if (o->finish[0])
 				put_label(out, "gen_ai_response_finish_reason", o->finish, &first);
@@ -772,46 +825,44 @@ int prom_render(struct prom_exporter *p, FILE *out)
 		}
 	family(out, "kpi_tokens_total", "counter",
 	       "Tokens processed, by gen_ai.token.type (input: prompt, output: generated).");
-	FOR_OPS(p, i, op) {
-		const struct opstats *s = &p->t[i].op[op];
-		if (!s->used || op == KPI_OP_NONE)
+	FOR_OPS(p, i, op, m, S) {
+		if (!S->used || op == KPI_OP_NONE)
 			continue;       /* a refused request processed no tokens */
 		for (int k = 0; k < 2; k++) {
 			first = true;
 			fputs("kpi_tokens_total{", out);
-			put_target_labels(out, &p->t[i], op, &first);
+			put_target_labels(out, &p->t[i], op, m, &first);
 			put_label(out, "gen_ai_token_type", k ? "output" : "input", &first);
-			fprintf(out, "} %llu\n", (unsigned long long)(k ? s->tokens_out : s->tokens_in));
+			fprintf(out, "} %llu\n", (unsigned long long)(k ? S->tokens_out : S->tokens_in));
 		}
 	}
 	/* only where a stream's events were told reasoning from answer */
 	for (int k = 0; k < 2; k++) {
 		const char *name = k ? "kpi_answer_events_total" : "kpi_reasoning_events_total";
 		bool any = false;
-		FOR_OPS(p, i, op)
-			any |= p->t[i].op[op].reasoning_events + p->t[i].op[op].answer_events > 0;
+		FOR_OPS(p, i, op, m, S)
+			any |= S->reasoning_events + S->answer_events > 0;
 		if (!any)
 			continue;
 		family(out, name, "counter", k ? "Streamed events that carried answer (content, text, "
 		       "tool-call arguments that are not reasoning)." : "Streamed events that carried "
 		       "reasoning only (delta.reasoning, delta.reasoning_content, a Responses API "
 		       "reasoning delta, inline <think> content).");
-		FOR_OPS(p, i, op) {
-			const struct opstats *s = &p->t[i].op[op];
-			if (!s->reasoning_events && !s->answer_events)
+		FOR_OPS(p, i, op, m, S) {
+			if (!S->reasoning_events && !S->answer_events)
 				continue;
 			first = true;
 			fprintf(out, "%s{", name);
-			put_target_labels(out, &p->t[i], op, &first);
-			fprintf(out, "} %llu\n", (unsigned long long)(k ? s->answer_events : s->reasoning_events));
+			put_target_labels(out, &p->t[i], op, m, &first);
+			fprintf(out, "} %llu\n", (unsigned long long)(k ? S->answer_events : S->reasoning_events));
 		}
 	}
 	/* only where a llama.cpp server's requests were joined to its engine */
 	for (int k = 0; k < 2; k++) {
 		const char *name = k ? "kpi_prompt_tokens_cached_total" : "kpi_prompt_tokens_engine_total";
 		bool any = false;
-		FOR_OPS(p, i, op)
-			any |= p->t[i].op[op].prompt_engine > 0;
+		FOR_OPS(p, i, op, m, S)
+			any |= S->prompt_engine > 0;
 		if (!any)
 			continue;
 		family(out, name, "counter", k
@@ -819,33 +870,32 @@ int prom_render(struct prom_exporter *p, FILE *out)
 			 "joined to a llama.cpp engine (source http+libllama)."
 		       : "Prompt tokens as the engine computed them (cached + prefilled), of requests "
 			 "joined to a llama.cpp engine: the prefix-cache hit ratio's denominator.");
-		FOR_OPS(p, i, op) {
-			const struct opstats *s = &p->t[i].op[op];
-			if (!s->prompt_engine)
+		FOR_OPS(p, i, op, m, S) {
+			if (!S->prompt_engine)
 				continue;
 			first = true;
 			fprintf(out, "%s{", name);
-			put_target_labels(out, &p->t[i], op, &first);
-			fprintf(out, "} %llu\n", (unsigned long long)(k ? s->prompt_cached : s->prompt_engine));
+			put_target_labels(out, &p->t[i], op, m, &first);
+			fprintf(out, "} %llu\n", (unsigned long long)(k ? S->prompt_cached : S->prompt_engine));
 		}
 	}
 	/* only where disaggregated requests moved KV: the router's (what its
 	 * requests' transfers moved), the decode worker's (received), the
 	 * prefill worker's (sent, gen_ai_operation_name kv_prefill) */
 	bool any_kv = false;
-	FOR_OPS(p, i, op)
-		any_kv |= p->t[i].op[op].kv_bytes > 0;
+	FOR_OPS(p, i, op, m, S)
+		any_kv |= S->kv_bytes > 0;
 	if (any_kv) {
 		family(out, "kpi_kv_transfer_bytes_total", "counter",
 		       "KV cache bytes the requests' transfers between prefill and decode workers moved "
 		       "(disaggregated; per request from the kv__* probes).");
-		FOR_OPS(p, i, op) {
-			if (!p->t[i].op[op].kv_bytes)
+		FOR_OPS(p, i, op, m, S) {
+			if (!S->kv_bytes)
 				continue;
 			first = true;
 			fputs("kpi_kv_transfer_bytes_total{", out);
-			put_target_labels(out, &p->t[i], op, &first);
-			fprintf(out, "} %llu\n", (unsigned long long)p->t[i].op[op].kv_bytes);
+			put_target_labels(out, &p->t[i], op, m, &first);
+			fprintf(out, "} %llu\n", (unsigned long long)S->kv_bytes);
 		}
 	}
 #undef FOR_OPS
@@ -864,7 +914,7 @@ int prom_render(struct prom_exporter *p, FILE *out)
 			bool first = true;
 			prom_format_double(val, sizeof(val), (double)p->t[i].runq_ns[k] / 1e9);
 			fputs("kpi_run_queue_wait_seconds_total{", out);
-			put_target_labels(out, &p->t[i], KPI_OP_NONE, &first);
+			put_target_labels(out, &p->t[i], KPI_OP_NONE, PROM_MODEL_NONE, &first);
 			put_label(out, "behind", runq_behind[k], &first);
 			fprintf(out, "} %s\n", val);
 		}

@@ -8,6 +8,7 @@
 #include "agent/record.h"
 
 #define PROM_MAX_BOUNDS 24
+#define PROM_REQUEST_MODELS 8   /* kpi_request_model values a process, the rest "other" */
 
 /* One histogram's upper bounds (le), seconds, ascending; +Inf implied. */
 struct prom_buckets {

@@ -4,9 +4,6 @@
 #include <bpf/libbpf.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
-#include <signal.h>
-#include <stdatomic.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +14,7 @@
 #include "kpi.skel.h"
 #include "agent/track/assemble.h"
 #include "attach.h"
+#include "hold.h"
 #include "loader.h"
 #include "agent/host/host.h"
 #include "agent/host/targets.h"
@@ -65,9 +63,7 @@ struct attach {
 	int n_events;
 	struct bpf_link *global_links[64];   /* tracepoint / raw_tp programs */
 	int n_global_links;
-	pthread_t watchdog;
-	bool watchdog_running;
-	atomic_bool watchdog_stop;
+	struct hold *hold;                   /* the processes its programs stopped */
 };
 
 /* Run-queue delay from one raw_tp program reading the scheduler's own
@@ -99,81 +95,23 @@ static void target_put(struct attach *at, pid_t pid, const struct kpi_target *v)
 	bpf_map__update_elem(at->skel->maps.targets, &key, sizeof(key), v, sizeof(*v), BPF_ANY);
 }
 
-/* A process the exec program stopped (KPI_TARGET_F_HELD) runs on: its
- * file's probes are attached, or will not be. Every path that is done with
- * a new process comes here, so that none stays stopped. */
-static bool hold_release_aged(struct attach *at, pid_t pid, uint64_t min_age_ns)
+/* A process the exec or listen program stopped runs on: its file's probes
+ * are attached, or will not be. Every path that is done with a new process
+ * comes here, so that none stays stopped (hold.c). */
+static void hold_done(struct attach *at, pid_t pid)
 {
-	struct kpi_target v;
-
-	if (target_get(at, pid, &v) || !(v.flags & KPI_TARGET_F_HELD) ||
-	    (min_age_ns && host_mono_ns() - v.since < min_age_ns))
-		return false;
-	v.flags &= ~KPI_TARGET_F_HELD;
-	target_put(at, pid, &v);
-	if (!kill(pid, SIGCONT))
-		return true;
-	if (errno != ESRCH)
-		fprintf(stderr, "kpi-agent: pid %d was stopped at its exec and cannot be continued "
-			"(%s): run kill -CONT %d\n", pid, strerror(errno), pid);
-	return false;
-}
-
-static void hold_release(struct attach *at, pid_t pid)
-{
-	hold_release_aged(at, pid, 0);
-}
-
-/* hold_release_aged for every target; says which it continued when told why. */
-static void hold_release_all(struct attach *at, uint64_t min_age_ns, const char *why)
-{
-	int fd = bpf_map__fd(at->skel->maps.targets);
-	__u32 key, next;
-
-	for (int rc = fd < 0 ? -1 : bpf_map_get_next_key(fd, NULL, &next); !rc;
-	     rc = bpf_map_get_next_key(fd, &key, &next)) {
-		key = next;
-		if (hold_release_aged(at, (pid_t)key, min_age_ns) && why)
-			fprintf(stderr, "kpi-agent: pid %u %s\n", key, why);
-	}
-}
-
-/* A held process runs on after this long whatever the agent is doing: the
- * attach takes 10-20 ms, but a main loop held up elsewhere (a slow disk, a
- * machine short of CPU) must not hold up a daemon's start with it. */
-#define HOLD_MAX_MS 250
-#define HOLD_STR_(x) #x
-#define HOLD_STR(x) HOLD_STR_(x)
-#define HOLD_MAX_NS (HOLD_MAX_MS * 1000000ull)
-
-/* Every 50 ms: continues the processes held at their exec for longer than
- * HOLD_MAX_NS. Its own thread, so that nothing the main loop waits on can
- * keep a daemon stopped; the map is the one place both look. */
-static void *hold_watchdog(void *arg)
-{
-	struct attach *at = arg;
-	sigset_t all;
-
-	sigfillset(&all);       /* SIGINT and SIGTERM are the main loop's */
-	pthread_sigmask(SIG_BLOCK, &all, NULL);
-	while (!atomic_load(&at->watchdog_stop)) {
-		usleep(50000);
-		hold_release_all(at, HOLD_MAX_NS, "was held at its exec for " HOLD_STR(HOLD_MAX_MS) " ms while "
-				 "the agent was busy: continued before its probes were attached (its early "
-				 "requests are counted as arriving before the attach)");
-	}
-	return NULL;
+	hold_release(at->hold, pid);
 }
 
 void attach_watchdog_start(struct attach *at)
 {
-	if (!at->want.exec_hold || at->want.n_pids || at->watchdog_running)
-		return;
-	if (pthread_create(&at->watchdog, NULL, hold_watchdog, at))
-		fprintf(stderr, "kpi-agent: cannot start the exec-hold watchdog (%s): a process held at "
-			"its exec waits for the main loop\n", strerror(errno));
-	else
-		at->watchdog_running = true;
+	hold_watchdog_start(at->hold);
+}
+
+void attach_hold_end(struct attach *at)
+{
+	if (at)
+		hold_end(at->hold);
 }
 
 /* Removes pid's `targets` entry if it is still the one added at since (the
@@ -328,7 +266,7 @@ static int attach_one(struct attach *at, pid_t pid, uint64_t exec_ts)
 	struct kpi_target v = { .since = t0, .state = KPI_TARGET_PENDING };
 	char exe[PATH_MAX], missing[256];
 	const char *failed = NULL;
-	bool had_entry, traced_at_exec;
+	bool had_entry, traced_at_exec, held;
 	struct target *t;
 
 	if (at->n_targets == KPI_MAX_TARGETS) {
@@ -392,13 +330,14 @@ static int attach_one(struct attach *at, pid_t pid, uint64_t exec_ts)
 		printf("attached to pid %d (%s)\n", pid, exe);
 		return 0;
 	}
+	held = hold_is_held(at->hold, pid);
 	/* from its exec when the probes were on its file before it ran, or
 	 * when it was held there until they were */
 	printf("attached to pid %d (%s), traced %.1f ms after its exec (the agent knew after "
 	       "%.1f ms)%s\n", pid, exe,
 	       traced_at_exec ? 0.0 : (double)(host_mono_ns() - exec_ts) / 1e6,
 	       (double)(t0 - exec_ts) / 1e6,
-	       v.flags & KPI_TARGET_F_HELD ? ", held at its exec until then" : "");
+	       held ? ", held at its exec until then" : "");
 	return 0;
 }
 
@@ -572,7 +511,7 @@ void attach_rescan(struct attach *at)
 	for (int i = 0; i < n; i++)
 		if (find_target(at, found[i]) < 0 && wanted(at, found[i])) {
 			attach_one(at, found[i], 0);
-			hold_release(at, found[i]);     /* its exec event was lost */
+			hold_done(at, found[i]);        /* its exec event was lost */
 		}
 	for (int i = 0; i < n_port; i++) {
 		if (find_target(at, on_port[i]) >= 0 || attach_one(at, on_port[i], 0))
@@ -623,7 +562,7 @@ static void on_exec(struct attach *at, const struct proc_event *ev)
 	char exe[PATH_MAX];
 
 	if (i >= 0 && (at->targets[i].since == ev->ts || ev->at_listen)) {
-		hold_release(at, ev->pid);      /* the rescan found it first */
+		hold_done(at, ev->pid);         /* the rescan found it first */
 		return;
 	}
 	if (i >= 0)
@@ -635,14 +574,14 @@ static void on_exec(struct attach *at, const struct proc_event *ev)
 	if (!ev->at_listen && !target_matches(ev->pid, at->want.exe)) {
 		/* an inode number shared with another filesystem's file, or a
 		 * file merely called kpi-infer that it has since stopped being */
-		hold_release(at, ev->pid);
+		hold_done(at, ev->pid);
 		target_drop(at, ev->pid, ev->ts);
 		return;
 	}
 	int rc = attach_one(at, ev->pid, ev->ts);
 	if (!rc && ev->at_listen && (i = find_target(at, ev->pid)) >= 0)
 		at->targets[i].by_port = !wanted_pid(at, ev->pid);
-	hold_release(at, ev->pid);
+	hold_done(at, ev->pid);
 	if (rc)
 		target_drop(at, ev->pid, ev->ts);
 }
@@ -736,7 +675,6 @@ void attach_choose_programs(struct attach *at)
 			 base ? base + 1 : TARGET_DEFAULT_NAME);
 	}
 	s->rodata->exec_tids = !sched_rawtp;
-	s->rodata->exec_hold = at->want.exec_hold && !at->want.n_pids;
 	s->rodata->watch_listen = at->want.n_ports > 0;
 	/* HTTP mode walks iovecs with bpf_loop where the kernel has it */
 	s->rodata->has_loop = libbpf_probe_bpf_helper(BPF_PROG_TYPE_TRACEPOINT, BPF_FUNC_loop,
@@ -802,6 +740,11 @@ struct attach *attach_new(struct kpi_bpf *skel, const struct host_features *feat
 	at->skel = skel;
 	at->feat = feat;
 	at->want = *want;
+	at->hold = hold_new(skel, want->exec_hold && !want->n_pids);
+	if (!at->hold) {
+		free(at);
+		return NULL;
+	}
 	return at;
 }
 
@@ -847,12 +790,9 @@ void attach_free(struct attach *at)
 {
 	if (!at)
 		return;
-	if (at->watchdog_running) {
-		atomic_store(&at->watchdog_stop, true);
-		pthread_join(at->watchdog, NULL);
-	}
-	/* nothing the agent stopped stays stopped when it goes */
-	hold_release_all(at, 0, NULL);
+	/* the programs that hold first, then every hold: nothing the agent
+	 * stopped stays stopped when it goes (hold_end) */
+	hold_free(at->hold);
 	for (int i = at->n_targets - 1; i >= 0; i--)
 		usdt_detach(&at->targets[i].ln);
 	usdt_files_free(&at->files);

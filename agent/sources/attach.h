@@ -40,9 +40,15 @@ struct attach *attach_new(struct kpi_bpf *skel, const struct host_features *feat
 /* Before load: the program flavours this kernel takes (bpf_program__set_autoload)
  * and the maps only they use. */
 void attach_choose_programs(struct attach *at);
-/* After the privilege drop: a thread that continues any process the exec
- * hold has kept stopped for over 250 ms, whatever the main loop is doing. */
+/* After the privilege drop, before any other thread: a thread that continues
+ * any process the exec hold has kept stopped for over 250 ms, whatever the
+ * main loop is doing, and the guard that continues them after a kill of the
+ * agent (hold.h). */
 void attach_watchdog_start(struct attach *at);
+/* The agent is ending: its programs stop no process any more, and every
+ * process they stopped runs on (hold_end).  Called as the loop ends, before
+ * the final flush; attach_free does it too. */
+void attach_hold_end(struct attach *at);
 /* After load: every loaded program that is not a USDT one.  -1 with a message
  * on stderr when one cannot be attached. */
 int attach_global(struct attach *at);
@@ -73,7 +79,8 @@ int attach_count(const struct attach *at);
 int attach_live_pids(const struct attach *at, uint32_t *pids, int max);
 /* Those of them traced through their USDT probes (not in HTTP mode). */
 int attach_usdt_pids(const struct attach *at, uint32_t *pids, int max);
-/* Destroys every link (targets' and global). */
+/* Ends every hold (attach_hold_end), then destroys every link (targets' and
+ * global). */
 void attach_free(struct attach *at);
 
 #endif

@@ -1,11 +1,11 @@
 /* hop_link.c - the parent of each outbound exchange of a target, by the rules
  * of hop_link.h in order; the ends of the targets' TCP connections and names. */
-#include <arpa/inet.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <uthash.h>
 #include "hop_link.h"
+#include "agent/host/peer_addr.h"
 
 struct sock_ent {
 	UT_hash_handle hh;
@@ -86,26 +86,6 @@ void hop_link_free(struct hop_link *hl)
 	free(hl);
 }
 
-/* "a.b.c.d:port", "[v6]:port"; an IPv4-mapped v6 address (a dual-stack
- * listener's view of a v4 client) as v4, so that both ends spell it alike. */
-static void end_fmt(char *out, unsigned family, const unsigned char *addr, unsigned port)
-{
-	static const unsigned char mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-	char a[INET6_ADDRSTRLEN] = "";
-
-	if (family == 10 && !memcmp(addr, mapped, 12)) {
-		family = 2;
-		addr += 12;
-	}
-	if (family == 2) {
-		inet_ntop(AF_INET, addr, a, sizeof(a));
-		snprintf(out, HOP_END_LEN, "%s:%u", a, port);
-	} else {
-		inet_ntop(AF_INET6, addr, a, sizeof(a));
-		snprintf(out, HOP_END_LEN, "[%s]:%u", a, port);
-	}
-}
-
 void hop_link_sock(struct hop_link *hl, const struct kpi_ev_sock *e)
 {
 	uint64_t key = conn_key(e->h.pid, e->fd);
@@ -120,8 +100,9 @@ void hop_link_sock(struct hop_link *hl, const struct kpi_ev_sock *e)
 		s->key = key;
 		HASH_ADD(hh, hl->socks, key, sizeof(s->key), s);
 	}
-	end_fmt(s->ends.local, e->family, e->laddr, e->lport);
-	end_fmt(s->ends.peer, e->family, e->raddr, e->rport);
+	/* this host's addresses in full, others as the trace's keyed hash */
+	peer_addr_format(s->ends.local, sizeof(s->ends.local), e->family, e->laddr, e->lport);
+	peer_addr_format(s->ends.peer, sizeof(s->ends.peer), e->family, e->raddr, e->rport);
 }
 
 bool hop_link_ends(const struct hop_link *hl, uint32_t pid, int fd, struct hop_ends *out)

@@ -28,3 +28,11 @@ $(NODE_LLAMA_STAMP): tests/lib/build.mk
 		  tail -5 $(NODE_LLAMA_DIR)/npm.log; } > $(NODE_LLAMA_DIR)/install-failed.txt; \
 		echo "make node-llama: $$(head -c 300 $(NODE_LLAMA_DIR)/install-failed.txt | tr '\n' ' ') (tests/test_agent_llama.py will skip)" >&2; \
 	fi
+
+# The LD_PRELOAD shim whose marks around llama_decode time the agent's
+# uprobes in tests/test_agent_llama.py (tests/decode_mark.c).
+PROGRAMS += $(BUILD)/tests/libdecodemark.so
+$(BUILD)/tests/libdecodemark.so: tests/decode_mark.c bpf/kpi_llama_event.h
+	$(call msg,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -fPIC -shared $(LDFLAGS) $< -o $@ -ldl

@@ -3,7 +3,7 @@ kpi-infer that can be SIGKILLed and restarted under a private executable name
 (so the agent's --exe matches only the test's daemons), continuous load from
 client threads that follows the daemon across restarts, a small tmpfs to fill,
 and the bookkeeping of what the client saw complete versus what the trace holds."""
-import json, os, shutil, signal, sqlite3, subprocess, threading, time
+import os, shutil, signal, sqlite3, subprocess, threading, time
 
 import kpitest
 import agenttest
@@ -142,17 +142,9 @@ def query(db, sql, *args):
 
 def report(name, **fields):
     """Adds one fault class's numbers to build/reliability/agent_faults.json."""
-    os.makedirs(os.path.dirname(REPORT), exist_ok=True)
-    try:
-        with open(REPORT) as f:
-            data = json.load(f)
-    except (OSError, ValueError):
-        data = {}
     fields["soak"] = SOAK
     fields["at"] = time.strftime("%Y-%m-%dT%H:%M:%S")
-    data[name] = fields
-    with open(REPORT, "w") as f:
-        json.dump(data, f, indent=1, sort_keys=True)
+    kpitest.merge_json(REPORT, name, fields)
     print(f"  {name}: " + ", ".join(f"{k}={v}" for k, v in sorted(fields.items())
                                      if k not in ("at", "soak")))
 

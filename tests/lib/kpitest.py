@@ -61,6 +61,20 @@ def schedstat_ns(pid, field):
     return total
 
 
+def merge_json(path, key, value):
+    """Sets key in the JSON object kept in path (made, with its directory,
+    when missing): each test adds its own numbers to a shared report."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        data = {}
+    data[key] = value
+    with open(path, "w") as f:
+        json.dump(data, f, indent=1, sort_keys=True)
+
+
 def require_root(what="this test"):
     if os.geteuid() != 0:
         raise Skip(f"{what} needs root (BPF); run make test as root")

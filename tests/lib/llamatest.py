@@ -11,6 +11,9 @@ import servertest
 
 SERVER = os.path.join(kpitest.ROOT, "tests", "lib", "llama_server.mjs")
 NODE_LLAMA = os.path.join(kpitest.BUILD, "node-llama")
+# tests/decode_mark.c: marks taken in the calling thread right around each
+# llama_decode call, the reference the agent's uprobes are timed against
+DECODE_MARK = os.path.join(kpitest.BUILD, "tests", "libdecodemark.so")
 
 
 RUN = os.path.join(kpitest.ROOT, "tests", "lib", "llama_run.mjs")
@@ -33,6 +36,7 @@ def require_llama():
         raise kpitest.Skip("node-llama-cpp is not installed: " + open(failed).read().strip())
     if not os.path.isdir(os.path.join(NODE_LLAMA, "node_modules", "node-llama-cpp")):
         raise kpitest.Skip("node-llama-cpp is not installed (run make node-llama)")
+    at.require_built(DECODE_MARK)
     return node
 
 
@@ -42,39 +46,51 @@ class Fixture:
     def __init__(self, n_seq, tmp):
         node = require()
         self.marks_path = os.path.join(tmp, "marks.jsonl")
+        self.calls_path = os.path.join(tmp, "decode-calls.txt")
         self.port = kpitest.free_port()
-        # the fixture is the reference clock: ahead of the test's own client
-        # threads (and the machine's other work) for the CPU, its marks are
-        # not late by a run-queue wait (nice execs: the pid is node's)
+        # ahead of the test's own client threads (and the machine's other
+        # work) for the CPU: its JavaScript marks are late by less (nice
+        # execs: the pid is node's)
         self.proc = kpitest.Proc(["nice", "-n", "-20", node, SERVER, str(self.port),
-                                  servertest.tiny_model(), self.marks_path, str(n_seq)])
+                                  servertest.tiny_model(), self.marks_path, str(n_seq)],
+                                 env={"LD_PRELOAD": DECODE_MARK, "DECODE_MARKS": self.calls_path})
         self.proc.wait_line("listening on", timeout=120)
         self.pid = self.proc.pid
         # its first requests run its JavaScript cold (compiled as it goes,
         # marks late by milliseconds): done before anything is measured
         concurrently(self.port, [(f"warm-{i}", f"warm up {i}", 8) for i in range(n_seq)])
-        self.skip_marks = self._n_marks()
+        self.restart_marks()
 
-    def _n_marks(self):
-        with open(self.marks_path) as f:
-            return len(f.readlines())
+    def _lines(self, path):
+        with open(path) as f:
+            return f.readlines()
 
     def restart_marks(self):
         """Marks read later start from here."""
-        self.skip_marks = self._n_marks()
+        self.skip_marks = len(self._lines(self.marks_path))
+        self.skip_calls = len(self._lines(self.calls_path))
 
     def marks(self):
-        """(decode-call steps with int t0/t1, {request id: request marks}) since
-        the warm-up or the last restart_marks()."""
+        """(decode-call steps, {request id: request marks}) since the warm-up
+        or the last restart_marks().  A step has the JavaScript marks around
+        the engine's decode call (t0, t1: before the call, when its promise
+        resolved; what the batch held) and the native ones around the
+        llama_decode it made (c0, c1, ctid, waited: entry, return, the
+        calling thread, how long it waited on a run queue meanwhile), paired
+        in order: one context decodes one batch at a time."""
         steps, reqs = [], {}
-        with open(self.marks_path) as f:
-            for line in f.readlines()[self.skip_marks:]:
-                m = json.loads(line)
-                if m["kind"] == "step":
-                    m["t0"], m["t1"] = int(m["t0"]), int(m["t1"])
-                    steps.append(m)
-                else:
-                    reqs[m["id"]] = m
+        for line in self._lines(self.marks_path)[self.skip_marks:]:
+            m = json.loads(line)
+            if m["kind"] == "step":
+                m["t0"], m["t1"] = int(m["t0"]), int(m["t1"])
+                steps.append(m)
+            else:
+                reqs[m["id"]] = m
+        calls = [tuple(map(int, l.split())) for l in self._lines(self.calls_path)[self.skip_calls:]]
+        assert len(calls) == len(steps), f"{len(calls)} llama_decode calls, {len(steps)} decode steps"
+        for s, (c0, c1, tid, waited) in zip(steps, calls):
+            assert s["t0"] <= c0 <= c1 <= s["t1"], (s, c0, c1)
+            s["c0"], s["c1"], s["ctid"], s["waited"] = c0, c1, tid, waited
         return steps, reqs
 
     def stop(self):

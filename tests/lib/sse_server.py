@@ -11,9 +11,11 @@ answers NNN; GET /static sends this file with sendfile(2). A request without x-r
 response (srv-N), as the servers that make their own do, so a client that
 keys on the response's (kpi-bench) and the agent agree. Run:
 python3 sse_server.py PORT [--nagle] [--role-with-content] [--gap-ms MS]
-[--tls CERT KEY] [--fixed-id ID] (prints 'listening on PORT'); TCP_NODELAY unless --nagle;
---fixed-id: every response's x-request-id is ID, whatever the request's (as
-the chunks' ids are always the same: answers a relay cannot be told apart by); --tls:
+[--tls CERT KEY] [--host ADDR] [--fixed-id ID] (prints 'listening on PORT'); TCP_NODELAY unless
+--nagle; --host: the address to listen on (default 127.0.0.1); a request's x-test-text header
+is the text of every content event (default " tokN"); --fixed-id: every response's x-request-id
+is ID, whatever the request's (as the chunks' ids are always the same: answers a relay cannot
+be told apart by); --tls:
 HTTPS through Python's ssl (the system libssl), the handshake done at the accept; --gap-ms: the pause before
 each event when the request's x-test-gap-ms does not say (default 2); --role-with-content: a chat stream's
 role rides on its first content event instead of a role-only first event
@@ -97,9 +99,10 @@ class Handler(BaseHTTPRequestHandler):
             self._plain(code, {"error": {"message": "test error", "code": code}})
             return
         n = int(body.get("max_tokens", 8))
+        text = self.headers.get("x-test-text")
         mode = self.headers.get("x-test-mode", "event")
         gap = float(self.headers.get("x-test-gap-ms", GAP_MS)) / 1000
-        events, split = stream_events(self.path.split("?")[0], n, self.headers)
+        events, split = stream_events(self.path.split("?")[0], n, self.headers, text)
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         if mode == "close":
@@ -194,8 +197,9 @@ def _responses_events(n, k, tool):
     return out
 
 
-def stream_events(path, n, headers):
-    """The events of a streamed answer of n tokens, and {event index: the
+def stream_events(path, n, headers, text=None):
+    """The events of a streamed answer of n tokens (text: every answer
+    event's text, default " tokN"), and {event index: the
     byte offset in that event where its write is cut} (think-split-write)."""
     shape = headers.get("x-test-reasoning", "")
     k = int(headers.get("x-test-reasoning-events") or n // 2) if shape or path == "/v1/responses" else 0
@@ -208,7 +212,7 @@ def stream_events(path, n, headers):
     usage = {"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n}
     if path == "/v1/completions":
         cid, obj = "cmpl-test", "text_completion"
-        pieces = _think_pieces(shape, n, k) if shape.startswith("think") else [f" tok{i}" for i in range(n)]
+        pieces = _think_pieces(shape, n, k) if shape.startswith("think") else [text or f" tok{i}" for i in range(n)]
         events = [sse({"id": cid, "object": obj, "choices": [{"index": 0, "text": t,
                                                               "finish_reason": None}]})
                   for t in pieces]
@@ -230,7 +234,7 @@ def stream_events(path, n, headers):
                 delta = {"tool_calls": [{"index": 0, **({"id": "call-1", "type": "function"} if i == k else {}),
                                          "function": fn}]}
             else:
-                delta = {"content": f" tok{i}" if not shape else f" a{i - k}"}
+                delta = {"content": (text or f" tok{i}") if not shape else f" a{i - k}"}
             if ROLE_WITH_CONTENT and i == 0:
                 delta = {**role, **delta}
             events.append(sse({"id": cid, "object": obj,
@@ -251,7 +255,8 @@ def stream_events(path, n, headers):
 
 if __name__ == "__main__":
     cls = ThreadingHTTPServer if "--nagle" in sys.argv else NoDelayServer
-    srv = cls(("127.0.0.1", int(sys.argv[1])), Handler)
+    host = sys.argv[sys.argv.index("--host") + 1] if "--host" in sys.argv else "127.0.0.1"
+    srv = cls((host, int(sys.argv[1])), Handler)
     srv.daemon_threads = True
     if "--tls" in sys.argv:
         import ssl
