@@ -94,22 +94,20 @@ ORDER BY minute_s, metric;
 -- unknown, the server wait that holds them together.  A disaggregated
 -- request counts once, by its router's row (its workers' rows hang under it:
 -- schema/010_disagg.sql), with its three phases of its own.
+-- (views_split.sql redefines both with the disaggregated phases: version 10 on)
 DROP VIEW IF EXISTS phase_share;
 CREATE VIEW phase_share AS
 SELECT COUNT(*) AS requests, SUM(e2e_ns) / 1e6 AS e2e_ms_total,
        1.0 * TOTAL(net_in_ns) / SUM(e2e_ns) AS net_in_share,
-       1.0 * TOTAL(router_ns) / SUM(e2e_ns) AS router_share,
        1.0 * TOTAL(s.queue_measured_ns) / SUM(e2e_ns) AS queue_share,
        1.0 * TOTAL(s.prefill_measured_ns) / SUM(e2e_ns) AS prefill_share,
        1.0 * TOTAL(s.queue_inferred_ns) / SUM(e2e_ns) AS queue_inferred_share,
        1.0 * TOTAL(s.prefill_inferred_ns) / SUM(e2e_ns) AS prefill_inferred_share,
        1.0 * TOTAL(s.server_wait_ns) / SUM(e2e_ns) AS server_wait_share,
-       1.0 * TOTAL(kv_transfer_ns) / SUM(e2e_ns) AS kv_transfer_share,
-       1.0 * TOTAL(decode_queue_ns) / SUM(e2e_ns) AS decode_queue_share,
        1.0 * TOTAL(decode_ns) / SUM(e2e_ns) AS decode_share,
        1.0 * TOTAL(net_out_ns) / SUM(e2e_ns) AS net_out_share
 FROM requests r JOIN request_split s ON s.rid = r.rowid
-WHERE e2e_ns > 0 AND (pd_role IS NULL OR parent_hop_id IS NULL);
+WHERE e2e_ns > 0;
 
 -- The same per wall-clock minute.
 DROP VIEW IF EXISTS phase_share_minute;
@@ -117,18 +115,15 @@ CREATE VIEW phase_share_minute AS
 SELECT strftime('%Y-%m-%d %H:%M', wall_ns / 60000000000 * 60, 'unixepoch') AS minute_utc,
        COUNT(*) AS requests, SUM(e2e_ns) / 1e6 AS e2e_ms_total,
        1.0 * TOTAL(net_in_ns) / SUM(e2e_ns) AS net_in_share,
-       1.0 * TOTAL(router_ns) / SUM(e2e_ns) AS router_share,
        1.0 * TOTAL(s.queue_measured_ns) / SUM(e2e_ns) AS queue_share,
        1.0 * TOTAL(s.prefill_measured_ns) / SUM(e2e_ns) AS prefill_share,
        1.0 * TOTAL(s.queue_inferred_ns) / SUM(e2e_ns) AS queue_inferred_share,
        1.0 * TOTAL(s.prefill_inferred_ns) / SUM(e2e_ns) AS prefill_inferred_share,
        1.0 * TOTAL(s.server_wait_ns) / SUM(e2e_ns) AS server_wait_share,
-       1.0 * TOTAL(kv_transfer_ns) / SUM(e2e_ns) AS kv_transfer_share,
-       1.0 * TOTAL(decode_queue_ns) / SUM(e2e_ns) AS decode_queue_share,
        1.0 * TOTAL(decode_ns) / SUM(e2e_ns) AS decode_share,
        1.0 * TOTAL(net_out_ns) / SUM(e2e_ns) AS net_out_share
 FROM requests r JOIN request_split s ON s.rid = r.rowid
-WHERE e2e_ns > 0 AND (pd_role IS NULL OR parent_hop_id IS NULL)
+WHERE e2e_ns > 0
 GROUP BY wall_ns / 60000000000
 ORDER BY 1;
 
