@@ -19,7 +19,8 @@ SELECT rowid AS rid, request_id,
        NULL AS split_rule,
        queue_ns AS queue_measured_ns, prefill_ns AS prefill_measured_ns,
        NULL AS queue_inferred_ns, NULL AS prefill_inferred_ns,
-       NULL AS server_wait_ns, NULL AS step_ns
+       NULL AS server_wait_ns, NULL AS step_ns,
+       NULL AS router_ns, NULL AS kv_transfer_ns, NULL AS decode_queue_ns, 1 AS top
 FROM requests;
 
 -- One row per request, phases and KPIs in milliseconds, time in UTC. split:
@@ -94,20 +95,22 @@ ORDER BY minute_s, metric;
 -- unknown, the server wait that holds them together.  A disaggregated
 -- request counts once, by its router's row (its workers' rows hang under it:
 -- schema/010_disagg.sql), with its three phases of its own.
--- (views_split.sql redefines both with the disaggregated phases: version 10 on)
 DROP VIEW IF EXISTS phase_share;
 CREATE VIEW phase_share AS
 SELECT COUNT(*) AS requests, SUM(e2e_ns) / 1e6 AS e2e_ms_total,
        1.0 * TOTAL(net_in_ns) / SUM(e2e_ns) AS net_in_share,
+       1.0 * TOTAL(s.router_ns) / SUM(e2e_ns) AS router_share,
        1.0 * TOTAL(s.queue_measured_ns) / SUM(e2e_ns) AS queue_share,
        1.0 * TOTAL(s.prefill_measured_ns) / SUM(e2e_ns) AS prefill_share,
        1.0 * TOTAL(s.queue_inferred_ns) / SUM(e2e_ns) AS queue_inferred_share,
        1.0 * TOTAL(s.prefill_inferred_ns) / SUM(e2e_ns) AS prefill_inferred_share,
        1.0 * TOTAL(s.server_wait_ns) / SUM(e2e_ns) AS server_wait_share,
+       1.0 * TOTAL(s.kv_transfer_ns) / SUM(e2e_ns) AS kv_transfer_share,
+       1.0 * TOTAL(s.decode_queue_ns) / SUM(e2e_ns) AS decode_queue_share,
        1.0 * TOTAL(decode_ns) / SUM(e2e_ns) AS decode_share,
        1.0 * TOTAL(net_out_ns) / SUM(e2e_ns) AS net_out_share
 FROM requests r JOIN request_split s ON s.rid = r.rowid
-WHERE e2e_ns > 0;
+WHERE e2e_ns > 0 AND s.top;
 
 -- The same per wall-clock minute.
 DROP VIEW IF EXISTS phase_share_minute;
@@ -115,15 +118,18 @@ CREATE VIEW phase_share_minute AS
 SELECT strftime('%Y-%m-%d %H:%M', wall_ns / 60000000000 * 60, 'unixepoch') AS minute_utc,
        COUNT(*) AS requests, SUM(e2e_ns) / 1e6 AS e2e_ms_total,
        1.0 * TOTAL(net_in_ns) / SUM(e2e_ns) AS net_in_share,
+       1.0 * TOTAL(s.router_ns) / SUM(e2e_ns) AS router_share,
        1.0 * TOTAL(s.queue_measured_ns) / SUM(e2e_ns) AS queue_share,
        1.0 * TOTAL(s.prefill_measured_ns) / SUM(e2e_ns) AS prefill_share,
        1.0 * TOTAL(s.queue_inferred_ns) / SUM(e2e_ns) AS queue_inferred_share,
        1.0 * TOTAL(s.prefill_inferred_ns) / SUM(e2e_ns) AS prefill_inferred_share,
        1.0 * TOTAL(s.server_wait_ns) / SUM(e2e_ns) AS server_wait_share,
+       1.0 * TOTAL(s.kv_transfer_ns) / SUM(e2e_ns) AS kv_transfer_share,
+       1.0 * TOTAL(s.decode_queue_ns) / SUM(e2e_ns) AS decode_queue_share,
        1.0 * TOTAL(decode_ns) / SUM(e2e_ns) AS decode_share,
        1.0 * TOTAL(net_out_ns) / SUM(e2e_ns) AS net_out_share
 FROM requests r JOIN request_split s ON s.rid = r.rowid
-WHERE e2e_ns > 0
+WHERE e2e_ns > 0 AND s.top
 GROUP BY wall_ns / 60000000000
 ORDER BY 1;
 
