@@ -22,9 +22,7 @@ TINY_KV_PER_TOKEN = 4 * 2 * 128 * 2     # tiny preset: layers x (K, V) x kv_dim 
 
 
 def _require():
-    kpitest.require_root("kpi-agent")
-    at.require_built(at.AGENT)
-    at.require_built(at.INFER)
+    at.require_agent_and_infer()
 
 
 def _tmp():

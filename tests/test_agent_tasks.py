@@ -25,10 +25,7 @@ def _tmp():
 
 
 def _require():
-    kpitest.require_root("kpi-agent")
-    pcaptest.require()
-    at.require_built(at.AGENT)
-    at.require_built(at.INFER)
+    at.require_agent_and_infer(capture=True)
 
 
 def _serve(*args):

@@ -489,6 +489,17 @@ def wait_health(port, p, timeout=60):
         time.sleep(0.002)
 
 
+def require_agent_and_infer(capture=False):
+    """Skips (saying why) unless this runs as root with kpi-agent and kpi-infer
+    built, and, with capture, tcpdump able to capture on lo (pcaptest)."""
+    kpitest.require_root("kpi-agent")
+    if capture:
+        import pcaptest
+        pcaptest.require()
+    require_built(AGENT)
+    require_built(INFER)
+
+
 def in_threads(items, fn, threads=4):
     """[fn(item) for item in items], threads of them at once, each thread
     taking the next item as it is free; the results in the items' order."""
