@@ -238,7 +238,7 @@ def _one_request(port, rid, headers):
     server's FIN (Connection: close)."""
     body = json.dumps({"model": "test-model", "stream": True, "max_tokens": 6,
                        "messages": [{"role": "user", "content": "hi"}]}).encode()
-    s = socket.create_connection(("127.0.0.1", port))
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)     # a server fault fails, not hangs
     h = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     s.sendall(f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nx-request-id: {rid}\r\n{h}"
               f"Connection: close\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"

@@ -37,7 +37,7 @@ with usage); x-test-reasoning is then implied.  x-test-tool-call: 1 makes the
 answer a tool call (delta.tool_calls: the name first, with empty arguments,
 then argument deltas; response.output_item.added and
 response.function_call_arguments.delta)."""
-import itertools, json, os, sys, time
+import itertools, json, os, socket, sys, time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from httpfixture import NoDelayServer
