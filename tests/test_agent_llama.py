@@ -10,7 +10,6 @@ import os, re, sqlite3, time
 import kpitest
 import agenttest as at
 import llamatest as lt
-import servertest
 
 MARKS_P99_NS = 1_000_000        # the issue's bound: |agent - fixture| p99
 WAITED_MAX_NS = 100_000         # a call whose thread waited this long is not timed
@@ -35,12 +34,11 @@ class Traced:
         line = self.agent.wait_line(f"tracing llama_decode of pid {self.fx.pid}", timeout=30)
         assert "libllama" in line, line
 
-    def metrics(self):
-        """/metrics once every held record is out (settled 200 ms, flushed)."""
-        time.sleep(0.6)
-        st, _, data = kpitest.http_request(self.metrics_port, "GET", "/metrics")
-        assert st == 200, st
-        return servertest.parse_metrics(data.decode())
+    def metrics(self, n):
+        """/metrics once all n requests' records are out (a record waits for
+        the engine's marks it joins)."""
+        return at.metrics_when(self.metrics_port, lambda m: at.series_sum(
+            m, "gen_ai_server_request_duration_seconds_count") >= n)
 
     def stop(self):
         time.sleep(0.3)
@@ -166,7 +164,7 @@ def test_agent_llama_engine_marks_and_prefix_reuse():
     for k in range(2):
         rid = f"l-long-{k}"
         want[rid] = lt.stream(t.port, rid, LONG, 4)
-    m = t.metrics()
+    m = t.metrics(len(want))
     t.stop()
     _check_rows(t, want)
     first, again = t.rows["l-long-0"], t.rows["l-long-1"]

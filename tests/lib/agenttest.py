@@ -471,6 +471,28 @@ def histogram(metrics, name):
     return buckets, metrics.get(name + "_sum"), metrics.get(name + "_count")
 
 
+def metrics_when(port, ready, timeout=20):
+    """The agent's /metrics (parsed, servertest.parse_metrics) once ready(it)
+    holds, polled every 20 ms: the rows a sink gets may lag the trace's
+    (the inferred split holds a row until the decode steps after it are
+    seen, up to 2 s), so a test waits for what it counts, not a fixed time."""
+    import servertest
+    deadline = time.monotonic() + timeout
+    while True:
+        m = servertest.parse_metrics(kpitest.http_request(port, "GET", "/metrics", timeout=5)[2].decode())
+        if ready(m):
+            return m
+        if time.monotonic() > deadline:
+            raise AssertionError(f"/metrics not ready in {timeout} s: " +
+                                 ", ".join(f"{k} {v:g}" for k, v in m.items() if k.endswith("_count"))[:2000])
+        time.sleep(0.02)
+
+
+def series_sum(metrics, name):
+    """The sum of every series of name (parsed /metrics), over all labels."""
+    return sum(v for k, v in metrics.items() if k.startswith(name + "{"))
+
+
 # ---- a daemon that restarts and serves at once (issue 19) -------------------
 
 def wait_health(port, p, timeout=60):
