@@ -200,7 +200,7 @@ def test_agent_reasoning_kpi_infer_end_to_end():
     chat = at.query(db, "SELECT reasoning_tokens FROM requests WHERE request_id LIKE 'infer-chat-%'")
     assert chat and all(r["reasoning_tokens"] == 3 for r in chat), chat
     n_ttfo = at.query(db, "SELECT COUNT(*) AS n FROM requests WHERE ttfo_ns IS NOT NULL")[0]["n"]
-    assert at.series_sum(metrics, "kpi_time_to_first_output_seconds_count") == n_ttfo, n_ttfo
+    assert n_ttfo and at.series_sum(metrics, "kpi_time_to_first_output_seconds_count") == n_ttfo, n_ttfo
     # kpitop: the TTFO row beside TTFT counts the rows that have one
     kpitop = os.path.join(kpitest.BIN, "kpitop")
     p = tracetest.run_tool([kpitop, "--db", db, "--once", "--at", "end", "--window", "5m"])
