@@ -1,6 +1,10 @@
 # kpiscope: the one entry point. Every part registers its own rules in a
 # <dir>/build.mk fragment included below; outputs go to build/.
 
+# As many jobs as CPUs unless the command line says -jN: a fresh build is
+# most of a fresh make test's first minutes.
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+
 ARCH ?= $(shell uname -m | sed -e 's/x86_64/x86/' -e 's/aarch64/arm64/')
 BUILD := build
 OBJ := $(BUILD)/obj
@@ -85,9 +89,13 @@ all: deps $(PROGRAMS) $(UNIT_TESTS)
 check-layout:
 	$(Q)$(PYTHON) tests/check_layout.py
 
-# T=substring selects tests by name.
-test: all check-layout
-	$(Q)$(PYTHON) tests/run.py $(if $(T),--filter '$(T)')
+# T=substring selects tests by name; JOBS=N how many run side by side
+# (tests/run.py: those that time nothing). The layout is checked once every
+# prerequisite of test (other build.mk files add some) is built: it reads
+# the objects.
+test: all
+	$(Q)$(PYTHON) tests/check_layout.py
+	$(Q)$(PYTHON) tests/run.py $(if $(T),--filter '$(T)') $(if $(JOBS),--jobs $(JOBS))
 
 demo: all
 	$(Q)bash tools/demo.sh

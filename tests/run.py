@@ -1,41 +1,85 @@
 #!/usr/bin/env python3
 """kpiscope test runner: runs the C unit-test binaries in build/tests/ and the
-python integration tests tests/test_*.py, and ends with 'N passed, N failed'."""
-import argparse, glob, importlib.util, os, re, signal, subprocess, sys, time, traceback
+python integration tests tests/test_*.py, and ends with the slowest tests and
+'N passed, N failed'.
+
+Tests that measure no time run side by side, --jobs at once: every unit-test
+binary, and the tests of a module that says CONCURRENT = True (but those it
+marks @kpitest.alone). Every other test runs alone, one after another, with
+nothing of the suite beside it: a test that times something, counts what a
+BPF program saw on the whole host, or needs a core to itself. Each module
+runs in a process of its own; modules naming the same FIXTURE (one ClickHouse
+cluster, say) share one."""
+import argparse, concurrent.futures, glob, importlib.util, json, os, re, signal, subprocess, sys, time, traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "tests", "lib"))
 import kpitest  # noqa: E402
 
 LINE = re.compile(r"^(PASS|FAIL|SKIP) (\S+?)(?::\s*(.*))?$")
+RESULT = "@@result "   # a child's last line: its tally and times, as JSON
 
 
 class Tally:
     def __init__(self):
         self.passed = self.failed = self.skipped = 0
         self.failures = []
+        self.seconds = {}   # test (or unit suite, or module import) -> wall seconds
+        self.out = []       # lines printed, kept in order for a child's parent
+
+    def say(self, line):
+        self.out.append(line)
+        print(line)
+        sys.stdout.flush()
 
     def report(self, status, name, why=""):
         if status == "PASS":
             self.passed += 1
-            print(f"ok   {name}")
+            self.say(f"ok   {name}")
         elif status == "SKIP":
             self.skipped += 1
-            print(f"skip {name}: {why}")
+            self.say(f"skip {name}: {why}")
         else:
             self.failed += 1
             self.failures.append(name)
-            print(f"FAIL {name}: {why}")
-        sys.stdout.flush()
+            self.say(f"FAIL {name}: {why}")
+
+    def took(self, name, secs):
+        self.seconds[name] = self.seconds.get(name, 0.0) + secs
+
+    def merge(self, d):
+        self.passed += d["passed"]
+        self.failed += d["failed"]
+        self.skipped += d["skipped"]
+        self.failures += d["failures"]
+        for k, v in d["seconds"].items():
+            self.took(k, v)
+
+    def as_dict(self):
+        return {"passed": self.passed, "failed": self.failed, "skipped": self.skipped,
+                "failures": self.failures, "seconds": self.seconds}
+
+    def slowest(self, n=15):
+        """The n tests that took longest, as the lines the run ends with."""
+        top = sorted(self.seconds.items(), key=lambda kv: -kv[1])[:n]
+        return [f"  {secs:7.1f}s  {name}" for name, secs in top]
 
 
-def run_unit(path, tally, timeout):
+# ---- unit-test binaries -------------------------------------------------------
+
+def run_unit(path, timeout):
+    """One binary's results, as a Tally of its own (binaries run side by side)."""
+    tally = Tally()
+    tally.say = tally.out.append   # printed by the caller, in one block
     suite = os.path.basename(path)
+    t0 = time.monotonic()
     try:
         p = subprocess.run([path], cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired:
         tally.report("FAIL", suite, f"timed out after {timeout}s")
-        return
+        return tally
+    finally:
+        tally.took(suite, time.monotonic() - t0)
     own_fails = 0
     for line in p.stdout.splitlines():
         m = LINE.match(line)
@@ -43,14 +87,17 @@ def run_unit(path, tally, timeout):
             own_fails += m.group(1) == "FAIL"
             tally.report(m.group(1), f"{suite}.{m.group(2)}", m.group(3) or "")
         elif line.strip():
-            print(f"     {line}")
+            tally.out.append(f"     {line}")
     # A non-zero exit is a failure of its own unless this suite already named
     # one; a signal (a crash after some passes) always is, whatever came before.
     if p.returncode < 0 or (p.returncode != 0 and own_fails == 0):
         tally.report("FAIL", suite, f"exit {p.returncode}: {p.stderr.strip()[-600:]}")
     elif p.returncode != 0 and p.stderr.strip():
-        print(p.stderr.strip()[-2000:])
+        tally.out.append(p.stderr.strip()[-2000:])
+    return tally
 
+
+# ---- python modules, in a child process ---------------------------------------
 
 class Timeout(Exception):
     pass
@@ -60,23 +107,38 @@ def _alarm(signum, frame):
     raise Timeout()
 
 
-def run_py(path, tally, flt, timeout):
+def load(path):
     name = os.path.splitext(os.path.basename(path))[0]
     spec = importlib.util.spec_from_file_location(name, path)
     mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return name, mod
+
+
+def is_alone(mod, fn):
+    return not getattr(mod, "CONCURRENT", False) or getattr(fn, "alone", False)
+
+
+def run_module(path, tally, flt, timeout, which):
+    """Runs the tests of one module that match flt and which ('alone' or
+    'concurrent')."""
+    t0 = time.monotonic()
+    name = os.path.splitext(os.path.basename(path))[0]
     try:
-        spec.loader.exec_module(mod)
+        name, mod = load(path)
     except kpitest.Skip as s:
         tally.report("SKIP", name, str(s))
         return
     except Exception:
         tally.report("FAIL", name, "import failed:\n" + traceback.format_exc())
         return
+    finally:
+        tally.took(f"{name} (import)", time.monotonic() - t0)
     tests = [(n, f) for n, f in vars(mod).items() if n.startswith("test_") and callable(f)]
     tests.sort(key=lambda t: t[1].__code__.co_firstlineno)
     for n, f in tests:
         full = f"{name}.{n}"
-        if flt and flt not in full:
+        if (flt and flt not in full) or (is_alone(mod, f) != (which == "alone")):
             continue
         limit = getattr(f, "timeout", timeout)
         signal.signal(signal.SIGALRM, _alarm)
@@ -94,26 +156,147 @@ def run_py(path, tally, flt, timeout):
         finally:
             signal.alarm(0)
             kpitest.cleanup()
-        if time.monotonic() - t0 > 20:
-            print(f"     ({full} took {time.monotonic() - t0:.0f}s)")
+        secs = time.monotonic() - t0
+        tally.took(full, secs)
+        if secs > 20:
+            tally.say(f"     ({full} took {secs:.0f}s)")
+
+
+def child(a):
+    """--child: run the named modules' tests of one kind, then print the tally."""
+    tally = Tally()
+    for path in a.child:
+        name = os.path.splitext(os.path.basename(path))[0]
+        run_module(path, tally, "" if a.filter in name else a.filter, a.timeout, a.which)
+    print(RESULT + json.dumps(tally.as_dict()), flush=True)
+    sys.exit(0)
+
+
+def plan(paths, flt):
+    """Which modules have tests of each kind under this filter, grouped by
+    FIXTURE: ({'alone': [[paths]...], 'concurrent': [[paths]...]}). Read from
+    the source (marks are plain assignments and decorators), so that nothing
+    is imported in the parent."""
+    groups = {"alone": {}, "concurrent": {}}
+    for path in paths:
+        name = os.path.splitext(os.path.basename(path))[0]
+        src = open(path).read()
+        conc = re.search(r"^CONCURRENT\s*=\s*True\b", src, re.M) is not None
+        fix = re.search(r"^FIXTURE\s*=\s*[\"']([^\"']+)[\"']", src, re.M)
+        key = fix.group(1) if fix else name
+        kinds = set()
+        for m in re.finditer(r"((?:^@.*\n)*)^def (test_\w+)\(", src, re.M):
+            if flt and flt not in name and flt not in f"{name}.{m.group(2)}":
+                continue
+            alone = not conc or re.search(r"^@kpitest\.alone\b", m.group(1), re.M)
+            kinds.add("alone" if alone else "concurrent")
+        if not kinds and (not flt or flt in name):
+            kinds.add("alone")   # a module with no tests still imports: a skip or a failure to show
+        for k in kinds:
+            groups[k].setdefault(key, []).append(path)
+    return {k: list(v.values()) for k, v in groups.items()}
+
+
+def spawn(paths, which, a, live=False):
+    """A child running paths' tests of one kind; returns its Tally. Live, its
+    lines are printed as they come; else the caller prints them in one block."""
+    argv = [sys.executable, os.path.abspath(__file__), "--which", which, "--timeout", str(a.timeout),
+            "--filter", a.filter, "--child", *paths]
+    p = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         start_new_session=True, text=True, errors="replace")
+    _children.add(p)
+    tally, reported = Tally(), False
+    tally.say = tally.out.append   # printed by the caller
+    for line in p.stdout:
+        line = line.rstrip("\n")
+        if line.startswith(RESULT):
+            tally.merge(json.loads(line[len(RESULT):]))
+            reported = True
+        elif live:
+            print(line, flush=True)
+        else:
+            tally.out.append(line)
+    p.wait()
+    _children.discard(p)
+    if p.returncode != 0 or not reported:
+        names = ",".join(os.path.splitext(os.path.basename(x))[0] for x in paths)
+        tally.report("FAIL", names, f"its test process exited {p.returncode} before it reported")
+    return tally
+
+
+_children = set()
+TIMES = os.path.join(ROOT, "build", "test-times.json")
+
+
+def past_times():
+    try:
+        with open(TIMES) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
+
+
+def _stop_children(signum, frame):
+    for p in list(_children):
+        try:
+            os.killpg(p.pid, signal.SIGTERM)
+        except OSError:
+            pass
+    sys.exit(130)
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--filter", default="", help="run only tests whose name contains this")
     ap.add_argument("--timeout", type=int, default=300, help="per-test limit in seconds")
+    ap.add_argument("--jobs", type=int, default=0,
+                    help="tests run side by side (default: the number of CPUs, at least 2; 1: none)")
+    ap.add_argument("--which", choices=("alone", "concurrent"), default="alone", help=argparse.SUPPRESS)
+    ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.child:
+        return child(a)
+    jobs = a.jobs or max(2, os.cpu_count() or 1)
+    signal.signal(signal.SIGINT, _stop_children)
+    signal.signal(signal.SIGTERM, _stop_children)
+    started = time.monotonic()
     tally = Tally()
-    for path in sorted(glob.glob(os.path.join(ROOT, "build", "tests", "test_*"))):
-        if not os.access(path, os.X_OK) or path.endswith(".d"):
-            continue
-        if a.filter and a.filter not in os.path.basename(path):
-            continue
-        run_unit(path, tally, a.timeout)
-    for path in sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))):
-        name = os.path.splitext(os.path.basename(path))[0]
-        # a filter matches the module or any test in it
-        run_py(path, tally, "" if a.filter in name else a.filter, a.timeout)
+
+    def show(t):
+        for line in t.out:
+            print(line)
+        sys.stdout.flush()
+        tally.merge(t.as_dict())
+
+    units = [p for p in sorted(glob.glob(os.path.join(ROOT, "build", "tests", "test_*")))
+             if os.access(p, os.X_OK) and not p.endswith(".d")
+             and (not a.filter or a.filter in os.path.basename(p))]
+    mods = plan(sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))), a.filter)
+    # side by side: the unit binaries and the concurrent modules, the longest
+    # of the last run first, so that the short ones fill in at the end
+    last = past_times()
+
+    def cost(g):
+        names = [os.path.splitext(os.path.basename(x))[0] for x in g]
+        return sum(v for k, v in last.items() if k.split(".")[0].split(" ")[0] in names)
+    work = [(cost(g), spawn, (g, "concurrent", a)) for g in mods["concurrent"]]
+    work += [(last.get(os.path.basename(u), 0), run_unit, (u, a.timeout)) for u in units]
+    work.sort(key=lambda w: -w[0])
+    with concurrent.futures.ThreadPoolExecutor(jobs) as pool:
+        futs = [pool.submit(fn, *args) for _, fn, args in work]
+        for f in concurrent.futures.as_completed(futs):
+            show(f.result())
+    side = time.monotonic() - started
+    # then alone, one after another
+    for g in mods["alone"]:
+        show(spawn(g, "alone", a, live=True))
+    total = time.monotonic() - started
+    if not a.filter:
+        with open(TIMES, "w") as f:
+            json.dump(tally.seconds, f, indent=1, sort_keys=True)
+    print(f"\n{total / 60:.1f} min: {side / 60:.1f} side by side ({jobs} at once), "
+          f"{(total - side) / 60:.1f} alone; slowest:")
+    print("\n".join(tally.slowest()))
     if tally.failures:
         print("\nfailed:\n  " + "\n  ".join(tally.failures))
     line = f"{tally.passed} passed, {tally.failed} failed"

@@ -18,6 +18,7 @@ LINE_SERIES = (("ttft_p50", "ttft_p50_ms"), ("ttft_p99", "ttft_p99_ms"), ("tpot_
 SERVER = ("--max-seqs", "8", "--threads", "1")
 WORK = ("--prompt-len", 64, "--max-tokens", 32, "--ignore-eos")
 SLO = ("--slo", "ttft=250,tpot=40")
+HOLD_S = 30     # how long the sweep's answer must hold
 
 
 def tmpdir():
@@ -72,6 +73,8 @@ def test_sweep_flags_are_checked():
     bad(["--sweep", "concurrency", "--slo", "ttft=9", "--sweep-steps", "1,2.5"], "not a whole number")
     bad(["--sweep", "rate", "--slo", "ttft=9", "--sweep-start", "8", "--sweep-max", "4"], "below --sweep-start")
     bad(["--min-requests", "5"], "--min-requests only applies to a sweep")
+    bad(["--confirm-duration", "30"], "--confirm-duration only applies to a sweep")
+    bad(["--sweep", "rate", "--slo", "ttft=9", "--confirm-duration", "0"], "--confirm-duration '0'", "seconds")
     bad(["--sweep", "rate", "--slo", "ttft=9", "--requests", "50", "--min-requests", "5"],
         "--requests 50 already fixes each point's count")
     bad(["--sweep", "rate", "--slo", "ttft=9", "--min-requests", "0"], "--min-requests '0'")
@@ -227,14 +230,17 @@ def test_rate_sweep_max_rate_holds_for_30s():
     start = 2 ** math.floor(math.log2(max(1, capacity / 4)))
     d = tmpdir()
     jpath, hpath = os.path.join(d, "sweep.json"), os.path.join(d, "sweep.html")
+    # confirmed as long as the claim below: a 10 s confirmation missed the
+    # queues a 30 s run at the same load met with a busy core beside it
     p = rt_bench("--url", url, "--sweep", "rate", "--sweep-start", start, *WORK, *SLO,
-                 "--json", jpath, "--html", hpath, timeout=900)
+                 "--confirm-duration", HOLD_S, "--json", jpath, "--html", hpath, timeout=900)
     print(p.stdout)
     assert p.returncode == 0, p.stdout + p.stderr
     js = read_json(jpath)
     pts = js["points"]
     assert js["sweep"] == "rate" and not js["interrupted"]
     assert js["settings"]["duration_per_point_s"] == 10 and js["settings"]["min_requests_per_point"] == 100, js["settings"]
+    assert js["settings"]["confirm_duration_s"] == HOLD_S, js["settings"]
     check_point_keys(pts)
     # each point sent for its 10 s and at least its 100 requests
     assert all(pt["requests"] >= 100 and pt["sending_s"] >= 9.5 for pt in pts), pts
@@ -250,9 +256,10 @@ def test_rate_sweep_max_rate_holds_for_30s():
     assert all(pt["meets_slo"] for pt in pts if pt["offered_rate"] <= best), pts
     missed = [x["offered_rate"] for x in pts + conf if not x["meets_slo"] and x["offered_rate"] > best]
     assert missed and min(missed) / best - 1 <= 0.1 + 1e-9, (best, missed, loads)
-    # confirmed at that load, as long as the longest point
+    # confirmed at that load, as long as the claim (and so the longest point)
     assert conf and conf[-1]["offered_rate"] == best and conf[-1]["meets_slo"], conf
-    assert conf[-1]["sending_s"] >= max(pt["sending_s"] for pt in pts) - 0.1, (conf, pts)
+    assert conf[-1]["sending_s"] >= HOLD_S - 0.5, (conf, pts)
+    assert all(c["sending_s"] >= HOLD_S - 0.5 for c in conf), conf
     assert all(c["offered_rate"] > best and not c["meets_slo"] for c in conf[:-1]), conf
     share = 100 * conf[-1]["slo_share"]
     assert re.search(rf"max load meeting the SLO: {best:g} req/s .*; confirmed: {share:.1f}% of "
@@ -261,12 +268,12 @@ def test_rate_sweep_max_rate_holds_for_30s():
     assert js["knee"] is not None, "no knee found:\n" + p.stdout
     assert len(js["knee_repeats"]) == 2 and js["knee_noise"] is not None, js["knee_repeats"]
 
-    at, over = run_for(url, best, 30), run_for(url, 1.5 * best, 30)
+    at, over = run_for(url, best, HOLD_S), run_for(url, 1.5 * best, HOLD_S)
     print(f"capacity {capacity:.1f} req/s (32 in flight); max SLO rate {best:g} req/s, confirmed "
-          f"{share:.1f}%; 30 s at it: {100 * at:.1f}% within the SLO, at 1.5x ({1.5 * best:g} req/s): "
-          f"{100 * over:.1f}%")
-    assert at >= 0.95, f"30 s at the sweep's max {best:g} req/s: {100 * at:.1f}% within the SLO (want >= 95%)"
-    assert over < 0.95, f"30 s at 1.5x the max ({1.5 * best:g} req/s): {100 * over:.1f}% within the SLO (want < 95%)"
+          f"{share:.1f}% over {conf[-1]['sending_s']:.1f} s; {HOLD_S} s at it: {100 * at:.1f}% within the SLO, "
+          f"at 1.5x ({1.5 * best:g} req/s): {100 * over:.1f}%")
+    assert at >= 0.95, f"{HOLD_S} s at the sweep's max {best:g} req/s: {100 * at:.1f}% within the SLO (want >= 95%)"
+    assert over < 0.95, f"{HOLD_S} s at 1.5x the max ({1.5 * best:g} req/s): {100 * over:.1f}% within the SLO (want < 95%)"
     with open(hpath) as f:
         html = f.read()
     check_page(html, js)

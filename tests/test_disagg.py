@@ -12,6 +12,10 @@ import servertest as st
 import disaggtest as dt
 import benchtest
 
+# tests/run.py runs these beside other tests, but those marked alone: none
+# of them times anything or counts what the whole host did.
+CONCURRENT = True
+
 
 def _prompts(rng, n_base=25, max_len=1500):
     """n_base random prompts of 1..max_len tokens (both ends included, the rest
@@ -275,6 +279,7 @@ def test_router_round_robin_alternates():
     assert _counts(ds, "kpi_infer_kv_transfers_total") == [4, 4]
 
 
+@kpitest.alone
 def test_router_least_loaded_avoids_the_busy_worker():
     """One decode worker busy with long streams its /load reports: the router
     sends every new request to the other one."""
@@ -340,6 +345,7 @@ def test_router_unreachable_decode_worker_is_502_or_the_other_one():
     assert status == 502 and f"decode worker {Dead.addr} failed" in body["error"]["message"], body
 
 
+@kpitest.alone
 def test_kpi_bench_drives_the_router():
     benchtest.require_built()
     p, d = dt.worker("prefill"), dt.worker("decode")
@@ -369,6 +375,7 @@ usdt:%(bin)s:kpi:request__admitted { printf("ADMITTED %%d %%d %%s %%d\n", arg0, 
 """
 
 
+@kpitest.alone
 def test_new_probes_fire_with_their_arguments():
     kpitest.require_root("attaching bpftrace to kpi-infer's probes")
     import shutil

@@ -26,6 +26,10 @@ import agenttest as at
 import llamatest as lt
 import servertest
 
+# tests/run.py runs these beside other tests, but those marked alone: none
+# of them times anything or counts what the whole host did.
+CONCURRENT = True
+
 BENCH = os.path.join(kpitest.BUILD, "engine-bench")
 QUANT = ("Q8_0", "Q4_0", "Q4_K")
 GEN = 32
@@ -216,6 +220,7 @@ def test_truncated_quantized_file_refused():
     assert "truncated" in r.stderr and "output.weight" in r.stderr, r.stderr
 
 
+@kpitest.alone
 def test_trace_names_the_weight_type_and_report_sets_runs_side_by_side():
     """kpi-infer serving Q4_K, then F16, traced by one kpi-agent run each into
     one store: every request row names the weight type it was served with,

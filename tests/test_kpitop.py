@@ -8,6 +8,10 @@ import kpitest, tracetest  # noqa: E402
 from tmuxtest import Tmux  # noqa: E402
 from tracetest import KPITOP, run_tool  # noqa: E402
 
+# tests/run.py runs these beside other tests, but those marked alone: none
+# of them times anything or counts what the whole host did.
+CONCURRENT = True
+
 LAT = re.compile(r"^ (TTFT|TTFO|TPOT|ITL|e2e)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\d+)$")
 WIN = re.compile(r"^window \[(-?\d+), (-?\d+)\) monotonic ns; (\d+) requests")
 
@@ -241,6 +245,7 @@ def test_once_cpu_wait_names_who():
     c.close()
 
 
+@kpitest.alone
 def test_once_matches_rows_real_agent():
     d = tmp()
     db = os.path.join(d, "trace.db")
@@ -396,6 +401,7 @@ def test_interactive_monochrome_sigterm_restores_terminal():
 test_interactive_monochrome_sigterm_restores_terminal.timeout = 60
 
 
+@kpitest.alone
 def test_make_demo_pipeline():
     """tools/demo.sh (make demo) end to end, shortened: it prints a frame, the
     trace's path and the commands, the kpi-report it suggests explains the

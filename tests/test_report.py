@@ -7,6 +7,10 @@ sys.path.insert(0, os.path.dirname(__file__) + "/lib")
 import kpitest, tracetest  # noqa: E402
 from tracetest import REPORT, EXT, run_tool, report_findings as findings  # noqa: E402
 
+# tests/run.py runs these beside other tests, but those marked alone: none
+# of them times anything or counts what the whole host did.
+CONCURRENT = True
+
 
 def tmp():
     return kpitest.tmpdir("kpi-report-test-")
@@ -419,6 +423,7 @@ def real_incident(infer_args, baseline, incident, hog=None):
     return md, findings(md), [h.p.pid for h in hogs], db
 
 
+@kpitest.alone
 def test_real_burst_builds_a_queue():
     small = ["--prompt-len", "32", "--max-tokens", "16", "--ignore-eos", "--seed", "5"]
     md, f, _, _ = real_incident(["--max-seqs", "4", "--max-queue", "1000"],
@@ -445,6 +450,7 @@ def evidence_of(md, title):
     return m.group(1)
 
 
+@kpitest.alone
 def test_real_demo_burst_waits_for_the_step_budget():
     """make demo's burst (40 prompts of 64-512 tokens at once) against
     kpi-infer's defaults (64 slots, 2048 tokens a step): every request gets a
@@ -502,6 +508,7 @@ def queue_peak(db):
 test_real_demo_burst_waits_for_the_step_budget.timeout = 240
 
 
+@kpitest.alone
 def test_real_kv_pool_too_small():
     load = ["--prompt-len", "64", "--max-tokens", "64", "--ignore-eos", "--seed", "6"]
     md, f, _, _ = real_incident(["--kv-blocks", "12", "--block-size", "16", "--max-seqs", "8"],
@@ -514,6 +521,7 @@ def test_real_kv_pool_too_small():
 test_real_kv_pool_too_small.timeout = 240
 
 
+@kpitest.alone
 def test_real_cpu_hog_beside_the_engine():
     if (os.cpu_count() or 1) < 1 or not shutil.which("taskset"):
         raise kpitest.Skip("taskset (util-linux) is needed to pin the hog beside the engine")

@@ -9,6 +9,10 @@ import kpitest
 import servertest as st
 from servertest import Reader, error_of, post_bytes, sse_events, stream, wait_for
 
+# tests/run.py runs these beside other tests, but those marked alone: none
+# of them times anything or counts what the whole host did.
+CONCURRENT = True
+
 _shared = None
 
 
@@ -386,6 +390,7 @@ def test_404_405_413():
     s.close()
 
 
+@kpitest.alone
 def test_slow_headers_dropped():
     d = daemon()  # --request-timeout 2
     s = d.connect(timeout=10)
@@ -407,6 +412,7 @@ def long_body(d, **kw):
     return dict(prompt="x", max_tokens=d.ctx - 8, ignore_eos=True, stream=True, **kw)
 
 
+@kpitest.alone
 def test_429_when_queue_full():
     d = st.Daemon("--max-seqs", 1, "--max-queue", 1, "--threads", 1)
     # A occupies the only running slot until its client hangs up
@@ -466,6 +472,7 @@ def test_disconnect_frees_blocks():
     assert m[key] == aborted0 + 1, m[key]
 
 
+@kpitest.alone
 def test_sigterm_drains():
     d = st.Daemon("--threads", 1)
     n = 4
@@ -529,6 +536,7 @@ def test_metrics_names():
 
 # ---- USDT probes firing (root) -------------------------------------------------
 
+@kpitest.alone
 def test_probes_fire_with_bpftrace():
     """docs/probes.bt sees every kpi:* probe fire: admitted, rejected,
     scheduled, step begin/end, first token, preempted (a KV pool too small

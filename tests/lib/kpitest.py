@@ -15,6 +15,14 @@ _procs = []
 _cleanups = []
 
 
+def alone(fn):
+    """Marks a test of a CONCURRENT = True module that must run with nothing
+    of the suite beside it: it times something, or counts what the whole
+    host did (tests/run.py runs every test of other modules alone too)."""
+    fn.alone = True
+    return fn
+
+
 def on_cleanup(fn):
     _cleanups.append(fn)
 

@@ -70,6 +70,7 @@ struct config {
 	double sweep_start, sweep_max;         /* the doubling ladder's ends */
 	double sweep_precision;                /* bisection stops at bad/good - 1 <= this */
 	long knee_repeats;
+	double confirm_s;                      /* --confirm-duration: a confirmation's least length */
 	double slo_share;                      /* of requests that must meet the SLO */
 	const char *html_path, *trace_db;
 };

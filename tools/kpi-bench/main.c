@@ -109,9 +109,12 @@ static const char usage_text[] =
 "                         was sustained: answered at the rate sent (within 5%)\n"
 "                         with TTFT not climbing from its first third to its\n"
 "                         last. The answer is run again as long as the longest\n"
-"                         point; a miss there sends the search lower\n"
+"                         point (or --confirm-duration); a miss there sends the\n"
+"                         search lower\n"
 "  --min-requests N       a point past its --duration keeps sending until N\n"
 "                         requests were sent (default 100)\n"
+"  --confirm-duration S   confirm the answer for at least S seconds: as long as\n"
+"                         the load must hold (default: the longest point's)\n"
 "  --sweep-steps LIST     the loads to run, e.g. 2,4,6,8 (instead of doubling)\n"
 "  --sweep-start X        the first load of the doubling (default 1)\n"
 "  --sweep-max X          the highest load tried (default 1024 req/s, 64 for\n"
@@ -138,7 +141,7 @@ enum {
 	OPT_TEMP, OPT_NO_STREAM, OPT_SEED, OPT_SLO, OPT_TIMEOUT, OPT_JSON, OPT_CSV, OPT_QUIET,
 	OPT_HELP, OPT_REPLAY, OPT_REPLAY_SPEED, OPT_BURSTINESS, OPT_SWEEP, OPT_SWEEP_STEPS,
 	OPT_SWEEP_START, OPT_SWEEP_MAX, OPT_SWEEP_PRECISION, OPT_SLO_SHARE, OPT_KNEE_REPEATS,
-	OPT_MIN_REQUESTS, OPT_HTML, OPT_TRACE_DB, OPT_BASELINE, OPT_MAX_REGRESS,
+	OPT_MIN_REQUESTS, OPT_CONFIRM_DURATION, OPT_HTML, OPT_TRACE_DB, OPT_BASELINE, OPT_MAX_REGRESS,
 };
 
 static const struct option long_opts[] = {
@@ -177,6 +180,7 @@ static const struct option long_opts[] = {
 	{ "slo-share", required_argument, NULL, OPT_SLO_SHARE },
 	{ "knee-repeats", required_argument, NULL, OPT_KNEE_REPEATS },
 	{ "min-requests", required_argument, NULL, OPT_MIN_REQUESTS },
+	{ "confirm-duration", required_argument, NULL, OPT_CONFIRM_DURATION },
 	{ "html", required_argument, NULL, OPT_HTML },
 	{ "trace-db", required_argument, NULL, OPT_TRACE_DB },
 	{ 0 },
@@ -415,6 +419,9 @@ static bool parse_sweep_option(struct config *cfg, struct seen *seen, int c, con
 	case OPT_MIN_REQUESTS:
 		cfg->min_requests = parse_long_flag("--min-requests", a, 1, "a positive integer");
 		seen->min_requests = true;
+		break;
+	case OPT_CONFIRM_DURATION:
+		cfg->confirm_s = parse_double_flag("--confirm-duration", a, 0, true, "seconds, e.g. 30");
 		break;
 	case OPT_HTML: cfg->html_path = a; break;
 	case OPT_TRACE_DB: cfg->trace_db = a; break;

@@ -265,7 +265,8 @@ static void sweep_conclude(struct sweep *sw)
 }
 
 /* How long a confirmation of load sends: as long as the longest point did,
- * so that a queue the points were too short to see has as long to build;
+ * so that a queue the points were too short to see has as long to build, or
+ * --confirm-duration when longer (the answer is claimed to hold that long);
  * and at least as many requests as a point at or below load sent (points
  * of --requests N). */
 static double longest_span(const struct sweep *sw, double load, long *most)
@@ -288,7 +289,7 @@ static int confirm(struct sweeper *w)
 	while (sw->best >= 0 && sw->n_confirms < SWEEP_MAX_CONFIRMS) {
 		double load = sw->pts[sw->best].load;
 		long most;
-		double for_s = longest_span(sw, load, &most);
+		double for_s = fmax(longest_span(sw, load, &most), w->base->confirm_s);
 		struct sweep_point *c = &sw->confirms[sw->n_confirms];
 		int rc = measure(w, load, c, RUN_CONFIRM, fmax(for_s, 1e-3), most);
 		if (rc)
@@ -551,13 +552,14 @@ static json_t *point_json(const struct sweep *sw, const struct sweep_point *p)
 
 static json_t *settings_json(const struct config *cfg)
 {
-	return json_pack("{s:s, s:s, s:s, s:b, s:I, s:o, s:o, s:I, s:f, s:f, s:o, s:o}",
+	return json_pack("{s:s, s:s, s:s, s:b, s:I, s:o, s:o, s:I, s:f, s:f, s:o, s:o, s:o}",
 		"url", cfg->url, "prompt_len", cfg->prompt_len.spec, "max_tokens", cfg->max_tokens.spec,
 		"ignore_eos", cfg->ignore_eos, "seed", (json_int_t)cfg->seed,
 		"requests_per_point", cfg->requests ? json_integer(cfg->requests) : json_null(),
 		"min_requests_per_point", cfg->min_requests ? json_integer(cfg->min_requests) : json_null(),
 		"warmup", (json_int_t)cfg->warmup, "burstiness", cfg->burstiness, "slo_share", cfg->slo_share,
 		"duration_per_point_s", cfg->duration > 0 ? json_real(cfg->duration) : json_null(),
+		"confirm_duration_s", cfg->confirm_s > 0 ? json_real(cfg->confirm_s) : json_null(),
 		"slo", json_pack("{s:o, s:o, s:o}", "ttft_ms", ms_json(cfg->slo_ttft > 0 ? cfg->slo_ttft : -1),
 				 "tpot_ms", ms_json(cfg->slo_tpot > 0 ? cfg->slo_tpot : -1),
 				 "e2e_ms", ms_json(cfg->slo_e2e > 0 ? cfg->slo_e2e : -1)));
