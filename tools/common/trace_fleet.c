@@ -341,7 +341,8 @@ double trace_fleet_copy_s(const struct trace_fleet *fl) { return fl->copy_s; }
 
 /* ---- the split of a p99 change by group ------------------------------------ */
 
-/* For the rows of one window: each group's sums over the fleet's p99 band
+/* For the rows of one window (a disaggregated request once, by its router's
+ * row: the scratch copy has every schema version's columns): each group's sums over the fleet's p99 band
  * (the rows ranked at or above the 98th percentile of TTFT), its count of
  * rows with a TTFT, and its own p99. */
 static const char BAND_SQL[] =
@@ -350,7 +351,7 @@ static const char BAND_SQL[] =
 	"ROW_NUMBER() OVER (ORDER BY ttft_ns) - 1 AS rn, COUNT(*) OVER () AS n, "
 	"ROW_NUMBER() OVER (PARTITION BY coalesce(%s, '(none)') ORDER BY ttft_ns) - 1 AS grn, "
 	"COUNT(*) OVER (PARTITION BY coalesce(%s, '(none)')) AS gn "
-	"FROM requests WHERE ttft_ns IS NOT NULL AND t_arrive_ns >= ?1 AND t_arrive_ns < ?2) "
+	"FROM requests WHERE ttft_ns IS NOT NULL AND t_arrive_ns >= ?1 AND t_arrive_ns < ?2" TRACE_TOP_SQL ") "
 	"SELECT g, max(gn), max(CASE WHEN grn = CAST((gn - 1) * 0.99 AS INTEGER) THEN v END), "
 	"sum(CASE WHEN rn >= CAST((n - 1) * 0.98 AS INTEGER) THEN v ELSE 0 END), "
 	"sum(CASE WHEN rn >= CAST((n - 1) * 0.98 AS INTEGER) THEN ni ELSE 0 END), "
