@@ -15,6 +15,7 @@ import kpitest
 import agenttest as at
 import disaggtest as dt
 import pcaptest
+import promtext
 import servertest as st
 
 WIRE_US = 200           # the bound: agent vs wire at p99, loopback
@@ -88,7 +89,7 @@ def test_agent_disagg_rows_match_the_wire():
                                               {"prompt": _prompt(i), "max_tokens": rnd.randint(1, 16),
                                                "temperature": 0, "ignore_eos": True}))
     pcap = cap.stop()
-    metrics = st.parse_metrics(kpitest.http_request(mport, "GET", "/metrics")[2].decode())
+    metrics = promtext.by_key(kpitest.http_request(mport, "GET", "/metrics")[2].decode())
     assert agent.stop() == 0, agent.lines[-20:]
     assert all(x.status == 200 and not x.error for x in res), [(x.rid, x.status, x.error) for x in res
                                                                 if x.status != 200 or x.error][:5]

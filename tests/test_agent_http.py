@@ -9,6 +9,7 @@ its USDT probes and one with --http-only, and their rows are compared."""
 import csv, http.client, json, os, shutil, socket, sys, threading, time
 
 import kpitest
+import promtext
 import agenttest as at
 import nginxtest
 import pcaptest
@@ -349,7 +350,7 @@ def test_agent_http_rows_reach_metrics_and_otlp():
     assert agent.stop() == 0, agent.lines[-20:]
     rows = {rid: r for rid, r in at.rows(db).items() if rid.startswith("x-")}
     assert len(rows) == 13, sorted(rows)
-    m = ft.parse_text(text)
+    m = promtext.by_labels(text)
     want = dict(kpi_source="http", gen_ai_request_model="test-model", pid=srv.pid)
     waits = [r["server_wait_ns"] for r in rows.values() if r["server_wait_ns"] is not None]
     decodes = [r for r in rows.values() if r["decode_ns"] is not None]

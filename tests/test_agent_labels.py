@@ -9,6 +9,7 @@ a request that named none has none."""
 import http.client, json, os, sys, time, urllib.request
 
 import kpitest
+import promtext
 import agenttest as at
 import fleettest as ft
 import servertest
@@ -19,7 +20,7 @@ PROM_REQUEST_MODELS = 8     # agent/sinks/export_prom.c
 
 def _metrics(port):
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-        return ft.parse_text(r.read().decode())
+        return promtext.by_labels(r.read().decode())
 
 
 def _labels(m, name, pid):

@@ -6,6 +6,7 @@ import ctypes, os, re, threading, time
 import kpitest
 import agenttest as at
 import faulttest as ft
+import promtext
 import servertest
 
 PKG_RANGE = 262143328850      # a real package zone's max_energy_range_uj
@@ -130,9 +131,9 @@ def test_cost_attribution_exact_on_kpi_infer():
             assert len(ft.completed(res)) >= 3, f"{threads} threads: {len(res)} requests"
             time.sleep(2.5)  # idle: steps end, a boundary sample falls in the gap
         marks.append(time.monotonic_ns())
-        scrape1 = servertest.parse_metrics(kpitest.http_request(mport, "GET", "/metrics")[2].decode())
+        scrape1 = promtext.by_key(kpitest.http_request(mport, "GET", "/metrics")[2].decode())
         time.sleep(1.2)
-        scrape2 = servertest.parse_metrics(kpitest.http_request(mport, "GET", "/metrics")[2].decode())
+        scrape2 = promtext.by_key(kpitest.http_request(mport, "GET", "/metrics")[2].decode())
     finally:
         pc.stop()
     time.sleep(1.5)  # the agent reads the counters' final values at least once

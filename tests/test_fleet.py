@@ -5,6 +5,7 @@ field, and sees retries and drops while it is down."""
 import bisect, os, re, time, urllib.request
 
 import kpitest
+import promtext
 import agenttest as at
 import fleettest as ft
 
@@ -68,7 +69,7 @@ def test_fleet_prometheus_histogram_quantile_matches_trace():
 
     time.sleep(0.5)     # the agent records a request at its last write's sys_exit
     text = _scrape(mport)
-    parsed = ft.parse_text(text)
+    parsed = promtext.by_labels(text)
     pid = daemon.p.pid
     n_ok = ft.series(parsed, TTFT + "_count", pid=pid)
     assert len(n_ok) == 2, f"one TTFT series per operation for pid {pid}: {n_ok}"
@@ -277,7 +278,7 @@ def test_fleet_otlp_receiver_down_then_up():
     results = at.run_load(daemon.port, 30, threads=1, max_tokens=(1, 4))
     agent.wait_line("retrying with backoff", timeout=20)
     time.sleep(0.5)
-    m = ft.parse_text(_scrape(mport))
+    m = promtext.by_labels(_scrape(mport))
     full = ft.series(m, "kpi_otlp_requests_dropped_total", reason="queue_full")[0]
     retries = ft.series(m, "kpi_otlp_export_retries_total")[0]
     assert full >= 30 - 8 - 4, f"queue of 8 + a batch of 4 in flight: {full} dropped for full"

@@ -359,6 +359,56 @@ def test_nothing_stood_out_summarises_the_whole_trace():
         assert m and m.group(1) == slowest and m.group(2) == "usdt", md
 
 
+def _sections(md):
+    """{heading: body} of a markdown report."""
+    return {part.split("\n", 1)[0]: part for part in md.split("\n## ")[1:]}
+
+
+def test_disaggregated_requests_count_once_by_the_router_row():
+    """24 disaggregated requests, each a router's row with the decode and
+    prefill workers' rows under it (only the workers name a weight type):
+    every section counts 24 requests, its TTFT from the router's rows (the
+    client's), and the percentiles show the router, KV transfer and decode
+    queue phases.  Before, Weight types counted the 48 workers' rows."""
+    db = os.path.join(tmp(), "pd.db")
+    want = tracetest.disagg_trace(db, n=24)
+    for args in ((), ("--from", "+3s", "--to", "+7s", "--baseline", "+0s..+3s")):
+        md = report(db, *args)
+        sec = _sections(md)
+        counts = {h: re.findall(r"^\| requests \| (\d+) \|(?: (\d+) \|)?$", body, re.M) for h, body in sec.items()}
+        counts = {h: sum(int(x) for x in c[0] if x) for h, c in counts.items() if c}
+        assert counts.get("Summary") == 24 and counts.get("Weight types") == 24, (args, counts, md)
+        assert set(counts.values()) == {24}, (args, counts)
+        if args:
+            m = re.search(r"Disaggregated requests \((\d+), baseline (\d+)\)", md)
+            assert m and int(m.group(1)) + int(m.group(2)) == 24, md
+            continue
+        weights = sec["Weight types"]
+        for name, col in (("TTFT", "ttft_ns"), ("e2e", "e2e_ns"), ("TPOT", "tpot_ns")):
+            for p in (50, 99):
+                shown = re.search(rf"^\| {name} p{p} \| (\S+) \|$", weights, re.M).group(1)
+                assert tracetest.close_to(tracetest.parse_dur(shown), tracetest.pct(want[col], p)), \
+                    (name, p, shown, tracetest.pct(want[col], p))
+        pcts = sec["Percentiles and phases"]
+        for name, col in (("TTFT", "ttft_ns"), ("router", "router_ns"), ("queue", "queue_ns"),
+                          ("prefill", "prefill_ns"), ("KV transfer", "kv_transfer_ns"),
+                          ("decode queue", "decode_queue_ns"), ("decode", "decode_ns")):
+            m = re.search(rf"^\| {name} \| (\S+) \| (\S+) \|$", pcts, re.M)
+            assert m, (name, pcts)
+            for shown, p in ((m.group(1), 50), (m.group(2), 99)):
+                assert tracetest.close_to(tracetest.parse_dur(shown), tracetest.pct(want[col], p)), \
+                    (name, p, shown, tracetest.pct(want[col], p))
+        names = [ln.split("|")[1].strip() for ln in pcts.splitlines() if ln.startswith("| ")]
+        assert names.index("net-in") < names.index("router") < names.index("queue") < \
+            names.index("prefill") < names.index("KV transfer") < names.index("decode queue") < \
+            names.index("decode") < names.index("net-out"), names
+    # a trace without disaggregated requests shows none of their phases
+    plain = os.path.join(tmp(), "plain.db")
+    tracetest.generate(plain, duration_s=120, rate=5, source="mixed")
+    md = report(plain)
+    assert "| router |" not in md and "| KV transfer |" not in md and "| decode queue |" not in md, md
+
+
 def test_sqlite_extension_percentile():
     tracetest.require(EXT, "tools/sqlite-ext/")
     if not shutil.which("sqlite3"):

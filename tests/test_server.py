@@ -6,6 +6,7 @@ USDT notes in the binary."""
 import json, os, re, signal, socket, subprocess, threading, time
 
 import kpitest
+import promtext
 import servertest as st
 from servertest import Reader, error_of, post_bytes, sse_events, stream, wait_for
 
@@ -528,7 +529,7 @@ def test_metrics_names():
                  "vllm:request_success_total", "kpi_infer_http_responses_total",
                  "kpi_infer_kv_blocks_free"]:
         assert name in text, f"/metrics lacks {name}"
-    m = st.parse_metrics(text)
+    m = promtext.by_key(text)
     ttft = m[f'vllm:time_to_first_token_seconds_count{{model_name="{d.model}"}}']
     assert ttft >= 1
     assert m['kpi_infer_http_responses_total{code="200"}'] >= 1

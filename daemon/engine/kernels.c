@@ -270,10 +270,11 @@ void matmul_rows(float *y, int ldy, const struct packed_mat *w, const float *x, 
 
 void rmsnorm(float *out, const float *x, const float *weight, int n, float eps)
 {
-	float ss = 0;
+	double ss = 0;
 	for (int i = 0; i < n; i++)
-		ss += x[i] * x[i];
-	float inv = 1.0f / sqrtf(ss / n + eps);
+		ss += (double)(x[i] * x[i]);
+	float mean = (float)(ss / n);
+	float inv = 1.0f / sqrtf(mean + eps);
 	for (int i = 0; i < n; i++)
 		out[i] = x[i] * inv * weight[i];
 }

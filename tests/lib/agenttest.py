@@ -4,6 +4,7 @@ clock the agent's BPF uses), mixed load from threads, and trace checks."""
 import fcntl, json, os, random, re, signal, socket, sqlite3, struct, subprocess, sys, termios, threading, time
 
 import kpitest
+import promtext
 
 AGENT = os.path.join(kpitest.BIN, "kpi-agent")
 TARGET = os.path.join(kpitest.BUILD, "tests", "agent-target")
@@ -472,14 +473,14 @@ def histogram(metrics, name):
 
 
 def metrics_when(port, ready, timeout=20):
-    """The agent's /metrics (parsed, servertest.parse_metrics) once ready(it)
+    """The agent's /metrics (parsed, promtext.by_key) once ready(it)
     holds, polled every 20 ms: the rows a sink gets may lag the trace's
     (the inferred split holds a row until the decode steps after it are
     seen, up to 2 s), so a test waits for what it counts, not a fixed time."""
     import servertest
     deadline = time.monotonic() + timeout
     while True:
-        m = servertest.parse_metrics(kpitest.http_request(port, "GET", "/metrics", timeout=5)[2].decode())
+        m = promtext.by_key(kpitest.http_request(port, "GET", "/metrics", timeout=5)[2].decode())
         if ready(m):
             return m
         if time.monotonic() > deadline:

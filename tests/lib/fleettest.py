@@ -111,59 +111,6 @@ class Prometheus:
         raise AssertionError(f"{promql} is {v} after {timeout}s, want {want}")
 
 
-def parse_text(text):
-    """Prometheus text format -> {(name, frozenset(labels.items())): value}; also
-    checks that every sample's family has HELP and TYPE lines first."""
-    out, typed = {}, set()
-    for line in text.splitlines():
-        if not line:
-            continue
-        if line.startswith("# TYPE "):
-            typed.add(line.split()[2])
-            continue
-        if line.startswith("#"):
-            continue
-        if "{" in line:
-            name, rest = line.split("{", 1)
-            body, value = rest.rsplit("} ", 1)
-            labels = {}
-            for part in _split_labels(body):
-                k, v = part.split("=", 1)
-                labels[k] = json.loads(v)
-        else:
-            name, value = line.split(" ", 1)
-            labels = {}
-        fam = name
-        for suf in ("_bucket", "_sum", "_count"):
-            if name.endswith(suf) and name[: -len(suf)] in typed:
-                fam = name[: -len(suf)]
-        assert fam in typed, f"{name}: no # TYPE line before it"
-        out[(name, frozenset(labels.items()))] = float(value)
-    return out
-
-
-def _split_labels(body):
-    parts, cur, q, esc = [], "", False, False
-    for ch in body:
-        if esc:
-            cur += ch
-            esc = False
-        elif ch == "\\":
-            cur += ch
-            esc = True
-        elif ch == '"':
-            cur += ch
-            q = not q
-        elif ch == "," and not q:
-            parts.append(cur)
-            cur = ""
-        else:
-            cur += ch
-    if cur:
-        parts.append(cur)
-    return parts
-
-
 def series(parsed, name, **want):
     """Values of name whose labels include want (a want of None: the label is absent)."""
     return [v for (n, labels), v in parsed.items()

@@ -6,6 +6,7 @@ docs/reliability.md)."""
 import json, os, re, resource, signal, socket, subprocess, threading, time
 
 import kpitest
+import promtext
 import servertest as st
 
 ASAN_INFER = os.environ.get("KPI_INFER_ASAN") or os.path.join(kpitest.BUILD, "asan", "kpi-infer")
@@ -72,7 +73,7 @@ class AsanDaemon:
     def metrics(self):
         status, _, data = self.request("GET", "/metrics", timeout=30)
         assert status == 200, status
-        return st.parse_metrics(data.decode())
+        return promtext.by_key(data.decode())
 
     def connect(self, timeout=15):
         return socket.create_connection(("127.0.0.1", self.port), timeout=timeout)

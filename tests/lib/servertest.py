@@ -1,9 +1,10 @@
 """Helpers for kpi-infer's integration tests and benchmark: a real daemon on a
 free port serving the tiny built-in model, raw-socket HTTP, SSE parsing and
 /metrics scraping. Standard library only."""
-import atexit, json, os, re, shutil, signal, socket, subprocess, tempfile, time
+import atexit, json, os, shutil, signal, socket, subprocess, tempfile, time
 
 import kpitest
+import promtext
 
 # KPI_INFER=path runs the suite against another build (an ASan one, say)
 KPI_INFER = os.environ.get("KPI_INFER") or os.path.join(kpitest.BIN, "kpi-infer")
@@ -106,24 +107,12 @@ class Daemon:
     def metrics(self):
         st, _, data = self.request("GET", "/metrics")
         assert st == 200, st
-        return parse_metrics(data.decode())
+        return promtext.by_key(data.decode())
 
     def connect(self, timeout=60):
         s = socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return s
-
-
-def parse_metrics(text):
-    """{'name{labels}': value} plus {'name': value} for the first sample of each name."""
-    out = {}
-    for line in text.splitlines():
-        if not line or line.startswith("#"):
-            continue
-        key, _, val = line.rpartition(" ")
-        out[key] = float(val)
-        out.setdefault(re.sub(r"\{.*\}$", "", key), float(val))
-    return out
 
 
 def post_bytes(path, body, headers=None, port=None):

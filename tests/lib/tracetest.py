@@ -362,6 +362,77 @@ def hops_trace(path, n, step_ns=10_000_000):
     db.close()
 
 
+def disagg_trace(path, n=24, weight_type="Q4_K", seed=5):
+    """A trace of n disaggregated requests as kpi-agent joins them
+    (schema/010_disagg.sql): each a router's row (pd_role 'router', no weight
+    type: the router maps no model; its phases across the three processes
+    summing to e2e), the decode worker's row under it and the prefill
+    worker's under that, both naming weight_type, with their own (shorter)
+    TTFTs.  Returns {column: [the router rows' values]}."""
+    rnd = random.Random(seed)
+    db = new_store(path)
+    migrate(db)
+    db.execute(f"PRAGMA user_version = {schema_version()}")
+    off = WALL0 - T0
+    db.execute("INSERT INTO agent_runs VALUES (1, ?, ?, 'synthetic', 'tracetest', NULL)", (WALL0, off))
+    cols = ("request_id", "pid", "run_id", "wall_ns", "t_arrive_ns", "t_admit_ns", "t_sched_ns", "t_first_ns",
+            "t_last_ns", "t_done_ns", "net_in_ns", "queue_ns", "prefill_ns", "decode_ns", "net_out_ns",
+            "ttft_ns", "tpot_ns", "e2e_ns", "prompt_tokens", "output_tokens", "http_status", "finish_reason",
+            "source", "direction", "hop_id", "parent_hop_id", "link_rule", "comm", "weight_type", "pd_role",
+            "router_ns", "kv_transfer_ns", "decode_queue_ns", "t_kv_end_ns", "t_pd_sched_ns", "kv_bytes",
+            "kv_status")
+    want = {c: [] for c in cols}
+    rows = []
+    for i in range(n):
+        t = T0 + i * 250 * MS + rnd.randrange(50 * MS)
+        ph = {"net_in_ns": rnd.randrange(50_000, 200_000), "router_ns": rnd.randrange(200_000, 2 * MS),
+              "queue_ns": rnd.randrange(1 * MS, 40 * MS), "prefill_ns": rnd.randrange(20 * MS, 900 * MS),
+              "kv_transfer_ns": rnd.randrange(1 * MS, 30 * MS), "decode_queue_ns": rnd.randrange(0, 5 * MS),
+              "decode_ns": rnd.randrange(50 * MS, 400 * MS), "net_out_ns": rnd.randrange(50_000, 300_000)}
+        m = [t]
+        for k in ("net_in_ns", "router_ns", "queue_ns", "prefill_ns", "kv_transfer_ns", "decode_queue_ns",
+                  "decode_ns", "net_out_ns"):
+            m.append(m[-1] + ph[k])
+        # marks: arrive, decision, decode admitted, prefill sched, first
+        # token, KV in, decode sched, last token, done
+        arrive, decide, d_admit, p_sched, p_first, kv_end, d_sched, last, done = m
+        out_tok, prompt = rnd.randrange(2, 17), rnd.randrange(2, 400)
+        rid = f"pd-{i}"
+        router = dict(zip(cols, [None] * len(cols)))
+        router.update(request_id=rid, pid=100, run_id=1, wall_ns=arrive + off, t_arrive_ns=arrive,
+                      t_admit_ns=decide, t_sched_ns=p_sched, t_first_ns=p_first, t_last_ns=last,
+                      t_done_ns=done, ttft_ns=kv_end + ph["decode_queue_ns"] // 2 + 300_000 - arrive,
+                      tpot_ns=ph["decode_ns"] // out_tok, e2e_ns=done - arrive, prompt_tokens=prompt,
+                      output_tokens=out_tok, http_status=200, finish_reason="length", source="usdt",
+                      direction="in", comm="kpi-infer", pd_role="router", t_kv_end_ns=kv_end,
+                      t_pd_sched_ns=d_sched, kv_bytes=prompt * 4096, kv_status="ok", **ph)
+        d_arrive = decide + ph["router_ns"] // 2
+        decode = dict(router, pid=200, wall_ns=d_arrive + off, t_arrive_ns=d_arrive, t_admit_ns=d_admit,
+                      net_in_ns=d_admit - d_arrive, router_ns=None, ttft_ns=router["ttft_ns"] - (d_arrive - arrive),
+                      e2e_ns=last + 100_000 - d_arrive, t_done_ns=last + 100_000, net_out_ns=100_000,
+                      parent_hop_id=f"100.{arrive}", link_rule="header", weight_type=weight_type,
+                      pd_role="decode")
+        p_arrive = d_admit + 100_000
+        prefill = dict(zip(cols, [None] * len(cols)))
+        prefill.update(request_id=rid, pid=300, run_id=1, wall_ns=p_arrive + off, t_arrive_ns=p_arrive,
+                       t_admit_ns=p_arrive + 50_000, t_sched_ns=p_sched, t_first_ns=p_first,
+                       t_last_ns=p_first, t_done_ns=kv_end, net_in_ns=50_000,
+                       queue_ns=p_sched - p_arrive - 50_000, prefill_ns=p_first - p_sched, decode_ns=0,
+                       net_out_ns=kv_end - p_first, ttft_ns=p_first - p_arrive, e2e_ns=kv_end - p_arrive,
+                       prompt_tokens=prompt, output_tokens=1, http_status=200, finish_reason="length",
+                       source="usdt", direction="in", comm="kpi-infer", parent_hop_id=f"200.{d_arrive}",
+                       link_rule="header", weight_type=weight_type, pd_role="prefill", kv_bytes=prompt * 4096,
+                       kv_status="ok")
+        for r in (router, decode, prefill):
+            rows.append(tuple(r[c] for c in cols))
+        for c in cols:
+            want[c].append(router[c])
+    db.executemany(f"INSERT INTO requests({', '.join(cols)}) VALUES ({','.join('?' * len(cols))})", rows)
+    db.commit()
+    db.close()
+    return want
+
+
 def agents_trace(path, change=None, seed=3):
     """A trace of two minutes (baseline: the first, incident: the second)
     with what schema 011 adds: a reasoning model's rows (2 a second, 20

@@ -1,6 +1,7 @@
 /* test_engine_attention.c - paged attention equals contiguous attention
- * (random shapes, partial last blocks, GQA, scattered block ids), and the
- * matmul kernel equals a naive loop and is batch-invariant bit for bit. */
+ * (random shapes, partial last blocks, GQA, scattered block ids), the
+ * matmul kernel equals a naive loop and is batch-invariant bit for bit, and
+ * RMSNorm's scale is llama.cpp's bit for bit. */
 #include <math.h>
 
 #include "tests/unit/check.h"
@@ -188,6 +189,42 @@ static void test_f16_store_rounding(void)
 	CHECK(f32_to_f16(1e6f) == 0x7c00 && f32_to_f16(-1e6f) == 0xfc00, "overflow to infinity");
 }
 
+/* RMSNorm's scale as llama.cpp's ggml_compute_forward_rms_norm_f32 makes it:
+ * float squares summed in double, the mean rounded to float, 1 / sqrtf(mean +
+ * eps).  Bit for bit: a row of a Q4_0 embedding holds values at exactly half
+ * its block's largest, so 8-bit activation quantization lands on x.5 up to
+ * the scale's last bit, and a scale one bit off flips those codes (the Q4_0
+ * logits against llama.cpp's, docs/engine.md). */
+static void test_rmsnorm_scale_is_llama_cpps(void)
+{
+	enum { N = 256, ROWS = 2000 };
+	float x[N], w[N], out[N];
+	int differ_float = 0;
+	for (int i = 0; i < N; i++)
+		w[i] = 1;
+	for (int r = 0; r < ROWS; r++) {
+		/* codes -8..7 times one fp16-representable step, as a Q4_0 row */
+		float d = ldexpf(1.0f + (float)irand(1024) / 1024, -4 - irand(6));
+		for (int i = 0; i < N; i++)
+			x[i] = (float)(irand(16) - 8) * d;
+		double ss = 0;
+		float fs = 0;
+		for (int i = 0; i < N; i++) {
+			ss += (double)(x[i] * x[i]);
+			fs += x[i] * x[i];
+		}
+		float mean = (float)(ss / N), inv = 1.0f / sqrtf(mean + 1e-5f);
+		differ_float += 1.0f / sqrtf(fs / N + 1e-5f) != inv;
+		rmsnorm(out, x, w, N, 1e-5f);
+		for (int i = 0; i < N; i++)
+			CHECK(out[i] == x[i] * inv, "row %d [%d]: %.9g, llama.cpp's %.9g", r, i, out[i], x[i] * inv);
+	}
+	/* the float sum would have been off on this many rows */
+	printf("     rmsnorm: %d of %d rows' scale bit-identical to llama.cpp's; a float sum differs on %d\n",
+	       ROWS, ROWS, differ_float);
+	CHECK(differ_float > 0, "no row tells the float sum from the double one: the test shows nothing");
+}
+
 static void test_rmsnorm_rope(void)
 {
 	float x[8] = { 1, 2, 3, 4, -1, -2, -3, -4 }, w[8] = { 1, 1, 1, 1, 2, 2, 2, 2 }, out[8];
@@ -239,6 +276,7 @@ int main(void)
 	RUN(test_matmul_matches_naive_and_is_batch_invariant);
 	RUN(test_f16_store_rounding);
 	RUN(test_rmsnorm_rope);
+	RUN(test_rmsnorm_scale_is_llama_cpps);
 	RUN(test_swiglu_accuracy);
 	return CHECK_DONE();
 }

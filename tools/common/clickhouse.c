@@ -3,7 +3,6 @@
 #include "tools/common/clickhouse.h"
 
 #include <curl/curl.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,81 +55,41 @@ int ch_url_parse(const char *s, struct ch_url *u, char *err, size_t errlen)
 	return 0;
 }
 
-int ch_buf_add(struct ch_buf *b, const void *s, size_t n)
-{
-	if (b->n + n + 1 > b->cap) {
-		size_t cap = b->cap ? b->cap : 4096;
-		while (cap < b->n + n + 1)
-			cap *= 2;
-		char *p = realloc(b->p, cap);
-		if (!p)
-			return -1;
-		b->p = p;
-		b->cap = cap;
-	}
-	memcpy(b->p + b->n, s, n);
-	b->n += n;
-	b->p[b->n] = 0;
-	return 0;
-}
-
-int ch_buf_printf(struct ch_buf *b, const char *fmt, ...)
-{
-	char tmp[512];
-	va_list ap;
-	va_start(ap, fmt);
-	int n = vsnprintf(tmp, sizeof(tmp), fmt, ap);
-	va_end(ap);
-	if (n < 0)
-		return -1;
-	if ((size_t)n < sizeof(tmp))
-		return ch_buf_add(b, tmp, (size_t)n);
-	char *big = malloc((size_t)n + 1);
-	if (!big)
-		return -1;
-	va_start(ap, fmt);
-	vsnprintf(big, (size_t)n + 1, fmt, ap);
-	va_end(ap);
-	int rc = ch_buf_add(b, big, (size_t)n);
-	free(big);
-	return rc;
-}
-
-int ch_buf_json_str(struct ch_buf *b, const char *s, size_t n)
+int ch_json_str(struct buf *b, const char *s, size_t n)
 {
 	static const char hex[] = "0123456789abcdef";
-	if (ch_buf_add(b, "\"", 1))
+	if (buf_append(b, "\"", 1))
 		return -1;
 	size_t run = 0;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)s[i];
 		if (c >= 0x20 && c != '"' && c != '\\')
 			continue;
-		if (ch_buf_add(b, s + run, i - run))
+		if (buf_append(b, s + run, i - run))
 			return -1;
 		char esc[6] = { '\\', 'u', '0', '0', hex[c >> 4], hex[c & 15] };
 		if (c == '"' || c == '\\') {
 			esc[1] = (char)c;
-			if (ch_buf_add(b, esc, 2))
+			if (buf_append(b, esc, 2))
 				return -1;
-		} else if (ch_buf_add(b, esc, 6)) {
+		} else if (buf_append(b, esc, 6)) {
 			return -1;
 		}
 		run = i + 1;
 	}
-	if (ch_buf_add(b, s + run, n - run))
+	if (buf_append(b, s + run, n - run))
 		return -1;
-	return ch_buf_add(b, "\"", 1);
+	return buf_append(b, "\"", 1);
 }
 
-int ch_buf_sql_str(struct ch_buf *b, const char *s)
+int ch_sql_str(struct buf *b, const char *s)
 {
-	if (ch_buf_add(b, "'", 1))
+	if (buf_append(b, "'", 1))
 		return -1;
 	for (; *s; s++)
-		if (((*s == '\'' || *s == '\\') && ch_buf_add(b, "\\", 1)) || ch_buf_add(b, s, 1))
+		if (((*s == '\'' || *s == '\\') && buf_append(b, "\\", 1)) || buf_append(b, s, 1))
 			return -1;
-	return ch_buf_add(b, "'", 1);
+	return buf_append(b, "'", 1);
 }
 
 char *ch_tsv_field(char *s)
@@ -167,15 +126,9 @@ int ch_tsv_split(char *line, char **f, int max)
 	}
 }
 
-void ch_buf_free(struct ch_buf *b)
-{
-	free(b->p);
-	memset(b, 0, sizeof(*b));
-}
-
 static size_t on_data(char *p, size_t size, size_t n, void *ctx)
 {
-	return ch_buf_add(ctx, p, size * n) ? 0 : size * n;
+	return buf_append(ctx, p, size * n) ? 0 : size * n;
 }
 
 struct ch_conn *ch_open(const struct ch_url *u, long timeout_ms)
@@ -224,13 +177,13 @@ char *ch_escape(struct ch_conn *c, const char *s)
 	return out;
 }
 
-int ch_post(struct ch_conn *c, const char *params, const char *body, size_t len, struct ch_buf *out,
+int ch_post(struct ch_conn *c, const char *params, const char *body, size_t len, struct buf *out,
 	    bool *unreachable, char *err, size_t errlen)
 {
 	char url[8192];
 	long status = 0;
 	*unreachable = false;
-	out->n = 0;
+	buf_reset(out);
 	if (out->p)
 		out->p[0] = 0;
 	if ((size_t)snprintf(url, sizeof(url), "http://%s:%d/?database=%s&%s", c->u.host, c->u.port, c->u.db,
@@ -268,7 +221,7 @@ int ch_post(struct ch_conn *c, const char *params, const char *body, size_t len,
 	return 0;
 }
 
-int ch_query(struct ch_conn *c, const char *sql, struct ch_buf *out, char *err, size_t errlen)
+int ch_query(struct ch_conn *c, const char *sql, struct buf *out, char *err, size_t errlen)
 {
 	bool unreachable;
 	return ch_post(c, "", sql, strlen(sql), out, &unreachable, err, errlen);

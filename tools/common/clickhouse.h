@@ -5,6 +5,7 @@
 
 #include <stddef.h>
 #include <stdbool.h>
+#include "tools/common/buf.h"
 
 #define CH_DEFAULT_PORT 8123
 #define CH_DEFAULT_DB "kpiscope"
@@ -20,18 +21,10 @@ struct ch_url {
 bool ch_is_url(const char *s);
 int ch_url_parse(const char *s, struct ch_url *u, char *err, size_t errlen);
 
-/* A growable byte buffer: a response body, or a batch being built. */
-struct ch_buf {
-	char *p;
-	size_t n, cap;
-};
-int ch_buf_add(struct ch_buf *b, const void *s, size_t n);
-int ch_buf_printf(struct ch_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-/* s as a JSON string, quotes included */
-int ch_buf_json_str(struct ch_buf *b, const char *s, size_t n);
+/* s as a JSON string, quotes included, appended to b (tools/common/buf.h) */
+int ch_json_str(struct buf *b, const char *s, size_t n);
 /* s as a ClickHouse string literal: quotes, and ' and \ escaped */
-int ch_buf_sql_str(struct ch_buf *b, const char *s);
-void ch_buf_free(struct ch_buf *b);
+int ch_sql_str(struct buf *b, const char *s);
 
 struct ch_conn;
 /* One kept-alive connection; timeout_ms bounds one request, connect to answer. */
@@ -43,10 +36,10 @@ void ch_close(struct ch_conn *c);
  * caller escapes with ch_escape). Returns 0 on HTTP 200 (the answer in out);
  * -1 when the server could not be reached or timed out (*unreachable set),
  * or answered an error (its first line in err). */
-int ch_post(struct ch_conn *c, const char *params, const char *body, size_t len, struct ch_buf *out,
+int ch_post(struct ch_conn *c, const char *params, const char *body, size_t len, struct buf *out,
 	    bool *unreachable, char *err, size_t errlen);
 /* sql (a SELECT ... FORMAT TabSeparated, say) into out; 0 or -1 as ch_post. */
-int ch_query(struct ch_conn *c, const char *sql, struct ch_buf *out, char *err, size_t errlen);
+int ch_query(struct ch_conn *c, const char *sql, struct buf *out, char *err, size_t errlen);
 /* Unescapes one TabSeparated field in place; NULL for \N. */
 char *ch_tsv_field(char *s);
 /* Splits line (no newline) at its tabs, in place: up to max fields into

@@ -12,7 +12,7 @@
 struct fleet {
 	struct ch_conn *ch;
 	struct ch_url u;
-	struct ch_buf q, ans;
+	struct buf q, ans;
 	int64_t first_wall_ns, last_wall_ns;    /* the span seen so far (0: none yet) */
 	char err[512];
 };
@@ -56,8 +56,8 @@ void fleet_close(struct fleet *f)
 	if (!f)
 		return;
 	ch_close(f->ch);
-	ch_buf_free(&f->q);
-	ch_buf_free(&f->ans);
+	buf_free(&f->q);
+	buf_free(&f->ans);
 	free(f);
 }
 
@@ -95,8 +95,8 @@ int fleet_span(struct fleet *f, int64_t *first_wall_ns, int64_t *last_wall_ns)
 	/* past the first call, only what is at least as new as the newest seen:
 	 * ClickHouse skips the parts whose wall_ns all lie before it */
 	int64_t since = f->last_wall_ns;
-	f->q.n = 0;
-	ch_buf_printf(&f->q, "SELECT min(a), max(b), sum(c) FROM (SELECT min(wall_ns) AS a, max(wall_ns) AS b, "
+	buf_reset(&f->q);
+	buf_printf(&f->q, "SELECT min(a), max(b), sum(c) FROM (SELECT min(wall_ns) AS a, max(wall_ns) AS b, "
 		      "count() AS c FROM requests WHERE wall_ns >= %lld UNION ALL SELECT min(wall_ns), max(wall_ns), "
 		      "count() FROM samples WHERE wall_ns >= %lld) FORMAT TabSeparated", (long long)since,
 		      (long long)since);
@@ -124,13 +124,13 @@ static const int pcts[3] = { 50, 95, 99 };
 /* The outer query's columns for sorted array a: its length, then for each
  * percentile the values at the two ranks around it (k = floor((n-1)p/100),
  * as pct.c takes it: 1-based k+1 and k+2), then its last (the max). */
-static void dist_columns(struct ch_buf *q, const char *a)
+static void dist_columns(struct buf *q, const char *a)
 {
-	ch_buf_printf(q, ", length(%s)", a);
+	buf_printf(q, ", length(%s)", a);
 	for (int i = 0; i < 3; i++)
-		ch_buf_printf(q, ", %s[intDiv((toInt64(length(%s)) - 1) * %d, 100) + 1], "
+		buf_printf(q, ", %s[intDiv((toInt64(length(%s)) - 1) * %d, 100) + 1], "
 			      "%s[intDiv((toInt64(length(%s)) - 1) * %d, 100) + 2]", a, a, pcts[i], a, a, pcts[i]);
-	ch_buf_printf(q, ", %s[-1]", a);
+	buf_printf(q, ", %s[-1]", a);
 }
 #define DIST_FIELDS 8
 
@@ -189,20 +189,20 @@ static struct fleet_host *host_of(struct fleet_window *w, const char *name)
 static int read_requests(struct fleet *f, struct fleet_window *w)
 {
 	const char *ok = "ifNull(http_status, 0) != 429";
-	f->q.n = 0;
-	ch_buf_printf(&f->q, "SELECT host, requests, done, rejected, errors, out_tok, last");
+	buf_reset(&f->q);
+	buf_printf(&f->q, "SELECT host, requests, done, rejected, errors, out_tok, last");
 	dist_columns(&f->q, "a0");
 	dist_columns(&f->q, "a1");
 	dist_columns(&f->q, "a2");
-	ch_buf_printf(&f->q, " FROM (SELECT host, count() AS requests, countIf(%s AND isNotNull(e2e_ns)) AS done, "
+	buf_printf(&f->q, " FROM (SELECT host, count() AS requests, countIf(%s AND isNotNull(e2e_ns)) AS done, "
 		      "countIf(NOT %s) AS rejected, countIf(%s AND (ifNull(http_status, 0) >= 400 OR "
 		      "ifNull(finish_reason, '') = 'error')) AS errors, sumIf(ifNull(output_tokens, 0), %s) AS out_tok, "
 		      "max(wall_ns) AS last", ok, ok, ok, ok);
 	static const char *const cols[3] = { "ttft_ns", "tpot_ns", "e2e_ns" };
 	for (int i = 0; i < 3; i++)
-		ch_buf_printf(&f->q, ", arraySort(groupArrayIf(assumeNotNull(%s), %s AND isNotNull(%s))) AS a%d", cols[i],
+		buf_printf(&f->q, ", arraySort(groupArrayIf(assumeNotNull(%s), %s AND isNotNull(%s))) AS a%d", cols[i],
 			      ok, cols[i], i);
-	ch_buf_printf(&f->q, " FROM requests FINAL WHERE wall_ns >= %lld AND wall_ns < %lld GROUP BY host "
+	buf_printf(&f->q, " FROM requests FINAL WHERE wall_ns >= %lld AND wall_ns < %lld GROUP BY host "
 		      "WITH TOTALS) FORMAT TabSeparated", (long long)w->from_wall_ns, (long long)w->to_wall_ns);
 	if (ask(f))
 		return -1;
@@ -243,8 +243,8 @@ static int read_requests(struct fleet *f, struct fleet_window *w)
  * too, and one whose agent stopped shows since when) */
 static int read_samples(struct fleet *f, struct fleet_window *w, int64_t look_from)
 {
-	f->q.n = 0;
-	ch_buf_printf(&f->q, "SELECT host, max(wall_ns) FROM samples WHERE wall_ns >= %lld AND wall_ns < %lld "
+	buf_reset(&f->q);
+	buf_printf(&f->q, "SELECT host, max(wall_ns) FROM samples WHERE wall_ns >= %lld AND wall_ns < %lld "
 		      "GROUP BY host FORMAT TabSeparated", (long long)look_from, (long long)w->to_wall_ns);
 	if (ask(f))
 		return -1;
@@ -266,8 +266,8 @@ static int read_samples(struct fleet *f, struct fleet_window *w, int64_t look_fr
 /* losses FINAL of the window, per host and cause, largest first */
 static int read_losses(struct fleet *f, struct fleet_window *w)
 {
-	f->q.n = 0;
-	ch_buf_printf(&f->q, "SELECT host, cause, sum(n) AS lost FROM losses FINAL WHERE wall_ns >= %lld AND "
+	buf_reset(&f->q);
+	buf_printf(&f->q, "SELECT host, cause, sum(n) AS lost FROM losses FINAL WHERE wall_ns >= %lld AND "
 		      "wall_ns < %lld GROUP BY host, cause ORDER BY host, lost DESC, cause FORMAT TabSeparated",
 		      (long long)w->from_wall_ns, (long long)w->to_wall_ns);
 	if (ask(f))

@@ -13,7 +13,7 @@
 const char *const trace_phase_name[PH_N] = { "net-in", "queue", "prefill", "decode", "net-out" };
 const char *const trace_metric_name[TM_N] = {
 	"TTFT", "TPOT", "ITL", "e2e", "net-in", "queue", "prefill", "decode", "net-out", "run-queue",
-	"server-wait", "TTFO",
+	"server-wait", "TTFO", "router", "KV transfer", "decode queue",
 };
 const char *const trace_source_name[TRACE_SRC_N] = { "usdt", "http", "http+libllama",
 						      "http (split inferred)" };
@@ -46,6 +46,7 @@ struct trace {
 	 * decode and prefill workers' hops under the router's row, which stands
 	 * for the request: 010_disagg.sql); "" before version 10 */
 	const char *top;
+	bool has_pd;                        /* requests.pd_role (010_disagg.sql) */
 	bool has_ttfo;                      /* requests.ttfo_ns (011_tasks.sql) */
 	bool has_weight_type;               /* requests.weight_type (009_weight_type.sql) */
 	bool has_split;                     /* requests.split_rule (012_split.sql) */
@@ -75,9 +76,9 @@ struct trace {
 	"prompt_tokens, output_tokens, http_status, finish_reason, reject_reason, preemptions, " \
 	"runq_ns, itl_max_ns, %s, %s"
 
-/* struct trace_stat_row's columns: 0..11 are the metrics in enum order (10,
- * the server wait, and the last, the source, are SQL_SRC_COLS; 11, TTFO,
- * sql_ttfo_col) */
+/* struct trace_stat_row's columns: 0..TM_N-1 are the metrics in enum order
+ * (10, the server wait, and the last, the source, are SQL_SRC_COLS; 11 on,
+ * TTFO and the disaggregated phases, sql_more_cols) */
 #define SQL_STAT_COLS                                                                           \
 	"ttft_ns, tpot_ns, itl_p50_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, decode_ns, "    \
 	"net_out_ns, runq_ns, %s, %s, itl_p99_ns, itl_max_ns, prompt_tokens, output_tokens, "    \
@@ -103,6 +104,23 @@ static const char *sql_src_cols(const struct trace *t)
 static const char *sql_ttfo_col(const struct trace *t)
 {
 	return t->has_ttfo ? "ttfo_ns" : "NULL";
+}
+
+/* The metrics after the server wait, TM_TTFO to TM_DECODE_QUEUE, as far as
+ * the store has them. */
+static const char *sql_more_cols(const struct trace *t)
+{
+	static char cols[2][2][96];
+	char *c = cols[t->has_ttfo][t->has_pd];
+
+	snprintf(c, sizeof(cols[0][0]), "%s, %s", sql_ttfo_col(t),
+		 t->has_pd ? "router_ns, kv_transfer_ns, decode_queue_ns" : "NULL, NULL, NULL");
+	return c;
+}
+
+const char *trace_top_sql(const struct trace *t)
+{
+	return t->top;
 }
 
 /* ---- opening ------------------------------------------------------------- */
@@ -230,9 +248,9 @@ static int prep_window_queries(struct trace *t, int ver, char *err, size_t errle
 	char sql[1024], win[1536], since[1536], rows[1536];
 	const char *wait = t->has_source ? "server_wait_ns" : "NULL", *http = sql_src(t);
 	snprintf(win, sizeof(win), "SELECT " SQL_STAT_COLS ", %s FROM requests "
-		 "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2%s", wait, sql_ttfo_col(t), http, t->top);
+		 "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2%s", wait, sql_more_cols(t), http, t->top);
 	snprintf(since, sizeof(since), "SELECT " SQL_STAT_COLS ", %s FROM requests "
-		 "WHERE rowid > ?3 AND +t_arrive_ns >= ?1 AND +t_arrive_ns < ?2%s", wait, sql_ttfo_col(t), http,
+		 "WHERE rowid > ?3 AND +t_arrive_ns >= ?1 AND +t_arrive_ns < ?2%s", wait, sql_more_cols(t), http,
 		 t->top);
 	snprintf(rows, sizeof(rows), "SELECT t_arrive_ns, ttft_ns, e2e_ns, net_in_ns, queue_ns, prefill_ns, "
 		 "decode_ns, net_out_ns, %s FROM requests WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 "
@@ -287,7 +305,8 @@ struct trace *trace_open(const char *path, char *err, size_t errlen)
 	if (open_db(t, path, err, errlen) || (ver = schema_version(t, err, errlen)) < 0 ||
 	    (t->has_source = has_column(t, "requests", "source"),
 	     t->has_engine = has_column(t, "requests", "engine_prompt_tokens"),
-	     t->top = has_column(t, "requests", "pd_role") ? TRACE_TOP_SQL : "",
+	     t->has_pd = has_column(t, "requests", "pd_role"),
+	     t->top = t->has_pd ? TRACE_TOP_SQL : "",
 	     t->has_ttfo = has_column(t, "requests", "ttfo_ns"),
 	     t->has_weight_type = has_column(t, "requests", "weight_type"),
 	     t->has_split = has_column(t, "requests", "split_rule"), 0) ||
@@ -779,18 +798,31 @@ bool trace_has_prompt_reuse(const struct trace *t)
 	return t->has_engine;
 }
 
+/* A row's weight type: its own, or, on a router's row (the router maps no
+ * model), its decode worker's, the row under it (010_disagg.sql). */
+#define SQL_WEIGHT_TYPE_PD                                                                     \
+	"COALESCE(weight_type, (SELECT c.weight_type FROM requests AS c "                      \
+	"WHERE c.request_id = requests.request_id AND c.weight_type IS NOT NULL "                \
+	"AND c.parent_hop_id = COALESCE(requests.hop_id, requests.pid || '.' || requests.t_arrive_ns) " \
+	"LIMIT 1))"
+
 int trace_weights(struct trace *t, struct trace_weight *out, int max)
 {
 	sqlite3_stmt *types = NULL, *rows = NULL;
-	char sql[1024];
+	char sql[2048], typed[1536];
 	int n = 0, rc = -1;
 	if (!t->has_weight_type)
 		return 0;
-	snprintf(sql, sizeof(sql), "SELECT " SQL_STAT_COLS ", %s FROM requests WHERE weight_type = ?1",
-		 t->has_source ? "server_wait_ns" : "NULL", sql_ttfo_col(t), t->has_source ? TRACE_SRC_SQL : "0");
-	if (sqlite3_prepare_v2(t->db, "SELECT weight_type, min(t_arrive_ns), max(coalesce(t_done_ns, t_arrive_ns)) "
-			       "FROM requests WHERE weight_type IS NOT NULL GROUP BY weight_type "
-			       "ORDER BY min(t_arrive_ns)", -1, &types, NULL) != SQLITE_OK ||
+	/* each request once, by the row that stands for it, with the weight
+	 * type that served it */
+	snprintf(typed, sizeof(typed), "WITH typed AS (SELECT *, %s AS wt FROM requests WHERE 1%s) ",
+		 t->has_pd ? SQL_WEIGHT_TYPE_PD : "weight_type", t->top);
+	snprintf(sql, sizeof(sql), "%sSELECT " SQL_STAT_COLS ", %s FROM typed WHERE wt = ?1", typed,
+		 t->has_source ? "server_wait_ns" : "NULL", sql_more_cols(t), sql_src(t));
+	char tsql[2048];
+	snprintf(tsql, sizeof(tsql), "%sSELECT wt, min(t_arrive_ns), max(coalesce(t_done_ns, t_arrive_ns)) "
+		 "FROM typed WHERE wt IS NOT NULL GROUP BY wt ORDER BY min(t_arrive_ns)", typed);
+	if (sqlite3_prepare_v2(t->db, tsql, -1, &types, NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(t->db, sql, -1, &rows, NULL) != SQLITE_OK)
 		goto out;
 	while (n < max && sqlite3_step(types) == SQLITE_ROW) {
@@ -799,6 +831,7 @@ int trace_weights(struct trace *t, struct trace_weight *out, int max)
 		x->from_ns = sqlite3_column_int64(types, 1);
 		x->to_ns = sqlite3_column_int64(types, 2) + 1;
 		t->stat_rows.n = 0;
+		sqlite3_reset(rows);
 		sqlite3_bind_text(rows, 1, x->type, -1, SQLITE_STATIC);
 		if (stat_rows_step(rows, &t->stat_rows))
 			goto out;

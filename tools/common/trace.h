@@ -33,7 +33,8 @@
  * rows hang under it (parent_hop_id).  The window statistics, timelines and
  * request lists count the request once, by its router's row: this is the
  * condition they add. */
-#define TRACE_TOP_SQL " AND (pd_role IS NULL OR parent_hop_id IS NULL)"
+#define TRACE_TOP_EXPR "(pd_role IS NULL OR parent_hop_id IS NULL)"
+#define TRACE_TOP_SQL " AND " TRACE_TOP_EXPR
 /* Where kpi-agent writes unless told otherwise (its --db flag). */
 #define TRACE_DEFAULT_DB KPI_TRACE_DEFAULT_DB
 
@@ -45,6 +46,10 @@
 
 struct trace;
 
+/* The same condition for the readers of other modules: TRACE_TOP_SQL where
+ * the store has disaggregated rows (requests.pd_role), "" where it has none. */
+const char *trace_top_sql(const struct trace *t);
+
 /* ---- phases and metrics -------------------------------------------------- */
 enum trace_phase { PH_NET_IN, PH_QUEUE, PH_PREFILL, PH_DECODE, PH_NET_OUT, PH_N };
 extern const char *const trace_phase_name[PH_N];   /* "net-in", "queue", ... */
@@ -55,6 +60,11 @@ enum trace_metric {
 	TM_SERVER_WAIT,             /* http rows: queue and prefill together */
 	TM_TTFO,                    /* http rows: time to the first answer event, reasoning
 				     * not counted (schema version 11) */
+	/* a disaggregated request's own phases (schema version 10: router_ns,
+	 * kv_transfer_ns, decode_queue_ns): the routing decision to the decode
+	 * worker's admission, the KV transfer the client waited for, the wait
+	 * for a decode slot once the KV was in */
+	TM_ROUTER, TM_KV_TRANSFER, TM_DECODE_QUEUE,
 	TM_N
 };
 extern const char *const trace_metric_name[TM_N];  /* "TTFT", "TPOT", ... */

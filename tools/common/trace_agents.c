@@ -52,7 +52,8 @@ struct trace_agents *trace_agents_open(struct trace *t, char *err, size_t errlen
 	}
 	sqlite3_busy_timeout(a->db, 1000);
 	if (sqlite3_prepare_v2(a->db, "SELECT ttft_ns, ttfo_ns, reasoning_ns, reasoning_events FROM requests "
-			       "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 AND ttfo_ns IS NOT NULL",
+			       "WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 AND ttfo_ns IS NOT NULL"
+			       TRACE_TOP_SQL,
 			       -1, &a->q_reason, NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(a->db, tasks_sql, -1, &a->q_tasks, NULL) != SQLITE_OK ||
 	    sqlite3_prepare_v2(a->db, "SELECT duration_ns, model_ns, tool_ns, agent_ns, success FROM tasks "

@@ -1,6 +1,7 @@
 /* trace_cost.c - a trace window's cost and energy: the requests' attributed
  * shares plus the idle line of its sample intervals, priced by the agent's or the tool's price. */
 #include <math.h>
+#include <stdbool.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,10 +50,20 @@ struct trace_cost *trace_cost_open(struct trace *t, double price_per_hour, char 
 		goto fail;
 	}
 	sqlite3_busy_timeout(c->db, 1000);
-	if (prep(c, &c->q_req, "SELECT count(*), TOTAL(output_tokens), "
-		 "TOTAL(COALESCE(prompt_tokens, 0) + COALESCE(output_tokens, 0)), TOTAL(machine_ns), "
-		 "SUM(energy_j), count(machine_ns) FROM requests WHERE t_arrive_ns >= ? AND t_arrive_ns < ?",
-		 err, errlen) ||
+	/* A disaggregated request leaves a row in each process it went through
+	 * (010_disagg.sql): it counts once, with its tokens, by the row that
+	 * stands for it, while every row's machine time and energy count (each
+	 * process's work for it); it is priced by its decode worker's row, the
+	 * one engine every routed request reaches (the router's row has no
+	 * steps to price). */
+	bool pd = trace_top_sql(t)[0] != '\0';
+	char req[1024];
+	snprintf(req, sizeof(req), "SELECT TOTAL(%1$s), TOTAL(CASE WHEN %1$s THEN output_tokens END), "
+		 "TOTAL(CASE WHEN %1$s THEN COALESCE(prompt_tokens, 0) + COALESCE(output_tokens, 0) END), "
+		 "TOTAL(machine_ns), SUM(energy_j), TOTAL(machine_ns IS NOT NULL AND %2$s) FROM requests "
+		 "WHERE t_arrive_ns >= ? AND t_arrive_ns < ?",
+		 pd ? TRACE_TOP_EXPR : "1", pd ? "(pd_role IS NULL OR pd_role = 'decode')" : "1");
+	if (prep(c, &c->q_req, req, err, errlen) ||
 	    prep(c, &c->q_iv, "SELECT count(*), TOTAL(interval_ns), TOTAL(idle_ns + unattributed_ns), "
 		 "SUM(energy_uj), SUM(idle_energy_uj + unattributed_energy_uj) FROM cost_samples "
 		 "WHERE t_ns > ? AND t_ns <= ?", err, errlen) ||

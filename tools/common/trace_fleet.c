@@ -68,17 +68,17 @@ static int host_index(struct trace_fleet *fl, const char *h)
 	return fl->n_hosts++;
 }
 
-static void where_clause(struct ch_buf *b, const struct trace_fleet_filter *f, bool by_model, int64_t from,
+static void where_clause(struct buf *b, const struct trace_fleet_filter *f, bool by_model, int64_t from,
 			 int64_t to)
 {
-	ch_buf_printf(b, " WHERE wall_ns >= %lld AND wall_ns < %lld", (long long)from, (long long)to);
+	buf_printf(b, " WHERE wall_ns >= %lld AND wall_ns < %lld", (long long)from, (long long)to);
 	if (f->host) {
-		ch_buf_printf(b, " AND host = ");
-		ch_buf_sql_str(b, f->host);
+		buf_printf(b, " AND host = ");
+		ch_sql_str(b, f->host);
 	}
 	if (f->model && by_model) {
-		ch_buf_printf(b, " AND model = ");
-		ch_buf_sql_str(b, f->model);
+		buf_printf(b, " AND model = ");
+		ch_sql_str(b, f->model);
 	}
 }
 
@@ -86,19 +86,19 @@ static void where_clause(struct ch_buf *b, const struct trace_fleet_filter *f, b
 static int common_columns(struct trace_fleet *fl, const char *table, char cols[][48], int max, char *err,
 			  size_t errlen)
 {
-	struct ch_buf ans = { 0 };
+	struct buf ans = { 0 };
 	char sql[256], *line, *save;
 	sqlite3_stmt *st;
 	int n = 0;
 
 	snprintf(sql, sizeof(sql), "DESCRIBE TABLE %s FORMAT TabSeparated", table);
 	if (ch_query(fl->ch, sql, &ans, err, errlen)) {
-		ch_buf_free(&ans);
+		buf_free(&ans);
 		return -1;
 	}
 	snprintf(sql, sizeof(sql), "SELECT name FROM pragma_table_info('%s')", table);
 	if (sqlite3_prepare_v2(fl->db, sql, -1, &st, NULL) != SQLITE_OK) {
-		ch_buf_free(&ans);
+		buf_free(&ans);
 		return -1;
 	}
 	while (sqlite3_step(st) == SQLITE_ROW && n < max) {
@@ -113,7 +113,7 @@ static int common_columns(struct trace_fleet *fl, const char *table, char cols[]
 	}
 	sqlite3_finalize(st);
 	(void)save;
-	ch_buf_free(&ans);
+	buf_free(&ans);
 	return n;
 }
 
@@ -126,29 +126,29 @@ static int copy_table(struct trace_fleet *fl, const struct copy_table *ct, const
 		return -1;
 	if (!nc)
 		return 0;
-	struct ch_buf q = { 0 }, ins = { 0 }, ans = { 0 };
+	struct buf q = { 0 }, ins = { 0 }, ans = { 0 };
 	int pid_col = -1, id_col = -1, rc = -1;
 	/* host first, then the columns, the marks moved onto the wall clock */
-	ch_buf_printf(&q, "SELECT host");
-	ch_buf_printf(&ins, "INSERT INTO %s (host", ct->name);
+	buf_printf(&q, "SELECT host");
+	buf_printf(&ins, "INSERT INTO %s (host", ct->name);
 	for (int i = 0; i < nc; i++) {
 		if (is_mark(ct, cols[i]))
-			ch_buf_printf(&q, ", %s + (wall_ns - %s)", cols[i], ct->anchor);
+			buf_printf(&q, ", %s + (wall_ns - %s)", cols[i], ct->anchor);
 		else
-			ch_buf_printf(&q, ", %s", cols[i]);
-		ch_buf_printf(&ins, ", %s", cols[i]);
+			buf_printf(&q, ", %s", cols[i]);
+		buf_printf(&ins, ", %s", cols[i]);
 		if (!strcmp(cols[i], "pid"))
 			pid_col = i;
 		if (!strcmp(cols[i], "request_id"))
 			id_col = i;
 	}
-	ch_buf_printf(&q, " FROM %s FINAL", ct->name);
+	buf_printf(&q, " FROM %s FINAL", ct->name);
 	where_clause(&q, f, ct->by_model, from, to);
-	ch_buf_printf(&q, " FORMAT TabSeparated");
-	ch_buf_printf(&ins, ") VALUES (?");
+	buf_printf(&q, " FORMAT TabSeparated");
+	buf_printf(&ins, ") VALUES (?");
 	for (int i = 0; i < nc; i++)
-		ch_buf_printf(&ins, ", ?");
-	ch_buf_printf(&ins, ")");
+		buf_printf(&ins, ", ?");
+	buf_printf(&ins, ")");
 	sqlite3_stmt *st = NULL;
 	if (ch_query(fl->ch, q.p, &ans, err, errlen))
 		goto out;
@@ -199,9 +199,9 @@ static int copy_table(struct trace_fleet *fl, const struct copy_table *ct, const
 	rc = 0;
 out:
 	sqlite3_finalize(st);
-	ch_buf_free(&q);
-	ch_buf_free(&ins);
-	ch_buf_free(&ans);
+	buf_free(&q);
+	buf_free(&ins);
+	buf_free(&ans);
 	return rc;
 }
 
@@ -256,7 +256,7 @@ struct trace_fleet *trace_fleet_open(const char *url, const struct trace_fleet_f
 {
 	struct trace_fleet *fl = calloc(1, sizeof(*fl));
 	struct ch_url u;
-	struct ch_buf q = { 0 }, ans = { 0 };
+	struct buf q = { 0 }, ans = { 0 };
 	double t0 = mono_s();
 
 	*t = NULL;
@@ -270,9 +270,9 @@ struct trace_fleet *trace_fleet_open(const char *url, const struct trace_fleet_f
 	/* the window: back from the newest matching request, or from to_wall_ns */
 	int64_t to = f->to_wall_ns;
 	if (!to) {
-		ch_buf_printf(&q, "SELECT max(wall_ns), count() FROM requests");
+		buf_printf(&q, "SELECT max(wall_ns), count() FROM requests");
 		where_clause(&q, f, true, 0, INT64_MAX);
-		ch_buf_printf(&q, " FORMAT TabSeparated");
+		buf_printf(&q, " FORMAT TabSeparated");
 		if (ch_query(fl->ch, q.p, &ans, err, errlen)) {
 			char why[512];
 			snprintf(why, sizeof(why), "%s", err);
@@ -311,12 +311,12 @@ struct trace_fleet *trace_fleet_open(const char *url, const struct trace_fleet_f
 	fl->copy_s = mono_s() - t0;
 	if (!(*t = trace_open(fl->path, err, errlen)))
 		goto fail;
-	ch_buf_free(&q);
-	ch_buf_free(&ans);
+	buf_free(&q);
+	buf_free(&ans);
 	return fl;
 fail:
-	ch_buf_free(&q);
-	ch_buf_free(&ans);
+	buf_free(&q);
+	buf_free(&ans);
 	trace_fleet_close(fl, NULL);
 	return NULL;
 }
@@ -341,7 +341,8 @@ double trace_fleet_copy_s(const struct trace_fleet *fl) { return fl->copy_s; }
 
 /* ---- the split of a p99 change by group ------------------------------------ */
 
-/* For the rows of one window: each group's sums over the fleet's p99 band
+/* For the rows of one window (a disaggregated request once, by its router's
+ * row: the scratch copy has every schema version's columns): each group's sums over the fleet's p99 band
  * (the rows ranked at or above the 98th percentile of TTFT), its count of
  * rows with a TTFT, and its own p99. */
 static const char BAND_SQL[] =
@@ -350,7 +351,7 @@ static const char BAND_SQL[] =
 	"ROW_NUMBER() OVER (ORDER BY ttft_ns) - 1 AS rn, COUNT(*) OVER () AS n, "
 	"ROW_NUMBER() OVER (PARTITION BY coalesce(%s, '(none)') ORDER BY ttft_ns) - 1 AS grn, "
 	"COUNT(*) OVER (PARTITION BY coalesce(%s, '(none)')) AS gn "
-	"FROM requests WHERE ttft_ns IS NOT NULL AND t_arrive_ns >= ?1 AND t_arrive_ns < ?2) "
+	"FROM requests WHERE ttft_ns IS NOT NULL AND t_arrive_ns >= ?1 AND t_arrive_ns < ?2" TRACE_TOP_SQL ") "
 	"SELECT g, max(gn), max(CASE WHEN grn = CAST((gn - 1) * 0.99 AS INTEGER) THEN v END), "
 	"sum(CASE WHEN rn >= CAST((n - 1) * 0.98 AS INTEGER) THEN v ELSE 0 END), "
 	"sum(CASE WHEN rn >= CAST((n - 1) * 0.98 AS INTEGER) THEN ni ELSE 0 END), "

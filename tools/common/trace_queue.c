@@ -105,10 +105,20 @@ static sqlite3 *open_ro(struct trace *t, char *err, size_t errlen)
 }
 
 /* The queue phases of the requests arriving in [arr_from, arr_to), as
- * admit and sched instants. */
-static int load_requests(sqlite3 *db, int64_t arr_from, int64_t arr_to, struct qevs *e, char *err, size_t errlen)
+ * admit and sched instants.  A disaggregated request's queue is its prefill
+ * worker's (or, prefilled where it decodes, its decode worker's): the rows
+ * whose admit and sched are one engine's, one per request; the router's
+ * row and a decode worker's fed by a prefill worker join the routing
+ * decision or the decode admission to another process's schedule
+ * (010_disagg.sql). */
+#define PD_OWN_QUEUE " AND (pd_role IS NULL OR pd_role = 'prefill' OR (pd_role = 'decode' AND kv_bytes IS NULL))"
+static int load_requests(sqlite3 *db, bool pd, int64_t arr_from, int64_t arr_to, struct qevs *e, char *err,
+			 size_t errlen)
 {
-	return each_row(db, "SELECT pid, t_admit_ns, t_sched_ns, prompt_tokens FROM requests "
+	return each_row(db, pd ? "SELECT pid, t_admit_ns, t_sched_ns, prompt_tokens FROM requests "
+			"WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 AND t_admit_ns IS NOT NULL "
+			"AND t_sched_ns IS NOT NULL AND t_sched_ns >= t_admit_ns" PD_OWN_QUEUE :
+			"SELECT pid, t_admit_ns, t_sched_ns, prompt_tokens FROM requests "
 			"WHERE t_arrive_ns >= ?1 AND t_arrive_ns < ?2 AND t_admit_ns IS NOT NULL "
 			"AND t_sched_ns IS NOT NULL AND t_sched_ns >= t_admit_ns", arr_from, arr_to, e,
 			request_row, err, errlen);
@@ -135,7 +145,7 @@ int trace_queue_wait(struct trace *t, int64_t from_ns, int64_t to_ns, struct tra
 	sqlite3 *db = open_ro(t, err, errlen);
 	if (!db)
 		return -1;
-	int rc = load_requests(db, from_ns, to_ns, &e, err, errlen);
+	int rc = load_requests(db, trace_top_sql(t)[0] != '\0', from_ns, to_ns, &e, err, errlen);
 	int64_t lo = INT64_MAX, hi = INT64_MIN;
 	for (size_t i = 0; i < e.n; i++) {
 		lo = e.v[i].t < lo ? e.v[i].t : lo;
@@ -195,7 +205,7 @@ int trace_queue_series(struct trace *t, int64_t from_ns, int64_t to_ns, int nb, 
 	sqlite3 *db = open_ro(t, err, errlen);
 	if (!db)
 		return -1;
-	int rc = load_requests(db, from_ns - QUEUE_LOOKBACK_NS, to_ns, &e, err, errlen);
+	int rc = load_requests(db, trace_top_sql(t)[0] != '\0', from_ns - QUEUE_LOOKBACK_NS, to_ns, &e, err, errlen);
 	sqlite3_close(db);
 	int *peak = calloc((size_t)nb, sizeof(int));
 	if (rc || !peak) {

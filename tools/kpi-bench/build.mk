@@ -11,7 +11,8 @@ $(BUILD)/kpi-bench: $(KPI_BENCH_OBJS) $(TOOLS_COMMON_OBJS)
 
 # The parser, SSE splitter and DIST forms, tested without a network.
 UNIT_TESTS += $(BUILD)/tests/test_bench_http
-$(BUILD)/tests/test_bench_http: $(OBJ)/tests/unit/test_bench_http.o $(OBJ)/tools/kpi-bench/http.o $(OBJ)/tools/kpi-bench/dist.o
+$(BUILD)/tests/test_bench_http: $(OBJ)/tests/unit/test_bench_http.o $(OBJ)/tools/kpi-bench/http.o $(OBJ)/tools/kpi-bench/dist.o \
+		$(OBJ)/tools/common/buf.o
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) $^ -o $@ $(LDLIBS_COMMON)

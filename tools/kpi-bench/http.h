@@ -1,22 +1,13 @@
-/* http.h - the small HTTP/1.1 client side kpi-bench needs: a growable byte
- * buffer, an incremental response parser (Content-Length, chunked, or
- * read-to-close bodies) and an SSE event splitter. No I/O here. */
+/* http.h - the small HTTP/1.1 client side kpi-bench needs: an incremental
+ * response parser (Content-Length, chunked, or read-to-close bodies) and an
+ * SSE event splitter, over the tools' byte buffer (tools/common/buf.h). No
+ * I/O here. */
 #ifndef KPI_BENCH_HTTP_H
 #define KPI_BENCH_HTTP_H
 
 #include <stdbool.h>
 #include <stddef.h>
-
-struct buf {
-	char *p;
-	size_t len, cap, off;   /* bytes [off, len) are unconsumed */
-};
-
-int buf_append(struct buf *b, const void *data, size_t n);
-int buf_printf(struct buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void buf_consume(struct buf *b, size_t n);
-void buf_reset(struct buf *b);
-void buf_free(struct buf *b);
+#include "tools/common/buf.h"
 
 enum { RESP_STATUS_LINE, RESP_HEADERS, RESP_BODY, RESP_DONE };
 

@@ -6,8 +6,12 @@
 #include <stdio.h>
 #include <string.h>
 
-static const int pct_rows[] = { TM_TTFT, TM_TTFO, TM_TPOT, TM_ITL, TM_E2E, TM_NET_IN, TM_QUEUE, TM_PREFILL,
-				TM_SERVER_WAIT, TM_DECODE, TM_NET_OUT, TM_RUNQ };
+/* The phases in the order a request goes through them; a disaggregated one's
+ * router, KV transfer and decode queue where the trace has them (its queue
+ * and prefill are the prefill worker's). */
+static const int pct_rows[] = { TM_TTFT, TM_TTFO, TM_TPOT, TM_ITL, TM_E2E, TM_NET_IN, TM_ROUTER, TM_QUEUE,
+				TM_PREFILL, TM_SERVER_WAIT, TM_KV_TRANSFER, TM_DECODE_QUEUE, TM_DECODE,
+				TM_NET_OUT, TM_RUNQ };
 #define NPCT ((int)(sizeof(pct_rows) / sizeof(pct_rows[0])))
 
 static char *D(char *b, double ns) { return timefmt_dur(b, 16, ns); }
@@ -18,11 +22,13 @@ static int any_http(const struct report *r)
 	return r->base.w.by_source[TRACE_SRC_HTTP] + r->inc.w.by_source[TRACE_SRC_HTTP] > 0;
 }
 
-/* A percentile row to leave out: the server wait or TTFO where no row has one. */
+/* A percentile row to leave out: the server wait, TTFO or a disaggregated
+ * phase where no row has one. */
 static int pct_skip(const struct report *r, int k)
 {
 	int m = pct_rows[k];
-	return (m == TM_SERVER_WAIT || m == TM_TTFO) && !r->base.w.m[m].n && !r->inc.w.m[m].n;
+	return (m == TM_SERVER_WAIT || m == TM_TTFO || m == TM_ROUTER || m == TM_KV_TRANSFER ||
+		m == TM_DECODE_QUEUE) && !r->base.w.m[m].n && !r->inc.w.m[m].n;
 }
 
 /* "120 usdt, 30 http" of a window, or "http (30)" when there is one source:

@@ -17,27 +17,27 @@ static pthread_t thread;
 static volatile int stopping;
 static struct shipper *shp;
 
-static void render(struct ch_buf *b)
+static void render(struct buf *b)
 {
 	struct ship_stats *st = &shp->st;
 	int64_t now = ship_wall_ns();
 	pthread_mutex_lock(&st->mu);
-	ch_buf_printf(b, "# HELP kpi_ship_rows_total Rows ClickHouse acknowledged, by trace table.\n"
+	buf_printf(b, "# HELP kpi_ship_rows_total Rows ClickHouse acknowledged, by trace table.\n"
 		      "# TYPE kpi_ship_rows_total counter\n");
 	for (int i = 0; i < SHIP_TABLES; i++)
 		if (st->t[i].present)
-			ch_buf_printf(b, "kpi_ship_rows_total{table=\"%s\"} %llu\n", st->t[i].name,
+			buf_printf(b, "kpi_ship_rows_total{table=\"%s\"} %llu\n", st->t[i].name,
 				      (unsigned long long)st->t[i].rows);
-	ch_buf_printf(b, "# HELP kpi_ship_backlog_rows Rows of the trace not yet shipped, by table.\n"
+	buf_printf(b, "# HELP kpi_ship_backlog_rows Rows of the trace not yet shipped, by table.\n"
 		      "# TYPE kpi_ship_backlog_rows gauge\n");
 	for (int i = 0; i < SHIP_TABLES; i++)
 		if (st->t[i].present)
-			ch_buf_printf(b, "kpi_ship_backlog_rows{table=\"%s\"} %lld\n", st->t[i].name,
+			buf_printf(b, "kpi_ship_backlog_rows{table=\"%s\"} %lld\n", st->t[i].name,
 				      (long long)st->t[i].backlog);
 	double lag = st->caught_up_wall_ns ? (double)(now - st->caught_up_wall_ns) / 1e9 : -1;
-	ch_buf_printf(b, "# HELP kpi_ship_lag_seconds How old the newest row may be that ClickHouse lacks: time since the "
+	buf_printf(b, "# HELP kpi_ship_lag_seconds How old the newest row may be that ClickHouse lacks: time since the "
 		      "start of the last round that shipped every row (-1: none yet).\n# TYPE kpi_ship_lag_seconds gauge\nkpi_ship_lag_seconds %.3f\n", lag);
-	ch_buf_printf(b, "# HELP kpi_ship_batches_total Batches ClickHouse acknowledged.\n"
+	buf_printf(b, "# HELP kpi_ship_batches_total Batches ClickHouse acknowledged.\n"
 		      "# TYPE kpi_ship_batches_total counter\nkpi_ship_batches_total %llu\n"
 		      "# HELP kpi_ship_bytes_total JSONEachRow bytes ClickHouse acknowledged.\n"
 		      "# TYPE kpi_ship_bytes_total counter\nkpi_ship_bytes_total %llu\n"
@@ -63,32 +63,32 @@ static void serve(int fd)
 		n += (size_t)r;
 	}
 	req[n] = 0;
-	struct ch_buf body = { 0 }, out = { 0 };
+	struct buf body = { 0 }, out = { 0 };
 	const char *status = "200 OK", *type = "text/plain; version=0.0.4; charset=utf-8";
 	int head = !strncmp(req, "HEAD ", 5);
 	if (strncmp(req, "GET ", 4) && !head) {
 		status = "405 Method Not Allowed";
 		type = "application/json";
-		ch_buf_printf(&body, "{\"error\":\"use GET /metrics\"}\n");
+		buf_printf(&body, "{\"error\":\"use GET /metrics\"}\n");
 	} else if (strncmp(req + (head ? 5 : 4), "/metrics", 8) || !strchr(" ?", req[(head ? 5 : 4) + 8])) {
 		status = "404 Not Found";
 		type = "application/json";
-		ch_buf_printf(&body, "{\"error\":\"kpi-ship serves /metrics only\"}\n");
+		buf_printf(&body, "{\"error\":\"kpi-ship serves /metrics only\"}\n");
 	} else {
 		render(&body);
 	}
-	ch_buf_printf(&out, "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
-		      status, type, body.n);
-	if (!head && body.n)
-		ch_buf_add(&out, body.p, body.n);
-	for (size_t off = 0; off < out.n;) {
-		ssize_t w = write(fd, out.p + off, out.n - off);
+	buf_printf(&out, "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\nConnection: close\r\n\r\n",
+		      status, type, body.len);
+	if (!head && body.len)
+		buf_append(&out, body.p, body.len);
+	for (size_t off = 0; off < out.len;) {
+		ssize_t w = write(fd, out.p + off, out.len - off);
 		if (w <= 0)
 			break;
 		off += (size_t)w;
 	}
-	ch_buf_free(&body);
-	ch_buf_free(&out);
+	buf_free(&body);
+	buf_free(&out);
 }
 
 static void *loop(void *arg)

@@ -184,45 +184,45 @@ void ship_close(struct shipper *s)
 	ch_close(s->ch);
 	if (s->db)
 		sqlite3_close(s->db);
-	ch_buf_free(&s->body);
-	ch_buf_free(&s->answer);
+	buf_free(&s->body);
+	buf_free(&s->answer);
 	pthread_mutex_destroy(&s->st.mu);
 }
 
 /* One row as a JSON object: host and row_id, then the trace's columns by name. */
 static int row_json(struct shipper *s, sqlite3_stmt *st, int ncol, int model_col)
 {
-	struct ch_buf *b = &s->body;
-	if (ch_buf_add(b, "{\"host\":", 8) || ch_buf_json_str(b, s->host, strlen(s->host)) ||
-	    ch_buf_printf(b, ",\"row_id\":%lld", (long long)sqlite3_column_int64(st, 0)))
+	struct buf *b = &s->body;
+	if (buf_append(b, "{\"host\":", 8) || ch_json_str(b, s->host, strlen(s->host)) ||
+	    buf_printf(b, ",\"row_id\":%lld", (long long)sqlite3_column_int64(st, 0)))
 		return -1;
 	for (int c = 1; c < ncol; c++) {
 		const char *name = sqlite3_column_name(st, c);
-		if (ch_buf_add(b, ",", 1) || ch_buf_json_str(b, name, strlen(name)) || ch_buf_add(b, ":", 1))
+		if (buf_append(b, ",", 1) || ch_json_str(b, name, strlen(name)) || buf_append(b, ":", 1))
 			return -1;
 		int rc = 0;
 		switch (sqlite3_column_type(st, c)) {
 		case SQLITE_INTEGER:
-			rc = ch_buf_printf(b, "%lld", (long long)sqlite3_column_int64(st, c));
+			rc = buf_printf(b, "%lld", (long long)sqlite3_column_int64(st, c));
 			break;
 		case SQLITE_FLOAT:
-			rc = ch_buf_printf(b, "%.17g", sqlite3_column_double(st, c));
+			rc = buf_printf(b, "%.17g", sqlite3_column_double(st, c));
 			break;
 		case SQLITE_TEXT:
 		case SQLITE_BLOB:
-			rc = ch_buf_json_str(b, (const char *)sqlite3_column_text(st, c),
+			rc = ch_json_str(b, (const char *)sqlite3_column_text(st, c),
 					     (size_t)sqlite3_column_bytes(st, c));
 			break;
 		default:
 			if (c == model_col && s->model)
-				rc = ch_buf_json_str(b, s->model, strlen(s->model));
+				rc = ch_json_str(b, s->model, strlen(s->model));
 			else
-				rc = ch_buf_add(b, "null", 4);
+				rc = buf_append(b, "null", 4);
 		}
 		if (rc)
 			return -1;
 	}
-	return ch_buf_add(b, "}\n", 2);
+	return buf_append(b, "}\n", 2);
 }
 
 /* Moves the cursor from what it was to last, unless the agent's retention
@@ -276,7 +276,7 @@ int ship_batch(struct shipper *s, int table, bool *unreachable, char *err, size_
 	for (int c = 1; c < ncol; c++)
 		if (!strcmp(sqlite3_column_name(st, c), "model"))
 			model_col = c;
-	s->body.n = 0;
+	buf_reset(&s->body);
 	int rc;
 	while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
 		if (row_json(s, st, ncol, model_col)) {
@@ -292,14 +292,14 @@ int ship_batch(struct shipper *s, int table, bool *unreachable, char *err, size_
 		goto sqlfail;
 	if (!n)
 		return 0;
-	if (ch_post(s->ch, s->insert_params[table], s->body.p, s->body.n, &s->answer, unreachable, err, errlen))
+	if (ch_post(s->ch, s->insert_params[table], s->body.p, s->body.len, &s->answer, unreachable, err, errlen))
 		return -1;
 	if (advance_cursor(s, t, last, ship_wall_ns()))
 		goto sqlfail;   /* shipped, but the cursor stays: the batch goes again (harmless) */
 	pthread_mutex_lock(&s->st.mu);
 	t->rows += (uint64_t)n;
 	s->st.batches++;
-	s->st.bytes += s->body.n;
+	s->st.bytes += s->body.len;
 	pthread_mutex_unlock(&s->st.mu);
 	return n;
 sqlfail:

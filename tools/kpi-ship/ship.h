@@ -42,7 +42,7 @@ struct shipper {
 	int batch;                      /* rows per POST */
 	struct ship_stats st;
 	char *insert_params[SHIP_TABLES];
-	struct ch_buf body, answer;
+	struct buf body, answer;
 };
 
 int ship_open(struct shipper *s, const char *db_path, const struct ch_url *u, const char *host,
