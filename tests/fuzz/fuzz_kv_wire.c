@@ -1,5 +1,5 @@
 /* fuzz_kv_wire.c - libFuzzer target for the decode worker's KV stream reader
- * (daemon/server/kv_wire.c), fed in pieces whose sizes the input chooses, as
+ * (daemon/pd/kv_wire.c), fed in pieces whose sizes the input chooses, as
  * recv() would split it: whatever arrives, the reader never writes outside
  * what it asked for, is done only with every check passed, and a failure
  * always names a cause. */
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/server/kv_wire.h"
+#include "daemon/pd/kv_wire.h"
 
 static const struct kv_model model = {
 	.fingerprint = 0x1234567890abcdefull, .name = "tiny", .n_layers = 3, .n_kv_heads = 2,

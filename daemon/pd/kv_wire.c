@@ -2,7 +2,7 @@
  * writes and the reader a decode worker receives with. The reader trusts
  * nothing: magic, version, model, shape, sizes, frame order and a checksum
  * of the KV are all checked before the payload is handed out. */
-#include "daemon/server/kv_wire.h"
+#include "daemon/pd/kv_wire.h"
 
 #include "daemon/engine.h"
 

@@ -3,8 +3,8 @@
  * prefill worker writes, and the decode worker's incremental reader, which
  * says where the next bytes go (so they are received straight into the
  * payload) and checks every size before it allocates or uses a byte. */
-#ifndef KPI_SERVER_KV_WIRE_H
-#define KPI_SERVER_KV_WIRE_H
+#ifndef KPI_PD_KV_WIRE_H
+#define KPI_PD_KV_WIRE_H
 
 #include <stdbool.h>
 #include <stddef.h>
