@@ -209,7 +209,7 @@ static void send_layer(struct kv_send *s, struct eth_event *ev)
 	s->bytes += ev->len;
 	struct iovec iov[2] = { { head.data, head.len }, { ev->data, ev->len } };
 	ev->data = NULL; /* the connection has it now: sent from where it stands */
-	conn_sendv_owned(s->c, iov, 2, false);
+	conn_sendv_owned(s->c, iov, 2, false, engine_kv_buffer_free);
 	sbuf_free(&head);
 }
 

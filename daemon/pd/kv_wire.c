@@ -42,7 +42,7 @@ void kv_reader_init(struct kv_reader *r, const struct kv_model *m, uint32_t n_to
 
 void kv_reader_free(struct kv_reader *r)
 {
-	free(r->payload);
+	engine_kv_buffer_free(r->payload);
 	if (r->xx)
 		XXH3_freeState(r->xx);
 	r->payload = NULL;
@@ -59,7 +59,7 @@ void kv_reader_fail(struct kv_reader *r, int status, const char *fmt, ...)
 	va_end(ap);
 	r->status = status;
 	r->stage = KVR_FAILED;
-	free(r->payload);
+	engine_kv_buffer_free(r->payload);
 	r->payload = NULL;
 }
 

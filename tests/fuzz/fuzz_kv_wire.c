@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "daemon/engine.h"
 #include "daemon/pd/kv_wire.h"
 
 static const struct kv_model model = {
@@ -47,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		assert(r.hdr.n_tokens == tokens && r.received == r.hdr.payload_bytes);
 		void *pl = kv_reader_take_payload(&r);
 		assert(pl);
-		free(pl);
+		engine_kv_buffer_free(pl);
 	}
 	kv_reader_free(&r);
 	return 0;

@@ -9,6 +9,7 @@
 #include "tests/unit/check.h"
 #include "abi/kpi_kv_wire.h"
 #include "abi/kpi_reasons.h"
+#include "daemon/engine.h"
 #include "daemon/pd/kv_wire.h"
 #include "daemon/pd/route_policy.h"
 
@@ -88,7 +89,7 @@ static void test_any_split_arrives_whole(void)
 		CHECK(r.end.first_token == 42 && r.end.sampler_state == 0xfeed, "end frame");
 		char *p = kv_reader_take_payload(&r);
 		CHECK(p && !memcmp(p, payload, r.hdr.payload_bytes), "payload");
-		free(p);
+		engine_kv_buffer_free(p);
 		kv_reader_free(&r);
 	}
 	}
