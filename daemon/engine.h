@@ -148,8 +148,8 @@ void engine_kv_layout(const struct engine *e, struct engine_kv_layout *l);
 /* A buffer for transferred KV (a layer going out, a prompt's KV coming in),
  * freed with engine_kv_buffer_free (from any thread): tens of MB written once
  * each, so backed by huge pages where the kernel gives them (2 MiB faults,
- * not 4 KiB ones), and the large ones kept when freed for the next transfer
- * (up to 16 of them, 256 MiB in all), which then faults no page at all. NULL
+ * not 4 KiB ones), and kept when freed for the next transfer (up to 32 of them,
+ * 256 MiB in all), which then faults no page at all. NULL
  * when out of memory. */
 void *engine_kv_buffer(size_t bytes);
 void engine_kv_buffer_free(void *p);

@@ -496,16 +496,18 @@ int engine_submit_decode(struct engine *e, uint64_t id, const int32_t *prompt, i
 
 /* ---- transfer buffers ------------------------------------------------------------- */
 
-/* A transfer buffer is a header (its capacity) and then the bytes. The large
- * ones (a layer going out, a prompt's KV coming in: MBs each) are kept when
- * freed, up to KV_BUF_KEEP of them and KV_BUF_KEEP_BYTES in all, for the next
- * transfer: a fresh one costs a page fault and a zeroed page for every 2 MiB
- * it touches, a fifth of a transfer's CPU when each was new. Allocated on one
- * thread and freed on the other (I/O and engine), so the kept list is locked. */
+/* A transfer buffer is a header (its capacity) and then the bytes. Freed ones
+ * (a layer going out, a prompt's KV coming in) are kept, up to KV_BUF_KEEP of
+ * them and KV_BUF_KEEP_BYTES in all, for the next transfer: a fresh one costs
+ * a page fault and a zeroed page for every 2 MiB it touches, a fifth of a
+ * transfer's CPU when each was new. The small ones too (a prefill's last
+ * positions, tens of KB): malloc'd and freed each time, they grew and trimmed
+ * the engine thread's heap, each regrowth a zeroed huge page. Allocated on
+ * one thread and freed on the other (I/O and engine): the kept list is locked. */
 #define KV_BUF_HUGE ((size_t)2 << 20)
 #define KV_BUF_HDR 64
 #define KV_BUF_MAGIC 0x4b564255464652ull /* "KVBUFFR" */
-#define KV_BUF_KEEP 16
+#define KV_BUF_KEEP 32
 #define KV_BUF_KEEP_BYTES ((size_t)256 << 20)
 
 struct kv_buf_hdr {
@@ -545,7 +547,7 @@ void *engine_kv_buffer(size_t bytes)
 {
 	if (!bytes)
 		bytes = 1;
-	char *h = bytes + KV_BUF_HDR >= KV_BUF_HUGE ? kv_buf_reuse(bytes) : NULL;
+	char *h = kv_buf_reuse(bytes);
 	if (h)
 		return h + KV_BUF_HDR;
 	size_t total = bytes + KV_BUF_HDR;
@@ -576,17 +578,15 @@ void engine_kv_buffer_free(void *p)
 			"not make\n");
 		abort();
 	}
-	if (hd->cap + KV_BUF_HDR >= KV_BUF_HUGE) {
-		pthread_mutex_lock(&kv_bufs.mu);
-		bool keep = kv_bufs.n < KV_BUF_KEEP && kv_bufs.bytes + hd->cap <= KV_BUF_KEEP_BYTES;
-		if (keep) {
-			kv_bufs.kept[kv_bufs.n++] = h;
-			kv_bufs.bytes += hd->cap;
-		}
-		pthread_mutex_unlock(&kv_bufs.mu);
-		if (keep)
-			return;
+	pthread_mutex_lock(&kv_bufs.mu);
+	bool keep = kv_bufs.n < KV_BUF_KEEP && kv_bufs.bytes + hd->cap <= KV_BUF_KEEP_BYTES;
+	if (keep) {
+		kv_bufs.kept[kv_bufs.n++] = h;
+		kv_bufs.bytes += hd->cap;
 	}
+	pthread_mutex_unlock(&kv_bufs.mu);
+	if (keep)
+		return;
 	hd->magic = 0;
 	free(h);
 }
