@@ -1,8 +1,11 @@
 # daemon/build.mk - kpi-infer: engine (daemon/engine/), HTTP server
-# (daemon/server/), USDT probes (kpi_probes.d), CUDA backend (daemon/cuda/).
+# (daemon/server/), prefill/decode disaggregation (daemon/pd/), USDT probes
+# (kpi_probes.d), CUDA backend (daemon/cuda/).
 
 ENGINE_SRCS := $(wildcard daemon/engine/*.c)
-SERVER_SRCS := $(filter-out daemon/server/main.c,$(wildcard daemon/server/*.c))
+# the server's objects include daemon/pd/'s: one program, two rooms
+SERVER_SRCS := $(filter-out daemon/server/main.c,$(wildcard daemon/server/*.c)) \
+	$(wildcard daemon/pd/*.c)
 ENGINE_OBJS := $(ENGINE_SRCS:%.c=$(OBJ)/%.o) $(OBJ)/daemon/kpi_probes.o
 SERVER_OBJS := $(SERVER_SRCS:%.c=$(OBJ)/%.o)
 DAEMON_LDLIBS := -ljansson -lxxhash $(LDLIBS_COMMON)

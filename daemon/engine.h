@@ -30,7 +30,8 @@ struct engine_config {
 	 * held (when c > 0), before any compute; then once per layer of the step
 	 * that completes its prefill, as soon as that layer is computed, with the
 	 * positions [c, n_prompt) (the transfer overlaps the rest of the forward
-	 * pass). data (from engine_kv_buffer; the callee frees it) is K then V of
+	 * pass). data (from engine_kv_buffer; the callee frees it with
+	 * engine_kv_buffer_free) is K then V of
 	 * those positions, each [n_kv_heads][n_pos][head_dim] in the cache's
 	 * dtype. */
 	void (*kv_layer)(void *ctx, uint64_t id, int layer, int first_pos, int n_pos, void *data,
@@ -134,9 +135,10 @@ int engine_submit_prefill(struct engine *e, uint64_t id, const int32_t *prompt, 
 			  const struct sampling_params *sp, char *err, size_t errlen);
 
 /* A request whose prompt's KV and first token were computed elsewhere (kv,
- * taken on success: kv->data is freed by the engine). It waits for a slot
- * and blocks like any request; when admitted its KV is copied into the
- * cache and its first token reported, then it decodes. Errors as
+ * taken on success: kv->data, from engine_kv_buffer, is freed by the
+ * engine). It waits for a slot and blocks like any request; when admitted
+ * its KV is copied into the cache and its first token reported, then it
+ * decodes. Errors as
  * engine_submit, and -EINVAL when kv does not fit the prompt or vocabulary. */
 int engine_submit_decode(struct engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
 			 const struct sampling_params *sp, struct engine_kv_import *kv, char *err,
@@ -144,10 +146,13 @@ int engine_submit_decode(struct engine *e, uint64_t id, const int32_t *prompt, i
 
 void engine_kv_layout(const struct engine *e, struct engine_kv_layout *l);
 /* A buffer for transferred KV (a layer going out, a prompt's KV coming in),
- * freed with free(): tens of MB written once each, so backed by huge pages
- * where the kernel gives them (2 MiB faults, not 4 KiB ones). NULL when out
- * of memory. */
+ * freed with engine_kv_buffer_free (from any thread): tens of MB written once
+ * each, so backed by huge pages where the kernel gives them (2 MiB faults,
+ * not 4 KiB ones), and kept when freed for the next transfer (up to 32 of them,
+ * 256 MiB in all), which then faults no page at all. NULL
+ * when out of memory. */
 void *engine_kv_buffer(size_t bytes);
+void engine_kv_buffer_free(void *p);
 /* Sets config.kv_layer and its context (before the first engine_step). */
 void engine_set_kv_layer(struct engine *e,
 			 void (*fn)(void *, uint64_t, int, int, int, void *, size_t), void *ctx);

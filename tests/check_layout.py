@@ -12,6 +12,16 @@ seeing every stage after it, and all of them record.h (the one record type);
 track/http (the HTTP/1.1 tracker) sees only itself, not even bpf/ or abi/.
 agent/ itself holds main.c and record.h alone: any other file belongs to a stage.
 
+Inside daemon/, prefill/decode disaggregation (daemon/pd/) sits between the two
+layers of daemon/server/: the server's top (server.c, fanout.c, generate.c,
+main.c) reaches it only through its one header, daemon/pd/pd.h, by include and
+by call (every pd/ function a server/ object uses is declared there); pd/ stands
+on the server's base (PD_SEES: connections, requests, admission, the state, the
+engine thread, HTTP, metrics, sbuf) and includes or calls nothing else of
+server/; and that base, with every server/ module it includes or calls, knows
+nothing of pd/. So calls run server top -> pd ->
+server base, never back.
+
 A folder may always include its own files. Generated headers in build/include
 count as the folder they are made from: kpi_probes.h and kpi_cupti_probes.h
 (dtrace -h of abi/*.d) as abi, *.skel.h as bpf, kpi_schema.h as schema.
@@ -42,6 +52,11 @@ ALLOWED = {
 AGENT_STAGES = ["main", "sources", "track", "sinks", "host", "record"]
 AGENT_TOP = {"main.c": "agent/main", "record.h": "agent/record"}
 AGENT_SEALED = {"agent/track/http": "agent/track"}   # sees only itself; counts as part of its parent
+# daemon/pd/: its one door, and the base of daemon/server/ it stands on (modules).
+PD, SERVER = "daemon/pd", "daemon/server"
+PD_DOOR = "daemon/pd/pd.h"
+PD_SEES = {SERVER + "/" + m for m in ("admit", "api", "config", "conn", "engine_thread", "http",
+                                      "metrics", "req", "sbuf", "state")}
 # Folders whose files may not depend on each other in a circle.
 CIRCLE_SCOPES = ("agent", "daemon", "tools")
 
@@ -139,18 +154,55 @@ def includes(root, rel):
                 yield (n, m.group(1)) + resolve(root, rel, m.group(1))
 
 
+def in_folder(rel, folder):
+    return rel is not None and rel.startswith(folder + "/")
+
+
+def server_base(edges):
+    """PD_SEES and every server/ module they reach by the edges given: the base
+    of daemon/server/ that daemon/pd/ stands on."""
+    base, todo = set(), sorted(PD_SEES)
+    while todo:
+        m = todo.pop()
+        if m in base:
+            continue
+        base.add(m)
+        todo += [d for d in edges.get(m, {}) if in_folder(d, SERVER)]
+    return base
+
+
+def pd_crossing(rel, path, base):
+    """Why rel may not include path across daemon/server/ and daemon/pd/, or None."""
+    if in_folder(rel, PD) and in_folder(path, SERVER) and module(path) not in PD_SEES:
+        return (f"daemon/pd/ stands on daemon/server/'s base only "
+                f"({', '.join(sorted(m.split('/')[-1] + '.h' for m in PD_SEES))}), not its top")
+    if in_folder(path, PD) and not in_folder(rel, PD):
+        if module(rel) in base:
+            return "the base of daemon/server/ that daemon/pd/ stands on may not know daemon/pd/"
+        if not in_folder(rel, SERVER):
+            return "only daemon/server/ calls daemon/pd/"
+        if path != PD_DOOR:
+            return f"daemon/server/ reaches daemon/pd/ only through {PD_DOOR}"
+    return None
+
+
 def check(root):
     crossings = []
+    base = server_base(include_edges(root, "daemon"))
     for rel in source_files(root, ALLOWED):
         src = component(rel)
         if src == "agent/?":
             crossings.append(f"{rel}:1: agent/ has no place for this file: agent/ holds main.c and "
                              f"record.h, everything else a stage folder ({', '.join(AGENT_STAGES[1:-1])})")
             continue
-        for n, inc, _, dst in includes(root, rel):
+        for n, inc, path, dst in includes(root, rel):
             if not may_include(src, dst):
                 crossings.append(f"{rel}:{n}: includes \"{inc}\" ({src} -> {dst}): "
                                  f"{src} may include only {', '.join(sorted(allowed_of(src))) or 'itself'}")
+                continue
+            why = pd_crossing(rel, path, base)
+            if why:
+                crossings.append(f"{rel}:{n}: includes \"{inc}\": {why}")
     return crossings
 
 
@@ -178,9 +230,9 @@ def include_edges(root, scope):
 NM_DEFINED = set("TDBRCGSVW")
 
 
-def symbol_edges(root, scope):
-    """{module: {module whose symbol its object uses: (file, symbol)}} from the
-    up-to-date objects under build/obj/<scope>; and how many objects were read."""
+def object_symbols(root, scope):
+    """({symbol: module defining it}, {module: [symbols its object uses]}) from
+    the up-to-date objects under build/obj/<scope>."""
     obj_root = os.path.join(root, "build", "obj")
     objs = {}
     for dirpath, dirnames, files in os.walk(os.path.join(obj_root, scope)):
@@ -205,6 +257,13 @@ def symbol_edges(root, scope):
             uses[objs[obj]].append(w[0])
         elif w[1] in NM_DEFINED:
             defs.setdefault(w[0], objs[obj])
+    return defs, uses
+
+
+def symbol_edges(root, scope):
+    """{module: {module whose symbol its object uses: (file, symbol)}} from the
+    up-to-date objects under build/obj/<scope>; and how many objects were read."""
+    defs, uses = object_symbols(root, scope)
     edges = {}
     for m, syms in uses.items():
         edges[m] = {}
@@ -306,17 +365,49 @@ def check_circles(root, scopes=CIRCLE_SCOPES):
     return found, notes
 
 
+def check_pd_calls(root):
+    """The calls across daemon/server/ and daemon/pd/ (read from the objects, as
+    the circles are): server/ uses of pd/ only what pd.h declares; pd/ of server/
+    only its base (PD_SEES); that base nothing of pd/. One line per call."""
+    door = os.path.join(root, PD_DOOR)
+    declared = set(re.findall(r"\w+", open(door, errors="replace").read())) if os.path.exists(door) else set()
+    defs, uses = object_symbols(root, "daemon")
+    edges = include_edges(root, "daemon")
+    for m, syms in uses.items():
+        for sym in syms:
+            if defs.get(sym) and defs[sym] != m:
+                edges.setdefault(m, {})[defs[sym]] = None
+    base = server_base(edges)
+    out = []
+    for m in sorted(uses):
+        for sym in sorted(set(uses[m])):
+            d = defs.get(sym)
+            if not d or d == m:
+                continue
+            if in_folder(m, PD) and in_folder(d, SERVER) and d not in PD_SEES:
+                out.append(f"{m}.c: calls {sym} ({d}.c): daemon/pd/ stands on daemon/server/'s base "
+                           f"only, not its top")
+            elif in_folder(d, PD) and not in_folder(m, PD):
+                if m in base:
+                    out.append(f"{m}.c: calls {sym} ({d}.c): the base of daemon/server/ that daemon/pd/ "
+                               f"stands on may not call daemon/pd/")
+                elif sym not in declared:
+                    out.append(f"{m}.c: calls {sym} ({d}.c), which {PD_DOOR} does not declare: "
+                               f"daemon/pd/ is called through its one header")
+    return out
+
+
 def main():
     root = os.path.abspath(sys.argv[1] if len(sys.argv) > 1 else
                            os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    crossings = check(root)
+    crossings = check(root) + check_pd_calls(root)
     circles, notes = check_circles(root)
     for c in crossings + circles:
         print(c)
     for n in notes:
         print(n, file=sys.stderr)
     if crossings:
-        print(f"check-layout: {len(crossings)} include(s) cross the arrows of docs/architecture.md: "
+        print(f"check-layout: {len(crossings)} include(s) or call(s) cross the arrows of docs/architecture.md: "
               "move the shared definition to abi/ (a contract) or to the folder both may see",
               file=sys.stderr)
     if circles:

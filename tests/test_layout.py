@@ -61,6 +61,15 @@ def test_crossing_includes_are_named_with_file_and_line():
         ("agent/track/http/http_json.c", "bpf/kpi_event.h"),
         ("agent/track/http/http_sse.c", "agent/record.h"),
         ("agent/track/http/http_track.c", "agent/track/bus.h"),
+        # daemon/pd/: the server's top calls it through pd.h alone; it stands on the
+        # server's base, never its top; that base knows nothing of it
+        ("daemon/server/server.c", "daemon/pd/router.h"),       # past the door
+        ("daemon/server/fanout.c", "daemon/pd/kv_wire.h"),      # past the door
+        ("daemon/pd/kv_fetch.c", "daemon/server/generate.h"),   # pd -> the server's top
+        ("daemon/pd/router.c", "daemon/server/server.h"),       # ... the top's own header
+        ("daemon/server/conn.c", "daemon/pd/pd.h"),             # the base -> pd
+        ("daemon/server/openai.c", "daemon/pd/pd.h"),           # ... what the base includes
+        ("daemon/engine/kv.c", "daemon/pd/kv_wire.h"),          # only server/ calls pd/
     ]
     for rel, inc in cases:
         root = copy_tree()
@@ -82,7 +91,9 @@ def test_allowed_includes_pass_in_a_copy():
                      ("agent/sources/llama.c", "agent/sinks/store.h"),      # an earlier stage a later one
                      ("agent/track/gpu_attr.c", "agent/host/elf.h"),        # every stage host/
                      ("agent/host/elf.c", "agent/record.h"),                # every stage record.h
-                     ("agent/track/llama_join.c", "agent/track/http/http_json.h")]:  # track its own tracker
+                     ("agent/track/llama_join.c", "agent/track/http/http_json.h"),  # track its own tracker
+                     ("daemon/server/main.c", "daemon/pd/pd.h"),            # the server's top: the door
+                     ("daemon/pd/route_policy.c", "daemon/server/sbuf.h")]:  # pd: the server's base
         add_include(root, rel, inc)
     p = run_check(root)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -138,3 +149,31 @@ def test_call_circle_is_named_from_the_objects():
     os.utime(os.path.join(root, "build/obj/tools/kpi-bench/ring_c.o"), (1, 1))
     p = run_check(root)
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_calls_across_the_pd_door_are_named_from_the_objects():
+    """daemon/server/ calling into daemon/pd/ past pd.h, daemon/pd/ calling the
+    server's top, and the server's base calling daemon/pd/: each seen in the
+    objects alone (no include says it), each named with the function."""
+    root = copy_tree()
+    src = {"daemon/pd/inner.c": "int pd_inner(int n) { return n; }\n",
+           "daemon/server/shortcut.c": "int pd_inner(int);\nint shortcut(int n) { return pd_inner(n); }\n",
+           "daemon/server/top.c": "int top_fn(int n) { return n; }\n",
+           "daemon/pd/upcall.c": "int top_fn(int);\nint upcall(int n) { return top_fn(n); }\n",
+           "daemon/server/sbuf.c": "int pd_inner(int);\nint sbuf_x(int n) { return pd_inner(n); }\n"}
+    for rel, text in src.items():
+        with open(os.path.join(root, rel), "w") as f:
+            f.write("/* a file of a planted call */\n" + text)
+        obj = os.path.join(root, "build", "obj", rel[:-2] + ".o")
+        os.makedirs(os.path.dirname(obj), exist_ok=True)
+        subprocess.run(["gcc", "-c", os.path.join(root, rel), "-o", obj], check=True, timeout=60)
+    p = run_check(root)
+    assert p.returncode == 1, p.stdout + p.stderr
+    out = p.stdout.splitlines()
+    want = ["daemon/server/shortcut.c: calls pd_inner (daemon/pd/inner.c), which daemon/pd/pd.h does not declare",
+            "daemon/pd/upcall.c: calls top_fn (daemon/server/top.c): daemon/pd/ stands on daemon/server/'s base only",
+            "daemon/server/sbuf.c: calls pd_inner (daemon/pd/inner.c): the base of daemon/server/ that daemon/pd/ "
+            "stands on may not call daemon/pd/"]
+    for w in want:
+        assert any(l.startswith(w) for l in out), f"{w!r} not in:\n{p.stdout}"
+    assert len(out) == len(want), p.stdout

@@ -3,6 +3,9 @@
  * preemption by recompute, or static batches), sampling and the USDT probes
  * of the request lifecycle. One thread calls in; the backend does the math. */
 #include <errno.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -277,7 +280,7 @@ fail:
 static void seq_free(struct seq *s)
 {
 	if (s->import) {
-		free(s->import->data);
+		engine_kv_buffer_free(s->import->data);
 		free(s->import);
 	}
 	free(s->tokens);
@@ -491,16 +494,101 @@ int engine_submit_decode(struct engine *e, uint64_t id, const int32_t *prompt, i
 	return 0;
 }
 
+/* ---- transfer buffers ------------------------------------------------------------- */
+
+/* A transfer buffer is a header (its capacity) and then the bytes. Freed ones
+ * (a layer going out, a prompt's KV coming in) are kept, up to KV_BUF_KEEP of
+ * them and KV_BUF_KEEP_BYTES in all, for the next transfer: a fresh one costs
+ * a page fault and a zeroed page for every 2 MiB it touches, a fifth of a
+ * transfer's CPU when each was new. The small ones too (a prefill's last
+ * positions, tens of KB): malloc'd and freed each time, they grew and trimmed
+ * the engine thread's heap, each regrowth a zeroed huge page. Allocated on
+ * one thread and freed on the other (I/O and engine): the kept list is locked. */
+#define KV_BUF_HUGE ((size_t)2 << 20)
+#define KV_BUF_HDR 64
+#define KV_BUF_MAGIC 0x4b564255464652ull /* "KVBUFFR" */
+#define KV_BUF_KEEP 32
+#define KV_BUF_KEEP_BYTES ((size_t)256 << 20)
+
+struct kv_buf_hdr {
+	uint64_t magic;
+	size_t cap;              /* bytes after the header */
+};
+
+static struct {
+	pthread_mutex_t mu;
+	char *kept[KV_BUF_KEEP]; /* headers of freed large buffers */
+	int n;
+	size_t bytes;
+} kv_bufs = { .mu = PTHREAD_MUTEX_INITIALIZER };
+
+/* The smallest kept buffer of at least bytes (and not twice as large), taken; or NULL. */
+static char *kv_buf_reuse(size_t bytes)
+{
+	pthread_mutex_lock(&kv_bufs.mu);
+	int best = -1;
+	for (int i = 0; i < kv_bufs.n; i++) {
+		size_t cap = ((struct kv_buf_hdr *)kv_bufs.kept[i])->cap;
+		if (cap >= bytes && cap / 2 <= bytes &&
+		    (best < 0 || cap < ((struct kv_buf_hdr *)kv_bufs.kept[best])->cap))
+			best = i;
+	}
+	char *h = NULL;
+	if (best >= 0) {
+		h = kv_bufs.kept[best];
+		kv_bufs.bytes -= ((struct kv_buf_hdr *)h)->cap;
+		kv_bufs.kept[best] = kv_bufs.kept[--kv_bufs.n];
+	}
+	pthread_mutex_unlock(&kv_bufs.mu);
+	return h;
+}
+
 void *engine_kv_buffer(size_t bytes)
 {
-	const size_t huge = 2u << 20;
-	if (bytes < huge)
-		return malloc(bytes ? bytes : 1);
-	void *p = NULL;
-	if (posix_memalign(&p, huge, (bytes + huge - 1) / huge * huge))
+	if (!bytes)
+		bytes = 1;
+	char *h = kv_buf_reuse(bytes);
+	if (h)
+		return h + KV_BUF_HDR;
+	size_t total = bytes + KV_BUF_HDR;
+	if (total < KV_BUF_HUGE) {
+		h = malloc(total);
+	} else {
+		total = (total + KV_BUF_HUGE - 1) / KV_BUF_HUGE * KV_BUF_HUGE;
+		void *p = NULL;
+		if (posix_memalign(&p, KV_BUF_HUGE, total))
+			return NULL;
+		madvise(p, total, MADV_HUGEPAGE); /* a hint: fine if refused */
+		h = p;
+	}
+	if (!h)
 		return NULL;
-	madvise(p, (bytes + huge - 1) / huge * huge, MADV_HUGEPAGE); /* a hint: fine if refused */
-	return p;
+	*(struct kv_buf_hdr *)h = (struct kv_buf_hdr){ KV_BUF_MAGIC, total - KV_BUF_HDR };
+	return h + KV_BUF_HDR;
+}
+
+void engine_kv_buffer_free(void *p)
+{
+	if (!p)
+		return;
+	char *h = (char *)p - KV_BUF_HDR;
+	struct kv_buf_hdr *hd = (struct kv_buf_hdr *)h;
+	if (hd->magic != KV_BUF_MAGIC) {
+		fprintf(stderr, "kpi-infer: engine_kv_buffer_free of a buffer engine_kv_buffer did "
+			"not make\n");
+		abort();
+	}
+	pthread_mutex_lock(&kv_bufs.mu);
+	bool keep = kv_bufs.n < KV_BUF_KEEP && kv_bufs.bytes + hd->cap <= KV_BUF_KEEP_BYTES;
+	if (keep) {
+		kv_bufs.kept[kv_bufs.n++] = h;
+		kv_bufs.bytes += hd->cap;
+	}
+	pthread_mutex_unlock(&kv_bufs.mu);
+	if (keep)
+		return;
+	hd->magic = 0;
+	free(h);
 }
 
 void engine_set_kv_layer(struct engine *e,
@@ -737,7 +825,7 @@ static bool admit_import(struct engine *e, struct seq *s)
 	s->tokens[s->n_prompt] = kv->first_token;
 	s->n_out = 1;
 	s->rng = kv->sampler_state;
-	free(kv->data);
+	engine_kv_buffer_free(kv->data);
 	free(kv);
 	s->import = NULL;
 	list_remove(&e->waiting, s);

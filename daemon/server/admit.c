@@ -11,6 +11,56 @@
 #include "daemon/server/conn.h"
 #include "daemon/server/state.h"
 
+static int32_t *tokenize(const char *text, size_t len, int *n_out)
+{
+	int cap = (int)(len < (1u << 24) ? len : (1u << 24)) + 16;
+	for (int tries = 0; tries < 3; tries++) {
+		int32_t *ids = malloc((size_t)cap * sizeof(int32_t));
+		if (!ids)
+			return NULL;
+		int n = engine_tokenize(srv.e, text, len, true, ids, cap);
+		if (n < 0) {
+			free(ids);
+			return NULL;
+		}
+		if (n <= cap) {
+			*n_out = n;
+			return ids;
+		}
+		free(ids);
+		cap = n;
+	}
+	return NULL;
+}
+
+int32_t *admit_prompt(struct conn *c, struct api_request *ar, int *n_prompt)
+{
+	if (!ar->prompt_ids) {
+		int32_t *ids = tokenize(ar->prompt, ar->prompt_len, n_prompt);
+		if (!ids || *n_prompt == 0) {
+			free(ids);
+			conn_reject(c, 400, KPI_REJECT_BAD_PARAM, "'prompt' could not be tokenized",
+				    false, NULL);
+			return NULL;
+		}
+		return ids;
+	}
+	int vocab = srv.mi->vocab_size;
+	for (int i = 0; i < ar->n_prompt_ids; i++)
+		if (ar->prompt_ids[i] >= vocab) {
+			char err[256];
+			snprintf(err, sizeof(err), "'prompt[%d]' token id %d is out of range: the "
+				 "vocabulary has %d tokens (ids 0 to %d)", i, ar->prompt_ids[i],
+				 vocab, vocab - 1);
+			conn_reject(c, 400, KPI_REJECT_BAD_TOKEN, err, false, NULL);
+			return NULL;
+		}
+	int32_t *ids = ar->prompt_ids;
+	*n_prompt = ar->n_prompt_ids;
+	ar->prompt_ids = NULL;
+	return ids;
+}
+
 bool admit_parse(struct conn *c, const char *body, size_t len, bool chat, struct api_request *ar)
 {
 	char err[512];

@@ -1,5 +1,5 @@
 /* admit.h - admission on the I/O thread, shared by completions (generate.c)
- * and a prefill worker's KV requests (kv_serve.c): the limits (context, KV
+ * and a prefill worker's KV requests (daemon/pd/kv_serve.c): the limits (context, KV
  * pool, --max-queue) answered with 400 or 429, and the request record that
  * enters the in-flight table with kpi:request__admitted. */
 #ifndef KPI_SERVER_ADMIT_H
@@ -18,6 +18,9 @@ struct api_request;
  * false after a 503 (draining) or a 400 naming the field. ar is always safe
  * to free. */
 bool admit_parse(struct conn *c, const char *body, size_t len, bool chat, struct api_request *ar);
+
+/* The prompt's token ids (taken from ar or tokenized), or NULL after a 400. */
+int32_t *admit_prompt(struct conn *c, struct api_request *ar, int *n_prompt);
 
 /* The request fits the context and the KV pool, and the waiting queue has
  * room. Returns max_tokens (given < 0: the default, a whole context for

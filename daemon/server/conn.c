@@ -211,7 +211,7 @@ struct conn_seg {
 	struct conn_seg *next;
 	char *data;       /* ext, or the bytes after this header */
 	size_t len, off;
-	bool ext;         /* the caller's malloc'd buffer, handed over: free(data) */
+	void (*release)(void *); /* the caller's buffer, handed over: release(data); NULL: a copy */
 };
 
 static void seg_push(struct conn *c, struct conn_seg *g)
@@ -225,12 +225,14 @@ static void seg_push(struct conn *c, struct conn_seg *g)
 	c->out_bytes += g->len - g->off;
 }
 
-/* Queues p[0..n): a copy, or p itself when owned (taken: freed once sent). */
-static void seg_add(struct conn *c, const char *p, size_t n, bool owned)
+/* Queues p[0..n): a copy, or p itself when release is given (taken:
+ * released once sent). */
+static void seg_add(struct conn *c, const char *p, size_t n, void (*release)(void *))
 {
+	bool owned = release != NULL;
 	if (!n) {
 		if (owned)
-			free((void *)p);
+			release((void *)p);
 		return;
 	}
 	struct conn_seg *g = malloc(sizeof(*g) + (owned ? 0 : n));
@@ -243,14 +245,14 @@ static void seg_add(struct conn *c, const char *p, size_t n, bool owned)
 		memcpy(g->data, p, n);
 	g->len = n;
 	g->off = 0;
-	g->ext = owned;
+	g->release = release;
 	seg_push(c, g);
 }
 
 static void seg_free(struct conn_seg *g)
 {
-	if (g->ext)
-		free(g->data);
+	if (g->release)
+		g->release(g->data);
 	free(g);
 }
 
@@ -294,11 +296,13 @@ static int out_drain(struct conn *c)
 	return 0;
 }
 
-static void sendv(struct conn *c, const struct iovec *iov, int n, bool final, bool owned_last)
+/* release: the last piece is handed over, released once sent (NULL: copied). */
+static void sendv(struct conn *c, const struct iovec *iov, int n, bool final,
+		  void (*release)(void *))
 {
 	if (c->state == CS_CLOSED) {
-		if (owned_last)
-			free(iov[n - 1].iov_base);
+		if (release)
+			release(iov[n - 1].iov_base);
 		return;
 	}
 	if (!c->resp_started) {
@@ -311,8 +315,8 @@ static void sendv(struct conn *c, const struct iovec *iov, int n, bool final, bo
 		struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n };
 		ssize_t k = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-			if (owned_last)
-				free(iov[n - 1].iov_base);
+			if (release)
+				release(iov[n - 1].iov_base);
 			conn_close(c);
 			return;
 		}
@@ -322,16 +326,16 @@ static void sendv(struct conn *c, const struct iovec *iov, int n, bool final, bo
 	for (int i = 0; i < n; i++) { /* what did not go out waits, in order */
 		size_t skip = sent < iov[i].iov_len ? sent : iov[i].iov_len;
 		sent -= skip;
-		bool own = owned_last && i == n - 1;
+		bool own = release && i == n - 1;
 		if (own && skip < iov[i].iov_len) {
 			/* handed over without a copy: sent from where it stands */
-			seg_add(c, iov[i].iov_base, iov[i].iov_len, true);
+			seg_add(c, iov[i].iov_base, iov[i].iov_len, release);
 			c->out_tail->off = skip;
 			c->out_bytes -= skip;
 		} else if (skip < iov[i].iov_len) {
-			seg_add(c, (const char *)iov[i].iov_base + skip, iov[i].iov_len - skip, false);
+			seg_add(c, (const char *)iov[i].iov_base + skip, iov[i].iov_len - skip, NULL);
 		} else if (own) {
-			free(iov[i].iov_base);
+			release(iov[i].iov_base);
 		}
 	}
 	if (c->out_bytes > OUT_LIMIT && !c->out_unlimited) {
@@ -348,12 +352,13 @@ static void sendv(struct conn *c, const struct iovec *iov, int n, bool final, bo
 
 void conn_sendv(struct conn *c, const struct iovec *iov, int n, bool final)
 {
-	sendv(c, iov, n, final, false);
+	sendv(c, iov, n, final, NULL);
 }
 
-void conn_sendv_owned(struct conn *c, const struct iovec *iov, int n, bool final)
+void conn_sendv_owned(struct conn *c, const struct iovec *iov, int n, bool final,
+		      void (*release)(void *))
 {
-	sendv(c, iov, n, final, true);
+	sendv(c, iov, n, final, release);
 }
 
 void conn_send(struct conn *c, const char *data, size_t len, bool final)

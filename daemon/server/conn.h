@@ -98,9 +98,11 @@ void conn_send(struct conn *c, const char *data, size_t len, bool final);
 /* The same for several pieces, in one sendmsg(). */
 struct iovec;
 void conn_sendv(struct conn *c, const struct iovec *iov, int n, bool final);
-/* The same, the last piece a malloc'd buffer handed over: what the socket
- * does not take now waits in place, not copied, and it is freed once sent. */
-void conn_sendv_owned(struct conn *c, const struct iovec *iov, int n, bool final);
+/* The same, the last piece a buffer handed over: what the socket does not
+ * take now waits in place, not copied, and release(it) once sent (free, or
+ * engine_kv_buffer_free for a KV layer). */
+void conn_sendv_owned(struct conn *c, const struct iovec *iov, int n, bool final,
+		      void (*release)(void *));
 /* The status line and headers; clen < 0: no Content-Length. */
 void conn_resp_head(struct sbuf *b, struct conn *c, int status, const char *ctype,
 		    long long clen, bool chunked, const char *extra);

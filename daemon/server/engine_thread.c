@@ -79,7 +79,7 @@ void eth_submit_decode(struct engine_thread *t, uint64_t id, int32_t *prompt, in
 void eth_event_free(struct eth_event *ev)
 {
 	free(ev->err);
-	free(ev->data);
+	engine_kv_buffer_free(ev->data);
 	ev->err = NULL;
 	ev->data = NULL;
 }
@@ -148,7 +148,7 @@ static size_t apply_cmds(struct engine_thread *t, struct eth_cmd *cmds, size_t n
 		} else if (c->kind == CMD_SUBMIT_DECODE) {
 			rc = engine_submit_decode(t->e, c->id, c->prompt, c->n_prompt, &c->sp, &c->kv,
 						  err, sizeof(err));
-			free(c->kv.data); /* NULL when the engine took it */
+			engine_kv_buffer_free(c->kv.data); /* NULL when the engine took it */
 		} else {
 			rc = engine_submit(t->e, c->id, c->prompt, c->n_prompt, &c->sp, err, sizeof(err));
 		}
@@ -252,7 +252,7 @@ void eth_stop(struct engine_thread *t)
 	pthread_join(t->th, NULL);
 	for (size_t i = 0; i < t->ncmds; i++) {
 		free(t->cmds[i].prompt);
-		free(t->cmds[i].kv.data);
+		engine_kv_buffer_free(t->cmds[i].kv.data);
 	}
 	free(t->cmds);
 	for (size_t i = 0; i < t->nevs; i++)

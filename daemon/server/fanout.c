@@ -1,14 +1,14 @@
 /* fanout.c - the engine thread's events, on the I/O thread: each goes to its
  * request (queue state, metrics, text, stop strings) and on to the request's
  * connection, one send() per streamed token; a prefill worker's KV events go
- * to its KV stream (kv_serve.c). */
+ * to its KV stream (daemon/pd/, pd.h). */
 #include "daemon/server/fanout.h"
 
 #include <unistd.h>
 
 #include "abi/kpi_reasons.h"
+#include "daemon/pd/pd.h"
 #include "daemon/server/conn.h"
-#include "daemon/server/kv_serve.h"
 #include "daemon/server/openai.h"
 #include "daemon/server/req.h"
 #include "daemon/server/state.h"
@@ -217,7 +217,7 @@ void fanout_engine_events(void)
 	for (size_t i = 0; i < n; i++) {
 		struct req *r = req_find(evs[i].ev.id);
 		if (r && r->kind == REQ_PREFILL)
-			kv_serve_event(r, &evs[i]);
+			pd_kv_serve_event(r, &evs[i]);
 		else if (r)
 			on_event(r, &evs[i], last[i]);
 		eth_event_free(&evs[i]);

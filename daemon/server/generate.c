@@ -2,67 +2,17 @@
  * decode the body, tokenize, admit or refuse (400, 429, 503) on the I/O
  * thread, then submit to the engine thread, or, on a decode worker told to
  * (x-kpi-prefill), fetch the prompt's KV from that prefill worker first
- * (kv_fetch.c). fanout.c takes it from there. */
+ * (daemon/pd/, pd.h). fanout.c takes it from there. */
 #include "daemon/server/generate.h"
 
 #include <string.h>
 
 #include "kpi_probes.h"
 #include "abi/kpi_reasons.h"
+#include "daemon/pd/pd.h"
 #include "daemon/server/admit.h"
 #include "daemon/server/conn.h"
-#include "daemon/server/kv_fetch.h"
 #include "daemon/server/state.h"
-
-static int32_t *tokenize(const char *text, size_t len, int *n_out)
-{
-	int cap = (int)(len < (1u << 24) ? len : (1u << 24)) + 16;
-	for (int tries = 0; tries < 3; tries++) {
-		int32_t *ids = malloc((size_t)cap * sizeof(int32_t));
-		if (!ids)
-			return NULL;
-		int n = engine_tokenize(srv.e, text, len, true, ids, cap);
-		if (n < 0) {
-			free(ids);
-			return NULL;
-		}
-		if (n <= cap) {
-			*n_out = n;
-			return ids;
-		}
-		free(ids);
-		cap = n;
-	}
-	return NULL;
-}
-
-int32_t *generate_prompt(struct conn *c, struct api_request *ar, int *n_prompt)
-{
-	if (!ar->prompt_ids) {
-		int32_t *ids = tokenize(ar->prompt, ar->prompt_len, n_prompt);
-		if (!ids || *n_prompt == 0) {
-			free(ids);
-			conn_reject(c, 400, KPI_REJECT_BAD_PARAM, "'prompt' could not be tokenized",
-				    false, NULL);
-			return NULL;
-		}
-		return ids;
-	}
-	int vocab = srv.mi->vocab_size;
-	for (int i = 0; i < ar->n_prompt_ids; i++)
-		if (ar->prompt_ids[i] >= vocab) {
-			char err[256];
-			snprintf(err, sizeof(err), "'prompt[%d]' token id %d is out of range: the "
-				 "vocabulary has %d tokens (ids 0 to %d)", i, ar->prompt_ids[i],
-				 vocab, vocab - 1);
-			conn_reject(c, 400, KPI_REJECT_BAD_TOKEN, err, false, NULL);
-			return NULL;
-		}
-	int32_t *ids = ar->prompt_ids;
-	*n_prompt = ar->n_prompt_ids;
-	ar->prompt_ids = NULL;
-	return ids;
-}
 
 /* The client went away before the end: free its sequence at once (or stop
  * fetching its KV, which ends it here). */
@@ -73,7 +23,7 @@ static void generate_on_gone(struct conn *c, void *owner)
 		KPI_REQUEST_CANCELLED(r->id);
 	r->conn = NULL;
 	if (r->fetch)
-		kv_fetch_cancel(r);
+		pd_kv_fetch_cancel(r);
 	else
 		eth_finish(&srv.eth, r->id, KPI_FINISH_CANCELLED);
 }
@@ -98,7 +48,7 @@ static void generate_submit(struct conn *c, struct req *r, const struct api_requ
 	conn_attach(c, r, generate_on_gone, NULL);
 	if (srv.cfg->role == ROLE_DECODE && c->prefill[0]) {
 		r->prompt_ids = ids;
-		kv_fetch_start(r, c->prefill);
+		pd_kv_fetch(r, c->prefill);
 		return;
 	}
 	r->submitted = true;
@@ -114,7 +64,7 @@ void generate_handle(struct conn *c, const char *body, size_t len, bool chat)
 		return;
 	}
 	int n_prompt = 0, max_tokens = -1;
-	int32_t *ids = generate_prompt(c, &ar, &n_prompt);
+	int32_t *ids = admit_prompt(c, &ar, &n_prompt);
 	if (ids)
 		max_tokens = admit_limits(c, n_prompt, ar.max_tokens, chat);
 	struct req *r = NULL;

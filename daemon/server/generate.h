@@ -13,7 +13,4 @@ struct conn;
 /* POST /v1/completions (chat false) or /v1/chat/completions. */
 void generate_handle(struct conn *c, const char *body, size_t len, bool chat);
 
-/* The prompt's token ids (taken from ar or tokenized), or NULL after a 400. */
-int32_t *generate_prompt(struct conn *c, struct api_request *ar, int *n_prompt);
-
 #endif

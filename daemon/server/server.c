@@ -1,8 +1,8 @@
 /* server.c - kpi-infer's I/O thread: the epoll loop, accepting, draining and
  * the routes of each role. The top of the server: it calls down into every
  * module and none calls it. A connection's life is conn.c, inference
- * requests are generate.c (in) and fanout.c (out), a prefill worker's KV
- * stream kv_serve.c, a decode worker's kv_fetch.c, the router router.c. Each
+ * requests are generate.c (in) and fanout.c (out); a prefill worker's KV
+ * stream, a decode worker's KV fetch and the router are daemon/pd/ (pd.h). Each
  * SSE token chunk leaves in exactly one send() as soon as its event arrives,
  * because the agent times tokens by the daemon's own writes on the request's
  * fd. */
@@ -21,15 +21,13 @@
 #include <unistd.h>
 
 #include "abi/kpi_reasons.h"
+#include "daemon/pd/pd.h"
 #include "daemon/server/conn.h"
 #include "daemon/server/fanout.h"
 #include "daemon/server/generate.h"
-#include "daemon/server/kv_serve.h"
 #include "daemon/server/openai.h"
 #include "daemon/server/req.h"
-#include "daemon/server/router.h"
 #include "daemon/server/state.h"
-#include "daemon/server/upstream.h"
 
 
 /* ---- routes ------------------------------------------------------------------ */
@@ -51,7 +49,7 @@ static void handle_metrics(struct conn *c)
 	struct sbuf b = { 0 };
 	metrics_render(&srv.m, &st, srv.model_label, &b);
 	if (srv.cfg->role == ROLE_ROUTER)
-		router_render_metrics(&b);
+		pd_router_metrics(&b);
 	conn_respond(c, 200, "text/plain; version=0.0.4; charset=utf-8", b.data, b.len, NULL);
 	sbuf_free(&b);
 }
@@ -62,7 +60,7 @@ static void handle_load(struct conn *c)
 {
 	struct sbuf b = { 0 };
 	if (srv.cfg->role == ROLE_ROUTER) {
-		router_render_load(&b);
+		pd_router_load(&b);
 	} else {
 		struct engine_stats st;
 		eth_stats(&srv.eth, &st);
@@ -71,7 +69,7 @@ static void handle_load(struct conn *c)
 			    "\"fingerprint\":\"%016llx\"}\n", server_role_name(srv.cfg->role),
 			    srv.n_waiting - srv.n_fetching, srv.n_active - srv.n_waiting,
 			    srv.n_fetching, st.kv_blocks_free, st.kv_blocks_total, srv.model_json,
-			    (unsigned long long)srv.kvm.fingerprint);
+			    (unsigned long long)srv.fingerprint);
 	}
 	conn_respond(c, 200, "application/json", b.data, b.len, NULL);
 	sbuf_free(&b);
@@ -128,7 +126,7 @@ static void server_dispatch(struct conn *c, const char *body, size_t len)
 	case R_COMPLETIONS:
 	case R_CHAT:
 		if (router)
-			router_handle(c, body, len, route == R_CHAT);
+			pd_route(c, body, len, route == R_CHAT);
 		else if (prefill_role)
 			role_refuses(c);
 		else
@@ -136,13 +134,13 @@ static void server_dispatch(struct conn *c, const char *body, size_t len)
 		break;
 	case R_KV_PREFILL:
 		if (prefill_role)
-			kv_serve_handle(c, body, len);
+			pd_kv_serve(c, body, len);
 		else
 			role_refuses(c);
 		break;
 	case R_MODELS:
 		if (router)
-			router_forward_get(c);
+			pd_route_get(c);
 		else
 			handle_models(c);
 		break;
@@ -188,7 +186,7 @@ static void accept_all(void)
 static void sweep(uint64_t now)
 {
 	conn_sweep(now);
-	upstream_sweep(now);
+	pd_sweep(now);
 	if (srv.listen_paused && srv.lfd >= 0 && srv.nconns < srv.cfg->max_conns) {
 		struct epoll_event e = { .events = EPOLLIN, .data.ptr = &srv.tag_listen };
 		if (epoll_ctl(srv.epfd, EPOLL_CTL_ADD, srv.lfd, &e) == 0)
@@ -280,14 +278,7 @@ static int server_setup(struct engine *e, const struct server_config *cfg)
 		srv.kv_tokens = st.kv_blocks_total * (cfg->block_size > 0 ? cfg->block_size : 16);
 		struct engine_kv_layout kl;
 		engine_kv_layout(e, &kl);
-		srv.kvm = (struct kv_model){
-			.fingerprint = kl.fingerprint, .n_layers = (uint32_t)kl.n_layers,
-			.n_kv_heads = (uint32_t)kl.n_kv_heads, .head_dim = (uint32_t)kl.head_dim,
-			.dtype = (uint32_t)kl.dtype, .block_size = (uint32_t)kl.block_size,
-			.vocab_size = (uint32_t)kl.vocab_size,
-			.context_length = (uint32_t)kl.context_length,
-		};
-		snprintf(srv.kvm.name, sizeof(srv.kvm.name), "%.63s", srv.model_label);
+		srv.fingerprint = kl.fingerprint;
 	} else {
 		set_model_name("router");
 	}
@@ -313,9 +304,7 @@ static int server_setup(struct engine *e, const struct server_config *cfg)
 	epoll_ctl(srv.epfd, EPOLL_CTL_ADD, srv.wakefd, &ev);
 	ev.data.ptr = &srv.tag_signal;
 	epoll_ctl(srv.epfd, EPOLL_CTL_ADD, srv.sigfd, &ev);
-	if (cfg->role == ROLE_ROUTER)
-		return router_init();
-	return 0;
+	return pd_init();
 }
 
 /* SIGTERM or SIGINT: the first starts draining; false on a second (exit now). */
@@ -362,10 +351,8 @@ static int server_loop(void)
 			} else if (tag == TAG_SIGNAL) {
 				if (!on_signals())
 					return 1;
-			} else if (tag == TAG_UPSTREAM) {
-				upstream_event(evs[i].data.ptr, evs[i].events);
-			} else if (tag == TAG_TIMER) {
-				router_tick();
+			} else if (tag == TAG_UPSTREAM || tag == TAG_TIMER) {
+				pd_epoll_event(evs[i].data.ptr, evs[i].events);
 			} else {
 				struct conn *c = evs[i].data.ptr;
 				if (c->state != CS_CLOSED)
@@ -379,7 +366,7 @@ static int server_loop(void)
 		}
 		conn_run_ready();
 		conn_reap_dead();
-		upstream_reap();
+		pd_reap();
 	}
 }
 
@@ -410,9 +397,8 @@ int server_run(struct engine *e, const struct server_config *cfg)
 	while (srv.conns)
 		conn_close(srv.conns);
 	conn_reap_dead();
-	upstream_close_all();
-	if (cfg->role == ROLE_ROUTER)
-		router_free();
+	pd_close_all();
+	pd_free();
 	close(srv.wakefd);
 	close(srv.sigfd);
 	close(srv.epfd);

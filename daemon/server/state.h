@@ -1,17 +1,16 @@
 /* state.h - the I/O thread's one state (srv), shared by the server's modules:
  * configuration, the engine thread, epoll, the connection list, counters and
  * the in-flight table. Data only; defined in state.c, the bottom module, so
- * every module reaches it downwards. Not for outside daemon/server/. */
+ * every module reaches it downwards. Seen by daemon/server/ and daemon/pd/ only. */
 #ifndef KPI_SERVER_STATE_H
 #define KPI_SERVER_STATE_H
 
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "daemon/server/config.h"
 #include "daemon/server/engine_thread.h"
-#include "daemon/server/kv_wire.h"
 #include "daemon/server/metrics.h"
-#include "daemon/server/server.h"
 
 /* what an epoll event's data.ptr points at: the first int of its owner */
 enum { TAG_LISTEN = 1, TAG_WAKE, TAG_SIGNAL, TAG_CONN, TAG_UPSTREAM, TAG_TIMER };
@@ -25,7 +24,7 @@ struct server {
 	const struct server_config *cfg;
 	struct engine *e;          /* NULL for the router */
 	const struct model_info *mi; /* NULL for the router */
-	struct kv_model kvm;       /* this worker's model identity and KV layout (not the router) */
+	uint64_t fingerprint;      /* this worker's model identity (engine_kv_layout; 0 for the router) */
 	struct engine_thread eth;
 	int epfd, lfd, wakefd, sigfd;
 	int tag_listen, tag_wake, tag_signal;

@@ -1,5 +1,5 @@
 /* fuzz_kv_wire.c - libFuzzer target for the decode worker's KV stream reader
- * (daemon/server/kv_wire.c), fed in pieces whose sizes the input chooses, as
+ * (daemon/pd/kv_wire.c), fed in pieces whose sizes the input chooses, as
  * recv() would split it: whatever arrives, the reader never writes outside
  * what it asked for, is done only with every check passed, and a failure
  * always names a cause. */
@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "daemon/server/kv_wire.h"
+#include "daemon/engine.h"
+#include "daemon/pd/kv_wire.h"
 
 static const struct kv_model model = {
 	.fingerprint = 0x1234567890abcdefull, .name = "tiny", .n_layers = 3, .n_kv_heads = 2,
@@ -47,7 +48,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		assert(r.hdr.n_tokens == tokens && r.received == r.hdr.payload_bytes);
 		void *pl = kv_reader_take_payload(&r);
 		assert(pl);
-		free(pl);
+		engine_kv_buffer_free(pl);
 	}
 	kv_reader_free(&r);
 	return 0;

@@ -75,7 +75,7 @@ static void on_layer(void *ctx, uint64_t id, int layer, int first, int n_pos, vo
 	if (!n || !data || layer < 0 || layer >= NL || first != got.covered[id][layer] ||
 	    first + n_pos > n || len != (size_t)2 * NKV * n_pos * ROW) {
 		got.covered[id < NREQ ? id : 0][0] = -100000; /* checked below */
-		free(data);
+		engine_kv_buffer_free(data);
 		return;
 	}
 	if (first == 0 && n_pos < n)
@@ -88,7 +88,7 @@ static void on_layer(void *ctx, uint64_t id, int layer, int first, int n_pos, vo
 			       (char *)data + (size_t)kv * NKV * n_pos * ROW + (size_t)h * n_pos * ROW,
 			       (size_t)n_pos * ROW);
 	got.covered[id][layer] += n_pos;
-	free(data);
+	engine_kv_buffer_free(data);
 }
 
 static void test_prefill_then_decode_equals_one_engine(void)
@@ -125,7 +125,7 @@ static void test_prefill_then_decode_equals_one_engine(void)
 		struct sampling_params sp = params_of(r);
 		int n = prompt_of(r, prompt);
 		got.n[r] = n;
-		got.data[r] = malloc((size_t)NL * 2 * NKV * n * ROW);
+		got.data[r] = engine_kv_buffer((size_t)NL * 2 * NKV * n * ROW);
 		if (wave)
 			want_hits += 16 * (uint64_t)((n - 1) / 16 < 4 ? (n - 1) / 16 : 4);
 		CHECK(engine_submit_prefill(p, r, prompt, n, &sp, err, sizeof(err)) == 0, "%s", err);
@@ -193,13 +193,13 @@ static void test_submit_errors(void)
 	struct sampling_params sp = { .max_tokens = 4 };
 	CHECK(engine_submit_prefill(e, 1, prompt, 4, &sp, err, sizeof(err)) == -ENOTSUP &&
 	      strstr(err, "kv_layer"), "no callback: %s", err);
-	struct engine_kv_import kv = { 3, 5, 0, malloc(16) };
+	struct engine_kv_import kv = { 3, 5, 0, engine_kv_buffer(16) };
 	CHECK(engine_submit_decode(e, 2, prompt, 4, &sp, &kv, err, sizeof(err)) == -EINVAL &&
 	      strstr(err, "3 tokens for a prompt of 4"), "%s", err);
 	kv.n_tokens = 4;
 	kv.first_token = 99999;
 	CHECK(engine_submit_decode(e, 3, prompt, 4, &sp, &kv, err, sizeof(err)) == -EINVAL, "%s", err);
-	free(kv.data);
+	engine_kv_buffer_free(kv.data);
 	CHECK(!engine_has_work(e), "nothing queued");
 	engine_destroy(e);
 }

@@ -1,4 +1,4 @@
-/* test_server_kv_wire.c - the KV stream reader (daemon/server/kv_wire.c): a
+/* test_server_kv_wire.c - the KV stream reader (daemon/pd/kv_wire.c): a
  * stream fed in any split arrives whole; cut anywhere it is never done;
  * every byte flipped either fails it with a cause or lies in a field the
  * format calls informative; each kind of mismatch names its cause; the
@@ -9,8 +9,9 @@
 #include "tests/unit/check.h"
 #include "abi/kpi_kv_wire.h"
 #include "abi/kpi_reasons.h"
-#include "daemon/server/kv_wire.h"
-#include "daemon/server/route_policy.h"
+#include "daemon/engine.h"
+#include "daemon/pd/kv_wire.h"
+#include "daemon/pd/route_policy.h"
 
 static const struct kv_model model = {
 	.fingerprint = 0x1234567890abcdefull, .name = "tiny", .n_layers = 3, .n_kv_heads = 2,
@@ -88,7 +89,7 @@ static void test_any_split_arrives_whole(void)
 		CHECK(r.end.first_token == 42 && r.end.sampler_state == 0xfeed, "end frame");
 		char *p = kv_reader_take_payload(&r);
 		CHECK(p && !memcmp(p, payload, r.hdr.payload_bytes), "payload");
-		free(p);
+		engine_kv_buffer_free(p);
 		kv_reader_free(&r);
 	}
 	}

@@ -1,7 +1,7 @@
 /* upstream.c - outbound HTTP/1.1 exchanges (upstream.h): a pool of keep-alive
  * connections per address, non-blocking connect and send, the answer's head
  * parsed and its body framed, each outcome reported to the owner's ops. */
-#include "daemon/server/upstream.h"
+#include "daemon/pd/upstream.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -4,8 +4,8 @@
  * on; the answer comes back byte for byte. Workers are chosen by
  * --policy (route_policy.h) from their own /load, read every
  * --load-interval. No model is loaded. */
-#ifndef KPI_SERVER_ROUTER_H
-#define KPI_SERVER_ROUTER_H
+#ifndef KPI_PD_ROUTER_H
+#define KPI_PD_ROUTER_H
 
 #include <stdbool.h>
 #include <stddef.h>

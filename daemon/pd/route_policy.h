@@ -3,8 +3,8 @@
  * /load, corrected by what the router has sent it since), or by the prompt's
  * prefix (rendezvous hashing: a prefix keeps its worker while that worker is
  * up, and only its share moves when one goes). */
-#ifndef KPI_SERVER_ROUTE_POLICY_H
-#define KPI_SERVER_ROUTE_POLICY_H
+#ifndef KPI_PD_ROUTE_POLICY_H
+#define KPI_PD_ROUTE_POLICY_H
 
 #include <stdbool.h>
 #include <stddef.h>

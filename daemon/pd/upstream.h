@@ -6,8 +6,8 @@
  * chunked or until close) followed so the owner gets the body as it arrives
  * and knows where it ends. The owner hears through its ops, never the other
  * way round. */
-#ifndef KPI_SERVER_UPSTREAM_H
-#define KPI_SERVER_UPSTREAM_H
+#ifndef KPI_PD_UPSTREAM_H
+#define KPI_PD_UPSTREAM_H
 
 #include <stdbool.h>
 #include <stddef.h>

@@ -4,18 +4,20 @@
  * fingerprint; the answer is read by kv_wire.c's reader straight into the
  * payload buffer. Every failure is this request's alone: an error status to
  * its client, kpi:kv__recv_end with the reason, nothing else disturbed. */
-#include "daemon/server/kv_fetch.h"
+#include "daemon/pd/kv_fetch.h"
 
 #include <string.h>
 
 #include "kpi_probes.h"
 #include "abi/kpi_kv_wire.h"
 #include "abi/kpi_reasons.h"
+#include "daemon/pd/kv_wire.h"
+#include "daemon/pd/upstream.h"
 #include "daemon/server/conn.h"
-#include "daemon/server/kv_wire.h"
 #include "daemon/server/req.h"
 #include "daemon/server/state.h"
-#include "daemon/server/upstream.h"
+
+static const struct kv_model *kvm; /* this worker's (kv_fetch_init) */
 
 struct kv_fetch {
 	struct req *r;
@@ -115,9 +117,9 @@ static void on_head(struct upstream *u, void *owner, const struct http_response 
 	f->http_status = h->status;
 	if (h->status != 200)
 		return; /* its JSON error body follows */
-	uint64_t payload = kpi_kv_payload_bytes(srv.kvm.n_layers, (uint32_t)f->r->n_prompt,
-						srv.kvm.n_kv_heads, srv.kvm.head_dim, srv.kvm.dtype);
-	uint64_t want = kpi_kv_stream_bytes(srv.kvm.n_layers, payload);
+	uint64_t payload = kpi_kv_payload_bytes(kvm->n_layers, (uint32_t)f->r->n_prompt,
+						kvm->n_kv_heads, kvm->head_dim, kvm->dtype);
+	uint64_t want = kpi_kv_stream_bytes(kvm->n_layers, payload);
 	char why[256];
 	if (!h->content_type || !http_token_eq(h->content_type, h->content_type_len,
 					       KPI_KV_CONTENT_TYPE)) {
@@ -196,6 +198,11 @@ static const struct upstream_ops fetch_ops = {
 	.on_error = on_error,
 };
 
+void kv_fetch_init(const struct kv_model *m)
+{
+	kvm = m;
+}
+
 void kv_fetch_start(struct req *r, const char *addr)
 {
 	struct kv_fetch *f = calloc(1, sizeof(*f));
@@ -216,8 +223,8 @@ void kv_fetch_start(struct req *r, const char *addr)
 	r->fetch = f;
 	srv.n_fetching++;
 	snprintf(f->addr, sizeof(f->addr), "%s", addr);
-	f->blocks = (r->n_prompt + (int)srv.kvm.block_size - 1) / (int)srv.kvm.block_size;
-	kv_reader_init(&f->rd, &srv.kvm, (uint32_t)r->n_prompt);
+	f->blocks = (r->n_prompt + (int)kvm->block_size - 1) / (int)kvm->block_size;
+	kv_reader_init(&f->rd, kvm, (uint32_t)r->n_prompt);
 
 	struct sbuf body = { 0 }, req = { 0 };
 	sbuf_adds(&body, "{\"prompt\":[");
@@ -229,7 +236,7 @@ void kv_fetch_start(struct req *r, const char *addr)
 	sbuf_printf(&req, "POST " KPI_KV_PATH " HTTP/1.1\r\nHost: %s\r\nContent-Type: "
 		    "application/json\r\nContent-Length: %zu\r\nx-request-id: %s\r\n"
 		    KPI_KV_MODEL_HEADER ": %016llx\r\n\r\n", addr, body.len, r->rid,
-		    (unsigned long long)srv.kvm.fingerprint);
+		    (unsigned long long)kvm->fingerprint);
 	sbuf_add(&req, body.data, body.len);
 	sbuf_free(&body);
 	char err[256];

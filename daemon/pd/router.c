@@ -3,7 +3,7 @@
  * answer relayed unchanged: its head (hop-by-hop Connection aside) goes out
  * with its first body bytes, and every read from the decode worker is one
  * write to the client, so a token event keeps its own write. */
-#include "daemon/server/router.h"
+#include "daemon/pd/router.h"
 
 #include <errno.h>
 #include <jansson.h>
@@ -15,12 +15,13 @@
 
 #include "kpi_probes.h"
 #include "abi/kpi_reasons.h"
+#include "daemon/pd/route_policy.h"
+#include "daemon/pd/upstream.h"
 #include "daemon/server/admit.h"
 #include "daemon/server/api.h"
+#include "daemon/server/config.h"
 #include "daemon/server/conn.h"
-#include "daemon/server/route_policy.h"
 #include "daemon/server/state.h"
-#include "daemon/server/upstream.h"
 
 struct worker {
 	char addr[128];

@@ -4,10 +4,15 @@
  * worker's model (abi/kpi_kv_wire.h), then handed to the engine with the
  * request. A transfer that fails ends its request with an error status;
  * nothing else is touched. */
-#ifndef KPI_SERVER_KV_FETCH_H
-#define KPI_SERVER_KV_FETCH_H
+#ifndef KPI_PD_KV_FETCH_H
+#define KPI_PD_KV_FETCH_H
 
+struct kv_model;
 struct req;
+
+/* This worker's model identity and KV layout, which every fetch is checked
+ * against (kept, not copied). */
+void kv_fetch_init(const struct kv_model *m);
 
 /* r is admitted and holds its prompt ids and sampling parameters. */
 void kv_fetch_start(struct req *r, const char *addr);

@@ -3,8 +3,8 @@
  * prefill worker writes, and the decode worker's incremental reader, which
  * says where the next bytes go (so they are received straight into the
  * payload) and checks every size before it allocates or uses a byte. */
-#ifndef KPI_SERVER_KV_WIRE_H
-#define KPI_SERVER_KV_WIRE_H
+#ifndef KPI_PD_KV_WIRE_H
+#define KPI_PD_KV_WIRE_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -55,7 +55,7 @@ enum kv_reader_stage kv_reader_got(struct kv_reader *r, size_t n);
 /* Copies bytes in through want/got (bytes read ahead of the payload). Returns
  * how many it took (it stops at done or failed). */
 size_t kv_reader_feed(struct kv_reader *r, const char *in, size_t n);
-/* The payload, taken: the caller frees it. NULL unless KVR_DONE. */
+/* The payload, taken: the caller frees it (engine_kv_buffer_free). NULL unless KVR_DONE. */
 void *kv_reader_take_payload(struct kv_reader *r);
 /* Fails the reader from outside (the connection ended early...). */
 void kv_reader_fail(struct kv_reader *r, int status, const char *fmt, ...)

@@ -1,5 +1,5 @@
 /* route_policy.c - the router's three policies (route_policy.h). */
-#include "daemon/server/route_policy.h"
+#include "daemon/pd/route_policy.h"
 
 #include <string.h>
 #include <xxhash.h>
