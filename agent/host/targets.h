@@ -27,10 +27,12 @@ bool target_ending(pid_t pid);
 int target_exe_path(pid_t pid, char *buf, size_t len);
 /* TCP ports pid listens on (host order).  Returns the count. */
 int target_listen_ports(pid_t pid, uint16_t *ports, int max);
-/* The processes holding a socket that listens on TCP port in the agent's
- * network namespace (NETLINK_SOCK_DIAG, then every /proc/PID/fd: a server's
- * forked workers share it); at most max in out, the count returned (0 also
- * when sock_diag is missing). */
+/* The processes holding a socket that listens on TCP port, in every network
+ * namespace: the agent's own by NETLINK_SOCK_DIAG, any other (a container's,
+ * an `ip netns`) from /proc/PID/net/tcp{,6} of a process in it, each read once
+ * a call; then every /proc/PID/fd (a server's forked workers share the
+ * socket).  Two processes on one port in two namespaces are both found.  At
+ * most max in out, the count returned. */
 int target_port_owners(uint16_t port, pid_t *out, int max);
 /* Path of the first file pid maps whose name starts with name (from
  * /proc/PID/maps: "libkpi_cupti.so", "libssl.so"), usable by this process
