@@ -580,7 +580,7 @@ static int check_host(struct agent *ag, struct privdrop *priv)
 	char err[512];
 	bool mounted;
 
-	if (host_check_privileges(err, sizeof(err)) ||
+	if (host_check_pid_ns(err, sizeof(err)) || host_check_privileges(err, sizeof(err)) ||
 	    privdrop_plan(priv, env.user, metrics_low_port(), err, sizeof(err))) {
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		return -1;
