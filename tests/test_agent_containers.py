@@ -3,7 +3,9 @@ stage), as root with real BPF: two kpi-infer on port 8000, each in an `ip netns`
 the test makes, one of them in a cgroup shaped like a docker container's; the
 agent given `--port 8000` alone traces both from their probes, and every row of
 the one in the "container" names its id and cgroup while the other's stay NULL.
-An agent in a pid namespace of its own refuses to start, saying what to change."""
+A kpi-infer whose file exists only in its own mount namespace is probed on
+that file (through /proc/PID/root), not on the host's file of that name. An
+agent in a pid namespace of its own refuses to start, saying what to change."""
 import json, os, secrets, sqlite3, subprocess, time
 
 import kpitest
@@ -139,3 +141,43 @@ def test_refuses_in_its_own_pid_namespace():
         assert "pid namespace of its own" in out and "--pid=host" in out and "hostPID: true" in out, out
         assert "attached" not in out and "writing" not in out, out
         assert not os.path.exists(os.path.join(d, "t.db")), "a DB was created before the refusal"
+
+
+def test_probes_through_the_targets_mount_namespace():
+    """A kpi-infer whose file exists only in its own mount namespace (a tmpfs
+    mounted there over a directory that, on the host, holds another file of
+    the same name: /bin/true): its probes are attached on its own file, seen
+    through /proc/PID/root, not on the host's (which has none: HTTP mode)."""
+    at.require_agent_and_infer()
+    if not kpitest.run(["which", "unshare"]).stdout.strip():
+        raise kpitest.Skip("util-linux's unshare is not installed")
+    d = kpitest.tmpdir("kpi-agent-mnt-")
+    model = os.path.join(d, "tiny.gguf")
+    kpitest.run([servertest.KPI_INFER, "--make-model", model, "--preset", "tiny", "--seed", "1"],
+                check=True, timeout=600)
+    bindir = os.path.join(d, "bin")
+    os.makedirs(bindir)
+    host_file = os.path.join(bindir, "kpi-infer")
+    with open("/bin/true", "rb") as src, open(host_file, "wb") as dst:
+        dst.write(src.read())
+    os.chmod(host_file, 0o755)
+    port = kpitest.free_port()
+    server = kpitest.Proc(["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                           f'mount -t tmpfs none "{bindir}" && cp "{servertest.KPI_INFER}" "{bindir}/" '
+                           f'&& exec "{bindir}/kpi-infer" --model "{model}" --port {port}'])
+    server.wait_line("listening on", timeout=60)
+    db = os.path.join(d, "trace.db")
+    agent = at.start_agent(db, "--port", port, "--flush-ms", 100)
+    line = agent.wait_line(f"attached to pid {server.pid} ", timeout=30)
+    assert f"/proc/{server.pid}/root{bindir}/kpi-infer" in line and "HTTP mode" not in line, line
+    agent.wait_line("writing ", timeout=30)
+    tag = secrets.token_hex(3)
+    kpitest.run(["python3", "-c", CLIENT.replace(str(PORT), str(port)), f"mnt-{tag}", str(N)],
+                check=True, timeout=60)
+    time.sleep(0.5)
+    assert agent.stop() == 0, "\n".join(agent.lines[-20:])
+    c = sqlite3.connect(db)
+    rows = c.execute("SELECT pid, source FROM requests WHERE request_id LIKE ?", (f"mnt-{tag}-%",)).fetchall()
+    c.close()
+    assert rows == [(server.pid, "usdt")] * N, (rows, agent.lines[-20:])
+    server.stop()

@@ -47,7 +47,34 @@ struct ints {
 	int *v, n, max;
 };
 
-int target_exe_path(pid_t pid, char *buf, size_t len)
+/* pid shares the agent's mount namespace (true too when that cannot be told:
+ * the path is then tried as it is first). */
+static bool same_mntns(pid_t pid)
+{
+	char path[64];
+	struct stat mine, theirs;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", pid);
+	if (stat("/proc/self/ns/mnt", &mine) || stat(path, &theirs))
+		return true;
+	return mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
+}
+
+int target_path(pid_t pid, const char *path, char *buf, size_t len)
+{
+	int n;
+
+	/* a container's /usr/lib/libssl.so.3 is another file than the host's of
+	 * that name: go through its root whenever its mount namespace is not ours */
+	if (same_mntns(pid) && access(path, R_OK) == 0)
+		n = snprintf(buf, len, "%s", path);
+	else
+		n = snprintf(buf, len, "/proc/%d/root%s", pid, path);
+	return n >= 0 && (size_t)n < len ? 0 : -1;
+}
+
+/* The executable's path as pid's mount namespace names it. */
+static int exe_link(pid_t pid, char *buf, size_t len)
 {
 	char link[64];
 	ssize_t n;
@@ -57,17 +84,30 @@ int target_exe_path(pid_t pid, char *buf, size_t len)
 	if (n < 0)
 		return -1;
 	buf[n] = 0;
-	/* a rebuilt binary: the running image is only reachable via the link */
-	if (n > 10 && !strcmp(buf + n - 10, " (deleted)"))
-		snprintf(buf, len, "%s", link);
 	return 0;
+}
+
+int target_exe_path(pid_t pid, char *buf, size_t len)
+{
+	char path[PATH_MAX];
+	size_t n;
+
+	if (exe_link(pid, path, sizeof(path)))
+		return -1;
+	n = strlen(path);
+	/* a rebuilt binary: the running image is only reachable via the link */
+	if (n > 10 && !strcmp(path + n - 10, " (deleted)")) {
+		snprintf(buf, len, "/proc/%d/exe", pid);
+		return 0;
+	}
+	return target_path(pid, path, buf, len);
 }
 
 bool target_matches(pid_t pid, const char *exe)
 {
 	char path[PATH_MAX], comm[64];
 
-	if (target_exe_path(pid, path, sizeof(path)) == 0) {
+	if (exe_link(pid, path, sizeof(path)) == 0) {
 		char *base;
 		if (exe)
 			return !strcmp(path, exe);
@@ -514,11 +554,7 @@ int target_lib_path(pid_t pid, const char *name, char *buf, size_t len)
 		const char *base = strrchr(path, '/') + 1;
 		if (strncmp(base, name, strlen(name)) || strstr(path, " (deleted)"))
 			continue;
-		/* the target may live in another mount namespace: go through its root */
-		if (access(path, R_OK) == 0)
-			rc = snprintf(buf, len, "%s", path) < (int)len ? 0 : -1;
-		else
-			rc = snprintf(buf, len, "/proc/%d/root%s", pid, path) < (int)len ? 0 : -1;
+		rc = target_path(pid, path, buf, len);
 		break;
 	}
 	fclose(f);
