@@ -11,7 +11,6 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
-#include "agent/host/container.h"
 #include "export_ident.h"
 #include "retain.h"
 #include "store.h"
@@ -354,12 +353,12 @@ static void sink_request_or_out(struct trace_store *st, const struct kpi_request
 	p->out = out;
 	p->tokens = NULL;
 	/* the model that served it (/proc and the GGUF header, once a process) */
-	snprintf(p->weight_type, sizeof(p->weight_type), "%s", out ? "" : export_ident_get(r->pid)->weight_type);
+	const struct export_ident *id = export_ident_get(r->pid);
+	snprintf(p->weight_type, sizeof(p->weight_type), "%s", out ? "" : id->weight_type);
 	/* its container and pod (cgroup and runtime state, once a process) */
-	const struct container_info *ct = container_of_pid((pid_t)r->pid);
-	p->in_container = ct != NULL;
-	if (ct)
-		p->ct = *ct;
+	p->in_container = id->in_container;
+	if (id->in_container)
+		p->ct = id->container;
 	p->r.token_writes = NULL;
 	if (st->token_detail && r->n_token_writes && !out) {
 		p->tokens = malloc(r->n_token_writes * sizeof(uint64_t));
