@@ -1,7 +1,8 @@
 """kpi-agent where servers run in namespaces of their own (issue 42, first
 stage), as root with real BPF: two kpi-infer on port 8000, each in an `ip netns`
-the test makes, one of them in a cgroup shaped like a docker container's; the
-agent given `--port 8000` alone traces both from their probes, and every row of
+the test makes, one of them in a cgroup shaped like a docker container's, the
+other started after the agent; the agent given `--port 8000` alone traces both
+from their probes, and every row of
 the one in the "container" names its id and cgroup while the other's stay NULL.
 A kpi-infer whose file exists only in its own mount namespace is probed on
 that file (through /proc/PID/root), not on the host's file of that name. An
@@ -93,13 +94,16 @@ def test_port_in_two_network_namespaces():
         _netns(n)
     cid = secrets.token_hex(32)
     cg = _fake_container_cgroup(cid)
-    servers = [_serve_in(ns[0], model, cg), _serve_in(ns[1], model)]
-    pids = [s.pid for s in servers]
+    # one already serving when the agent starts (found by the scan), one
+    # started after (held at its listen() or exec until traced)
+    servers = [_serve_in(ns[0], model, cg)]
     db = os.path.join(d, "trace.db")
     agent = at.start_agent(db, "--port", PORT, "--flush-ms", 100)
-    for pid in pids:
-        agent.wait_line(f"attached to pid {pid} ", timeout=30)
+    agent.wait_line(f"attached to pid {servers[0].pid} ", timeout=30)
     agent.wait_line("writing ", timeout=30)
+    servers.append(_serve_in(ns[1], model))
+    pids = [s.pid for s in servers]
+    agent.wait_line(f"attached to pid {pids[1]} ", timeout=30)
     for i, n in enumerate(ns):
         kpitest.run(["ip", "netns", "exec", n, "python3", "-c", CLIENT, f"ns{i}-{tag}", str(N)],
                     check=True, timeout=60)
