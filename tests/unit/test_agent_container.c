@@ -82,6 +82,30 @@ static void test_every_cgroup_shape(void)
 	}
 }
 
+/* Hostile or odd paths: nothing read out of bounds, never an id made up. */
+static void test_odd_paths(void)
+{
+	struct container_shape sh;
+	char deep[4096] = "";
+
+	CHECK(container_parse_path("", &sh) == CONTAINER_PATH_HOST && !sh.id[0], "empty");
+	CHECK(container_parse_path("////", &sh) == CONTAINER_PATH_HOST, "slashes");
+	CHECK(container_parse_path("/system.slice/docker-" ID ".scope\n0::/x", &sh) ==
+	      CONTAINER_PATH_CONTAINER && !strcmp(sh.id, ID), "stops at the line's end");
+	CHECK(container_parse_path("system.slice/docker-" ID ".scope", &sh) == CONTAINER_PATH_CONTAINER,
+	      "no leading slash");
+	CHECK(container_parse_path("/docker-" ID "0.scope", &sh) == CONTAINER_PATH_UNKNOWN && !sh.id[0],
+	      "65 hex digits");
+	CHECK(container_parse_path("/cri-containerd-.scope", &sh) == CONTAINER_PATH_UNKNOWN, "no id");
+	CHECK(container_parse_path("/kubepods/burstable/pod" UID, &sh) == CONTAINER_PATH_UNKNOWN,
+	      "a pod's own cgroup");
+	/* deeper than the parser looks: unknown (counted), not a guess */
+	for (int i = 0; i < 40; i++)
+		strcat(deep, "/a");
+	strcat(deep, "/docker-" ID ".scope");
+	CHECK(container_parse_path(deep, &sh) == CONTAINER_PATH_UNKNOWN && !sh.id[0], "deep");
+}
+
 static void test_cgroup2_line(void)
 {
 	char p[256];
@@ -231,6 +255,7 @@ static void test_self(void)
 int main(void)
 {
 	RUN(test_every_cgroup_shape);
+	RUN(test_odd_paths);
 	RUN(test_cgroup2_line);
 	RUN(test_config_annotations);
 	RUN(test_storage_list);
