@@ -355,27 +355,41 @@ static int read_config(const char *path, struct container_info *ci)
 
 /* containerd's bundles, one directory per namespace (k8s.io for the CRI,
  * moby for docker, default for ctr). */
+static bool in_containerd_ns(struct container_info *ci, const char *ns)
+{
+	char path[PATH_MAX];
+
+	snprintf(path, sizeof(path), CONTAINERD_TASKS "/%s/%s/config.json", ns, ci->id);
+	if (read_config(path, ci))
+		return false;
+	if (!ci->runtime)
+		ci->runtime = strcmp(ns, "moby") ? "containerd" : "docker";
+	return true;
+}
+
 static bool from_containerd(struct container_info *ci)
 {
+	/* the namespaces every host has first: their directories are 0711, so
+	 * an agent that dropped to another user still reaches them */
+	static const char *known[] = { "k8s.io", "moby", "default" };
 	char dir[PATH_MAX];
 	struct dirent *de;
 	DIR *d;
 	bool found = false;
 
+	for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+		if (in_containerd_ns(ci, known[i]))
+			return true;
 	snprintf(dir, sizeof(dir), "%s" CONTAINERD_TASKS, root);
 	d = opendir(dir);
 	if (!d)
 		return false;
 	while (!found && (de = readdir(d))) {
-		char path[PATH_MAX];
-		if (de->d_name[0] == '.')
-			continue;
-		snprintf(path, sizeof(path), CONTAINERD_TASKS "/%s/%s/config.json", de->d_name, ci->id);
-		if (read_config(path, ci))
-			continue;
-		found = true;
-		if (!ci->runtime)
-			ci->runtime = strcmp(de->d_name, "moby") ? "containerd" : "docker";
+		bool tried = false;
+		for (size_t i = 0; i < sizeof(known) / sizeof(known[0]); i++)
+			tried |= !strcmp(de->d_name, known[i]);
+		if (de->d_name[0] != '.' && !tried)
+			found = in_containerd_ns(ci, de->d_name);
 	}
 	closedir(d);
 	return found;

@@ -195,6 +195,13 @@ static void test_state_dirs(void)
 	      !strcmp(ci->pod_name, "p") && !strcmp(ci->pod_namespace, "ns") && !strcmp(ci->pod_uid, UID) &&
 	      ci->cgroup_id == 101, "containerd %s", ci ? ci->name : "NULL");
 
+	/* a containerd namespace of its own (found by listing the bundles) */
+#define ID3 "dd00dd00dd00dd00dd00dd00dd00dd00dd00dd00dd00dd00dd00dd00dd00dd00"
+	put("/run/containerd/io.containerd.runtime.v2.task/custom-ns/" ID3 "/config.json",
+	    "{\"annotations\":{\"io.kubernetes.cri.container-name\":\"side\"}}", 0);
+	ci = container_of_cgroup(107, "/kubepods/pod" UID "/" ID3);
+	CHECK(ci && !strcmp(ci->runtime, "containerd") && !strcmp(ci->name, "side"), "listed namespace");
+
 	/* podman: config.json without names, the name from containers.json */
 	put("/var/lib/containers/storage/overlay-containers/" ID2 "/userdata/config.json",
 	    "{\"annotations\":{\"io.container.manager\":\"libpod\"}}", 0);
