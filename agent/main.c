@@ -24,6 +24,7 @@
 #include "agent/sources/gpu.h"
 #include "agent/sources/tls.h"
 #include "agent/sources/llama.h"
+#include "agent/host/container.h"
 #include "agent/host/host.h"
 #include "agent/track/http_path.h"
 #include "agent/track/trajectory.h"
@@ -579,7 +580,7 @@ static int check_host(struct agent *ag, struct privdrop *priv)
 	char err[512];
 	bool mounted;
 
-	if (host_check_privileges(err, sizeof(err)) ||
+	if (host_check_pid_ns(err, sizeof(err)) || host_check_privileges(err, sizeof(err)) ||
 	    privdrop_plan(priv, env.user, metrics_low_port(), err, sizeof(err))) {
 		fprintf(stderr, "kpi-agent: %s\n", err);
 		return -1;
@@ -811,6 +812,15 @@ static void finish(struct agent *ag)
 		       (unsigned long long)st.tasks[0], (unsigned long long)st.tasks[1],
 		       (unsigned long long)st.tasks[2], (unsigned long long)st.tasks[3],
 		       (unsigned long long)st.escalations);
+	struct container_counts cc;
+	container_counts(&cc);
+	if (cc.resolved + cc.unknown_shape + cc.bad_config + cc.huge_config)
+		printf("containers: %llu resolved (%llu named by their runtime's state), %llu cgroups of an "
+		       "unknown shape (no container named), %llu runtime state files ignored (%llu "
+		       "malformed, %llu over the size cap)\n", (unsigned long long)cc.resolved,
+		       (unsigned long long)cc.named, (unsigned long long)cc.unknown_shape,
+		       (unsigned long long)(cc.bad_config + cc.huge_config), (unsigned long long)cc.bad_config,
+		       (unsigned long long)cc.huge_config);
 	losses_print(&lost);
 	agent_gpu_summary(ag->gpu, gpu_said, sizeof(gpu_said));
 	if (gpu_said[0])

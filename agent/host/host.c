@@ -35,6 +35,49 @@ static unsigned long long cap_eff(void)
 	return v;
 }
 
+/* The initial pid namespace's inode (PROC_PID_INIT_INO, include/linux/proc_ns.h). */
+#define PID_NS_INIT_INO 0xEFFFFFFCU
+
+int host_check_pid_ns(char *err, size_t len)
+{
+	char line[256];
+	int levels = 0, host_pid = 0, own_pid = 0;
+	struct stat st;
+	FILE *f = fopen("/proc/self/status", "re");
+
+	/* NSpid: the pid in each pid namespace from the procfs's down to ours */
+	while (f && fgets(line, sizeof(line), f)) {
+		char *p = line + 6;
+		if (strncmp(line, "NSpid:", 6))
+			continue;
+		for (char *end; (void)(end = NULL), strtol(p, &end, 10), end != p; p = end) {
+			int v = (int)strtol(p, NULL, 10);
+			if (!levels++)
+				host_pid = v;
+			own_pid = v;
+		}
+		break;
+	}
+	if (f)
+		fclose(f);
+	if (levels > 1) {
+		snprintf(err, len, "this agent runs in a pid namespace of its own (its pid %d is %d outside it): "
+			 "the kernel's events carry the host's pids and it would trace nothing: run it in the "
+			 "host's pid namespace (e.g. podman run --pid=host / hostPID: true, or without "
+			 "unshare --pid)", own_pid, host_pid);
+		return -1;
+	}
+	/* a procfs of its own namespace shows one level: the namespace's inode says */
+	if (!stat("/proc/self/ns/pid", &st) && st.st_ino != PID_NS_INIT_INO) {
+		snprintf(err, len, "this agent runs in a pid namespace of its own (pid:[%lu], not the host's "
+			 "pid:[%u]): the kernel's events carry the host's pids and it would trace nothing: run "
+			 "it in the host's pid namespace (e.g. podman run --pid=host / hostPID: true, or "
+			 "without unshare --pid)", (unsigned long)st.st_ino, PID_NS_INIT_INO);
+		return -1;
+	}
+	return 0;
+}
+
 int host_check_privileges(char *err, size_t len)
 {
 	unsigned long long caps;

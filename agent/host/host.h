@@ -27,6 +27,10 @@ struct host_features {
 /* 0 when root or holding CAP_BPF + CAP_PERFMON; else -1 and a message
  * saying exactly what is missing and what to do. */
 int host_check_privileges(char *err, size_t len);
+/* 0 when the agent runs in the host's (the initial) pid namespace; else -1
+ * and a message saying what to change: the BPF programs see host pids, the
+ * agent would attach to its namespace's and then record nothing. */
+int host_check_pid_ns(char *err, size_t len);
 /* Mounts tracefs at /sys/kernel/tracing when missing. *mounted says whether
  * this call mounted it. */
 int host_ensure_tracefs(bool *mounted, char *err, size_t len);

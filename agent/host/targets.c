@@ -47,7 +47,34 @@ struct ints {
 	int *v, n, max;
 };
 
-int target_exe_path(pid_t pid, char *buf, size_t len)
+/* pid shares the agent's mount namespace (true too when that cannot be told:
+ * the path is then tried as it is first). */
+static bool same_mntns(pid_t pid)
+{
+	char path[64];
+	struct stat mine, theirs;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", pid);
+	if (stat("/proc/self/ns/mnt", &mine) || stat(path, &theirs))
+		return true;
+	return mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
+}
+
+int target_path(pid_t pid, const char *path, char *buf, size_t len)
+{
+	int n;
+
+	/* a container's /usr/lib/libssl.so.3 is another file than the host's of
+	 * that name: go through its root whenever its mount namespace is not ours */
+	if (same_mntns(pid) && access(path, R_OK) == 0)
+		n = snprintf(buf, len, "%s", path);
+	else
+		n = snprintf(buf, len, "/proc/%d/root%s", pid, path);
+	return n >= 0 && (size_t)n < len ? 0 : -1;
+}
+
+/* The executable's path as pid's mount namespace names it. */
+static int exe_link(pid_t pid, char *buf, size_t len)
 {
 	char link[64];
 	ssize_t n;
@@ -57,17 +84,30 @@ int target_exe_path(pid_t pid, char *buf, size_t len)
 	if (n < 0)
 		return -1;
 	buf[n] = 0;
-	/* a rebuilt binary: the running image is only reachable via the link */
-	if (n > 10 && !strcmp(buf + n - 10, " (deleted)"))
-		snprintf(buf, len, "%s", link);
 	return 0;
+}
+
+int target_exe_path(pid_t pid, char *buf, size_t len)
+{
+	char path[PATH_MAX];
+	size_t n;
+
+	if (exe_link(pid, path, sizeof(path)))
+		return -1;
+	n = strlen(path);
+	/* a rebuilt binary: the running image is only reachable via the link */
+	if (n > 10 && !strcmp(path + n - 10, " (deleted)")) {
+		snprintf(buf, len, "/proc/%d/exe", pid);
+		return 0;
+	}
+	return target_path(pid, path, buf, len);
 }
 
 bool target_matches(pid_t pid, const char *exe)
 {
 	char path[PATH_MAX], comm[64];
 
-	if (target_exe_path(pid, path, sizeof(path)) == 0) {
+	if (exe_link(pid, path, sizeof(path)) == 0) {
 		char *base;
 		if (exe)
 			return !strcmp(path, exe);
@@ -323,20 +363,19 @@ fail:
 	return -1;
 }
 
-/* The same from pid's /proc/PID/net/tcp{,6}, which shows pid's own network
- * namespace. */
-static int proc_listen_ports(pid_t pid, uint16_t *ports, int max, const unsigned long *ino,
-			     int n_ino)
+/* Calls fn(ctx, port, inode) for every listening TCP socket of pid's network
+ * namespace, from its /proc/PID/net/tcp{,6} (which show pid's own namespace). */
+static void proc_listen_each(pid_t pid, void (*fn)(void *ctx, unsigned port, unsigned long inode),
+			     void *ctx)
 {
 	const char *files[] = { "tcp", "tcp6" };
-	int n = 0;
 
 	for (int f = 0; f < 2; f++) {
 		char path[64], line[512];
 		FILE *fp;
 
 		snprintf(path, sizeof(path), "/proc/%d/net/%s", pid, files[f]);
-		fp = fopen(path, "r");
+		fp = fopen(path, "re");
 		if (!fp)
 			continue;
 		while (fgets(line, sizeof(line), fp)) {
@@ -351,11 +390,19 @@ static int proc_listen_ports(pid_t pid, uint16_t *ports, int max, const unsigned
 				continue;
 			colon = strrchr(local, ':');
 			if (colon && sscanf(colon + 1, "%x", &port) == 1)
-				add_port(ports, &n, max, port, inode, ino, n_ino);
+				fn(ctx, port, inode);
 		}
 		fclose(fp);
 	}
-	return n;
+}
+
+static int proc_listen_ports(pid_t pid, uint16_t *ports, int max, const unsigned long *ino,
+			     int n_ino)
+{
+	struct port_list pl = { ports, 0, max, ino, n_ino };
+
+	proc_listen_each(pid, port_of_ours, &pl);
+	return pl.n;
 }
 
 static bool same_netns(pid_t pid)
@@ -392,10 +439,22 @@ void target_each_thread(pid_t pid, bool (*fn)(void *ctx, int tid), void *ctx)
 
 /* ---- the process behind a port ------------------------------------------ */
 
+#define PORT_NETNS_MAX 256      /* network namespaces looked into per scan */
+#define PORT_LISTENERS_MAX 16   /* listening sockets on the port per namespace */
+
+/* The sockets listening on the port in one network namespace. */
+struct netns_listeners {
+	dev_t dev;
+	ino_t ino;
+	unsigned port;
+	unsigned long ino_sock[PORT_LISTENERS_MAX];
+	int n;
+};
+
 struct port_owner {
 	unsigned port;
-	unsigned long ino[16];
-	int n_ino;
+	struct netns_listeners ns[PORT_NETNS_MAX];
+	int n_ns;
 	pid_t *out;             /* found */
 	int n, max;
 	pid_t self;
@@ -403,40 +462,77 @@ struct port_owner {
 
 static void listener_of_port(void *ctx, unsigned port, unsigned long inode)
 {
-	struct port_owner *po = ctx;
+	struct netns_listeners *nl = ctx;
 
-	if (port == po->port && po->n_ino < 16)
-		po->ino[po->n_ino++] = inode;
+	if (nl->n < PORT_LISTENERS_MAX && port == nl->port)
+		nl->ino_sock[nl->n++] = inode;
 }
 
-/* Whether pid holds one of po's listening sockets. */
-static bool holds_listener(struct port_owner *po, pid_t pid)
+/* Whether pid holds one of nl's listening sockets. */
+static bool holds_listener(const struct netns_listeners *nl, pid_t pid)
 {
 	static unsigned long ino[4096];
 	int n = socket_inodes(pid, ino, 4096);
 
 	for (int i = 0; i < n; i++)
-		for (int k = 0; k < po->n_ino; k++)
-			if (ino[i] == po->ino[k])
+		for (int k = 0; k < nl->n; k++)
+			if (ino[i] == nl->ino_sock[k])
 				return true;
 	return false;
+}
+
+/* The listeners on po's port in pid's network namespace, each namespace
+ * read once per scan: the agent's own by sock_diag, any other (a container's,
+ * an `ip netns`) from the /proc/PID/net/tcp{,6} of the first process met in it.
+ * NULL when pid is gone or the table is full. */
+static struct netns_listeners *listeners_of(struct port_owner *po, pid_t pid)
+{
+	char path[64];
+	struct stat ns, mine;
+	struct netns_listeners *nl;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", pid);
+	if (stat(path, &ns))
+		return NULL;
+	for (int i = 0; i < po->n_ns; i++)
+		if (po->ns[i].ino == ns.st_ino && po->ns[i].dev == ns.st_dev)
+			return &po->ns[i];
+	if (po->n_ns == PORT_NETNS_MAX)
+		return NULL;
+	nl = &po->ns[po->n_ns++];
+	memset(nl, 0, sizeof(*nl));
+	nl->dev = ns.st_dev;
+	nl->ino = ns.st_ino;
+	nl->port = po->port;
+	if (stat("/proc/self/ns/net", &mine) || mine.st_ino != ns.st_ino || mine.st_dev != ns.st_dev ||
+	    diag_listen_each(listener_of_port, nl)) {
+		nl->n = 0;
+		proc_listen_each(pid, listener_of_port, nl);
+	}
+	return nl;
 }
 
 static bool scan_owner(void *ctx, int pid)
 {
 	struct port_owner *po = ctx;
+	const struct netns_listeners *nl;
 
-	if (pid != po->self && holds_listener(po, pid))
+	if (pid == po->self)
+		return true;
+	nl = listeners_of(po, pid);
+	if (nl && nl->n && holds_listener(nl, pid))
 		po->out[po->n++] = pid;
 	return po->n < po->max;
 }
 
 int target_port_owners(uint16_t port, pid_t *out, int max)
 {
-	struct port_owner po = { .port = port, .out = out, .max = max, .self = getpid() };
+	static struct port_owner po;
 
-	if (max <= 0 || diag_listen_each(listener_of_port, &po) || !po.n_ino)
+	if (max <= 0)
 		return 0;
+	memset(&po, 0, sizeof(po));
+	po = (struct port_owner){ .port = port, .out = out, .max = max, .self = getpid() };
 	each_number("/proc", scan_owner, &po);
 	return po.n;
 }
@@ -458,11 +554,7 @@ int target_lib_path(pid_t pid, const char *name, char *buf, size_t len)
 		const char *base = strrchr(path, '/') + 1;
 		if (strncmp(base, name, strlen(name)) || strstr(path, " (deleted)"))
 			continue;
-		/* the target may live in another mount namespace: go through its root */
-		if (access(path, R_OK) == 0)
-			rc = snprintf(buf, len, "%s", path) < (int)len ? 0 : -1;
-		else
-			rc = snprintf(buf, len, "/proc/%d/root%s", pid, path) < (int)len ? 0 : -1;
+		rc = target_path(pid, path, buf, len);
 		break;
 	}
 	fclose(f);

@@ -23,18 +23,27 @@ unsigned long long target_start_time(pid_t pid);
  * (SIGKILL pending, which it cannot survive); false when it runs, or is gone
  * (target_start_time says that). */
 bool target_ending(pid_t pid);
-/* The executable's path as the kernel sees it (for uprobes). */
+/* The executable's path as this process can open it (for ELF reads and
+ * uprobes): target_path of what /proc/PID/exe names, or /proc/PID/exe itself
+ * for a deleted (rebuilt) file. */
 int target_exe_path(pid_t pid, char *buf, size_t len);
+/* path, as pid sees it, named so that this process opens the same file: as it
+ * is when pid shares the agent's mount namespace, else through /proc/PID/root
+ * (a container's own files).  The one place that joins /proc/PID/root.  0, or -1
+ * when buf is too small. */
+int target_path(pid_t pid, const char *path, char *buf, size_t len);
 /* TCP ports pid listens on (host order).  Returns the count. */
 int target_listen_ports(pid_t pid, uint16_t *ports, int max);
-/* The processes holding a socket that listens on TCP port in the agent's
- * network namespace (NETLINK_SOCK_DIAG, then every /proc/PID/fd: a server's
- * forked workers share it); at most max in out, the count returned (0 also
- * when sock_diag is missing). */
+/* The processes holding a socket that listens on TCP port, in every network
+ * namespace: the agent's own by NETLINK_SOCK_DIAG, any other (a container's,
+ * an `ip netns`) from /proc/PID/net/tcp{,6} of a process in it, each read once
+ * a call; then every /proc/PID/fd (a server's forked workers share the
+ * socket).  Two processes on one port in two namespaces are both found.  At
+ * most max in out, the count returned. */
 int target_port_owners(uint16_t port, pid_t *out, int max);
 /* Path of the first file pid maps whose name starts with name (from
  * /proc/PID/maps: "libkpi_cupti.so", "libssl.so"), usable by this process
- * (through /proc/PID/root when it is in another mount namespace).  Returns
+ * (target_path: through /proc/PID/root in another mount namespace).  Returns
  * 0, or -1 when pid maps none. */
 int target_lib_path(pid_t pid, const char *name, char *buf, size_t len);
 /* Calls fn(ctx, tid) for each thread of pid until fn returns false. */

@@ -201,6 +201,16 @@ static void lookup_model(uint32_t pid, struct export_ident *id)
 		id->weight_type[0] = 0;
 }
 
+/* Its container, once a process (host/container.c caches it from the attach on). */
+static void lookup_container(uint32_t pid, struct export_ident *id)
+{
+	const struct container_info *ci = container_of_pid((pid_t)pid);
+
+	id->in_container = ci != NULL;
+	if (ci)
+		id->container = *ci;
+}
+
 static int lookup_port(uint32_t pid)
 {
 	uint16_t ports[64];
@@ -255,5 +265,6 @@ const struct export_ident *export_ident_get(uint32_t pid)
 	cache[slot].last_try = now;
 	lookup_model(pid, &cache[slot].id);
 	cache[slot].id.port = lookup_port(pid);
+	lookup_container(pid, &cache[slot].id);
 	return &cache[slot].id;
 }

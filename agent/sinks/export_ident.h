@@ -6,11 +6,14 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include "agent/host/container.h"
 
 struct export_ident {
 	char model[128];        /* GGUF general.name, else the model file's name */
 	char weight_type[32];   /* its matrices' types ("Q4_K", "F16", "Q4_K+Q6_K"); "" unknown */
 	int port;               /* lowest TCP port the process listens on; 0: none */
+	bool in_container;      /* container holds its container and pod (host/container.h) */
+	struct container_info container;
 };
 
 /* The identity of pid, cached after the first successful look-up (a port of

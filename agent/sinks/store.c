@@ -23,6 +23,8 @@ struct pending_req {
 	uint64_t *tokens;
 	bool out;                       /* an outbound exchange: exchanges_out, no tokens */
 	char weight_type[32];           /* the serving process's (export_ident); "" unknown */
+	bool in_container;              /* ct holds the process's container (host/container.h) */
+	struct container_info ct;
 };
 
 struct vec {
@@ -100,9 +102,9 @@ static const char *insert_request_sql(const char *table)
 		 "slot_waiting_ahead, ttfo_ns, reasoning_ns, "
 		 "reasoning_events, answer_events, ttftc_ns, reasoning_tokens, reasoning_shape, conversation_id, "
 		 "task_id, call_kind, rpc_method, tool_name, retry, call_error, escalated_from, split_rule, "
-		 "step_ns%s) VALUES "
+		 "step_ns, container_id, container_name, pod_name, pod_namespace, pod_uid, cgroup_id%s) VALUES "
 		 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-		 "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?%s)", table,
+		 "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?%s)", table,
 		 strcmp(table, "requests") ? ", t_answered_ns" : "", strcmp(table, "requests") ? ",?" : "");
 	return out;
 }
@@ -351,7 +353,12 @@ static void sink_request_or_out(struct trace_store *st, const struct kpi_request
 	p->out = out;
 	p->tokens = NULL;
 	/* the model that served it (/proc and the GGUF header, once a process) */
-	snprintf(p->weight_type, sizeof(p->weight_type), "%s", out ? "" : export_ident_get(r->pid)->weight_type);
+	const struct export_ident *id = export_ident_get(r->pid);
+	snprintf(p->weight_type, sizeof(p->weight_type), "%s", out ? "" : id->weight_type);
+	/* its container and pod (cgroup and runtime state, once a process) */
+	p->in_container = id->in_container;
+	if (id->in_container)
+		p->ct = id->container;
 	p->r.token_writes = NULL;
 	if (st->token_detail && r->n_token_writes && !out) {
 		p->tokens = malloc(r->n_token_writes * sizeof(uint64_t));
@@ -549,6 +556,14 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	/* the inferred split's step belongs to rows with a rule only */
 	bind_text_opt(s, i++, r->split_rule);
 	bind_opt(s, i++, r->split_rule ? r->step_ns : KPI_NULL);
+	/* who the row belongs to (schema/013_containers.sql): NULL on the host */
+	const struct container_info *ct = p->in_container ? &p->ct : NULL;
+	bind_text_opt(s, i++, ct && ct->id[0] ? ct->id : NULL);
+	bind_text_opt(s, i++, ct && ct->name[0] ? ct->name : NULL);
+	bind_text_opt(s, i++, ct && ct->pod_name[0] ? ct->pod_name : NULL);
+	bind_text_opt(s, i++, ct && ct->pod_namespace[0] ? ct->pod_namespace : NULL);
+	bind_text_opt(s, i++, ct && ct->pod_uid[0] ? ct->pod_uid : NULL);
+	bind_opt(s, i++, ct ? (int64_t)ct->cgroup_id : KPI_NULL);
 	if (p->out)
 		bind_opt(s, i++, r->t_answered > 0 ? r->t_answered : KPI_NULL);
 	if (step_done(st, s))

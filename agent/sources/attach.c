@@ -16,6 +16,7 @@
 #include "attach.h"
 #include "hold.h"
 #include "loader.h"
+#include "agent/host/container.h"
 #include "agent/host/host.h"
 #include "agent/host/targets.h"
 #include "usdt.h"
@@ -243,6 +244,24 @@ static void runq_prime(struct attach *at, pid_t pid)
 
 /* ---- attaching to targets ------------------------------------------------------ */
 
+/* Resolves pid's container once, at its attach (its rows then carry it,
+ * even after it exits), and names it on a line of its own. */
+static void say_container(pid_t pid)
+{
+	const struct container_info *ci = container_of_pid(pid);
+	char name[160] = "", pod[330] = "";
+
+	if (!ci)
+		return;
+	if (ci->name[0])
+		snprintf(name, sizeof(name), " (%s)", ci->name);
+	if (ci->pod_name[0])
+		snprintf(pod, sizeof(pod), ", pod %s%s%s", ci->pod_namespace, ci->pod_namespace[0] ? "/" : "",
+			 ci->pod_name);
+	printf("pid %d is in %s container %.12s%s%s\n", pid, ci->runtime ? ci->runtime : "a", ci->id, name,
+	       pod);
+}
+
 /* HTTP mode: the syscall programs copy its socket payloads (PAYLOAD records),
  * agent/http_path.c follows its exchanges. */
 static int attach_http(struct attach *at, struct target *t, struct kpi_target *v, const char *exe,
@@ -253,6 +272,7 @@ static int attach_http(struct attach *at, struct target *t, struct kpi_target *v
 	v->flags |= KPI_TARGET_F_HTTP;
 	target_put(at, t->pid, v);
 	printf("attached to pid %d (%s), HTTP mode (%s)\n", t->pid, exe, why);
+	say_container(t->pid);
 	return 0;
 }
 
@@ -328,6 +348,7 @@ static int attach_one(struct attach *at, pid_t pid, uint64_t exec_ts)
 			"be seen)\n", pid, missing);
 	if (!exec_ts) {
 		printf("attached to pid %d (%s)\n", pid, exe);
+		say_container(pid);
 		return 0;
 	}
 	held = hold_is_held(at->hold, pid);
@@ -338,6 +359,7 @@ static int attach_one(struct attach *at, pid_t pid, uint64_t exec_ts)
 	       traced_at_exec ? 0.0 : (double)(host_mono_ns() - exec_ts) / 1e6,
 	       (double)(t0 - exec_ts) / 1e6,
 	       held ? ", held at its exec until then" : "");
+	say_container(pid);
 	return 0;
 }
 

@@ -62,11 +62,9 @@ int llama_lib_path(pid_t pid, char *buf, size_t len)
 		    !strcasestr(strrchr(path, '/') + 1, "llama"))
 			continue;
 		snprintf(last, sizeof(last), "%s", path);
-		/* the target may live in another mount namespace: go through its root */
-		if (access(path, R_OK))
-			snprintf(open_path, sizeof(open_path), "/proc/%d/root%s", pid, path);
-		else
-			snprintf(open_path, sizeof(open_path), "%s", path);
+		/* the target may live in another mount namespace */
+		if (target_path(pid, path, open_path, sizeof(open_path)))
+			continue;
 		if (elf_defines(open_path, "llama_decode"))
 			rc = snprintf(buf, len, "%s", open_path) < (int)len ? 0 : -1;
 	}

@@ -103,7 +103,13 @@ CREATE TABLE IF NOT EXISTS {db}.requests_local (
 	sock_local Nullable(String),
 	sock_peer Nullable(String),
 	split_rule Nullable(String),
-	step_ns Nullable(Int64)
+	step_ns Nullable(Int64),
+	container_id Nullable(String),
+	container_name Nullable(String),
+	pod_name Nullable(String),
+	pod_namespace Nullable(String),
+	pod_uid Nullable(String),
+	cgroup_id Nullable(Int64)
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toDate(toDateTime(intDiv(wall_ns, 1000000000)))
 ORDER BY (host, wall_ns, row_id);
@@ -170,7 +176,13 @@ CREATE TABLE IF NOT EXISTS {db}.exchanges_out_local (
 	sock_local Nullable(String),
 	sock_peer Nullable(String),
 	split_rule Nullable(String),
-	step_ns Nullable(Int64)
+	step_ns Nullable(Int64),
+	container_id Nullable(String),
+	container_name Nullable(String),
+	pod_name Nullable(String),
+	pod_namespace Nullable(String),
+	pod_uid Nullable(String),
+	cgroup_id Nullable(Int64)
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toDate(toDateTime(intDiv(wall_ns, 1000000000)))
 ORDER BY (host, wall_ns, row_id);
