@@ -15,6 +15,8 @@ from tmuxtest import Tmux  # noqa: E402
 # tests/run.py runs these beside other tests, but those marked alone: none
 # of them times anything or counts what the whole host did.
 CONCURRENT = True
+# One ClickHouse cluster for the modules that name this fixture (one process).
+FIXTURE = "clickhouse"
 
 ROW = re.compile(r"^ (\S+)\s+(\d+\.\d)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)(?:\s+(\S+?)(, \.\.\.)?)?$")
 WIN = re.compile(r"^window \[(\d+), (\d+)\) wall ns; (\d+) hosts, (\d+) requests")

@@ -11,6 +11,12 @@ import agenttest as at
 import clickhousetest as cht
 import fleetgen
 
+# tests/run.py runs these beside other tests, but those marked alone: none
+# of them times anything or counts what the whole host did.
+CONCURRENT = True
+# One ClickHouse cluster for the modules that name this fixture (one process).
+FIXTURE = "clickhouse"
+
 SHIP = os.path.join(kpitest.BIN, "kpi-ship")
 REPORT = os.path.join(kpitest.BIN, "kpi-report")
 BENCH = os.path.join(kpitest.BIN, "kpi-bench")
@@ -75,6 +81,7 @@ def _exactly_once(cluster, db, host, tables=("requests", "samples")):
     return counts
 
 
+@kpitest.alone
 def test_ship_three_hosts_outage_kill_and_slow_host():
     """Three hosts ship while serving; ClickHouse stopped 20 s and restarted,
     a shipper SIGKILLed and restarted: every row exactly once, lag back under
@@ -174,6 +181,7 @@ def test_ship_three_hosts_outage_kill_and_slow_host():
 test_ship_three_hosts_outage_kill_and_slow_host.timeout = 480
 
 
+@kpitest.alone
 def test_ship_retention_counts_unshipped_rows():
     """Rows the agent's retention removes before kpi-ship shipped them are the
     loss unshipped_rows: in the trace's losses and meta, /metrics and the
@@ -375,6 +383,7 @@ def _sse_server(gap_ms):
     return f"http://127.0.0.1:{port}"
 
 
+@kpitest.alone
 def test_ship_bench_baseline_gate():
     """kpi-bench --baseline with three runs of the baseline: an equal run
     passes, a run against the server made 2x slower on purpose fails with

@@ -7,6 +7,12 @@ import kpitest
 import agenttest as at
 import clickhousetest as cht
 
+# tests/run.py runs these beside other tests, but those marked alone: none
+# of them times anything or counts what the whole host did.
+CONCURRENT = True
+# One ClickHouse cluster for the modules that name this fixture (one process).
+FIXTURE = "clickhouse"
+
 SHIP = os.path.join(kpitest.BIN, "kpi-ship")
 POD_UID = "0b6f4a3c-2d1e-4f5a-9b8c-7d6e5f4a3b2c"
 
