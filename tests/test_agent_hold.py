@@ -7,7 +7,7 @@ process); SIGKILL of the agent alone (as the OOM killer or a crash ends it:
 its guard, kpi-hold-guard, continues the process); SIGKILL of the agent and
 its guard (a unit's final SIGKILL of its cgroup) followed by `kpi-agent
 --release-held` (what the systemd unit's ExecStopPost= runs) or by a restarted
-agent.  Each signal, 10 tries of each hold: the held process runs again
+agent.  Each signal, 8 tries of each hold: the held process runs again
 within 1 s of it.  A process someone else
 stopped is never continued, however the agent ends.  Times go to
 build/reliability/agent_hold.json."""
@@ -17,11 +17,11 @@ import kpitest
 import agenttest as at
 import servertest
 
-# Ten of each hold, so twenty of each signal across exec and listen (whose
+# Eight of each hold, so sixteen of each signal across exec and listen (whose
 # holds end by the one path: the pinned map's entry): the tail the bound
 # guards against is the release's, not the hold's. The largest release of
 # the runs before was 243 ms (docs/agent.md), a quarter of the bound.
-TRIES = 10
+TRIES = 8
 RUNS_AGAIN_S = 1.0      # the issue's bound: signal -> the held process runs again
 SERVER = os.path.join(kpitest.ROOT, "tests", "lib", "sse_server.py")
 REPORT = os.path.join(kpitest.BUILD, "reliability", "agent_hold.json")

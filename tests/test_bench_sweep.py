@@ -222,8 +222,8 @@ def check_point_keys(pts):
 def test_rate_sweep_max_rate_holds_for_30s():
     """The issue's sweep with kpi-bench's default point length: its maximum,
     confirmed by the sweep itself over 30 s (at least 99% of that run's
-    requests within the SLO, the load sustained), and 1.5 times it for 30 s
-    not within the SLO for 95%."""
+    requests within the SLO, the load sustained), and 1.5 times it not
+    within the SLO for 95% even of its first 10 s."""
     benchtest.require_built()
     srv, url = rt_server(*SERVER)
     capacity = capacity_of(url)
@@ -272,11 +272,13 @@ def test_rate_sweep_max_rate_holds_for_30s():
 
     # the confirmation is the 30 s run at the answer (a second one, run
     # by the test before this change, measured the same load the same way)
-    over = run_for(url, 1.5 * best, HOLD_S)
+    # 1.5 times it misses within its first 10 s, so it cannot hold for 30
+    # (over the capacity the queue only grows: 5.8% within the SLO over 30 s)
+    over = run_for(url, 1.5 * best, 10)
     print(f"capacity {capacity:.1f} req/s (32 in flight); max SLO rate {best:g} req/s, confirmed "
-          f"{share:.1f}% over {conf[-1]['sending_s']:.1f} s; at 1.5x ({1.5 * best:g} req/s) for {HOLD_S} s: "
+          f"{share:.1f}% over {conf[-1]['sending_s']:.1f} s; at 1.5x ({1.5 * best:g} req/s) for 10 s: "
           f"{100 * over:.1f}%")
-    assert over < 0.95, f"{HOLD_S} s at 1.5x the max ({1.5 * best:g} req/s): {100 * over:.1f}% within the SLO (want < 95%)"
+    assert over < 0.95, f"10 s at 1.5x the max ({1.5 * best:g} req/s): {100 * over:.1f}% within the SLO (want < 95%)"
     with open(hpath) as f:
         html = f.read()
     check_page(html, js)

@@ -12,6 +12,10 @@ import kpitest
 import servertest as st
 from hostiletest import AsanDaemon, GoodClient, Tally, exchange, post, raise_nofile
 
+# tests/run.py runs these beside other tests: none of them times anything (a
+# hostile client's limits are the daemon's timeouts, not the test's clock).
+CONCURRENT = True
+
 # generous on purpose: an ASan build on a shared 2-core machine; this catches
 # a starved or stuck client, not a slow one
 GOOD_BOUND_S = 15

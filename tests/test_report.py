@@ -562,7 +562,7 @@ test_real_demo_burst_waits_for_the_step_budget.timeout = 240
 def test_real_kv_pool_too_small():
     load = ["--prompt-len", "64", "--max-tokens", "64", "--ignore-eos", "--seed", "6"]
     md, f, _, _ = real_incident(["--kv-blocks", "12", "--block-size", "16", "--max-seqs", "8"],
-                          ["--duration", "30", "--concurrency", "1", *load],
+                          ["--duration", "15", "--concurrency", "1", *load],
                           ["--duration", "15", "--concurrency", "6", *load])
     assert "KV cache pool exhaustion" in f[0][2], f"{f[0]}\n{md}"
     assert f[0][1] in ("queue", "decode", "prefill"), f[0]
