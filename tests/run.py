@@ -134,12 +134,8 @@ def run_module(path, tally, flt, timeout, which):
         return
     finally:
         tally.took(f"{name} (import)", time.monotonic() - t0)
-    tests = [(n, f) for n, f in vars(mod).items() if n.startswith("test_") and callable(f)]
-    tests.sort(key=lambda t: t[1].__code__.co_firstlineno)
-    for n, f in tests:
+    for n, f in selected(name, mod, flt, which):
         full = f"{name}.{n}"
-        if (flt and flt not in full) or (is_alone(mod, f) != (which == "alone")):
-            continue
         limit = getattr(f, "timeout", timeout)
         signal.signal(signal.SIGALRM, _alarm)
         signal.alarm(limit)
@@ -172,28 +168,49 @@ def child(a):
     sys.exit(0)
 
 
-def plan(paths, flt):
-    """Which modules have tests of each kind under this filter, grouped by
-    FIXTURE: ({'alone': [[paths]...], 'concurrent': [[paths]...]}). Read from
-    the source (marks are plain assignments and decorators), so that nothing
-    is imported in the parent."""
+def selected(name, mod, flt, which=None):
+    """The tests of an imported module that match flt (and, given which,
+    run in that phase), in the order they stand in the file."""
+    tests = [(n, f) for n, f in vars(mod).items() if n.startswith("test_") and callable(f)]
+    tests.sort(key=lambda t: t[1].__code__.co_firstlineno)
+    return [(n, f) for n, f in tests if not (flt and flt not in f"{name}.{n}")
+            and (which is None or is_alone(mod, f) == (which == "alone"))]
+
+
+def plan_child(a):
+    """--plan: imports every module and prints which phases it has tests in
+    under the filter, and its FIXTURE, as JSON: the same is_alone() the
+    children run by decides, so no test falls between the phases."""
+    out = {}
+    for path in a.plan:
+        name = os.path.splitext(os.path.basename(path))[0]
+        flt = "" if a.filter in name else a.filter
+        try:
+            name, mod = load(path)
+        except BaseException:   # a skip or a failure at import: its child reports it
+            out[path] = {"kinds": ["alone"] if not flt else [], "fixture": name}
+            continue
+        kinds = {"alone" if is_alone(mod, f) else "concurrent" for _, f in selected(name, mod, flt)}
+        if not kinds and not flt:
+            kinds.add("alone")   # a module with no tests still says so
+        out[path] = {"kinds": sorted(kinds), "fixture": getattr(mod, "FIXTURE", name)}
+    print(json.dumps(out), flush=True)
+    sys.exit(0)
+
+
+def plan(paths, a):
+    """Which modules have tests of each kind under the filter, grouped by
+    FIXTURE: {'alone': [[paths]...], 'concurrent': [[paths]...]}. Asked of a
+    child that imports them (the parent imports no test module)."""
+    p = subprocess.run([sys.executable, os.path.abspath(__file__), "--filter", a.filter, "--plan", *paths],
+                       cwd=ROOT, capture_output=True, text=True)
+    if p.returncode != 0:
+        sys.exit(f"tests/run.py: planning the run failed:\n{p.stdout[-2000:]}{p.stderr[-2000:]}")
+    found = json.loads(p.stdout.strip().splitlines()[-1])
     groups = {"alone": {}, "concurrent": {}}
     for path in paths:
-        name = os.path.splitext(os.path.basename(path))[0]
-        src = open(path).read()
-        conc = re.search(r"^CONCURRENT\s*=\s*True\b", src, re.M) is not None
-        fix = re.search(r"^FIXTURE\s*=\s*[\"']([^\"']+)[\"']", src, re.M)
-        key = fix.group(1) if fix else name
-        kinds = set()
-        for m in re.finditer(r"((?:^@.*\n)*)^def (test_\w+)\(", src, re.M):
-            if flt and flt not in name and flt not in f"{name}.{m.group(2)}":
-                continue
-            alone = not conc or re.search(r"^@kpitest\.alone\b", m.group(1), re.M)
-            kinds.add("alone" if alone else "concurrent")
-        if not kinds and (not flt or flt in name):
-            kinds.add("alone")   # a module with no tests still imports: a skip or a failure to show
-        for k in kinds:
-            groups[k].setdefault(key, []).append(path)
+        for k in found[path]["kinds"]:
+            groups[k].setdefault(found[path]["fixture"], []).append(path)
     return {k: list(v.values()) for k, v in groups.items()}
 
 
@@ -253,7 +270,10 @@ def main():
                     help="tests run side by side (default: the number of CPUs, at least 2; 1: none)")
     ap.add_argument("--which", choices=("alone", "concurrent"), default="alone", help=argparse.SUPPRESS)
     ap.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
+    ap.add_argument("--plan", nargs="+", help=argparse.SUPPRESS)
     a = ap.parse_args()
+    if a.plan:
+        return plan_child(a)
     if a.child:
         return child(a)
     jobs = a.jobs or max(2, os.cpu_count() or 1)
@@ -271,7 +291,7 @@ def main():
     units = [p for p in sorted(glob.glob(os.path.join(ROOT, "build", "tests", "test_*")))
              if os.access(p, os.X_OK) and not p.endswith(".d")
              and (not a.filter or a.filter in os.path.basename(p))]
-    mods = plan(sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))), a.filter)
+    mods = plan(sorted(glob.glob(os.path.join(ROOT, "tests", "test_*.py"))), a)
     # side by side: the unit binaries and the concurrent modules, the longest
     # of the last run first, so that the short ones fill in at the end
     last = past_times()
