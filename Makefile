@@ -49,14 +49,16 @@ endif
 DEB_PKGS := build-essential clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev \
 	systemtap-sdt-dev libsqlite3-dev sqlite3 libjansson-dev libncurses-dev \
 	pkg-config python3 tmux iproute2 procps bpftrace libclang-rt-14-dev \
-	prometheus uthash-dev libxxhash-dev libcurl4-openssl-dev libssl-dev chromium tcpdump nginx nodejs openssl curl \
-	clickhouse-server clickhouse-client
+	uthash-dev libxxhash-dev libcurl4-openssl-dev libssl-dev nodejs openssl curl
+# What only the tests run against (servers, browsers, captures); each
+# addition on its own line, with a word on which test needs it.
+TEST_PKGS := prometheus chromium tcpdump nginx clickhouse-server clickhouse-client
 
 .PHONY: all deps test demo bench clean check-layout
 all:
 
 deps:
-	@missing=""; for p in $(DEB_PKGS); do \
+	@missing=""; for p in $(DEB_PKGS) $(TEST_PKGS); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q '^install ok installed' \
 			|| missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
