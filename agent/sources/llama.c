@@ -140,6 +140,7 @@ static void stats_add(struct llama_join_stats *to, const struct llama_join_stats
 	to->partial += s->partial;
 	to->generations += s->generations;
 	to->joined += s->joined;
+	to->ties += s->ties;
 	to->check_failed += s->check_failed;
 	to->no_generation += s->no_generation;
 	to->forgotten += s->forgotten;
@@ -293,10 +294,10 @@ void agent_llama_summary(struct agent_llama *L, char *buf, size_t len)
 	}
 	snprintf(buf, len, "libllama: %llu llama_decode calls (%llu failed, %llu summarised in part, "
 		 "%llu not read as a llama_batch, %llu ring-buffer drops), %llu generations; %llu "
-		 "requests joined, %llu failed the check (no engine marks), %llu found no generation",
+		 "requests joined (%llu among equals), %llu failed the check (no engine marks), %llu found no generation",
 		 (unsigned long long)s.calls, (unsigned long long)s.failed_calls,
 		 (unsigned long long)s.partial, (unsigned long long)counter(L, KPI_LCNT_BAD),
 		 (unsigned long long)counter(L, KPI_LCNT_DROPS), (unsigned long long)s.generations,
-		 (unsigned long long)s.joined, (unsigned long long)s.check_failed,
+		 (unsigned long long)s.joined, (unsigned long long)s.ties, (unsigned long long)s.check_failed,
 		 (unsigned long long)s.no_generation);
 }

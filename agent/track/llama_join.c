@@ -19,6 +19,7 @@ struct gen {
 	int64_t prefill_steps, prefill_tokens, decode_steps;
 	bool decoding;                  /* its first token's logits are computed */
 	bool taken;                     /* matched to a request (checked or not) */
+	bool tied;                      /* one of equals a request chose among */
 	bool open;                      /* the current generation of its sequence */
 };
 
@@ -216,11 +217,14 @@ static bool gen_free_for(const struct gen *g, const struct kpi_request_record *r
  * after r was read, skipping those still running after r ended (they are
  * requests in flight that were read before r). Generations that started in
  * the same step are in the batch's order, not the requests': among them the
- * one whose counts fit r's usage best is taken (*rule says which). */
+ * one whose counts fit r's usage best is taken; when several fit as well
+ * (equal counts, or no usage), nothing tells them apart, and the first in the
+ * batch's order is taken, its sequence id possibly another request's, and
+ * so for the equals left to the requests read after (*rule says which). */
 static struct gen *gen_of(struct llama_join *j, const struct kpi_request_record *r, const char **rule)
 {
 	struct gen *first = NULL, *best = NULL;
-	int best_fit = -1;
+	int best_fit = -1, n_best = 0;
 
 	for (size_t i = 0; i < j->n_gens; i++) {
 		struct gen *g = j->gens[i];
@@ -232,9 +236,18 @@ static struct gen *gen_of(struct llama_join *j, const struct kpi_request_record 
 		if (fit > best_fit) {
 			best = g;
 			best_fit = fit;
+			n_best = 1;
+		} else if (fit == best_fit) {
+			n_best++;
 		}
 	}
-	*rule = best == first ? "read-order" : "read-order+usage";
+	/* equals stay equals: the ones left by this choice are as uncertain */
+	for (size_t i = 0; n_best > 1 && i < j->n_gens; i++) {
+		struct gen *g = j->gens[i];
+		if (gen_free_for(g, r) && g->t_sched == first->t_sched && usage_fit(g, r) == best_fit)
+			g->tied = true;
+	}
+	*rule = best && best->tied ? "read-order+tie" : best == first ? "read-order" : "read-order+usage";
 	return best;
 }
 
@@ -274,6 +287,7 @@ static void join_one(struct llama_join *j, struct kpi_request_record *r)
 	r->split_rule = NULL;           /* measured now: what was inferred goes */
 	r->step_ns = KPI_NULL;
 	j->st.joined++;
+	j->st.ties += !strcmp(rule, "read-order+tie");
 }
 
 /* Frees generations that are done with: taken and superseded, or too old. */

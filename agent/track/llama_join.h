@@ -22,6 +22,7 @@ struct llama_join_stats {
 	uint64_t partial;               /* of them, with KPI_LLAMA_F_CUT / READ_FAIL / BAD */
 	uint64_t generations;           /* new generations on a sequence */
 	uint64_t joined;                /* requests that got engine marks */
+	uint64_t ties;                  /* of them, matched among equals (read-order+tie) */
 	uint64_t check_failed;          /* the read-order match failed its check: no marks */
 	uint64_t no_generation;         /* no generation was left for the request */
 	uint64_t forgotten;             /* generations no request took (GEN_TTL), or cut off */

@@ -1,6 +1,6 @@
 /* test_agent_llama_join.c - agent/track/llama_join.c with hand-made llama_decode
  * calls and HTTP records: steps, generations (a reused sequence id, a cut
- * prefix), the read-order join and its check, ties broken by usage; and the
+ * prefix), the read-order join and its check, ties broken by usage or left as ties; and the
  * ELF look-ups agent/sources/llama.c's attach and ABI check rest on. */
 #include <unistd.h>
 #include "tests/unit/check.h"
@@ -169,6 +169,34 @@ static void ties_and_running_generations(void)
 	llama_join_free(j);
 }
 
+/* Two sequences freed in one step start two equal requests in the batch's
+ * order (seq 3 before seq 1): nothing tells them apart, the first read takes
+ * the first in the batch, the other the one left, and both rows say so; their
+ * marks are the same. */
+static void equal_generations_are_a_tie(void)
+{
+	struct llama_join *j = llama_join_new(7);
+
+	n_out = 0;
+	call(j, 10, 12, 2, (const int[][4]){ { 3, 5, 0, 1 }, { 1, 5, 0, 1 } }, NULL);
+	call(j, 12, 13, 2, (const int[][4]){ { 3, 1, 5, 1 }, { 1, 1, 5, 1 } }, NULL);
+	struct kpi_request_record a = req("a", 8, 12, 14, 5, 2);
+	struct kpi_request_record b = req("b", 9, 12, 14, 5, 2);
+	llama_join_hold(j, &b);
+	llama_join_hold(j, &a);
+	llama_join_release(j, 0, true, collect, NULL);
+	CHECK(n_out == 2 && !strcmp(out[0].request_id, "a") && out[0].seq_id == 3 &&
+	      !strcmp(out[0].engine_join, "read-order+tie"), "a: seq %lld %s",
+	      (long long)out[0].seq_id, out[0].engine_join);
+	/* the one left to b is what a's choice left: as uncertain */
+	CHECK(out[1].seq_id == 1 && !strcmp(out[1].engine_join, "read-order+tie") &&
+	      out[0].t_first == out[1].t_first && out[0].t_last == out[1].t_last, "b: seq %lld %s",
+	      (long long)out[1].seq_id, out[1].engine_join);
+	CHECK(llama_join_stats(j)->ties == 2 && llama_join_stats(j)->joined == 2, "ties %llu",
+	      (unsigned long long)llama_join_stats(j)->ties);
+	llama_join_free(j);
+}
+
 /* Defined functions are found in the symbol tables, undefined ones are not;
  * in node-llama-cpp's build (make node-llama) libllama defines llama_decode
  * and the ABI marker, libllama-common neither. */
@@ -195,6 +223,7 @@ int main(void)
 	RUN(generations_and_marks);
 	RUN(failed_check_leaves_marks_out);
 	RUN(ties_and_running_generations);
+	RUN(equal_generations_are_a_tie);
 	RUN(elf_symbols);
 	return CHECK_DONE();
 }
