@@ -14,6 +14,7 @@
 #include "kpi.skel.h"
 #include "agent/track/assemble.h"
 #include "attach.h"
+#include "links.h"
 #include "hold.h"
 #include "loader.h"
 #include "agent/host/container.h"
@@ -848,10 +849,11 @@ void attach_free(struct attach *at)
 	/* the programs that hold first, then every hold: nothing the agent
 	 * stopped stays stopped when it goes (hold_end) */
 	hold_free(at->hold);
+	/* every link at once (links.h): the global ones, then each target's and
+	 * file's probes, each set detached in one wait */
+	links_destroy(at->global_links, at->n_global_links);
 	for (int i = at->n_targets - 1; i >= 0; i--)
 		usdt_detach(&at->targets[i].ln);
 	usdt_files_free(&at->files);
-	for (int i = 0; i < at->n_global_links; i++)
-		bpf_link__destroy(at->global_links[i]);
 	free(at);
 }
