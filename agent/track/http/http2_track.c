@@ -668,7 +668,8 @@ static void midstream(struct http2_track *t)
 
 static void dir_bytes(struct http2_track *t, struct dir *d, const uint8_t *p, size_t n, uint64_t ts)
 {
-	if (d->state == D_PREFACE && !d->preface_got && !http2_is_preface(p, n))
+	if (d->state == D_PREFACE && !d->preface_got &&
+	    memcmp(p, HTTP2_PREFACE, n < HTTP2_PREFACE_LEN ? n : HTTP2_PREFACE_LEN))
 		midstream(t);
 	if (d->state == D_SEEK) {
 		if (!http2_looks_framed(p, n))
