@@ -47,7 +47,8 @@ def _tokens(db):
 
 
 def _diffs(pairs, label):
-    """pairs: (name, agent - wire ns, id); every name's |diff| p99 within the bound."""
+    """pairs: (name, agent - wire ns, id); every name's |diff| p99 within the
+    bound, but those marked "(shown)", which are printed only."""
     by = {}
     for name, d, rid in pairs:
         by.setdefault(name, []).append((d, rid))
@@ -55,7 +56,7 @@ def _diffs(pairs, label):
         s = at.stats_us([d for d, _ in v])
         worst = sorted(v, key=lambda p: -abs(p[0]))[:2]
         print(f"     {label} {name}: {s}; worst " + ", ".join(f"{rid} {d / 1e3:+.1f} µs" for d, rid in worst))
-        assert s["n"] > 0 and s["p99"] <= WIRE_P99_US, (label, name, s)
+        assert name.endswith("(shown)") or (s["n"] > 0 and s["p99"] <= WIRE_P99_US), (label, name, s)
 
 
 def _arrivals(pairs, rows_wire, off):
@@ -66,6 +67,7 @@ def _arrivals(pairs, rows_wire, off):
     the request."""
     for r, w, rid in rows_wire:
         pairs.append(("t_arrive, early", max(0, w["t_first_byte"] - (r["t_arrive_ns"] + off)), rid))
+        pairs.append(("t_arrive (shown)", r["t_arrive_ns"] + off - w["t_first_byte"], rid))
         assert r["t_req_read_ns"] is None or r["t_arrive_ns"] <= r["t_req_read_ns"], r
 
 
