@@ -50,9 +50,11 @@ DEB_PKGS := build-essential clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev 
 	systemtap-sdt-dev libsqlite3-dev sqlite3 libjansson-dev libncurses-dev \
 	pkg-config python3 tmux iproute2 procps bpftrace libclang-rt-14-dev \
 	uthash-dev libxxhash-dev libcurl4-openssl-dev libssl-dev nodejs openssl curl
+DEB_PKGS += libnghttp2-dev  # kpi-agent's HTTP/2 header decoding (HPACK)
 # What only the tests run against (servers, browsers, captures); each
 # addition on its own line, with a word on which test needs it.
 TEST_PKGS := prometheus chromium tcpdump nginx clickhouse-server clickhouse-client
+TEST_PKGS += python3-hypercorn python3-h2 python3-grpcio  # test_agent_h2: HTTP/2 and gRPC servers and clients
 
 .PHONY: all deps test demo bench clean check-layout
 all:

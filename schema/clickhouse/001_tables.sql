@@ -109,7 +109,10 @@ CREATE TABLE IF NOT EXISTS {db}.requests_local (
 	pod_name Nullable(String),
 	pod_namespace Nullable(String),
 	pod_uid Nullable(String),
-	cgroup_id Nullable(Int64)
+	cgroup_id Nullable(Int64),
+	protocol Nullable(String),
+	h2_stream Nullable(Int64),
+	grpc_status Nullable(Int64)
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toDate(toDateTime(intDiv(wall_ns, 1000000000)))
 ORDER BY (host, wall_ns, row_id);
@@ -182,7 +185,10 @@ CREATE TABLE IF NOT EXISTS {db}.exchanges_out_local (
 	pod_name Nullable(String),
 	pod_namespace Nullable(String),
 	pod_uid Nullable(String),
-	cgroup_id Nullable(Int64)
+	cgroup_id Nullable(Int64),
+	protocol Nullable(String),
+	h2_stream Nullable(Int64),
+	grpc_status Nullable(Int64)
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toDate(toDateTime(intDiv(wall_ns, 1000000000)))
 ORDER BY (host, wall_ns, row_id);
