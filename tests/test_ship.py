@@ -1,8 +1,9 @@
 """The fleet in ClickHouse, for real: kpi-agents standing for three hosts ship
 their traces with kpi-ship to a two-shard ClickHouse (two clickhouse-server
 processes) while kpi-infer serves load; ClickHouse goes away for 20 s and a
-shipper is SIGKILLed, and every request row is there exactly once; the fleet
-report names the host that was slowed and its phase.  Also: the alerting
+shipper is SIGKILLed, and every request row is there exactly once, and every
+minute of per-minute aggregates, its counts the rows'; the fleet report names
+the host that was slowed and its phase.  Also: the alerting
 rules under promtool, and kpi-bench --baseline."""
 import json, os, re, shutil, signal, sqlite3, sys, threading, time, urllib.request
 
@@ -84,8 +85,9 @@ def _exactly_once(cluster, db, host, tables=("requests", "samples")):
 @kpitest.alone
 def test_ship_three_hosts_outage_kill_and_slow_host():
     """Three hosts ship while serving; ClickHouse stopped 20 s and restarted,
-    a shipper SIGKILLed and restarted: every row exactly once, lag back under
-    5 s; the report across hosts names the slowed host and its phase."""
+    a shipper SIGKILLed and restarted: every row exactly once, every
+    aggregate minute once with the rows' counts, lag back under 5 s; the
+    report across hosts names the slowed host and its phase."""
     kpitest.require_root("kpi-agent")
     for b in (at.AGENT, at.INFER, SHIP, REPORT):
         at.require_built(b)
@@ -162,6 +164,8 @@ def test_ship_three_hosts_outage_kill_and_slow_host():
         assert any("rows shipped" in l and "0 rows behind" in l for l in s.lines), s.lines[-5:]
     counts = [_exactly_once(cluster, db, n) for db, n in zip(dbs, names)]
     print(f"     rows per host, each exactly once: {counts}")
+    minutes = [cht.minutes_once(cluster, db, n) for db, n in zip(dbs, names)]
+    print(f"     aggregate minutes per host, each exactly once: {minutes}")
     # a resent batch collapses: the restarted shipper sent at most one batch twice
     dup = cluster.rows(f"SELECT count() AS n, uniqExact(row_id) AS u FROM kpiscope.requests WHERE host = '{names[0]}'")
     print(f"     {names[0]}: {dup[0]['n']} request rows stored before merges, {dup[0]['u']} distinct")

@@ -192,6 +192,26 @@ def ship_once(trace, url, *args):
     return r.stdout.strip().splitlines()[-1]
 
 
+def minutes_once(cluster, db, host, dbname="kpiscope"):
+    """Every minute of the trace's requests is in request_minutes once
+    (FINAL), its counts the raw rows' (requests, 429s, TTFT values), and no
+    other minute of that host is; the number of minutes."""
+    import sqlite3
+    con = sqlite3.connect(db)
+    want = {r[0]: tuple(r[1:]) for r in con.execute(
+        "SELECT (wall_ns - ((wall_ns % 60000000000) + 60000000000) % 60000000000) / 1000000000, count(*), "
+        "sum(ifnull(http_status, 0) = 429), sum(ifnull(http_status, 0) != 429 AND ttft_ns IS NOT NULL) "
+        "FROM requests GROUP BY 1")}
+    con.close()
+    got = cluster.rows(f"SELECT minute, sum(requests) AS n, sum(rejected) AS r, sum(arraySum(ttft)) AS t "
+                       f"FROM {dbname}.request_minutes FINAL WHERE host = '{host}' GROUP BY minute")
+    have = {int(r["minute"]): (int(r["n"]), int(r["r"]), int(r["t"])) for r in got}
+    assert want, f"{host}: the trace has no requests"
+    diff = [(m, want.get(m), have.get(m)) for m in sorted(set(want) | set(have)) if want.get(m) != have.get(m)]
+    assert not diff, f"{host}: minutes whose aggregates differ from the trace's rows (minute, trace, ClickHouse): {diff}"
+    return len(have)
+
+
 _shared = None
 
 
