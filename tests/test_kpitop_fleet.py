@@ -21,8 +21,7 @@ FIXTURE = "clickhouse"
 ROW = re.compile(r"^ (\S+)\s+(\d+\.\d)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)(?:\s+(\S+?)(, \.\.\.)?)?$")
 WIN = re.compile(r"^window \[(\d+), (\d+)\) wall ns; (\d+) hosts, (\d+) requests")
 LOOKBACK_NS = 15 * 60 * 10**9      # KT_FLEET_LOOKBACK_NS
-ALPHA = float(re.search(r"#define LHIST_ALPHA ([0-9.]+)",
-                        open(os.path.join(kpitest.ROOT, "schema", "lhist.h")).read()).group(1))
+ALPHA = cht.lhist_layout()[0]
 
 
 def once(url, *args):

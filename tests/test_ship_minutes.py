@@ -4,7 +4,7 @@ jumps an hour ahead and then two back, a minute with no request and one with
 only 429s; rows that arrive for minutes already shipped ship them again with a
 higher version; every minute is counted once and its counts are the raw rows';
 every p99 from the buckets is within the stated error of the rows' exact p99."""
-import math, os, re, sqlite3
+import os, re, sqlite3
 
 import kpitest
 import agenttest as at
@@ -15,35 +15,7 @@ CONCURRENT = True
 FIXTURE = "clickhouse"
 
 SHIP = os.path.join(kpitest.BIN, "kpi-ship")
-LHIST = os.path.join(kpitest.ROOT, "schema", "lhist.h")
 MIN = 60 * 10**9
-
-
-def _layout():
-    """The bucket layout's constants, read from the header that defines it."""
-    text = open(LHIST).read()
-    get = lambda name: float(re.search(rf"#define {name} ([0-9.]+)", text).group(1))
-    return get("LHIST_ALPHA"), get("LHIST_MIN_NS"), int(get("LHIST_BUCKETS"))
-
-
-def _quantile(counts, p):
-    """schema/lhist.c's percentile, written again from the header's layout:
-    pct.h's interpolation between the ranks, each rank its bucket's value."""
-    alpha, lo_ns, nb = _layout()
-    g = (1 + alpha) / (1 - alpha)
-    value = lambda i: 0.0 if i == 0 else lo_ns * g ** (i - 1) * (2 * g / (g + 1) if i < nb - 1 else 1)
-    n = sum(counts)
-    ix = (n - 1) * p / 100
-    lo = math.floor(ix)
-    hi = min(lo + 1, n - 1)
-
-    def at_rank(r):
-        seen = 0
-        for i, c in enumerate(counts):
-            seen += c
-            if seen > r:
-                return value(i)
-    return at_rank(lo) + (at_rank(hi) - at_rank(lo)) * (ix - lo)
 
 
 def _ship(url, p, host):
@@ -99,7 +71,7 @@ def test_ship_minutes_hostile_clock_empty_minute_late_rows():
 
     # p99 TTFT and TPOT from the buckets, per minute and over the trace,
     # against the exact p99 of the same rows
-    alpha = _layout()[0]
+    alpha = cht.lhist_layout()[0]
     con = sqlite3.connect(p)
     checked = 0
     for col, arr in (("ttft_ns", "ttft"), ("tpot_ns", "tpot"), ("e2e_ns", "e2e")):
@@ -116,7 +88,7 @@ def test_ship_minutes_hostile_clock_empty_minute_late_rows():
             vals = [x for (x,) in con.execute(f"SELECT {col} FROM requests WHERE {col} IS NOT NULL AND "
                                               f"ifnull(http_status, 0) != 429 {where}")]
             assert len(vals) == sum(h), (col, m, len(vals), sum(h))
-            exact, est = tracetest.pct(vals, 99), _quantile(h, 99)
+            exact, est = tracetest.pct(vals, 99), cht.lhist_quantile(h, 99)
             assert abs(est - exact) <= alpha * exact + 1e-9 * exact, (col, m, exact, est)
             checked += 1
     con.close()

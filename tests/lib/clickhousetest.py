@@ -192,6 +192,38 @@ def ship_once(trace, url, *args):
     return r.stdout.strip().splitlines()[-1]
 
 
+LHIST = os.path.join(kpitest.ROOT, "schema", "lhist.h")
+
+
+def lhist_layout():
+    """schema/lhist.h's constants: the relative error, the lowest bound (ns), the buckets."""
+    import re
+    text = open(LHIST).read()
+    get = lambda name: float(re.search(rf"#define {name} ([0-9.]+)", text).group(1))  # noqa: E731
+    return get("LHIST_ALPHA"), get("LHIST_MIN_NS"), int(get("LHIST_BUCKETS"))
+
+
+def lhist_quantile(counts, p):
+    """schema/lhist.c's percentile, written again from the header's layout:
+    pct.h's interpolation between the ranks, each rank its bucket's value."""
+    import math
+    alpha, lo_ns, nb = lhist_layout()
+    g = (1 + alpha) / (1 - alpha)
+    value = lambda i: 0.0 if i == 0 else lo_ns * g ** (i - 1) * (2 * g / (g + 1) if i < nb - 1 else 1)  # noqa: E731
+    n = sum(counts)
+    ix = (n - 1) * p / 100
+    lo = math.floor(ix)
+    hi = min(lo + 1, n - 1)
+
+    def at_rank(r):
+        seen = 0
+        for i, c in enumerate(counts):
+            seen += c
+            if seen > r:
+                return value(i)
+    return at_rank(lo) + (at_rank(hi) - at_rank(lo)) * (ix - lo)
+
+
 def minutes_once(cluster, db, host, dbname="kpiscope"):
     """Every minute of the trace's requests is in request_minutes once
     (FINAL), its counts the raw rows' (requests, 429s, TTFT values), and no

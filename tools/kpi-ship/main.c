@@ -27,6 +27,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: kpi-ship --to clickhouse://HOST[:PORT][/DB] [--db PATH] [--host NAME] [--model NAME]\n"
 		"                [--batch N] [--interval MS] [--timeout MS] [--metrics [ADDR:]PORT] [--once]\n"
+		"                [--minutes-only]\n"
 		"Ships a kpi-agent trace into ClickHouse (schema/clickhouse/), following it as the agent writes.\n\n"
 		"  --to URL           ClickHouse's HTTP interface; DB defaults to %s, PORT to %d\n"
 		"  --db PATH          the trace (default %s, or $KPI_DB)\n"
@@ -39,6 +40,8 @@ static void usage(FILE *f)
 		"  --metrics PORT     serve /metrics (progress, backlog, lag) on 127.0.0.1:PORT or ADDR:PORT\n"
 		"  --once             ship what the trace holds now, then exit (1 if ClickHouse stayed\n"
 		"                     unreachable for --give-up seconds, default 60)\n"
+		"  --minutes-only     ship the per-minute aggregates alone (rows already in ClickHouse by\n"
+		"                     other means, e.g. a bulk copy of an old trace)\n"
 		"  -h, --help         this help\n\n"
 		"Beside the rows, per-minute aggregates (request_minutes: counts, phase sums, histograms with\n"
 		"1%% relative error) for every minute %d s past its end, each minute computed whole from the\n"
@@ -99,12 +102,12 @@ int main(int argc, char **argv)
 		{ "batch", required_argument, 0, 'b' }, { "interval", required_argument, 0, 'i' },
 		{ "timeout", required_argument, 0, 't' }, { "metrics", required_argument, 0, 'M' },
 		{ "once", no_argument, 0, '1' }, { "give-up", required_argument, 0, 'g' },
-		{ "help", no_argument, 0, 'h' }, { 0 },
+		{ "minutes-only", no_argument, 0, 'A' }, { "help", no_argument, 0, 'h' }, { 0 },
 	};
 	const char *db = getenv("KPI_DB") ? getenv("KPI_DB") : TRACE_DEFAULT_DB;
 	const char *to = NULL, *host = NULL, *model = NULL, *metrics = NULL;
 	long batch = 5000, interval = 1000, timeout = 10000, give_up = 60;
-	int once = 0, o;
+	int once = 0, minutes_only = 0, o;
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
 		case 'T': to = optarg; break;
@@ -113,6 +116,7 @@ int main(int argc, char **argv)
 		case 'm': model = optarg; break;
 		case 'M': metrics = optarg; break;
 		case '1': once = 1; break;
+		case 'A': minutes_only = 1; break;
 		case 'b': if (parse_int("--batch", optarg, 1, 1000000, &batch)) return 2; break;
 		case 'i': if (parse_int("--interval", optarg, 10, 3600000, &interval)) return 2; break;
 		case 't': if (parse_int("--timeout", optarg, 100, 600000, &timeout)) return 2; break;
@@ -186,7 +190,7 @@ int main(int argc, char **argv)
 		 * when no batch comes back full, ClickHouse has them all */
 		int64_t round_start = ship_wall_ns();
 		bool unreachable = false;
-		for (int i = 0; i < SHIP_TABLES && !stop; i++) {
+		for (int i = 0; i < SHIP_TABLES && !stop && !minutes_only; i++) {
 			int n = ship_batch(s, i, &unreachable, err, sizeof(err));
 			if (n == -2) {
 				fprintf(stderr, "kpi-ship: %s\n", err);
@@ -265,7 +269,7 @@ int main(int argc, char **argv)
 		}
 		if (full && now < next_backlog)
 			continue;
-		behind = ship_backlog(s) + minutes_pending(s, once);
+		behind = (minutes_only ? 0 : ship_backlog(s)) + minutes_pending(s, once);
 		next_backlog = now + 1000000000LL;
 		if (!behind && once)
 			break;
@@ -282,7 +286,7 @@ int main(int argc, char **argv)
 			;
 	}
 	ship_metrics_stop();
-	exit_line(s, ship_backlog(s) + minutes_pending(s, true));
+	exit_line(s, (minutes_only ? 0 : ship_backlog(s)) + minutes_pending(s, true));
 	minutes_close(s);
 	ship_close(s);
 	free(s);
