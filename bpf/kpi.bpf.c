@@ -1140,6 +1140,12 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 			e->srtt_us = s->srtt_us;
 			s->first_ts = s->last_ts = 0;
 		}
+		if (c->role == KPI_ROLE_SERVED) {
+			/* the ciphertext an SSL_read through a memory BIO may decrypt next */
+			struct kpi_tls_read lr = { .ts = now, .t_seg = e->t_seg, .fd = a->fd,
+						   .srtt_us = e->srtt_us };
+			bpf_map_update_elem(&tls_last_read, &pt, &lr, BPF_ANY);
+		}
 	} else {
 		e->h.ts = a->ts;
 		e->dir = KPI_PAYLOAD_OUT;

@@ -313,6 +313,18 @@ struct kpi_tls_call {
 					 * not taken for the call of a new thread given its id */
 };
 
+/* Value of the BPF `tls_last_read` map (kpi.bpf.c, shared with kpi_tls.bpf.c),
+ * keyed by pid_tgid: the last read of a served socket the thread made outside
+ * an SSL call.  An SSL library that reads through a memory BIO (Node's
+ * OpenSSL, inside its executable) makes no syscall inside SSL_read: the
+ * ciphertext came from this read, on this thread, just before the call. */
+struct kpi_tls_read {
+	unsigned long long ts;          /* the read's exit */
+	unsigned long long t_seg;       /* its first unread segment (tcp_probe), 0 none */
+	int fd;
+	unsigned int srtt_us;
+};
+
 /* HTTP_CLOSE: an HTTP-mode target's socket connection ended. */
 enum kpi_closer {
 	KPI_CLOSE_BY_SERVER = 0,        /* the target closed the fd */
@@ -510,6 +522,7 @@ _Static_assert(sizeof(struct kpi_ev_payload) == KPI_EV_PAYLOAD_HEAD + KPI_PAYLOA
 _Static_assert(__builtin_offsetof(struct kpi_ev_payload, data) == KPI_EV_PAYLOAD_HEAD, "kpi_ev_payload ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_http_close) == 24, "kpi_ev_http_close ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_tls_call) == 64, "kpi_tls_call ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_tls_read) == 24, "kpi_tls_read ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_sock) == 64, "kpi_ev_sock ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_route) == 32 + KPI_REQID_LEN + 2 * KPI_PD_ADDR_LEN, "kpi_ev_route ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_kv_start) == 40 + KPI_PD_ADDR_LEN, "kpi_ev_kv_start ABI changed: update both sides");
