@@ -134,8 +134,15 @@ struct {
 struct sk_state {
 	__u64 first_ts, last_ts;
 	__u32 srtt_us;
-	__u32 pad;
+	/* HTTP mode: bytes a write left unsent (held_ts != 0), until they go out */
+	__u32 held_seq;         /* write_seq after that write */
+	__u64 held_ts;          /* its entry */
+	__u32 held_tgid;
+	__s32 held_fd;
 };
+
+/* Sockets with held bytes: tcp_probe looks at pure ACKs only while any are. */
+__u64 n_held = 0;
 
 /* struct sock * -> arrival state, fed by tcp:tcp_probe. */
 struct {
@@ -622,6 +629,60 @@ static __always_inline bool seg_old(const struct trace_event_raw_tcp_probe *ctx)
 	return (__s32)(end_seq - rcv_nxt) <= 0;
 }
 
+/* A socket's held bytes are out by ts (end: the sequence just past what went
+ * out): HTTP_SENT for the fd that wrote them, once all of them are. */
+static __always_inline void held_check(struct sk_state *s, __u32 end, __u64 ts)
+{
+	struct kpi_ev_http_sent *e;
+
+	if ((__s32)(end - s->held_seq) < 0)
+		return;
+	e = EV_NEW(kpi_ev_http_sent, KPI_EV_HTTP_SENT, s->held_tgid, ts);
+	if (e) {
+		e->fd = s->held_fd;
+		e->_pad = 0;
+		ev_send(e);
+	}
+	s->held_ts = 0;
+	__sync_fetch_and_add(&n_held, -1);
+}
+
+/* A packet goes to a device (where a capture sees it: the wire).  While some
+ * served socket has bytes TCP held back after a write (a client that reads
+ * late sends no ACK, the window is full; TCP sends them at its ACK, or a loss
+ * probe's timer), a TCP packet of it that carries their end sends HTTP_SENT.
+ * Otherwise one load of n_held and out. */
+SEC("raw_tp/net_dev_start_xmit")
+int BPF_PROG(kpi_xmit, struct sk_buff *skb)
+{
+	__u64 sk;
+	struct sk_state *s;
+	unsigned char *head;
+	__u16 th_off;
+	__u32 data_off, seq, len;
+	__u8 doff;
+	struct tcphdr th;
+
+	if (!n_held)
+		return 0;
+	sk = (__u64)BPF_CORE_READ(skb, sk);
+	if (!sk || !(s = bpf_map_lookup_elem(&socks, &sk)) || !s->held_ts)
+		return 0;
+	head = BPF_CORE_READ(skb, head);
+	th_off = BPF_CORE_READ(skb, transport_header);
+	data_off = (__u32)(BPF_CORE_READ(skb, data) - head);
+	len = BPF_CORE_READ(skb, len);
+	if (th_off == (__u16)~0U || bpf_probe_read_kernel(&th, sizeof(th), head + th_off))
+		return 0;
+	doff = th.doff;
+	seq = bpf_ntohl(th.seq);
+	/* payload: the packet's bytes past the TCP header */
+	if (th_off < data_off || len < (th_off - data_off) + doff * 4u)
+		return 0;
+	held_check(s, seq + len - (th_off - data_off) - doff * 4u, bpf_ktime_get_ns());
+	return 0;
+}
+
 /* A data segment reached a socket whose local port is a target's: note the
  * first one not yet consumed by a read, and the smoothed RTT.  Pure ACKs
  * (most segments: one per token the daemon sends) carry no request and are
@@ -1076,6 +1137,32 @@ static __always_inline bool client_http(struct kpi_conn *c, const struct sys_arg
 	return false;
 }
 
+/* After a served socket's write: whether TCP holds bytes back (write_seq past
+ * snd_nxt), noted in its socks entry until they go out; bytes held before
+ * that are out now are sent first (held_check). */
+static __always_inline bool held_after_write(const struct kpi_conn *c, __u32 tgid,
+					     const struct sys_arg *a)
+{
+	struct tcp_sock *tp = (struct tcp_sock *)c->sk;
+	__u32 write_seq = BPF_CORE_READ(tp, write_seq), snd_nxt = BPF_CORE_READ(tp, snd_nxt);
+	__u64 sk = c->sk;
+	struct sk_state *s = bpf_map_lookup_elem(&socks, &sk);
+
+	if (!s)
+		return false;
+	if (s->held_ts)         /* out, and no packet of it seen: by this write */
+		held_check(s, snd_nxt, a->ts);
+	if (write_seq == snd_nxt)
+		return false;
+	if (!s->held_ts)
+		__sync_fetch_and_add(&n_held, 1);
+	s->held_seq = write_seq;
+	s->held_ts = a->ts;
+	s->held_tgid = tgid;
+	s->held_fd = a->fd;
+	return true;
+}
+
 /* A read or write of an HTTP-mode target returned ret: its bytes go to the
  * agent's HTTP tracker.  Reads are timed at their exit (and carry the first
  * unread segment's arrival), writes at their entry, as in USDT mode.
@@ -1127,7 +1214,7 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 	e->srtt_us = 0;
 	e->tid = (__u32)bpf_get_current_pid_tgid();
 	e->role = c->role;
-	e->_pad = 0;
+	e->flags = 0;
 	if (a->kind == SYS_READ) {
 		e->h.ts = now;
 		e->dir = KPI_PAYLOAD_IN;
@@ -1149,6 +1236,8 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 	} else {
 		e->h.ts = a->ts;
 		e->dir = KPI_PAYLOAD_OUT;
+		if (c->role == KPI_ROLE_SERVED && held_after_write(c, tgid, a))
+			e->flags = KPI_PAYLOAD_F_UNSENT;
 	}
 	if (a->shape == SHAPE_BUF) {
 		payload_buf_send(e, a->buf, (__u64)ret);

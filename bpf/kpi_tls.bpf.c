@@ -123,7 +123,7 @@ static __always_inline int tls_exit(__u64 n)
 	e->srtt_us = c.srtt_us;
 	e->tid = (__u32)pt;
 	e->role = KPI_ROLE_SERVED;      /* the target's own upstream calls are not read */
-	e->_pad = 0;
+	e->flags = 0;
 	ws = n < KPI_PAYLOAD_MAX ? n : KPI_PAYLOAD_MAX;
 	asm volatile("" : "+r"(ws));
 	if (ws > KPI_PAYLOAD_MAX)
