@@ -1096,6 +1096,13 @@ static __always_inline __u32 first_word(const struct sys_arg *a, long ret)
 
 #define WORD(a, b, c, d) ((__u32)(a) | (__u32)(b) << 8 | (__u32)(c) << 16 | (__u32)(d) << 24)
 
+/* Whether a read's first bytes (first_word) begin a TLS record (content type
+ * 20-23, version 3.x): only such reads are noted for a memory BIO's SSL_read. */
+static __always_inline bool tls_record_start(__u32 w)
+{
+	return (w & 0xff) >= 0x14 && (w & 0xff) <= 0x17 && (w >> 8 & 0xff) == 0x03;
+}
+
 /* A connection the target made is followed while it speaks HTTP/1.1: its
  * first write a request line, or (one opened before the attach) its first
  * read a status line.  Anything else (a database's protocol, TLS, a server
@@ -1227,7 +1234,7 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 			e->srtt_us = s->srtt_us;
 			s->first_ts = s->last_ts = 0;
 		}
-		if (c->role == KPI_ROLE_SERVED) {
+		if (c->role == KPI_ROLE_SERVED && tls_record_start(first_word(a, ret))) {
 			/* the ciphertext an SSL_read through a memory BIO may decrypt next */
 			struct kpi_tls_read lr = { .ts = now, .t_seg = e->t_seg, .fd = a->fd,
 						   .srtt_us = e->srtt_us };
