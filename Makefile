@@ -55,6 +55,7 @@ DEB_PKGS += libnghttp2-dev  # kpi-agent's HTTP/2 header decoding (HPACK)
 # addition on its own line, with a word on which test needs it.
 TEST_PKGS := prometheus chromium tcpdump nginx clickhouse-server clickhouse-client
 TEST_PKGS += python3-hypercorn python3-h2 python3-grpcio  # test_agent_h2: HTTP/2 and gRPC servers and clients
+TEST_PKGS += gnutls-bin  # test_agent_tls: a TLS server the agent cannot read
 
 .PHONY: all deps test demo bench clean check-layout
 all:

@@ -134,8 +134,15 @@ struct {
 struct sk_state {
 	__u64 first_ts, last_ts;
 	__u32 srtt_us;
-	__u32 pad;
+	/* HTTP mode: bytes a write left unsent (held_ts != 0), until they go out */
+	__u32 held_seq;         /* write_seq after that write */
+	__u64 held_ts;          /* its entry */
+	__u32 held_tgid;
+	__s32 held_fd;
 };
+
+/* Sockets with held bytes: tcp_probe looks at pure ACKs only while any are. */
+__u64 n_held = 0;
 
 /* struct sock * -> arrival state, fed by tcp:tcp_probe. */
 struct {
@@ -622,6 +629,60 @@ static __always_inline bool seg_old(const struct trace_event_raw_tcp_probe *ctx)
 	return (__s32)(end_seq - rcv_nxt) <= 0;
 }
 
+/* A socket's held bytes are out by ts (end: the sequence just past what went
+ * out): HTTP_SENT for the fd that wrote them, once all of them are. */
+static __always_inline void held_check(struct sk_state *s, __u32 end, __u64 ts)
+{
+	struct kpi_ev_http_sent *e;
+
+	if ((__s32)(end - s->held_seq) < 0)
+		return;
+	e = EV_NEW(kpi_ev_http_sent, KPI_EV_HTTP_SENT, s->held_tgid, ts);
+	if (e) {
+		e->fd = s->held_fd;
+		e->_pad = 0;
+		ev_send(e);
+	}
+	s->held_ts = 0;
+	__sync_fetch_and_add(&n_held, -1);
+}
+
+/* A packet goes to a device (where a capture sees it: the wire).  While some
+ * served socket has bytes TCP held back after a write (a client that reads
+ * late sends no ACK, the window is full; TCP sends them at its ACK, or a loss
+ * probe's timer), a TCP packet of it that carries their end sends HTTP_SENT.
+ * Otherwise one load of n_held and out. */
+SEC("raw_tp/net_dev_start_xmit")
+int BPF_PROG(kpi_xmit, struct sk_buff *skb)
+{
+	__u64 sk;
+	struct sk_state *s;
+	unsigned char *head;
+	__u16 th_off;
+	__u32 data_off, seq, len;
+	__u8 doff;
+	struct tcphdr th;
+
+	if (!n_held)
+		return 0;
+	sk = (__u64)BPF_CORE_READ(skb, sk);
+	if (!sk || !(s = bpf_map_lookup_elem(&socks, &sk)) || !s->held_ts)
+		return 0;
+	head = BPF_CORE_READ(skb, head);
+	th_off = BPF_CORE_READ(skb, transport_header);
+	data_off = (__u32)(BPF_CORE_READ(skb, data) - head);
+	len = BPF_CORE_READ(skb, len);
+	if (th_off == (__u16)~0U || bpf_probe_read_kernel(&th, sizeof(th), head + th_off))
+		return 0;
+	doff = th.doff;
+	seq = bpf_ntohl(th.seq);
+	/* payload: the packet's bytes past the TCP header */
+	if (th_off < data_off || len < (th_off - data_off) + doff * 4u)
+		return 0;
+	held_check(s, seq + len - (th_off - data_off) - doff * 4u, bpf_ktime_get_ns());
+	return 0;
+}
+
 /* A data segment reached a socket whose local port is a target's: note the
  * first one not yet consumed by a read, and the smoothed RTT.  Pure ACKs
  * (most segments: one per token the daemon sends) carry no request and are
@@ -1035,6 +1096,13 @@ static __always_inline __u32 first_word(const struct sys_arg *a, long ret)
 
 #define WORD(a, b, c, d) ((__u32)(a) | (__u32)(b) << 8 | (__u32)(c) << 16 | (__u32)(d) << 24)
 
+/* Whether a read's first bytes (first_word) begin a TLS record (content type
+ * 20-23, version 3.x): only such reads are noted for a memory BIO's SSL_read. */
+static __always_inline bool tls_record_start(__u32 w)
+{
+	return (w & 0xff) >= 0x14 && (w & 0xff) <= 0x17 && (w >> 8 & 0xff) == 0x03;
+}
+
 /* A connection the target made is followed while it speaks HTTP/1.1: its
  * first write a request line, or (one opened before the attach) its first
  * read a status line.  Anything else (a database's protocol, TLS, a server
@@ -1074,6 +1142,32 @@ static __always_inline bool client_http(struct kpi_conn *c, const struct sys_arg
 	}
 	c->is_sock = 0;
 	return false;
+}
+
+/* After a served socket's write: whether TCP holds bytes back (write_seq past
+ * snd_nxt), noted in its socks entry until they go out; bytes held before
+ * that are out now are sent first (held_check). */
+static __always_inline bool held_after_write(const struct kpi_conn *c, __u32 tgid,
+					     const struct sys_arg *a)
+{
+	struct tcp_sock *tp = (struct tcp_sock *)c->sk;
+	__u32 write_seq = BPF_CORE_READ(tp, write_seq), snd_nxt = BPF_CORE_READ(tp, snd_nxt);
+	__u64 sk = c->sk;
+	struct sk_state *s = bpf_map_lookup_elem(&socks, &sk);
+
+	if (!s)
+		return false;
+	if (s->held_ts)         /* out, and no packet of it seen: by this write */
+		held_check(s, snd_nxt, a->ts);
+	if (write_seq == snd_nxt)
+		return false;
+	if (!s->held_ts)
+		__sync_fetch_and_add(&n_held, 1);
+	s->held_seq = write_seq;
+	s->held_ts = a->ts;
+	s->held_tgid = tgid;
+	s->held_fd = a->fd;
+	return true;
 }
 
 /* A read or write of an HTTP-mode target returned ret: its bytes go to the
@@ -1127,7 +1221,7 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 	e->srtt_us = 0;
 	e->tid = (__u32)bpf_get_current_pid_tgid();
 	e->role = c->role;
-	e->_pad = 0;
+	e->flags = 0;
 	if (a->kind == SYS_READ) {
 		e->h.ts = now;
 		e->dir = KPI_PAYLOAD_IN;
@@ -1140,9 +1234,17 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 			e->srtt_us = s->srtt_us;
 			s->first_ts = s->last_ts = 0;
 		}
+		if (c->role == KPI_ROLE_SERVED && tls_record_start(first_word(a, ret))) {
+			/* the ciphertext an SSL_read through a memory BIO may decrypt next */
+			struct kpi_tls_read lr = { .ts = now, .t_seg = e->t_seg, .fd = a->fd,
+						   .srtt_us = e->srtt_us };
+			bpf_map_update_elem(&tls_last_read, &pt, &lr, BPF_ANY);
+		}
 	} else {
 		e->h.ts = a->ts;
 		e->dir = KPI_PAYLOAD_OUT;
+		if (c->role == KPI_ROLE_SERVED && held_after_write(c, tgid, a))
+			e->flags = KPI_PAYLOAD_F_UNSENT;
 	}
 	if (a->shape == SHAPE_BUF) {
 		payload_buf_send(e, a->buf, (__u64)ret);

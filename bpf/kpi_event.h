@@ -48,6 +48,7 @@ enum kpi_event_type {
 	KPI_EV_KV_RECV_END,     /* USDT kv__recv_end: the KV is in and checked, or it failed */
 	KPI_EV_SLOT_WAIT,       /* USDT kv__slot_wait: a request with its KV waits for a slot */
 	KPI_EV_PREFIX_HIT,      /* USDT request__prefix_hit */
+	KPI_EV_HTTP_SENT,       /* HTTP-mode target: what TCP held back after a write went out */
 	KPI_EV_TYPE_MAX,
 };
 
@@ -278,10 +279,14 @@ struct kpi_ev_payload {
 	unsigned int srtt_us;           /* reads: the connection's smoothed RTT, 0 unknown */
 	unsigned int tid;               /* the thread that read or wrote */
 	unsigned int role;              /* enum kpi_conn_role */
-	unsigned int _pad;
+	unsigned int flags;             /* KPI_PAYLOAD_F_* */
 	unsigned char data[KPI_PAYLOAD_MAX];
 };
 #define KPI_EV_PAYLOAD_HEAD 56  /* offsetof(struct kpi_ev_payload, data) */
+/* A served socket's write after which TCP still held bytes back (write_seq past
+ * snd_nxt: a client that reads late does not ACK, the congestion window is full):
+ * they are on the wire at the HTTP_SENT for its fd that follows. */
+#define KPI_PAYLOAD_F_UNSENT 1u
 
 /* TLS_PAYLOAD is a struct kpi_ev_payload too: the plaintext an SSL_read
  * returned or an SSL_write took, in the record of the socket whose read or
@@ -311,6 +316,27 @@ struct kpi_tls_call {
 	unsigned int task_start;        /* the thread's start_time (low 32 bits of its ns): an
 					 * entry left by a thread that died inside its call is
 					 * not taken for the call of a new thread given its id */
+};
+
+/* Value of the BPF `tls_last_read` map (kpi.bpf.c, shared with kpi_tls.bpf.c),
+ * keyed by pid_tgid: the last read of a served socket the thread made outside
+ * an SSL call.  An SSL library that reads through a memory BIO (Node's
+ * OpenSSL, inside its executable) makes no syscall inside SSL_read: the
+ * ciphertext came from this read, on this thread, just before the call. */
+struct kpi_tls_read {
+	unsigned long long ts;          /* the read's exit */
+	unsigned long long t_seg;       /* its first unread segment (tcp_probe), 0 none */
+	int fd;
+	unsigned int srtt_us;
+};
+
+/* HTTP_SENT: the bytes TCP held back after a write (KPI_PAYLOAD_F_UNSENT) of
+ * the socket fd went out; ts: the ACK that let them go (tcp_probe), or the
+ * entry of the write that found them gone with no ACK since. */
+struct kpi_ev_http_sent {
+	struct kpi_ev_hdr h;
+	int fd;
+	unsigned int _pad;
 };
 
 /* HTTP_CLOSE: an HTTP-mode target's socket connection ended. */
@@ -422,6 +448,7 @@ union kpi_event {
 	struct kpi_ev_exit exit;
 	struct kpi_ev_payload payload;
 	struct kpi_ev_http_close http_close;
+	struct kpi_ev_http_sent http_sent;
 	struct kpi_ev_sock sock;
 	struct kpi_ev_route route;
 	struct kpi_ev_kv_start kv_start;
@@ -452,6 +479,7 @@ static inline __attribute__((always_inline)) unsigned int kpi_event_size(unsigne
 	case KPI_EV_EXIT: return sizeof(struct kpi_ev_exit);
 	case KPI_EV_PAYLOAD: return KPI_EV_PAYLOAD_HEAD;        /* + captured */
 	case KPI_EV_HTTP_CLOSE: return sizeof(struct kpi_ev_http_close);
+	case KPI_EV_HTTP_SENT: return sizeof(struct kpi_ev_http_sent);
 	case KPI_EV_TLS_PAYLOAD: return KPI_EV_PAYLOAD_HEAD;    /* + captured */
 	case KPI_EV_SOCK: return sizeof(struct kpi_ev_sock);
 	case KPI_EV_ROUTE: return sizeof(struct kpi_ev_route);
@@ -509,7 +537,9 @@ _Static_assert(sizeof(struct kpi_ev_exit) == 24, "kpi_ev_exit ABI changed: updat
 _Static_assert(sizeof(struct kpi_ev_payload) == KPI_EV_PAYLOAD_HEAD + KPI_PAYLOAD_MAX, "kpi_ev_payload ABI changed: update both sides");
 _Static_assert(__builtin_offsetof(struct kpi_ev_payload, data) == KPI_EV_PAYLOAD_HEAD, "kpi_ev_payload ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_http_close) == 24, "kpi_ev_http_close ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_ev_http_sent) == 24, "kpi_ev_http_sent ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_tls_call) == 64, "kpi_tls_call ABI changed: update both sides");
+_Static_assert(sizeof(struct kpi_tls_read) == 24, "kpi_tls_read ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_sock) == 64, "kpi_ev_sock ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_route) == 32 + KPI_REQID_LEN + 2 * KPI_PD_ADDR_LEN, "kpi_ev_route ABI changed: update both sides");
 _Static_assert(sizeof(struct kpi_ev_kv_start) == 40 + KPI_PD_ADDR_LEN, "kpi_ev_kv_start ABI changed: update both sides");

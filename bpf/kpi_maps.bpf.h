@@ -40,6 +40,17 @@ struct {
 	__type(value, struct kpi_tls_call);
 } tls_calls SEC(".maps");
 
+/* pid_tgid -> the last read of a served socket the thread made outside an
+ * SSL call (struct kpi_tls_read): names the socket of an SSL_read that makes
+ * no syscall of its own (a memory BIO, as Node's), and times it.  LRU: one
+ * per thread that reads a served socket. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct kpi_tls_read);
+} tls_last_read SEC(".maps");
+
 /* The value kpi_tls_call.task_start holds for the current thread. */
 static __always_inline unsigned int task_start32(void)
 {

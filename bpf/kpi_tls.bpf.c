@@ -2,11 +2,14 @@
 /* kpi_tls.bpf.c - uprobes on OpenSSL's SSL_read/SSL_write(_ex) in the libssl of
  * HTTP-mode targets: the plaintext of each call, as a TLS_PAYLOAD record of its socket.
  *
- * Loaded by agent/sources/tls.c with kpi.bpf.c's `events`, `targets`, `counters` and
- * `tls_calls` maps shared (bpf_map__reuse_fd), so its records interleave in
+ * Loaded by agent/sources/tls.c with kpi.bpf.c's `events`, `targets`, `counters`,
+ * `tls_calls` and `tls_last_read` maps shared (bpf_map__reuse_fd), so its records interleave in
  * order with the syscall ones.  The entry probe notes the call in tls_calls;
  * kpi.bpf.c's syscall handlers note the socket and times of the reads and
- * writes made inside it; the return probe sends what the call moved. */
+ * writes made inside it; the return probe sends what the call moved.  A call
+ * that makes no syscall (a memory BIO: Node's OpenSSL, in its executable)
+ * takes its socket from its SSL object's earlier calls, or, for a read, from
+ * the read of a served socket its thread made just before (tls_last_read). */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_tracing.h>
@@ -39,6 +42,10 @@ struct {
 	__type(value, struct kpi_ev_payload);
 } tls_buf SEC(".maps");
 
+/* How long before an SSL_read's entry the read that brought its ciphertext may
+ * be (a memory BIO's: Node reads the socket, then decrypts in the callback). */
+#define LAST_READ_NS 10000000ULL
+
 /* Wake the agent only once this much is waiting (the agent writes kpi.bpf.c's). */
 const volatile __u64 wakeup_bytes = 0;
 
@@ -68,6 +75,7 @@ static __always_inline int tls_exit(__u64 n)
 	struct ssl_key k = { .tgid = pt >> 32 };
 	struct kpi_tls_call c;
 	struct kpi_ev_payload *e;
+	struct kpi_tls_read *lr;
 	__u32 zero = 0;
 	int *fd;
 
@@ -81,18 +89,33 @@ static __always_inline int tls_exit(__u64 n)
 		bpf_map_update_elem(&ssl_fds, &k, &c.fd, BPF_ANY);
 	else if ((fd = bpf_map_lookup_elem(&ssl_fds, &k)))
 		c.fd = *fd;
-	else
+	else if (c.dir == KPI_PAYLOAD_IN && (lr = bpf_map_lookup_elem(&tls_last_read, &pt)) &&
+		 lr->ts >= c.t_enter - LAST_READ_NS && lr->ts <= c.t_enter) {
+		/* no syscall inside and none before: a memory BIO (Node) fed by
+		 * the read this thread made just before; a write never guesses */
+		c.fd = lr->fd;
+		bpf_map_update_elem(&ssl_fds, &k, &c.fd, BPF_ANY);
+	} else
 		c.fd = KPI_TLS_FD_UNKNOWN;
 	if (!n || c.fd == -2)   /* nothing moved, or the target's own upstream */
 		return 0;
+	if (c.dir == KPI_PAYLOAD_IN && !c.t_io && (lr = bpf_map_lookup_elem(&tls_last_read, &pt)) &&
+	    lr->fd == c.fd && lr->ts >= c.t_enter - LAST_READ_NS && lr->ts <= c.t_enter) {
+		/* its ciphertext's read: its time and first segment, taken once */
+		c.t_io = lr->ts;
+		c.t_seg = lr->t_seg;
+		c.srtt_us = lr->srtt_us;
+		bpf_map_delete_elem(&tls_last_read, &pt);
+	}
 	e = bpf_map_lookup_elem(&tls_buf, &zero);
 	if (!e)
 		return 0;
 	e->h.type = KPI_EV_TLS_PAYLOAD;
 	e->h.pid = k.tgid;
-	/* no syscall inside: a read's bytes were already in (timed at the
-	 * return), a write's went nowhere yet (at the entry) */
-	e->h.ts = c.t_io ? c.t_io : c.dir == KPI_PAYLOAD_IN ? now : c.t_enter;
+	/* no syscall inside: a read's bytes were already in, a write's
+	 * record goes out after the call (a memory BIO's: Node writes it to
+	 * the socket once SSL_write returns); both timed at the return */
+	e->h.ts = c.t_io ? c.t_io : now;
 	e->fd = c.fd;
 	e->dir = c.dir;
 	e->moved = n > 0xffffffffULL ? 0xffffffffU : (__u32)n;
@@ -100,7 +123,7 @@ static __always_inline int tls_exit(__u64 n)
 	e->srtt_us = c.srtt_us;
 	e->tid = (__u32)pt;
 	e->role = KPI_ROLE_SERVED;      /* the target's own upstream calls are not read */
-	e->_pad = 0;
+	e->flags = 0;
 	ws = n < KPI_PAYLOAD_MAX ? n : KPI_PAYLOAD_MAX;
 	asm volatile("" : "+r"(ws));
 	if (ws > KPI_PAYLOAD_MAX)

@@ -431,9 +431,32 @@ def test_agent_http_timeout_ends_a_silent_exchange():
     srv.stop()
 
 
+def _late_reader(port, tag, n):
+    """n streams of 48 tokens on one keep-alive connection, each read 30-50 ms
+    after its request: the client's kernel ACKs what it holds only as it is
+    read, so kpi-infer's later writes wait in TCP (a full window) and reach
+    the wire after the write that made them, the last byte included."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    body = json.dumps({"prompt": "hello", "max_tokens": 48, "ignore_eos": True, "stream": True}).encode()
+    for i in range(n):
+        s.sendall(f"POST /v1/completions HTTP/1.1\r\nHost: x\r\nx-request-id: {tag}-{i}\r\n"
+                  f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+        time.sleep(0.03 + 0.01 * (i % 3))     # the client is busy: nothing read, nothing ACKed
+        got = b""
+        while not got.endswith(b"0\r\n\r\n"):
+            chunk = s.recv(65536)
+            assert chunk, f"{tag}-{i}: the server closed mid-stream"
+            got += chunk
+        time.sleep(0.25)                       # idle past the RTO: a fresh window for the next
+    s.close()
+
+
 def test_agent_http_kpi_infer_usdt_and_http_agree():
     """kpi-infer traced at once by an agent through its USDT probes and by one
-    with --http-only: TTFT, e2e, status and event counts per request id."""
+    with --http-only: TTFT, e2e, status and event counts per request id.  With
+    the capture, the --http-only rows against the wire (WIRE_P99_US), late
+    readers' streams included: their last bytes leave when TCP lets them go,
+    after the write (the black-box end of issue 44)."""
     kpitest.require_root("kpi-agent")
     at.require_built(at.INFER)
     import servertest
@@ -445,6 +468,8 @@ def test_agent_http_kpi_infer_usdt_and_http_agree():
     assert "HTTP mode (--http-only)" in a_http.wait_line(f"attached to pid {daemon.p.pid}")
     cap = pcaptest.Capture([daemon.port]) if os.geteuid() == 0 and pcaptest.shutil.which("tcpdump") else None
     results = at.run_load(daemon.port, 120, threads=4, max_tokens=(1, 16), prefix="both")
+    if cap:
+        at.in_threads(range(3), lambda w: _late_reader(daemon.port, f"late-{w}", 4), threads=3)
     wire = pcaptest.exchanges_by_id(cap.stop(), daemon.port) if cap else {}
     time.sleep(0.3)
     assert a_usdt.stop() == 0, a_usdt.lines[-20:]
@@ -480,6 +505,10 @@ def test_agent_http_kpi_infer_usdt_and_http_agree():
     assert not problems, problems[:10]
     assert len(e2e) >= 0.9 * len([r for r in results if r.status is not None])
     assert m["ttft"]["p99"] <= BOTH_TTFT_P99_US, m
+    if cap:
+        late = [rid for rid in wire if rid.startswith("late-")]
+        assert len(late) == 12 and all(rid in h for rid in late), (late, a_http.lines[-10:])
+        _compare_wire(h, wire, http_db, "kpi-infer --http-only: agent - wire")
     daemon.stop()
 
 

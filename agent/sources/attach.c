@@ -670,6 +670,8 @@ void attach_choose_programs(struct attach *at)
 			load = !sched_rawtp && at->feat->sched_tp;
 		else if (!strcmp(sec, "tracepoint/tcp/tcp_probe"))
 			load = at->feat->tcp_probe_tp;
+		else if (!strcmp(sec, "raw_tp/net_dev_start_xmit"))
+			load = at->feat->raw_tp;        /* held bytes' send (HTTP mode) */
 		bpf_program__set_autoload(p, load);
 	}
 	/* maps only the other flavour uses are not created: a kernel without

@@ -1,5 +1,6 @@
 /* tls.c - kpi-agent's TLS side: loads bpf/kpi_tls.bpf.c on the main object's maps,
- * attaches its uprobes to each HTTP-mode target's libssl, names the targets it cannot read. */
+ * attaches its uprobes to each HTTP-mode target's libssl (or the OpenSSL linked into
+ * its executable, as Node's), names the targets it cannot read. */
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <errno.h>
@@ -21,8 +22,8 @@
 _Static_assert(2 * N_FUNCS <= SIDE_MAX_LINKS, "a TLS target's links fit a side_target");
 
 enum tls_state {
-	TLS_PROBED,             /* its libssl's SSL_read/SSL_write are probed */
-	TLS_NO_LIB,             /* it maps no libssl (yet) */
+	TLS_PROBED,             /* its libssl's (or executable's) SSL_read/SSL_write are probed */
+	TLS_NO_LIB,             /* it maps no libssl (yet), its executable has none */
 	TLS_FAILED,             /* the uprobes could not be attached */
 };
 
@@ -31,7 +32,7 @@ struct tls_target {
 	enum tls_state state;
 	bool reported;                  /* 'TLS not readable' said */
 	bool exe_checked;               /* its executable was looked at for OpenSSL */
-	char lib[PATH_MAX];
+	char lib[PATH_MAX];             /* the file probed: its libssl, or its executable */
 };
 
 struct agent_tls {
@@ -96,20 +97,25 @@ static void say_unreadable(struct agent_tls *g, struct side_target *st, const ch
 	       "tls_unreadable and have no rows\n", st->pid, comm, why);
 }
 
-/* Looks for libssl in its maps, attaches when it is there.  An executable
- * that has OpenSSL in it (Node) is named at once, before any connection. */
+/* Whether pid's executable has OpenSSL (or BoringSSL) linked in, exporting
+ * SSL_read and SSL_write as Node's does: its path in t->lib. */
+static bool exe_has_ssl(struct side_target *st, struct tls_target *t)
+{
+	if (t->exe_checked)
+		return false;
+	t->exe_checked = true;
+	return !target_exe_path(st->pid, t->lib, sizeof(t->lib)) &&
+	       elf_defines(t->lib, "SSL_read") && elf_defines(t->lib, "SSL_write");
+}
+
+/* Looks for libssl in its maps, or OpenSSL in its executable (Node), and
+ * attaches the uprobes to whichever file holds SSL_read. */
 static void target_check(struct agent_tls *g, struct side_target *st)
 {
 	struct tls_target *t = st->data;
-	char exe[64];
 
-	if (target_lib_path(st->pid, TLS_LIB_NAME, t->lib, sizeof(t->lib))) {
+	if (target_lib_path(st->pid, TLS_LIB_NAME, t->lib, sizeof(t->lib)) && !exe_has_ssl(st, t)) {
 		t->state = TLS_NO_LIB;
-		snprintf(exe, sizeof(exe), "/proc/%d/exe", st->pid);
-		if (!t->exe_checked && elf_defines(exe, "SSL_read"))
-			say_unreadable(g, st, "has OpenSSL linked into its executable (it has SSL_read) "
-				       "and maps no libssl");
-		t->exe_checked = true;
 		return;
 	}
 	t->state = target_attach(g, st, t) ? TLS_FAILED : TLS_PROBED;
@@ -160,8 +166,9 @@ bool agent_tls_readable(void *ctx, uint32_t pid)
 		target_check(g, st);    /* a libssl opened since the last look */
 	if (t->state == TLS_PROBED)
 		return true;
-	say_unreadable(g, st, t->state == TLS_NO_LIB ? "has TLS connections but maps no libssl "
-		       "(TLS linked into the executable, or another TLS library)" : "could not be probed in its libssl");
+	say_unreadable(g, st, t->state == TLS_NO_LIB ? "has TLS connections but maps no libssl and its "
+		       "executable exports no SSL_read (another TLS library, or one linked in without "
+		       "its symbols)" : "could not be probed in its libssl");
 	return false;
 }
 
@@ -169,7 +176,7 @@ void agent_tls_summary(const struct agent_tls *g, char *buf, size_t len)
 {
 	buf[0] = 0;
 	if (g && (g->n_probed || g->n_unreadable))
-		snprintf(buf, len, "TLS: %u processes read through libssl, %u not readable",
+		snprintf(buf, len, "TLS: %u processes read through OpenSSL, %u not readable",
 			 g->n_probed, g->n_unreadable);
 }
 
@@ -185,10 +192,12 @@ struct agent_tls *agent_tls_open(struct kpi_bpf *main_skel, bool verbose, char *
 		goto fail;
 	/* one ring, one target list, one set of counters for both objects */
 	struct bpf_map *mine[] = { g->skel->maps.events, g->skel->maps.counters,
-				   g->skel->maps.targets, g->skel->maps.tls_calls };
+				   g->skel->maps.targets, g->skel->maps.tls_calls,
+				   g->skel->maps.tls_last_read };
 	struct bpf_map *theirs[] = { main_skel->maps.events, main_skel->maps.counters,
-				     main_skel->maps.targets, main_skel->maps.tls_calls };
-	if (side_share_maps(&g->side, mine, theirs, 4, err, errlen))
+				     main_skel->maps.targets, main_skel->maps.tls_calls,
+				     main_skel->maps.tls_last_read };
+	if (side_share_maps(&g->side, mine, theirs, 5, err, errlen))
 		goto fail;
 	g->skel->rodata->wakeup_bytes = main_skel->rodata->wakeup_bytes;
 	if (side_load(&g->side, err, errlen))

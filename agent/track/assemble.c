@@ -1002,6 +1002,7 @@ int assemble_event(struct assembler *a, const void *rec, size_t size)
 	case KPI_EV_PAYLOAD:
 	case KPI_EV_TLS_PAYLOAD:
 	case KPI_EV_HTTP_CLOSE:
+	case KPI_EV_HTTP_SENT:
 	case KPI_EV_SOCK:
 		if (http_path_event(a->http, e, size)) {
 			a->st.events--;

@@ -40,6 +40,22 @@ struct http_conn {
 	bool seen;                      /* bytes came: the next ones are not its first */
 	bool tls;                       /* TLS: its plaintext comes from the SSL calls,
 					 * its socket bytes are ciphertext and not parsed */
+	struct held_write *held;        /* writes TCP held back, oldest first, fed at their HTTP_SENT */
+	struct held_write **held_tail;
+	unsigned close_by;              /* a close that came while writes were held: by + 1 */
+	uint64_t close_ts;
+};
+
+/* A served connection's write that TCP did not put on the wire at once
+ * (KPI_PAYLOAD_F_UNSENT), and those after it: fed to the tracker when the
+ * kernel says the bytes went out, timed there (the client saw them then). */
+#define HELD_MAX_NS 1000000000ULL        /* held writes with no HTTP_SENT this long go */
+
+struct held_write {
+	struct held_write *next;
+	uint64_t ts;
+	uint32_t moved, captured;
+	uint8_t data[];
 };
 
 struct http_path {
@@ -99,8 +115,52 @@ struct http_path *http_path_new(struct bus *bus)
 	return hp;
 }
 
+static void feed(struct http_conn *c, bool req_dir, const uint8_t *data, size_t captured,
+		 size_t moved, uint64_t ts)
+{
+	enum http_dir dir = req_dir ? HTTP_IN : HTTP_OUT;
+
+	if (c->h2)
+		http2_track_feed(c->h2, dir, data, captured, moved, ts);
+	else if (c->t)
+		http_track_feed(c->t, dir, data, captured, moved, ts);
+}
+
+/* The held writes go to the tracker, none timed before ts: their bytes were
+ * on the wire by then (ts 0: at their own times, nothing said when). */
+static void held_flush(struct http_conn *c, uint64_t ts)
+{
+	while (c->held) {
+		struct held_write *w = c->held;
+		c->held = w->next;
+		feed(c, c->client, w->data, w->captured, w->moved, w->ts > ts ? w->ts : ts);
+		free(w);
+	}
+	c->held_tail = &c->held;
+}
+
+/* Keeps a response write back (false: no memory, fed at once). */
+static bool held_add(struct http_conn *c, const struct kpi_ev_payload *p)
+{
+	struct held_write *w = malloc(sizeof(*w) + p->captured);
+
+	if (!w)
+		return false;
+	w->next = NULL;
+	w->ts = p->h.ts;
+	w->moved = p->moved;
+	w->captured = p->captured;
+	memcpy(w->data, p->data, p->captured);
+	if (!c->held_tail)
+		c->held_tail = &c->held;
+	*c->held_tail = w;
+	c->held_tail = &w->next;
+	return true;
+}
+
 static void conn_free(struct http_path *hp, struct http_conn *c)
 {
+	held_flush(c, 0);
 	hop_link_close_conn(hp->hops, c->pid, c->fd);
 	HASH_DEL(hp->conns, c);
 	http_track_free(c->t);
@@ -509,14 +569,6 @@ static bool conn_tracker(struct http_path *hp, struct http_conn *c, const uint8_
 	return c->t || c->h2;
 }
 
-static void conn_feed(struct http_conn *c, enum http_dir dir, const struct kpi_ev_payload *p)
-{
-	if (c->h2)
-		http2_track_feed(c->h2, dir, p->data, p->captured, p->moved, p->h.ts);
-	else
-		http_track_feed(c->t, dir, p->data, p->captured, p->moved, p->h.ts);
-}
-
 static void conn_close(struct http_conn *c, uint64_t ts, enum http_closer who)
 {
 	if (c->h2)
@@ -570,6 +622,34 @@ static enum http_closer closer(unsigned by, bool client)
 	       by == KPI_CLOSE_AFTER_PEER ? HTTP_BY_SERVER_AFTER_CLIENT : HTTP_BY_SERVER;
 }
 
+/* The target's socket ended (enum kpi_closer by) at ts. */
+static void conn_closed(struct http_path *hp, struct http_conn *c, unsigned by, uint64_t ts)
+{
+	if (by == KPI_CLOSE_SHUT_WR) {
+		/* a served connection's FIN: the end of a close-delimited
+		 * response; a client's own half-close ends no request */
+		if (!c->client && c->t)
+			http_track_shut(c->t, ts);
+		return;
+	}
+	conn_close(c, ts, closer(by, c->client));
+	/* the fd is closed only when the target closes it */
+	if (by != KPI_CLOSE_BY_CLIENT)
+		conn_free(hp, c);
+}
+
+/* The held writes went out at ts (0: no word from the kernel): fed there,
+ * and a close that came meanwhile follows them (its FIN left behind them). */
+static void held_release(struct http_path *hp, struct http_conn *c, uint64_t ts)
+{
+	held_flush(c, ts);
+	if (c->close_by) {
+		unsigned by = c->close_by - 1;
+		c->close_by = 0;
+		conn_closed(hp, c, by, c->close_ts > ts ? c->close_ts : ts);
+	}
+}
+
 int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 {
 	struct http_conn *c;
@@ -578,22 +658,22 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 		hop_link_sock(hp->hops, &e->sock);
 		return 0;
 	}
+	if (e->h.type == KPI_EV_HTTP_SENT) {
+		c = conn_get(hp, e->h.pid, e->http_sent.fd, false, false);
+		if (c)
+			held_release(hp, c, e->h.ts);
+		return 0;
+	}
 	if (e->h.type == KPI_EV_HTTP_CLOSE) {
 		c = conn_get(hp, e->h.pid, e->http_close.fd, false, false);
 		if (!c)
 			return 0;
-		unsigned by = e->http_close.by;
-		if (by == KPI_CLOSE_SHUT_WR) {
-			/* a served connection's FIN: the end of a close-delimited
-			 * response; a client's own half-close ends no request */
-			if (!c->client && c->t)
-				http_track_shut(c->t, e->h.ts);
+		if (c->held) {          /* its FIN goes out behind them: at their HTTP_SENT */
+			c->close_by = e->http_close.by + 1;
+			c->close_ts = e->h.ts;
 			return 0;
 		}
-		conn_close(c, e->h.ts, closer(by, c->client));
-		/* the fd is closed only when the target closes it */
-		if (by != KPI_CLOSE_BY_CLIENT)
-			conn_free(hp, c);
+		conn_closed(hp, c, e->http_close.by, e->h.ts);
 		return 0;
 	}
 	const struct kpi_ev_payload *p = &e->payload;
@@ -604,6 +684,9 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 		hp->tls.unplaced++;
 		return 0;
 	}
+	c = conn_get(hp, p->h.pid, p->fd, false, false);
+	if (c && c->close_by)
+		held_release(hp, c, 0); /* closed behind held writes, and the fd is in use again */
 	c = conn_get(hp, p->h.pid, p->fd, true, p->role == KPI_ROLE_CLIENT);
 	if (!c) {
 		hp->totals.no_memory++;
@@ -626,12 +709,17 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 		c->seg_ts[k] = p->t_seg;
 		if (p->srtt_us)
 			c->srtt_us = p->srtt_us;
+		/* the client read what was held before it wrote again */
+		held_flush(c, p->t_seg && p->t_seg < p->h.ts ? p->t_seg : p->h.ts);
+	} else if ((c->held || (p->flags & KPI_PAYLOAD_F_UNSENT)) && held_add(c, p)) {
+		return 0;
 	}
 	if (!conn_tracker(hp, c, p->data, p->captured, req_dir)) {
 		hp->totals.no_memory++;
 		return 0;
 	}
-	conn_feed(c, req_dir ? HTTP_IN : HTTP_OUT, p);
+	held_flush(c, 0);
+	feed(c, req_dir, p->data, p->captured, p->moved, p->h.ts);
 	return 0;
 }
 
@@ -648,6 +736,11 @@ void http_path_expire(struct http_path *hp, uint64_t now)
 	relay_link_expire(hp->relay, now);
 	trajectory_expire(hp->tasks, now);
 	HASH_ITER(hh, hp->conns, c, tmp) {
+		if ((c->held && now > c->held->ts + HELD_MAX_NS) ||
+		    (c->close_by && now > c->close_ts + HELD_MAX_NS)) {
+			held_release(hp, c, 0); /* no word from the kernel: at the writes */
+			continue;               /* (it may be gone): the rest at the next look */
+		}
 		uint64_t last = conn_last_ts(c);
 		if (!last || now < last)
 			continue;

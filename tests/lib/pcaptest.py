@@ -390,7 +390,8 @@ def tls12_exchanges(path, server_port):
     a run of the client's application-data records, its response the server's
     that follow until the client's next request.  Each exchange: t_first_byte
     (the request's first record), t_response_first_byte, t_last_byte (the end
-    of the response's last record), CLOCK_REALTIME ns."""
+    of the response's last record), CLOCK_REALTIME ns, and records: the
+    response's records, (first byte, last byte) each."""
     out = {}
     for cport, (req, resp) in streams(path, server_port).items():
         ev = [(t0, t1, "q") for ct, t0, t1 in tls_records(*req.assemble()) if ct == 23]
@@ -399,11 +400,13 @@ def tls12_exchanges(path, server_port):
         xs = []
         for t0, t1, who in ev:
             if who == "q" and (not xs or xs[-1]["t_last_byte"] is not None):
-                xs.append({"t_first_byte": t0, "t_response_first_byte": None, "t_last_byte": None})
+                xs.append({"t_first_byte": t0, "t_response_first_byte": None, "t_last_byte": None,
+                           "records": []})
             elif who == "r" and xs:
                 if xs[-1]["t_response_first_byte"] is None:
                     xs[-1]["t_response_first_byte"] = t0
                 xs[-1]["t_last_byte"] = t1
+                xs[-1]["records"].append((t0, t1))
         out[cport] = xs
     return out
 

@@ -8,7 +8,8 @@
 // /status/NNN answers NNN, GET /static this file. A request without x-request-id gets one of the
 // server's (srv-N) in the response. Run: node sse_server.js PORT
 // [--role-with-content] (a chat stream's role rides on its first content
-// event, as llama.cpp's server sends it).
+// event, as llama.cpp's server sends it) [--tls CERT KEY] (https.createServer:
+// Node's own OpenSSL, inside its executable).
 'use strict';
 const fs = require('fs');
 const http = require('http');
@@ -76,7 +77,12 @@ async function stream(req, res, body) {
   res.end();
 }
 
-http.createServer((req, res) => {
+const tlsAt = process.argv.indexOf('--tls');
+const serve = (handler) => (tlsAt < 0 ? http.createServer(handler)
+  : require('https').createServer({ cert: fs.readFileSync(process.argv[tlsAt + 1]),
+                                    key: fs.readFileSync(process.argv[tlsAt + 2]) }, handler));
+
+serve((req, res) => {
   let data = '';
   req.on('data', (c) => { data += c; });
   req.on('end', () => {
