@@ -2,6 +2,7 @@
  * one) into ClickHouse, with back-off while ClickHouse is away (docs/fleet.md). */
 #include "tools/kpi-ship/ship.h"
 #include "tools/common/trace.h"
+#include "kpi_version.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -39,7 +40,9 @@ static void usage(FILE *f)
 		"  --metrics PORT     serve /metrics (progress, backlog, lag) on 127.0.0.1:PORT or ADDR:PORT\n"
 		"  --once             ship what the trace holds now, then exit (1 if ClickHouse stayed\n"
 		"                     unreachable for --give-up seconds, default 60)\n"
-		"  -h, --help         this help\n\n"
+		"  --give-up S        with --once: seconds ClickHouse may stay unreachable before that\n"
+		"                     exit 1 (1 to 86400, default 60)\n"		"  -h, --help         this help\n"
+		"  --version          the version and the git commit it was built from\n\n"
 		"Rows go at least once; the tables collapse a resent batch (SELECT ... FINAL). The cursor is\n"
 		"kept in the trace (table ship_cursor): a restarted kpi-ship goes on where ClickHouse last\n"
 		"acknowledged. While ClickHouse is down the trace is the spool: rows the agent's retention\n"
@@ -93,7 +96,7 @@ int main(int argc, char **argv)
 		{ "batch", required_argument, 0, 'b' }, { "interval", required_argument, 0, 'i' },
 		{ "timeout", required_argument, 0, 't' }, { "metrics", required_argument, 0, 'M' },
 		{ "once", no_argument, 0, '1' }, { "give-up", required_argument, 0, 'g' },
-		{ "help", no_argument, 0, 'h' }, { 0 },
+		{ "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0 },
 	};
 	const char *db = getenv("KPI_DB") ? getenv("KPI_DB") : TRACE_DEFAULT_DB;
 	const char *to = NULL, *host = NULL, *model = NULL, *metrics = NULL;
@@ -112,6 +115,7 @@ int main(int argc, char **argv)
 		case 't': if (parse_int("--timeout", optarg, 100, 600000, &timeout)) return 2; break;
 		case 'g': if (parse_int("--give-up", optarg, 1, 86400, &give_up)) return 2; break;
 		case 'h': usage(stdout); return 0;
+		case 'V': printf("kpi-ship %s\n", KPI_VERSION_STRING); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
