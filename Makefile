@@ -67,7 +67,7 @@ DEB_PKGS := build-essential clang libbpf-dev bpftool libelf-dev zlib1g-dev \
 TEST_PKGS := prometheus chromium tcpdump nginx clickhouse-server clickhouse-client
 TEST_PKGS += llvm pkg-config tmux iproute2 procps bpftrace libclang-rt-14-dev nodejs openssl curl  # the tests' tools, fuzz (libclang-rt): not the build's nor the demo's
 TEST_PKGS += lintian man-db systemd  # test_package: lintian, man -w, systemd-analyze verify
-TEST_PKGS += debootstrap podman  # make image, make fresh-check: a minbase bookworm root, podman import/run
+TEST_PKGS += debootstrap podman runc  # make image, make fresh-check: a minbase bookworm root, podman import/run (runc: crun refuses hybrid cgroups)
 # make deps, test, bench and the other targets that run tests install both
 # lists; make, make demo and make deb only DEB_PKGS (a fresh machine's demo
 # needs no test server).
@@ -111,6 +111,10 @@ PROGRAMS :=
 include $(sort $(wildcard */build.mk */*/build.mk))
 
 all: deps $(PROGRAMS) $(UNIT_TESTS)
+# Nothing links before make deps has installed the compiler (a rule that
+# compiles its sources itself, as tests/lib's shim, would run first on a
+# fresh machine: "make: cc: No such file or directory").
+$(PROGRAMS) $(UNIT_TESTS): | deps
 
 # Fails on an #include that crosses the arrows between the folders and between
 # the agent's stages (docs/architecture.md), naming the file and the line, and
