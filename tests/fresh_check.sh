@@ -24,8 +24,10 @@ sh "$ROOT/packaging/bookworm-base.sh" "$B/bookworm-minbase.tar"
 podman import -q "$B/bookworm-minbase.tar" "$BASE" >/dev/null
 
 # the clone: what is committed, nothing of this tree's build/ or changes
-git clone -q --no-local "$ROOT" "$OUT/kpiscope"
-rm -rf "$OUT/kpiscope/.git/hooks"
+# (outside build/: make reads every *.d file under it, and abi/*.d are dtrace's)
+CLONE=$(mktemp -d "${TMPDIR:-/tmp}/kpi-fresh-clone.XXXXXX")
+git clone -q --no-local "$ROOT" "$CLONE/kpiscope"
+rm -rf "$CLONE/kpiscope/.git/hooks"
 [ -n "$(git -C "$ROOT" status --porcelain --untracked-files=no)" ] &&
 	echo "fresh-check: note: uncommitted changes are not in the clone (HEAD $(git -C "$ROOT" rev-parse --short HEAD))"
 
@@ -61,8 +63,8 @@ lim() { awk -v k="$1" '$0 ~ k { print $(NF-2) ":" $(NF-1) }' /proc/self/limits; 
 podman create -q --name "$NAME" --privileged --pid=host --network=host --runtime runc \
 	--ulimit nofile="$(lim 'Max open files')" --ulimit nproc=32768:32768 "$BASE" \
 	bash /root/run.sh >/dev/null
-trap 'podman rm -f "$NAME" >/dev/null 2>&1 || true' EXIT
-podman cp "$OUT/kpiscope" "$NAME:/root/kpiscope"
+trap 'podman rm -f "$NAME" >/dev/null 2>&1 || true; rm -rf "$CLONE"' EXIT
+podman cp "$CLONE/kpiscope" "$NAME:/root/kpiscope"
 podman cp "$OUT/run.sh" "$NAME:/root/run.sh"
 echo "fresh-check: the README's set-up in a fresh bookworm container (logs: $OUT/log.txt)"
 rc=0
