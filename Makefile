@@ -71,7 +71,7 @@ TEST_PKGS += debootstrap podman runc  # make image, make fresh-check: a minbase 
 # make deps, test, bench and the other targets that run tests install both
 # lists; make, make demo and make deb only DEB_PKGS (a fresh machine's demo
 # needs no test server).
-TEST_GOALS := deps test bench bench-gpu fuzz soak image fresh-check
+TEST_GOALS := deps test bench bench-gpu fuzz soak image fresh-check deb-lint
 DEPS_PKGS := $(DEB_PKGS) $(if $(filter $(TEST_GOALS),$(MAKECMDGOALS)),$(TEST_PKGS))
 
 .PHONY: all deps test demo bench clean check-layout FORCE
