@@ -371,19 +371,17 @@ static bool parse_outputs_option(int c)
 }
 
 /* The version, the commit, and what this kernel offers of what the agent
- * needs (the ring buffer's probe needs root or CAP_BPF). */
+ * needs (the ring buffer's probe needs CAP_BPF: unknown without). */
 static void print_version(void)
 {
 	struct host_features f = { 0 };
 	struct utsname u;
-	char err[512];
-	bool can_probe = !host_check_privileges(err, sizeof(err));
 
 	host_probe_kernel(&f);
 	printf("kpi-agent %s\n", KPI_VERSION_STRING);
 	printf("kernel %s: BTF %s, ring buffer %s, uprobes %s, USDT semaphores %s\n",
 	       uname(&u) ? "?" : u.release, f.btf ? "yes" : "no",
-	       can_probe ? (f.ringbuf ? "yes" : "no") : "unknown (needs root)",
+	       f.ringbuf ? "yes" : f.bpf_refused ? "unknown (needs CAP_BPF)" : "no",
 	       f.uprobe ? "yes" : "no", f.usdt_sem ? "yes" : "no");
 }
 

@@ -184,7 +184,14 @@ static void disable_named(struct host_features *f, const char *list)
 void host_probe_kernel(struct host_features *f)
 {
 	f->btf = exists("/sys/kernel/btf/vmlinux");
-	f->ringbuf = libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, NULL) > 0;
+	/* libbpf's probe says 0 for "no such map type" and for EPERM alike:
+	 * a plain array map tells the two apart */
+	int fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, NULL, 4, 4, 1, NULL);
+
+	f->bpf_refused = fd < 0 && (errno == EPERM || errno == EACCES);
+	if (fd >= 0)
+		close(fd);
+	f->ringbuf = !f->bpf_refused && libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, NULL) > 0;
 	f->uprobe = exists("/sys/bus/event_source/devices/uprobe/type");
 	f->usdt_sem = exists("/sys/bus/event_source/devices/uprobe/format/ref_ctr_offset");
 	disable_named(f, getenv("KPI_AGENT_DISABLE"));
@@ -196,6 +203,10 @@ int host_check_kernel(const struct host_features *f, char *err, size_t len)
 		snprintf(err, len, "this kernel has no BTF (/sys/kernel/btf/vmlinux is missing), which the "
 			 "BPF programs need to read kernel structures: boot a kernel built with "
 			 "CONFIG_DEBUG_INFO_BTF=y (Debian 11 and later ship one)");
+	else if (!f->ringbuf && f->bpf_refused)
+		snprintf(err, len, "the kernel refused to create a BPF map (%s): run kpi-agent with "
+			 "CAP_BPF, e.g. as root on the host or in a privileged container "
+			 "(podman run --privileged --pid=host)", strerror(EPERM));
 	else if (!f->ringbuf)
 		snprintf(err, len, "this kernel has no BPF ring buffer (BPF_MAP_TYPE_RINGBUF): boot "
 			 "Linux 5.8 or later (Debian 12's 6.1 has it)");

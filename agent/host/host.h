@@ -25,8 +25,10 @@ struct host_features {
 	/* host_probe_kernel's, which --version reports: */
 	bool btf;           /* /sys/kernel/btf/vmlinux: the programs' CO-RE
 			     * relocations need it (CONFIG_DEBUG_INFO_BTF) */
-	bool ringbuf;       /* BPF_MAP_TYPE_RINGBUF (Linux 5.8+); false too
-			     * when the probe was refused (not root) */
+	bool ringbuf;       /* BPF_MAP_TYPE_RINGBUF (Linux 5.8+) */
+	bool bpf_refused;   /* the ring buffer's probe could not create a map
+			     * (no CAP_BPF: a container that is not
+			     * privileged): ringbuf is then unknown */
 	bool usdt_sem;      /* uprobes with a reference counter (4.20+): a
 			     * USDT probe's semaphore is raised while attached */
 };
