@@ -75,7 +75,7 @@ tar -tf "$B/bookworm-minbase.tar" ./var/lib/dpkg/status >/dev/null 2>&1 && \
 start=$(sed -n 's/^t_start //p' "$OUT/log.txt")
 frame=$(sed -n 's/^t_frame //p' "$OUT/log.txt" | head -1)
 {
-	echo "fresh-check $(date -u +%FT%TZ), HEAD $(git -C "$ROOT" rev-parse --short=12 HEAD), exit $rc"
+	echo "fresh-check $(date -u +%FT%TZ), the clone at $(git -C "$CLONE/kpiscope" rev-parse --short=12 HEAD), exit $rc"
 	grep '^packages \|^apt downloaded' "$OUT/log.txt" || true
 	[ -n "$start" ] && [ -n "$frame" ] &&
 		echo "time to the first demo frame: $(awk "BEGIN { printf \"%.0f\", $frame - $start }") s (from the README's first line)"
