@@ -66,7 +66,7 @@ DEB_PKGS := build-essential clang libbpf-dev bpftool libelf-dev zlib1g-dev \
 # addition on its own line, with a word on which test needs it.
 TEST_PKGS := prometheus chromium tcpdump nginx clickhouse-server clickhouse-client
 TEST_PKGS += llvm pkg-config tmux iproute2 procps bpftrace libclang-rt-14-dev nodejs openssl curl  # the tests' tools, fuzz (libclang-rt): not the build's nor the demo's
-TEST_PKGS += lintian man-db systemd  # test_package: lintian, man -w, systemd-analyze verify
+TEST_PKGS += lintian man-db systemd  # make deb-lint: lintian; test_package, test_manpages: man -w, man --warnings, systemd-analyze verify
 TEST_PKGS += debootstrap podman runc  # make image, make fresh-check: a minbase bookworm root, podman import/run (runc: crun refuses hybrid cgroups)
 # make deps, test, bench and the other targets that run tests install both
 # lists; make, make demo and make deb only DEB_PKGS (a fresh machine's demo
