@@ -65,6 +65,10 @@ class Root:
         # remove (tens of seconds here): off, as its debconf question allows;
         # man -w reads the directories, not the index
         self.run(["rm", "-f", "/var/lib/man-db/auto-update"])
+        # a machine that never had kpiscope, whatever this one has (the package,
+        # the user made by hand as the unit's old comment said, a trace)
+        self.run(["sh", "-c", "dpkg -P kpiscope >/dev/null 2>&1; userdel kpiscope 2>/dev/null; "
+                  "groupdel kpiscope 2>/dev/null; rm -rf /var/lib/kpiscope; true"])
 
     def ns_run(self, argv, check=True, timeout=120, env=None):
         p = kpitest.run(["nsenter", "-t", str(self.ns.pid), "-m", *argv], timeout=timeout,
