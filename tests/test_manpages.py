@@ -2,7 +2,8 @@
 program's getopt table accepts is in its --help, and the flags its --help
 lists are the flags its page describes, both ways; each page is well-formed
 troff (man's own formatter, with warnings on); every program answers
---version with VERSION and the commit it was built from."""
+--version with VERSION and the commit it was built from ("unknown" in a
+tree without .git)."""
 import os, re, shutil, subprocess
 
 import kpitest
@@ -118,3 +119,18 @@ def test_version_names_the_version_and_commit():
         # marked it -dirty where the tree has changes
         assert m.group(2) in (commit, commit + "-dirty"), \
             f"{tool} says commit {m.group(2)}, the clone is at {commit} (run make)"
+
+
+def test_a_tree_without_git_says_unknown():
+    """A tarball's build (no .git) must still build, and say so: the
+    Makefile's commit for a git archive of HEAD."""
+    if expected_commit() == "unknown":
+        raise kpitest.Skip("this tree is no git clone: the case is the tree itself")
+    d = kpitest.tmpdir()
+    kpitest.run(["sh", "-c", f"git -C {kpitest.ROOT} archive HEAD | tar -x -C {d}"], check=True)
+    for tree, want in ((d, "unknown"), (kpitest.ROOT, expected_commit())):
+        p = kpitest.run(["make", "-s", "--no-print-directory", "-C", tree, "--eval",
+                         "kpi-print-commit: ; @echo commit=$(KPI_COMMIT)", "kpi-print-commit"], timeout=60)
+        got = re.findall(r"^commit=(\S+)$", p.stdout, re.M)
+        assert p.returncode == 0 and got and got[-1] in (want, want + "-dirty"), \
+            f"make in {tree}: {p.stdout}{p.stderr} (want {want})"
