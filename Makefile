@@ -62,9 +62,11 @@ endif
 DEB_PKGS := build-essential clang libbpf-dev bpftool libelf-dev zlib1g-dev \
 	systemtap-sdt-dev libsqlite3-dev sqlite3 libjansson-dev libncurses-dev \
 	python3 uthash-dev libxxhash-dev libcurl4-openssl-dev libssl-dev
+DEB_PKGS += libnghttp2-dev  # kpi-agent's HTTP/2 header decoding (HPACK)
 # What only the tests run against (servers, browsers, captures); each
 # addition on its own line, with a word on which test needs it.
 TEST_PKGS := prometheus chromium tcpdump nginx clickhouse-server clickhouse-client
+TEST_PKGS += python3-hypercorn python3-h2 python3-grpcio  # test_agent_h2: HTTP/2 and gRPC servers and clients
 TEST_PKGS += llvm pkg-config tmux iproute2 procps bpftrace libclang-rt-14-dev nodejs openssl curl  # the tests' tools, fuzz (libclang-rt): not the build's nor the demo's
 TEST_PKGS += lintian man-db systemd  # make deb-lint: lintian; test_package, test_manpages: man -w, man --warnings, systemd-analyze verify
 TEST_PKGS += debootstrap podman runc  # make image, make fresh-check: a minbase bookworm root, podman import/run (runc: crun refuses hybrid cgroups)

@@ -82,8 +82,8 @@ static const char usage[] =
 "Usage: kpi-agent [OPTION]...\n"
 "Record where every kpi-infer request spends its time (network in, queue,\n"
 "prefill, decode, network out) with eBPF, into a SQLite trace; for any other\n"
-"OpenAI-compatible HTTP/1.1 server, TTFT, inter-event gaps and the network\n"
-"phases from the HTTP exchange on its sockets.\n"
+"OpenAI-compatible server (HTTP/1.1, HTTP/2, gRPC), TTFT, inter-event gaps and\n"
+"the network phases from the HTTP exchange on its sockets.\n"
 "\n"
 "  --db PATH          trace database (default " TRACE_STORE_DEFAULT_PATH ";\n"
 "                     its directory is created 0750, the file 0640)\n"
@@ -839,6 +839,16 @@ static void finish(struct agent *ag)
 		       (unsigned long long)cc.named, (unsigned long long)cc.unknown_shape,
 		       (unsigned long long)(cc.bad_config + cc.huge_config), (unsigned long long)cc.bad_config,
 		       (unsigned long long)cc.huge_config);
+	const struct http2_track_stats *h2 = assemble_h2_stats(ag->asm_);
+	if (h2->conns)
+		printf("http2: %llu connections (%llu open before the attach), %llu streams, %llu gRPC "
+		       "messages, %llu header blocks not decodable, %llu bad frames, %llu streams not "
+		       "followed (over %d at once), %llu lying gRPC length prefixes, %llu HPACK bombs\n",
+		       (unsigned long long)h2->conns, (unsigned long long)h2->midstream,
+		       (unsigned long long)h2->streams, (unsigned long long)h2->grpc_messages,
+		       (unsigned long long)h2->headers_undecodable, (unsigned long long)h2->bad_frames,
+		       (unsigned long long)h2->streams_dropped, HTTP2_MAX_STREAMS,
+		       (unsigned long long)h2->grpc_bad_prefix, (unsigned long long)h2->bombs);
 	losses_print(&lost);
 	agent_gpu_summary(ag->gpu, gpu_said, sizeof(gpu_said));
 	if (gpu_said[0])

@@ -131,6 +131,11 @@ struct kpi_request_record {
 	 * none applied, or the split is measured), and the decode step it saw */
 	const char *split_rule;
 	int64_t step_ns;
+	/* http only (schema/014_http2.sql; NULL otherwise): what carried it
+	 * ("http/1.1", "h2", "grpc": a static name), the HTTP/2 stream's id and
+	 * a gRPC call's grpc-status (KPI_NULL without one) */
+	const char *protocol;
+	int64_t h2_stream, grpc_status;
 };
 
 /* An agent task (agent/track/trajectory.c, schema/011_tasks.sql): the calls a
@@ -227,6 +232,8 @@ enum kpi_loss {
 					 * probed, and SSL calls with no socket to put them on */
 	KPI_LOSS_HOPS_UNLINKED,         /* outbound exchanges no rule could give a parent */
 	KPI_LOSS_UNSHIPPED_ROWS,        /* rows retention removed before kpi-ship shipped them */
+	KPI_LOSS_H2_HEADERS_UNDECODABLE, /* HTTP/2 header blocks not decoded: their connection's
+					  * header table was unknown (open before the attach) */
 	KPI_LOSS__COUNT
 };
 
@@ -237,7 +244,7 @@ static inline const char *kpi_loss_name(int cause)
 	static const char *const names[KPI_LOSS__COUNT] = {
 		"ringbuf_drops", "conn_untracked", "orphans", "clamped", "map_evictions",
 		"before_attach", "shed_rows", "retention_rows", "http_unsynced", "tls_unreadable",
-		"hops_unlinked", "unshipped_rows",
+		"hops_unlinked", "unshipped_rows", "h2_headers_undecodable",
 	};
 	return cause >= 0 && cause < KPI_LOSS__COUNT ? names[cause] : "unknown";
 }

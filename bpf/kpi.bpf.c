@@ -1189,8 +1189,8 @@ static __always_inline int sys_exit(long ret)
 /* sys_exit alone, for reads: the registers the task entered the syscall with
  * are still saved on its kernel stack (bpf_task_pt_regs), the fd in the first
  * argument's.  No sys_enter program and no map entry per read.  Writes need
- * their entry time and keep both programs. */
-const volatile bool exit_regs = false;
+ * their entry time and keep both programs (the agent loads these where the
+ * kernel has bpf_task_pt_regs: exit_regs). */
 
 static __always_inline int sys_exit_regs(long ret, int kind, int shape)
 {
@@ -1335,25 +1335,39 @@ static __always_inline int sys_listen(int fd)
 	return 0;
 }
 
-/* Tracepoint flavour: one program per syscall (syscalls:sys_{enter,exit}_*);
- * with exit_regs the agent loads the reads' exit ones only. */
-#define SYS_TP(name, kind, shape)                                                 \
+/* Tracepoint flavour: an entry program per syscall (syscalls:sys_enter_*);
+ * at the exit, with exit_regs, a program per read (its fd from the saved
+ * registers, no entry program loaded), and one program for every syscall
+ * whose entry saved its arguments: the writes, and without exit_regs the
+ * reads too. That one is verified once and attached to each of their
+ * sys_exit tracepoints by the agent (the SEC below names the first), where
+ * one copy per syscall made the verifier's work at start five to nine times
+ * its size. */
+#define SYS_TP_ENTER(name, kind, shape)                                           \
 	SEC("tracepoint/syscalls/sys_enter_" #name)                               \
 	int kpi_enter_##name(struct trace_event_raw_sys_enter *ctx)               \
-	{ return sys_enter((int)ctx->args[0], kind, shape, ctx->args[1], ctx->args[2]); } \
+	{ return sys_enter((int)ctx->args[0], kind, shape, ctx->args[1], ctx->args[2]); }
+#define SYS_TP_READ(name, shape)                                                  \
+	SYS_TP_ENTER(name, SYS_READ, shape)                                       \
 	SEC("tracepoint/syscalls/sys_exit_" #name)                                \
 	int kpi_exit_##name(struct trace_event_raw_sys_exit *ctx)                 \
-	{ return exit_regs && kind == SYS_READ ? sys_exit_regs(ctx->ret, kind, shape) : sys_exit(ctx->ret); }
+	{ return sys_exit_regs(ctx->ret, SYS_READ, shape); }
 
-SYS_TP(read, SYS_READ, SHAPE_BUF)
-SYS_TP(readv, SYS_READ, SHAPE_IOV)
-SYS_TP(recvfrom, SYS_READ, SHAPE_BUF)
-SYS_TP(recvmsg, SYS_READ, SHAPE_MSG)
-SYS_TP(write, SYS_WRITE, SHAPE_BUF)
-SYS_TP(writev, SYS_WRITE, SHAPE_IOV)
-SYS_TP(sendto, SYS_WRITE, SHAPE_BUF)
-SYS_TP(sendmsg, SYS_WRITE, SHAPE_MSG)
-SYS_TP(sendfile64, SYS_WRITE, SHAPE_FILE)
+SYS_TP_READ(read, SHAPE_BUF)
+SYS_TP_READ(readv, SHAPE_IOV)
+SYS_TP_READ(recvfrom, SHAPE_BUF)
+SYS_TP_READ(recvmsg, SHAPE_MSG)
+SYS_TP_ENTER(write, SYS_WRITE, SHAPE_BUF)
+SYS_TP_ENTER(writev, SYS_WRITE, SHAPE_IOV)
+SYS_TP_ENTER(sendto, SYS_WRITE, SHAPE_BUF)
+SYS_TP_ENTER(sendmsg, SYS_WRITE, SHAPE_MSG)
+SYS_TP_ENTER(sendfile64, SYS_WRITE, SHAPE_FILE)
+
+SEC("tracepoint/syscalls/sys_exit_write")
+int kpi_exit_saved(struct trace_event_raw_sys_exit *ctx)
+{
+	return sys_exit(ctx->ret);
+}
 
 SEC("tracepoint/syscalls/sys_enter_close")
 int kpi_enter_close(struct trace_event_raw_sys_enter *ctx)

@@ -699,7 +699,9 @@ def _bench_matches_the_trace(argv_of_port):
             x = wire.get(rid)
             assert x and x["t_first_content"] is not None, (rid, x)
             wire_ns = x["t_first_content"] - x["t_first_byte"]
-            beyond.append((float(b["ttft_ms"]) * 1e6 - wire_ns, rid))
+            beyond.append((float(b["ttft_ms"]) * 1e6 - wire_ns, rid,
+                           f"connect_ms {b['connect_ms']}, t_sent_ms {b['t_sent_ms']}, client port "
+                           f"{x['client_port']}, wire TTFT {wire_ns / 1e6:.3f} ms"))
     beyond.sort()
     p99 = beyond[int(0.99 * (len(beyond) - 1))][0]
     print(f"     kpi-bench - wire TTFT, µs: min {beyond[0][0] / 1e3:.1f}, p50 "

@@ -47,7 +47,14 @@ def test_fuzz_agent_http_track():
     fuzz("agent_http_track")
 
 
-for _t in (test_fuzz_http, test_fuzz_json, test_fuzz_chat, test_fuzz_gguf, test_fuzz_agent_http_track):
+def test_fuzz_agent_http2():
+    """HTTP/2 frames and gRPC messages (tests/fuzz/fuzz_agent_http2.c): bad
+    lengths, HPACK bombs, CONTINUATION floods, RST storms, lying gRPC prefixes."""
+    fuzz("agent_http2")
+
+
+for _t in (test_fuzz_http, test_fuzz_json, test_fuzz_chat, test_fuzz_gguf, test_fuzz_agent_http_track,
+           test_fuzz_agent_http2):
     _t.timeout = SECONDS + 90
 
 

@@ -1,8 +1,9 @@
 """The fleet in ClickHouse, for real: kpi-agents standing for three hosts ship
 their traces with kpi-ship to a two-shard ClickHouse (two clickhouse-server
 processes) while kpi-infer serves load; ClickHouse goes away for 20 s and a
-shipper is SIGKILLed, and every request row is there exactly once; the fleet
-report names the host that was slowed and its phase.  Also: the alerting
+shipper is SIGKILLed, and every request row is there exactly once, and every
+minute of per-minute aggregates, its counts the rows'; the fleet report names
+the host that was slowed and its phase.  Also: the alerting
 rules under promtool, and kpi-bench --baseline."""
 import json, os, re, shutil, signal, sqlite3, sys, threading, time, urllib.request
 
@@ -10,6 +11,7 @@ import kpitest
 import agenttest as at
 import clickhousetest as cht
 import fleetgen
+import tracetest
 
 # tests/run.py runs these beside other tests, but those marked alone: none
 # of them times anything or counts what the whole host did.
@@ -84,8 +86,9 @@ def _exactly_once(cluster, db, host, tables=("requests", "samples")):
 @kpitest.alone
 def test_ship_three_hosts_outage_kill_and_slow_host():
     """Three hosts ship while serving; ClickHouse stopped 20 s and restarted,
-    a shipper SIGKILLed and restarted: every row exactly once, lag back under
-    5 s; the report across hosts names the slowed host and its phase."""
+    a shipper SIGKILLed and restarted: every row exactly once, every
+    aggregate minute once with the rows' counts, lag back under 5 s; the
+    report across hosts names the slowed host and its phase."""
     kpitest.require_root("kpi-agent")
     for b in (at.AGENT, at.INFER, SHIP, REPORT):
         at.require_built(b)
@@ -162,6 +165,8 @@ def test_ship_three_hosts_outage_kill_and_slow_host():
         assert any("rows shipped" in l and "0 rows behind" in l for l in s.lines), s.lines[-5:]
     counts = [_exactly_once(cluster, db, n) for db, n in zip(dbs, names)]
     print(f"     rows per host, each exactly once: {counts}")
+    minutes = [cht.minutes_once(cluster, db, n) for db, n in zip(dbs, names)]
+    print(f"     aggregate minutes per host, each exactly once: {minutes}")
     # a resent batch collapses: the restarted shipper sent at most one batch twice
     dup = cluster.rows(f"SELECT count() AS n, uniqExact(row_id) AS u FROM kpiscope.requests WHERE host = '{names[0]}'")
     print(f"     {names[0]}: {dup[0]['n']} request rows stored before merges, {dup[0]['u']} distinct")
@@ -306,6 +311,24 @@ def test_ship_fleet_report_synthetic_hosts():
     assert (m.group(1), m.group(3).strip(), m.group(4)) == (names[2], "prefill", "m-c"), m.group(0)
     assert int(m.group(2)) >= 90, m.group(0)
     assert "9000 requests of 3 hosts" in r.stdout, r.stdout[:1500]
+    # the same from the per-minute aggregates alone: the host, its phase, and
+    # every host's p99 within the buckets' 1 % (+ rounding) of its rows' exact p99
+    m = re.search(r"\*\*From the aggregates: host (\S+)'s p99 TTFT changed most, \S+ → \S+, most of it in "
+                  r"([a-z -]+)\.\*\*", r.stdout)
+    assert m and (m.group(1), m.group(2)) == (names[2], "prefill"), r.stdout[-3000:]
+    alpha = cht.lhist_layout()[0]
+    wins = [(-(-s0 // 60) * 60, (s0 + 400) // 60 * 60), (-(-(s0 + 400) // 60) * 60, (s0 + 600) // 60 * 60)]
+    for h in names:
+        row = re.search(rf"^\| {re.escape(h)} \| \d+ → \d+ \| (\S+) → (\S+) \|", r.stdout, re.M)
+        assert row, (h, r.stdout[-2000:])
+        con = sqlite3.connect(os.path.join(d, f"{h}.db"))
+        for shown, (f, t) in zip(row.groups(), wins):
+            vals = [v for (v,) in con.execute("SELECT ttft_ns FROM requests WHERE ttft_ns IS NOT NULL AND "
+                                              "ifnull(http_status, 0) != 429 AND wall_ns >= ? AND wall_ns < ?",
+                                              (f * 10**9, t * 10**9))]
+            exact = tracetest.pct(vals, 99)
+            assert abs(tracetest.parse_dur(shown) - exact) <= (alpha + 0.006) * exact, (h, shown, exact)
+        con.close()
     # --host narrows to one host: the others' rows are not read
     r = kpitest.run([REPORT, "--db", url, "--host", names[0]])
     assert r.returncode == 0 and "3000 requests of 1 hosts" in r.stdout, r.stdout[:1500] + r.stderr
@@ -321,7 +344,6 @@ def test_ship_inferred_split_stays_inferred():
     'http (split inferred)' and names their queue wait as inferred, as it does
     on the SQLite trace (without the column they would read as http rows of
     unknown split that nonetheless hold a queue)."""
-    import tracetest
     for b in (SHIP, REPORT):
         at.require_built(b)
     cluster = cht.shared_cluster()

@@ -102,9 +102,10 @@ static const char *insert_request_sql(const char *table)
 		 "slot_waiting_ahead, ttfo_ns, reasoning_ns, "
 		 "reasoning_events, answer_events, ttftc_ns, reasoning_tokens, reasoning_shape, conversation_id, "
 		 "task_id, call_kind, rpc_method, tool_name, retry, call_error, escalated_from, split_rule, "
-		 "step_ns, container_id, container_name, pod_name, pod_namespace, pod_uid, cgroup_id%s) VALUES "
+		 "step_ns, container_id, container_name, pod_name, pod_namespace, pod_uid, cgroup_id, protocol, "
+		 "h2_stream, grpc_status%s) VALUES "
 		 "(?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,"
-		 "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?%s)", table,
+		 "?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?%s)", table,
 		 strcmp(table, "requests") ? ", t_answered_ns" : "", strcmp(table, "requests") ? ",?" : "");
 	return out;
 }
@@ -564,6 +565,10 @@ static int write_request(struct trace_store *st, const struct pending_req *p)
 	bind_text_opt(s, i++, ct && ct->pod_namespace[0] ? ct->pod_namespace : NULL);
 	bind_text_opt(s, i++, ct && ct->pod_uid[0] ? ct->pod_uid : NULL);
 	bind_opt(s, i++, ct ? (int64_t)ct->cgroup_id : KPI_NULL);
+	/* what carried an http row (schema/014_http2.sql) */
+	bind_text_opt(s, i++, http ? r->protocol : NULL);
+	bind_opt(s, i++, http && r->protocol ? r->h2_stream : KPI_NULL);
+	bind_opt(s, i++, http && r->protocol ? r->grpc_status : KPI_NULL);
 	if (p->out)
 		bind_opt(s, i++, r->t_answered > 0 ? r->t_answered : KPI_NULL);
 	if (step_done(st, s))

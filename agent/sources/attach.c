@@ -14,6 +14,7 @@
 #include "kpi.skel.h"
 #include "agent/track/assemble.h"
 #include "attach.h"
+#include "links.h"
 #include "hold.h"
 #include "loader.h"
 #include "agent/host/container.h"
@@ -651,6 +652,10 @@ void attach_choose_programs(struct attach *at)
 		else if (!strncmp(sec, "tracepoint/syscalls/sys_enter_", 30))
 			/* a read's exit reads the fd itself; a write's time is its entry */
 			load = sys_tp && (!exit_regs || is_write_syscall(sec + 30));
+		else if (p == s->progs.kpi_exit_saved)
+			load = sys_tp;  /* attached to every exit whose entry is loaded */
+		else if (!strncmp(sec, "tracepoint/syscalls/sys_exit_", 29))
+			load = exit_regs;
 		else if (!strncmp(sec, "tracepoint/syscalls/", 20))
 			load = sys_tp;
 		else if (!strcmp(sec, "raw_tp/sys_enter") || !strcmp(sec, "raw_tp/sys_exit"))
@@ -669,7 +674,6 @@ void attach_choose_programs(struct attach *at)
 	}
 	/* maps only the other flavour uses are not created: a kernel without
 	 * task storage could not create runq_seen */
-	s->rodata->exit_regs = exit_regs;
 	s->rodata->sys_in_task = at->feat->task_storage;
 	bpf_map__set_autocreate(s->maps.sys_task, at->feat->task_storage);
 	bpf_map__set_autocreate(s->maps.sys_args, !at->feat->task_storage);
@@ -714,6 +718,39 @@ void attach_choose_programs(struct attach *at)
 			: "in /proc only (no sched_process_exec)");
 }
 
+static int global_link(struct attach *at, struct bpf_program *p, struct bpf_link *l, const char *where)
+{
+	if (!l) {
+		fprintf(stderr, "kpi-agent: cannot attach %s (%s): %s\n", bpf_program__name(p), where,
+			strerror(errno));
+		return -1;
+	}
+	if (at->n_global_links < (int)(sizeof(at->global_links) / sizeof(at->global_links[0])))
+		at->global_links[at->n_global_links++] = l;
+	return 0;
+}
+
+/* kpi_exit_saved, attached by its SEC to sys_exit_write, at the other exits
+ * whose entry programs save the arguments. */
+static int attach_saved_exits(struct attach *at)
+{
+	static const char *const writes[] = { "writev", "sendto", "sendmsg", "sendfile64" };
+	static const char *const reads[] = { "read", "readv", "recvfrom", "recvmsg" };
+	struct bpf_program *p = at->skel->progs.kpi_exit_saved;
+	bool reads_too = !at->feat->task_regs;
+	char tp[64];
+
+	for (size_t i = 0; i < 8; i++) {
+		const char *name = i < 4 ? writes[i] : reads[i - 4];
+		if (i >= 4 && !reads_too)
+			break;
+		snprintf(tp, sizeof(tp), "sys_exit_%s", name);
+		if (global_link(at, p, bpf_program__attach_tracepoint(p, "syscalls", tp), tp))
+			return -1;
+	}
+	return 0;
+}
+
 /* Attaches every loaded non-USDT program (USDT ones attach per target or file). */
 int attach_global(struct attach *at)
 {
@@ -721,17 +758,14 @@ int attach_global(struct attach *at)
 	struct stat st;
 
 	bpf_object__for_each_program(p, at->skel->obj) {
-		if (!bpf_program__autoload(p) || !strcmp(bpf_program__section_name(p), "usdt"))
+		const char *sec = bpf_program__section_name(p);
+		if (!bpf_program__autoload(p) || !strcmp(sec, "usdt"))
 			continue;
-		struct bpf_link *l = bpf_program__attach(p);
-		if (!l) {
-			fprintf(stderr, "kpi-agent: cannot attach %s (%s): %s\n", bpf_program__name(p),
-				bpf_program__section_name(p), strerror(errno));
+		if (global_link(at, p, bpf_program__attach(p), sec))
 			return -1;
-		}
-		if (at->n_global_links < (int)(sizeof(at->global_links) / sizeof(at->global_links[0])))
-			at->global_links[at->n_global_links++] = l;
 	}
+	if (bpf_program__autoload(at->skel->progs.kpi_exit_saved) && attach_saved_exits(at))
+		return -1;
 	/* --port: whoever listens there from now on is a target from its listen() */
 	for (int i = 0; i < at->want.n_ports; i++) {
 		__u16 port = (__u16)at->want.ports[i];
@@ -815,10 +849,11 @@ void attach_free(struct attach *at)
 	/* the programs that hold first, then every hold: nothing the agent
 	 * stopped stays stopped when it goes (hold_end) */
 	hold_free(at->hold);
+	/* every link at once (links.h): the global ones, then each target's and
+	 * file's probes, each set detached in one wait */
+	links_destroy(at->global_links, at->n_global_links);
 	for (int i = at->n_targets - 1; i >= 0; i--)
 		usdt_detach(&at->targets[i].ln);
 	usdt_files_free(&at->files);
-	for (int i = 0; i < at->n_global_links; i++)
-		bpf_link__destroy(at->global_links[i]);
 	free(at);
 }

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "links.h"
 #include "loader.h"
 #include "agent/host/targets.h"
 
@@ -72,10 +73,7 @@ void side_follow(struct side *s, bool http_only, const struct side_ops *ops, voi
 
 void side_unlink(struct side_target *t)
 {
-	for (int i = 0; i < SIDE_MAX_LINKS; i++) {
-		bpf_link__destroy(t->links[i]);
-		t->links[i] = NULL;
-	}
+	links_destroy(t->links, SIDE_MAX_LINKS);
 }
 
 static void target_drop(struct side *s, int i)

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include "kpi.skel.h"
+#include "links.h"
 #include "usdt.h"
 
 /* USDT probe name -> its handler, in kpi_probes.d order. */
@@ -45,10 +46,7 @@ static struct bpf_program *usdt_prog(struct kpi_bpf *skel, int i)
 
 void usdt_detach(struct usdt_links *ln)
 {
-	for (int i = 0; i < USDT_N_PROBES; i++) {
-		bpf_link__destroy(ln->l[i]);
-		ln->l[i] = NULL;
-	}
+	links_destroy(ln->l, USDT_N_PROBES);
 }
 
 int usdt_attach(struct kpi_bpf *skel, struct usdt_links *ln, pid_t pid, const char *exe,

@@ -216,6 +216,7 @@ void assemble_losses(struct assembler *a, struct kpi_loss_record *l)
 	l->total[KPI_LOSS_TLS_UNREADABLE] = http_path_tls_stats(a->http)->unreadable +
 					    http_path_tls_stats(a->http)->unplaced;
 	l->total[KPI_LOSS_HOPS_UNLINKED] = hop_link_stats(http_path_hops(a->http))->links[HOP_RULE_NONE];
+	l->total[KPI_LOSS_H2_HEADERS_UNDECODABLE] = http_path_h2_stats(a->http)->headers_undecodable;
 	bus_losses(a->bus, l);
 }
 
@@ -1049,6 +1050,11 @@ void assemble_flush(struct assembler *a, uint64_t now, bool final)
 const struct split_stats *assemble_split_stats(const struct assembler *a)
 {
 	return http_path_split_stats(a->http);
+}
+
+const struct http2_track_stats *assemble_h2_stats(const struct assembler *a)
+{
+	return http_path_h2_stats(a->http);
 }
 
 void assemble_forget_pid(struct assembler *a, uint32_t pid)

@@ -76,8 +76,11 @@ struct assemble_stats {
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
 /* What the inferred split of HTTP-mode streams came to (split_infer.h). */
 const struct split_stats *assemble_split_stats(const struct assembler *a);
+/* What the HTTP/2 connections came to (http2_track.h). */
+const struct http2_track_stats *assemble_h2_stats(const struct assembler *a);
 /* Fills in the causes the assembler counts (orphans, clamped, before_attach,
- * http_unsynced, tls_unreadable, hops_unlinked) and publishes l on the bus. */
+ * http_unsynced, tls_unreadable, hops_unlinked, h2_headers_undecodable) and
+ * publishes l on the bus. */
 void assemble_losses(struct assembler *a, struct kpi_loss_record *l);
 
 #endif

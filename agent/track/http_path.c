@@ -10,6 +10,7 @@
 #include "bus.h"
 #include "hop_graph.h"
 #include "hop_link.h"
+#include "http/http2_track.h"
 #include "http/http_reason.h"
 #include "http_path.h"
 #include "marks.h"
@@ -26,7 +27,8 @@ struct http_conn {
 	UT_hash_handle hh;
 	uint64_t key;                   /* pid << 32 | fd */
 	struct http_path *hp;
-	struct http_track *t;
+	struct http_track *t;           /* HTTP/1.1, or */
+	struct http2_track *h2;         /* HTTP/2: one of them from the connection's first bytes */
 	uint32_t pid;
 	int fd;
 	bool client;                    /* KPI_ROLE_CLIENT: writes are requests, reads responses */
@@ -44,6 +46,7 @@ struct http_path {
 	struct bus *bus;
 	struct http_conn *conns;
 	struct http_track_stats totals;
+	struct http2_track_stats h2;
 	uint64_t ids_made;
 	struct http_tls_query tls_q;
 	struct http_tls_stats tls;
@@ -101,6 +104,7 @@ static void conn_free(struct http_path *hp, struct http_conn *c)
 	hop_link_close_conn(hp->hops, c->pid, c->fd);
 	HASH_DEL(hp->conns, c);
 	http_track_free(c->t);
+	http2_track_free(c->h2);
 	free(c);
 }
 
@@ -123,6 +127,11 @@ void http_path_free(struct http_path *hp)
 const struct http_track_stats *http_path_stats(const struct http_path *hp)
 {
 	return &hp->totals;
+}
+
+const struct http2_track_stats *http_path_h2_stats(const struct http_path *hp)
+{
+	return &hp->h2;
 }
 
 void http_path_set_tls(struct http_path *hp, struct http_tls_query q)
@@ -290,7 +299,8 @@ static void times_fill(struct kpi_request_record *r, const struct http_exchange 
  * the request's first byte tell it from every other of the process. */
 static uint64_t stream_key(const struct http_conn *c, const struct http_exchange *x)
 {
-	return (uint64_t)(uint32_t)c->fd << 48 ^ x->t_arrive;
+	/* HTTP/2 streams opened by one read share their t_arrive: their ids differ */
+	return (uint64_t)(uint32_t)c->fd << 48 ^ x->t_arrive ^ (uint64_t)x->stream_id << 32;
 }
 
 /* A request's head is complete: an inbound one becomes a parent candidate
@@ -413,7 +423,10 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 {
 	struct http_conn *c = ctx;
 	struct kpi_request_record rec;
-	uint64_t seg = x->t_arrive && !c->client ? seg_of(c, x->t_arrive) : 0;
+	/* an HTTP/2 request behind another stream's frames in its read came in a
+	 * later segment than the read's first: its arrival is the read */
+	uint64_t seg = x->t_arrive && !c->client && !(x->flags & HTTP_X_MID_READ) ?
+		       seg_of(c, x->t_arrive) : 0;
 	bool content = x->content_events > 0 && x->t_first_content;
 
 	memset(&rec, 0, sizeof(rec));
@@ -444,6 +457,9 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 	rec.token_writes = x->content_writes;
 	rec.n_token_writes = x->n_content_writes;
 	rec.source = "http";
+	rec.protocol = http_proto_name(x->protocol);
+	rec.h2_stream = x->stream_id ? (int64_t)x->stream_id : KPI_NULL;
+	rec.grpc_status = x->grpc_status >= 0 ? x->grpc_status : KPI_NULL;
 	rec.content_events = x->content_events;
 	rec.stream = x->stream >= 0 ? x->stream : KPI_NULL;
 	rec.max_tokens = opt_count(x->max_tokens);
@@ -473,6 +489,52 @@ static void on_exchange(void *ctx, const struct http_exchange *x)
 	}
 }
 
+/* The connection's tracker, chosen by its first bytes (req: they go the
+ * requests' way): HTTP/2 when they are the client preface, or frames of a
+ * connection opened before the attach (its header table unknown); HTTP/1.1
+ * otherwise, where one older than the attach shows up as unsynced until a
+ * message starts, and is counted so.  false when out of memory. */
+static bool conn_tracker(struct http_path *hp, struct http_conn *c, const uint8_t *d, size_t n, bool req)
+{
+	struct http_track_cfg cfg = { .on_exchange = on_exchange, .on_request = on_request,
+				      .on_token = on_token, .ctx = c, .totals = &hp->totals,
+				      .digest_key = hp->digest_key };
+
+	if (c->t || c->h2)
+		return true;
+	if ((req && http2_is_preface(d, n)) || http2_looks_framed(d, n))
+		c->h2 = http2_track_new(&cfg, &hp->h2);
+	else
+		c->t = http_track_new(&cfg);
+	return c->t || c->h2;
+}
+
+static void conn_feed(struct http_conn *c, enum http_dir dir, const struct kpi_ev_payload *p)
+{
+	if (c->h2)
+		http2_track_feed(c->h2, dir, p->data, p->captured, p->moved, p->h.ts);
+	else
+		http_track_feed(c->t, dir, p->data, p->captured, p->moved, p->h.ts);
+}
+
+static void conn_close(struct http_conn *c, uint64_t ts, enum http_closer who)
+{
+	if (c->h2)
+		http2_track_close(c->h2, ts, who);
+	else if (c->t)
+		http_track_close(c->t, ts, who);
+}
+
+static uint64_t conn_last_ts(const struct http_conn *c)
+{
+	return c->h2 ? http2_track_last_ts(c->h2) : c->t ? http_track_last_ts(c->t) : 0;
+}
+
+static unsigned conn_in_flight(const struct http_conn *c)
+{
+	return c->h2 ? http2_track_in_flight(c->h2) : c->t ? http_track_in_flight(c->t) : 0;
+}
+
 static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bool create,
 				  bool client)
 {
@@ -485,16 +547,6 @@ static struct http_conn *conn_get(struct http_path *hp, uint32_t pid, int fd, bo
 	c = calloc(1, sizeof(*c));
 	if (!c)
 		return NULL;
-	/* one older than the attach shows up as unsynced until a message
-	 * starts, and is counted so */
-	c->t = http_track_new(&(struct http_track_cfg){ .on_exchange = on_exchange,
-							.on_request = on_request, .on_token = on_token,
-							.ctx = c, .totals = &hp->totals,
-							.digest_key = hp->digest_key });
-	if (!c->t) {
-		free(c);
-		return NULL;
-	}
 	c->key = key;
 	c->hp = hp;
 	c->pid = pid;
@@ -534,11 +586,11 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 		if (by == KPI_CLOSE_SHUT_WR) {
 			/* a served connection's FIN: the end of a close-delimited
 			 * response; a client's own half-close ends no request */
-			if (!c->client)
+			if (!c->client && c->t)
 				http_track_shut(c->t, e->h.ts);
 			return 0;
 		}
-		http_track_close(c->t, e->h.ts, closer(by, c->client));
+		conn_close(c, e->h.ts, closer(by, c->client));
 		/* the fd is closed only when the target closes it */
 		if (by != KPI_CLOSE_BY_CLIENT)
 			conn_free(hp, c);
@@ -575,7 +627,11 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 		if (p->srtt_us)
 			c->srtt_us = p->srtt_us;
 	}
-	http_track_feed(c->t, req_dir ? HTTP_IN : HTTP_OUT, p->data, p->captured, p->moved, p->h.ts);
+	if (!conn_tracker(hp, c, p->data, p->captured, req_dir)) {
+		hp->totals.no_memory++;
+		return 0;
+	}
+	conn_feed(c, req_dir ? HTTP_IN : HTTP_OUT, p);
 	return 0;
 }
 
@@ -592,13 +648,17 @@ void http_path_expire(struct http_path *hp, uint64_t now)
 	relay_link_expire(hp->relay, now);
 	trajectory_expire(hp->tasks, now);
 	HASH_ITER(hh, hp->conns, c, tmp) {
-		uint64_t last = http_track_last_ts(c->t);
+		uint64_t last = conn_last_ts(c);
 		if (!last || now < last)
 			continue;
-		if (http_track_in_flight(c->t) && now - last > hp->timeout_ns)
-			http_track_expire(c->t, now);
-		else if (!http_track_in_flight(c->t) && now - last > HTTP_PATH_IDLE_NS)
+		if (conn_in_flight(c) && now - last > hp->timeout_ns) {
+			if (c->h2)
+				http2_track_expire(c->h2, now);
+			else
+				http_track_expire(c->t, now);
+		} else if (!conn_in_flight(c) && now - last > HTTP_PATH_IDLE_NS) {
 			conn_free(hp, c);
+		}
 	}
 }
 
@@ -619,8 +679,8 @@ void http_path_forget_pid(struct http_path *hp, uint32_t pid)
 	HASH_ITER(hh, hp->conns, c, tmp) {
 		if (c->pid != pid)
 			continue;
-		if (http_track_in_flight(c->t))
-			http_track_close(c->t, http_track_last_ts(c->t), HTTP_BY_SERVER);
+		if (conn_in_flight(c))
+			conn_close(c, conn_last_ts(c), HTTP_BY_SERVER);
 		conn_free(hp, c);
 	}
 	split_infer_forget_pid(hp->split, pid, request_out, hp->bus);

@@ -6,6 +6,7 @@
 #define KPI_HTTP_PATH_H
 
 #include <stdint.h>
+#include "agent/track/http/http2_track.h"
 #include "agent/track/http/http_track.h"
 #include "bpf/kpi_event.h"
 
@@ -72,6 +73,8 @@ const struct split_stats *http_path_split_stats(const struct http_path *hp);
 struct hop_link *http_path_hops(struct http_path *hp);
 /* Sums over every tracker, the freed ones included. */
 const struct http_track_stats *http_path_stats(const struct http_path *hp);
+/* What the HTTP/2 connections came to (http2_track.h), the same way. */
+const struct http2_track_stats *http_path_h2_stats(const struct http_path *hp);
 const struct http_tls_stats *http_path_tls_stats(const struct http_path *hp);
 
 #endif

@@ -8,7 +8,8 @@
 -- wall_ns is Unix-epoch ns), plus two: host (the shipping host's name) and
 -- row_id (the row's rowid in that host's trace).  run_id is the agent run
 -- within the host's trace, as in SQLite.  A column the trace gains later is
--- skipped on insert (input_format_skip_unknown_fields) until it is added here.
+-- skipped on insert (input_format_skip_unknown_fields) until it is added here:
+-- tests/test_ship_columns.py fails while one is missing.
 --
 -- Written for ClickHouse 18.16 (Debian 12's clickhouse-server): no TTL, no
 -- LowCardinality outside experimental settings, no CODECs, no
@@ -109,7 +110,44 @@ CREATE TABLE IF NOT EXISTS {db}.requests_local (
 	pod_name Nullable(String),
 	pod_namespace Nullable(String),
 	pod_uid Nullable(String),
-	cgroup_id Nullable(Int64)
+	cgroup_id Nullable(Int64),
+	weight_type Nullable(String),
+	pd_role Nullable(String),
+	router_ns Nullable(Int64),
+	kv_transfer_ns Nullable(Int64),
+	decode_queue_ns Nullable(Int64),
+	t_pd_admit_ns Nullable(Int64),
+	t_kv_start_ns Nullable(Int64),
+	t_kv_end_ns Nullable(Int64),
+	t_pd_sched_ns Nullable(Int64),
+	kv_bytes Nullable(Int64),
+	kv_blocks Nullable(Int64),
+	kv_stream_ns Nullable(Int64),
+	kv_status Nullable(String),
+	kv_peer Nullable(String),
+	route_policy Nullable(String),
+	decode_worker Nullable(String),
+	prefill_worker Nullable(String),
+	slot_wait Nullable(String),
+	slot_waiting_ahead Nullable(Int64),
+	ttfo_ns Nullable(Int64),
+	reasoning_ns Nullable(Int64),
+	reasoning_events Nullable(Int64),
+	answer_events Nullable(Int64),
+	ttftc_ns Nullable(Int64),
+	reasoning_tokens Nullable(Int64),
+	reasoning_shape Nullable(String),
+	conversation_id Nullable(String),
+	task_id Nullable(String),
+	call_kind Nullable(String),
+	rpc_method Nullable(String),
+	tool_name Nullable(String),
+	retry Nullable(Int64),
+	call_error Nullable(Int64),
+	escalated_from Nullable(String),
+	protocol Nullable(String),
+	h2_stream Nullable(Int64),
+	grpc_status Nullable(Int64)
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toDate(toDateTime(intDiv(wall_ns, 1000000000)))
 ORDER BY (host, wall_ns, row_id);
@@ -182,7 +220,45 @@ CREATE TABLE IF NOT EXISTS {db}.exchanges_out_local (
 	pod_name Nullable(String),
 	pod_namespace Nullable(String),
 	pod_uid Nullable(String),
-	cgroup_id Nullable(Int64)
+	cgroup_id Nullable(Int64),
+	weight_type Nullable(String),
+	pd_role Nullable(String),
+	router_ns Nullable(Int64),
+	kv_transfer_ns Nullable(Int64),
+	decode_queue_ns Nullable(Int64),
+	t_pd_admit_ns Nullable(Int64),
+	t_kv_start_ns Nullable(Int64),
+	t_kv_end_ns Nullable(Int64),
+	t_pd_sched_ns Nullable(Int64),
+	kv_bytes Nullable(Int64),
+	kv_blocks Nullable(Int64),
+	kv_stream_ns Nullable(Int64),
+	kv_status Nullable(String),
+	kv_peer Nullable(String),
+	route_policy Nullable(String),
+	decode_worker Nullable(String),
+	prefill_worker Nullable(String),
+	slot_wait Nullable(String),
+	slot_waiting_ahead Nullable(Int64),
+	ttfo_ns Nullable(Int64),
+	reasoning_ns Nullable(Int64),
+	reasoning_events Nullable(Int64),
+	answer_events Nullable(Int64),
+	ttftc_ns Nullable(Int64),
+	reasoning_tokens Nullable(Int64),
+	reasoning_shape Nullable(String),
+	conversation_id Nullable(String),
+	task_id Nullable(String),
+	call_kind Nullable(String),
+	rpc_method Nullable(String),
+	tool_name Nullable(String),
+	retry Nullable(Int64),
+	call_error Nullable(Int64),
+	escalated_from Nullable(String),
+	t_answered_ns Nullable(Int64),
+	protocol Nullable(String),
+	h2_stream Nullable(Int64),
+	grpc_status Nullable(Int64)
 ) ENGINE = ReplacingMergeTree
 PARTITION BY toDate(toDateTime(intDiv(wall_ns, 1000000000)))
 ORDER BY (host, wall_ns, row_id);

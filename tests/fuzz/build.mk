@@ -36,7 +36,9 @@ $(BUILD)/fuzz/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $(BUILD)/fuzz/libdaemon.a
 	$(call msg,LD,$@)
 	$(Q)$(CLANG) $(SAN_FLAGS) -fsanitize=fuzzer $^ -o $@ $(DAEMON_LDLIBS)
 
-$(BUILD)/fuzz/fuzz_agent_http_track: $(patsubst %.c,$(FUZZ_OBJ)/%.o,$(wildcard agent/track/http/*.c))
+$(BUILD)/fuzz/fuzz_agent_http_track $(BUILD)/fuzz/fuzz_agent_http2: $(patsubst %.c,$(FUZZ_OBJ)/%.o,$(wildcard agent/track/http/*.c))
+# the HTTP/2 tracker decodes header blocks with libnghttp2 (not instrumented)
+$(BUILD)/fuzz/fuzz_agent_http_track $(BUILD)/fuzz/fuzz_agent_http2: DAEMON_LDLIBS += -lnghttp2
 
 # ---- kpi-infer with ASan, LSan and UBSan --------------------------------------
 ASAN_OBJ := $(BUILD)/asan/obj

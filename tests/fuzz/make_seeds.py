@@ -142,6 +142,83 @@ def track_seeds():
         track_feed(IN, req) + track_feed(OUT, head + chunk(events[1])) + track_close(by_client=True))
 
 
+# ---- the agent's HTTP/2 and gRPC tracker: steps of fuzz_agent_http2.c ------
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+
+
+def h2_frame(typ, flags, sid, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([typ, flags]) + sid.to_bytes(4, "big") + payload
+
+
+def hp_lit(name, value, index=False):
+    """An HPACK literal with a new name (incremental indexing or not), no Huffman."""
+    name, value = (x.encode() if isinstance(x, str) else x for x in (name, value))
+    return bytes([0x40 if index else 0x00, len(name)]) + name + hp_len(value) + value
+
+
+def hp_len(v):
+    n = len(v)
+    return bytes([n]) if n < 127 else bytes([127]) + _varint(n - 127)
+
+
+def _varint(n):
+    out = b""
+    while n >= 128:
+        out += bytes([n % 128 + 128])
+        n //= 128
+    return out + bytes([n])
+
+
+def h2_repeat(count16, step):
+    """One step fed count16 * 16 times (fuzz_agent_http2.c's 0xfc)."""
+    return bytes([0xfc, count16]) + step
+
+
+def h2_seeds():
+    req = bytes([0x83, 0x86, 0x04, 20]) + b"/v1/chat/completions" + hp_lit("x-request-id", "r1", True)
+    body = b'{"model":"m","stream":true,"max_tokens":3}'
+    sse_head = bytes([0x88]) + hp_lit("content-type", "text/event-stream", True)
+    ev = b'data: {"choices":[{"delta":{"content":"a"}}]}\n\n'
+    hello = track_feed(IN, PREFACE + h2_frame(4, 0, 0, b"\x00\x01\x00\x00\x10\x00"))
+    sse = hello + track_feed(IN, h2_frame(1, 4, 1, req) + h2_frame(0, 1, 1, body)) + \
+        track_feed(OUT, h2_frame(4, 0, 0) + h2_frame(1, 4, 1, sse_head)) + \
+        b"".join(track_feed(OUT, h2_frame(0, 0, 1, ev), adv=3) for _ in range(3)) + \
+        track_feed(OUT, h2_frame(0, 1, 1, b"data: [DONE]\n\n"))
+    put("agent_http2", "sse", sse)
+    # the second request's head uses the table the first one filled
+    put("agent_http2", "two_streams_table", sse + track_feed(IN, h2_frame(1, 5, 3, bytes([0x83, 0x86, 0x04, 2]) + b"/b" + bytes([0xbe]))) +
+        track_feed(OUT, h2_frame(1, 4, 3, bytes([0x88, 0xbe])) + h2_frame(0, 9, 3, b"\x02" + ev + b"xx")))
+    grpc_req = bytes([0x83, 0x86, 0x04, 8]) + b"/k.G/Str" + hp_lit("content-type", "application/grpc")
+    grpc_head = bytes([0x88]) + hp_lit("content-type", "application/grpc")
+    msg = lambda n: b"\x00" + n.to_bytes(4, "big") + b"m" * n
+    trailers = hp_lit("grpc-status", "0")
+    grpc = hello + track_feed(IN, h2_frame(1, 4, 1, grpc_req) + h2_frame(0, 1, 1, msg(2))) + \
+        track_feed(OUT, h2_frame(1, 4, 1, grpc_head)) + track_feed(OUT, h2_frame(0, 0, 1, msg(3) + msg(4)[:4])) + \
+        track_feed(OUT, h2_frame(0, 0, 1, msg(4)[4:])) + track_feed(OUT, h2_frame(1, 5, 1, trailers))
+    put("agent_http2", "grpc", grpc)
+    put("agent_http2", "grpc_lying_prefix", hello + track_feed(IN, h2_frame(1, 5, 1, grpc_req)) +
+        track_feed(OUT, h2_frame(1, 4, 1, grpc_head) + h2_frame(0, 0, 1, b"\x00\x7f\xff\xff\xff" + b"x" * 40)) +
+        track_feed(OUT, h2_frame(0, 1, 1, b"\x07\x00\x00\x00\x01y")))
+    put("agent_http2", "continuation_split_padded", hello + track_feed(
+        IN, h2_frame(1, 0x28, 1, b"\x03" + b"\x00\x00\x00\x00\x10" + req[:5] + b"pad") +
+        h2_frame(9, 0, 1, req[5:9]) + h2_frame(9, 4, 1, req[9:])) + track_feed(OUT, h2_frame(3, 0, 1, b"\x00\x00\x00\x08")))
+    # a flood of CONTINUATION frames that never end the block
+    put("agent_http2", "continuation_flood", hello + track_feed(IN, h2_frame(1, 0, 1, req[:4])) +
+        h2_repeat(200, track_feed(IN, h2_frame(9, 0, 1, hp_lit("a", "b" * 60)))))
+    # an HPACK bomb: one 4000-byte entry, referenced over and over
+    put("agent_http2", "hpack_bomb", hello + track_feed(IN, h2_frame(1, 0, 1, req + hp_lit("big", "v" * 200, True))) +
+        h2_repeat(64, track_feed(IN, h2_frame(9, 0, 1, bytes([0xbe]) * 200))) + track_feed(IN, h2_frame(9, 4, 1, b"")))
+    # a storm of streams opened and reset
+    put("agent_http2", "rst_storm", hello + b"".join(
+        track_feed(IN, h2_frame(1, 4, 2 * k + 1, req) + h2_frame(3, 0, 2 * k + 1, b"\x00\x00\x00\x08"))
+        for k in range(40)) + track_feed(IN, h2_frame(1, 4, 101, req)))
+    put("agent_http2", "bad_lengths", hello + track_feed(IN, h2_frame(8, 0, 0, b"\x00" * 3) + h2_frame(1, 4, 1, req)) +
+        track_feed(OUT, b"\xff\xff\xff\x00\x00\x00\x00\x00\x01") + track_feed(OUT, h2_frame(1, 4, 1, sse_head)) +
+        track_feed(OUT, h2_frame(0, 0x08, 1, b"\xfe"), cap=CAP_HALF) + track_feed(OUT, h2_frame(0, 1, 1, ev), cap=CAP_GAP))
+    put("agent_http2", "midstream", bytes([0xff]) + track_feed(IN, h2_frame(1, 5, 7, bytes([0xbe, 0xbf]))) +
+        track_feed(OUT, h2_frame(1, 4, 7, bytes([0xbe]))) + track_feed(OUT, h2_frame(0, 1, 7, ev)) + track_close(True))
+
+
 # ---- GGUF: a micro llama (dim 8, one layer, byte vocabulary) ---------------
 U32, I32, F32, STR, ARR = 4, 5, 6, 8, 9
 
@@ -237,6 +314,7 @@ if __name__ == "__main__":
     kv_wire_seeds()
     gguf_seeds()
     track_seeds()
+    h2_seeds()
     for t in sorted(os.listdir(os.path.join(HERE, "corpus"))):
         d = os.path.join(HERE, "corpus", t)
         print(f"{t}: {len(os.listdir(d))} seeds, {sum(os.path.getsize(os.path.join(d, f)) for f in os.listdir(d))} bytes")

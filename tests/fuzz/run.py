@@ -14,7 +14,8 @@ FUZZ = os.path.join(ROOT, "build", "fuzz")
 CORPUS = os.path.join(ROOT, "tests", "fuzz", "corpus")
 
 # per-target limits: inputs bigger than these only slow the search down
-MAX_LEN = {"http": 20000, "json": 8192, "chat": 4096, "gguf": 65536, "agent_http_track": 16384}
+MAX_LEN = {"http": 20000, "json": 8192, "chat": 4096, "gguf": 65536, "agent_http_track": 16384,
+           "agent_http2": 16384}
 
 
 def targets():

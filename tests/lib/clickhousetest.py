@@ -192,6 +192,58 @@ def ship_once(trace, url, *args):
     return r.stdout.strip().splitlines()[-1]
 
 
+LHIST = os.path.join(kpitest.ROOT, "schema", "lhist.h")
+
+
+def lhist_layout():
+    """schema/lhist.h's constants: the relative error, the lowest bound (ns), the buckets."""
+    import re
+    text = open(LHIST).read()
+    get = lambda name: float(re.search(rf"#define {name} ([0-9.]+)", text).group(1))  # noqa: E731
+    return get("LHIST_ALPHA"), get("LHIST_MIN_NS"), int(get("LHIST_BUCKETS"))
+
+
+def lhist_quantile(counts, p):
+    """schema/lhist.c's percentile, written again from the header's layout:
+    pct.h's interpolation between the ranks, each rank its bucket's value."""
+    import math
+    alpha, lo_ns, nb = lhist_layout()
+    g = (1 + alpha) / (1 - alpha)
+    value = lambda i: 0.0 if i == 0 else lo_ns * g ** (i - 1) * (2 * g / (g + 1) if i < nb - 1 else 1)  # noqa: E731
+    n = sum(counts)
+    ix = (n - 1) * p / 100
+    lo = math.floor(ix)
+    hi = min(lo + 1, n - 1)
+
+    def at_rank(r):
+        seen = 0
+        for i, c in enumerate(counts):
+            seen += c
+            if seen > r:
+                return value(i)
+    return at_rank(lo) + (at_rank(hi) - at_rank(lo)) * (ix - lo)
+
+
+def minutes_once(cluster, db, host, dbname="kpiscope"):
+    """Every minute of the trace's requests is in request_minutes once
+    (FINAL), its counts the raw rows' (requests, 429s, TTFT values), and no
+    other minute of that host is; the number of minutes."""
+    import sqlite3
+    con = sqlite3.connect(db)
+    want = {r[0]: tuple(r[1:]) for r in con.execute(
+        "SELECT (wall_ns - ((wall_ns % 60000000000) + 60000000000) % 60000000000) / 1000000000, count(*), "
+        "sum(ifnull(http_status, 0) = 429), sum(ifnull(http_status, 0) != 429 AND ttft_ns IS NOT NULL) "
+        "FROM requests GROUP BY 1")}
+    con.close()
+    got = cluster.rows(f"SELECT minute, sum(requests) AS n, sum(rejected) AS r, sum(arraySum(ttft)) AS t "
+                       f"FROM {dbname}.request_minutes FINAL WHERE host = '{host}' GROUP BY minute")
+    have = {int(r["minute"]): (int(r["n"]), int(r["r"]), int(r["t"])) for r in got}
+    assert want, f"{host}: the trace has no requests"
+    diff = [(m, want.get(m), have.get(m)) for m in sorted(set(want) | set(have)) if want.get(m) != have.get(m)]
+    assert not diff, f"{host}: minutes whose aggregates differ from the trace's rows (minute, trace, ClickHouse): {diff}"
+    return len(have)
+
+
 _shared = None
 
 

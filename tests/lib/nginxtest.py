@@ -44,9 +44,10 @@ def find():
     return nginx
 
 
-def start(d, port, upstream, workers=1, cert=None, propagate_id=False, strip_id=False):
+def start(d, port, upstream, workers=1, cert=None, propagate_id=False, strip_id=False, http2=False):
     """nginx on 127.0.0.1:port proxying to upstream, unbuffered; cert: a
-    (certificate, key) pair to terminate TLS 1.2/1.3 with; propagate_id: the
+    (certificate, key) pair to terminate TLS 1.2/1.3 with (http2: offering h2
+    by ALPN, its clients' streams proxied as HTTP/1.1); propagate_id: the
     client's x-request-id goes upstream with the request; strip_id: it does
     not (nginx passes the client's headers on unless told).  Returns the
     kpitest.Proc once the port accepts."""
@@ -54,7 +55,7 @@ def start(d, port, upstream, workers=1, cert=None, propagate_id=False, strip_id=
     conf = os.path.join(d, "nginx.conf")
     with open(conf, "w") as f:
         f.write(CONF.format(d=d, upstream=upstream, port=port, workers=workers,
-                            ssl=" ssl" if cert else "",
+                            ssl=(" ssl http2" if http2 else " ssl") if cert else "",
                             tls=TLS.format(crt=cert[0], key=cert[1]) if cert else "",
                             headers="\n            proxy_set_header X-Request-Id $http_x_request_id;"
                             if propagate_id else '\n            proxy_set_header X-Request-Id "";'

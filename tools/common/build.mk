@@ -1,8 +1,8 @@
 # tools/common/build.mk - the reader layer kpitop and kpi-report share
 # (tools/common/*.c: trace, reqstats, timefmt; with the percentile of
-# schema/pct.c); the tools link $(TOOLS_COMMON_OBJS).
+# schema/pct.c, and the histogram layout of schema/lhist.c); the tools link $(TOOLS_COMMON_OBJS).
 
-TOOLS_COMMON_OBJS := $(patsubst %.c,$(OBJ)/%.o,$(wildcard tools/common/*.c)) $(OBJ)/schema/pct.o
+TOOLS_COMMON_OBJS := $(patsubst %.c,$(OBJ)/%.o,$(wildcard tools/common/*.c)) $(OBJ)/schema/pct.o $(OBJ)/schema/lhist.o
 TOOLS_LDLIBS := -lsqlite3 -lcurl $(LDLIBS_COMMON)
 
 # Unit tests of the reader layer and the percentile code: tests/unit/test_tools_*.c

@@ -4,17 +4,30 @@
  * exactly as schema/pct.c does; losses per host and cause, samples' last. */
 #include "tools/common/fleet_window.h"
 #include "tools/common/clickhouse.h"
+#include "schema/lhist.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 struct fleet {
 	struct ch_conn *ch;
 	struct ch_url u;
 	struct buf q, ans;
 	int64_t first_wall_ns, last_wall_ns;    /* the span seen so far (0: none yet) */
+	int minutes;                            /* request_minutes is there */
+	struct minute_acc *acc;                 /* per host, while a window is read from buckets */
+	int n_acc;
 	char err[512];
+};
+
+/* One host's counts and histograms (TTFT, TPOT, e2e) summed over the
+ * window's aggregate minutes and raw edges. */
+struct minute_acc {
+	char name[128];
+	int64_t requests, done, rejected, errors, out_tok, last;
+	uint64_t h[3][LHIST_BUCKETS];
 };
 
 /* ---- connection ---------------------------------------------------------------- */
@@ -39,7 +52,12 @@ struct fleet *fleet_open(const char *url, char *err, size_t errlen)
 		snprintf(err, errlen, "%s: %s (is clickhouse-server running there?)", f->u.text, f->err);
 		goto fail;
 	}
-	if (atoi(f->ans.p) != 3) {
+	snprintf(sql, sizeof(sql), "SELECT count() FROM system.tables WHERE database = '%s' AND name = "
+		 "'request_minutes' FORMAT TabSeparated", f->u.db);
+	int tables = atoi(f->ans.p);
+	if (!ch_query(f->ch, sql, &f->ans, f->err, sizeof(f->err)))
+		f->minutes = atoi(f->ans.p) == 1;
+	if (tables != 3) {
 		snprintf(err, errlen, "%s has no kpiscope tables (requests, samples, losses in database %s): create "
 			 "them from schema/clickhouse/ (docs/fleet.md, \"ClickHouse\") and ship with kpi-ship",
 			 f->u.text, f->u.db);
@@ -56,6 +74,7 @@ void fleet_close(struct fleet *f)
 	if (!f)
 		return;
 	ch_close(f->ch);
+	free(f->acc);
 	buf_free(&f->q);
 	buf_free(&f->ans);
 	free(f);
@@ -238,6 +257,186 @@ static int read_requests(struct fleet *f, struct fleet_window *w)
 	return 0;
 }
 
+/* ---- one window from the per-minute buckets ------------------------------------ */
+
+static struct minute_acc *acc_of(struct fleet *f, const char *name)
+{
+	for (int i = 0; i < f->n_acc; i++)
+		if (!strcmp(f->acc[i].name, name))
+			return &f->acc[i];
+	if (f->n_acc == FLEET_MAX_HOSTS)
+		return NULL;
+	if (!f->acc && !(f->acc = malloc(sizeof(*f->acc) * FLEET_MAX_HOSTS)))
+		return NULL;
+	struct minute_acc *a = &f->acc[f->n_acc++];
+	memset(a, 0, sizeof(*a));
+	snprintf(a->name, sizeof(a->name), "%s", name);
+	return a;
+}
+
+/* "[1,0,3]" added into h */
+static void add_array(uint64_t *h, const char *s)
+{
+	int i = 0;
+	for (const char *p = s; *p && i < LHIST_BUCKETS; p++) {
+		if (*p < '0' || *p > '9')
+			continue;
+		char *end;
+		h[i++] += strtoull(p, &end, 10);
+		p = end - 1;
+	}
+}
+
+static void acc_counts(struct minute_acc *a, char **fl)
+{
+	a->requests += atoll(fl[0]);
+	a->done += atoll(fl[1]);
+	a->rejected += atoll(fl[2]);
+	a->errors += atoll(fl[3]);
+	a->out_tok += atoll(fl[4]);
+	if (atoll(fl[5]) > a->last)
+		a->last = atoll(fl[5]);
+}
+
+static const char *const hist_col[3] = { "ttft_ns", "tpot_ns", "e2e_ns" };
+
+/* request_minutes FINAL of the whole minutes [lo, hi), per host */
+static int read_minute_rows(struct fleet *f, int64_t lo, int64_t hi)
+{
+	buf_reset(&f->q);
+	buf_printf(&f->q, "SELECT host, sum(requests), sum(done), sum(rejected), sum(errors), sum(output_tokens), "
+		      "max(last_wall_ns), sumForEach(ttft), sumForEach(tpot), sumForEach(e2e) FROM request_minutes FINAL "
+		      "WHERE minute >= %lld AND minute < %lld GROUP BY host FORMAT TabSeparated",
+		      (long long)(lo / 1000000000LL), (long long)(hi / 1000000000LL));
+	if (ask(f))
+		return -1;
+	char *p = f->ans.p, *line, *fl[10];
+	while ((line = next_line(&p))) {
+		if (ch_tsv_split(line, fl, 10) != 10)
+			continue;
+		const char *name = ch_tsv_field(fl[0]);
+		struct minute_acc *a = acc_of(f, name ? name : "");
+		if (!a)
+			continue;
+		acc_counts(a, fl + 1);
+		for (int k = 0; k < 3; k++)
+			add_array(a->h[k], fl[7 + k]);
+	}
+	return 0;
+}
+
+/* the raw rows of [from, lo) and [hi, to), counted and bucketed as kpi-ship does */
+static int read_edges(struct fleet *f, const struct fleet_window *w, int64_t lo, int64_t hi)
+{
+	const char *ok = "ifNull(http_status, 0) != 429";
+	char where[200];
+	snprintf(where, sizeof(where), "((wall_ns >= %lld AND wall_ns < %lld) OR (wall_ns >= %lld AND wall_ns < %lld))",
+		 (long long)w->from_wall_ns, (long long)lo, (long long)hi, (long long)w->to_wall_ns);
+	buf_reset(&f->q);
+	buf_printf(&f->q, "SELECT host, count(), countIf(%s AND isNotNull(e2e_ns)), countIf(NOT %s), countIf(%s AND "
+		      "(ifNull(http_status, 0) >= 400 OR ifNull(finish_reason, '') = 'error')), "
+		      "sumIf(ifNull(output_tokens, 0), %s), max(wall_ns) FROM requests FINAL WHERE %s GROUP BY host "
+		      "FORMAT TabSeparated", ok, ok, ok, ok, where);
+	if (ask(f))
+		return -1;
+	char *p = f->ans.p, *line, *fl[7];
+	while ((line = next_line(&p))) {
+		if (ch_tsv_split(line, fl, 7) != 7)
+			continue;
+		const char *name = ch_tsv_field(fl[0]);
+		struct minute_acc *a = acc_of(f, name ? name : "");
+		if (a)
+			acc_counts(a, fl + 1);
+	}
+	for (int k = 0; k < 3; k++) {
+		/* schema/lhist.c's lhist_index, in ClickHouse */
+		buf_reset(&f->q);
+		buf_printf(&f->q, "SELECT host, if(v < %d, 0, least(%d, 1 + toInt64(floor(log(v / %d) / "
+			      "log((1 + %.17g) / (1 - %.17g)))))) AS i, count() FROM (SELECT host, assumeNotNull(%s) AS v "
+			      "FROM requests FINAL WHERE %s AND %s AND isNotNull(%s)) GROUP BY host, i FORMAT TabSeparated",
+			      LHIST_MIN_NS, LHIST_BUCKETS - 1, LHIST_MIN_NS, LHIST_ALPHA, LHIST_ALPHA, hist_col[k], where,
+			      ok, hist_col[k]);
+		if (ask(f))
+			return -1;
+		char *q = f->ans.p, *fk[3];
+		while ((line = next_line(&q))) {
+			if (ch_tsv_split(line, fk, 3) != 3)
+				continue;
+			const char *name = ch_tsv_field(fk[0]);
+			struct minute_acc *a = acc_of(f, name ? name : "");
+			int i = atoi(fk[1]);
+			if (a && i >= 0 && i < LHIST_BUCKETS)
+				a->h[k][i] += strtoull(fk[2], NULL, 10);
+		}
+	}
+	return 0;
+}
+
+static void hist_dist(struct trace_dist *d, const uint64_t *h)
+{
+	memset(d, 0, sizeof(*d));
+	d->n = (int)lhist_count(h, LHIST_BUCKETS);
+	if (!d->n)
+		return;
+	d->p50 = lhist_quantile(h, LHIST_BUCKETS, 50);
+	d->p95 = lhist_quantile(h, LHIST_BUCKETS, 95);
+	d->p99 = lhist_quantile(h, LHIST_BUCKETS, 99);
+	d->max = lhist_quantile(h, LHIST_BUCKETS, 100);
+}
+
+static void acc_host(struct fleet_host *h, const struct minute_acc *a, double secs)
+{
+	h->requests = (int)a->requests;
+	h->done = (int)a->done;
+	h->rejected = (int)a->rejected;
+	h->errors = (int)a->errors;
+	h->output_tokens = a->out_tok;
+	h->last_wall_ns = a->last;
+	h->req_per_s = (double)h->requests / secs;
+	h->out_tok_per_s = (double)h->output_tokens / secs;
+	hist_dist(&h->ttft, a->h[0]);
+	hist_dist(&h->tpot, a->h[1]);
+	hist_dist(&h->e2e, a->h[2]);
+}
+
+/* The window's requests from the whole minutes closed a minute before now,
+ * the rest from the raw rows; every host's and the fleet's (their sum). */
+static int read_requests_minutes(struct fleet *f, struct fleet_window *w, int64_t now_wall_ns)
+{
+	const int64_t min_ns = 60000000000LL;
+	int64_t lo = (w->from_wall_ns + min_ns - 1) / min_ns * min_ns;
+	int64_t closed = now_wall_ns - min_ns < w->to_wall_ns ? now_wall_ns - min_ns : w->to_wall_ns;
+	int64_t hi = closed / min_ns * min_ns;
+	if (w->from_wall_ns < 0 || hi <= lo)
+		lo = hi = w->to_wall_ns;        /* no whole minute: every row raw */
+	f->n_acc = 0;
+	if ((hi > lo && read_minute_rows(f, lo, hi)) || read_edges(f, w, lo, hi))
+		return -1;
+	static struct minute_acc all;
+	memset(&all, 0, sizeof(all));
+	double secs = (double)(w->to_wall_ns - w->from_wall_ns) / 1e9;
+	for (int i = 0; i < f->n_acc; i++) {
+		const struct minute_acc *a = &f->acc[i];
+		if (!a->requests)
+			continue;
+		struct fleet_host *h = host_of(w, a->name);
+		if (h)
+			acc_host(h, a, secs);
+		all.requests += a->requests;
+		all.done += a->done;
+		all.rejected += a->rejected;
+		all.errors += a->errors;
+		all.out_tok += a->out_tok;
+		all.last = a->last > all.last ? a->last : all.last;
+		for (int k = 0; k < 3; k++)
+			for (int b = 0; b < LHIST_BUCKETS; b++)
+				all.h[k][b] += a->h[k][b];
+	}
+	acc_host(&w->all, &all, secs);
+	w->from_buckets = 1;
+	return 0;
+}
+
 /* samples of the lookback: each host's newest (an agent writes one a second
  * per target, busy or idle: a host with no request in the window is a row
  * too, and one whose agent stopped shows since when) */
@@ -317,7 +516,11 @@ int fleet_window_read(struct fleet *f, int64_t from_wall_ns, int64_t to_wall_ns,
 	w->to_wall_ns = to_wall_ns;
 	int64_t look_from = to_wall_ns - (lookback_ns > to_wall_ns - from_wall_ns ? lookback_ns
 										  : to_wall_ns - from_wall_ns);
-	if (read_requests(f, w) || read_samples(f, w, look_from) || read_losses(f, w))
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	int64_t now_ns = (int64_t)now.tv_sec * 1000000000LL + now.tv_nsec;
+	if ((f->minutes ? read_requests_minutes(f, w, now_ns) : read_requests(f, w)) ||
+	    read_samples(f, w, look_from) || read_losses(f, w))
 		return -1;
 	return 0;
 }

@@ -30,6 +30,9 @@ struct fleet_host {
 
 struct fleet_window {
 	int64_t from_wall_ns, to_wall_ns;
+	/* the percentiles come from per-minute histograms (request_minutes,
+	 * schema/lhist.h): within LHIST_ALPHA of the exact ones; else exact */
+	int from_buckets;
 	struct fleet_host all;              /* the whole fleet as one host ("") */
 	struct fleet_host host[FLEET_MAX_HOSTS];
 	int n_hosts;                        /* seen in the lookback, by name */
@@ -54,7 +57,13 @@ const char *fleet_errmsg(const struct fleet *f);
 int fleet_span(struct fleet *f, int64_t *first_wall_ns, int64_t *last_wall_ns);
 
 /* The window [from, to) of every host with a request or a loss in it, or a
- * sample in [to - lookback_ns, to). Three queries: the window's requests
+ * sample in [to - lookback_ns, to). Where ClickHouse has request_minutes
+ * (schema/clickhouse/003_minutes.sql), the requests' counts and percentiles
+ * come from its whole minutes in the window that ended a minute before now
+ * (FINAL over thousands of rows), and from the raw rows of the rest (the
+ * window's partial minutes at either end, the newest minutes), counted into
+ * the same buckets: counts exact, percentiles within 1 % (w->from_buckets).
+ * Without it (tables made before it), as follows. Three queries: the window's requests
  * per host and for the fleet, and its losses per host and cause (FINAL: a
  * batch shipped twice counts once); the lookback's samples per host (their
  * newest only). 0, or -1 (fleet_errmsg). */

@@ -26,9 +26,10 @@
  * reasoning per request (TTFO), agent tasks and cascades (trace_agents.h);
  * 12 (012_split.sql) the split of http rows inferred from stream timing
  * (split_rule), read as a source of its own (TRACE_SRC_INFERRED); 13
- * (013_containers.sql) the container and pod of each row, not read yet. */
+ * (013_containers.sql) the container and pod of each row, not read yet; 14
+ * (014_http2.sql) the protocol of http rows (HTTP/2, gRPC), not read yet. */
 #define TRACE_SCHEMA_VERSION_MIN 1
-#define TRACE_SCHEMA_VERSION 13
+#define TRACE_SCHEMA_VERSION 14
 /* Version 10 (010_disagg.sql): a disaggregated request's router row has its
  * phases across the router, decode and prefill workers; the workers' own
  * rows hang under it (parent_hop_id).  The window statistics, timelines and

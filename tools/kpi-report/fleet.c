@@ -22,6 +22,7 @@ int report_fleet_analyze(struct report *r)
 				      r->hosts, TRACE_FLEET_GROUPS);
 	r->n_models = trace_fleet_rank(r->fleet, "model", r->base.from_ns, r->base.to_ns, r->inc.from_ns,
 				       r->inc.to_ns, r->models, TRACE_FLEET_GROUPS);
+	report_fleet_minutes(r);
 	return r->n_hosts < 0 || r->n_models < 0 ? -1 : 0;
 }
 
@@ -98,4 +99,6 @@ void report_fleet_render(const struct report *r, FILE *o, int html)
 	table(r, o, html, "host", r->hosts, r->n_hosts);
 	fprintf(o, html ? "" : "\n");
 	table(r, o, html, "model", r->models, r->n_models);
+	fprintf(o, html ? "" : "\n");
+	report_fleet_minutes_render(r, o, html);
 }

@@ -65,6 +65,9 @@ struct rp_agents {
 	int ncasc[2];
 };
 
+#define RP_AGG_HOSTS 64
+#define RP_AGG_PHASES 3      /* net-in, queue wait (queue or server wait), prefill */
+
 struct report {
 	struct trace *t;
 	int64_t first_ns, last_ns;
@@ -95,6 +98,17 @@ struct report {
 	char fleet_what[512];           /* what was read: hosts, rows, filter */
 	struct trace_fleet_group hosts[TRACE_FLEET_GROUPS], models[TRACE_FLEET_GROUPS];
 	int n_hosts, n_models;
+	/* the same question of the per-minute aggregates (fleet_minutes.c) */
+	struct rp_agg_host {
+		char name[128];
+		int64_t n[2];                   /* requests not refused: baseline, incident */
+		uint64_t ttft_n[2];
+		double p99[2];                  /* p99 TTFT from the buckets, ns */
+		double phase_mean[2][RP_AGG_PHASES];
+		int top_phase;
+	} agg[RP_AGG_HOSTS];
+	int n_agg, agg_minutes[2];
+	char agg_note[512];
 };
 
 /* A finding to fill in (NULL when the list is full); findings are sorted
@@ -135,6 +149,10 @@ const char *report_source(const struct report *r);
 /* Across hosts: hosts and models ranked by their share of the p99 TTFT
  * change (after report_analyze), and their section of the report. */
 int report_fleet_analyze(struct report *r);
+/* The hosts ranked by p99 TTFT change from request_minutes alone (r->agg;
+ * r->agg_note says why not), and its section. */
+void report_fleet_minutes(struct report *r);
+void report_fleet_minutes_render(const struct report *r, FILE *out, int html);
 void report_fleet_render(const struct report *r, FILE *out, int html);
 
 void report_markdown(const struct report *r, FILE *out);

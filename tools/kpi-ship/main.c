@@ -28,6 +28,7 @@ static void usage(FILE *f)
 	fprintf(f,
 		"Usage: kpi-ship --to clickhouse://HOST[:PORT][/DB] [--db PATH] [--host NAME] [--model NAME]\n"
 		"                [--batch N] [--interval MS] [--timeout MS] [--metrics [ADDR:]PORT] [--once]\n"
+		"                [--minutes-only]\n"
 		"Ships a kpi-agent trace into ClickHouse (schema/clickhouse/), following it as the agent writes.\n\n"
 		"  --to URL           ClickHouse's HTTP interface; DB defaults to %s, PORT to %d\n"
 		"  --db PATH          the trace (default %s, or $KPI_DB)\n"
@@ -41,15 +42,22 @@ static void usage(FILE *f)
 		"  --once             ship what the trace holds now, then exit (1 if ClickHouse stayed\n"
 		"                     unreachable for --give-up seconds, default 60)\n"
 		"  --give-up S        with --once: seconds ClickHouse may stay unreachable before that\n"
-		"                     exit 1 (1 to 86400, default 60)\n"		"  -h, --help         this help\n"
+		"                     exit 1 (1 to 86400, default 60)\n"
+		"  --minutes-only     ship the per-minute aggregates alone (rows already in ClickHouse by\n"
+		"                     other means, e.g. a bulk copy of an old trace)\n"
+		"  -h, --help         this help\n"
 		"  --version          the version and the git commit it was built from\n\n"
+		"Beside the rows, per-minute aggregates (request_minutes: counts, phase sums, histograms with\n"
+		"1%% relative error) for every minute %d s past its end, each minute computed whole from the\n"
+		"trace and shipped again, with a higher version, when rows of it come later; at exit the\n"
+		"minutes still open go as they are. \"K rows behind\" counts minutes not yet shipped too.\n"
 		"Rows go at least once; the tables collapse a resent batch (SELECT ... FINAL). The cursor is\n"
 		"kept in the trace (table ship_cursor): a restarted kpi-ship goes on where ClickHouse last\n"
 		"acknowledged. While ClickHouse is down the trace is the spool: rows the agent's retention\n"
 		"removes before they were shipped are counted by the agent as the loss unshipped_rows.\n"
 		"kpi-ship never creates the trace: until the agent has made it, kpi-ship waits (--once:\n"
 		"exits 1); files SQLite adds beside it (-wal, -shm) get the trace's owner.\n",
-		CH_DEFAULT_DB, CH_DEFAULT_PORT, TRACE_DEFAULT_DB);
+		CH_DEFAULT_DB, CH_DEFAULT_PORT, TRACE_DEFAULT_DB, SHIP_MINUTE_GRACE_S);
 }
 
 static void sleep_ms(long ms)
@@ -83,9 +91,11 @@ static void exit_line(struct shipper *s, int64_t behind)
 		n += (size_t)snprintf(parts + n, n < sizeof(parts) ? sizeof(parts) - n : 0, "%s%s %llu",
 				      n ? ", " : "", s->st.t[i].name, (unsigned long long)s->st.t[i].rows);
 	}
-	printf("kpi-ship: %llu rows shipped (%s) in %llu batches, %llu failed POSTs; %lld rows behind\n",
-	       (unsigned long long)total, parts, (unsigned long long)s->st.batches,
-	       (unsigned long long)s->st.failures, (long long)behind);
+	printf("kpi-ship: %llu rows shipped (%s) and %llu minutes (%llu request_minutes rows, %llu minutes "
+	       "again) in %llu batches, %llu failed POSTs; %lld rows behind\n",
+	       (unsigned long long)total, parts, (unsigned long long)s->st.minutes,
+	       (unsigned long long)s->st.minute_rows, (unsigned long long)s->st.minutes_again,
+	       (unsigned long long)s->st.batches, (unsigned long long)s->st.failures, (long long)behind);
 }
 
 int main(int argc, char **argv)
@@ -96,12 +106,13 @@ int main(int argc, char **argv)
 		{ "batch", required_argument, 0, 'b' }, { "interval", required_argument, 0, 'i' },
 		{ "timeout", required_argument, 0, 't' }, { "metrics", required_argument, 0, 'M' },
 		{ "once", no_argument, 0, '1' }, { "give-up", required_argument, 0, 'g' },
-		{ "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0 },
+		{ "minutes-only", no_argument, 0, 'A' }, { "help", no_argument, 0, 'h' },
+		{ "version", no_argument, 0, 'V' }, { 0 },
 	};
 	const char *db = getenv("KPI_DB") ? getenv("KPI_DB") : TRACE_DEFAULT_DB;
 	const char *to = NULL, *host = NULL, *model = NULL, *metrics = NULL;
 	long batch = 5000, interval = 1000, timeout = 10000, give_up = 60;
-	int once = 0, o;
+	int once = 0, minutes_only = 0, o;
 	while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
 		switch (o) {
 		case 'T': to = optarg; break;
@@ -110,6 +121,7 @@ int main(int argc, char **argv)
 		case 'm': model = optarg; break;
 		case 'M': metrics = optarg; break;
 		case '1': once = 1; break;
+		case 'A': minutes_only = 1; break;
 		case 'b': if (parse_int("--batch", optarg, 1, 1000000, &batch)) return 2; break;
 		case 'i': if (parse_int("--interval", optarg, 10, 3600000, &interval)) return 2; break;
 		case 't': if (parse_int("--timeout", optarg, 100, 600000, &timeout)) return 2; break;
@@ -147,6 +159,7 @@ int main(int argc, char **argv)
 	int opened, said = 0;
 	while ((opened = ship_open(s, db, &u, host, model, (int)batch, timeout, err, sizeof(err))) == 1 && !once &&
 	       !stop) {
+		minutes_close(s);
 		ship_close(s);
 		if (!said++) {
 			printf("kpi-ship: waiting for the trace (%s); kpi-ship never creates it\n", err);
@@ -154,7 +167,10 @@ int main(int argc, char **argv)
 		}
 		sleep_ms(interval < 1000 ? interval : 1000);
 	}
+	if (!opened)
+		opened = minutes_open(s, err, sizeof(err));
 	if (opened) {
+		minutes_close(s);
 		if (!stop)
 			fprintf(stderr, "kpi-ship: %s\n", err);
 		ship_close(s);
@@ -163,6 +179,7 @@ int main(int argc, char **argv)
 	}
 	if (metrics && ship_metrics_start(s, metrics, err, sizeof(err))) {
 		fprintf(stderr, "kpi-ship: %s\n", err);
+		minutes_close(s);
 		ship_close(s);
 		return 2;
 	}
@@ -179,7 +196,7 @@ int main(int argc, char **argv)
 		 * when no batch comes back full, ClickHouse has them all */
 		int64_t round_start = ship_wall_ns();
 		bool unreachable = false;
-		for (int i = 0; i < SHIP_TABLES && !stop; i++) {
+		for (int i = 0; i < SHIP_TABLES && !stop && !minutes_only; i++) {
 			int n = ship_batch(s, i, &unreachable, err, sizeof(err));
 			if (n == -2) {
 				fprintf(stderr, "kpi-ship: %s\n", err);
@@ -191,6 +208,21 @@ int main(int argc, char **argv)
 				break;
 			}
 			full |= n == batch;
+		}
+		/* the aggregates, once this round's rows went: their minutes marked,
+		 * then the closed ones shipped (all of them with --once: the trace
+		 * as it is now) */
+		if (!failed && !stop) {
+			int n = minutes_mark(s, err, sizeof(err));
+			if (n >= 0)
+				n = minutes_ship(s, once, &unreachable, err, sizeof(err));
+			if (n == -2) {
+				fprintf(stderr, "kpi-ship: %s\n", err);
+				failed = 2;
+			} else if (n < 0) {
+				failed = 1;
+			}
+			full |= n == SHIP_MINUTES_PER_POST;
 		}
 		int64_t now = ship_wall_ns();
 		if (failed == 1) {
@@ -243,15 +275,25 @@ int main(int argc, char **argv)
 		}
 		if (full && now < next_backlog)
 			continue;
-		behind = ship_backlog(s);
+		behind = (minutes_only ? 0 : ship_backlog(s)) + minutes_pending(s, once);
 		next_backlog = now + 1000000000LL;
 		if (!behind && once)
 			break;
 		if (!full)
 			sleep_ms(interval);
 	}
+	/* the minutes still open go as they are; rows that come later ship
+	 * them again, with a higher version (the next kpi-ship's round) */
+	if (rc == 0 && s->st.up) {
+		bool unreachable;
+		int n = 0;
+		while (n >= 0 && minutes_mark(s, err, sizeof(err)) >= 0 &&
+		       (n = minutes_ship(s, true, &unreachable, err, sizeof(err))) == SHIP_MINUTES_PER_POST)
+			;
+	}
 	ship_metrics_stop();
-	exit_line(s, ship_backlog(s));
+	exit_line(s, (minutes_only ? 0 : ship_backlog(s)) + minutes_pending(s, true));
+	minutes_close(s);
 	ship_close(s);
 	free(s);
 	return rc;

@@ -34,6 +34,15 @@ static void render(struct buf *b)
 		if (st->t[i].present)
 			buf_printf(b, "kpi_ship_backlog_rows{table=\"%s\"} %lld\n", st->t[i].name,
 				      (long long)st->t[i].backlog);
+	buf_printf(b, "# HELP kpi_ship_minutes_total Per-minute aggregates ClickHouse acknowledged (request_minutes): "
+		      "minutes, of them shipped again for rows that came late, and their rows.\n"
+		      "# TYPE kpi_ship_minutes_total counter\nkpi_ship_minutes_total %llu\n"
+		      "# TYPE kpi_ship_minutes_again_total counter\nkpi_ship_minutes_again_total %llu\n"
+		      "# TYPE kpi_ship_minute_rows_total counter\nkpi_ship_minute_rows_total %llu\n"
+		      "# HELP kpi_ship_minutes_pending Closed minutes with rows not yet in their aggregates.\n"
+		      "# TYPE kpi_ship_minutes_pending gauge\nkpi_ship_minutes_pending %lld\n",
+		      (unsigned long long)st->minutes, (unsigned long long)st->minutes_again,
+		      (unsigned long long)st->minute_rows, (long long)st->minutes_pending);
 	double lag = st->caught_up_wall_ns ? (double)(now - st->caught_up_wall_ns) / 1e9 : -1;
 	buf_printf(b, "# HELP kpi_ship_lag_seconds How old the newest row may be that ClickHouse lacks: time since the "
 		      "start of the last round that shipped every row (-1: none yet).\n# TYPE kpi_ship_lag_seconds gauge\nkpi_ship_lag_seconds %.3f\n", lag);

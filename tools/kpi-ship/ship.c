@@ -28,7 +28,7 @@ static const char CURSOR_DDL[] =
 	"sink TEXT NOT NULL, tbl TEXT NOT NULL, last_rowid INTEGER NOT NULL, wall_ns INTEGER, "
 	"PRIMARY KEY (sink, tbl))";
 
-static int64_t one_i64(sqlite3 *db, const char *sql, const char *a, const char *b, bool *found)
+int64_t ship_one_i64(sqlite3 *db, const char *sql, const char *a, const char *b, bool *found)
 {
 	sqlite3_stmt *st;
 	int64_t v = 0;
@@ -47,7 +47,7 @@ static int64_t one_i64(sqlite3 *db, const char *sql, const char *a, const char *
 	return v;
 }
 
-static int load_cursor(struct shipper *s, struct ship_table *t)
+int ship_load_cursor(struct shipper *s, const char *sink, struct ship_table *t)
 {
 	bool found;
 	char sql[200];
@@ -56,13 +56,13 @@ static int load_cursor(struct shipper *s, struct ship_table *t)
 	snprintf(sql, sizeof(sql), "INSERT OR IGNORE INTO ship_cursor(sink, tbl, last_rowid) VALUES (?1, ?2, 0)");
 	if (sqlite3_prepare_v2(s->db, sql, -1, &st, NULL) != SQLITE_OK)
 		return -1;
-	sqlite3_bind_text(st, 1, s->sink, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 1, sink, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 2, t->name, -1, SQLITE_STATIC);
 	int rc = sqlite3_step(st);
 	sqlite3_finalize(st);
 	if (rc != SQLITE_DONE)
 		return -1;
-	t->cursor = one_i64(s->db, "SELECT last_rowid FROM ship_cursor WHERE sink = ?1 AND tbl = ?2", s->sink,
+	t->cursor = ship_one_i64(s->db, "SELECT last_rowid FROM ship_cursor WHERE sink = ?1 AND tbl = ?2", sink,
 			    t->name, &found);
 	return found ? 0 : -1;
 }
@@ -108,12 +108,12 @@ static int open_trace(struct shipper *s, const char *db_path, char *err, size_t 
 		return -1;
 	}
 	sqlite3_busy_timeout(s->db, 5000);
-	int64_t tables = one_i64(s->db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'", NULL, NULL, &found);
+	int64_t tables = ship_one_i64(s->db, "SELECT count(*) FROM sqlite_master WHERE type = 'table'", NULL, NULL, &found);
 	if (!found) {
 		snprintf(err, errlen, "cannot read %s: %s", db_path, sqlite3_errmsg(s->db));
 		return -1;
 	}
-	int64_t requests = one_i64(s->db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
+	int64_t requests = ship_one_i64(s->db, "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND "
 				   "name = 'requests'", NULL, NULL, &found);
 	if (requests == 1)
 		return 0;
@@ -155,8 +155,8 @@ int ship_open(struct shipper *s, const char *db_path, const struct ch_url *u, co
 		t->name = ship_table_name[i];
 		snprintf(sql, sizeof(sql), "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '%s'",
 			 t->name);
-		t->present = one_i64(s->db, sql, NULL, NULL, &found) == 1;
-		if (t->present && load_cursor(s, t)) {
+		t->present = ship_one_i64(s->db, sql, NULL, NULL, &found) == 1;
+		if (t->present && ship_load_cursor(s, s->sink, t)) {
 			snprintf(err, errlen, "cannot read the cursor in %s: %s", db_path, sqlite3_errmsg(s->db));
 			return -1;
 		}
@@ -186,24 +186,57 @@ void ship_close(struct shipper *s)
 		sqlite3_close(s->db);
 	buf_free(&s->body);
 	buf_free(&s->answer);
+	buf_free(&s->keys);
+	buf_free(&s->row_head);
 	pthread_mutex_destroy(&s->st.mu);
 }
 
-/* One row as a JSON object: host and row_id, then the trace's columns by name. */
+int ship_put_i64(struct buf *b, int64_t v)
+{
+	char tmp[24], *e = tmp + sizeof(tmp), *p = e;
+	uint64_t u = v < 0 ? 0 - (uint64_t)v : (uint64_t)v;
+	do
+		*--p = (char)('0' + u % 10);
+	while (u /= 10);
+	if (v < 0)
+		*--p = '-';
+	return buf_append(b, p, (size_t)(e - p));
+}
+
+/* ,"name": of every column of the batch's statement, once per batch */
+static int column_keys(struct shipper *s, sqlite3_stmt *st, int ncol)
+{
+	buf_reset(&s->keys);
+	for (int c = 0; c < ncol && c < SHIP_MAX_COLS; c++) {
+		const char *name = sqlite3_column_name(st, c);
+		s->key_off[c] = s->keys.len;
+		if (buf_append(&s->keys, ",", 1) || ch_json_str(&s->keys, name, strlen(name)) ||
+		    buf_append(&s->keys, ":", 1))
+			return -1;
+		s->key_len[c] = s->keys.len - s->key_off[c];
+	}
+	return 0;
+}
+
+/* One row as a JSON object: host and row_id, then the trace's columns by
+ * name; a NULL is left out (every column that can be NULL in the trace is
+ * Nullable in ClickHouse, whose default for it is NULL), which keeps the
+ * batch small. */
 static int row_json(struct shipper *s, sqlite3_stmt *st, int ncol, int model_col)
 {
 	struct buf *b = &s->body;
-	if (buf_append(b, "{\"host\":", 8) || ch_json_str(b, s->host, strlen(s->host)) ||
-	    buf_printf(b, ",\"row_id\":%lld", (long long)sqlite3_column_int64(st, 0)))
+	if (buf_append(b, s->row_head.p, s->row_head.len) || buf_append(b, ",\"row_id\":", 10) ||
+	    ship_put_i64(b, sqlite3_column_int64(st, 0)))
 		return -1;
 	for (int c = 1; c < ncol; c++) {
-		const char *name = sqlite3_column_name(st, c);
-		if (buf_append(b, ",", 1) || ch_json_str(b, name, strlen(name)) || buf_append(b, ":", 1))
+		int type = sqlite3_column_type(st, c), rc = 0;
+		if (type == SQLITE_NULL && !(c == model_col && s->model))
+			continue;
+		if (buf_append(b, s->keys.p + s->key_off[c], s->key_len[c]))
 			return -1;
-		int rc = 0;
-		switch (sqlite3_column_type(st, c)) {
+		switch (type) {
 		case SQLITE_INTEGER:
-			rc = buf_printf(b, "%lld", (long long)sqlite3_column_int64(st, c));
+			rc = ship_put_i64(b, sqlite3_column_int64(st, c));
 			break;
 		case SQLITE_FLOAT:
 			rc = buf_printf(b, "%.17g", sqlite3_column_double(st, c));
@@ -214,10 +247,7 @@ static int row_json(struct shipper *s, sqlite3_stmt *st, int ncol, int model_col
 					     (size_t)sqlite3_column_bytes(st, c));
 			break;
 		default:
-			if (c == model_col && s->model)
-				rc = ch_json_str(b, s->model, strlen(s->model));
-			else
-				rc = buf_append(b, "null", 4);
+			rc = ch_json_str(b, s->model, strlen(s->model));
 		}
 		if (rc)
 			return -1;
@@ -228,7 +258,7 @@ static int row_json(struct shipper *s, sqlite3_stmt *st, int ncol, int model_col
 /* Moves the cursor from what it was to last, unless the agent's retention
  * reset it meanwhile (it emptied the table: rowids start again), in which
  * case the reset stands and the cursor is read again. */
-static int advance_cursor(struct shipper *s, struct ship_table *t, int64_t last, int64_t wall)
+int ship_advance_cursor(struct shipper *s, const char *sink, struct ship_table *t, int64_t last, int64_t wall)
 {
 	sqlite3_stmt *st;
 	bool found;
@@ -237,7 +267,7 @@ static int advance_cursor(struct shipper *s, struct ship_table *t, int64_t last,
 		return -1;
 	sqlite3_bind_int64(st, 1, last);
 	sqlite3_bind_int64(st, 2, wall);
-	sqlite3_bind_text(st, 3, s->sink, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 3, sink, -1, SQLITE_STATIC);
 	sqlite3_bind_text(st, 4, t->name, -1, SQLITE_STATIC);
 	sqlite3_bind_int64(st, 5, t->cursor);
 	int rc = sqlite3_step(st);
@@ -248,12 +278,21 @@ static int advance_cursor(struct shipper *s, struct ship_table *t, int64_t last,
 		t->cursor = last;
 		return 0;
 	}
-	int64_t c = one_i64(s->db, "SELECT last_rowid FROM ship_cursor WHERE sink = ?1 AND tbl = ?2", s->sink,
+	int64_t c = ship_one_i64(s->db, "SELECT last_rowid FROM ship_cursor WHERE sink = ?1 AND tbl = ?2", sink,
 			    t->name, &found);
 	if (!found)
 		return -1;
 	t->cursor = c;
 	return 0;
+}
+
+void ship_acked(struct shipper *s, uint64_t *rows, uint64_t n)
+{
+	pthread_mutex_lock(&s->st.mu);
+	*rows += n;
+	s->st.batches++;
+	s->st.bytes += s->body.len;
+	pthread_mutex_unlock(&s->st.mu);
 }
 
 int ship_batch(struct shipper *s, int table, bool *unreachable, char *err, size_t errlen)
@@ -273,6 +312,19 @@ int ship_batch(struct shipper *s, int table, bool *unreachable, char *err, size_
 	sqlite3_bind_int64(st, 1, t->cursor);
 	sqlite3_bind_int(st, 2, s->batch);
 	int ncol = sqlite3_column_count(st);
+	if (ncol > SHIP_MAX_COLS) {
+		sqlite3_finalize(st);
+		snprintf(err, errlen, "%s has %d columns, more than kpi-ship reads (%d): a newer kpi-ship ships it",
+			 t->name, ncol, SHIP_MAX_COLS);
+		return -2;
+	}
+	buf_reset(&s->row_head);
+	if (column_keys(s, st, ncol) || buf_append(&s->row_head, "{\"host\":", 8) ||
+	    ch_json_str(&s->row_head, s->host, strlen(s->host))) {
+		sqlite3_finalize(st);
+		snprintf(err, errlen, "out of memory");
+		return -2;
+	}
 	for (int c = 1; c < ncol; c++)
 		if (!strcmp(sqlite3_column_name(st, c), "model"))
 			model_col = c;
@@ -294,13 +346,9 @@ int ship_batch(struct shipper *s, int table, bool *unreachable, char *err, size_
 		return 0;
 	if (ch_post(s->ch, s->insert_params[table], s->body.p, s->body.len, &s->answer, unreachable, err, errlen))
 		return -1;
-	if (advance_cursor(s, t, last, ship_wall_ns()))
+	if (ship_advance_cursor(s, s->sink, t, last, ship_wall_ns()))
 		goto sqlfail;   /* shipped, but the cursor stays: the batch goes again (harmless) */
-	pthread_mutex_lock(&s->st.mu);
-	t->rows += (uint64_t)n;
-	s->st.batches++;
-	s->st.bytes += s->body.len;
-	pthread_mutex_unlock(&s->st.mu);
+	ship_acked(s, &t->rows, (uint64_t)n);
 	return n;
 sqlfail:
 	snprintf(err, errlen, "reading %s failed: %s", s->db_path, sqlite3_errmsg(s->db));

@@ -10,6 +10,9 @@
 
 #include "tools/common/clickhouse.h"
 
+/* The most columns a shipped table may have (the requests table has 103). */
+#define SHIP_MAX_COLS 256
+
 /* The trace tables shipped, in the order a round visits them. */
 #define SHIP_TABLES 5
 extern const char *const ship_table_name[SHIP_TABLES];
@@ -27,6 +30,9 @@ struct ship_stats {
 	pthread_mutex_t mu;
 	struct ship_table t[SHIP_TABLES];
 	uint64_t batches, failures, bytes;
+	uint64_t minute_rows;           /* aggregate rows shipped (request_minutes) */
+	uint64_t minutes, minutes_again;/* minutes shipped; of them, shipped again (late rows) */
+	int64_t minutes_pending;        /* dirty minutes at the last look */
 	bool up;                        /* the last POST worked */
 	int64_t caught_up_wall_ns;      /* when every table was last shipped to its end */
 	int64_t first_fail_wall_ns;     /* start of the current outage (0: none) */
@@ -43,7 +49,19 @@ struct shipper {
 	struct ship_stats st;
 	char *insert_params[SHIP_TABLES];
 	struct buf body, answer;
+	struct buf keys, row_head;      /* a batch's ,"column": keys; {"host":"..." */
+	size_t key_off[SHIP_MAX_COLS], key_len[SHIP_MAX_COLS];
+	/* per-minute aggregates (minutes.c): a cursor of their own over requests */
+	char minutes_sink[380];
+	struct ship_table minutes_cur;
+	char *minutes_params;
+	struct minute_group *groups;
+	int n_groups, cap_groups;
 };
+
+/* The seconds a minute stays open past its end (rows arrive as requests
+ * finish): then it is shipped; a row that comes later ships it again. */
+#define SHIP_MINUTE_GRACE_S 10
 
 int ship_open(struct shipper *s, const char *db_path, const struct ch_url *u, const char *host,
 	      const char *model, int batch, long timeout_ms, char *err, size_t errlen);
@@ -54,10 +72,35 @@ void ship_close(struct shipper *s);
  * them (*unreachable: it could not be reached or timed out; err says what
  * ClickHouse answered otherwise), -2 when the trace could not be read. */
 int ship_batch(struct shipper *s, int table, bool *unreachable, char *err, size_t errlen);
+/* A POST of s->body acknowledged: n rows added to *rows, a batch and its bytes. */
+void ship_acked(struct shipper *s, uint64_t *rows, uint64_t n);
 /* Rows past each cursor, into st.t[].backlog; the sum. */
 int64_t ship_backlog(struct shipper *s);
 
 int64_t ship_wall_ns(void);
+/* v in decimal, appended to b (faster than printf for a batch's numbers) */
+int ship_put_i64(struct buf *b, int64_t v);
+
+/* One integer a query (up to two text parameters) answers; *found false when none. */
+int64_t ship_one_i64(sqlite3 *db, const char *sql, const char *a, const char *b, bool *found);
+/* The cursor kept in the trace (ship.c), for the tables and the aggregates. */
+int ship_load_cursor(struct shipper *s, const char *sink, struct ship_table *t);
+int ship_advance_cursor(struct shipper *s, const char *sink, struct ship_table *t, int64_t last, int64_t wall);
+
+/* Per-minute aggregates (minutes.c, schema/clickhouse/003_minutes.sql).
+ * minutes_open: their state in the trace; 0 or -1. minutes_mark: the minutes
+ * of the requests rows past their cursor become dirty (to ship); rows read,
+ * or -2. minutes_ship: up to a POST's worth of dirty minutes, closed ones only
+ * unless all: computed from the trace, posted with a version one higher than
+ * the minute's last; the minutes shipped (0: none due), -1 (ClickHouse, as
+ * ship_batch) or -2 (the trace). minutes_pending: dirty minutes (all, or
+ * closed only). */
+int minutes_open(struct shipper *s, char *err, size_t errlen);
+void minutes_close(struct shipper *s);
+int minutes_mark(struct shipper *s, char *err, size_t errlen);
+int minutes_ship(struct shipper *s, bool all, bool *unreachable, char *err, size_t errlen);
+int64_t minutes_pending(struct shipper *s, bool all);
+#define SHIP_MINUTES_PER_POST 16
 
 /* /metrics on 127.0.0.1:port (or ADDR:PORT): a thread of its own. */
 int ship_metrics_start(struct shipper *s, const char *listen, char *err, size_t errlen);

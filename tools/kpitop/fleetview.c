@@ -133,6 +133,7 @@ struct fleet_hosts {
 	int64_t to_wall_ns;
 	enum kt_fleet_sort sort;
 	char filter[64];
+	int from_buckets;
 };
 
 static int fh_height(int w) { return 0; }
@@ -146,6 +147,7 @@ static void fh_fill(struct kt_widget *w, const struct kt_data *d, const struct k
 	p->more = d->fw.more_hosts;
 	p->to_wall_ns = d->to_wall_ns;
 	p->sort = v->fleet_sort;
+	p->from_buckets = d->fw.from_buckets;
 	snprintf(p->filter, sizeof(p->filter), "%s", v->filter);
 	p->top = v->top;
 	p->sel = v->sel;
@@ -207,9 +209,9 @@ static void fh_draw(const struct kt_widget *w, struct canvas *c, int y, int widt
 {
 	const struct fleet_hosts *p = (const struct fleet_hosts *)w;
 	canvas_fill(c, y, 0, width, L' ', CC_TITLE, CF_REVERSE);
-	canvas_text(c, y, 0, width, CC_TITLE, CF_REVERSE, FH_FMT "LOSS (sort: %s%s%s)", "HOST", "REQ/S", "REQS",
+	canvas_text(c, y, 0, width, CC_TITLE, CF_REVERSE, FH_FMT "LOSS (sort: %s%s%s%s)", "HOST", "REQ/S", "REQS",
 		    "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "ERR", "429", "LOST", "LAST", kt_fleet_sort_name[p->sort],
-		    p->filter[0] ? ", filter: " : "", p->filter);
+		    p->filter[0] ? ", filter: " : "", p->filter, p->from_buckets ? "; p50/p99 from buckets, ±1 %" : "");
 	if (p->n == 0) {
 		char look[16];
 		if (p->filter[0])

@@ -346,9 +346,10 @@ static int run_once(struct kt_screen *s, struct kt_data *d, struct kt_view *v, i
 	}
 	canvas_print(&c, used);
 	if (d->fleet)
-		printf("window [%lld, %lld) wall ns; %d hosts, %d requests in it; frame computed in %.2f ms\n",
+		printf("window [%lld, %lld) wall ns; %d hosts, %d requests in it; frame computed in %.2f ms; %s\n",
 		       (long long)d->fw.from_wall_ns, (long long)d->fw.to_wall_ns, d->fw.n_hosts + d->fw.more_hosts,
-		       d->fw.all.requests, ms[0]);
+		       d->fw.all.requests, ms[0], d->fw.from_buckets ? "percentiles from per-minute buckets, within 1 % "
+		       "of the exact ones" : "percentiles exact");
 	else
 		printf("window [%lld, %lld) monotonic ns; %d requests in it; frame computed in %.2f ms\n",
 		       (long long)d->win.from_ns, (long long)d->win.to_ns, d->win.requests, ms[0]);

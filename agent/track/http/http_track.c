@@ -6,12 +6,9 @@
 #include <string.h>
 #include <strings.h>
 #include "http_chunked.h"
-#include "http_digest.h"
-#include "http_json.h"
-#include "http_reason.h"
-#include "http_sse.h"
 #include "http_text.h"
 #include "http_track.h"
+#include "http_xnode.h"
 
 /* ---- limits and state ---------------------------------------------------- */
 
@@ -42,28 +39,17 @@ struct dir {
 	uint64_t left;                  /* bytes left in the body */
 	uint64_t msg_ts;                /* ts of the message's first byte */
 	struct head h;
-	struct xnode *x;                /* the exchange of this message; NULL: not tracked */
+	struct http_xnode *x;                /* the exchange of this message; NULL: not tracked */
 	struct http_chunked ch;         /* D_CHUNKED */
 	struct http_json_carry carry;   /* a body's key scan across pieces */
 	char line[LINE_KEEP];
-};
-
-struct xnode {
-	struct http_exchange x;
-	struct xnode *next;
-	uint64_t *writes;
-	uint32_t n_writes, cap_writes;
-	char req_id[HTTP_TRACK_ID_LEN], resp_id[HTTP_TRACK_ID_LEN], trace_id[33];
-	struct http_reason reason;
-	struct http_digest digest;
-	bool jsonrpc;                   /* the request body is JSON-RPC */
 };
 
 struct http_track {
 	struct http_track_cfg cfg;
 	struct http_track_stats st;
 	uint64_t last_ts;
-	struct xnode *head, *tail;      /* exchanges in request order */
+	struct http_xnode *head, *tail;      /* exchanges in request order */
 	unsigned queued;
 	unsigned owed;                  /* responses still due to exchanges handed over (expired) */
 	struct dir in, out;
@@ -75,134 +61,32 @@ struct http_track {
 
 static void dir_unsync(struct http_track *t, struct dir *d, uint64_t ts, bool malformed);
 
-/* ---- what is kept from bodies and events -------------------------------- */
-
-static void req_key(void *ctx, int key, const struct http_jval *v)
-{
-	struct xnode *n = ctx;
-	struct http_exchange *x = &n->x;
-	if (key == HTTP_K_MODEL && v->type == HTTP_J_STR && !x->model[0] &&
-	    (v->complete || v->len >= HTTP_TRACK_MODEL_LEN - 1))
-		http_copy_clean(x->model, sizeof(x->model), v->s, v->len, false);
-	if (!v->complete)
-		return;
-	if (key == HTTP_K_STREAM && x->stream < 0 && (v->type == HTTP_J_TRUE || v->type == HTTP_J_FALSE))
-		x->stream = v->type == HTTP_J_TRUE;
-	else if (key == HTTP_K_MAX_TOKENS && v->type == HTTP_J_NUM)
-		x->max_tokens = v->num;
-	else if (key == HTTP_K_MAX_COMPLETION_TOKENS && v->type == HTTP_J_NUM && x->max_tokens < 0)
-		x->max_tokens = v->num;
-	else if (key == HTTP_K_METHOD && v->type == HTTP_J_STR && !x->rpc_method[0])
-		http_copy_clean(x->rpc_method, sizeof(x->rpc_method), v->s, v->len, false);
-	else if (key == HTTP_K_NAME && v->type == HTTP_J_STR && !x->tool_name[0])
-		http_copy_clean(x->tool_name, sizeof(x->tool_name), v->s, v->len, false);
-	else if (key == HTTP_K_JSONRPC)
-		n->jsonrpc = true;
-}
-
-/* usage and finish_reason: the last seen wins (continuous usage stats). */
-static void usage_key(void *ctx, int key, const struct http_jval *v)
-{
-	struct http_exchange *x = ctx;
-	if (!v->complete)
-		return;
-	if (key == HTTP_K_FINISH_REASON && v->type == HTTP_J_STR && v->len)
-		http_copy_clean(x->finish_reason, sizeof(x->finish_reason), v->s, v->len, true);
-	else if ((key == HTTP_K_PROMPT_TOKENS || key == HTTP_K_INPUT_TOKENS) && v->type == HTTP_J_NUM)
-		x->prompt_tokens = v->num;
-	else if ((key == HTTP_K_COMPLETION_TOKENS || key == HTTP_K_OUTPUT_TOKENS) && v->type == HTTP_J_NUM)
-		x->completion_tokens = v->num;
-	else if (key == HTTP_K_REASONING_TOKENS && v->type == HTTP_J_NUM)
-		x->reasoning_tokens = v->num;
-	else if (key == HTTP_K_ID && v->type == HTTP_J_STR && !x->resp_body_id[0])
-		http_copy_clean(x->resp_body_id, sizeof(x->resp_body_id), v->s, v->len, true);
-	else if ((key == HTTP_K_ERROR && v->type != HTTP_J_NULL) || (key == HTTP_K_IS_ERROR && v->type == HTTP_J_TRUE))
-		x->rpc_error = true;
-}
-
 /* ---- server-sent events --------------------------------------------------- */
-
-static void note_content(struct http_track *t, struct xnode *n, uint64_t ts)
-{
-	struct http_exchange *x = &n->x;
-	x->content_events++;
-	if (!x->t_first_content)
-		x->t_first_content = ts;
-	x->t_last_content = ts;
-	if (n->n_writes == n->cap_writes) {
-		uint32_t cap = n->cap_writes ? n->cap_writes * 2 : 16;
-		uint64_t *w = cap <= HTTP_TRACK_MAX_WRITES ? realloc(n->writes, cap * sizeof(*w)) : NULL;
-		if (!w) {
-			x->flags |= HTTP_X_WRITES_CAPPED;
-			return;
-		}
-		n->writes = w;
-		n->cap_writes = cap;
-	}
-	n->writes[n->n_writes++] = ts;
-}
 
 /* The event a write completed takes that write's time. */
 struct sse_ctx {
 	struct http_track *t;
-	struct xnode *n;
+	struct http_xnode *n;
 	uint64_t ts;
 };
 
 static void sse_event(void *ctx, const struct http_sse *e)
 {
 	struct sse_ctx *c = ctx;
-	enum http_ev_kind k = http_sse_classify(e, usage_key, &c->n->x);
-	http_reason_event(&c->n->reason, e, c->ts);
+	enum http_ev_kind k = http_xnode_event(c->n, e, c->ts);
 	if ((k == HTTP_EV_CONTENT || k == HTTP_EV_EMPTY) && c->t->cfg.on_token)
 		c->t->cfg.on_token(c->t->cfg.ctx, &c->n->x, c->ts);
-	if (k == HTTP_EV_CONTENT) {
-		note_content(c->t, c->n, c->ts);
-	} else if (k == HTTP_EV_UNKNOWN) {
-		c->n->x.unknown_events++;
+	if (k == HTTP_EV_UNKNOWN)
 		STAT(c->t, unknown_events, 1);
-	} else {
-		c->n->x.other_events++;
-	}
 }
 
 /* ---- exchanges ------------------------------------------------------------- */
-
-static void pick_id(struct xnode *n)
-{
-	struct http_exchange *x = &n->x;
-	const char *src = n->req_id[0] ? n->req_id : n->trace_id[0] ? n->trace_id : n->resp_id;
-	x->id_src = n->req_id[0] ? HTTP_ID_REQUEST : n->trace_id[0] ? HTTP_ID_TRACEPARENT :
-		    n->resp_id[0] ? HTTP_ID_RESPONSE : HTTP_ID_NONE;
-	memcpy(x->request_id, src, strlen(src) + 1);    /* each source fits request_id */
-}
-
-/* What the exchange's reasoning, ids and body fingerprint came to. */
-static void reason_out(struct xnode *n)
-{
-	struct http_exchange *x = &n->x;
-	struct http_reason *r = &n->reason;
-	http_reason_end(r);
-	x->t_first_reasoning = r->t_first_reasoning;
-	x->t_first_answer = r->t_first_answer;
-	x->t_first_tool = r->t_first_tool;
-	x->reasoning_events = r->reasoning_events;
-	x->answer_events = r->answer_events;
-	x->reasoning_shape = r->shape;
-	memcpy(x->resp_header_id, n->resp_id, sizeof(x->resp_header_id));
-	memcpy(x->trace_id, n->trace_id, sizeof(x->trace_id));
-	if (!n->jsonrpc)
-		x->rpc_method[0] = x->tool_name[0] = 0;
-	else if (strcmp(x->rpc_method, "tools/call"))
-		x->tool_name[0] = 0;
-	x->body_digest_ok = http_digest_get(&n->digest, &x->body_digest);
-}
 
 /* Hands the oldest exchange over with reason end at ts and forgets it (a
  * response always belongs to the oldest: the others wait behind it). */
 static void deliver(struct http_track *t, enum http_end end, uint64_t ts)
 {
-	struct xnode *n = t->head;
+	struct http_xnode *n = t->head;
 	if (!(t->head = n->next))
 		t->tail = NULL;
 	t->queued--;
@@ -210,17 +94,11 @@ static void deliver(struct http_track *t, enum http_end end, uint64_t ts)
 		t->in.x = NULL;
 	if (t->out.x == n)
 		t->out.x = NULL;
-	n->x.end = end;
-	n->x.t_done = ts;
-	pick_id(n);
-	reason_out(n);
-	n->x.content_writes = n->writes;
-	n->x.n_content_writes = n->n_writes;
+	http_xnode_end(n, end, ts);
 	STAT(t, exchanges, 1);
 	if (t->cfg.on_exchange)
 		t->cfg.on_exchange(t->cfg.ctx, &n->x);
-	free(n->writes);
-	free(n);
+	http_xnode_free(n);
 }
 
 static void line_clear(struct dir *d)
@@ -320,17 +198,11 @@ static bool start_request(struct http_track *t, struct dir *d, uint64_t ts)
 		give_up(t, ts);
 		return true;
 	}
-	struct xnode *n = calloc(1, sizeof(*n));
+	struct http_xnode *n = http_xnode_new(t->cfg.digest_key, d->msg_ts, method, path);
 	if (!n) {
 		STAT(t, no_memory, 1);
 		return true;
 	}
-	n->x.t_arrive = d->msg_ts;
-	n->x.stream = -1;
-	n->x.max_tokens = n->x.prompt_tokens = n->x.completion_tokens = n->x.reasoning_tokens = -1;
-	http_digest_init(&n->digest, t->cfg.digest_key);
-	memcpy(n->x.method, method, sizeof(method));
-	memcpy(n->x.path, path, sizeof(path));
 	if (t->tail)
 		t->tail->next = n;
 	else
@@ -348,7 +220,7 @@ static bool start_response(struct http_track *t, struct dir *d)
 	int status = status_line(d->line, d->line_len);
 	if (status < 0)
 		return false;
-	struct xnode *n = t->owed ? NULL : t->head;
+	struct http_xnode *n = t->owed ? NULL : t->head;
 	d->h.status = status;
 	if (n && d->msg_ts < n->x.t_arrive) {  /* begun before its request, in feed order */
 		STAT(t, clamped, 1);
@@ -368,24 +240,6 @@ static bool start_response(struct http_track *t, struct dir *d)
 	n->x.status = status;
 	n->x.t_resp_start = d->msg_ts;
 	return true;
-}
-
-static void traceparent(struct xnode *n, const char *v, size_t vn)
-{
-	/* 00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags> */
-	if (vn < 55 || v[2] != '-' || v[35] != '-')
-		return;
-	bool zero = true;
-	for (int i = 3; i < 35; i++) {
-		char c = v[i];
-		if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f')))
-			return;
-		zero &= c == '0';
-	}
-	if (!zero) {
-		memcpy(n->trace_id, v + 3, 32);
-		n->trace_id[32] = 0;
-	}
 }
 
 static void header_line(struct http_track *t, struct dir *d)
@@ -410,12 +264,8 @@ static void header_line(struct http_track *t, struct dir *d)
 		d->h.close = http_has_ci(v, vn, "close");
 	else if (IS("expect"))
 		d->h.expect = http_has_ci(v, vn, "100-continue");
-	else if (IS("x-request-id") && d->x)
-		http_copy_clean(d == &t->in ? d->x->req_id : d->x->resp_id, HTTP_TRACK_ID_LEN, v, vn, true);
-	else if (IS("traceparent") && d->x && d == &t->in)
-		traceparent(d->x, v, vn);
-	else if (IS("gen_ai.conversation.id") && d->x && d == &t->in)
-		http_copy_clean(d->x->x.conversation_id, HTTP_TRACK_ID_LEN, v, vn, true);
+	else if (d->x)
+		http_xnode_header(d->x, d == &t->in, l, nn, v, vn);
 #undef IS
 }
 
@@ -427,12 +277,11 @@ static void body_data(struct http_track *t, struct dir *d, const uint8_t *p, siz
 	if (!d->x)
 		return;
 	if (d == &t->in) {
-		http_json_scan_body(&d->carry, (const char *)p, n, HTTP_REQ_KEYS, req_key, d->x);
-		http_digest_feed(&d->x->digest, p, n);
+		http_xnode_req_body(d->x, &d->carry, p, n);
 	} else if (d->h.sse)
 		http_sse_feed(&t->ev, (const char *)p, n, sse_event, &(struct sse_ctx){ t, d->x, ts });
 	else
-		http_json_scan_body(&d->carry, (const char *)p, n, HTTP_USAGE_KEYS, usage_key, &d->x->x);
+		http_json_scan_body(&d->carry, (const char *)p, n, HTTP_USAGE_KEYS, http_xnode_usage_key, &d->x->x);
 }
 
 static void body_gap(struct http_track *t, struct dir *d)
@@ -450,7 +299,7 @@ static void body_gap(struct http_track *t, struct dir *d)
 /* The message ended by its framing at ts. */
 static void msg_done(struct http_track *t, struct dir *d, uint64_t ts)
 {
-	struct xnode *n = d->x;
+	struct http_xnode *n = d->x;
 	dir_reset(d, D_START);
 	if (d == &t->out)
 		http_sse_reset(&t->ev); /* an event without its blank line is no event */
@@ -466,14 +315,14 @@ static void msg_done(struct http_track *t, struct dir *d, uint64_t ts)
 static void head_end(struct http_track *t, struct dir *d, uint64_t ts)
 {
 	const struct head *h = &d->h;
-	struct xnode *n = d->x;
+	struct http_xnode *n = d->x;
 	bool in = d == &t->in;
 	if (!in && h->status < 200 && h->status != 101) {
 		dir_reset(d, D_START);          /* interim: the final response follows */
 		return;
 	}
 	if (in && n && t->cfg.on_request) {
-		pick_id(n);
+		http_xnode_pick_id(n);
 		n->x.tag = t->cfg.on_request(t->cfg.ctx, &n->x);
 	}
 	if (n)
@@ -636,7 +485,7 @@ static void dir_bytes(struct http_track *t, struct dir *d, const uint8_t *p, siz
  * request keeps its exchange (its response will come), marked cut. */
 static void dir_unsync(struct http_track *t, struct dir *d, uint64_t ts, bool malformed)
 {
-	struct xnode *n = d->x;
+	struct http_xnode *n = d->x;
 	bool between = d->state == D_START || (d->state == D_HEAD && !d->h.first);
 	STAT(t, unsynced, 1);
 	if (malformed)
@@ -767,6 +616,12 @@ void http_track_expire(struct http_track *t, uint64_t now)
 	}
 }
 
+const char *http_proto_name(enum http_proto p)
+{
+	static const char *const names[] = { "http/1.1", "h2", "grpc" };
+	return (unsigned)p < sizeof(names) / sizeof(names[0]) ? names[p] : "unknown";
+}
+
 uint64_t http_track_last_ts(const struct http_track *t) { return t->last_ts; }
 unsigned http_track_in_flight(const struct http_track *t) { return t->queued; }
 const struct http_track_stats *http_track_stats(const struct http_track *t) { return &t->st; }
@@ -781,10 +636,9 @@ void http_track_free(struct http_track *t)
 	if (!t)
 		return;
 	while (t->head) {
-		struct xnode *n = t->head;
+		struct http_xnode *n = t->head;
 		t->head = n->next;
-		free(n->writes);
-		free(n);
+		http_xnode_free(n);
 	}
 	explicit_bzero(t, sizeof(*t));
 	free(t);

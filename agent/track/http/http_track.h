@@ -62,6 +62,18 @@ enum http_id_src {
 #define HTTP_X_CONTINUE      0x10 /* the request asked for 100-continue */
 #define HTTP_X_CLOSE         0x20 /* Connection: close on either side */
 #define HTTP_X_WRITES_CAPPED 0x40 /* more than HTTP_TRACK_MAX_WRITES content events */
+#define HTTP_X_HEADERS_UNKNOWN 0x80 /* HTTP/2: a header block of the stream could not be decoded
+				     * (its connection's header table is unknown): path, status... unknown */
+#define HTTP_X_MID_READ 0x100 /* HTTP/2: the request's first byte followed another stream's
+			       * frame in the read that returned it: it arrived in a later
+			       * segment than the read's first, at a time not known */
+
+/* What carried the exchange (http_exchange.protocol). */
+enum http_proto {
+	HTTP_PROTO_1,           /* HTTP/1.1 (http_track.h) */
+	HTTP_PROTO_2,           /* an HTTP/2 stream (http2_track.h) */
+	HTTP_PROTO_GRPC,        /* an HTTP/2 stream whose content-type is application/grpc */
+};
 
 /* One request and its response. Times are the ts of the feed (or close) that
  * showed the mark, 0 when not reached; in the order of the fields they never
@@ -120,6 +132,12 @@ struct http_exchange {
 	const uint64_t *content_writes;
 	size_t n_content_writes;
 	uint64_t tag;                   /* what on_request returned for it, 0 without one */
+	/* HTTP/2 (http2_track.h): the protocol, the stream's id (0 for
+	 * HTTP/1.1) and gRPC's grpc-status from the trailers (-1 none seen);
+	 * a gRPC response's content events are its messages */
+	enum http_proto protocol;
+	uint32_t stream_id;
+	int grpc_status;
 };
 
 /* What a tracker (and, summed, the module) lost or could not follow. */
@@ -193,5 +211,6 @@ const struct http_track_stats *http_track_stats(const struct http_track *t);
 void http_track_free(struct http_track *t);
 
 const char *http_end_name(enum http_end e);      /* "complete", "client_closed", ... */
+const char *http_proto_name(enum http_proto p);  /* "http/1.1", "h2", "grpc" */
 
 #endif
