@@ -2,8 +2,11 @@
 # agent (agent/main.c, agent/<stage>/*.c), the schema embedded from schema/*.sql, its unit tests and
 # the small USDT test target (tests/agent_target.c).
 
-BPF_CFLAGS := -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Ivmlinux/$(ARCH) -Ibpf -I. \
-	-I/usr/include/$(shell gcc -dumpmachine) -Wall -Wno-unused-function
+# The multiarch include directory (asm/ headers) is asked of gcc when a BPF
+# object is compiled, not when this file is read: on a fresh machine make deps
+# installs gcc after the read (hence '=', and the rule's '| deps').
+BPF_CFLAGS = -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Ivmlinux/$(ARCH) -Ibpf -I. \
+	-I/usr/include/$(shell $(CC) -dumpmachine) -Wall -Wno-unused-function
 AGENT_SRCS := $(wildcard agent/*/*.c agent/*/*/*.c)
 AGENT_OBJS := $(AGENT_SRCS:%.c=$(OBJ)/%.o) $(OBJ)/schema/pct.o
 AGENT_LDLIBS := -lbpf -lelf -lz -lsqlite3 -lcurl -ljansson -lcrypto -lnghttp2 $(LDLIBS_COMMON)

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 #include "kpi.skel.h"
 #include "agent/track/assemble.h"
@@ -37,6 +38,7 @@
 #include "agent/sinks/side_store.h"
 #include "agent/sinks/store.h"
 #include "agent/host/targets.h"
+#include "kpi_version.h"
 
 #define RESCAN_NS   500000000ull    /* look for new and exited targets */
 #define SAMPLE_NS  1000000000ull
@@ -159,6 +161,9 @@ static const char usage[] =
 "                     through NVML where libnvidia-ml.so.1 exists\n"
 "  -v, --verbose      say which programs were chosen; libbpf's debug output\n"
 "  -h, --help         this help\n"
+"  --version          the version, the git commit it was built from, and whether\n"
+"                     this kernel has BTF, the BPF ring buffer, uprobes and USDT\n"
+"                     semaphores\n"
 "\n"
 "Targets that have libkpi_cupti.so loaded (CUDA_INJECTION64_PATH) also get\n"
 "their GPU kernels recorded (gpu_kernels, steps.gpu_busy_ns and the requests'\n"
@@ -178,7 +183,8 @@ static const char usage[] =
 "\n"
 "KPI_AGENT_DISABLE=name,... makes the agent act as if the kernel lacked these\n"
 "features (syscall_tp, raw_tp, tcp_probe_tp, sched_tp, task_storage, task_regs,\n"
-"sched_info, proc_tp), to exercise its fallbacks; docs/agent.md.\n";
+"sched_info, proc_tp; btf, ringbuf, uprobe, usdt_sem: refused with what to do), to\n"
+"exercise its fallbacks; docs/agent.md.\n";
 
 static void die_usage(const char *fmt, ...)
 {
@@ -365,6 +371,21 @@ static bool parse_outputs_option(int c)
 	return true;
 }
 
+/* The version, the commit, and what this kernel offers of what the agent
+ * needs (the ring buffer's probe needs CAP_BPF: unknown without). */
+static void print_version(void)
+{
+	struct host_features f = { 0 };
+	struct utsname u;
+
+	host_probe_kernel(&f);
+	printf("kpi-agent %s\n", KPI_VERSION_STRING);
+	printf("kernel %s: BTF %s, ring buffer %s, uprobes %s, USDT semaphores %s\n",
+	       uname(&u) ? "?" : u.release, f.btf ? "yes" : "no",
+	       f.ringbuf ? "yes" : f.bpf_refused ? "unknown (needs CAP_BPF)" : "no",
+	       f.uprobe ? "yes" : "no", f.usdt_sem ? "yes" : "no");
+}
+
 static void parse_args(int argc, char **argv)
 {
 	static const struct option opts[] = {
@@ -392,6 +413,7 @@ static void parse_args(int argc, char **argv)
 		{ "price-per-hour", required_argument, NULL, 'P' },
 		{ "powercap-root", required_argument, NULL, 'C' },
 		{ "help", no_argument, NULL, 'h' },
+		{ "version", no_argument, NULL, 'V' },
 		{},
 	};
 	int c;
@@ -405,6 +427,9 @@ static void parse_args(int argc, char **argv)
 			break;
 		case 'h':
 			fputs(usage, stdout);
+			exit(0);
+		case 'V':
+			print_version();
 			exit(0);
 		default:
 			die_usage("unknown or incomplete option");
@@ -600,15 +625,8 @@ static int check_host(struct agent *ag, struct privdrop *priv)
 	if (mounted)
 		printf("mounted tracefs at /sys/kernel/tracing\n");
 	host_probe_features(&ag->feat);
-	if (!ag->feat.uprobe) {
-		fprintf(stderr, "kpi-agent: this kernel has no uprobe support (no "
-			"/sys/bus/event_source/devices/uprobe): USDT probes cannot be traced; "
-			"use a kernel built with CONFIG_UPROBE_EVENTS=y\n");
-		return -1;
-	}
-	if (!ag->feat.syscall_tp && !ag->feat.raw_tp) {
-		fprintf(stderr, "kpi-agent: this kernel has neither syscall tracepoints nor raw "
-			"tracepoints: socket reads and writes cannot be traced\n");
+	if (host_check_kernel(&ag->feat, err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: %s\n", err);
 		return -1;
 	}
 	return 0;

@@ -37,6 +37,7 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM HUP
 
+command -v sqlite3 >/dev/null || die "sqlite3 (the CLI) is missing: run make deps, or apt-get install sqlite3"
 for p in kpi-infer kpi-agent kpi-bench kpitop kpi-report libkpi_sqlite.so; do
 	[ -e "$B/$p" ] || die "$B/$p is not built: run make and read its errors"
 done
@@ -106,6 +107,16 @@ fi
 sleep 1.5   # one more flush of the agent
 kill -INT "${pids[1]}" 2>/dev/null
 wait "${pids[1]}" 2>/dev/null
+# A trace without a request is a failed demo, however well the load went
+# (an agent that saw other pids than the daemon's, in a pid namespace of its own).
+n_req=$(sqlite3 "$DB" 'SELECT count(*) FROM requests' 2>&1)
+if ! [ "$n_req" -gt 0 ] 2>/dev/null; then
+	printf '\033[1;31mdemo FAILED: the trace %s holds no request (%s) though kpi-bench drove the daemon.\033[0m\n' "$DB" "$n_req" >&2
+	echo "kpi-agent's log ($DEMO_DIR/kpi-agent.log) ends:" >&2
+	tail -5 "$DEMO_DIR/kpi-agent.log" >&2
+	exit 1
+fi
+say "the trace holds $n_req requests"
 echo
 say "kpitop --once over the last minute of the trace"
 "$B/kpitop" --db "$DB" --once --window 1m --rows 12

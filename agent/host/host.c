@@ -158,6 +158,10 @@ static void disable_named(struct host_features *f, const char *list)
 		{ "task_regs", offsetof(struct host_features, task_regs) },
 		{ "sched_info", offsetof(struct host_features, sched_info) },
 		{ "proc_tp", offsetof(struct host_features, proc_tp) },
+		{ "btf", offsetof(struct host_features, btf) },
+		{ "ringbuf", offsetof(struct host_features, ringbuf) },
+		{ "uprobe", offsetof(struct host_features, uprobe) },
+		{ "usdt_sem", offsetof(struct host_features, usdt_sem) },
 	};
 	char buf[256], *save = NULL;
 
@@ -177,15 +181,57 @@ static void disable_named(struct host_features *f, const char *list)
 	}
 }
 
+void host_probe_kernel(struct host_features *f)
+{
+	f->btf = exists("/sys/kernel/btf/vmlinux");
+	/* libbpf's probe says 0 for "no such map type" and for EPERM alike:
+	 * a plain array map tells the two apart */
+	int fd = bpf_map_create(BPF_MAP_TYPE_ARRAY, NULL, 4, 4, 1, NULL);
+
+	f->bpf_refused = fd < 0 && (errno == EPERM || errno == EACCES);
+	if (fd >= 0)
+		close(fd);
+	f->ringbuf = !f->bpf_refused && libbpf_probe_bpf_map_type(BPF_MAP_TYPE_RINGBUF, NULL) > 0;
+	f->uprobe = exists("/sys/bus/event_source/devices/uprobe/type");
+	f->usdt_sem = exists("/sys/bus/event_source/devices/uprobe/format/ref_ctr_offset");
+	disable_named(f, getenv("KPI_AGENT_DISABLE"));
+}
+
+int host_check_kernel(const struct host_features *f, char *err, size_t len)
+{
+	if (!f->btf)
+		snprintf(err, len, "this kernel has no BTF (/sys/kernel/btf/vmlinux is missing), which the "
+			 "BPF programs need to read kernel structures: boot a kernel built with "
+			 "CONFIG_DEBUG_INFO_BTF=y (Debian 11 and later ship one)");
+	else if (!f->ringbuf && f->bpf_refused)
+		snprintf(err, len, "the kernel refused to create a BPF map (%s): run kpi-agent with "
+			 "CAP_BPF, e.g. as root on the host or in a privileged container "
+			 "(podman run --privileged --pid=host)", strerror(EPERM));
+	else if (!f->ringbuf)
+		snprintf(err, len, "this kernel has no BPF ring buffer (BPF_MAP_TYPE_RINGBUF): boot "
+			 "Linux 5.8 or later (Debian 12's 6.1 has it)");
+	else if (!f->uprobe)
+		snprintf(err, len, "this kernel has no uprobe support (no "
+			 "/sys/bus/event_source/devices/uprobe): USDT probes cannot be traced; "
+			 "use a kernel built with CONFIG_UPROBE_EVENTS=y");
+	else if (!f->syscall_tp && !f->raw_tp)
+		snprintf(err, len, "this kernel has neither syscall tracepoints nor raw "
+			 "tracepoints: socket reads and writes cannot be traced; use a kernel built "
+			 "with CONFIG_FTRACE_SYSCALLS=y");
+	else
+		return 0;
+	return -1;
+}
+
 void host_probe_features(struct host_features *f)
 {
+	host_probe_kernel(f);
 	f->syscall_tp = exists(TRACEFS "/events/syscalls/sys_enter_read/id") &&
 			exists(TRACEFS "/events/syscalls/sys_exit_write/id");
 	f->tcp_probe_tp = exists(TRACEFS "/events/tcp/tcp_probe/id");
 	f->sched_tp = exists(TRACEFS "/events/sched/sched_switch/id");
 	f->proc_tp = exists(TRACEFS "/events/sched/sched_process_exec/id") &&
 		     exists(TRACEFS "/events/sched/sched_process_exit/id");
-	f->uprobe = exists("/sys/bus/event_source/devices/uprobe/type");
 	f->raw_tp = probe_raw_tp();
 	f->task_storage = helpers(BPF_PROG_TYPE_RAW_TRACEPOINT, BPF_FUNC_task_storage_get,
 				  BPF_FUNC_get_current_task_btf);

@@ -17,6 +17,7 @@
 #include "daemon/engine/model_make.h"
 #include "daemon/engine/qmatmul.h"
 #include "daemon/server/server.h"
+#include "kpi_version.h"
 
 static const char usage[] =
 "Usage: kpi-infer [OPTIONS]\n"
@@ -109,6 +110,7 @@ static const char usage[] =
 "  --threads N               engine worker threads (default: online CPUs)\n"
 "\n"
 "  -h, --help                this text\n"
+"  --version                 the version and the git commit it was built from\n"
 "\n"
 "API: POST /v1/completions, POST /v1/chat/completions, GET /v1/models,\n"
 "GET /health, GET /load, GET /metrics; --role prefill: POST /v1/kv/prefill.\n"
@@ -161,6 +163,7 @@ static const struct option options[] = {
 	{ "upstream-timeout", required_argument, NULL, OPT_UPSTREAM_TIMEOUT },
 	{ "prefix-cache", required_argument, NULL, OPT_PREFIX_CACHE },
 	{ "help", no_argument, NULL, 'h' },
+	{ "version", no_argument, NULL, 'V' },
 	{ 0 },
 };
 
@@ -354,6 +357,9 @@ static int parse_flags(int argc, char **argv, struct engine_config *ec,
 			break;
 		case 'h':
 			fputs(usage, stdout);
+			return 0;
+		case 'V':
+			printf("kpi-infer %s\n", KPI_VERSION_STRING);
 			return 0;
 		default:
 			fprintf(stderr, "Try 'kpi-infer --help' for the list of flags.\n");

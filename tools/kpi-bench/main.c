@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "tools/kpi-bench/bench.h"
+#include "kpi_version.h"
 
 #define EXIT_USAGE 2
 #define EXIT_INTERRUPTED 130
@@ -128,6 +129,7 @@ static const char usage_text[] =
 "  --trace-db FILE        a kpi-agent trace of the same server during the sweep:\n"
 "                         adds the server-side phases of each point's requests\n"
 "  --help                 this text\n"
+"  --version              the version and the git commit it was built from\n"
 "\n"
 "Ctrl-C (or SIGTERM) stops the run and prints what was measured so far\n"
 "(exit 130); a sweep keeps its finished points and writes --json and --html.\n"
@@ -139,7 +141,7 @@ enum {
 	OPT_URL = 256, OPT_ENDPOINT, OPT_MODEL, OPT_REQUESTS, OPT_DURATION, OPT_WARMUP,
 	OPT_CONC, OPT_RATE, OPT_BURST, OPT_PROMPT, OPT_TOKEN_IDS, OPT_MAXTOK, OPT_IGNORE_EOS,
 	OPT_TEMP, OPT_NO_STREAM, OPT_SEED, OPT_SLO, OPT_TIMEOUT, OPT_JSON, OPT_CSV, OPT_QUIET,
-	OPT_HELP, OPT_REPLAY, OPT_REPLAY_SPEED, OPT_BURSTINESS, OPT_SWEEP, OPT_SWEEP_STEPS,
+	OPT_HELP, OPT_VERSION, OPT_REPLAY, OPT_REPLAY_SPEED, OPT_BURSTINESS, OPT_SWEEP, OPT_SWEEP_STEPS,
 	OPT_SWEEP_START, OPT_SWEEP_MAX, OPT_SWEEP_PRECISION, OPT_SLO_SHARE, OPT_KNEE_REPEATS,
 	OPT_MIN_REQUESTS, OPT_CONFIRM_DURATION, OPT_HTML, OPT_TRACE_DB, OPT_BASELINE, OPT_MAX_REGRESS,
 };
@@ -169,6 +171,7 @@ static const struct option long_opts[] = {
 	{ "csv", required_argument, NULL, OPT_CSV },
 	{ "quiet", no_argument, NULL, OPT_QUIET },
 	{ "help", no_argument, NULL, OPT_HELP },
+	{ "version", no_argument, NULL, OPT_VERSION },
 	{ "replay", required_argument, NULL, OPT_REPLAY },
 	{ "replay-speed", required_argument, NULL, OPT_REPLAY_SPEED },
 	{ "burstiness", required_argument, NULL, OPT_BURSTINESS },
@@ -492,6 +495,7 @@ static void parse_option(struct config *cfg, struct seen *seen, int c, const cha
 	case OPT_CSV: cfg->csv_path = a; seen->csv = "--csv"; break;
 	case OPT_QUIET: cfg->quiet = true; break;
 	case OPT_HELP: fputs(usage_text, stdout); exit(0);
+	case OPT_VERSION: printf("kpi-bench %s\n", KPI_VERSION_STRING); exit(0);
 	case ':':
 		usage_error("%s needs a value", argv[optind - 1]);
 	case '?':

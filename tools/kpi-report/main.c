@@ -2,6 +2,7 @@
  * phase got slow, when, why, against a baseline window. */
 #include "tools/kpi-report/report.h"
 #include "tools/common/clickhouse.h"
+#include "kpi_version.h"
 
 #include <getopt.h>
 #include <locale.h>
@@ -35,7 +36,8 @@ static void usage(FILE *f)
 		"  --price-per-hour USD the machine's price an hour for the cost section (default:\n"
 		"                       the agent's --price-per-hour, from the trace); docs/cost.md\n"
 		"  -o, --output FILE    write there instead of stdout\n"
-		"  -h, --help           this help\n\n"
+		"  -h, --help           this help\n"
+		"  --version            the version and the git commit it was built from\n\n"
 		"TIME: 2026-12-02T10:31:00 or 10:31:00 (local time), @UNIXSECONDS, -90s (before the\n"
 		"trace's end), +30s (after its start), start, end.\n",
 		TRACE_DEFAULT_DB);
@@ -51,7 +53,7 @@ int main(int argc, char **argv)
 		{ "price-per-hour", required_argument, 0, 'P' },
 		{ "host", required_argument, 0, 'H' }, { "model", required_argument, 0, 'm' },
 		{ "window", required_argument, 0, 'w' },
-		{ "help", no_argument, 0, 'h' }, { 0 },
+		{ "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0 },
 	};
 	const char *db = getenv("KPI_DB") ? getenv("KPI_DB") : TRACE_DEFAULT_DB;
 	const char *from_s = NULL, *to_s = NULL, *base_s = NULL, *out_path = NULL;
@@ -91,6 +93,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'h': usage(stdout); return 0;
+		case 'V': printf("kpi-report %s\n", KPI_VERSION_STRING); return 0;
 		default: usage(stderr); return 2;
 		}
 	}

@@ -2,6 +2,7 @@
  * one) into ClickHouse, with back-off while ClickHouse is away (docs/fleet.md). */
 #include "tools/kpi-ship/ship.h"
 #include "tools/common/trace.h"
+#include "kpi_version.h"
 
 #include <getopt.h>
 #include <signal.h>
@@ -40,9 +41,12 @@ static void usage(FILE *f)
 		"  --metrics PORT     serve /metrics (progress, backlog, lag) on 127.0.0.1:PORT or ADDR:PORT\n"
 		"  --once             ship what the trace holds now, then exit (1 if ClickHouse stayed\n"
 		"                     unreachable for --give-up seconds, default 60)\n"
+		"  --give-up S        with --once: seconds ClickHouse may stay unreachable before that\n"
+		"                     exit 1 (1 to 86400, default 60)\n"
 		"  --minutes-only     ship the per-minute aggregates alone (rows already in ClickHouse by\n"
 		"                     other means, e.g. a bulk copy of an old trace)\n"
-		"  -h, --help         this help\n\n"
+		"  -h, --help         this help\n"
+		"  --version          the version and the git commit it was built from\n\n"
 		"Beside the rows, per-minute aggregates (request_minutes: counts, phase sums, histograms with\n"
 		"1%% relative error) for every minute %d s past its end, each minute computed whole from the\n"
 		"trace and shipped again, with a higher version, when rows of it come later; at exit the\n"
@@ -102,7 +106,8 @@ int main(int argc, char **argv)
 		{ "batch", required_argument, 0, 'b' }, { "interval", required_argument, 0, 'i' },
 		{ "timeout", required_argument, 0, 't' }, { "metrics", required_argument, 0, 'M' },
 		{ "once", no_argument, 0, '1' }, { "give-up", required_argument, 0, 'g' },
-		{ "minutes-only", no_argument, 0, 'A' }, { "help", no_argument, 0, 'h' }, { 0 },
+		{ "minutes-only", no_argument, 0, 'A' }, { "help", no_argument, 0, 'h' },
+		{ "version", no_argument, 0, 'V' }, { 0 },
 	};
 	const char *db = getenv("KPI_DB") ? getenv("KPI_DB") : TRACE_DEFAULT_DB;
 	const char *to = NULL, *host = NULL, *model = NULL, *metrics = NULL;
@@ -122,6 +127,7 @@ int main(int argc, char **argv)
 		case 't': if (parse_int("--timeout", optarg, 100, 600000, &timeout)) return 2; break;
 		case 'g': if (parse_int("--give-up", optarg, 1, 86400, &give_up)) return 2; break;
 		case 'h': usage(stdout); return 0;
+		case 'V': printf("kpi-ship %s\n", KPI_VERSION_STRING); return 0;
 		default: usage(stderr); return 2;
 		}
 	}

@@ -2,6 +2,7 @@
  * of every host of a fleet in ClickHouse), htop-style; main loop sample ->
  * draw -> key with timeout; --once prints one frame as text. */
 #include "tools/kpitop/kpitop.h"
+#include "kpi_version.h"
 
 #include <getopt.h>
 #include <langinfo.h>
@@ -56,7 +57,8 @@ static void usage(FILE *f)
 		"  --hops ID        with --once: the panel shows the hops of the first request whose\n"
 		"                   id contains ID (as the t key does for the selected one)\n"
 		"  --tasks          with --once: the panel shows the agent tasks (as the a key does)\n"
-		"  -h, --help       this help\n\n"
+		"  -h, --help       this help\n"
+		"  --version        the version and the git commit it was built from\n\n"
 		"Keys: q quit, h/F1 help, s sort, / filter, p pause, 1/2/3 window, arrows scroll,\n"
 		"\u2190/\u2192 move the window through time, t/Enter the selected request's hops,\n"
 		"a the agent tasks (Esc back). NO_COLOR=1 for monochrome.\n",
@@ -387,7 +389,7 @@ static int parse_args(int argc, char **argv, struct kt_opts *o)
 		{ "rows", required_argument, 0, 'R' }, { "frames", required_argument, 0, 'F' },
 		{ "price-per-hour", required_argument, 0, 'P' }, { "hops", required_argument, 0, 'H' },
 		{ "tasks", no_argument, 0, 'K' },
-		{ "help", no_argument, 0, 'h' }, { 0 },
+		{ "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0 },
 	};
 	char err[512], *end;
 	int c;
@@ -424,6 +426,7 @@ static int parse_args(int argc, char **argv, struct kt_opts *o)
 			fprintf(stderr, "kpitop: --price-per-hour '%s': give a price in USD, e.g. 2.5\n", optarg);
 			return 2;
 		case 'h': usage(stdout); return 0;
+		case 'V': printf("kpitop %s\n", KPI_VERSION_STRING); return 0;
 		default: usage(stderr); return 2;
 		}
 	}
