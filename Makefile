@@ -53,6 +53,7 @@ DEB_PKGS := build-essential clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev 
 # What only the tests run against (servers, browsers, captures); each
 # addition on its own line, with a word on which test needs it.
 TEST_PKGS := prometheus chromium tcpdump nginx clickhouse-server clickhouse-client
+TEST_PKGS += podman crun runc containerd  # test_agent_pods: real pods and a ctr container
 
 .PHONY: all deps test demo bench clean check-layout
 all:

@@ -1,0 +1,251 @@
+"""kpi-agent and servers in real containers (issue 42, second stage), as root
+with real BPF, podman and containerd from Debian, no image registry: every
+container's root file system is a directory the test builds (the worktree's
+kpi-infer, the shared libraries ldd lists, a model).  Two podman pods, each
+with kpi-infer on port 8000 in a network namespace of its own and the
+annotations CRI-O and containerd's CRI write, are found by an agent started
+with `--port 8000` alone; a third pod started after it is traced from its
+first request; a containerd container (`ctr run`, containerd's own
+"/NAMESPACE/ID" cgroup) is named from its bundle.  Every row is `source` usdt
+and names its container and pod."""
+import os, secrets, shutil, socket, sqlite3
+
+import kpitest
+import agenttest as at
+import servertest
+
+PORT = 8000
+N = 3   # requests per container
+
+# podman as root asks for RLIMIT_NOFILE 1048576 and RLIMIT_NPROC 32768 by
+# default; raising a hard limit needs CAP_SYS_RESOURCE, which a sandboxed
+# test host may not grant.  Lowering is always allowed.
+ULIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
+
+
+
+def _require_tools():
+    at.require_agent_and_infer()
+    for tool, pkg in (("podman", "podman"), ("runc", "runc"), ("ctr", "containerd"),
+                      ("containerd", "containerd")):
+        if not shutil.which(tool):
+            raise kpitest.Skip(f"{tool} is not installed (make deps installs {pkg})")
+
+
+def build_rootfs(d):
+    """A container root file system: kpi-infer, its shared libraries, a model."""
+    root = os.path.join(d, "rootfs")
+    for sub in ("etc", "proc", "sys", "dev", "tmp", "m"):
+        os.makedirs(os.path.join(root, sub))
+    shutil.copy2(servertest.KPI_INFER, os.path.join(root, "kpi-infer"))
+    out = kpitest.run(["ldd", servertest.KPI_INFER], check=True).stdout
+    for word in out.split():
+        if word.startswith("/") and os.path.exists(word):
+            dst = root + word
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy2(os.path.realpath(word), dst)
+    with open(os.path.join(root, "etc", "passwd"), "w") as f:
+        f.write("root:x:0:0:root:/:/bin/false\n")
+    kpitest.run([servertest.KPI_INFER, "--make-model", os.path.join(root, "m", "tiny.gguf"),
+                 "--preset", "tiny", "--seed", "1"], check=True, timeout=600)
+    return root
+
+
+SERVE = ["/kpi-infer", "--model", "/m/tiny.gguf", "--port", str(PORT)]
+
+
+def cri_o_annotations(pod, ns, uid, name):
+    return {"io.kubernetes.pod.name": pod, "io.kubernetes.pod.namespace": ns,
+            "io.kubernetes.pod.uid": uid, "io.kubernetes.container.name": name}
+
+
+def containerd_annotations(pod, ns, uid, name):
+    return {"io.kubernetes.cri.sandbox-name": pod, "io.kubernetes.cri.sandbox-namespace": ns,
+            "io.kubernetes.cri.sandbox-uid": uid, "io.kubernetes.cri.container-name": name}
+
+
+class Pod:
+    """A podman pod (no infra container: its pause image would come from a
+    registry) holding one kpi-infer in a network namespace of its own."""
+
+    def __init__(self, name, rootfs, annotations, runtime="runc"):
+        self.name = name
+        kpitest.run(["podman", "pod", "create", "--infra=false", "--name", name], check=True)
+        kpitest.on_cleanup(lambda: kpitest.run(["podman", "pod", "rm", "-f", "-t", "0", name]))
+        ann = [a for k, v in annotations.items() for a in ("--annotation", f"{k}={v}")]
+        self.ctr = f"{name}-srv"
+        self.proc = kpitest.Proc(["podman", "run", "--rm", "--runtime", runtime, *ULIMITS,
+                                  "--pod", name, "--network", "none", "--name", self.ctr, *ann,
+                                  "--rootfs", rootfs, *SERVE])
+        self.proc.wait_line("listening on", timeout=60)
+        out = kpitest.run(["podman", "inspect", "--format", "{{.State.Pid}} {{.Id}}", self.ctr],
+                          check=True).stdout.split()
+        self.pid, self.id = int(out[0]), out[1]
+
+
+def crun_refusal(rootfs):
+    """Why crun cannot run a container on this host (cgroup v1 controllers
+    beside a cgroup2 mount that has some: 'hybrid mode'), or None."""
+    p = kpitest.run(["podman", "run", "--rm", "--runtime", "crun", *ULIMITS, "--network", "none",
+                     "--rootfs", rootfs, "/kpi-infer", "--help"], timeout=60)
+    if p.returncode == 0:
+        return None
+    return (p.stdout + p.stderr).strip().splitlines()[-1]
+
+
+def clients(pid, tag, n=N):
+    """n requests to the server in pid's network namespace."""
+    kpitest.run(["nsenter", f"--net=/proc/{pid}/ns/net", "python3", "-c", servertest.NS_CLIENT, tag, str(n),
+                 str(PORT)],
+                check=True, timeout=60)
+
+
+class Containerd:
+    """A containerd of the test's own (socket and content store in its
+    directory) whose task state is the host's /run/containerd, where kubelet's
+    containerd keeps it and the agent looks; the host's own daemon when one
+    serves there."""
+
+    def __init__(self, d):
+        self.ns = "default"
+        host_sock = "/run/containerd/containerd.sock"
+        if os.path.exists(host_sock) and self._alive(host_sock):
+            self.sock = host_sock
+            return
+        self.sock = os.path.join(d, "containerd.sock")
+        self.proc = kpitest.Proc(["containerd", "--address", self.sock, "--root",
+                                  os.path.join(d, "containerd-root"), "--state", "/run/containerd"])
+        self.proc.wait_line("containerd successfully booted", timeout=30)
+        kpitest.on_cleanup(self.proc.stop)
+
+    @staticmethod
+    def _alive(path):
+        s = socket.socket(socket.AF_UNIX)
+        try:
+            s.connect(path)
+            return True
+        except OSError:
+            return False
+        finally:
+            s.close()
+
+    def ctr(self, *args, **kw):
+        return kpitest.run(["ctr", "--address", self.sock, "-n", self.ns, *args], **kw)
+
+    def run(self, cid, rootfs, annotations):
+        ann = [a for k, v in annotations.items() for a in ("--annotation", f"{k}={v}")]
+        p = kpitest.Proc(["ctr", "--address", self.sock, "-n", self.ns, "run", "--rm", *ann,
+                          "--rootfs", rootfs, cid, *SERVE])
+
+        def rm():
+            self.ctr("task", "kill", "-s", "KILL", cid)
+            p.stop(timeout=30)
+            self.ctr("container", "rm", cid)
+        kpitest.on_cleanup(rm)
+        p.wait_line("listening on", timeout=60)
+        for line in self.ctr("task", "ls", check=True).stdout.splitlines():
+            if line.split()[:1] == [cid]:
+                return int(line.split()[1])
+        raise AssertionError(f"ctr task ls has no {cid}")
+
+
+def _rows(db, tag):
+    c = sqlite3.connect(db)
+    rows = c.execute("SELECT request_id, pid, source, container_id, container_name, pod_name, "
+                     "pod_namespace, pod_uid, cgroup_id FROM requests WHERE request_id LIKE ?",
+                     (f"%-{tag}-%",)).fetchall()
+    c.close()
+    return rows
+
+
+def _uid():
+    h = secrets.token_hex(16)
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def _check_named(rows, tag, letters, want, ids, pids, lines):
+    """Every letter's N requests, usdt, with its container and pod."""
+    for letter in letters:
+        mine = [r for r in rows if r[0].startswith(f"{letter}-{tag}-")]
+        assert sorted(r[0] for r in mine) == [f"{letter}-{tag}-{i}" for i in range(N)], \
+            (letter, mine, lines[-30:])
+        pod, ns, uid, name = want[letter]
+        for r in mine:
+            assert r[1:8] == (pids[letter], "usdt", ids[letter], name, pod, ns, uid), (letter, r)
+            assert r[8], r
+        assert any(f"pid {pids[letter]} is in " in l and
+                   f"container {ids[letter][:12]} ({name}), pod {ns}/{pod}" in l for l in lines), \
+            (letter, lines)
+
+
+def test_pods_and_containerd_by_port():
+    """Pods a and b serve before any agent.  The first agent asks for
+    container srv-c of pod c alone: it waits, saying so, takes c when it
+    starts (held at its listen(), so from its first request) and leaves a and
+    b.  The second, `--port 8000` alone, finds a, b and c, and a containerd
+    container started after it."""
+    _require_tools()
+    d = kpitest.tmpdir("kpi-agent-pods-")
+    rootfs = build_rootfs(d)
+    tag = secrets.token_hex(3)
+    refusal = crun_refusal(rootfs)
+    if refusal:
+        print(f"crun cannot run containers on this host ({refusal}): runc runs them all")
+    specs = {"a": (cri_o_annotations, "crun" if not refusal else "runc"),
+             "b": (containerd_annotations, "runc"),
+             "c": (cri_o_annotations, "runc")}
+    want = {k: (f"kpt-{tag}-{k}", f"ns-{k}", _uid(), f"srv-{k}") for k in "abcd"}
+    pods = {}
+
+    def pod(k):
+        ann, rt = specs[k]
+        pods[k] = Pod(want[k][0], rootfs, ann(*want[k]), rt)
+    pod("a")
+    pod("b")
+    db1 = os.path.join(d, "selected.db")
+    sel = f"ns-c/{want['c'][0]}"
+    agent = at.start_agent(db1, "--port", PORT, "--pod", sel, "--container", "srv-c", "--flush-ms", 100)
+    agent.wait_line(f"waiting for a process to listen on port {PORT} in container srv-c of pod {sel}",
+                    timeout=30)
+    pod("c")
+    for k, p in pods.items():
+        clients(p.pid, f"{k}-{tag}")
+    assert agent.stop() == 0, "\n".join(agent.lines[-20:])
+    ids = {k: p.id for k, p in pods.items()}
+    pids = {k: p.pid for k, p in pods.items()}
+    rows = _rows(db1, tag)
+    _check_named(rows, tag, "c", want, ids, pids, agent.lines)
+    assert all(r[0].startswith(f"c-{tag}-") for r in rows), rows
+    assert not any(f"attached to pid {pids[k]} " in l for k in "ab" for l in agent.lines), agent.lines
+
+    db = os.path.join(d, "trace.db")
+    agent = at.start_agent(db, "--port", PORT, "--flush-ms", 100)
+    for p in pods.values():
+        agent.wait_line(f"attached to pid {p.pid} ", timeout=30)
+    agent.wait_line("writing ", timeout=30)
+    for k, p in pods.items():
+        clients(p.pid, f"{k}-{tag}")
+    # containerd: ctr run, its own cgroup shape (/default/ID), after the agent
+    ctrd = Containerd(d)
+    ids["d"] = secrets.token_hex(32)
+    pids["d"] = ctrd.run(ids["d"], rootfs, containerd_annotations(*want["d"]))
+    clients(pids["d"], f"d-{tag}")
+    assert agent.stop() == 0, "\n".join(agent.lines[-20:])
+    _check_named(_rows(db, tag), tag, "abcd", want, ids, pids, agent.lines)
+    assert any(l.startswith("containers: 4 resolved (4 named") for l in agent.lines), agent.lines
+
+
+def test_selector_values_refused():
+    """A malformed --pod or --container stops the agent before it loads
+    anything, saying what the flag takes."""
+    at.require_agent_and_infer()
+    d = kpitest.tmpdir("kpi-agent-sel-")
+    for flag, value, says in (("--pod", "Prod/vllm-0", "--pod wants [NAMESPACE/]NAME"),
+                              ("--pod", "a/b/c", "--pod wants [NAMESPACE/]NAME"),
+                              ("--container", "srv a", "--container wants a container's name"),
+                              ("--container", "", "--container wants a container's name")):
+        p = kpitest.run([at.AGENT, "--db", os.path.join(d, "t.db"), flag, value, "--duration", "1"],
+                        timeout=30)
+        out = p.stdout + p.stderr
+        assert p.returncode == 2 and says in out and f"'{value}'" in out, (flag, value, p.returncode, out)
+        assert not os.path.exists(os.path.join(d, "t.db")), out
