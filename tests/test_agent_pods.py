@@ -8,10 +8,12 @@ with `--port 8000` alone; a third pod started after it is traced from its
 first request; a containerd container (`ctr run`, containerd's own
 "/NAMESPACE/ID" cgroup) is named from its bundle.  Every row is `source` usdt
 and names its container and pod."""
-import os, secrets, shutil, socket, sqlite3
+import os, secrets, shutil, socket, sqlite3, urllib.request
 
 import kpitest
 import agenttest as at
+import fleettest as ft
+import promtext
 import servertest
 
 PORT = 8000
@@ -178,6 +180,24 @@ def _check_named(rows, tag, letters, want, ids, pids, lines):
             (letter, lines)
 
 
+def _check_exported(metrics, spans, want, ids, pids):
+    """/metrics: each container's request series carry OpenTelemetry's k8s
+    labels (its pod's, nothing else's); OTLP: its resource the k8s and
+    container attributes."""
+    for k, (pod, ns, uid, name) in want.items():
+        series = [dict(lb) for (n, lb), v in metrics.items()
+                  if n == "gen_ai_server_request_duration_seconds_count" and dict(lb).get("pid") == str(pids[k])]
+        assert series, (k, [n for n, _ in metrics][:20])
+        for lb in series:
+            assert (lb.get("k8s_namespace_name"), lb.get("k8s_pod_name"), lb.get("k8s_container_name")) == \
+                (ns, pod, name), (k, lb)
+        res = [r for r, _, _ in spans if r.get("process.pid") == pids[k]]
+        assert res, k
+        for r in res:
+            assert (r.get("k8s.pod.name"), r.get("k8s.namespace.name"), r.get("k8s.container.name"),
+                    r.get("k8s.pod.uid"), r.get("container.id")) == (pod, ns, name, uid, ids[k]), (k, r)
+
+
 def test_pods_and_containerd_by_port():
     """Pods a and b serve before any agent.  The first agent asks for
     container srv-c of pod c alone: it waits, saying so, takes c when it
@@ -219,7 +239,9 @@ def test_pods_and_containerd_by_port():
     assert not any(f"attached to pid {pids[k]} " in l for k in "ab" for l in agent.lines), agent.lines
 
     db = os.path.join(d, "trace.db")
-    agent = at.start_agent(db, "--port", PORT, "--flush-ms", 100)
+    mport, rx = kpitest.free_port(), ft.Receiver()
+    agent = at.start_agent(db, "--port", PORT, "--flush-ms", 100, "--metrics", f"127.0.0.1:{mport}",
+                           "--otlp", f"http://127.0.0.1:{rx.port}")
     for p in pods.values():
         agent.wait_line(f"attached to pid {p.pid} ", timeout=30)
     agent.wait_line("writing ", timeout=30)
@@ -230,8 +252,13 @@ def test_pods_and_containerd_by_port():
     ids["d"] = secrets.token_hex(32)
     pids["d"] = ctrd.run(ids["d"], rootfs, containerd_annotations(*want["d"]))
     clients(pids["d"], f"d-{tag}")
+    rx.wait_spans(lambda sps: all(any(res.get("process.pid") == pids[k] for res, _, _ in sps)
+                                  for k in "abcd"), timeout=30)
+    with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5) as r:
+        metrics = promtext.by_labels(r.read().decode())
     assert agent.stop() == 0, "\n".join(agent.lines[-20:])
     _check_named(_rows(db, tag), tag, "abcd", want, ids, pids, agent.lines)
+    _check_exported(metrics, rx.spans(), want, ids, pids)
     assert any(l.startswith("containers: 4 resolved (4 named") for l in agent.lines), agent.lines
 
 
