@@ -8,7 +8,7 @@ with `--port 8000` alone; a third pod started after it is traced from its
 first request; a containerd container (`ctr run`, containerd's own
 "/NAMESPACE/ID" cgroup) is named from its bundle.  Every row is `source` usdt
 and names its container and pod."""
-import os, secrets, shutil, socket, sqlite3, urllib.request
+import os, secrets, shlex, shutil, socket, sqlite3, subprocess, urllib.request
 
 import kpitest
 import agenttest as at
@@ -34,13 +34,14 @@ def _require_tools():
             raise kpitest.Skip(f"{tool} is not installed (make deps installs {pkg})")
 
 
-def build_rootfs(d):
-    """A container root file system: kpi-infer, its shared libraries, a model."""
-    root = os.path.join(d, "rootfs")
-    for sub in ("etc", "proc", "sys", "dev", "tmp", "m"):
+def _rootfs(root, binary, dest):
+    """A container root file system at root: binary at dest, the shared
+    libraries ldd lists, /etc/passwd."""
+    for sub in ("etc", "proc", "sys", "dev", "tmp"):
         os.makedirs(os.path.join(root, sub))
-    shutil.copy2(servertest.KPI_INFER, os.path.join(root, "kpi-infer"))
-    out = kpitest.run(["ldd", servertest.KPI_INFER], check=True).stdout
+    os.makedirs(os.path.dirname(root + dest), exist_ok=True)
+    shutil.copy2(binary, root + dest)
+    out = kpitest.run(["ldd", binary], check=True).stdout
     for word in out.split():
         if word.startswith("/") and os.path.exists(word):
             dst = root + word
@@ -48,6 +49,13 @@ def build_rootfs(d):
             shutil.copy2(os.path.realpath(word), dst)
     with open(os.path.join(root, "etc", "passwd"), "w") as f:
         f.write("root:x:0:0:root:/:/bin/false\n")
+
+
+def build_rootfs(d):
+    """The server's root file system: kpi-infer, its libraries, a model."""
+    root = os.path.join(d, "rootfs")
+    _rootfs(root, servertest.KPI_INFER, "/kpi-infer")
+    os.makedirs(os.path.join(root, "m"))
     kpitest.run([servertest.KPI_INFER, "--make-model", os.path.join(root, "m", "tiny.gguf"),
                  "--preset", "tiny", "--seed", "1"], check=True, timeout=600)
     return root
@@ -151,10 +159,36 @@ class Containerd:
         raise AssertionError(f"ctr task ls has no {cid}")
 
 
-def _rows(db, tag):
+def daemonset_argv(d, name, runtime, *args):
+    """docs/agent.md's `podman run` line of the agent in a container, as
+    written but for its name, the trace's host path (d/trace) and the image
+    (a root file system of the worktree's kpi-agent), run by runtime; args go
+    to kpi-agent."""
+    with open(os.path.join(kpitest.ROOT, "docs", "agent.md")) as f:
+        text = f.read()
+    start = text.index("podman run --rm --name kpi-agent ")
+    argv = shlex.split(text[start:text.index("```", start)].replace("\\\n", " "))
+    image = argv.index("localhost/kpiscope-agent:latest")
+    assert argv[image + 1] == "kpi-agent", argv
+    argv[argv.index("--name") + 1] = name
+    host = os.path.join(d, "trace")
+    os.makedirs(host)
+    argv[argv.index("/var/lib/kpiscope:/var/lib/kpiscope")] = f"{host}:/var/lib/kpiscope"
+    root = os.path.join(d, "agent-rootfs")
+    _rootfs(root, at.AGENT, "/usr/bin/kpi-agent")
+    argv[image:image + 1] = ["--runtime", runtime, *ULIMITS, "--rootfs", root]
+    kpitest.on_cleanup(lambda: kpitest.run(["podman", "rm", "-f", "-t", "0", name]))
+    return argv + [*map(str, args)], os.path.join(host, "trace.db")
+
+
+ROW = "request_id, pid, source, container_id, container_name, pod_name, pod_namespace, pod_uid, cgroup_id"
+# what two agents tracing the same requests agree on (their own clocks' marks aside)
+SAME = ROW + ", prompt_tokens, output_tokens, finish_reason, http_status"
+
+
+def _rows(db, tag, cols=ROW):
     c = sqlite3.connect(db)
-    rows = c.execute("SELECT request_id, pid, source, container_id, container_name, pod_name, "
-                     "pod_namespace, pod_uid, cgroup_id FROM requests WHERE request_id LIKE ?",
+    rows = c.execute(f"SELECT {cols} FROM requests WHERE request_id LIKE ? ORDER BY request_id",
                      (f"%-{tag}-%",)).fetchall()
     c.close()
     return rows
@@ -238,27 +272,45 @@ def test_pods_and_containerd_by_port():
     assert all(r[0].startswith(f"c-{tag}-") for r in rows), rows
     assert not any(f"attached to pid {pids[k]} " in l for k in "ab" for l in agent.lines), agent.lines
 
+    # the second agent on the host, and one in a container as the DaemonSet
+    # runs it (docs/agent.md's podman line), tracing the same pods at once
+    ctrd = Containerd(d)    # before the agent container mounts /run/containerd
     db = os.path.join(d, "trace.db")
     mport, rx = kpitest.free_port(), ft.Receiver()
-    agent = at.start_agent(db, "--port", PORT, "--flush-ms", 100, "--metrics", f"127.0.0.1:{mport}",
-                           "--otlp", f"http://127.0.0.1:{rx.port}")
-    for p in pods.values():
-        agent.wait_line(f"attached to pid {p.pid} ", timeout=30)
-    agent.wait_line("writing ", timeout=30)
+    agent = kpitest.Proc([at.AGENT, "--db", db, "--port", str(PORT), "--flush-ms", "100", "--metrics",
+                          f"127.0.0.1:{mport}", "--otlp", f"http://127.0.0.1:{rx.port}"],
+                         env={"OTEL_BSP_SCHEDULE_DELAY": "100"})
+    ds_name = f"kpt-{tag}-agent"
+    ds_argv, ds_db = daemonset_argv(d, ds_name, specs["a"][1], "--port", PORT, "--flush-ms", 100)
+    ds = kpitest.Proc(ds_argv)
+    for a in (agent, ds):
+        for p in pods.values():
+            a.wait_line(f"attached to pid {p.pid} ", timeout=60)
+        a.wait_line("writing ", timeout=30)
     for k, p in pods.items():
         clients(p.pid, f"{k}-{tag}")
-    # containerd: ctr run, its own cgroup shape (/default/ID), after the agent
-    ctrd = Containerd(d)
+    # containerd: ctr run, its own cgroup shape (/default/ID), after the agents
     ids["d"] = secrets.token_hex(32)
     pids["d"] = ctrd.run(ids["d"], rootfs, containerd_annotations(*want["d"]))
+    for a in (agent, ds):
+        a.wait_line(f"attached to pid {pids['d']} ", timeout=30)
     clients(pids["d"], f"d-{tag}")
     rx.wait_spans(lambda sps: all(any(res.get("process.pid") == pids[k] for res, _, _ in sps)
                                   for k in "abcd"), timeout=30)
     with urllib.request.urlopen(f"http://127.0.0.1:{mport}/metrics", timeout=5) as r:
         metrics = promtext.by_labels(r.read().decode())
+    # both stopped at once; podman stop sends the agent SIGTERM, podman run
+    # then ends with its status
+    stop = subprocess.Popen(["podman", "stop", "-t", "30", ds_name], stdout=subprocess.DEVNULL)
     assert agent.stop() == 0, "\n".join(agent.lines[-20:])
+    assert stop.wait(timeout=60) == 0
+    rc = ds.p.wait(timeout=30)
+    ds.drain()
+    assert rc == 0 and any(l.startswith("losses: none") for l in ds.lines), (rc, ds.lines[-20:])
     _check_named(_rows(db, tag), tag, "abcd", want, ids, pids, agent.lines)
     _check_exported(metrics, rx.spans(), want, ids, pids)
+    # the agent in the container wrote the same rows
+    assert _rows(ds_db, tag, SAME) == _rows(db, tag, SAME), (ds.lines[-20:], agent.lines[-20:])
     assert any(l.startswith("containers: 4 resolved (4 named") for l in agent.lines), agent.lines
 
 
