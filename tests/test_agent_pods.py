@@ -317,10 +317,12 @@ def test_pods_and_containerd_by_port():
 
 
 def test_selector_values_refused():
-    """A malformed --pod or --container stops the agent before it loads
-    anything, saying what the flag takes."""
+    """--help documents --container and --pod; a malformed value stops the
+    agent before it loads anything, saying what the flag takes."""
     at.require_agent_and_infer()
     d = kpitest.tmpdir("kpi-agent-sel-")
+    helptext = kpitest.run([at.AGENT, "--help"], check=True).stdout
+    assert "--container NAME|ID-PREFIX" in helptext and "--pod [NAMESPACE/]NAME" in helptext, helptext
     for flag, value, says in (("--pod", "Prod/vllm-0", "--pod wants [NAMESPACE/]NAME"),
                               ("--pod", "a/b/c", "--pod wants [NAMESPACE/]NAME"),
                               ("--container", "srv a", "--container wants a container's name"),
