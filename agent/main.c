@@ -826,7 +826,8 @@ static void finish(struct agent *ag)
 	       (unsigned long long)st.requests, (unsigned long long)st.rejected,
 	       (unsigned long long)st.events, (unsigned long long)losses_bpf_counter(&ag->losses, KPI_CNT_DROPS),
 	       (unsigned long long)st.before_attach);
-	printf("at target exits: %llu finished requests recorded, %llu cut off; %llu requests "
+	printf("at target exits: %llu finished requests recorded, %llu cut off (those the engine "
+	       "saw recorded with end_reason target_exit); %llu requests "
 	       "shed while the database could not be written; %zu rows unwritten\n",
 	       (unsigned long long)st.exit_completed, (unsigned long long)st.exit_cut,
 	       (unsigned long long)shed_req, trace_store_pending(ag->store));

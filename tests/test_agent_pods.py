@@ -199,6 +199,25 @@ def _uid():
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
+# argv: REQUEST-ID.  One long stream from 127.0.0.1:PORT; "first" once its
+# first event is read, then reads until the server is gone.
+STREAM = """
+import http.client, json, sys
+c = http.client.HTTPConnection("127.0.0.1", %d, timeout=30)
+c.request("POST", "/v1/completions", json.dumps({"prompt": "hello", "max_tokens": 2000, "stream": True}),
+          {"content-type": "application/json", "x-request-id": sys.argv[1]})
+r = c.getresponse()
+while not r.fp.readline().startswith(b"data:"):
+    pass
+print("first", flush=True)
+try:
+    while r.fp.readline():
+        pass
+except OSError:
+    pass
+""" % PORT
+
+
 def _check_named(rows, tag, letters, want, ids, pids, lines):
     """Every letter's N requests, usdt, with its container and pod."""
     for letter in letters:
@@ -291,6 +310,14 @@ def test_pods_and_containerd_by_port():
         a.wait_line("writing ", timeout=30)
     for k, p in pods.items():
         clients(p.pid, f"{k}-{tag}")
+    # pod b's server killed mid-stream: its request is kept, its end marked
+    cut = kpitest.Proc(["nsenter", f"--net=/proc/{pids['b']}/ns/net", "python3", "-c", STREAM,
+                        f"cut-{tag}-b"])
+    cut.wait_line("first", timeout=30)
+    os.kill(pids["b"], signal.SIGKILL)
+    assert cut.p.wait(timeout=30) == 0, cut.drain()    # the stream ends with its server
+    for a in (agent, ds):
+        a.wait_line(f"detached from pid {pids['b']}", timeout=30)
     # containerd: ctr run, its own cgroup shape (/default/ID), after the agents
     ids["d"] = secrets.token_hex(32)
     pids["d"] = ctrd.run(ids["d"], rootfs, containerd_annotations(*want["d"]))
@@ -313,6 +340,11 @@ def test_pods_and_containerd_by_port():
     _check_exported(metrics, rx.spans(), want, ids, pids)
     # the agent in the container wrote the same rows
     assert _rows(ds_db, tag, SAME) == _rows(db, tag, SAME), (ds.lines[-20:], agent.lines[-20:])
+    c = sqlite3.connect(db)
+    got = c.execute("SELECT pid, source, pod_name, end_reason, finish_reason, ttft_ns IS NOT NULL, "
+                    "t_done_ns > t_first_ns FROM requests WHERE request_id = ?", (f"cut-{tag}-b",)).fetchall()
+    c.close()
+    assert got == [(pids["b"], "usdt", want["b"][0], "target_exit", None, 1, 1)], got
     assert any(l.startswith("containers: 4 resolved (4 named") for l in agent.lines), agent.lines
 
 
