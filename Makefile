@@ -70,12 +70,13 @@ TEST_PKGS += python3-hypercorn python3-h2 python3-grpcio  # test_agent_h2: HTTP/
 TEST_PKGS += gnutls-bin  # test_agent_tls: a TLS server the agent cannot read
 TEST_PKGS += llvm pkg-config tmux iproute2 procps bpftrace libclang-rt-14-dev nodejs openssl curl  # the tests' tools, fuzz (libclang-rt): not the build's nor the demo's
 TEST_PKGS += lintian man-db systemd  # make deb-lint: lintian; test_package, test_manpages: man -w, man --warnings, systemd-analyze verify
+TEST_PKGS += podman crun runc containerd  # test_agent_pods: real pods and a ctr container
 TEST_PKGS += debootstrap podman runc  # make image, make fresh-check: a minbase bookworm root, podman import/run (runc: crun refuses hybrid cgroups)
 # make deps, test, bench and the other targets that run tests install both
 # lists; make, make demo and make deb only DEB_PKGS (a fresh machine's demo
 # needs no test server).
 TEST_GOALS := deps test bench bench-gpu fuzz soak image fresh-check deb-lint
-DEPS_PKGS := $(DEB_PKGS) $(if $(filter $(TEST_GOALS),$(MAKECMDGOALS)),$(TEST_PKGS))
+DEPS_PKGS = $(DEB_PKGS) $(if $(filter $(TEST_GOALS),$(MAKECMDGOALS)),$(TEST_PKGS))
 
 .PHONY: all deps test demo bench clean check-layout FORCE
 all:

@@ -51,6 +51,7 @@ static struct env {
 	char exe_real[PATH_MAX];
 	uint16_t ports[KPI_MAX_TARGETS];
 	int n_ports;
+	struct container_sel sel; /* --container, --pod */
 	bool http_only;
 	int64_t http_timeout_ns; /* --http-timeout DURATION */
 	int64_t task_idle_gap_ns; /* --task-idle-gap DURATION */
@@ -92,6 +93,16 @@ static const char usage[] =
 "  --exe PATH         trace processes running this executable, now and later\n"
 "  --port PORT        trace the process(es) listening on this local TCP port\n"
 "                     (repeatable), found again when another takes the port\n"
+"                     in any network namespace (two pods on 8000: two targets)\n"
+"  --container NAME|ID-PREFIX\n"
+"                     of the processes the other flags (or discovery) find, trace\n"
+"                     only those in this container: its name (podman's, the\n"
+"                     Kubernetes container name) or the start of its runtime id\n"
+"  --pod [NAMESPACE/]NAME\n"
+"                     ... only those in this Kubernetes pod (any namespace\n"
+"                     without one); with --container, that container of it.\n"
+"                     Read from the cgroup and the runtime's state, no API\n"
+"                     server (docs/agent.md, Containers and pods)\n"
 "  --http-only        follow every target from the HTTP exchange on its sockets\n"
 "                     (source 'http'), even a kpi-infer with its USDT probes,\n"
 "                     and probe no engine library (no llama.cpp uprobes):\n"
@@ -248,6 +259,8 @@ static int64_t parse_duration(const char *flag, const char *s)
  * false: not one of these. */
 static bool parse_targets_option(int c)
 {
+	char why[512];
+
 	switch (c) {
 	case 'p':
 		if (env.n_pids == KPI_MAX_TARGETS)
@@ -263,6 +276,12 @@ static bool parse_targets_option(int c)
 		if (env.n_ports == KPI_MAX_TARGETS)
 			die_usage("at most %d --port flags", KPI_MAX_TARGETS);
 		env.ports[env.n_ports++] = (uint16_t)parse_num("--port", optarg, 1, 65535);
+		break;
+	case 'K':
+	case 'Q':
+		if ((c == 'K' ? container_sel_container : container_sel_pod)(&env.sel, optarg, why,
+									   sizeof(why)))
+			die_usage("%s", why);
 		break;
 	case 'H':
 		env.http_only = true;
@@ -393,6 +412,8 @@ static void parse_args(int argc, char **argv)
 		{ "pid", required_argument, NULL, 'p' },
 		{ "exe", required_argument, NULL, 'e' },
 		{ "port", required_argument, NULL, 'T' },
+		{ "container", required_argument, NULL, 'K' },
+		{ "pod", required_argument, NULL, 'Q' },
 		{ "http-only", no_argument, NULL, 'H' },
 		{ "http-timeout", required_argument, NULL, 'W' },
 		{ "task-idle-gap", required_argument, NULL, 'G' },
@@ -451,6 +472,23 @@ static int libbpf_print(enum libbpf_print_level level, const char *fmt, va_list 
 	if (!env.verbose && strstr(fmt, "no USDT notes section"))
 		return 0;
 	return vfprintf(stderr, fmt, args);
+}
+
+/* Nothing traced yet: what the agent waits for. */
+static void say_waiting(void)
+{
+	char in[512] = "";
+
+	if (container_sel_any(&env.sel)) {
+		snprintf(in, sizeof(in), " in ");
+		container_sel_describe(&env.sel, in + 4, sizeof(in) - 4);
+	}
+	if (env.n_ports)
+		printf("waiting for a process to listen on port %u%s\n", env.ports[0], in);
+	else if (env.n_pids)
+		printf("waiting for a --pid process%s\n", in);
+	else
+		printf("waiting for %s to start%s\n", env.exe ? env.exe : TARGET_DEFAULT_NAME, in);
 }
 
 /* --metrics on a port below 1024 needs CAP_NET_BIND_SERVICE when it binds. */
@@ -807,7 +845,8 @@ static void finish(struct agent *ag)
 	       (unsigned long long)st.requests, (unsigned long long)st.rejected,
 	       (unsigned long long)st.events, (unsigned long long)losses_bpf_counter(&ag->losses, KPI_CNT_DROPS),
 	       (unsigned long long)st.before_attach);
-	printf("at target exits: %llu finished requests recorded, %llu cut off; %llu requests "
+	printf("at target exits: %llu finished requests recorded, %llu cut off (those the engine "
+	       "saw recorded with end_reason target_exit); %llu requests "
 	       "shed while the database could not be written; %zu rows unwritten\n",
 	       (unsigned long long)st.exit_completed, (unsigned long long)st.exit_cut,
 	       (unsigned long long)shed_req, trace_store_pending(ag->store));
@@ -914,7 +953,7 @@ int main(int argc, char **argv)
 	ag.at = attach_new(ag.skel, &ag.feat, &(struct attach_want){
 		.pids = env.pids, .n_pids = env.n_pids, .exe = env.exe, .ports = env.ports,
 		.n_ports = env.n_ports, .http_only = env.http_only, .verbose = env.verbose,
-		.exec_hold = !env.no_exec_hold });
+		.exec_hold = !env.no_exec_hold, .sel = &env.sel });
 	if (!ag.at) {
 		fprintf(stderr, "kpi-agent: out of memory\n");
 		goto cleanup;
@@ -944,10 +983,8 @@ int main(int argc, char **argv)
 		goto cleanup;
 	}
 	printf("writing %s (run %lld)\n", env.db, (long long)trace_store_run_id(ag.store));
-	if (!attach_count(ag.at) && env.n_ports)
-		printf("waiting for a process to listen on port %u\n", env.ports[0]);
-	else if (!attach_count(ag.at))
-		printf("waiting for %s to start\n", env.exe ? env.exe : TARGET_DEFAULT_NAME);
+	if (!attach_count(ag.at))
+		say_waiting();
 	r = poll_loop(&ag);
 	attach_hold_end(ag.at);         /* before the final flush, however long it takes */
 	if (r)

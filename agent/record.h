@@ -40,7 +40,7 @@ struct kpi_request_record {
 	 * write (streamed) or t_resp_start, minus t_req_read: queue and prefill
 	 * together, which the wire cannot tell apart */
 	int64_t t_req_read, t_resp_start, server_wait, content_events, stream, max_tokens;
-	const char *end_reason;         /* complete | client_closed | server_closed | unsynced | timeout */
+	const char *end_reason;         /* complete | client_closed | server_closed | unsynced | timeout; usdt: target_exit or NULL */
 	char method[16], path[64], model[64];
 	/* hops (schema/008_hops.sql), "" / NULL / 0 when unknown: "in" for a
 	 * request the target served, "out" for an exchange it made as a client

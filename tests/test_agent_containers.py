@@ -66,18 +66,6 @@ def _serve_in(ns, model, cgroup=None):
     return p
 
 
-CLIENT = """
-import http.client, json, sys
-tag, n = sys.argv[1], int(sys.argv[2])
-for i in range(n):
-    c = http.client.HTTPConnection("127.0.0.1", %d, timeout=30)
-    c.request("POST", "/v1/completions", json.dumps({"prompt": "hello there", "max_tokens": 6}),
-              {"content-type": "application/json", "x-request-id": f"{tag}-{i}"})
-    r = c.getresponse()
-    r.read()
-    assert r.status == 200, r.status
-    c.close()
-""" % PORT
 
 
 def test_port_in_two_network_namespaces():
@@ -105,7 +93,8 @@ def test_port_in_two_network_namespaces():
     pids = [s.pid for s in servers]
     agent.wait_line(f"attached to pid {pids[1]} ", timeout=30)
     for i, n in enumerate(ns):
-        kpitest.run(["ip", "netns", "exec", n, "python3", "-c", CLIENT, f"ns{i}-{tag}", str(N)],
+        kpitest.run(["ip", "netns", "exec", n, "python3", "-c", servertest.NS_CLIENT, f"ns{i}-{tag}", str(N),
+                     str(PORT)],
                     check=True, timeout=60)
     time.sleep(0.5)
     assert agent.stop() == 0, "\n".join(agent.lines[-20:])
@@ -176,7 +165,7 @@ def test_probes_through_the_targets_mount_namespace():
     assert f"/proc/{server.pid}/root{bindir}/kpi-infer" in line and "HTTP mode" not in line, line
     agent.wait_line("writing ", timeout=30)
     tag = secrets.token_hex(3)
-    kpitest.run(["python3", "-c", CLIENT.replace(str(PORT), str(port)), f"mnt-{tag}", str(N)],
+    kpitest.run(["python3", "-c", servertest.NS_CLIENT, f"mnt-{tag}", str(N), str(port)],
                 check=True, timeout=60)
     time.sleep(0.5)
     assert agent.stop() == 0, "\n".join(agent.lines[-20:])

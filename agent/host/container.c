@@ -451,6 +451,27 @@ static void resolve_state(struct container_info *ci)
 		from_docker(ci);
 }
 
+/* containerd's own cgroup shape, "/NAMESPACE/ID" (ctr run, and any client
+ * that leaves cgroupsPath to it): two segments that name nothing by
+ * themselves, a container only when containerd holds a bundle NAMESPACE/ID. */
+static bool containerd_ns_id(const char *path, struct container_info *ci)
+{
+	char ns[256], id[CONTAINER_ID_LEN + 1], rest;
+	char bundle[PATH_MAX];
+
+	if (sscanf(path, "/%255[A-Za-z0-9._-]/%64[A-Za-z0-9._-]%c", ns, id, &rest) != 2 ||
+	    !strcmp(ns, ".") || !strcmp(ns, "..") || !strcmp(id, ".") || !strcmp(id, ".."))
+		return false;
+	memcpy(ci->id, id, sizeof(ci->id));
+	snprintf(bundle, sizeof(bundle), CONTAINERD_TASKS "/%s/%s/config.json", ns, id);
+	if (read_config(bundle, ci)) {
+		memset(ci, 0, sizeof(*ci));
+		return false;
+	}
+	ci->runtime = "containerd";
+	return true;
+}
+
 /* ---- caches ---------------------------------------------------------------- */
 
 #define CGROUP_CACHE 512
@@ -487,6 +508,7 @@ const struct container_info *container_of_cgroup(uint64_t cgroup_id, const char 
 {
 	struct container_shape sh;
 	struct cgroup_slot *c;
+	enum container_path_kind kind;
 
 	for (unsigned i = 0; i < CGROUP_CACHE; i++)
 		if (cgroups[i].cgroup_id == cgroup_id && cgroup_id) {
@@ -498,21 +520,21 @@ const struct container_info *container_of_cgroup(uint64_t cgroup_id, const char 
 	c = &cgroups[cgroup_next++ % CGROUP_CACHE];
 	memset(c, 0, sizeof(*c));
 	c->cgroup_id = cgroup_id;
-	switch (container_parse_path(path, &sh)) {
-	case CONTAINER_PATH_HOST:
+	kind = container_parse_path(path, &sh);
+	if (kind != CONTAINER_PATH_CONTAINER) {
+		if (containerd_ns_id(path, &c->ci))
+			goto named;
+		if (kind == CONTAINER_PATH_UNKNOWN)
+			counts.unknown_shape++;
 		return NULL;
-	case CONTAINER_PATH_UNKNOWN:
-		counts.unknown_shape++;
-		return NULL;
-	case CONTAINER_PATH_CONTAINER:
-		break;
 	}
-	c->container = true;
-	c->ci.cgroup_id = cgroup_id;
 	c->ci.runtime = sh.runtime;
 	memcpy(c->ci.id, sh.id, sizeof(c->ci.id));
 	memcpy(c->ci.pod_uid, sh.pod_uid, sizeof(c->ci.pod_uid));
 	resolve_state(&c->ci);
+named:
+	c->container = true;
+	c->ci.cgroup_id = cgroup_id;
 	counts.resolved++;
 	if (c->ci.name[0] || c->ci.pod_name[0])
 		counts.named++;
@@ -600,4 +622,93 @@ hit:
 		return NULL;
 	result = p->ci;
 	return &result;
+}
+
+/* ---- selectors ------------------------------------------------------------- */
+
+static bool all_of(const char *s, const char *set)
+{
+	return s[strspn(s, set)] == 0;
+}
+
+#define LOWER_ALNUM "abcdefghijklmnopqrstuvwxyz0123456789"
+
+int container_sel_container(struct container_sel *sel, const char *v, char *why, size_t len)
+{
+	if (sel->container[0]) {
+		snprintf(why, len, "--container is given once (a name or the start of an id)");
+		return -1;
+	}
+	if (!v[0] || strlen(v) >= sizeof(sel->container) ||
+	    !all_of(v, LOWER_ALNUM "ABCDEFGHIJKLMNOPQRSTUVWXYZ_.-")) {
+		snprintf(why, len, "--container wants a container's name or the start of its id "
+			 "(at most %zu letters, digits, '_', '.' or '-'), got '%s'",
+			 sizeof(sel->container) - 1, v);
+		return -1;
+	}
+	snprintf(sel->container, sizeof(sel->container), "%s", v);
+	return 0;
+}
+
+/* Kubernetes' names: a namespace is a DNS-1123 label, a pod's name a
+ * DNS-1123 subdomain (lowercase letters, digits, '-', and '.' between labels). */
+static bool dns1123(const char *s, size_t max, bool dots)
+{
+	size_t n = strlen(s);
+
+	return n && n <= max && all_of(s, dots ? LOWER_ALNUM "-." : LOWER_ALNUM "-") &&
+	       isalnum((unsigned char)s[0]) && isalnum((unsigned char)s[n - 1]);
+}
+
+int container_sel_pod(struct container_sel *sel, const char *v, char *why, size_t len)
+{
+	const char *slash = strchr(v, '/');
+	char ns[sizeof(sel->pod_namespace)] = "";
+	const char *name = slash ? slash + 1 : v;
+
+	if (sel->pod_name[0]) {
+		snprintf(why, len, "--pod is given once ([NAMESPACE/]NAME)");
+		return -1;
+	}
+	if (slash && (size_t)(slash - v) < sizeof(ns))
+		snprintf(ns, sizeof(ns), "%.*s", (int)(slash - v), v);
+	if ((slash && !dns1123(ns, 63, false)) || (slash && (size_t)(slash - v) >= sizeof(ns)) ||
+	    !dns1123(name, 253, true)) {
+		snprintf(why, len, "--pod wants [NAMESPACE/]NAME as Kubernetes writes them (lowercase "
+			 "letters, digits and '-', a name also '.'; e.g. default/vllm-0), got '%s'", v);
+		return -1;
+	}
+	snprintf(sel->pod_namespace, sizeof(sel->pod_namespace), "%s", ns);
+	snprintf(sel->pod_name, sizeof(sel->pod_name), "%s", name);
+	return 0;
+}
+
+bool container_sel_any(const struct container_sel *sel)
+{
+	return sel && (sel->container[0] || sel->pod_name[0]);
+}
+
+void container_sel_describe(const struct container_sel *sel, char *out, size_t len)
+{
+	snprintf(out, len, "%s%s%s%s%s%s", sel->container[0] ? "container " : "", sel->container,
+		 sel->container[0] && sel->pod_name[0] ? " of " : "", sel->pod_name[0] ? "pod " : "",
+		 sel->pod_namespace, sel->pod_namespace[0] ? "/" : "");
+	snprintf(out + strlen(out), len - strlen(out), "%s", sel->pod_name);
+}
+
+bool container_sel_match(const struct container_sel *sel, const struct container_info *ci)
+{
+	size_t n;
+
+	if (!container_sel_any(sel))
+		return true;
+	if (!ci)
+		return false;
+	if (sel->pod_name[0] && (strcmp(ci->pod_name, sel->pod_name) ||
+				 (sel->pod_namespace[0] && strcmp(ci->pod_namespace, sel->pod_namespace))))
+		return false;
+	if (!sel->container[0])
+		return true;
+	n = strlen(sel->container);
+	return !strcmp(ci->name, sel->container) || (n <= CONTAINER_ID_LEN && !strncmp(ci->id, sel->container, n));
 }

@@ -81,4 +81,22 @@ const struct container_info *container_of_pid(pid_t pid);
 const struct container_info *container_of_cgroup(uint64_t cgroup_id, const char *path);
 void container_counts(struct container_counts *out);
 
+/* ---- selectors: --container NAME|ID-PREFIX, --pod [NAMESPACE/]NAME ------ */
+
+struct container_sel {
+	char container[129];    /* a name, or the start of an id; "" any */
+	char pod_namespace[64]; /* "" any namespace */
+	char pod_name[254];     /* "" any pod (and any process, with no --container) */
+};
+
+/* Parse a --container / --pod value into sel: 0, or -1 with why (a line the
+ * user can act on). */
+int container_sel_container(struct container_sel *sel, const char *value, char *why, size_t len);
+int container_sel_pod(struct container_sel *sel, const char *value, char *why, size_t len);
+/* sel names something; what it names, for "waiting for a process in ..." */
+bool container_sel_any(const struct container_sel *sel);
+void container_sel_describe(const struct container_sel *sel, char *out, size_t len);
+/* ci (NULL: a host process) is what sel asks for; an empty sel takes all. */
+bool container_sel_match(const struct container_sel *sel, const struct container_info *ci);
+
 #endif

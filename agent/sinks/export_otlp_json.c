@@ -259,6 +259,27 @@ static void encode_request(FILE *out, const struct otlp_item *it, int64_t off, c
 	}
 }
 
+/* The process's container and pod, after OpenTelemetry's container and k8s
+ * resource conventions; nothing for a host process, each unknown one left out. */
+static void resource_container(FILE *out, bool *first, const struct export_ident *id)
+{
+	const struct container_info *ci = &id->container;
+
+	if (!id->in_container)
+		return;
+	attr_str(out, first, "container.id", ci->id);
+	if (ci->runtime)
+		attr_str(out, first, "container.runtime", ci->runtime);
+	if (ci->name[0])
+		attr_str(out, first, ci->pod_name[0] ? "k8s.container.name" : "container.name", ci->name);
+	if (ci->pod_name[0])
+		attr_str(out, first, "k8s.pod.name", ci->pod_name);
+	if (ci->pod_namespace[0])
+		attr_str(out, first, "k8s.namespace.name", ci->pod_namespace);
+	if (ci->pod_uid[0])
+		attr_str(out, first, "k8s.pod.uid", ci->pod_uid);
+}
+
 void otlp_encode(FILE *out, const struct otlp_item *items, size_t n, int64_t realtime_off,
 		 const uint8_t *ids, const char *service_name, const char *host_name)
 {
@@ -278,6 +299,7 @@ void otlp_encode(FILE *out, const struct otlp_item *items, size_t n, int64_t rea
 		attr_str(out, &first, "service.name", service_name);
 		attr_int(out, &first, "process.pid", pid);
 		attr_str(out, &first, "host.name", host_name);
+		resource_container(out, &first, &items[i].id);
 		fputs("]},\"scopeSpans\":[{\"scope\":{\"name\":\"kpi-agent\"},\"spans\":[", out);
 		bool first_span = true;
 		for (size_t k = i; k < n; k++) {

@@ -601,6 +601,16 @@ static void put_target_labels(FILE *out, const struct target *t, int op, int m, 
 	put_label(out, "pid", pid, first);
 	if (t->source[0])
 		put_label(out, "kpi_source", t->source, first);
+	/* OpenTelemetry's k8s names; bounded with the process's series (a pod
+	 * gone and quiet for PROM_EVICT_NS loses them with its process) */
+	if (t->id.in_container && t->id.container.pod_name[0]) {
+		const struct container_info *ci = &t->id.container;
+		if (ci->pod_namespace[0])
+			put_label(out, "k8s_namespace_name", ci->pod_namespace, first);
+		put_label(out, "k8s_pod_name", ci->pod_name, first);
+		if (ci->name[0])
+			put_label(out, "k8s_container_name", ci->name, first);
+	}
 	if (m < PROM_REQUEST_MODELS && m < t->n_req_model)
 		put_label(out, "kpi_request_model", t->req_model[m], first);
 	else if (m == PROM_MODEL_OTHER)

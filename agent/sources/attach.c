@@ -454,8 +454,16 @@ static int find_target(const struct attach *at, pid_t pid)
 	return -1;
 }
 
+/* In the container or pod --container / --pod ask for (any, without them). */
+static bool selected(const struct attach *at, pid_t pid)
+{
+	return container_sel_match(at->want.sel, container_of_pid(pid));
+}
+
 static bool wanted(const struct attach *at, pid_t pid)
 {
+	if (!selected(at, pid))
+		return false;
 	if (!at->want.n_pids)
 		return true;
 	for (int i = 0; i < at->want.n_pids; i++)
@@ -537,7 +545,8 @@ void attach_rescan(struct attach *at)
 			hold_done(at, found[i]);        /* its exec event was lost */
 		}
 	for (int i = 0; i < n_port; i++) {
-		if (find_target(at, on_port[i]) >= 0 || attach_one(at, on_port[i], 0))
+		if (find_target(at, on_port[i]) >= 0 || !selected(at, on_port[i]) ||
+		    attach_one(at, on_port[i], 0))
 			continue;
 		if ((n = find_target(at, on_port[i])) >= 0)
 			at->targets[n].by_port = !wanted_pid(at, on_port[i]);
@@ -594,7 +603,7 @@ static void on_exec(struct attach *at, const struct proc_event *ev)
 		gone_before_attach(at, ev);     /* gone, or a zombie */
 		return;
 	}
-	if (!ev->at_listen && !target_matches(ev->pid, at->want.exe)) {
+	if ((!ev->at_listen && !target_matches(ev->pid, at->want.exe)) || !selected(at, ev->pid)) {
 		/* an inode number shared with another filesystem's file, or a
 		 * file merely called kpi-infer that it has since stopped being */
 		hold_done(at, ev->pid);

@@ -13,6 +13,7 @@ struct host_features;
 struct ring_buffer;
 struct assembler;
 struct side;
+struct container_sel;
 
 #define ATTACH_MAX_SIDES 4
 
@@ -29,6 +30,8 @@ struct attach_want {
 	bool verbose;           /* -v: say which program flavours were chosen */
 	bool exec_hold;         /* stop a process at the exec of a file not attached yet,
 				 * until its probes are (docs/agent.md, Targets) */
+	const struct container_sel *sel;  /* --container / --pod: of the above, only the
+					   * processes in these (NULL: all) */
 };
 
 struct attach;

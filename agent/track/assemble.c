@@ -40,6 +40,7 @@ struct req {
 	int fd;
 	uint64_t id;
 	bool has_id, admitted, rejected, finished, cancelled;
+	bool cut_by_exit;        /* its process exited before its response was out */
 	bool queued;            /* in its queue phase (admitted, in no step yet): counted in its pidstate */
 	uint64_t t_arrive, t_read, t_admit, t_sched, t_first, t_last, t_resp_end;
 	int arrive_src, srtt_us;
@@ -472,6 +473,20 @@ static void pd_fill(const struct req *r, struct kpi_request_record *rec)
 }
 
 /* Build the row and publish it. */
+/* The phase that ends at t_done (m[5]) of a request cut off before any
+ * write: its length is unknown, not 0. */
+static void last_phase_unknown(struct kpi_request_record *rec)
+{
+	int64_t *ph[5] = { &rec->net_in, &rec->queue, &rec->prefill, &rec->decode, &rec->net_out };
+
+	for (int i = 4; i >= 0; i--)
+		if (*ph[i] != KPI_NULL) {
+			if (*ph[i] == 0)
+				*ph[i] = KPI_NULL;
+			break;
+		}
+}
+
 static void req_complete(struct assembler *a, struct req *r)
 {
 	struct kpi_request_record rec;
@@ -496,6 +511,11 @@ static void req_complete(struct assembler *a, struct req *r)
 	m[3] = r->t_first;
 	m[4] = r->t_last;
 	m[5] = w.t_done;
+	/* cut off by its process's exit before any write: it ends at the last
+	 * mark seen, and the phase up to that end is not known (NULL, not 0) */
+	bool unwritten = r->cut_by_exit && !r->n_writes;
+	for (int i = 0; unwritten && i < 5; i++)
+		m[5] = m[i] ? m[i] : m[5];
 	bool clamped = marks_clamp(m, 6);
 	if (w.t_first_write && w.t_first_write < m[0]) {
 		w.t_first_write = m[0];
@@ -513,6 +533,10 @@ static void req_complete(struct assembler *a, struct req *r)
 	rec.t_done = (int64_t)m[5];
 	rec.e2e = (int64_t)(m[5] - m[0]);
 	phases_fill(&rec, m, r->rejected);
+	if (unwritten)
+		last_phase_unknown(&rec);
+	if (r->cut_by_exit)
+		rec.end_reason = "target_exit";
 
 	rec.ttft = w.t_first_write ? (int64_t)(w.t_first_write - m[0]) : KPI_NULL;
 	rec.tpot = rec.itl_p50 = rec.itl_p99 = rec.itl_max = KPI_NULL;
@@ -1030,7 +1054,10 @@ static bool req_written_out(const struct req *r)
 	return false;
 }
 
-/* Completes r if its client had all of it, else drops it. */
+/* Completes r if its client had all of it; else it was cut off: a request
+ * the engine saw (admitted or rejected) is kept with the marks seen until
+ * the exit and end_reason target_exit, one that only arrived is dropped;
+ * both are counted. */
 static void req_forget(struct assembler *a, struct req *r)
 {
 	if (req_written_out(r)) {
@@ -1039,6 +1066,11 @@ static void req_forget(struct assembler *a, struct req *r)
 		return;
 	}
 	a->st.exit_cut++;
+	if (r->admitted || r->rejected) {
+		r->cut_by_exit = true;
+		req_complete(a, r);
+		return;
+	}
 	req_unlink(a, r);
 	req_free(r);
 }

@@ -40,6 +40,24 @@ def preset_model(preset="tiny", seed=1):
     return _models[key]
 
 
+# argv: TAG N PORT.  N completions to 127.0.0.1:PORT, one connection each,
+# x-request-id TAG-0..N-1; run as `python3 -c NS_CLIENT ...` inside another
+# network namespace (ip netns exec, nsenter --net), where the test's own
+# sockets cannot reach.
+NS_CLIENT = """
+import http.client, json, sys
+tag, n, port = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+for i in range(n):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    c.request("POST", "/v1/completions", json.dumps({"prompt": "hello there", "max_tokens": 6}),
+              {"content-type": "application/json", "x-request-id": f"{tag}-{i}"})
+    r = c.getresponse()
+    r.read()
+    assert r.status == 200, r.status
+    c.close()
+"""
+
+
 def tiny_model():
     """The tiny preset written once per test session by kpi-infer --make-model."""
     return preset_model("tiny", 1)

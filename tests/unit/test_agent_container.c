@@ -202,6 +202,20 @@ static void test_state_dirs(void)
 	ci = container_of_cgroup(107, "/kubepods/pod" UID "/" ID3);
 	CHECK(ci && !strcmp(ci->runtime, "containerd") && !strcmp(ci->name, "side"), "listed namespace");
 
+	/* containerd's own shape, "/NAMESPACE/ID" (ctr run): a container only
+	 * where containerd holds that bundle; a name as id; the same shape
+	 * without a bundle is the host, or unknown when it has a 64-hex run */
+	put("/run/containerd/io.containerd.runtime.v2.task/default/" ID2 "/config.json",
+	    "{\"annotations\":{\"io.kubernetes.cri.container-name\":\"ctr1\"}}", 0);
+	put("/run/containerd/io.containerd.runtime.v2.task/default/my-ctr/config.json", "{}", 0);
+	ci = container_of_cgroup(108, "/default/" ID2);
+	CHECK(ci && !strcmp(ci->runtime, "containerd") && !strcmp(ci->id, ID2) && !strcmp(ci->name, "ctr1") &&
+	      ci->cgroup_id == 108, "ctr shape %s", ci ? ci->name : "NULL");
+	ci = container_of_cgroup(109, "/default/my-ctr");
+	CHECK(ci && !strcmp(ci->id, "my-ctr") && !ci->name[0], "ctr name as id");
+	CHECK(!container_of_cgroup(110, "/default/other"), "no bundle: host");
+	CHECK(!container_of_cgroup(111, "/default/../default/my-ctr"), "dot-dot");
+
 	/* podman: config.json without names, the name from containers.json */
 	put("/var/lib/containers/storage/overlay-containers/" ID2 "/userdata/config.json",
 	    "{\"annotations\":{\"io.container.manager\":\"libpod\"}}", 0);
@@ -259,6 +273,57 @@ static void test_self(void)
 	CHECK(!ci || strlen(ci->id) == CONTAINER_ID_LEN, "self");
 }
 
+/* --container and --pod: what they take, refuse and match. */
+static void test_selectors(void)
+{
+	struct container_info ci = { .runtime = "podman", .id = ID, .name = "srv-a", .pod_name = "vllm-0",
+				     .pod_namespace = "prod" };
+	struct container_sel sel;
+	char why[512], desc[512];
+	static const char *bad_pods[] = { "", "/", "prod/", "/vllm-0", "a/b/c", "Prod/vllm-0", "vllm_0",
+					  "-vllm", "prod/vllm-0.", "my.ns/vllm-0" };
+	static const char *bad_ctrs[] = { "", "srv a", "srv/a", "\"x\"" };
+
+	memset(&sel, 0, sizeof(sel));
+	CHECK(!container_sel_any(&sel) && container_sel_match(&sel, NULL) && container_sel_match(&sel, &ci),
+	      "no selector takes all");
+	for (size_t i = 0; i < sizeof(bad_pods) / sizeof(bad_pods[0]); i++) {
+		memset(&sel, 0, sizeof(sel));
+		CHECK(container_sel_pod(&sel, bad_pods[i], why, sizeof(why)) == -1 &&
+		      strstr(why, "--pod wants [NAMESPACE/]NAME") && !sel.pod_name[0], "pod '%s'", bad_pods[i]);
+	}
+	for (size_t i = 0; i < sizeof(bad_ctrs) / sizeof(bad_ctrs[0]); i++) {
+		memset(&sel, 0, sizeof(sel));
+		CHECK(container_sel_container(&sel, bad_ctrs[i], why, sizeof(why)) == -1 &&
+		      strstr(why, "--container wants"), "container '%s'", bad_ctrs[i]);
+	}
+	memset(&sel, 0, sizeof(sel));
+	CHECK(!container_sel_pod(&sel, "vllm-0", why, sizeof(why)), "%s", why);
+	CHECK(container_sel_match(&sel, &ci) && !container_sel_match(&sel, NULL), "pod in any namespace");
+	CHECK(container_sel_pod(&sel, "vllm-1", why, sizeof(why)) == -1 && strstr(why, "once"), "twice");
+	memset(&sel, 0, sizeof(sel));
+	CHECK(!container_sel_pod(&sel, "prod/vllm-0", why, sizeof(why)), "%s", why);
+	CHECK(container_sel_match(&sel, &ci), "pod in its namespace");
+	snprintf(ci.pod_namespace, sizeof(ci.pod_namespace), "staging");
+	CHECK(!container_sel_match(&sel, &ci), "another namespace");
+	snprintf(ci.pod_namespace, sizeof(ci.pod_namespace), "prod");
+	CHECK(!container_sel_container(&sel, "srv-b", why, sizeof(why)), "%s", why);
+	CHECK(!container_sel_match(&sel, &ci), "pod and another container");
+	container_sel_describe(&sel, desc, sizeof(desc));
+	CHECK(!strcmp(desc, "container srv-b of pod prod/vllm-0"), "%s", desc);
+	memset(&sel, 0, sizeof(sel));
+	CHECK(!container_sel_container(&sel, "srv-a", why, sizeof(why)) && container_sel_match(&sel, &ci),
+	      "by name");
+	memset(&sel, 0, sizeof(sel));
+	CHECK(!container_sel_container(&sel, "3f1c5e0a9b", why, sizeof(why)) && container_sel_match(&sel, &ci),
+	      "by id prefix");
+	memset(&sel, 0, sizeof(sel));
+	CHECK(!container_sel_container(&sel, "bb00", why, sizeof(why)) && !container_sel_match(&sel, &ci) &&
+	      !container_sel_match(&sel, NULL), "another id");
+	container_sel_describe(&sel, desc, sizeof(desc));
+	CHECK(!strcmp(desc, "container bb00"), "%s", desc);
+}
+
 int main(void)
 {
 	RUN(test_every_cgroup_shape);
@@ -268,5 +333,6 @@ int main(void)
 	RUN(test_storage_list);
 	RUN(test_state_dirs);
 	RUN(test_self);
+	RUN(test_selectors);
 	return CHECK_DONE();
 }

@@ -1,6 +1,7 @@
 /* test_agent_exit.c - requests in flight when their target exits
  * (assemble_forget_pid): finished and written out -> a row with t_done = the
- * last write and no status; anything else -> no row, counted as cut off. */
+ * last write and no status; cut off -> counted, and a row with end_reason
+ * target_exit when the engine saw it (its marks until then), else none. */
 #include "tests/unit/check.h"
 #include "agent/track/assemble.h"
 #include "agent/track/bus.h"
@@ -54,10 +55,14 @@ static void exit_cases(void)
 	ev(a, KPI_EV_WRITE, 620, 0, 9, 0, 0, NULL);
 	CHECK(n_got == 0, "nothing complete before the exit, got %d", n_got);
 
+	/* fd 10: arrived, never reached the engine: no row (as at a close) */
+	ev(a, KPI_EV_ARRIVE, 700, 0, 10, 0, 0, NULL);
+	CHECK(n_got == 0, "nothing complete before the exit, got %d", n_got);
+
 	assemble_forget_pid(a, 7);
 	assemble_stats(a, &st);
-	CHECK(n_got == 2, "2 rows at exit, got %d", n_got);
-	CHECK(st.exit_completed == 2 && st.exit_cut == 2, "completed %llu cut %llu",
+	CHECK(n_got == 4, "4 rows at exit, got %d", n_got);
+	CHECK(st.exit_completed == 2 && st.exit_cut == 3, "completed %llu cut %llu",
 	      (unsigned long long)st.exit_completed, (unsigned long long)st.exit_cut);
 	for (int i = 0; i < n_got; i++) {
 		struct kpi_request_record *r = &got[i];
@@ -66,6 +71,24 @@ static void exit_cases(void)
 			      (long long)r->t_done, (long long)r->e2e);
 			CHECK(r->http_status == KPI_NULL, "no response__end: status unknown");
 			CHECK(r->output_tokens == 4, "output_tokens %lld", (long long)r->output_tokens);
+			CHECK(!r->end_reason, "done-1 end_reason %s", r->end_reason);
+		} else if (!strcmp(r->request_id, "cut-2")) {
+			/* kept: its marks until the exit, its end the last write, marked */
+			CHECK(r->end_reason && !strcmp(r->end_reason, "target_exit"), "cut-2 end_reason");
+			CHECK(r->t_done == 260 && r->e2e == 60 && r->ttft == 60, "cut-2 t_done %lld e2e %lld ttft %lld",
+			      (long long)r->t_done, (long long)r->e2e, (long long)r->ttft);
+			CHECK(r->net_in == 10 && r->queue == 10 && r->prefill == 30 && r->decode == 10 &&
+			      r->net_out == KPI_NULL, "cut-2 phases %lld %lld %lld %lld %lld", (long long)r->net_in,
+			      (long long)r->queue, (long long)r->prefill, (long long)r->decode, (long long)r->net_out);
+			CHECK(!r->finish_reason && r->http_status == KPI_NULL, "cut-2 not finished");
+		} else if (!strcmp(r->request_id, "unwritten-3")) {
+			/* nothing written: it ends at its last mark, the phase to it unknown */
+			CHECK(r->end_reason && !strcmp(r->end_reason, "target_exit"), "unwritten-3 end_reason");
+			CHECK(r->t_done == 500 && r->e2e == 100 && r->ttft == KPI_NULL, "unwritten-3 t_done %lld e2e %lld",
+			      (long long)r->t_done, (long long)r->e2e);
+			CHECK(r->net_in == 10 && r->queue == 90 && r->net_out == KPI_NULL,
+			      "unwritten-3 phases %lld %lld %lld", (long long)r->net_in, (long long)r->queue,
+			      (long long)r->net_out);
 		} else {
 			CHECK(!strcmp(r->request_id, "rej-4") && r->http_status == 429,
 			      "unexpected row %s status %lld", r->request_id, (long long)r->http_status);

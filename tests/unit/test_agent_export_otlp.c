@@ -19,7 +19,7 @@
 static struct otlp_item item_op(const char *rid, uint32_t pid, int status, const char *op)
 {
 	struct kpi_request_record r = { .pid = pid, .operation = status == 429 ? NULL : op };
-	struct otlp_item it;
+	struct otlp_item it = { 0 };   /* its id (export_ident) is the caller's to fill */
 	snprintf(r.request_id, sizeof(r.request_id), "%s", rid);
 	r.t_arrive = 1000;
 	r.t_admit = 1100;
@@ -575,9 +575,42 @@ static void partial_success_counted_and_logged_once(void)
 	free(r.x);
 }
 
+/* A process in a pod: OpenTelemetry's k8s and container resource attributes;
+ * a container outside a pod: container.name, no k8s.*. */
+static void container_resource_attributes(void)
+{
+	struct otlp_item it[2] = { item("req-k", 51, 200), item("req-c", 52, 200) };
+	struct container_info *ci = &it[0].id.container;
+	char *j;
+
+	it[0].id.in_container = it[1].id.in_container = true;
+	ci->runtime = "containerd";
+	snprintf(ci->id, sizeof(ci->id), "%s", "3f1c5e0a9b7d4c2e8f6a1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e");
+	snprintf(ci->name, sizeof(ci->name), "vllm");
+	snprintf(ci->pod_name, sizeof(ci->pod_name), "vllm-0");
+	snprintf(ci->pod_namespace, sizeof(ci->pod_namespace), "prod");
+	snprintf(ci->pod_uid, sizeof(ci->pod_uid), "11111111-2222-3333-4444-555555555555");
+	snprintf(it[1].id.container.id, sizeof(it[1].id.container.id), "abc");
+	snprintf(it[1].id.container.name, sizeof(it[1].id.container.name), "side");
+	j = encode(it, 2);
+	CHECK(strstr(j, "{\"key\":\"host.name\",\"value\":{\"stringValue\":\"host1\"}},"
+		     "{\"key\":\"container.id\",\"value\":{\"stringValue\":\"3f1c5e0a9b7d4c2e8f6a1b3c5d7e9f0a2b4c6d8e0f1a3b5c7d9e1f2a4b6c8d0e\"}},"
+		     "{\"key\":\"container.runtime\",\"value\":{\"stringValue\":\"containerd\"}},"
+		     "{\"key\":\"k8s.container.name\",\"value\":{\"stringValue\":\"vllm\"}},"
+		     "{\"key\":\"k8s.pod.name\",\"value\":{\"stringValue\":\"vllm-0\"}},"
+		     "{\"key\":\"k8s.namespace.name\",\"value\":{\"stringValue\":\"prod\"}},"
+		     "{\"key\":\"k8s.pod.uid\",\"value\":{\"stringValue\":\"11111111-2222-3333-4444-555555555555\"}}]}"),
+	      "pod: %s", j);
+	CHECK(strstr(j, "{\"key\":\"container.id\",\"value\":{\"stringValue\":\"abc\"}},"
+		     "{\"key\":\"container.name\",\"value\":{\"stringValue\":\"side\"}}]}"), "container: %s", j);
+	CHECK(count(j, "k8s.pod.name") == 1 && count(j, "container.id") == 2, "%s", j);
+	free(j);
+}
+
 int main(void)
 {
 	RUN(encodes_request_and_phases);
+	RUN(container_resource_attributes);
 	RUN(encodes_an_http_row);
 	RUN(rejected_and_grouping_and_escaping);
 	RUN(server_error_sets_status);
