@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "abi/kpi_kv_wire.h"
 #include "daemon/engine/backend.h"
@@ -50,6 +51,7 @@ struct backend {
 
 	uint16_t *kcache, *vcache; /* F16 (n_layers, kv_blocks, n_kv, block_size, hd) */
 	size_t layer_elems;        /* elements of one layer's K (or V) pool */
+	size_t kv_map_bytes;       /* of each mapping (huge_map) */
 	float *rope_cs;         /* (ctx, hd / 2, 2) */
 
 	/* scratch, sized for max_tokens at create */
@@ -369,6 +371,21 @@ static void pack_task(void *arg, int task, int thread)
 		model_release_pages(t);
 }
 
+/* A mapping of fresh zero pages, so it costs RSS only as used, on
+ * transparent huge pages where the kernel has them (a hint: 4 KiB pages
+ * otherwise), for the two big arrays every step streams through: the packed
+ * weights, and the KV pool, whose blocks a step's attention reads scattered
+ * (and a KV transfer copies out or in). On 4 KiB pages both cost a TLB miss
+ * every few rows. NULL when the mapping fails; freed with munmap. */
+static void *huge_map(size_t bytes)
+{
+	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (p == MAP_FAILED)
+		return NULL;
+	madvise(p, bytes, MADV_HUGEPAGE);
+	return p;
+}
+
 /* Repacks every matmul weight (kernels.h) into one allocation. */
 static int pack_weights(struct backend *b, char *err, size_t errlen)
 {
@@ -397,7 +414,7 @@ static int pack_weights(struct backend *b, char *err, size_t errlen)
 		off[k] = b->packed_bytes;
 		b->packed_bytes += (packed_bytes(src[k]) + 63) & ~(size_t)63;
 	}
-	b->packed = aligned_alloc(64, b->packed_bytes);
+	b->packed = huge_map(b->packed_bytes);
 	if (!b->packed)
 		goto oom;
 	struct pack_job j = { b, src, dst, off };
@@ -416,13 +433,16 @@ oom:
 
 /* ---- create / destroy -------------------------------------------------- */
 
+
 static void cpu_destroy(struct backend *b)
 {
 	if (!b)
 		return;
 	pool_destroy(b->pool);
-	free(b->kcache);
-	free(b->vcache);
+	if (b->kcache)
+		munmap(b->kcache, b->kv_map_bytes);
+	if (b->vcache)
+		munmap(b->vcache, b->kv_map_bytes);
 	free(b->rope_cs);
 	free(b->x);
 	free(b->xb);
@@ -436,7 +456,8 @@ static void cpu_destroy(struct backend *b)
 	free(b->scores);
 	free(b->fetch_ptr);
 	free(b->pl);
-	free(b->packed);
+	if (b->packed)
+		munmap(b->packed, b->packed_bytes);
 	free(b->tok_seq);
 	free(b->tok_pos);
 	free(b->lrow_tok);
@@ -472,9 +493,9 @@ static struct backend *cpu_create(const struct backend_params *p, char *err, siz
 	}
 	b->layer_elems = (size_t)p->kv_blocks * b->n_kv * p->block_size * b->hd;
 	size_t kv_elems = b->layer_elems * mi->n_layers;
-	/* calloc of this size maps fresh zero pages: the pool costs RSS only as used */
-	b->kcache = calloc(kv_elems, sizeof(uint16_t));
-	b->vcache = calloc(kv_elems, sizeof(uint16_t));
+	b->kv_map_bytes = kv_elems * sizeof(uint16_t);
+	b->kcache = huge_map(b->kv_map_bytes);
+	b->vcache = huge_map(b->kv_map_bytes);
 	size_t T = p->max_tokens;
 	b->rope_cs = malloc(sizeof(float) * b->ctx * b->hd);
 	b->x = malloc(sizeof(float) * T * b->dim);

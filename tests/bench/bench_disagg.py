@@ -2,10 +2,14 @@
 """Disaggregated prefill and decode (docs/disaggregation.md), small preset:
 
 1. KV-transfer throughput against loopback TCP in the same run: a 1,500-token
-   prompt whose prefix the prefill worker has cached (so the transfer, not the
-   prefill, sets the pace), its kpi_infer_kv_transfer_seconds on the decode
-   worker, against one Python TCP stream moving the same bytes over loopback
-   in the same layer-sized writes; rounds alternate.
+   prompt whose prefix the prefill worker has cached (all but the last 12
+   positions, which it computes while the cached ones leave), its
+   kpi_infer_kv_transfer_seconds on the decode worker, against one Python TCP
+   stream moving the same bytes over loopback in the same layer-sized writes;
+   rounds alternate. CPU per GB from each thread's schedstat, split into the
+   two workers' I/O and engine threads. KPI_BENCH_AB=<another kpi-infer>
+   measures that build's workers beside this one's in every round (A/B in one
+   run); KPI_BENCH_PROMPT=1489 leaves one position to compute.
 2. The transfer's share of TTFT by prompt length, fresh prompts (no cache):
    the client's TTFT through the router, the transfer's span on the decode
    worker (first stream byte in to last) and, as root, its exposed part (the
@@ -91,21 +95,24 @@ def loopback_gbps(total, chunk, cpus=None):
     return total / res["s"] / 1e9
 
 
-def proc_cpu(pid):
-    """user + system seconds of a process so far."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def io_cpu(pid):
-    """user + system seconds of a process's main thread so far: kpi-infer's I/O
-    thread (HTTP, the KV stream's framing and checksum, its sockets); the rest
-    of the process is the engine (forward pass, KV copied out of and into the
-    paged cache)."""
-    with open(f"/proc/{pid}/task/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+def thread_cpu(pid):
+    """(I/O thread, the rest) CPU seconds of a process so far, from schedstat (ns,
+    where /proc/PID/stat counts 10 ms ticks: a transfer is a few ticks). The main
+    thread is kpi-infer's I/O thread (HTTP, the KV stream's framing and checksum,
+    its sockets); the rest is the engine (forward pass, KV copied out of and into
+    the paged cache)."""
+    io = rest = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                ns = int(f.read().split()[0])
+        except FileNotFoundError:  # a thread that just ended
+            continue
+        if int(tid) == pid:
+            io += ns
+        else:
+            rest += ns
+    return io / 1e9, rest / 1e9
 
 
 def self_cpu():
@@ -119,50 +126,88 @@ def transfer_seconds(d):
     return m["kpi_infer_kv_transfer_seconds_sum"], m["kpi_infer_kv_transfer_bytes_total"]
 
 
-def throughput(model, rounds):
+def one_transfer(p, d, prompt):
+    """One KV transfer of prompt (prefix cached) from p to d: (GB/s, CPU s per GB of both
+    workers, of their I/O threads, bytes)."""
+    s0, b0 = transfer_seconds(d)
+    t0 = thread_cpu(p.p.pid) + thread_cpu(d.p.pid)
+    dt.token_ids(d.port, prompt, 1, headers={"x-kpi-prefill": p.addr})
+    t1 = thread_cpu(p.p.pid) + thread_cpu(d.p.pid)
+    s1, b1 = transfer_seconds(d)
+    gb = (b1 - b0) / 1e9
+    # per GB: prefill I/O, prefill engine, decode I/O, decode engine
+    split = [(b - a) / gb for a, b in zip(t0, t1)]
+    return gb / (s1 - s0), sum(split), split[0] + split[2], int(b1 - b0), split
+
+
+def throughput(model, rounds, other=None, n_prompt=1500):
+    """other: another kpi-infer build (KPI_BENCH_AB), whose workers take their
+    turn in every round, on the same cores, first in every other round.
+    n_prompt (KPI_BENCH_PROMPT): the prompt's tokens; the prefill worker
+    computes those after its cached full blocks of 16, never fewer than one
+    (1,500: 12, which the transfer waits for; 1,489: 1)."""
     # one core each, as the TCP stream's two ends: the prefill worker's engine
     # thread paces the layers, so it gets a core of its own
     cpus = sorted(os.sched_getaffinity(0))[:2]
     pin = (lambda k: ["taskset", "-c", str(cpus[k])]) if len(cpus) == 2 else (lambda k: [])
-    p = dt.worker("prefill", "--threads", 1, model=model, shared=True, prefix=pin(0))
-    d = dt.worker("decode", "--threads", 1, model=model, shared=True, prefix=pin(1))
+    builds = {"": st.KPI_INFER}
+    if other:
+        builds["other_"] = other
+    pairs = {}
+    for name, binary in builds.items():
+        st.KPI_INFER, this = binary, st.KPI_INFER
+        pairs[name] = (dt.worker("prefill", "--threads", 1, model=model, shared=True, prefix=pin(0)),
+                       dt.worker("decode", "--threads", 1, model=model, shared=True, prefix=pin(1)))
+        st.KPI_INFER = this
     rng = random.Random(1)
-    prompt = dt.random_prompt(rng, 1500)
-    dt.token_ids(d.port, prompt, 1, headers={"x-kpi-prefill": p.addr})  # cached from here on
-    kv, tcp, kv_cpu, tcp_cpu, kv_io_cpu = [], [], [], [], []
-    layer = 1500 * 2 * 768 * 2
+    prompt = dt.random_prompt(rng, n_prompt)
+    for p, d in pairs.values():
+        dt.token_ids(d.port, prompt, 1, headers={"x-kpi-prefill": p.addr})  # cached from here on
+    got = {name: dict(kv=[], cpu=[], io=[], split=[]) for name in pairs}
+    tcp, tcp_cpu = [], []
+    layer = n_prompt * 2 * 768 * 2
     for r in range(rounds):
-        s0, b0 = transfer_seconds(d)
-        c0 = proc_cpu(p.p.pid) + proc_cpu(d.p.pid)
-        i0 = io_cpu(p.p.pid) + io_cpu(d.p.pid)
-        dt.token_ids(d.port, prompt, 1, headers={"x-kpi-prefill": p.addr})
-        c1 = proc_cpu(p.p.pid) + proc_cpu(d.p.pid)
-        i1 = io_cpu(p.p.pid) + io_cpu(d.p.pid)
-        s1, b1 = transfer_seconds(d)
-        kv.append((b1 - b0) / (s1 - s0) / 1e9)
-        kv_cpu.append((c1 - c0) / ((b1 - b0) / 1e9))
-        kv_io_cpu.append((i1 - i0) / ((b1 - b0) / 1e9))
+        order = list(pairs) if r % 2 == 0 else list(pairs)[::-1]
+        for name in order:
+            gbps, cpu, io, nbytes, split = one_transfer(*pairs[name], prompt)
+            got[name]["split"].append(split)
+            got[name]["kv"].append(gbps)
+            got[name]["cpu"].append(cpu)
+            got[name]["io"].append(io)
         c0 = self_cpu()
-        tcp.append(loopback_gbps(int(b1 - b0), layer, cpus if len(cpus) == 2 else None))
-        tcp_cpu.append((self_cpu() - c0) / ((b1 - b0) / 1e9))
-        print(f"throughput round {r + 1}/{rounds}: KV {kv[-1]:.2f} GB/s, loopback {tcp[-1]:.2f} GB/s",
-              file=sys.stderr)
-    hits = p.metrics()["vllm:prefix_cache_hits_total"]
-    p.stop()
-    d.stop()
-    share = [a / b for a, b in zip(kv, tcp)]
-    return dict(kv_bytes=int(b1 - b0), kv_gbps=agg(kv), loopback_gbps=agg(tcp),
-                share_of_loopback=agg(share), prefix_hit_tokens=hits,
-                # CPU seconds per GB moved, both processes (the KV request's decode
-                # step and HTTP included) against both ends of the TCP stream: what
-                # the transfer costs, whatever else the machine runs
-                kv_cpu_s_per_gb=agg(kv_cpu), loopback_cpu_s_per_gb=agg(tcp_cpu),
-                # of which the two I/O threads (HTTP, framing, checksum, sockets); the
-                # rest is the engine threads: the prefill of the positions the cache
-                # did not hold, the KV copied out of the prefill's cache and into the
-                # decode worker's
-                kv_io_cpu_s_per_gb=agg(kv_io_cpu),
-                loadavg=os.getloadavg())
+        tcp.append(loopback_gbps(nbytes, layer, cpus if len(cpus) == 2 else None))
+        tcp_cpu.append((self_cpu() - c0) / (nbytes / 1e9))
+        print(f"throughput round {r + 1}/{rounds}: KV " +
+              ", ".join(f"{name or 'this'} {got[name]['kv'][-1]:.2f}" for name in pairs) +
+              f" GB/s, loopback {tcp[-1]:.2f} GB/s", file=sys.stderr)
+    hits = pairs[""][0].metrics()["vllm:prefix_cache_hits_total"]
+    for p, d in pairs.values():
+        p.stop()
+        d.stop()
+    out = dict(prompt_tokens=n_prompt, kv_bytes=nbytes, loopback_gbps=agg(tcp), prefix_hit_tokens=hits,
+               loopback_cpu_s_per_gb=agg(tcp_cpu), loadavg=os.getloadavg())
+    for name, g in got.items():
+        out.update({
+            f"{name}kv_gbps": agg(g["kv"]),
+            f"{name}share_of_loopback": agg([a / b for a, b in zip(g["kv"], tcp)]),
+            # CPU seconds per GB moved, both processes (the KV request's decode
+            # step and HTTP included) against both ends of the TCP stream: what
+            # the transfer costs, whatever else the machine runs
+            f"{name}kv_cpu_s_per_gb": agg(g["cpu"]),
+            # of which the two I/O threads (HTTP, framing, checksum, sockets); the
+            # rest is the engine threads: the prefill of the positions the cache
+            # did not hold, the KV copied out of the prefill's cache and into the
+            # decode worker's
+            f"{name}kv_io_cpu_s_per_gb": agg(g["io"]),
+            # the four threads apart, s per GB
+            f"{name}kv_cpu_split_s_per_gb": {
+                k: agg([x[i] for x in g["split"]]) for i, k in
+                enumerate(("prefill_io", "prefill_engine", "decode_io", "decode_engine"))}})
+    if other:
+        out["other_build"] = other
+        out["this_over_other_gbps"] = agg([a / b for a, b in zip(got[""]["kv"], got["other_"]["kv"])])
+        out["this_over_other_cpu"] = agg([a / b for a, b in zip(got[""]["cpu"], got["other_"]["cpu"])])
+    return out
 
 
 # ---- 2. share of TTFT -----------------------------------------------------------------
@@ -354,8 +399,10 @@ def main():
     part = os.environ.get("KPI_BENCH_PART", "")  # one part alone, while working on it
     if part in ("", "throughput"):
         # KPI_BENCH_ROUNDS: more alternating rounds where the machine is noisy
+        # KPI_BENCH_AB: another kpi-infer build measured beside this one, round by round
         doc["throughput"] = throughput(model, int(os.environ.get("KPI_BENCH_ROUNDS", 0)) or
-                                       (3 if a.quick else 6))
+                                       (3 if a.quick else 6), os.environ.get("KPI_BENCH_AB"),
+                                       int(os.environ.get("KPI_BENCH_PROMPT", 0)) or 1500)
     if part in ("", "share"):
         doc["ttft_share"] = ttft_share(model, lengths, rounds, tmp)
     if part in ("", "interference"):
@@ -370,8 +417,8 @@ def main():
     t = doc["throughput"]
     print("## Disaggregated prefill and decode (bench_disagg.py)\n")
     print(f"Small preset. Medians over alternating rounds (min-max).\n")
-    print(f"**KV-transfer throughput**: {t['kv_bytes'] / 1e6:.1f} MB (1,500 tokens, prefix cached on "
-          f"the prefill worker): {cell(t['kv_gbps'])} GB/s against one loopback TCP stream's "
+    print(f"**KV-transfer throughput**: {t['kv_bytes'] / 1e6:.1f} MB ({t['prompt_tokens']} tokens, "
+          f"prefix cached on the prefill worker): {cell(t['kv_gbps'])} GB/s against one loopback TCP stream's "
           f"{cell(t['loopback_gbps'])} GB/s: **{cell(t['share_of_loopback'])}** "
           f"of loopback (target >= 0.50). CPU per GB moved: {cell(t['kv_cpu_s_per_gb'])} s "
           f"(prefill + decode worker; their I/O threads {cell(t['kv_io_cpu_s_per_gb'])} s, the rest "
