@@ -29,6 +29,9 @@
  * last chunk and the next prompt's first shared its budget. */
 #define SPLIT_FULL_MIN 0.85
 #define SPLIT_FULL_MAX 1.2
+/* A step this many decode steps long that gave no first token ran a chunk of
+ * a prompt, whatever the window shows of the full chunk step. */
+#define SPLIT_CHUNK_MIN 3.0
 /* A full chunk step seen is taken for the windows this soon after that show none. */
 #define SPLIT_FULL_KEEP_NS (10ULL * 1000000000ULL)
 /* Steps this close to the longest of the window's were capped by its budget. */
@@ -606,7 +609,7 @@ static int64_t chunk_step(struct scratch *sc, const struct window *w, int64_t ba
 			open = d > open ? d : open;
 		}
 	}
-	*whole = n && (double)closed > SPLIT_FULL_MAX * (double)open;
+	*whole = closed && (!n || (double)closed > SPLIT_FULL_MAX * (double)open);
 	if (n >= 2) {
 		int64_t lo = (int64_t)pct_select_i64(sc->v, n, 25), hi = (int64_t)pct_select_i64(sc->v, n, 75);
 		if ((double)hi <= SPLIT_FULL_MAX * (double)lo)
@@ -776,7 +779,7 @@ static void analyse(struct split_infer *s, struct proc *p, struct stream *x)
 		double d = (double)(sc->cl[i].first - sc->cl[i - 1].first);
 		bool full_size = full && d >= SPLIT_FULL_MIN * (double)full;
 		if (closed_by_other(sc, &w, x, i)) {
-			if (!full_size || d > SPLIT_FULL_MAX * (double)full) {
+			if (full ? !full_size || d > SPLIT_FULL_MAX * (double)full : whole) {
 				t0 = i;
 				break;
 			}
@@ -792,13 +795,16 @@ static void analyse(struct split_infer *s, struct proc *p, struct stream *x)
 		/* lengthened, no first token in it, and no full chunk step to
 		 * hold it to: x's own chunk, or a decode step the machine
 		 * lengthened (a server's loop that overran its step); the
-		 * latter where the window shows prompts taken whole */
+		 * latter where the window shows prompts taken whole, the former
+		 * where it is SPLIT_CHUNK_MIN decode steps long (a chunk of any
+		 * budget worth the name; chunk steps whose length varies with
+		 * the decodes beside them and the context show no full one) */
 		if (!full && whole) {
 			t0 = i;
 			waited = true;
 			break;
 		}
-		if (!full) {
+		if (!full && base && d < SPLIT_CHUNK_MIN * (double)base) {
 			x->why = SPLIT_D_CHUNKS;
 			return;
 		}
