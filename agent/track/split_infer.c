@@ -20,8 +20,22 @@
 /* The percentile of the gaps between steps (and between a stream's writes)
  * taken for a decode step: low, since many steps may carry prompts. */
 #define SPLIT_SHORT_PCT 10
+/* The percentile of the steps that finished no prompt taken for a decode step
+ * where every step had a prompt pending (middle chunks among them). */
+#define SPLIT_DECODE_PCT 25
 /* A step this much longer than the short steps around it carried prompt work. */
 #define SPLIT_LENGTHENED 1.25
+/* A step this close to the window's full chunk steps was full: a prompt's
+ * last chunk and the next prompt's first shared its budget. */
+#define SPLIT_FULL_MIN 0.85
+#define SPLIT_FULL_MAX 1.2
+/* A step this many decode steps long that gave no first token ran a chunk of
+ * a prompt, whatever the window shows of the full chunk step. */
+#define SPLIT_CHUNK_MIN 3.0
+/* A full chunk step seen is taken for the windows this soon after that show none. */
+#define SPLIT_FULL_KEEP_NS (10ULL * 1000000000ULL)
+/* Steps this close to the longest of the window's were capped by its budget. */
+#define SPLIT_FULL_TOP 0.92
 /* The step of a prompt is no shorter than this share of a decode step. */
 #define SPLIT_STEP_MIN 0.75
 /* Events carrying this many tokens each on average are speculative decoding
@@ -72,6 +86,11 @@ struct proc {
 	size_t n_ev, cap_ev;
 	struct held *held;
 	size_t n_held, cap_held;
+	/* the full chunk step last seen (chunk_step), and the first token of
+	 * the request whose window showed it: a server's budget outlives one
+	 * window that happens to hold no long prompt */
+	int64_t full;
+	uint64_t full_at;
 };
 
 struct cluster {
@@ -168,7 +187,8 @@ const struct split_stats *split_infer_stats(const struct split_infer *s)
 
 const char *split_rule_name(enum split_rule r)
 {
-	static const char *const names[SPLIT_RULE__COUNT] = { NULL, "idle", "step", "chunked" };
+	static const char *const names[SPLIT_RULE__COUNT] = { NULL, "idle", "step", "chunked",
+								 "shared" };
 	return r >= 0 && r < SPLIT_RULE__COUNT ? names[r] : NULL;
 }
 
@@ -176,24 +196,26 @@ const char *split_decline_name(enum split_decline d)
 {
 	static const char *const names[SPLIT_D__COUNT] = {
 		"no_read", "buffered", "multi_token", "few_writes", "pace", "participation",
-		"spread", "unseen", "wait", "too_long",
+		"spread", "unseen", "wait", "too_long", "chunks",
 	};
 	return d >= 0 && d < SPLIT_D__COUNT ? names[d] : "unknown";
 }
 
 void split_infer_summary(const struct split_stats *st, char *buf, size_t len)
 {
-	uint64_t inferred = st->rules[SPLIT_IDLE] + st->rules[SPLIT_STEP] + st->rules[SPLIT_CHUNKED];
+	uint64_t inferred = st->rules[SPLIT_IDLE] + st->rules[SPLIT_STEP] + st->rules[SPLIT_CHUNKED] +
+			    st->rules[SPLIT_SHARED];
 	size_t n;
 
 	buf[0] = 0;
 	if (!inferred && !st->rules[SPLIT_NONE])
 		return;
 	n = (size_t)snprintf(buf, len, "split: %llu streamed requests of HTTP-mode targets, %llu "
-			     "inferred (%llu idle, %llu step, %llu chunked), %llu declined",
+			     "inferred (%llu idle, %llu step, %llu shared, %llu chunked), %llu declined",
 			     (unsigned long long)(inferred + st->rules[SPLIT_NONE]),
 			     (unsigned long long)inferred, (unsigned long long)st->rules[SPLIT_IDLE],
 			     (unsigned long long)st->rules[SPLIT_STEP],
+			     (unsigned long long)st->rules[SPLIT_SHARED],
 			     (unsigned long long)st->rules[SPLIT_CHUNKED],
 			     (unsigned long long)st->rules[SPLIT_NONE]);
 	const char *sep = " (";
@@ -505,9 +527,25 @@ static bool pending_through(const struct scratch *sc, uint64_t from, uint64_t to
 	return false;
 }
 
+/* Whether a stream other than x got its first token in step i: the step ran
+ * that stream's prompt (its last chunk), x == NULL: any stream's. */
+static bool closed_by_other(const struct scratch *sc, const struct window *w,
+			    const struct stream *x, int i)
+{
+	for (int l = 0; l < w->n_loc; l++)
+		if (sc->loc[l] != x && sc->loc[l]->first_cl == i)
+			return true;
+	return false;
+}
+
 /* A decode step around x: the median length of the window's steps during
- * which no request's prompt was pending (nothing but decodes to run); 0 when
- * every step of the window may have carried a prompt. */
+ * which no request's prompt was pending (nothing but decodes to run). Where
+ * none was (a queue that never empties: requests waiting for a slot have a
+ * prompt pending through every step), a low percentile of the steps that
+ * gave no stream its first token (they finished no prompt: in an engine that
+ * runs prompts whole, decodes alone), where it is shorter than nearly all
+ * the steps that did (the SPLIT_SHORT_PCT percentile: an engine chunking
+ * prompts through every step has no decode step to see); else 0. */
 static int64_t decode_step(struct scratch *sc, const struct proc *p, const struct window *w)
 {
 	size_t n = 0;
@@ -515,11 +553,79 @@ static int64_t decode_step(struct scratch *sc, const struct proc *p, const struc
 	if (!w->n_cl)
 		return 0;
 	pending_fill(sc, p, sc->cl[0].first, sc->cl[w->n_cl - 1].first);
-	FIT(sc, v, (size_t)w->n_cl);
+	FIT(sc, v, 2 * (size_t)w->n_cl);
 	for (int i = 1; i < w->n_cl; i++)
 		if (!pending_through(sc, sc->cl[i - 1].first, sc->cl[i].first))
 			sc->v[n++] = (int64_t)(sc->cl[i].first - sc->cl[i - 1].first);
-	return median(sc->v, n);
+	if (n)
+		return median(sc->v, n);
+	size_t c = 0;
+	int64_t *closed = sc->v + w->n_cl;
+	for (int i = 1; i < w->n_cl; i++) {
+		int64_t d = (int64_t)(sc->cl[i].first - sc->cl[i - 1].first);
+		if (closed_by_other(sc, w, NULL, i))
+			closed[c++] = d;
+		else
+			sc->v[n++] = d;
+	}
+	if (n < 3 || !c)
+		return 0;
+	int64_t dec = (int64_t)pct_select_i64(sc->v, n, SPLIT_DECODE_PCT);
+	return dec < (int64_t)pct_select_i64(closed, c, SPLIT_SHORT_PCT) ? dec : 0;
+}
+
+/* A full chunk step of the window, 0 where it shows no sign of an engine that
+ * chunks prompts: the median length of its lengthened steps that gave no
+ * stream a first token (the middle chunks of long prompts, each filling the
+ * step's budget), where at least 2 lie within SPLIT_FULL_MAX of each other;
+ * else the steps the budget capped: at least 3 lengthened steps within
+ * SPLIT_FULL_TOP of the longest (prompts taken whole make steps as long as
+ * each prompt, rarely several alike at the top). None where a step that
+ * gave a first token ran longer than SPLIT_FULL_MAX of it: decode steps the
+ * machine lengthened alike do not make an engine that chunks. *whole: such
+ * a step ran longer than SPLIT_FULL_MAX of every lengthened step that gave
+ * none (those cannot be full chunks: the engine took that prompt whole, and
+ * they are steps the machine lengthened). */
+static int64_t chunk_step(struct scratch *sc, const struct window *w, int64_t base, bool *whole)
+{
+	size_t n = 0, m = 0;
+	int64_t top = 0, closed = 0, open = 0, full = 0;
+
+	*whole = false;
+	if (!base)
+		return 0;
+	FIT(sc, v, 2 * (size_t)w->n_cl);
+	int64_t *all = sc->v + w->n_cl;
+	for (int i = 1; i < w->n_cl; i++) {
+		int64_t d = (int64_t)(sc->cl[i].first - sc->cl[i - 1].first);
+		if ((double)d <= SPLIT_LENGTHENED * (double)base)
+			continue;
+		all[m++] = d;
+		top = d > top ? d : top;
+		if (closed_by_other(sc, w, NULL, i)) {
+			closed = d > closed ? d : closed;
+		} else {
+			sc->v[n++] = d;
+			open = d > open ? d : open;
+		}
+	}
+	*whole = closed && (!n || (double)closed > SPLIT_FULL_MAX * (double)open);
+	if (n >= 2) {
+		int64_t lo = (int64_t)pct_select_i64(sc->v, n, 25), hi = (int64_t)pct_select_i64(sc->v, n, 75);
+		if ((double)hi <= SPLIT_FULL_MAX * (double)lo)
+			full = median(sc->v, n);
+	}
+	if (!full) {
+		n = 0;
+		for (size_t i = 0; i < m; i++)
+			if ((double)all[i] >= SPLIT_FULL_TOP * (double)top)
+				sc->v[n++] = all[i];
+		full = n >= 3 ? median(sc->v, n) : 0;
+	}
+	/* a prompt's last chunk is no longer than a full step: a step that
+	 * finished one and ran longer shows prompts taken whole (the "full"
+	 * steps were decode steps the machine lengthened) */
+	return (double)closed > SPLIT_FULL_MAX * (double)full ? 0 : full;
 }
 
 /* Whether a stream other than x was decoding when x was read: it wrote
@@ -652,15 +758,57 @@ static void analyse(struct split_infer *s, struct proc *p, struct stream *x)
 			return;
 		}
 	}
-	/* from there on x's prompt runs in every step up to F; a step in between
-	 * no longer than a decode step ran none of it: x started after it */
+	/* from there on x's prompt runs in every step up to F. A step in between
+	 * no longer than a decode step ran none of it: x started after it. A
+	 * lengthened step that gave another stream its first token was that
+	 * stream's prompt (its last chunk), not x's: x started after it too,
+	 * unless the step was as long as the full chunk steps of the window, its
+	 * budget filled by x's first chunk (an engine that chunks prompts) */
 	int64_t base = decode_step(sc, p, &w);
+	bool whole;
+	int64_t full = chunk_step(sc, &w, base, &whole);
+	if (full) {
+		p->full = full;
+		p->full_at = f;
+	} else if (!whole && p->full && f > p->full_at && f - p->full_at <= SPLIT_FULL_KEEP_NS) {
+		full = p->full;
+	}
 	int t0 = from;
-	for (int i = k - 1; i > from && i > 0 && base; i--)
-		if ((double)(sc->cl[i].first - sc->cl[i - 1].first) <= SPLIT_LENGTHENED * (double)base) {
+	bool waited = false;
+	for (int i = k - 1; i > from && i > 0; i--) {
+		double d = (double)(sc->cl[i].first - sc->cl[i - 1].first);
+		bool full_size = full && d >= SPLIT_FULL_MIN * (double)full;
+		if (closed_by_other(sc, &w, x, i)) {
+			if (full ? !full_size || d > SPLIT_FULL_MAX * (double)full : whole) {
+				t0 = i;
+				break;
+			}
+			continue;
+		}
+		/* x's chunks before its last fill the step's budget: a step
+		 * shorter than a full one where the engine chunks ran none */
+		if ((base && d <= SPLIT_LENGTHENED * (double)base) || (full && !full_size)) {
 			t0 = i;
+			waited = true;
 			break;
 		}
+		/* lengthened, no first token in it, and no full chunk step to
+		 * hold it to: x's own chunk, or a decode step the machine
+		 * lengthened (a server's loop that overran its step); the
+		 * latter where the window shows prompts taken whole, the former
+		 * where it is SPLIT_CHUNK_MIN decode steps long (a chunk of any
+		 * budget worth the name; chunk steps whose length varies with
+		 * the decodes beside them and the context show no full one) */
+		if (!full && whole) {
+			t0 = i;
+			waited = true;
+			break;
+		}
+		if (!full && base && d < SPLIT_CHUNK_MIN * (double)base) {
+			x->why = SPLIT_D_CHUNKS;
+			return;
+		}
+	}
 	for (int i = t0 > 0 ? t0 - 1 : 0; i <= k; i++)
 		if (!cluster_ok(sc, &w, i)) {
 			x->why = SPLIT_D_SPREAD;
@@ -669,7 +817,7 @@ static void analyse(struct split_infer *s, struct proc *p, struct stream *x)
 	/* a work-conserving engine with a free slot starts x's prompt at the
 	 * first step it can: x waited through a step that ran no prompt only for
 	 * a slot, which a stream that ended there freed */
-	if (t0 > from && !slot_freed(sc, &w, x, from, t0)) {
+	if (waited && !slot_freed(sc, &w, x, from, t0)) {
 		x->why = SPLIT_D_WAIT;
 		return;
 	}
@@ -680,7 +828,9 @@ static void analyse(struct split_infer *s, struct proc *p, struct stream *x)
 		x->why = SPLIT_D_SPREAD;
 		return;
 	}
-	x->rule = t0 >= k - 1 ? SPLIT_STEP : SPLIT_CHUNKED;
+	/* a step that gave several streams their first token ran their prompts
+	 * together: each one's prefill is that whole step, as the engine ran it */
+	x->rule = t0 < k - 1 ? SPLIT_CHUNKED : closed_by_other(sc, &w, x, k) ? SPLIT_SHARED : SPLIT_STEP;
 	x->t_sched = t0 >= 0 && sc->cl[t0].first > a ? sc->cl[t0].first : a;
 	x->t_first_est = sc->cl[k].first > x->t_sched ? sc->cl[k].first : x->t_sched;
 	x->step = (uint64_t)(base ? base : step);

@@ -33,6 +33,8 @@ enum split_rule {
 	SPLIT_IDLE,             /* nothing else in flight: queue 0 */
 	SPLIT_STEP,             /* one step, found from the other streams' writes */
 	SPLIT_CHUNKED,          /* several lengthened steps (chunked prefill) */
+	SPLIT_SHARED,           /* one step that gave other streams their first
+				 * token too: their prompts ran together in it */
 	SPLIT_RULE__COUNT
 };
 
@@ -54,6 +56,10 @@ enum split_decline {
 				 * slot freed: another engine, or a scheduler that
 				 * does not start a prompt when it can */
 	SPLIT_D_TOO_LONG,       /* its wait for the first token is beyond SPLIT_MAX_WAIT_NS */
+	SPLIT_D_CHUNKS,         /* a lengthened step before its first token's gave no
+				 * stream a first token, and the window shows no full
+				 * chunk step: its own chunk, or a step the machine
+				 * lengthened, cannot be told */
 	SPLIT_D__COUNT
 };
 
@@ -94,7 +100,7 @@ void split_infer_forget_pid(struct split_infer *s, uint32_t pid,
 
 const struct split_stats *split_infer_stats(const struct split_infer *s);
 /* The exit line: "split: N streamed requests of HTTP-mode targets, M inferred
- * (a idle, b step, c chunked), K declined (x spread, ...)"; "" when none. */
+ * (a idle, b step, c shared, d chunked), K declined (x spread, ...)"; "" when none. */
 void split_infer_summary(const struct split_stats *st, char *buf, size_t len);
 const char *split_rule_name(enum split_rule r);          /* NULL for SPLIT_NONE */
 const char *split_decline_name(enum split_decline d);

@@ -103,46 +103,58 @@ class Engine(threading.Thread):
         return batch
 
     def run(self):
-        cfg = self.cfg
         while True:
             self._take_incoming()
             batch = self._schedule()
             if not batch:
                 continue
-            n_dec = sum(1 for _, n in batch if n == 0)
-            n_pre = sum(n for _, n in batch)
             t0 = now()
-            time.sleep((cfg.step_us + cfg.decode_us * n_dec + cfg.prefill_us * n_pre) / 1e6)
+            time.sleep(self._step_s(batch))
             t1 = now()
-            emitted, done = [], []
-            for r, n in batch:
-                if n:
-                    if r.t_sched is None:
-                        r.t_sched = t0
-                    r.prefill_steps += 1
-                    r.prefilled += n
-                    if r.prefilled < r.prompt_tokens:
-                        continue                    # more chunks to come: no token yet
-                    r.t_first = t1
-                    k = 1
-                else:
-                    k = self.rnd.randint(1, cfg.spec) if cfg.spec > 1 else 1
-                k = min(k, r.max_tokens - r.n_out)
-                r.n_out += k
-                r.t_last = t1
-                r.emits.append(t1)
-                last = r.n_out >= r.max_tokens
-                emitted.append((r, k, last))
-                if last:
-                    done.append(r)
-            for r in done:
-                self.running.remove(r)
-                self._log_req(r)
-            self._log({"kind": "step", "replica": self.replica, "t0": t0, "t1": t1,
-                       "prefill_tokens": n_pre, "decode_seqs": n_dec,
-                       "prefill": [r.rid for r, n in batch if n]})
             # every stream's token of this step is handed to the writers at once
-            self.loop.call_soon_threadsafe(_emit_all, emitted)
+            self.loop.call_soon_threadsafe(_emit_all, self._step_done(batch, t0, t1))
+
+    def _step_s(self, batch):
+        """How long the step of batch takes: a fixed part, each decode, each
+        prefill token."""
+        cfg = self.cfg
+        n_dec = sum(1 for _, n in batch if n == 0)
+        n_pre = sum(n for _, n in batch)
+        return (cfg.step_us + cfg.decode_us * n_dec + cfg.prefill_us * n_pre) / 1e6
+
+    def _step_done(self, batch, t0, t1):
+        """The step [t0, t1] of batch ran: its marks, its log line, the
+        [(request, tokens, last)] it gives."""
+        cfg = self.cfg
+        emitted, done = [], []
+        for r, n in batch:
+            if n:
+                if r.t_sched is None:
+                    r.t_sched = t0
+                r.prefill_steps += 1
+                r.prefilled += n
+                if r.prefilled < r.prompt_tokens:
+                    continue                    # more chunks to come: no token yet
+                r.t_first = t1
+                k = 1
+            else:
+                k = self.rnd.randint(1, cfg.spec) if cfg.spec > 1 else 1
+            k = min(k, r.max_tokens - r.n_out)
+            r.n_out += k
+            r.t_last = t1
+            r.emits.append(t1)
+            last = r.n_out >= r.max_tokens
+            emitted.append((r, k, last))
+            if last:
+                done.append(r)
+        for r in done:
+            self.running.remove(r)
+            self._log_req(r)
+        self._log({"kind": "step", "replica": self.replica, "t0": t0, "t1": t1,
+                   "prefill_tokens": sum(n for _, n in batch),
+                   "decode_seqs": sum(1 for _, n in batch if n == 0),
+                   "prefill": [r.rid for r, n in batch if n]})
+        return emitted
 
     def _log_req(self, r):
         self._log({"kind": "req", "id": r.rid, "replica": self.replica, "t_read": r.t_read,
@@ -302,11 +314,14 @@ def main():
     ap.add_argument("--buffer-ms", type=float, default=0)
     ap.add_argument("--replicas", type=int, default=1)
     ap.add_argument("--spec", type=int, default=1)
-    cfg = ap.parse_args()
-    log = open(cfg.log, "w", buffering=1)
-    srv = Server(cfg, log)
+    serve(Server, ap.parse_args())
 
-    async def serve():
+
+def serve(server_cls, cfg):
+    """Serves cfg.port with a server_cls logging to cfg.log, until interrupted."""
+    srv = server_cls(cfg, open(cfg.log, "w", buffering=1))
+
+    async def run():
         srv.start_engines(asyncio.get_running_loop())
         s = await asyncio.start_server(srv.handle, "127.0.0.1", cfg.port, backlog=256)
         print(f"listening on {cfg.port}", flush=True)
@@ -314,7 +329,7 @@ def main():
             await s.serve_forever()
 
     try:
-        asyncio.run(serve())
+        asyncio.run(run())
     except KeyboardInterrupt:
         pass
 

@@ -20,14 +20,15 @@ def prompt_lengths(n, seed=1, lo=1, hi=1500):
 
 
 def closed_loop(port, concurrency, n, tmp, endpoint="completions", seed=1, max_tokens="uniform:16:48",
-                longest=1500):
+                longest=1500, shortest=1):
     """n streamed requests from kpi-bench keeping `concurrency` in flight (closed
     loop, keep-alive), prompts of 1 to `longest` tokens (log-uniform, in bytes: the
-    byte tokenizer of the tiny model and of batch_server.py), --ignore-eos.
+    byte tokenizer of the tiny model and of batch_server.py; `shortest` to
+    `longest`), --ignore-eos.
     Returns kpi-bench's CSV rows (request_id the server's x-request-id)."""
     lens = os.path.join(tmp, f"prompt-lens-{seed}.txt")
     with open(lens, "w") as f:
-        f.write("\n".join(map(str, prompt_lengths(max(n, 100), seed, hi=longest))) + "\n")
+        f.write("\n".join(map(str, prompt_lengths(max(n, 100), seed, lo=shortest, hi=longest))) + "\n")
     csv_path = os.path.join(tmp, f"bench-{port}-{concurrency}-{seed}.csv")
     p = benchtest.kpi_bench("--url", f"http://127.0.0.1:{port}", "--endpoint", endpoint,
                             "--concurrency", concurrency, "--requests", n,
@@ -149,10 +150,10 @@ def http_rows(db):
 def errors(rows, truth, split_of):
     """Compares split_of(row) -> (queue, prefill, rule) or None with the truth
     of the same request.  Returns a dict: n (rows with a truth), inferred,
-    share, per rule counts, queue and prefill |error| p50/p90/max in ms, and
+    share, per rule counts, queue and prefill |error| p50/p90/max in ms,
     within (the share of inferred rows whose prefill is within max(20%, 2 ms)
-    of the truth)."""
-    n, rules, qe, pe, within, detail = 0, {}, [], [], 0, []
+    of the truth) and within_queue (likewise their queue)."""
+    n, rules, qe, pe, within, within_q, detail = 0, {}, [], [], 0, 0, []
     for r in rows:
         t = truth.get(r["request_id"])
         if not t:
@@ -167,6 +168,7 @@ def errors(rows, truth, split_of):
         qe.append(abs(q - tq))
         pe.append(abs(p - tp))
         within += abs(p - tp) <= max(0.2 * tp, 2e6)
+        within_q += abs(q - tq) <= max(0.2 * tq, 2e6)
         detail.append((r["request_id"], rule, q, p, tq, tp))
     k = len(pe)
 
@@ -175,7 +177,8 @@ def errors(rows, truth, split_of):
                 "max": round(max(v) / 1e6, 3) if v else 0}
     return {"n": n, "inferred": k, "share": round(k / n, 3) if n else 0, "rules": rules,
             "queue_ms": ms(qe), "prefill_ms": ms(pe),
-            "within": round(within / k, 3) if k else 0, "detail": detail}
+            "within": round(within / k, 3) if k else 0,
+            "within_queue": round(within_q / k, 3) if k else 0, "detail": detail}
 
 
 def stored_split(r):
@@ -213,10 +216,12 @@ def _stop(agent):
     return _split_line(agent)
 
 
-def run_kpi(tmp, concurrency, n, chunked, preset="tiny"):
+def run_kpi(tmp, concurrency, n, chunked, preset="tiny", longest=1500, shortest=1,
+            max_tokens="uniform:16:48"):
     """kpi-infer (--threads 1, nice -20: the reference ahead of the load for
     the CPU) traced at once by a USDT agent (the truth) and an --http-only one.
-    chunked: a 256-token budget a step, else one no prompt fills (32768)."""
+    chunked: a 256-token budget a step, else one no prompt fills (32768).
+    Prompts of shortest to longest tokens, max_tokens kpi-bench's."""
     import benchtest as bt, kpitest, servertest
     model = servertest.tiny_model() if preset == "tiny" else bt.preset_model(preset)
     port = kpitest.free_port()
@@ -227,7 +232,7 @@ def run_kpi(tmp, concurrency, n, chunked, preset="tiny"):
     truth_db, http_db = os.path.join(tmp, "truth.db"), os.path.join(tmp, "http.db")
     truth_agent = at.start_agent(truth_db, "--flush-ms", 200, "--token-detail", pid=daemon.pid)
     http_agent = _http_agent(http_db, pid=daemon.pid)
-    closed_loop(port, concurrency, n, tmp)
+    closed_loop(port, concurrency, n, tmp, longest=longest, shortest=shortest, max_tokens=max_tokens)
     _stop(truth_agent)
     said = _stop(http_agent)
     daemon.stop()
@@ -235,19 +240,21 @@ def run_kpi(tmp, concurrency, n, chunked, preset="tiny"):
     return measure(http_db, truth, assumptions_met(lags_usdt(truth_db), truth), said, concurrency)
 
 
-def run_batch(tmp, concurrency, n, *server_args):
-    """tests/lib/batch_server.py (nice -20) traced by an --http-only agent; its
-    log is the truth."""
+def run_batch(tmp, concurrency, n, *server_args, script="batch_server.py", longest=1500,
+              shortest=1):
+    """tests/lib/batch_server.py, or another stand-in that logs as it does
+    (script: vllm_server.py), at nice -20, traced by an --http-only agent; its
+    log is the truth.  Prompts of shortest to longest tokens."""
     import kpitest, sys
     port, log = kpitest.free_port(), os.path.join(tmp, "server.log")
     srv = kpitest.Proc(["nice", "-n", "-20", sys.executable,
-                        os.path.join(kpitest.ROOT, "tests", "lib", "batch_server.py"), str(port), log,
+                        os.path.join(kpitest.ROOT, "tests", "lib", script), str(port), log,
                         *map(str, server_args)])
     srv.wait_line("listening on", timeout=60)
     http_db = os.path.join(tmp, "http.db")
     agent = at.start_agent(http_db, "--flush-ms", 200, "--token-detail", "--port", port, wait=False)
     agent.wait_line(f"attached to pid {srv.pid}", timeout=60)
-    closed_loop(port, concurrency, n, tmp, endpoint="chat")
+    closed_loop(port, concurrency, n, tmp, endpoint="chat", longest=longest, shortest=shortest)
     said = _stop(agent)
     srv.stop()
     truth = truth_from_log(log)

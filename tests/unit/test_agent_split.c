@@ -32,6 +32,8 @@ struct sim {
 	int64_t chunk_ns;               /* prefill work a step takes at most (0: whole prompts) */
 	int64_t write_gap;              /* between the writes of one step, stream after stream */
 	int n_replicas;                 /* engines, requests dealt round robin */
+	int max_run;                    /* sequences running at most (0: no cap); the
+					 * others wait, first come first served */
 	struct sim_req *r;
 	int n;
 };
@@ -59,10 +61,13 @@ static void sim_run_engine(struct sim *s, int rep)
 		if (!busy && next > t)
 			t = next;
 		int64_t t0 = t, work = 0, budget = s->chunk_ns ? s->chunk_ns : INT64_MAX;
-		int in_step[64], n_in = 0;
+		int in_step[64], n_in = 0, running = 0;
+		for (int i = rep; i < s->n; i += s->n_replicas)
+			running += s->r[i].admitted && !s->r[i].done;
 		for (int i = rep; i < s->n; i += s->n_replicas) {
 			struct sim_req *q = &s->r[i];
-			if (!q->admitted && q->read <= t0) {
+			if (!q->admitted && q->read <= t0 && (!s->max_run || running < s->max_run)) {
+				running++;
 				q->admitted = true;
 				q->left = q->prompt;
 			}
@@ -221,6 +226,21 @@ static int check_sums(void)
 	return with;
 }
 
+/* g's split against q's truth: whether it is within tol; never off by more
+ * than a step and a chunk where the engine chunks (a first chunk that shared
+ * the last step of the prompt before it). */
+static bool near_truth(const struct sim *s, const struct sim_req *q,
+		       const struct kpi_request_record *g, int64_t tol)
+{
+	int64_t tq = q->t_sched - q->read, tp = q->t_first - q->t_sched;
+	int64_t off = llabs(g->queue - tq) > llabs(g->prefill - tp) ? llabs(g->queue - tq)
+								  : llabs(g->prefill - tp);
+	CHECK(off <= tol || (s->chunk_ns && off <= s->step_ns + s->chunk_ns + tol),
+	      "%s (%s): queue %lld vs %lld, prefill %lld vs %lld", g->request_id, g->split_rule,
+	      (long long)g->queue, (long long)tq, (long long)g->prefill, (long long)tp);
+	return off <= tol;
+}
+
 /* ---- tests ------------------------------------------------------------------ */
 
 static void test_idle(void)
@@ -277,13 +297,7 @@ static void busy_engine(int64_t chunk, const char *want, int64_t tol, int exact_
 		const struct kpi_request_record *g = got_of(i);
 		if (!g->split_rule)
 			continue;
-		int64_t tq = r[i].t_sched - r[i].read, tp = r[i].t_first - r[i].t_sched;
-		int64_t off = llabs(g->queue - tq) > llabs(g->prefill - tp) ? llabs(g->queue - tq)
-									  : llabs(g->prefill - tp);
-		exact += off <= tol;
-		CHECK(off <= tol || (chunk && off <= s.step_ns + chunk + tol),
-		      "r%d (%s): queue %lld vs %lld, prefill %lld vs %lld", i, g->split_rule,
-		      (long long)g->queue, (long long)tq, (long long)g->prefill, (long long)tp);
+		exact += near_truth(&s, &r[i], g, tol);
 		rule += !strcmp(g->split_rule, want);
 		/* a decode step, or a little more where every step around carried a prompt */
 		CHECK(g->step_ns >= s.step_ns && g->step_ns <= s.step_ns * 3 / 2, "step %lld",
@@ -329,6 +343,56 @@ static void test_queued_behind_a_prompt(void)
 	CHECK(llabs(g->t_sched - r[3].t_sched) <= 200 * US, "t_sched %lld vs %lld (%s)",
 	      (long long)g->t_sched, (long long)r[3].t_sched, g->split_rule);
 	split_infer_free(si);
+}
+
+/* More requests than slots (6): they queue for one, first come first served,
+ * while the steps around them are lengthened by the prompts of those admitted
+ * before them (each closed by that request's first token). Their own prefill
+ * is told from the others': whole prompts within tol of the truth; chunks of
+ * 4 ms a step, exact_pct within tol (a prompt whose first chunk shared the
+ * last step of the one before it may be off by that step), none off by more. */
+static void queued_engine(int64_t chunk, int exact_pct)
+{
+	enum { N = 48 };
+	struct sim_req r[N];
+	struct sim s = { .step_ns = 8 * MS, .chunk_ns = chunk, .write_gap = 40 * US, .n_replicas = 1,
+			 .max_run = 6, .r = r, .n = N };
+	int64_t tol = 200 * US;
+
+	memset(r, 0, sizeof(r));
+	for (int i = 0; i < N; i++) {
+		r[i].read = 50 * MS + i * 31 * MS + (i % 4) * 900 * US;
+		r[i].prompt = (1 + (i * 5) % 11) * MS + 300 * US;
+		r[i].n_out = 22 + i % 9;
+	}
+	sim_run(&s);
+	struct split_infer *si = sim_feed(&s, 1, 1);
+	int with = check_sums(), exact = 0, queued = 0, judged = 0;
+	CHECK(with * 10 >= N * 8, "%d of %d split: declined wait %llu spread %llu unseen %llu", with, N,
+	      (unsigned long long)split_infer_stats(si)->declined[SPLIT_D_WAIT],
+	      (unsigned long long)split_infer_stats(si)->declined[SPLIT_D_SPREAD],
+	      (unsigned long long)split_infer_stats(si)->declined[SPLIT_D_UNSEEN]);
+	for (int i = 1; i < N; i++) {
+		const struct kpi_request_record *g = got_of(i);
+		if (!g->split_rule)
+			continue;
+		exact += near_truth(&s, &r[i], g, tol);
+		judged++;
+		queued += r[i].t_sched - r[i].read > 2 * s.step_ns;
+	}
+	CHECK(queued >= N / 3, "only %d of the split rows queued for a slot", queued);
+	CHECK(exact * 100 >= judged * exact_pct, "%d of %d within %lld ns", exact, judged, (long long)tol);
+	split_infer_free(si);
+}
+
+static void test_queued_for_a_slot(void)
+{
+	queued_engine(0, 100);
+}
+
+static void test_queued_for_a_slot_chunked(void)
+{
+	queued_engine(4 * MS, 80);
 }
 
 /* A steady engine whose server writes tokens_per_write events at once, each
@@ -469,6 +533,8 @@ int main(void)
 	RUN(test_step);
 	RUN(test_chunked);
 	RUN(test_queued_behind_a_prompt);
+	RUN(test_queued_for_a_slot);
+	RUN(test_queued_for_a_slot_chunked);
 	RUN(test_buffered_declines);
 	RUN(test_multi_token_declines);
 	RUN(test_replicas_decline);
