@@ -223,9 +223,11 @@ def test_ship_retention_counts_unshipped_rows():
     meta = _q(db, "SELECT value FROM meta WHERE key = 'loss_unshipped_rows_total'")
     assert meta and int(meta[0][0]) >= 20, meta
     assert any(re.search(r"losses:.* \d+ unshipped_rows", l) for l in agent.lines), agent.lines[-10:]
-    # the cursor came back to the emptied table's start: new rows are not hidden
-    cur = _q(db, "SELECT last_rowid FROM ship_cursor WHERE tbl = 'requests'")
-    assert cur == [(0,)], cur
+    # every cursor on requests (the rows' and the per-minute aggregates',
+    # kpi-ship's two) came back to the emptied table's start: new rows are
+    # not hidden from either
+    cur = _q(db, "SELECT sink, last_rowid FROM ship_cursor WHERE tbl = 'requests' ORDER BY sink")
+    assert len(cur) == 2 and cur[1][0] == cur[0][0] + " minutes" and all(r[1] == 0 for r in cur), cur
 
 
 def test_ship_waits_for_trace_and_gives_files_its_owner():

@@ -29,8 +29,7 @@ cli: the same agent as a command that is not a server: N tasks one after the
 The log (LOG, one JSON line per task, written when it ends): task, pid, rule,
 status, success, model_calls, tool_calls, retries, errors, mcp_tools (the
 tools/call names in order), prompt_tokens, completion_tokens, and every call
-(kind model|tool, path, tool, status, error, retry, t0/t1 CLOCK_MONOTONIC ns,
-waited: ns its thread waited on a run queue between t0 and t1).
+(kind model|tool, path, tool, status, error, retry, t0/t1 CLOCK_MONOTONIC ns).
 Every call's body names its task ("user" for a model call, "key" for a REST
 tool, the arguments' "task" for MCP): the tests read it off the wire, the
 agent never does."""
@@ -90,18 +89,6 @@ class Tools(Handler):
 
 
 # ---- the agent ---------------------------------------------------------------
-
-def run_delay_ns():
-    """The calling thread's time waited on a run queue, all its life (ns;
-    /proc/thread-self/schedstat's second field), 0 where it cannot be read:
-    a call during which it grew was timed late by the time its thread waited
-    to run, at a boundary the wire does not see."""
-    try:
-        with open("/proc/thread-self/schedstat") as f:
-            return int(f.read().split()[1])
-    except (OSError, IndexError, ValueError):
-        return 0
-
 
 def plan_of(task):
     """The steps of a task, from its id alone: [("model", max_tokens, stream) |
@@ -168,11 +155,9 @@ class Agent:
                 "ignore_eos": True, "messages": [{"role": "user", "content": f"step of {task}"}]}
         if stream:
             body.update(stream=True, stream_options={"include_usage": True})
-        w0 = run_delay_ns()
         t0 = time.monotonic_ns()
         st, data, _, _ = self._post(self.model_port, "/v1/chat/completions", body, headers)
         t1 = time.monotonic_ns()
-        waited = run_delay_ns() - w0
         usage = {}
         if st == 200:
             if stream:
@@ -185,11 +170,10 @@ class Agent:
         log["completion_tokens"] += usage.get("completion_tokens", 0)
         log["calls"].append({"kind": "model", "path": "/v1/chat/completions", "tool": None,
                              "status": st, "error": st != 200, "retry": False, "stream": stream,
-                             "t0": t0, "t1": t1, "waited": waited})
+                             "t0": t0, "t1": t1})
         return st == 200
 
     def _tool(self, task, name, n, retry, headers, log):
-        w0 = run_delay_ns()
         t0 = time.monotonic_ns()
         if name.startswith("mcp:"):
             tool = name[4:]
@@ -210,10 +194,9 @@ class Agent:
                                      headers, timeout=TOOL_TIMEOUT_S)
             ok = st == 200
         t1 = time.monotonic_ns()
-        waited = run_delay_ns() - w0
         log["calls"].append({"kind": "tool", "path": path, "tool": tool, "status": st,
                              "error": not ok, "retry": retry, "mcp": path == "/mcp",
-                             "t0": t0, "t1": t1, "waited": waited})
+                             "t0": t0, "t1": t1})
         return ok
 
     def run(self, task, headers=None):

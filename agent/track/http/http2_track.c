@@ -121,6 +121,27 @@ static void stream_unlink(struct http2_track *t, struct stream *s)
 		}
 }
 
+/* Frames out of the protocol's order (a response's header block begun
+ * before its request's, DATA before HEADERS: a broken peer's, a fuzzer's)
+ * would give marks out of order: each is kept no earlier than the one
+ * before it, and counted as a clamp. */
+static void marks_in_order(struct http2_track *t, struct http_exchange *x)
+{
+	uint64_t *m[] = { &x->t_arrive, &x->t_resp_start, &x->t_first_content, &x->t_last_content,
+			  &x->t_done };
+	uint64_t prev = 0;
+
+	for (size_t i = 0; i < sizeof(m) / sizeof(m[0]); i++) {
+		if (!*m[i])
+			continue;
+		if (*m[i] < prev) {
+			HSTAT(t, clamped, 1);
+			*m[i] = prev;
+		}
+		prev = *m[i];
+	}
+}
+
 /* Hands the stream's exchange over with end at ts and forgets it. */
 static void stream_end(struct http2_track *t, struct stream *s, enum http_end end, uint64_t ts)
 {
@@ -131,6 +152,7 @@ static void stream_end(struct http2_track *t, struct stream *s, enum http_end en
 		n->x.flags |= HTTP_X_BODY_GAP;
 	}
 	http_xnode_end(n, end, ts);
+	marks_in_order(t, &n->x);
 	STAT(t, streams, 1);
 	HSTAT(t, exchanges, 1);
 	if (t->cfg.on_exchange)
