@@ -91,8 +91,9 @@ def _check_rows(t, want):
         assert r["cached_prompt_tokens"] == fx["cached"], (rid, r["cached_prompt_tokens"], fx)
         if r["engine_join"] != "read-order+tie":
             assert r["seq_id"] == fx["seq"], (rid, r["seq_id"], fx["seq"])
-    # equals that started in one step (same counts): the agent cannot tell
-    # which request had which sequence, but the group's sequences are theirs
+    # equals that started in one step (generations that fit the requests'
+    # usage equally well): the agent cannot tell which request had which
+    # sequence, but the group's sequences are theirs
     ties = {}
     for rid in want:
         r = t.rows[rid]
@@ -103,8 +104,6 @@ def _check_rows(t, want):
         assert sorted(t.rows[rid]["seq_id"] for rid in rids) == \
             sorted(t.fx_reqs[rid]["seq"] for rid in rids), [(rid, t.rows[rid]["seq_id"],
                                                               t.fx_reqs[rid]["seq"]) for rid in rids]
-        assert len({(t.fx_reqs[rid]["prompt_tokens"], t.rows[rid]["output_tokens"])
-                    for rid in rids}) == 1, rids
     if ties:
         print(f"     matched among equals: {sum(map(len, ties.values()))} of {len(want)} "
               f"requests in {len(ties)} steps")
