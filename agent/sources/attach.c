@@ -742,23 +742,19 @@ static int global_link(struct attach *at, struct bpf_program *p, struct bpf_link
 }
 
 /* kpi_exit_saved, attached by its SEC to sys_exit_write, at the other exits
- * whose entry programs save the arguments. */
+ * whose entry programs save the arguments: the writes', and the reads' where
+ * their exits cannot read the saved registers. */
 static int attach_saved_exits(struct attach *at)
 {
-	static const char *const writes[] = { "writev", "sendto", "sendmsg", "sendfile64" };
-	static const char *const reads[] = { "read", "readv", "recvfrom", "recvmsg" };
+	static const char *const exits[] = { "sys_exit_writev", "sys_exit_sendto", "sys_exit_sendmsg",
+					     "sys_exit_sendfile64", "sys_exit_read", "sys_exit_readv",
+					     "sys_exit_recvfrom", "sys_exit_recvmsg" };
 	struct bpf_program *p = at->skel->progs.kpi_exit_saved;
-	bool reads_too = !at->feat->task_regs;
-	char tp[64];
+	size_t n = at->feat->task_regs ? 4 : 8;         /* the writes come first */
 
-	for (size_t i = 0; i < 8; i++) {
-		const char *name = i < 4 ? writes[i] : reads[i - 4];
-		if (i >= 4 && !reads_too)
-			break;
-		snprintf(tp, sizeof(tp), "sys_exit_%s", name);
-		if (global_link(at, p, bpf_program__attach_tracepoint(p, "syscalls", tp), tp))
+	for (size_t i = 0; i < n; i++)
+		if (global_link(at, p, bpf_program__attach_tracepoint(p, "syscalls", exits[i]), exits[i]))
 			return -1;
-	}
 	return 0;
 }
 
