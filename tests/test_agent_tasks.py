@@ -13,6 +13,7 @@ split computed from the capture, the three summing to its duration."""
 import http.client, json, os, subprocess, sys, time
 
 import kpitest
+import noisetest
 import agenttest as at
 import pcaptest
 
@@ -130,9 +131,11 @@ def _check_tasks(db, log, span_of, wire, match):
             problems.append(f"{task}: not on the wire")
             continue
         w = _split(span, wire[task])
+        # a stall of the machine within the task's span can move any of its
+        # calls' marks (noisetest): the span is where to look for one
         for k in ("model", "tool", "agent"):
-            diffs[k].append((r[f"{k}_ns"] - w[k], task))
-        diffs["start"].append((r["t_start_ns"] + off - span[0], task))
+            diffs[k].append((r[f"{k}_ns"] - w[k], span[0], span[1], task))
+        diffs["start"].append((r["t_start_ns"] + off - span[0], span[0], r["t_start_ns"] + off, task))
         if r["prompt_tokens"] != e["prompt_tokens"] or r["output_tokens"] != e["completion_tokens"]:
             problems.append(f"{task}: tokens {r['prompt_tokens']}/{r['output_tokens']}, log "
                             f"{e['prompt_tokens']}/{e['completion_tokens']}")
@@ -161,8 +164,15 @@ def _per_call(db, wire, match_rows, log):
     return {"call start": at.stats_us(starts), "call end": at.stats_us(ends)}
 
 
-def _summary(diffs):
-    return {k: at.stats_us([x for x, _ in v]) for k, v in diffs.items()}
+def _summary(diffs, stalls, label):
+    """The stats of each time's differences, but those a measured stall of
+    the machine explains (noisetest), at most its share of the tasks."""
+    out = {}
+    for k, v in diffs.items():
+        kept, noise = noisetest.split(v, WIRE_US * 1000, stalls)
+        noisetest.check_share(noise, len(v), f"{label} {k}")
+        out[k] = at.stats_us([x for x, _, _, _ in kept])
+    return out
 
 
 def test_agent_tasks_server_agent_against_its_log_and_the_wire():
@@ -182,7 +192,7 @@ def test_agent_tasks_server_agent_against_its_log_and_the_wire():
     agent = at.start_agent(db, "--port", aport, "--port", tport, "--flush-ms", 100, "--price-per-hour", 3.6,
                            pid=daemon.p.pid)
     agent.wait_line(f"attached to pid {ag.pid}", timeout=60)
-    cap = pcaptest.Capture([aport, tport, daemon.port])
+    cap = pcaptest.Capture([aport, tport, daemon.port], noise=1000)
     ids = [f"task-{i}" for i in range(40)]
     got = dict(zip(ids, at.in_threads(ids, lambda tid: _task(aport, tid), 4)))
     pcap = cap.stop()
@@ -200,13 +210,13 @@ def test_agent_tasks_server_agent_against_its_log_and_the_wire():
         found = [r for r in rows if r["request_id"] == e["task"]]
         return found[0] if len(found) == 1 and found[0]["rule"] == "inbound" else None
     diffs, problems = _check_tasks(db, entries, spans.get, wire, match)
-    s = _summary(diffs)
+    s = _summary(diffs, cap.stalls, "tasks")
     n_tasks = sum(_is_task(e) for e in entries.values())
     rows = at.query(db, "SELECT * FROM trajectories")
     print(f"     {n_tasks} tasks of {len(ids)} (the rest a lone model call); agent - wire, µs (|diff|): {s}; "
           f"per call: {_per_call(db, wire, lambda e: match(rows, e), entries)}")
     assert not problems, problems[:10]
-    assert s["model"]["n"] == n_tasks >= 20, s
+    assert len(diffs["model"]) == n_tasks >= 20, s
     for k in ("model", "tool", "agent", "start"):
         assert s[k]["p99"] <= WIRE_US, (k, s)
     # cost: kpi-infer's rows were priced, and the view sums them per task
@@ -249,7 +259,7 @@ def test_agent_tasks_command_line_agent():
     agent = at.start_agent(db, "--pid", cli.pid, "--flush-ms", 100, "--task-idle-gap", "300ms",
                            pid=daemon.p.pid)
     agent.wait_line(f"attached to pid {cli.pid}", timeout=60)
-    cap = pcaptest.Capture([tport, daemon.port])
+    cap = pcaptest.Capture([tport, daemon.port], noise=1000)
     cli.p.stdin.write(b"go\n")
     cli.p.stdin.flush()
     cli.wait_line("done", timeout=120)
@@ -277,14 +287,14 @@ def test_agent_tasks_command_line_agent():
         found = [r for r in rows if r["request_id"] == key and r["rule"] == rule]
         return found[0] if len(found) == 1 else None
     diffs, problems = _check_tasks(db, entries, spans.get, wire, match)
-    s = _summary(diffs)
+    s = _summary(diffs, cap.stalls, "command-line tasks")
     n_tasks = sum(_is_task(e) for e in entries.values())
     rows = at.query(db, "SELECT * FROM trajectories")
     print(f"     command-line agent: {n_tasks} tasks of 18; agent - wire, µs (|diff|): {s}; "
           f"per call: {_per_call(db, wire, lambda e: match(rows, e), entries)}")
     assert not problems, problems[:10]
     for k in ("model", "tool", "agent", "start"):
-        assert s[k]["n"] == n_tasks and s[k]["p99"] <= WIRE_US, (k, s)
+        assert len(diffs[k]) == n_tasks and s[k]["p99"] <= WIRE_US, (k, s)
     daemon.stop()
 
 

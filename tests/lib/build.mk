@@ -36,3 +36,11 @@ $(BUILD)/tests/libdecodemark.so: tests/decode_mark.c bpf/kpi_llama_event.h
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(filter-out -MMD -MP,$(CFLAGS)) -fPIC -shared $(LDFLAGS) $< -o $@ -ldl
+
+# The noise floor under the tests that time the agent against a capture:
+# when a CPU ran nothing of the guest (tests/noise_probe.c, tests/lib/noisetest.py).
+PROGRAMS += $(BUILD)/tests/noise-probe
+$(BUILD)/tests/noise-probe: tests/noise_probe.c
+	$(call msg,LD,$@)
+	@mkdir -p $(@D)
+	$(Q)$(CC) $(filter-out -MMD -MP,$(CFLAGS)) $(LDFLAGS) $< -o $@ -pthread

@@ -18,8 +18,11 @@ class Capture:
     """tcpdump -i lo on the given TCP ports, nanosecond timestamps, into a
     file; stop() flushes it and returns the path."""
 
-    def __init__(self, ports, path=None):
+    def __init__(self, ports, path=None, noise=False):
+        """noise: also measure the machine's stalls meanwhile (noisetest; a
+        number: the probe's period in µs): stop() leaves them in self.stalls."""
         self.path = path or os.path.join(kpitest.tmpdir("kpi-pcap-"), "lo.pcap")
+        self.probe, self.stalls = None, []
         flt = " or ".join(f"tcp port {p}" for p in ports)
         # --immediate-mode: without it libpcap hands packets over a block at a
         # time, and the last ones before the stop never reach the file
@@ -31,12 +34,17 @@ class Capture:
         line = self.p.stderr.readline().decode(errors="replace")
         if "listening" not in line:
             raise AssertionError(f"tcpdump did not start: {line}")
+        if noise:
+            import noisetest
+            self.probe = noisetest.Probe(noise) if noise is not True else noisetest.Probe()
 
     def stop(self):
         if self.p.poll() is None:
             time.sleep(0.2)     # the last segments reach the kernel's buffer
             self.p.send_signal(signal.SIGINT)
             self.p.wait(10)
+        if self.probe:
+            self.stalls = self.probe.stop()
         return self.path
 
 
