@@ -266,7 +266,10 @@ def _runq_matches_schedstat(disable):
           + ", ".join(f"{comm or 'rest'} ({p}) {ns / 1e6:.1f} ms" for p, comm, ns in by[:3]))
     assert abs(self_ns + other_ns - agent_ns) <= 0.01 * agent_ns + 1e6, (self_ns, other_ns, agent_ns)
     assert by and by[0][0] == hog.pid and by[0][1] == hog_comm, (hog.pid, hog_comm, by)
-    assert by[0][2] >= 0.8 * other_ns and self_ns > 0, (by, self_ns)
+    # the hog is most of the rest but the agent's own work, which shares the
+    # CPU by design (11 ms of 120 in one idle full run, the hog then 79%)
+    agent_pid_ns = sum(ns for p, _, ns in by if p == agent.p.pid)
+    assert by[0][2] >= 0.8 * (other_ns - agent_pid_ns) and self_ns > 0, (by, self_ns)
 
 
 def test_agent_runq_matches_schedstat():
