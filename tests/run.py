@@ -4,8 +4,8 @@ python integration tests tests/test_*.py, and ends with the slowest tests and
 'N passed, N failed'.
 
 Tests that measure no time run side by side, --jobs at once: every unit-test
-binary, and the tests of a module that says CONCURRENT = True (but those it
-marks @kpitest.alone). Every other test runs alone, one after another, with
+binary, the tests of a module that says CONCURRENT = True (but those it
+marks @kpitest.alone), and any test marked @kpitest.beside. Every other test runs alone, one after another, with
 nothing of the suite beside it: a test that times something, counts what a
 BPF program saw on the whole host, or needs a core to itself. Each module
 runs in a process of its own; modules naming the same FIXTURE (one ClickHouse
@@ -116,6 +116,8 @@ def load(path):
 
 
 def is_alone(mod, fn):
+    if getattr(fn, "beside", False):
+        return False
     return not getattr(mod, "CONCURRENT", False) or getattr(fn, "alone", False)
 
 

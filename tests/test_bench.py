@@ -221,6 +221,7 @@ def test_duration_and_warmup():
     assert all(r["error"] == "" for r in rows), rows
 
 
+@kpitest.beside            # its CPU from rusage: no neighbour moves it
 def test_quiet_run_does_not_spin():
     """A --quiet run (every sweep point is one) waits for its events: its CPU
     stays that of its requests past the 10 s at which the progress line would

@@ -23,6 +23,14 @@ def alone(fn):
     return fn
 
 
+def beside(fn):
+    """Marks a test of a module that runs alone as one that may run beside
+    other tests: it times nothing, counts nothing host-wide and starts no
+    kpi-agent (a resource use of its own process, say, read from rusage)."""
+    fn.beside = True
+    return fn
+
+
 def on_cleanup(fn):
     _cleanups.append(fn)
 
