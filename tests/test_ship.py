@@ -283,8 +283,9 @@ def test_ship_waits_for_trace_and_gives_files_its_owner():
 
 def test_ship_fleet_report_synthetic_hosts():
     """Three generated traces (10 minutes, one host's prefill 200 ms slower in
-    the last 200 s) shipped with --once: the report across hosts names that
-    host and prefill, and its figures match the traces'."""
+    the last 200 s, in one of its two pods) shipped with --once: the report
+    across hosts names that host, that pod and prefill, and its figures match
+    the traces'."""
     for b in (SHIP, REPORT):
         at.require_built(b)
     cluster = cht.shared_cluster()
@@ -295,8 +296,10 @@ def test_ship_fleet_report_synthetic_hosts():
     names = [f"gen-a-{tag}", f"gen-b-{tag}", f"gen-c-{tag}"]
     for i, h in enumerate(names):
         p = os.path.join(d, f"{h}.db")
+        # host a runs outside any pod; b and c two pods each, c's second slowed
         fleetgen.make_trace(p, h, 3000, start, 600, seed=i, slow_from_s=400 if i == 2 else None,
-                            slow_phase="prefill_ns", model="m-c" if i == 2 else "m-ab")
+                            slow_phase="prefill_ns", model="m-c" if i == 2 else "m-ab",
+                            pods=[f"serve/{h}-0", f"serve/{h}-1"] if i else (), slow_pod=1 if i == 2 else None)
         r = kpitest.run([SHIP, "--db", p, "--to", url, "--once"])
         assert r.returncode == 0, r.stdout + r.stderr
         assert "3000" in r.stdout and "0 rows behind" in r.stdout, r.stdout
@@ -308,10 +311,19 @@ def test_ship_fleet_report_synthetic_hosts():
                      "--baseline", f"@{s0}..@{s0 + 400}"])
     assert r.returncode == 0, r.stderr
     m = re.search(r"\*\*Host (\S+) carries (\d+)% of the p99 TTFT increase .*?, most of it in ([a-z -]+); "
-                  r"model (\S+) (\d+)%", r.stdout)
+                  r"model (\S+) (\d+)%; pod (\S+) (\d+)%, most of it in ([a-z -]+)\.", r.stdout)
     assert m, r.stdout[:3000]
     assert (m.group(1), m.group(3).strip(), m.group(4)) == (names[2], "prefill", "m-c"), m.group(0)
     assert int(m.group(2)) >= 90, m.group(0)
+    # the pod: the slowed one of c's two, in its phase; the table lists every
+    # pod (and the host outside any), their shares adding up to 100%
+    assert (m.group(6), m.group(8).strip()) == (f"serve/{names[2]}-1", "prefill"), m.group(0)
+    assert int(m.group(7)) >= 90, m.group(0)
+    pods = dict(re.findall(r"^\| (serve/\S+|\(none\)) \| \d+ → \d+ \| \S+ → \S+ \| \S+ \| (\d+)% \|", r.stdout,
+                           re.M))
+    want = {"(none)"} | {f"serve/{h}-{k}" for h in names[1:] for k in (0, 1)}
+    assert set(pods) == want, (pods, r.stdout[-3000:])
+    assert 99 <= sum(map(int, pods.values())) <= 101, pods
     assert "9000 requests of 3 hosts" in r.stdout, r.stdout[:1500]
     # the same from the per-minute aggregates alone: the host, its phase, and
     # every host's p99 within the buckets' 1 % (+ rounding) of its rows' exact p99

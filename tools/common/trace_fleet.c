@@ -82,7 +82,12 @@ static void where_clause(struct buf *b, const struct trace_fleet_filter *f, bool
 	}
 }
 
-/* The columns both sides have, in the copy's order. */
+/* requests has 104 columns at schema 014: the first 96 alone once dropped
+ * its container and pod columns from every fleet report */
+#define MAX_COPY_COLUMNS 256
+
+/* The columns both sides have, in the copy's order; -1 (err said) on more
+ * than max. */
 static int common_columns(struct trace_fleet *fl, const char *table, char cols[][48], int max, char *err,
 			  size_t errlen)
 {
@@ -101,10 +106,15 @@ static int common_columns(struct trace_fleet *fl, const char *table, char cols[]
 		buf_free(&ans);
 		return -1;
 	}
-	while (sqlite3_step(st) == SQLITE_ROW && n < max) {
+	while (sqlite3_step(st) == SQLITE_ROW) {
 		const char *c = (const char *)sqlite3_column_text(st, 0);
 		size_t cl = strlen(c);
 		bool there = false;
+		if (n == max) {         /* never a table's last columns left out unsaid */
+			snprintf(err, errlen, "copying %s: more than %d columns", table, max);
+			n = -1;
+			break;
+		}
 		for (line = ans.p; line && *line; line = strchr(line, '\n') ? strchr(line, '\n') + 1 : NULL)
 			if (!strncmp(line, c, cl) && line[cl] == '\t')
 				there = true;
@@ -120,8 +130,8 @@ static int common_columns(struct trace_fleet *fl, const char *table, char cols[]
 static int copy_table(struct trace_fleet *fl, const struct copy_table *ct, const struct trace_fleet_filter *f,
 		      int64_t from, int64_t to, char *err, size_t errlen)
 {
-	char cols[96][48];
-	int nc = common_columns(fl, ct->name, cols, 96, err, errlen);
+	char cols[MAX_COPY_COLUMNS][48];
+	int nc = common_columns(fl, ct->name, cols, MAX_COPY_COLUMNS, err, errlen);
 	if (nc < 0)
 		return -1;
 	if (!nc)
@@ -156,7 +166,7 @@ static int copy_table(struct trace_fleet *fl, const struct copy_table *ct, const
 		snprintf(err, errlen, "copying %s: %s", ct->name, sqlite3_errmsg(fl->db));
 		goto out;
 	}
-	char *line = ans.p, *fields[97];
+	char *line = ans.p, *fields[MAX_COPY_COLUMNS + 1];
 	while (line && *line) {
 		char *nl = strchr(line, '\n');
 		if (nl)
@@ -360,6 +370,9 @@ static const char BAND_SQL[] =
 	"sum(CASE WHEN rn >= CAST((n - 1) * 0.98 AS INTEGER) THEN 1 ELSE 0 END) "
 	"FROM r GROUP BY g";
 
+/* A pod is named NAMESPACE/NAME (NULL, "(none)": a process outside any pod). */
+#define POD_KEY "(pod_namespace || '/' || pod_name)"
+
 struct band {
 	char name[128];
 	int n;
@@ -370,11 +383,12 @@ struct band {
 static int read_bands(struct trace_fleet *fl, const char *by, int64_t from, int64_t to, struct band *b, int max,
 		      int *band_rows)
 {
-	char sql[sizeof(BAND_SQL) + 64];
+	char sql[sizeof(BAND_SQL) + 3 * sizeof(POD_KEY)];
 	sqlite3_stmt *st;
 	int n = 0;
+	const char *key = strcmp(by, "pod") ? by : POD_KEY;
 	*band_rows = 0;
-	snprintf(sql, sizeof(sql), BAND_SQL, by, by, by);
+	snprintf(sql, sizeof(sql), BAND_SQL, key, key, key);
 	if (sqlite3_prepare_v2(fl->db, sql, -1, &st, NULL) != SQLITE_OK)
 		return -1;
 	sqlite3_bind_int64(st, 1, from);
@@ -408,7 +422,7 @@ int trace_fleet_rank(struct trace_fleet *fl, const char *by, int64_t base_from, 
 {
 	struct band bb[MAX_HOSTS], ib[MAX_HOSTS];
 	int nbb, nib, rb, ri, n = 0;
-	if (strcmp(by, "host") && strcmp(by, "model"))
+	if (strcmp(by, "host") && strcmp(by, "model") && strcmp(by, "pod"))
 		return -1;
 	if ((nbb = read_bands(fl, by, base_from, base_to, bb, MAX_HOSTS, &rb)) < 0 ||
 	    (nib = read_bands(fl, by, inc_from, inc_to, ib, MAX_HOSTS, &ri)) < 0)

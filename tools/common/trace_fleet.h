@@ -48,7 +48,8 @@ struct trace_fleet_group {
 	double phase_delta[4];
 	int top_phase;
 };
-/* Groups by "host" or "model", largest share first. Returns the count, -1 on a read error. */
+/* Groups by "host", "model" or "pod" (NAMESPACE/NAME, "(none)" outside any
+ * pod), largest share first. Returns the count, -1 on a read error. */
 int trace_fleet_rank(struct trace_fleet *fl, const char *by, int64_t base_from, int64_t base_to, int64_t inc_from,
 		     int64_t inc_to, struct trace_fleet_group *out, int max);
 

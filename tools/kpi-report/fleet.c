@@ -4,6 +4,7 @@
 #include "tools/kpi-report/report.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -22,8 +23,19 @@ int report_fleet_analyze(struct report *r)
 				      r->hosts, TRACE_FLEET_GROUPS);
 	r->n_models = trace_fleet_rank(r->fleet, "model", r->base.from_ns, r->base.to_ns, r->inc.from_ns,
 				       r->inc.to_ns, r->models, TRACE_FLEET_GROUPS);
+	r->n_pods = trace_fleet_rank(r->fleet, "pod", r->base.from_ns, r->base.to_ns, r->inc.from_ns, r->inc.to_ns,
+				     r->pods, TRACE_FLEET_GROUPS);
 	report_fleet_minutes(r);
-	return r->n_hosts < 0 || r->n_models < 0 ? -1 : 0;
+	return r->n_hosts < 0 || r->n_models < 0 || r->n_pods < 0 ? -1 : 0;
+}
+
+/* Some request of either window ran in a pod (else no pod table). */
+static bool any_pod(const struct report *r)
+{
+	for (int k = 0; k < r->n_pods; k++)
+		if (strcmp(r->pods[k].name, "(none)"))
+			return true;
+	return false;
 }
 
 static void esc(FILE *o, const char *s, int html)
@@ -90,15 +102,25 @@ void report_fleet_render(const struct report *r, FILE *o, int html)
 		esc(o, r->models[0].name, html);
 		fprintf(o, " %.0f%%", r->models[0].share * 100);
 	}
+	if (any_pod(r) && r->pods[0].share > 0 && strcmp(r->pods[0].name, "(none)")) {
+		fprintf(o, "; pod ");
+		esc(o, r->pods[0].name, html);
+		fprintf(o, " %.0f%%, most of it in %s", r->pods[0].share * 100, ttft_phase[r->pods[0].top_phase]);
+	}
 	fprintf(o, html ? ".</b></p>\n" : ".**\n\n");
 	fprintf(o, html ? "<p>" : "");
 	fprintf(o, "The requests within a percentile of the fleet's p99 TTFT, in each window, carry its change; "
-		"each host's (model's) part of that band's mean, incident less baseline, is its part of the "
-		"change, and the parts add up to it. A host's own p99 is beside it.");
+		"each host's (model's%s) part of that band's mean, incident less baseline, is its part of the "
+		"change, and the parts add up to it. A host's own p99 is beside it.",
+		any_pod(r) ? ", pod's: NAMESPACE/NAME, (none) for a process outside any pod" : "");
 	fprintf(o, html ? "</p>\n" : "\n\n");
 	table(r, o, html, "host", r->hosts, r->n_hosts);
 	fprintf(o, html ? "" : "\n");
 	table(r, o, html, "model", r->models, r->n_models);
 	fprintf(o, html ? "" : "\n");
+	if (any_pod(r)) {
+		table(r, o, html, "pod", r->pods, r->n_pods);
+		fprintf(o, html ? "" : "\n");
+	}
 	report_fleet_minutes_render(r, o, html);
 }

@@ -96,8 +96,8 @@ struct report {
 	/* a report across hosts (--db clickhouse://...; fleet.c) */
 	struct trace_fleet *fleet;
 	char fleet_what[512];           /* what was read: hosts, rows, filter */
-	struct trace_fleet_group hosts[TRACE_FLEET_GROUPS], models[TRACE_FLEET_GROUPS];
-	int n_hosts, n_models;
+	struct trace_fleet_group hosts[TRACE_FLEET_GROUPS], models[TRACE_FLEET_GROUPS], pods[TRACE_FLEET_GROUPS];
+	int n_hosts, n_models, n_pods;
 	/* the same question of the per-minute aggregates (fleet_minutes.c) */
 	struct rp_agg_host {
 		char name[128];
