@@ -223,6 +223,57 @@ def test_once_tasks_ttfo_and_unlinked():
     assert p.returncode == 2 and "--tasks goes with --once" in p.stderr, p.stderr
 
 
+def test_once_pods_by_the_rows():
+    """Schema 013 in kpitop: --pods (the g key) lists the window's requests
+    by pod, the busiest first, "(host)" for those outside any: each pod's
+    requests, errors, 429s, p50/p99 TTFT and p99 TPOT as computed here from
+    the rows."""
+    import fleetgen
+    d = tmp()
+    db = os.path.join(d, "pods.db")
+    start = (time.time_ns() // 10**9 - 3600) * 10**9
+    fleetgen.make_trace(db, "h", 900, start, 90, pods=["serve/engine-0", "serve/engine-1", "batch/engine-2"],
+                        slow_from_s=30, slow_phase="prefill_ns", slow_pod=1, error_every=7, reject_every=11)
+    c = sqlite3.connect(db)
+    c.execute("UPDATE requests SET container_name = 'llm-' || substr(pod_name, -1)")
+    c.execute("UPDATE requests SET pod_namespace = NULL, pod_name = NULL, container_name = NULL "
+              "WHERE rowid % 4 = 0")          # a quarter served outside any pod
+    c.commit()
+    out = once(db, "--at", "end", "--window", "1m", "--pods", "--width", "140")
+    _, (frm, to, n) = parse(out)
+    head = out.index(" POD ")
+    got = re.findall(r"^ (\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)\s+(\S+)$", out[head:], re.M)
+    want = {}
+    for pod, cont, ttft, tpot, status, fin in c.execute(
+            "SELECT coalesce(pod_namespace || '/' || pod_name, '(host)'), container_name, ttft_ns, tpot_ns, "
+            "http_status, finish_reason FROM requests WHERE t_arrive_ns >= ? AND t_arrive_ns < ?", (frm, to)):
+        w = want.setdefault(pod, {"cont": cont or "-", "n": 0, "err": 0, "429": 0, "ttft": [], "tpot": []})
+        w["n"] += 1
+        w["err"] += status >= 500 or fin == "error"
+        w["429"] += status == 429
+        if ttft is not None:
+            w["ttft"].append(ttft)
+        if tpot is not None:
+            w["tpot"].append(tpot)
+    assert len(got) == len(want) == 4 and sum(w["n"] for w in want.values()) == n, (got, want.keys(), out)
+    counts = [int(g[2]) for g in got]
+    assert counts == sorted(counts, reverse=True), got           # the busiest first
+    for name, cont, reqs, err, rej, p50, p99, tp99 in got:
+        w = want[name]
+        assert (cont, int(reqs), int(err), int(rej)) == (w["cont"], w["n"], w["err"], w["429"]), (name, got, w)
+        for shown, vals, p in ((p50, w["ttft"], 50), (p99, w["ttft"], 99), (tp99, w["tpot"], 99)):
+            assert tracetest.close_to(tracetest.parse_dur(shown), tracetest.pct(vals, p)), (name, shown, p)
+    # the slowed pod's p99 TTFT stands out from the other two pods' (the
+    # host's rows include some of its requests)
+    p99 = {g[0]: tracetest.parse_dur(g[6]) for g in got}
+    assert p99["serve/engine-1"] > 5 * max(p99["serve/engine-0"], p99["batch/engine-2"]), p99
+    c.close()
+    p = run_tool([KPITOP, "--db", db, "--pods"])
+    assert p.returncode == 2 and "--pods goes with --once" in p.stderr, p.stderr
+    p = run_tool([KPITOP, "--db", db, "--once", "--pods", "--tasks"])
+    assert p.returncode == 2 and "give one" in p.stderr, p.stderr
+
+
 def test_once_cpu_wait_names_who():
     """On a version-3 trace the cpu-wait meter says behind whom most of the
     wait was spent: the daemon's own threads or the process named first."""

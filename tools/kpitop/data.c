@@ -23,6 +23,8 @@ struct kt_source {
 	int hops_tried;
 	struct trace_agents *agents;        /* opened at the tasks view's first use */
 	int agents_tried;
+	struct trace_pods *pods;            /* opened at the pods view's first use */
+	int pods_tried;
 	int hops_pid;               /* the request whose hops d->hops holds */
 	int64_t hops_t;
 	struct trace_stat_rows rows;
@@ -82,6 +84,7 @@ void kt_close(struct kt_data *d)
 	trace_disagg_close(d->src->pd);
 	trace_hops_close(d->src->hops);
 	trace_agents_close(d->src->agents);
+	trace_pods_close(d->src->pods);
 	trace_close(d->src->tr);
 	trace_stat_rows_free(&d->src->rows);
 	free(d->src);
@@ -331,4 +334,24 @@ void kt_tasks(struct kt_data *d)
 			 "an inbound request that made two model calls, or a model and a tool call; "
 			 "docs/agent.md, Tasks)");
 	d->ntasks = n > 0 ? n : 0;
+}
+
+void kt_pods(struct kt_data *d)
+{
+	struct kt_source *s = d->src;
+
+	d->npods = 0;
+	d->pods_why[0] = 0;
+	if (!s->pods && !s->pods_tried) {
+		s->pods_tried = 1;
+		s->pods = trace_pods_open(s->tr, d->pods_why, sizeof(d->pods_why));
+	}
+	if (!s->pods)
+		return;
+	int n = trace_pods_window(s->pods, d->to_ns - d->window_ns, d->to_ns, d->pods, KT_MAX_PODS);
+	if (n < 0)
+		snprintf(d->pods_why, sizeof(d->pods_why), "reading the pods failed");
+	else if (n == 0)
+		snprintf(d->pods_why, sizeof(d->pods_why), "no request arrived in the window");
+	d->npods = n > 0 ? n : 0;
 }

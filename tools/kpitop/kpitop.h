@@ -11,6 +11,7 @@
 #include "tools/common/trace_cost.h"
 #include "tools/common/trace_disagg.h"
 #include "tools/common/trace_hops.h"
+#include "tools/common/trace_pods.h"
 #include "tools/common/trace_reuse.h"
 #include "tools/kpitop/canvas.h"
 
@@ -18,6 +19,7 @@
 #define KT_SPARK 60
 #define KT_MAX_HOPS 32
 #define KT_MAX_TASKS 200
+#define KT_MAX_PODS 100
 /* the fleet view lists the hosts with a sample this long before the
  * window's end (an agent writes one a second), even with no request in it */
 #define KT_FLEET_LOOKBACK_NS (15 * 60 * NS_PER_S)
@@ -70,6 +72,11 @@ struct kt_data {
 	struct trace_task tasks[KT_MAX_TASKS];
 	int ntasks;
 	char tasks_why[160];
+	/* the pods view: the window's requests by pod (schema version 13),
+	 * the busiest first; pods_why says why none */
+	struct trace_pod pods[KT_MAX_PODS];
+	int npods;
+	char pods_why[160];
 };
 
 /* Opens the trace at path for d (live, the window given), or the fleet when
@@ -92,6 +99,8 @@ const char *kt_errmsg(const struct kt_data *d);
 void kt_hops(struct kt_data *d, const struct trace_req *r);
 /* The tasks view's rows, up to the window's end. */
 void kt_tasks(struct kt_data *d);
+/* The pods view: d->pods of the window (d->pods_why when none). */
+void kt_pods(struct kt_data *d);
 
 /* ---- view state (keys) ------------------------------------------------------ */
 enum kt_sort { KS_ARRIVAL, KS_AGE, KS_TTFT, KS_E2E, KS_TPOT, KS_N };
@@ -104,6 +113,7 @@ struct kt_view {
 	int paused, help, editing;
 	int hops;                   /* the panel shows the selected request's hops */
 	int tasks;                  /* the panel shows the agent tasks */
+	int pods;                   /* the panel shows the window's pods */
 	enum kt_sort sort;
 	enum kt_fleet_sort fleet_sort;
 	char filter[64];            /* applied: id or state (a fleet: host) contains it */

@@ -57,11 +57,13 @@ static void usage(FILE *f)
 		"  --hops ID        with --once: the panel shows the hops of the first request whose\n"
 		"                   id contains ID (as the t key does for the selected one)\n"
 		"  --tasks          with --once: the panel shows the agent tasks (as the a key does)\n"
+		"  --pods           with --once: the panel shows the window's requests by pod (as the g\n"
+		"                   key does): requests, errors, 429s, p50/p99 TTFT, p99 TPOT\n"
 		"  -h, --help       this help\n"
 		"  --version        the version and the git commit it was built from\n\n"
 		"Keys: q quit, h/F1 help, s sort, / filter, p pause, 1/2/3 window, arrows scroll,\n"
 		"\u2190/\u2192 move the window through time, t/Enter the selected request's hops,\n"
-		"a the agent tasks (Esc back). NO_COLOR=1 for monochrome.\n",
+		"a the agent tasks, g the pods (Esc back). NO_COLOR=1 for monochrome.\n",
 		TRACE_DEFAULT_DB);
 }
 
@@ -135,7 +137,8 @@ static void clamp_sel(struct kt_data *d, struct kt_view *v)
 	if (v->top < 0) v->top = 0;
 }
 
-/* The hops view reads the selected request's hops (only when it shows). */
+/* The panel's views read what they show, only while they show: the selected
+ * request's hops, the tasks, the pods. */
 static void hops_select(struct kt_data *d, const struct kt_view *v)
 {
 	int idx[KT_MAX_REQS];
@@ -148,6 +151,8 @@ static void hops_select(struct kt_data *d, const struct kt_view *v)
 	}
 	if (v->tasks)
 		kt_tasks(d);
+	if (v->pods)
+		kt_pods(d);
 }
 
 /* Returns 1 when the data must be sampled again. */
@@ -183,21 +188,23 @@ static int on_key(int ch, struct kt_data *d, struct kt_view *v, int *quit)
 		if (d->fleet) v->fleet_sort = (enum kt_fleet_sort)((v->fleet_sort + 1) % KF_N);
 		else v->sort = (enum kt_sort)((v->sort + 1) % KS_N);
 		return 0;
-	case 't': case '\n': case '\r': case KEY_ENTER: case 'a':
+	case 't': case '\n': case '\r': case KEY_ENTER: case 'a': case 'g':
 		if (d->fleet) {
-			snprintf(v->message, sizeof(v->message), "a host's requests, hops and tasks: kpitop --db its "
-				 "trace, on that host");
+			snprintf(v->message, sizeof(v->message), "a host's requests, hops, tasks and pods: kpitop --db "
+				 "its trace, on that host");
 			return 0;
 		}
-		if (ch == 'a') {
-			v->tasks = !v->tasks;
-			v->hops = 0;
-			return 0;
+		if (ch == 'a' || ch == 'g') {
+			int *view = ch == 'a' ? &v->tasks : &v->pods;
+			int on = !*view;
+			v->tasks = v->pods = v->hops = 0;
+			*view = on;
+			return on;     /* read at once */
 		}
 		v->hops = ch == 't' ? !v->hops : 1;
-		v->tasks = 0;
+		v->tasks = v->pods = 0;
 		return 0;
-	case 27: v->hops = v->tasks = 0; return 0;
+	case 27: v->hops = v->tasks = v->pods = 0; return 0;
 	case '/': v->editing = 1; snprintf(v->edit, sizeof(v->edit), "%s", v->filter); return 0;
 	case 'p': case ' ': v->paused = !v->paused; return !v->paused;
 	case '1': d->window_ns = 10 * NS_PER_S; return 1;
@@ -364,7 +371,7 @@ out:
 /* ---- command line ------------------------------------------------------------ */
 struct kt_opts {
 	const char *db, *at, *hops;
-	int interval, once, rows, frames, width, tasks;
+	int interval, once, rows, frames, width, tasks, pods;
 	int64_t window;
 	double price;               /* --price-per-hour; < 0: the agent's */
 };
@@ -388,7 +395,7 @@ static int parse_args(int argc, char **argv, struct kt_opts *o)
 		{ "once", no_argument, 0, 'o' }, { "width", required_argument, 0, 'W' },
 		{ "rows", required_argument, 0, 'R' }, { "frames", required_argument, 0, 'F' },
 		{ "price-per-hour", required_argument, 0, 'P' }, { "hops", required_argument, 0, 'H' },
-		{ "tasks", no_argument, 0, 'K' },
+		{ "tasks", no_argument, 0, 'K' }, { "pods", no_argument, 0, 'G' },
 		{ "help", no_argument, 0, 'h' }, { "version", no_argument, 0, 'V' }, { 0 },
 	};
 	char err[512], *end;
@@ -400,6 +407,7 @@ static int parse_args(int argc, char **argv, struct kt_opts *o)
 		case 'o': o->once = 1; break;
 		case 'H': o->hops = optarg; break;
 		case 'K': o->tasks = 1; break;
+		case 'G': o->pods = 1; break;
 		case 'i':
 			if (!int_arg(optarg, 50, 60000, &o->interval)) break;
 			fprintf(stderr, "kpitop: --interval '%s': give milliseconds from 50 to 60000\n", optarg);
@@ -434,12 +442,13 @@ static int parse_args(int argc, char **argv, struct kt_opts *o)
 		fprintf(stderr, "kpitop: unexpected argument '%s' (see kpitop --help)\n", argv[optind]);
 		return 2;
 	}
-	if ((o->frames || o->hops || o->tasks) && !o->once) {
-		fprintf(stderr, "kpitop: --%s goes with --once\n", o->frames ? "frames" : o->hops ? "hops" : "tasks");
+	if ((o->frames || o->hops || o->tasks || o->pods) && !o->once) {
+		fprintf(stderr, "kpitop: --%s goes with --once\n",
+			o->frames ? "frames" : o->hops ? "hops" : o->tasks ? "tasks" : "pods");
 		return 2;
 	}
-	if (o->hops && o->tasks) {
-		fprintf(stderr, "kpitop: --hops and --tasks each choose what the panel shows: give one\n");
+	if (!!o->hops + o->tasks + o->pods > 1) {
+		fprintf(stderr, "kpitop: --hops, --tasks and --pods each choose what the panel shows: give one\n");
 		return 2;
 	}
 	return -1;
@@ -506,6 +515,7 @@ int main(int argc, char **argv)
 			v.hops = 1;
 		}
 		v.tasks = o.tasks;
+		v.pods = o.pods;
 		rc = run_once(&screen, &d, &v, width, o.rows, o.frames, d.live ? 0 : o.interval * NS_PER_MS);
 	} else {
 		rc = start_live(&screen, &d, &v, o.interval);

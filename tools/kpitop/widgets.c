@@ -427,6 +427,9 @@ struct panel {
 	int tasks, ntasks;                      /* the tasks view, and its rows */
 	struct trace_task task[KT_MAX_TASKS];
 	char tasks_why[160];
+	int pods, npods;                        /* the pods view, and its rows */
+	struct trace_pod pod[KT_MAX_PODS];
+	char pods_why[160];
 	enum kt_sort sort;
 	char filter[64];
 	int top, sel;
@@ -453,6 +456,38 @@ static void panel_fill(struct kt_widget *w, const struct kt_data *d, const struc
 	p->ntasks = d->ntasks;
 	memcpy(p->task, d->tasks, sizeof(p->task[0]) * (size_t)d->ntasks);
 	snprintf(p->tasks_why, sizeof(p->tasks_why), "%s", d->tasks_why);
+	p->pods = v->pods;
+	p->npods = d->npods;
+	memcpy(p->pod, d->pods, sizeof(p->pod[0]) * (size_t)d->npods);
+	snprintf(p->pods_why, sizeof(p->pods_why), "%s", d->pods_why);
+}
+
+/* The pods view: the window's requests by the pod that served them (the
+ * agent names pods with no API server; "(host)" outside any), the busiest
+ * first: how many, how many failed or were refused, their TTFT and TPOT. */
+static void pods_draw(const struct panel *p, struct canvas *c, int y, int width, int h)
+{
+	char a[16], b[16], t[16];
+
+	canvas_fill(c, y, 0, width, L' ', CC_TITLE, CF_REVERSE);
+	canvas_text(c, y, 0, width, CC_TITLE, CF_REVERSE, " %-40s %-20s %8s %6s %6s %9s %9s %9s  %s", "POD",
+		    "CONTAINER", "REQUESTS", "ERRORS", "429", "TTFT p50", "TTFT p99", "TPOT p99", "(g or Esc: requests)");
+	if (!p->npods) {
+		canvas_text(c, y + 1, 1, -1, CC_DIM, 0, "%s", p->pods_why);
+		return;
+	}
+	for (int i = 0; i < p->npods && i < h - 1; i++) {
+		const struct trace_pod *k = &p->pod[i];
+		int yy = y + 1 + i;
+		canvas_text(c, yy, 1, 40, strcmp(k->name, "(host)") ? CC_VALUE : CC_DIM, 0, "%-40.40s", k->name);
+		canvas_text(c, yy, 42, 20, CC_DEFAULT, 0, "%-20.20s", k->container[0] ? k->container : "-");
+		canvas_text(c, yy, 63, 8, CC_DEFAULT, 0, "%8d", k->requests);
+		canvas_text(c, yy, 72, 6, k->errors ? CC_BAD : CC_DEFAULT, 0, "%6d", k->errors);
+		canvas_text(c, yy, 79, 6, k->rejected ? CC_WARN : CC_DEFAULT, 0, "%6d", k->rejected);
+		canvas_rtext(c, yy, 86, 9, CC_DEFAULT, 0, k->ttft_p50 >= 0 ? dur(a, (double)k->ttft_p50) : "-");
+		canvas_rtext(c, yy, 96, 9, CC_VALUE, 0, k->ttft_p99 >= 0 ? dur(b, (double)k->ttft_p99) : "-");
+		canvas_rtext(c, yy, 106, 9, CC_DEFAULT, 0, k->tpot_p99 >= 0 ? dur(t, (double)k->tpot_p99) : "-");
+	}
 }
 
 /* A task's critical path as one bar: model calls (M), tool calls (T), its
@@ -594,6 +629,10 @@ static void panel_draw(const struct kt_widget *w, struct canvas *c, int y, int w
 		tasks_draw(p, c, y, width, h);
 		return;
 	}
+	if (p->pods) {
+		pods_draw(p, c, y, width, h);
+		return;
+	}
 	if (p->hops) {
 		hops_draw(p, c, y, width, h);
 		return;
@@ -639,7 +678,7 @@ static void status_fill(struct kt_widget *w, const struct kt_data *d, const stru
 			 "↑↓ scroll  ←→ %s", d->live ? "go back in time" : "move through time");
 	else
 		snprintf(st->text, sizeof(st->text), "q quit  h help  s sort  / filter  p pause  1/2/3 window 10s/1m/5m  "
-			 "↑↓ scroll  ←→ %s  t hops  a tasks", d->live ? "go back in time" : "move through time");
+			 "↑↓ scroll  ←→ %s  t hops  a tasks  g pods", d->live ? "go back in time" : "move through time");
 }
 
 static void status_draw(const struct kt_widget *w, struct canvas *c, int y, int width, int h)
