@@ -9,7 +9,7 @@ that what reading TLS adds stands apart from the rest of the HTTP path.  Per rou
 schedstat run time: the uprobe traps, the return trampolines and the programs
 all run on its time); with the agent, the TLS programs' own time
 (kernel.bpf_stats_enabled) and the SSL calls they saw.  Writes tls.json."""
-import http.client, json, os, shutil, ssl, statistics, sys, tempfile, threading
+import http.client, json, os, shutil, signal, ssl, statistics, sys, tempfile, threading
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "lib"))
@@ -89,6 +89,47 @@ def round_(ng, n, tmp, tag, agent_on, tls):
     return out
 
 
+# The floor: a function that does nothing, called in a loop, with an empty
+# uprobe and uretprobe on it (bpftrace's, not the agent's): what this machine
+# charges for a probed call before any program does any work.
+FLOOR_C = r"""
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+__attribute__((noinline)) int probed(int x) { __asm__ volatile(""); return x + 1; }
+int main(int argc, char **argv)
+{
+	struct timespec a, b;
+	int n = atoi(argv[1]);
+	volatile int s = 0;
+	clock_gettime(CLOCK_MONOTONIC, &a);
+	for (int i = 0; i < n; i++)
+		s += probed(i);
+	clock_gettime(CLOCK_MONOTONIC, &b);
+	printf("%.4f\n", ((b.tv_sec - a.tv_sec) * 1e9 + (b.tv_nsec - a.tv_nsec)) / n / 1e3);
+	return 0;
+}
+"""
+
+
+def uprobe_floor(tmp, calls=100000):
+    """µs a call of an empty function: bare, and with an empty uprobe +
+    uretprobe pair (None where bpftrace or a compiler is missing)."""
+    import subprocess
+    if not shutil.which("bpftrace") or not shutil.which("cc"):
+        return None, None
+    src, exe = os.path.join(tmp, "floor.c"), os.path.join(tmp, "floor")
+    with open(src, "w") as f:
+        f.write(FLOOR_C)
+    subprocess.run(["cc", "-O2", "-o", exe, src], check=True)
+    bare = float(subprocess.run([exe, str(calls * 10)], capture_output=True, text=True, check=True).stdout)
+    bt_ = kpitest.Proc(["bpftrace", "-e", f"uprobe:{exe}:probed {{ }} uretprobe:{exe}:probed {{ }}"])
+    bt_.wait_line("Attaching", timeout=60)
+    probed = float(subprocess.run([exe, str(calls)], capture_output=True, text=True, check=True).stdout)
+    bt_.stop(signal.SIGINT)      # bpftrace exits on SIGINT, detaching
+    return bare, probed
+
+
 def main():
     args = bt.bench_args(__doc__)
     pairs, n = (1, 400) if args.quick else (3, 1200)
@@ -114,6 +155,7 @@ def main():
             procs.append(nginxtest.start(d, port, up, cert=(crt, key) if tls else None))
             ngs[tls] = (port, worker_pid(procs[-1].pid))
             load(port, 40, "warm", tls)
+        floor_bare, floor_probed = uprobe_floor(tmp)
         with bt.bpf_stats():
             for k in range(pairs):
                 for on in ((False, True) if k % 2 == 0 else (True, False)):
@@ -147,6 +189,7 @@ def main():
         "added_worker_cpu_us_per_request_plain": plain_added,
         "tls_added_worker_cpu_us_per_request": tls_added,
         "tls_added_worker_cpu_us_per_ssl_call": tls_added / (calls / requests_on) if calls else None,
+        "floor_us_per_call_bare": floor_bare, "floor_us_per_call_empty_uprobe_pair": floor_probed,
     }
     with open(os.path.join(args.out, "tls.json"), "w") as f:
         json.dump(summary, f, indent=1)
@@ -170,6 +213,9 @@ def main():
           f"{added:.1f} / {plain_added:.1f} |")
     print(f"| of it, reading TLS: per request / per SSL call, µs | {tls_added:.1f} / "
           f"{summary['tls_added_worker_cpu_us_per_ssl_call']:.2f} |")
+    if floor_probed is not None:
+        print(f"| this machine's floor: an empty function, bare / under an empty uprobe + uretprobe "
+              f"(bpftrace), µs a call | {floor_bare:.3f} / {floor_probed:.2f} |")
     print("\nThe worker's CPU holds everything the agent makes it run: the syscall and tcp "
           "programs and payload copies of its client and upstream connections (the plain HTTP "
           "rounds, against an identical nginx without TLS), and for TLS the uprobe traps, return "
