@@ -144,7 +144,6 @@ def _compare_wire(rows, wire, db, label="agent - wire", stalls=None):
     |difference| within WIRE_P99_US at p99 (printed with the worst three),
     but those a measured stall of the machine explains (stalls: the
     capture's noise probe; noisetest)."""
-    import noisetest
     off = at.mono_to_wall(db)
     marks = {"t_arrive": [], "t_first_content": [], "t_done": []}
     for rid, x in wire.items():
@@ -162,8 +161,7 @@ def _compare_wire(rows, wire, db, label="agent - wire", stalls=None):
     for name, v in marks.items():
         worst = sorted(v, key=lambda p: -abs(p[0]))[:3]
         print(f"     worst {name}: " + ", ".join(f"{rid} {d / 1e3:+.1f} µs" for d, _, _, rid in worst))
-        kept, noise = noisetest.split(v, WIRE_P99_US * 1000, stalls or [])
-        noisetest.check_share(noise, len(v), f"{label} {name}")
+        kept = noisetest.judged(v, WIRE_P99_US * 1000, stalls or [], f"{label} {name}")
         m[name] = at.stats_us([d for d, _, _, _ in kept])
     print(f"     {label}, µs (|diff|): {m}")
     for k, v in m.items():
@@ -310,9 +308,8 @@ def _ends_against_the_wire(argv_of_port):
                         r["t_done_ns"] + off, rid))
             done.append(r["t_done_ns"] + off - x["t_end"])
         assert len(e2e) >= 0.9 * 150, f"{kind}: {len(e2e)} of 150 on the wire"
-        e2e, noise = noisetest.split(e2e, WIRE_P99_US * 1000, cap.stalls)
-        noisetest.check_share(noise, len(e2e) + len(noise), f"{kind} e2e")
-        m, dm = at.stats_us([d for d, _, _, _ in e2e]), at.stats_us(done)
+        kept = noisetest.judged(e2e, WIRE_P99_US * 1000, cap.stalls, f"{kind} e2e")
+        m, dm = at.stats_us([d for d, _, _, _ in kept]), at.stats_us(done)
         print(f"     {kind}: e2e agent - wire, µs (|diff|): {m}; t_done - wire end: {dm}")
         assert m["p99"] <= WIRE_P99_US, (kind, m)
 
@@ -746,8 +743,7 @@ def _bench_matches_the_trace(argv_of_port):
                            f"{x['client_port']}, wire TTFT {wire_ns / 1e6:.3f} ms)"))
     beyond.sort()
     assert beyond[0][0] >= 0, f"kpi-bench's TTFT is shorter than the wire's: {beyond[:3]}"
-    kept, noise = noisetest.split(beyond, CLIENT_WIRE_P99_US * 1000, cap.stalls)
-    noisetest.check_share(noise, len(beyond), "kpi-bench - wire TTFT")
+    kept = noisetest.judged(beyond, CLIENT_WIRE_P99_US * 1000, cap.stalls, "kpi-bench - wire TTFT")
     p99 = kept[int(0.99 * (len(kept) - 1))][0]
     print(f"     kpi-bench - wire TTFT, µs: min {kept[0][0] / 1e3:.1f}, p50 "
           f"{kept[len(kept) // 2][0] / 1e3:.1f}, p99 {p99 / 1e3:.1f}, max {kept[-1][0] / 1e3:.1f}")

@@ -169,8 +169,7 @@ def _summary(diffs, stalls, label):
     the machine explains (noisetest), at most its share of the tasks."""
     out = {}
     for k, v in diffs.items():
-        kept, noise = noisetest.split(v, WIRE_US * 1000, stalls)
-        noisetest.check_share(noise, len(v), f"{label} {k}")
+        kept = noisetest.judged(v, WIRE_US * 1000, stalls, f"{label} {k}")
         out[k] = at.stats_us([x for x, _, _, _ in kept])
     return out
 

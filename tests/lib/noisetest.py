@@ -57,10 +57,10 @@ def explains(stalls, t_a, t_b, excess_ns):
     return None
 
 
-def split(samples, bound_ns, stalls):
-    """samples: (diff_ns, t_a, t_b, name).  Returns (kept, noise): the
-    samples the bound judges, and (name, diff, stall) of those beyond the
-    bound a stall explains."""
+def judged(samples, bound_ns, stalls, label):
+    """samples: (diff_ns, t_a, t_b, name).  The samples the bound judges:
+    all but those beyond it that a stall explains, which are printed and may
+    be at most NOISE_SHARE of the samples (and at least one)."""
     kept, noise = [], []
     for d, a, b, name in samples:
         s = explains(stalls, a, b, abs(d) - bound_ns) if abs(d) > bound_ns else None
@@ -68,15 +68,11 @@ def split(samples, bound_ns, stalls):
             noise.append((name, d, s))
         else:
             kept.append((d, a, b, name))
-    return kept, noise
-
-
-def check_share(noise, n, label):
-    """At most NOISE_SHARE of n samples (and at least one) left to the noise;
-    prints them."""
+    n = len(samples)
     if noise:
         print(f"     {label}: {len(noise)} of {n} beyond the bound during a measured stall of the machine: " +
               ", ".join(f"{name} {d / 1e3:+.1f} µs (cpu {s[0]} stalled {(s[2] - s[1]) / 1e3:.0f} µs)"
                         for name, d, s in noise[:5]))
     assert len(noise) <= max(1, int(NOISE_SHARE * n)), \
         f"{label}: {len(noise)} of {n} samples beyond the bound in the machine's noise: too noisy to judge"
+    return kept

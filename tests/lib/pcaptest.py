@@ -36,7 +36,7 @@ class Capture:
             raise AssertionError(f"tcpdump did not start: {line}")
         if noise:
             import noisetest
-            self.probe = noisetest.Probe(noise) if noise is not True else noisetest.Probe()
+            self.probe = noisetest.Probe(noisetest.PERIOD_US if noise is True else noise)
 
     def stop(self):
         if self.p.poll() is None:

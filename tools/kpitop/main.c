@@ -139,7 +139,7 @@ static void clamp_sel(struct kt_data *d, struct kt_view *v)
 
 /* The panel's views read what they show, only while they show: the selected
  * request's hops, the tasks, the pods. */
-static void hops_select(struct kt_data *d, const struct kt_view *v)
+static void views_read(struct kt_data *d, const struct kt_view *v)
 {
 	int idx[KT_MAX_REQS];
 
@@ -291,7 +291,7 @@ static int run_live(struct kt_screen *s, struct kt_data *d, struct kt_view *v, i
 		} else {
 			if (canvas_resize(&c, w, h)) break;
 			clamp_sel(d, v);
-			hops_select(d, v);
+			views_read(d, v);
 			kt_render(s, &c, d, v, 0);
 			blit(&c);
 		}
@@ -347,7 +347,7 @@ static int run_once(struct kt_screen *s, struct kt_data *d, struct kt_view *v, i
 			fprintf(stderr, "kpitop: reading %s failed: %s\n", d->path, kt_errmsg(d));
 			goto out;
 		}
-		hops_select(d, v);
+		views_read(d, v);
 		used = kt_render(s, &c, d, v, 1);
 		ms[f] = mono_ms() - t0;
 	}
