@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "agent/track/http/http2_track.h"
+#include "tests/fuzz/fuzz_piece.h"
 
 struct seen {
 	unsigned n;
@@ -126,10 +127,8 @@ static void side_step(struct http2_track *side, unsigned *k, uint64_t ts)
 
 static void feed_piece(struct http2_track *t, uint8_t op, const uint8_t *p, size_t n, uint64_t ts)
 {
-	unsigned cap = op >> 4;
-	size_t captured = cap <= 11 ? n : cap == 12 ? n / 2 : cap == 13 ? 0 : cap == 14 ? n : n > 0;
-	size_t moved = cap == 14 ? n + 4096 : n;
-	http2_track_feed(t, (op & 1) ? HTTP_OUT : HTTP_IN, cap == 13 ? NULL : p, captured, moved, ts);
+	struct fuzz_piece f = fuzz_piece(op, p, n);
+	http2_track_feed(t, f.dir, f.data, f.captured, f.moved, ts);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -704,7 +704,7 @@ static void dir_bytes(struct http2_track *t, struct dir *d, const uint8_t *p, si
 		if (d->state == D_PREFACE) {
 			size_t c = HTTP2_PREFACE_LEN - d->preface_got;
 			c = n < c ? n : c;
-			if (memcmp(p, HTTP2_PREFACE + d->preface_got, c)) {
+			if (memcmp(p, &HTTP2_PREFACE[d->preface_got], c)) {
 				STAT(t, bad_frames, 1);
 				d->state = D_SEEK;
 				return;
@@ -834,10 +834,7 @@ void http2_track_feed(struct http2_track *t, enum http_dir dir, const uint8_t *d
 	if (!t || !moved || (dir != HTTP_IN && dir != HTTP_OUT))
 		return;
 	struct dir *d = dir == HTTP_IN ? &t->in : &t->out;
-	if (captured > moved)
-		captured = moved;
-	if (!data)
-		captured = 0;
+	captured = http_feed_captured(data, captured, moved);
 	ts = tick(t, ts);
 	d->piece_streams = false;
 	if (captured)

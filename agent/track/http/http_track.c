@@ -567,10 +567,7 @@ void http_track_feed(struct http_track *t, enum http_dir dir, const uint8_t *dat
 	if (!t || !moved || (dir != HTTP_IN && dir != HTTP_OUT))
 		return;
 	struct dir *d = dir == HTTP_IN ? &t->in : &t->out;
-	if (captured > moved)
-		captured = moved;
-	if (!data)
-		captured = 0;
+	captured = http_feed_captured(data, captured, moved);
 	ts = tick(t, ts);
 	if (captured)
 		dir_bytes(t, d, data, captured, ts);

@@ -185,6 +185,12 @@ struct http_track *http_track_new(const struct http_track_cfg *cfg);
  * ts: CLOCK_MONOTONIC ns, > 0; earlier than the last feed is raised to it. */
 void http_track_feed(struct http_track *t, enum http_dir dir, const uint8_t *data,
 		     size_t captured, size_t moved, uint64_t ts);
+/* What a feed reads of data: at most moved bytes, none without data (a
+ * read whose bytes the kernel side could not copy). http2_track_feed's too. */
+static inline size_t http_feed_captured(const uint8_t *data, size_t captured, size_t moved)
+{
+	return !data ? 0 : captured < moved ? captured : moved;
+}
 
 /* The connection ended: a close-delimited response completes (by the server),
  * every other exchange in flight ends with who's reason. The tracker is then
