@@ -287,6 +287,10 @@ struct kpi_ev_payload {
  * snd_nxt: a client that reads late does not ACK, the congestion window is full):
  * they are on the wire at the HTTP_SENT for its fd that follows. */
 #define KPI_PAYLOAD_F_UNSENT 1u
+/* A TLS_PAYLOAD write that made no syscall inside its SSL_write (a memory BIO:
+ * Node's): its record goes out with the socket's next write outside an SSL
+ * call, the ciphertext PAYLOAD of its fd that follows, and is timed there. */
+#define KPI_PAYLOAD_F_LATER 2u
 
 /* TLS_PAYLOAD is a struct kpi_ev_payload too: the plaintext an SSL_read
  * returned or an SSL_write took, in the record of the socket whose read or

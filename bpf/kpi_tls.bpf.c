@@ -112,9 +112,10 @@ static __always_inline int tls_exit(__u64 n)
 		return 0;
 	e->h.type = KPI_EV_TLS_PAYLOAD;
 	e->h.pid = k.tgid;
-	/* no syscall inside: a read's bytes were already in, a write's
-	 * record goes out after the call (a memory BIO's: Node writes it to
-	 * the socket once SSL_write returns); both timed at the return */
+	/* no syscall inside: a read's bytes were already in (timed at the
+	 * return), a write's record goes out after the call (a memory BIO's:
+	 * Node writes it to the socket once SSL_write returns): the agent
+	 * times it at that write (KPI_PAYLOAD_F_LATER) */
 	e->h.ts = c.t_io ? c.t_io : now;
 	e->fd = c.fd;
 	e->dir = c.dir;
@@ -123,7 +124,7 @@ static __always_inline int tls_exit(__u64 n)
 	e->srtt_us = c.srtt_us;
 	e->tid = (__u32)pt;
 	e->role = KPI_ROLE_SERVED;      /* the target's own upstream calls are not read */
-	e->flags = 0;
+	e->flags = c.dir == KPI_PAYLOAD_OUT && !c.t_io ? KPI_PAYLOAD_F_LATER : 0;
 	ws = n < KPI_PAYLOAD_MAX ? n : KPI_PAYLOAD_MAX;
 	asm volatile("" : "+r"(ws));
 	if (ws > KPI_PAYLOAD_MAX)

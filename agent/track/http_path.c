@@ -40,15 +40,16 @@ struct http_conn {
 	bool seen;                      /* bytes came: the next ones are not its first */
 	bool tls;                       /* TLS: its plaintext comes from the SSL calls,
 					 * its socket bytes are ciphertext and not parsed */
-	struct held_write *held;        /* writes TCP held back, oldest first, fed at their HTTP_SENT */
+	struct held_write *held;        /* writes held back (TCP, a memory BIO), oldest first */
 	struct held_write **held_tail;
 	unsigned close_by;              /* a close that came while writes were held: by + 1 */
 	uint64_t close_ts;
 };
 
 /* A served connection's write that TCP did not put on the wire at once
- * (KPI_PAYLOAD_F_UNSENT), and those after it: fed to the tracker when the
- * kernel says the bytes went out, timed there (the client saw them then). */
+ * (KPI_PAYLOAD_F_UNSENT), or whose TLS record a memory BIO keeps until the
+ * socket's next write (KPI_PAYLOAD_F_LATER), and those after it: fed to the
+ * tracker when the bytes went out, timed there (the client saw them then). */
 #define HELD_MAX_NS 1000000000ULL        /* held writes with no HTTP_SENT this long go */
 
 struct held_write {
@@ -696,6 +697,11 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 		hp->tls.conns += !c->tls;
 		c->seen = c->tls = true;
 	} else if (!cleartext(hp, c, p)) {
+		/* a memory BIO's records left with this ciphertext (unless TCP
+		 * held it: then at its HTTP_SENT) */
+		if (c->tls && c->held && p->dir == KPI_PAYLOAD_OUT &&
+		    !(p->flags & KPI_PAYLOAD_F_UNSENT))
+			held_release(hp, c, p->h.ts);
 		return 0;
 	}
 	c->tid = p->tid;
@@ -711,7 +717,8 @@ int http_path_event(struct http_path *hp, const union kpi_event *e, size_t size)
 			c->srtt_us = p->srtt_us;
 		/* the client read what was held before it wrote again */
 		held_flush(c, p->t_seg && p->t_seg < p->h.ts ? p->t_seg : p->h.ts);
-	} else if ((c->held || (p->flags & KPI_PAYLOAD_F_UNSENT)) && held_add(c, p)) {
+	} else if ((c->held || (p->flags & (KPI_PAYLOAD_F_UNSENT | KPI_PAYLOAD_F_LATER))) &&
+		   held_add(c, p)) {
 		return 0;
 	}
 	if (!conn_tracker(hp, c, p->data, p->captured, req_dir)) {

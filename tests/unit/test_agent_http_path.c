@@ -296,6 +296,68 @@ static void tls_connection(void)
 	assemble_free(a);
 }
 
+/* One record as feed_bytes' with flags (KPI_PAYLOAD_F_*). */
+static void feed_flagged(struct assembler *a, unsigned type, int dir, uint64_t ts, unsigned flags,
+			 const void *data, size_t n)
+{
+	struct kpi_ev_payload e = { .h = { .type = type, .pid = 42, .ts = ts }, .fd = 7, .flags = flags };
+
+	e.dir = (unsigned)dir;
+	e.moved = e.captured = (unsigned)n;
+	memcpy(e.data, data, n);
+	assemble_event(a, &e, KPI_EV_PAYLOAD_HEAD + n);
+}
+
+/* A memory BIO's SSL_write (Node's: KPI_PAYLOAD_F_LATER) is timed at the
+ * socket write that follows it, the one carrying its record; when TCP holds
+ * that write back (F_UNSENT), at its HTTP_SENT. */
+static void tls_memory_bio_write(void)
+{
+	static const uint8_t hello[] = { 0x16, 0x03, 0x01, 0x00, 0x20, 1, 2, 3 };
+	static const uint8_t appdata[] = { 0x17, 0x03, 0x03, 0x00, 0x40, 1, 2, 3 };
+	const char *req = "POST /v1/completions HTTP/1.1\r\nx-request-id: bio-%d\r\n"
+			  "Content-Length: 2\r\n\r\n{}";
+	const char *head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+			   "Transfer-Encoding: chunked\r\n\r\n";
+	char ev[256], r[256];
+
+	for (int unsent = 0; unsent < 2; unsent++) {
+		struct assembler *a = fresh();
+		uint64_t t = 10000;
+
+		readable_answer = true;
+		assemble_set_tls_query(a, readable, NULL);
+		feed_bytes(a, KPI_EV_PAYLOAD, 7, KPI_PAYLOAD_IN, 1000, hello, sizeof(hello));
+		snprintf(r, sizeof(r), req, unsent);
+		feed_bytes(a, KPI_EV_TLS_PAYLOAD, 7, KPI_PAYLOAD_IN, 2000, r, strlen(r));
+		feed_flagged(a, KPI_EV_TLS_PAYLOAD, KPI_PAYLOAD_OUT, 3000, KPI_PAYLOAD_F_LATER,
+			     head, strlen(head));
+		snprintf(ev, sizeof(ev), "%zx\r\n%s\r\n", strlen(EVENT("a")), EVENT("a"));
+		feed_flagged(a, KPI_EV_TLS_PAYLOAD, KPI_PAYLOAD_OUT, 3100, KPI_PAYLOAD_F_LATER,
+			     ev, strlen(ev));
+		/* the ciphertext of both: 150 ns after the second call returned */
+		feed_flagged(a, KPI_EV_PAYLOAD, KPI_PAYLOAD_OUT, 3250,
+			     unsent ? KPI_PAYLOAD_F_UNSENT : 0, appdata, sizeof(appdata));
+		if (unsent) {
+			struct kpi_ev_http_sent s = { .h = { .type = KPI_EV_HTTP_SENT, .pid = 42,
+							     .ts = 3400 }, .fd = 7 };
+			assemble_event(a, &s, sizeof(s));
+			t = 3400;
+		} else {
+			t = 3250;
+		}
+		feed_flagged(a, KPI_EV_TLS_PAYLOAD, KPI_PAYLOAD_OUT, 4000, KPI_PAYLOAD_F_LATER,
+			     "0\r\n\r\n", 5);
+		feed_flagged(a, KPI_EV_PAYLOAD, KPI_PAYLOAD_OUT, 4200, 0, appdata, sizeof(appdata));
+		settle(a);
+		CHECK(n_got == 1 && got[0].t_arrive == 2000 && got[0].t_first_write == (int64_t)t &&
+		      got[0].t_done == 4200, "unsent %d: %d rows, arrive %lld first write %lld done %lld",
+		      unsent, n_got, (long long)got[0].t_arrive, (long long)got[0].t_first_write,
+		      (long long)got[0].t_done);
+		assemble_free(a);
+	}
+}
+
 /* A process whose libssl is not probed: its TLS connection is counted, and
  * its ciphertext is still not parsed; a plain connection beside it is. */
 static void tls_unreadable(void)
@@ -447,6 +509,7 @@ int main(void)
 	RUN(malformed_payload);
 	RUN(tls_connection);
 	RUN(tls_unreadable);
+	RUN(tls_memory_bio_write);
 	RUN(call_linked_by_thread);
 	RUN(call_rules);
 	RUN(integration_overhead);
