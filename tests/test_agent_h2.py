@@ -12,6 +12,7 @@ import json, os, subprocess, time
 import kpitest
 import agenttest as at
 import nginxtest
+import noisetest
 import pcaptest
 
 LIB = os.path.join(kpitest.ROOT, "tests", "lib")
@@ -46,17 +47,26 @@ def _tokens(db):
     return out
 
 
-def _diffs(pairs, label):
-    """pairs: (name, agent - wire ns, id); every name's |diff| p99 within the
-    bound, but those marked "(shown)", which are printed only."""
+def _pair(name, mine, theirs, rid, d=None):
+    """A sample of _diffs: the agent's instant and the wire's (CLOCK_REALTIME
+    ns), their difference (mine - theirs unless d is given)."""
+    return (name, mine - theirs if d is None else d, mine, theirs, rid)
+
+
+def _diffs(pairs, label, stalls):
+    """pairs: _pair()s; every name's |diff| p99 within the bound, but those
+    marked "(shown)", which are printed only, and those beyond it that a
+    stall of the machine between the two instants explains (noisetest)."""
     by = {}
-    for name, d, rid in pairs:
-        by.setdefault(name, []).append((d, rid))
+    for name, d, a, b, rid in pairs:
+        by.setdefault(name, []).append((d, a, b, rid))
     for name, v in sorted(by.items()):
-        s = at.stats_us([d for d, _ in v])
+        shown = name.endswith("(shown)")
+        kept = v if shown else noisetest.judged(v, WIRE_P99_US * 1000, stalls, f"{label} {name}")
+        s = at.stats_us([d for d, _, _, _ in kept])
         worst = sorted(v, key=lambda p: -abs(p[0]))[:2]
-        print(f"     {label} {name}: {s}; worst " + ", ".join(f"{rid} {d / 1e3:+.1f} µs" for d, rid in worst))
-        assert name.endswith("(shown)") or (s["n"] > 0 and s["p99"] <= WIRE_P99_US), (label, name, s)
+        print(f"     {label} {name}: {s}; worst " + ", ".join(f"{rid} {d / 1e3:+.1f} µs" for d, _, _, rid in worst))
+        assert shown or (s["n"] > 0 and s["p99"] <= WIRE_P99_US), (label, name, s)
 
 
 def _arrivals(pairs, rows_wire, off):
@@ -66,12 +76,13 @@ def _arrivals(pairs, rows_wire, off):
     before its first byte on the wire, never after the read that completed
     the request."""
     for r, w, rid in rows_wire:
-        pairs.append(("t_arrive, early", max(0, w["t_first_byte"] - (r["t_arrive_ns"] + off)), rid))
-        pairs.append(("t_arrive (shown)", r["t_arrive_ns"] + off - w["t_first_byte"], rid))
+        mine = r["t_arrive_ns"] + off
+        pairs.append(_pair("t_arrive, early", mine, w["t_first_byte"], rid, max(0, w["t_first_byte"] - mine)))
+        pairs.append(_pair("t_arrive (shown)", mine, w["t_first_byte"], rid))
         assert r["t_req_read_ns"] is None or r["t_arrive_ns"] <= r["t_req_read_ns"], r
 
 
-def _against(rows, tokens, wire, off, label):
+def _against(rows, tokens, wire, off, label, stalls):
     """Each wire stream's row: its path, status, content events, and its
     arrival, first and every content event, and end against the wire."""
     pairs = []
@@ -81,13 +92,13 @@ def _against(rows, tokens, wire, off, label):
             (w["path"], w["method"], w["status"], len(w["content"])), (label, w, r)
         assert r["end_reason"] == "complete" and r["h2_stream"] == w["sid"], (r, w)
         _arrivals(pairs, [(r, w, w["rid"])], off)
-        pairs.append(("t_done", r["t_done_ns"] + off - w["t_end"], w["rid"]))
+        pairs.append(_pair("t_done", r["t_done_ns"] + off, w["t_end"], w["rid"]))
         if w["content"]:
             assert r["ttft_ns"] == r["t_first_write_ns"] - r["t_arrive_ns"], r
             toks = tokens.get(w["rid"], [])
             assert len(toks) == len(w["content"]), (w["rid"], len(toks), len(w["content"]))
-            pairs += [("content event", t + off - c, w["rid"]) for t, c in zip(toks, w["content"])]
-    _diffs(pairs, label)
+            pairs += [_pair("content event", t + off, c, w["rid"]) for t, c in zip(toks, w["content"])]
+    _diffs(pairs, label, stalls)
 
 
 def test_agent_h2_sse_grpc_tls_and_an_older_connection_against_the_wire():
@@ -109,7 +120,7 @@ def test_agent_h2_sse_grpc_tls_and_an_older_connection_against_the_wire():
     gsrv.wait_line("listening on")
     tls_port = kpitest.free_port()
     ng = nginxtest.start(d, tls_port, port, workers=1, cert=(crt, key), http2=True, propagate_id=True)
-    cap = pcaptest.Capture([port, tls_port, grpc_port])
+    cap = pcaptest.Capture([port, tls_port, grpc_port], noise=True)
 
     # a connection that streams before the agent attaches, and again after
     old = kpitest.Proc([DEB_PY, os.path.join(LIB, "h2_client.py"), "sse", str(port), "old", "3", "--hold"],
@@ -164,8 +175,8 @@ def test_agent_h2_sse_grpc_tls_and_an_older_connection_against_the_wire():
     # h2c and gRPC streams against their frames on the wire
     fresh = [w for w in wire if w["rid"] and not w["rid"].startswith("old")]
     assert {w["rid"] for w in fresh} == {rid for rid in got if not rid.startswith("tls")}, fresh
-    _against(rows, tokens, [w for w in fresh if w["port"] == port], off, "h2c SSE, agent - wire")
-    _against(rows, tokens, [w for w in fresh if w["port"] == grpc_port], off, "gRPC, agent - wire")
+    _against(rows, tokens, [w for w in fresh if w["port"] == port], off, "h2c SSE, agent - wire", cap.stalls)
+    _against(rows, tokens, [w for w in fresh if w["port"] == grpc_port], off, "gRPC, agent - wire", cap.stalls)
 
     # over TLS: one stream at a time, each a run of TLS records
     tls_rows = sorted((r for rid, r in rows.items() if rid.startswith("tls")), key=lambda r: r["t_arrive_ns"])
@@ -173,9 +184,9 @@ def test_agent_h2_sse_grpc_tls_and_an_older_connection_against_the_wire():
     assert len(xs) == len(tls_rows) == 4, (xs, tls_rows)
     pairs = []
     for r, x in zip(tls_rows, sorted(xs, key=lambda x: x["t_first_byte"])):
-        pairs.append(("t_arrive", r["t_arrive_ns"] + off - x["t_first_byte"], r["request_id"]))
-        pairs.append(("t_done", r["t_done_ns"] + off - x["t_last_byte"], r["request_id"]))
-    _diffs(pairs, "TLS h2, agent - records")
+        pairs.append(_pair("t_arrive", r["t_arrive_ns"] + off, x["t_first_byte"], r["request_id"]))
+        pairs.append(_pair("t_done", r["t_done_ns"] + off, x["t_last_byte"], r["request_id"]))
+    _diffs(pairs, "TLS h2, agent - records", cap.stalls)
 
     # the older connection: its late streams timed by id, their heads not
     # decodable (path, method, status unknown: NULL), none guessed
@@ -191,9 +202,9 @@ def test_agent_h2_sse_grpc_tls_and_an_older_connection_against_the_wire():
         assert r["method"] is None and r["http_status"] is None and r["protocol"] == "h2", r
         assert r["content_events"] == len(w["content"]) == old_got[w["rid"]]["events"], (r, w)
         _arrivals(pairs, [(r, w, w["rid"])], off)
-        pairs.append(("t_first_content", r["t_first_write_ns"] + off - w["content"][0], w["rid"]))
-        pairs.append(("t_done", r["t_done_ns"] + off - w["t_end"], w["rid"]))
-    _diffs(pairs, "older connection, agent - wire")
+        pairs.append(_pair("t_first_content", r["t_first_write_ns"] + off, w["content"][0], w["rid"]))
+        pairs.append(_pair("t_done", r["t_done_ns"] + off, w["t_end"], w["rid"]))
+    _diffs(pairs, "older connection, agent - wire", cap.stalls)
     undecodable = at.query(db, "SELECT value FROM meta WHERE key = 'loss_h2_headers_undecodable_total'")
     # each late stream's request and response heads
     assert undecodable and int(undecodable[0]["value"]) == 2 * len(late), undecodable

@@ -13,6 +13,7 @@ import http.client, json, os, re, shutil, ssl, sys, threading, time
 
 import kpitest
 import agenttest as at
+import noisetest
 import pcaptest
 
 RELAY_PY = os.path.join(kpitest.ROOT, "tests", "lib", "relay_gateway.py")
@@ -87,21 +88,24 @@ def _overhead(right, pcap, front_port, model_port, front_wire):
         xm, xf = w_model.get(g["got_id"]), front_wire(g)
         if xm and xf:
             w = (xf["t_last_byte"] - xf["t_first_byte"]) - (xm["t_last_byte"] - xm["t_first_byte"])
-            diffs.append((row["integration_overhead_ns"] - w, g["rid"]))
+            diffs.append((row["integration_overhead_ns"] - w, xf["t_first_byte"], xf["t_last_byte"], g["rid"]))
     return diffs
 
 
-def _check(name, db, got, agent, diffs):
+def _check(name, db, got, agent, diffs, stalls):
+    """The links against what the clients got back, and the integration
+    overhead of each linked request against the wire (but for those a stall
+    of the machine explains: noisetest)."""
     right, wrong, unlinked = _links(db, got)
-    s = at.stats_us([x for x, _ in diffs])
+    assert len(diffs) == len(right), f"{len(right) - len(diffs)} linked requests not found on the wire"
+    s = at.stats_us([x for x, _, _, _ in noisetest.judged(diffs, WIRE_US * 1000, stalls, name)])
     rules = at.query(db, "SELECT COALESCE(link_rule, 'unlinked') AS rule, COUNT(*) AS n FROM exchanges_out GROUP BY 1")
     worst = sorted(diffs, key=lambda p: -abs(p[0]))[:3]
     print(f"     {name}: {len(right)} of {len(got)} linked right, {len(wrong)} wrong, {len(unlinked)} unlinked; "
           f"rules {[(r['rule'], r['n']) for r in rules]}; overhead agent - wire, µs (|diff|): {s}; worst "
-          + ", ".join(f"{r} {x / 1e3:+.1f} µs" for x, r in worst))
+          + ", ".join(f"{r} {x / 1e3:+.1f} µs" for x, _, _, r in worst))
     assert not wrong, wrong[:10]
     assert len(right) >= LINKED_SHARE * len(got), (len(right), len(got), unlinked[:10])
-    assert s["n"] == len(right), f"{len(right) - s['n']} linked requests not found on the wire: {s}"
     assert s["p99"] <= WIRE_US, s
     assert any(r["rule"] == "response_id" for r in rules), rules
 
@@ -123,7 +127,7 @@ def test_agent_links_nginx_tls_without_request_id():
     while sum("TLS: pid" in l for l in agent.drain()) < 2:
         assert time.monotonic() < deadline, agent.lines[-20:]
         time.sleep(0.1)
-    cap = pcaptest.Capture([port, daemon.port])
+    cap = pcaptest.Capture([port, daemon.port], noise=True)
     got = _clients(port, 6, 14, daemon.model, tls=nginxtest.client_ctx(ssl.TLSVersion.TLSv1_2), tag="ng")
     pcap = cap.stop()
     time.sleep(0.5)
@@ -134,7 +138,7 @@ def test_agent_links_nginx_tls_without_request_id():
     w_tls = pcaptest.tls12_exchanges(pcap, port)
     diffs = _overhead(_links(db, got)[0], pcap, port, daemon.port,
                       lambda g: (w_tls.get(g["cport"]) or [])[g["index"]:][:1] and w_tls[g["cport"]][g["index"]])
-    _check("nginx TLS, no id upstream", db, got, agent, diffs)
+    _check("nginx TLS, no id upstream", db, got, agent, diffs, cap.stalls)
     daemon.stop()
 
 
@@ -149,7 +153,7 @@ def _relay(cmd, name):
     db = os.path.join(d, "relay.db")
     agent = at.start_agent(db, "--port", port, "--flush-ms", 100, pid=daemon.p.pid)
     agent.wait_line(f"attached to pid {gw.pid}", timeout=60)
-    cap = pcaptest.Capture([port, daemon.port])
+    cap = pcaptest.Capture([port, daemon.port], noise=True)
     got = _clients(port, 6, 14, daemon.model, tag=name[:2])
     pcap = cap.stop()
     time.sleep(0.5)
@@ -158,7 +162,7 @@ def _relay(cmd, name):
     assert all(g["status"] == 200 for g in got), got
     w_front = pcaptest.exchanges_by_id(pcap, port)
     diffs = _overhead(_links(db, got)[0], pcap, port, daemon.port, lambda g: w_front.get(g["rid"]))
-    _check(name, db, got, agent, diffs)
+    _check(name, db, got, agent, diffs, cap.stalls)
     daemon.stop()
 
 

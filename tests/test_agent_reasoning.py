@@ -14,6 +14,7 @@ import http.client, json, os, re, sys, time
 
 import kpitest
 import agenttest as at
+import noisetest
 import pcaptest
 
 SERVER = os.path.join(kpitest.ROOT, "tests", "lib", "sse_server.py")
@@ -79,7 +80,8 @@ def _load(port, jobs, threads=3):
 
 def _compare(db, pcap, port, expect_shape=None):
     """Per row: (agent - wire) of TTFO, first reasoning, first tool call and
-    TTFT, and the counts; returns ({mark: [(diff_ns, rid)]}, problems)."""
+    TTFT, and the counts; returns ({mark: [(diff_ns, t_agent, t_wire, rid)]},
+    problems)."""
     off = at.mono_to_wall(db)
     wire = pcaptest.exchanges_by_id(pcap, port)
     rows = {r["request_id"]: r for r in at.query(db, "SELECT * FROM requests")}
@@ -103,12 +105,18 @@ def _compare(db, pcap, port, expect_shape=None):
             if (agent is None) != (truth is None):
                 problems.append(f"{rid}: {name} agent {agent} wire {truth}")
             elif agent is not None:
-                diffs[name].append((t0 + agent - truth, rid))
+                diffs[name].append((t0 + agent - truth, t0 + agent, truth, rid))
         if w["t_first_reasoning"] and w["t_first_answer"] and r["reasoning_ns"] is None:
             problems.append(f"{rid}: no reasoning time")
         if expect_shape and w["reasoning_events"] and r["reasoning_shape"] != expect_shape(rid):
             problems.append(f"{rid}: shape {r['reasoning_shape']}")
     return diffs, problems
+
+
+def _judged(diffs, stalls):
+    """Each mark's samples but those beyond the bound that a stall of the
+    machine between the agent's instant and the wire's explains (noisetest)."""
+    return {k: noisetest.judged(v, WIRE_P99_US * 1000, stalls, k) for k, v in diffs.items()}
 
 
 def _shape_of(rid):
@@ -127,7 +135,7 @@ def test_agent_reasoning_every_shape_against_the_wire():
     db = os.path.join(d, "reasoning.db")
     agent = at.start_agent(db, "--port", port, "--flush-ms", 100)
     agent.wait_line(f"attached to pid {srv.pid}", timeout=60)
-    cap = pcaptest.Capture([port])
+    cap = pcaptest.Capture([port], noise=True)
     jobs = _jobs()
     got = _load(port, jobs)
     pcap = cap.stop()
@@ -135,16 +143,17 @@ def test_agent_reasoning_every_shape_against_the_wire():
     assert agent.stop() == 0, agent.lines[-20:]
     assert all(s == 200 for s in got.values()) and len(got) == len(jobs), got
     diffs, problems = _compare(db, pcap, port, _shape_of)
+    worst = sorted(diffs["ttfo"], key=lambda p: -abs(p[0]))[:3]
+    diffs = _judged(diffs, cap.stalls)
     shape_of = {rid: shape for rid, _, shape, _, _ in jobs}
     report = {}
     for shape in sorted(set(shape_of.values())):
-        d_ttfo = [x for x, rid in diffs["ttfo"] if shape_of.get(rid) == shape]
+        d_ttfo = [x for x, _, _, rid in diffs["ttfo"] if shape_of.get(rid) == shape]
         report[shape] = at.stats_us(d_ttfo)
     for name, key in (("reasoning", "first reasoning event"), ("tool", "first tool call"), ("ttft", "TTFT")):
-        report[key] = at.stats_us([x for x, _ in diffs[name]])
-    worst = sorted(diffs["ttfo"], key=lambda p: -abs(p[0]))[:3]
+        report[key] = at.stats_us([x for x, _, _, _ in diffs[name]])
     print(f"     TTFO agent - wire by shape, µs (|diff|): {report}")
-    print("     worst TTFO: " + ", ".join(f"{r} {x / 1e3:+.1f} µs" for x, r in worst))
+    print("     worst TTFO: " + ", ".join(f"{r} {x / 1e3:+.1f} µs" for x, _, _, r in worst))
     assert not problems, problems[:10]
     for shape, s in report.items():        # TTFT included: it keeps its meaning
         assert s["n"] > 0 and s["p99"] <= WIRE_P99_US, (shape, s)
@@ -169,7 +178,7 @@ def test_agent_reasoning_kpi_infer_end_to_end():
     mport = kpitest.free_port()
     agent = at.start_agent(db, "--http-only", "--flush-ms", 100, "--metrics", f"127.0.0.1:{mport}",
                            pid=daemon.p.pid)
-    cap = pcaptest.Capture([daemon.port])
+    cap = pcaptest.Capture([daemon.port], noise=True)
     jobs = []
     for i in range(24):
         n = 5 + i % 6
@@ -189,13 +198,15 @@ def test_agent_reasoning_kpi_infer_end_to_end():
     assert agent.stop() == 0, agent.lines[-20:]
     assert all(s == 200 for s in got.values()), got
     diffs, problems = _compare(db, pcap, daemon.port, lambda rid: "field" if "chat" in rid else "think")
-    s = {k: at.stats_us([x for x, _ in v]) for k, v in diffs.items() if v}
-    print(f"     kpi-infer --reasoning-tokens 3, agent - wire, µs (|diff|): {s}")
     for k, v in diffs.items():
         worst = sorted(v, key=lambda p: -abs(p[0]))[:2]
-        print(f"     worst {k}: " + ", ".join(f"{r} {x / 1e3:+.1f} µs" for x, r in worst))
+        print(f"     worst {k}: " + ", ".join(f"{r} {x / 1e3:+.1f} µs" for x, _, _, r in worst))
+    n_wire = len(diffs["ttfo"])
+    diffs = _judged(diffs, cap.stalls)
+    s = {k: at.stats_us([x for x, _, _, _ in v]) for k, v in diffs.items() if v}
+    print(f"     kpi-infer --reasoning-tokens 3, agent - wire, µs (|diff|): {s}")
     assert not problems, problems[:10]
-    assert s["ttfo"]["n"] >= 20 and s["ttfo"]["p99"] <= WIRE_P99_US, s
+    assert n_wire >= 20 and s["ttfo"]["p99"] <= WIRE_P99_US, (n_wire, s)
     assert s["ttft"]["p99"] <= WIRE_P99_US, s       # TTFT keeps its meaning: the first event of any kind
     chat = at.query(db, "SELECT reasoning_tokens FROM requests WHERE request_id LIKE 'infer-chat-%'")
     assert chat and all(r["reasoning_tokens"] == 3 for r in chat), chat
