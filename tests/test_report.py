@@ -629,3 +629,36 @@ def test_docs_queries_pure_sql_matches_extension():
                     assert abs(fx - fy) <= 1e-6 * max(abs(fx), 1), (sec[:60], a, b)
             pairs += 1
     assert pairs >= 5, pairs
+
+
+def test_report_ranks_the_pods_of_one_host():
+    """One host's trace (generated: 3000 requests over 600 s, in turn in two
+    pods and outside any; the second pod's queue 200 ms slower in the last
+    200 s): kpi-report names that pod and queue wait with nearly all of the
+    p99 TTFT increase, lists every pod with shares adding up to 100%, in
+    markdown and HTML; the same load with no pod has no Pods section."""
+    import fleetgen
+    d = tmp()
+    start = (time.time_ns() // 10**9 - 3600) * 10**9
+    s0 = start // 10**9
+    window = ["--from", f"@{s0 + 400}", "--to", f"@{s0 + 600}", "--baseline", f"@{s0}..@{s0 + 400}"]
+    db = os.path.join(d, "pods.db")
+    fleetgen.make_trace(db, "h", 3000, start, 600, slow_from_s=400, slow_phase="queue_ns",
+                        pods=["serve/model-0", "serve/model-1", None], slow_pod=1)
+    p = run_tool([REPORT, "--db", db, *window])
+    assert p.returncode == 0, p.stderr
+    m = re.search(r"^\*\*Pod (\S+) carries (\d+)% of the p99 TTFT increase \(\+[^)]+\), most of it in "
+                  r"([a-z -]+)\.\*\*$", p.stdout, re.M)
+    assert m, p.stdout[:3000]
+    assert (m.group(1), m.group(3)) == ("serve/model-1", "queue wait") and int(m.group(2)) >= 90, m.group(0)
+    pods = dict(re.findall(r"^\| (serve/\S+|\(none\)) \| \d+ → \d+ \| \S+ → \S+ \| \S+ \| (\d+)% \|",
+                           p.stdout, re.M))
+    assert set(pods) == {"serve/model-0", "serve/model-1", "(none)"}, (pods, p.stdout[-3000:])
+    assert 99 <= sum(map(int, pods.values())) <= 101, pods
+    h = run_tool([REPORT, "--db", db, "--format", "html", *window])
+    assert h.returncode == 0 and "<h2>Pods</h2>" in h.stdout and "<b>Pod serve/model-1 carries" in h.stdout, \
+        h.stdout[:2000]
+    bare = os.path.join(d, "bare.db")
+    fleetgen.make_trace(bare, "h", 3000, start, 600, slow_from_s=400, slow_phase="queue_ns")
+    p = run_tool([REPORT, "--db", bare, *window])
+    assert p.returncode == 0 and "## Pods" not in p.stdout, p.stdout[:2000]

@@ -16,8 +16,8 @@ def make_trace(path, host, n, start_wall_ns, span_s, seed=1, slow_from_s=None, s
     slow_from_s on, slow_phase takes slow_ms more. Every reject_every-th
     request is a 429 (no TTFT, TPOT or e2e), every error_every-th a 500 with
     finish_reason error (its TTFT kept); losses: (second, cause, n) rows.
-    pods: "NAMESPACE/NAME"s the requests run in, in turn (none: on the
-    host); slow_pod: the index of the only pod slowed."""
+    pods: "NAMESPACE/NAME"s the requests run in, in turn (none, or a None
+    among them: on the host); slow_pod: the index of the only pod slowed."""
     for f in glob.glob(path + "*"):
         os.remove(f)
     db = sqlite3.connect(path)
@@ -37,7 +37,7 @@ def make_trace(path, host, n, start_wall_ns, span_s, seed=1, slow_from_s=None, s
         ph = {"net_in_ns": rnd.randint(50_000, 200_000), "queue_ns": rnd.randint(0, 5 * MS),
               "prefill_ns": rnd.randint(5 * MS, 20 * MS), "decode_ns": rnd.randint(20 * MS, 80 * MS),
               "net_out_ns": rnd.randint(20_000, 100_000)}
-        pod = pods[i % len(pods)].split("/", 1) if pods else (None, None)
+        pod = pods[i % len(pods)].split("/", 1) if pods and pods[i % len(pods)] else (None, None)
         if slow_from_s is not None and (wall - start_wall_ns) >= slow_from_s * 10**9 and \
                 (slow_pod is None or i % len(pods) == slow_pod):
             ph[slow_phase] += slow_ms * MS

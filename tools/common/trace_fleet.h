@@ -7,6 +7,7 @@
 
 #include <stdint.h>
 #include "tools/common/trace.h"
+#include "tools/common/trace_rank.h"
 
 /* What to read: rows of hosts/models matching (NULL: all) that arrived in
  * the last window_ns before the newest such row (to_wall_ns 0) or before
@@ -32,25 +33,9 @@ int64_t trace_fleet_rows(const struct trace_fleet *fl);      /* requests copied 
 int trace_fleet_hosts(const struct trace_fleet *fl);
 double trace_fleet_copy_s(const struct trace_fleet *fl);    /* seconds the copy took */
 
-/* One host (or model) in the split of a p99 TTFT change: the requests of
- * both windows within +-1 percentile of the fleet's p99 carry the change;
- * each group's part of that band's mean, incident less baseline, is its
- * contribution (the parts add up to the band's change). */
-#define TRACE_FLEET_GROUPS 16
-struct trace_fleet_group {
-	char name[128];
-	int n_base, n_inc;              /* requests with a TTFT in each window */
-	double p99_base, p99_inc;       /* the group's own p99 TTFT, ns (0: none) */
-	double delta;                   /* its contribution to the band's change, ns */
-	double share;                   /* of the change in its direction, 0..1 */
-	/* the group's own TTFT phases in the band (net-in, queue or server
-	 * wait, prefill, the rest): their contributions, and the largest */
-	double phase_delta[4];
-	int top_phase;
-};
-/* Groups by "host", "model" or "pod" (NAMESPACE/NAME, "(none)" outside any
- * pod), largest share first. Returns the count, -1 on a read error. */
+/* The hosts, models or pods of the copy ranked by their share of a p99 TTFT
+ * change (trace_rank.h). */
 int trace_fleet_rank(struct trace_fleet *fl, const char *by, int64_t base_from, int64_t base_to, int64_t inc_from,
-		     int64_t inc_to, struct trace_fleet_group *out, int max);
+		     int64_t inc_to, struct trace_rank_group *out, int max);
 
 #endif

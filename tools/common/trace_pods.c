@@ -134,3 +134,9 @@ int trace_pods_window(struct trace_pods *p, int64_t from_ns, int64_t to_ns, stru
 	free(all);
 	return n;
 }
+
+int trace_pods_rank(struct trace_pods *p, int64_t base_from, int64_t base_to, int64_t inc_from, int64_t inc_to,
+		    struct trace_rank_group *out, int max)
+{
+	return trace_rank(p->db, "pod", base_from, base_to, inc_from, inc_to, out, max);
+}

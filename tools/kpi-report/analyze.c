@@ -910,6 +910,7 @@ static int analyze(struct report *r, struct ttft_rows *tr, int64_t from, int hav
 		lost_finding(r);   /* a loss is worth saying with or without a comparison */
 	report_cost_analyze(r, r->price);
 	report_weights_analyze(r);
+	report_pods_analyze(r);
 	return 0;
 sqlfail:
 	snprintf(err, errlen, "reading %s failed: %s", trace_path(r->t), trace_errmsg(r->t));

@@ -263,6 +263,7 @@ void report_markdown(const struct report *r, FILE *o)
 	}
 
 	report_fleet_render(r, o, 0);
+	report_pods_render(r, o, 0);
 	fprintf(o, "\n## Summary\n\n");
 	rp_table_head(o, 0, r->compare);
 	summary_rows(r, o, 0);
@@ -434,6 +435,7 @@ void report_html(const struct report *r, FILE *o)
 		fprintf(o, "</ul>\n");
 	}
 	report_fleet_render(r, o, 1);
+	report_pods_render(r, o, 1);
 	fprintf(o, "<h2>Summary</h2>\n");
 	rp_table_head(o, 1, r->compare);
 	summary_rows(r, o, 1);

@@ -11,7 +11,9 @@
 #include "tools/common/trace_queue.h"
 #include "tools/common/trace_reuse.h"
 #include "tools/common/trace_fleet.h"
+#include "tools/common/trace_pods.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 
 #define RP_TIMELINE 60
@@ -96,7 +98,7 @@ struct report {
 	/* a report across hosts (--db clickhouse://...; fleet.c) */
 	struct trace_fleet *fleet;
 	char fleet_what[512];           /* what was read: hosts, rows, filter */
-	struct trace_fleet_group hosts[TRACE_FLEET_GROUPS], models[TRACE_FLEET_GROUPS], pods[TRACE_FLEET_GROUPS];
+	struct trace_rank_group hosts[TRACE_RANK_GROUPS], models[TRACE_RANK_GROUPS], pods[TRACE_RANK_GROUPS];
 	int n_hosts, n_models, n_pods;
 	/* the same question of the per-minute aggregates (fleet_minutes.c) */
 	struct rp_agg_host {
@@ -154,6 +156,17 @@ int report_fleet_analyze(struct report *r);
 void report_fleet_minutes(struct report *r);
 void report_fleet_minutes_render(const struct report *r, FILE *out, int html);
 void report_fleet_render(const struct report *r, FILE *out, int html);
+/* One host's trace: its pods ranked by their share of the p99 TTFT change
+ * (schema version 13; none outside any pod: no section), and their section. */
+void report_pods_analyze(struct report *r);
+void report_pods_render(const struct report *r, FILE *out, int html);
+/* What fleet.c and pods.c share: the TTFT phases a group's change is named
+ * by, whether a request of either window ran in a pod, text escaped for
+ * markdown or HTML, and a table of ranked groups headed by what. */
+extern const char *const rp_ttft_phase[4];
+bool rp_any_pod(const struct report *r);
+void rp_esc(FILE *out, const char *s, int html);
+void rp_group_table(FILE *out, int html, const char *what, const struct trace_rank_group *g, int n);
 
 void report_markdown(const struct report *r, FILE *out);
 /* A two-column table (baseline, incident), or one column (window) when
