@@ -68,6 +68,7 @@ DEB_PKGS += libnghttp2-dev  # kpi-agent's HTTP/2 header decoding (HPACK)
 TEST_PKGS := prometheus chromium tcpdump nginx clickhouse-server clickhouse-client
 TEST_PKGS += python3-hypercorn python3-h2 python3-grpcio  # test_agent_h2: HTTP/2 and gRPC servers and clients
 TEST_PKGS += gnutls-bin  # test_agent_tls: a TLS server the agent cannot read
+TEST_PKGS += haproxy  # test_agent_hops: an HTTP/2 and TLS gateway in front of kpi-infer
 TEST_PKGS += llvm pkg-config tmux iproute2 procps bpftrace libclang-rt-14-dev nodejs openssl curl  # the tests' tools, fuzz (libclang-rt): not the build's nor the demo's
 TEST_PKGS += lintian man-db systemd  # make deb-lint: lintian; test_package, test_manpages: man -w, man --warnings, systemd-analyze verify
 TEST_PKGS += podman crun runc containerd  # test_agent_pods: real pods and a ctr container

@@ -418,3 +418,78 @@ def test_agent_hops_nginx_tls_in_front_of_kpi_infer():
     assert set(rules) == {None, "header", "socket"}, rules     # None: the top-level request
     assert m["p99"] <= WIRE_US, m
     daemon.stop()
+
+
+def test_agent_hops_haproxy_h2_tls_in_front_of_kpi_infer():
+    """haproxy (Debian's, its libssl read through uprobes) as an HTTP/2 and
+    TLS gateway in front of kpi-infer (HTTP/1.1 upstream): three clients,
+    each one TLS connection with ALPN h2 and 6 streamed completions on it,
+    one stream at a time.  Every client stream is an h2 row on haproxy with
+    the content events its client got, linked to haproxy's call and that call to
+    kpi-infer's request (three hops, by the x-request-id haproxy passes on),
+    the call inside its stream and kpi-infer's request inside the call."""
+    _require()
+    import haproxytest, nginxtest, servertest
+    haproxytest.find()
+    d = _tmp()
+    crt, key = nginxtest.cert(d)
+    daemon = servertest.Daemon("--max-seqs", 8, "--max-queue", 64)
+    port = kpitest.free_port()
+    hp = haproxytest.start(d, port, daemon.port, (crt, key))
+    db = os.path.join(d, "haproxy.db")
+    agent = _agent(db, daemon, port)
+    agent.wait_line(f"TLS: pid {hp.pid}", timeout=60)
+    got = {}
+    lock = threading.Lock()
+
+    def client(c):
+        p = kpitest.run(["/usr/bin/python3", os.path.join(kpitest.ROOT, "tests", "lib", "h2_client.py"), "sse",
+                         str(port), f"hap{c}", "6", "--tls", "--model", daemon.model], timeout=120)
+        assert p.returncode == 0, (p.stdout, p.stderr)
+        with lock:
+            got.update(json.loads(p.stdout.strip().splitlines()[-1]))
+    ts = [threading.Thread(target=client, args=(c,)) for c in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    time.sleep(0.3)
+    assert agent.stop() == 0, agent.lines[-20:]
+    hp.stop()
+    for g in got.values():      # the agent's rule: events that carry text (pcaptest)
+        g["content"] = nginxtest.content_events(g.pop("body").encode("latin-1"))
+    assert len(got) == 18 and all(g["status"] == 200 and g["events"] > 0 for g in got.values()), got
+    rows = {r["request_id"]: r for r in at.query(db, "SELECT * FROM requests WHERE pid = ?", hp.pid)}
+    traces = _trace_of(db)
+    problems, rules = [], {}
+    for rid, g in sorted(got.items()):
+        r = rows.get(rid)
+        if not r or (r["protocol"], r["http_status"], r["content_events"]) != ("h2", 200, g["content"]):
+            problems.append(f"{rid}: haproxy's row {r and (r['protocol'], r['http_status'], r['content_events'])}, "
+                            f"its client got {g['status']} and {g['content']} content events")
+            continue
+        row, hops = traces.get(rid, (None, []))
+        for h in hops:
+            rules[h["link_rule"]] = rules.get(h["link_rule"], 0) + 1
+        kinds = sorted((h["direction"], h["depth"]) for h in hops)
+        if not row or kinds != [("in", 0), ("in", 2), ("out", 1)] or \
+                any(h["link_rule"] is None for h in hops if h["depth"] > 0):
+            problems.append(f"{rid}: hops {[(h['comm'], h['direction'], h['depth'], h['link_rule']) for h in hops]}")
+            continue
+        if row["model_request_id"] != rid or row["model_comm"] != "kpi-infer":
+            problems.append(f"{rid}: model hop {row['model_request_id']} of {row['model_comm']}")
+            continue
+        top = next(h for h in hops if h["depth"] == 0)
+        call = next(h for h in hops if h["depth"] == 1)
+        model = next(h for h in hops if h["depth"] == 2)
+        if not (top["t_arrive_ns"] <= call["t_arrive_ns"] <= model["t_arrive_ns"] and
+                model["t_done_ns"] <= call["t_done_ns"] <= top["t_done_ns"]):
+            problems.append(f"{rid}: not nested: {[(h['t_arrive_ns'], h['t_done_ns']) for h in (top, call, model)]}")
+        if not 0 < row["integration_overhead_ns"] < row["e2e_ns"]:
+            problems.append(f"{rid}: overhead {row['integration_overhead_ns']} of e2e {row['e2e_ns']}")
+    print(f"     haproxy h2+TLS -> kpi-infer: {len(got) - len(problems)} of {len(got)} streams linked "
+          f"in three hops; link rules {rules}; "
+          + next((l for l in agent.lines if l.startswith("http2:")), "no http2 line"))
+    assert not problems, (problems[:10], agent.lines[-15:])
+    assert "losses: none" in agent.lines, [l for l in agent.lines if l.startswith("losses:")]
+    daemon.stop()

@@ -1,11 +1,13 @@
 #!/usr/bin/python3
 """HTTP/2 clients for kpi-agent's HTTP/2 tests, run under Debian's
 /usr/bin/python3 (python3-h2, python3-grpcio).  Prints one JSON object,
-{request id: what the client got}, on its last line.
+{request id: what the client got (its status, its "data: {" events, its
+body)}, on its last line.
 
-    h2_client.py sse PORT PREFIX STREAMS [--tls] [--hold]
+    h2_client.py sse PORT PREFIX STREAMS [--tls] [--hold] [--model M]
         one connection, prior knowledge (or TLS 1.2 with ALPN h2); STREAMS
-        concurrent streaming chat requests (x-request-id PREFIX-k).  --tls:
+        concurrent streaming chat requests (x-request-id PREFIX-k) for model
+        M (default test-model).  --tls:
         one stream at a time, and the client writes only when it sends a
         request, so each exchange is a run of TLS records on the wire.
         --hold: the same again after "ready" is printed and a line is read
@@ -15,10 +17,12 @@
         unary ones (PREFIX-uK) and one that fails with NOT_FOUND (PREFIX-fail)."""
 import json, socket, ssl, sys, threading
 
+MODEL = "test-model"
+
 
 def _request(conn, rid, n, tls):
     sid = conn.get_next_available_stream_id()
-    body = json.dumps({"model": "test-model", "stream": True, "max_tokens": n, "gap_ms": 3,
+    body = json.dumps({"model": MODEL, "stream": True, "max_tokens": n, "gap_ms": 3,
                        "messages": [{"role": "user", "content": "hi"}]}).encode()
     conn.send_headers(sid, [(":method", "POST"), (":path", "/v1/chat/completions?x=1"),
                             (":scheme", "https" if tls else "http"), (":authority", "127.0.0.1"),
@@ -57,8 +61,9 @@ def _round(sock, conn, rids, tls, got):
                 if rid:
                     buf[rid] = buf.get(rid, b"") + ev.data
             elif isinstance(ev, h2.events.StreamEnded) and rid:
-                events = [e for e in buf.pop(rid, b"").split(b"\n\n") if e.startswith(b"data: {")]
-                got[rid]["events"] = len(events)
+                body = buf.pop(rid, b"")
+                got[rid]["events"] = sum(e.startswith(b"data: {") for e in body.split(b"\n\n"))
+                got[rid]["body"] = body.decode("latin-1")
                 del live[ev.stream_id]
         if not tls:
             sock.sendall(conn.data_to_send())
@@ -125,6 +130,8 @@ def grpc_calls(port, prefix, calls):
 
 if __name__ == "__main__":
     a = sys.argv[1:]
+    if "--model" in a:
+        MODEL = a[a.index("--model") + 1]
     if a[0] == "sse":
         out = sse(int(a[1]), a[2], int(a[3]), "--tls" in a, "--hold" in a)
     else:
