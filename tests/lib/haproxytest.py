@@ -1,7 +1,7 @@
 """haproxy (Debian's) for the agent's tests: a gateway on loopback terminating
 TLS, HTTP/2 or HTTP/1.1 by ALPN, in front of an HTTP/1.1 upstream port,
 configured in a test's temporary directory."""
-import os, shutil, socket, time
+import os, shutil
 
 import kpitest
 
@@ -43,11 +43,5 @@ def start(d, port, upstream, cert):
         f.write(CONF.format(port=port, upstream=upstream, pem=pem))
     kpitest.run([exe, "-c", "-q", "-f", conf], check=True)
     p = kpitest.Proc([exe, "-db", "-f", conf])
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return p
-        except OSError:
-            assert time.monotonic() < deadline and p.p.poll() is None, p.drain()
-            time.sleep(0.05)
+    kpitest.wait_accepts(port, p)
+    return p

@@ -104,6 +104,19 @@ def free_port():
     return port
 
 
+def wait_accepts(port, proc, timeout=20):
+    """Until 127.0.0.1:port accepts a connection; proc (a Proc) must not exit
+    meanwhile (its output is the assertion's message)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert time.monotonic() < deadline and proc.p.poll() is None, proc.drain()
+            time.sleep(0.05)
+
+
 class Proc:
     """A child process whose merged stdout/stderr can be awaited line by line."""
 

@@ -1,6 +1,6 @@
 """nginx (Debian's) for the agent's tests: a reverse proxy on loopback in front of
 an upstream port, plain or terminating TLS, configured in a test's temporary directory."""
-import http.client, json, os, shutil, socket, ssl, time
+import http.client, json, os, shutil, ssl
 
 import kpitest
 import pcaptest
@@ -61,14 +61,8 @@ def start(d, port, upstream, workers=1, cert=None, propagate_id=False, strip_id=
                             if propagate_id else '\n            proxy_set_header X-Request-Id "";'
                             if strip_id else ""))
     ng = kpitest.Proc([nginx, "-c", conf, "-g", "daemon off;"])
-    deadline = time.monotonic() + 20
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return ng
-        except OSError:
-            assert time.monotonic() < deadline and ng.p.poll() is None, ng.drain()
-            time.sleep(0.05)
+    kpitest.wait_accepts(port, ng)
+    return ng
 
 
 def content_events(body):
