@@ -628,8 +628,8 @@ static void sample(struct agent *ag, uint64_t now)
 	 * sample's named waits are those its totals hold */
 	ring_buffer__consume(ag->rb);
 	assemble_sample(ag->asm_, now, pids, runq, n, losses_bpf_counter(&ag->losses, KPI_CNT_DROPS));
-	/* the batch-step split needs the engine's probes: HTTP-mode targets have none */
-	n = attach_usdt_pids(ag->at, pids, KPI_MAX_TARGETS);
+	/* every target: kpi-infer's steps split by tokens, an HTTP-mode
+	 * target's requests by their time in flight */
 	agent_cost_sample(ag->cost, now, pids, n);
 	struct kpi_loss_record l;
 	losses_sample(ag, now, &l);
@@ -730,6 +730,7 @@ static int open_outputs(struct agent *ag, struct privdrop *priv)
 	if (ag->cost) {
 		sink = agent_cost_sink(ag->cost);
 		bus_add(ag->bus, &sink);
+		agent_cost_watch_http(ag->cost, assemble_http_in_flight, ag->asm_);
 	}
 	if (exporters_start(&ag->exp, env.metrics, env.otlp, err, sizeof(err))) {
 		fprintf(stderr, "kpi-agent: %s\n", err);

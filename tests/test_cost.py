@@ -272,6 +272,90 @@ def test_cost_attribution_exact_on_kpi_infer():
 test_cost_attribution_exact_on_kpi_infer.timeout = 300
 
 
+def _union_in(spans, t0, t1):
+    """The length of the union of [a, b) spans within (t0, t1]."""
+    cut = sorted((max(a, t0), min(b, t1)) for a, b in spans if min(b, t1) > max(a, t0))
+    total, cur_a, cur_b = 0, None, None
+    for a, b in cut:
+        if cur_b is not None and a <= cur_b:
+            cur_b = max(cur_b, b)
+            continue
+        if cur_b is not None:
+            total += cur_b - cur_a
+        cur_a, cur_b = a, b
+    return total + (cur_b - cur_a if cur_b is not None else 0)
+
+
+def test_cost_http_only_target_by_time_in_flight():
+    """kpi-infer traced from its HTTP exchange alone (--http-only: no steps):
+    at 1 stream, then 8, every row gets its machine time, energy and cost;
+    each interval's busy time is the union of the requests' times in flight
+    as the rows give them (the test's own sweep); the requests' energy plus
+    idle equals the counters' delta to the µJ and the cost price x duration;
+    a request alone in flight gets its whole time, those at 8 streams share
+    it (docs/cost.md, "Targets traced from their HTTP exchange")."""
+    pc, db, daemon, mport = _metered("http-cost.db", 8)
+    agent = at.start_agent(db, "--http-only", "--flush-ms", 100, "--powercap-root", pc.root,
+                           "--price-per-hour", PRICE, pid=daemon.p.pid)
+    agent.wait_line(f"attached to pid {daemon.p.pid}", timeout=60)
+    try:
+        time.sleep(1.2)
+        for threads in (1, 8):
+            load = ft.Load(daemon.port, threads=threads, max_tokens=(8, 24), prefix=f"h{threads}-")
+            time.sleep(3)
+            res = load.stop()
+            assert len(ft.completed(res)) >= 3, f"{threads} threads: {len(res)} requests"
+            time.sleep(1.5)
+    finally:
+        pc.stop()
+    time.sleep(1.2)
+    assert agent.stop() == 0, agent.lines[-20:]
+    rd = _rows(db, "SELECT * FROM energy_readings ORDER BY t_ns")
+    expect = sum(pc.unwrapped(dom, max((r for r in rd if r["domain"] == dom), key=lambda r: r["t_ns"])["reading_uj"])
+                 - pc.unwrapped(dom, min((r for r in rd if r["domain"] == dom), key=lambda r: r["t_ns"])["reading_uj"])
+                 for dom in ("package-0", "dram-0"))
+    iv = _rows(db, "SELECT * FROM cost_samples ORDER BY t_ns")
+    reqs = _rows(db, "SELECT * FROM requests")
+    assert reqs and all(r["source"] == "http" and r["seq_id"] is None for r in reqs), reqs[:2]
+    missing = [r["request_id"] for r in reqs if r["machine_ns"] is None or r["energy_j"] is None
+               or r["cost_usd"] is None]
+    assert not missing, (len(missing), len(reqs), missing[:5], [l for l in agent.lines if l.startswith("cost:")])
+    # every µJ and every dollar: to requests or idle
+    req_uj = sum(_uj(r["energy_j"]) for r in reqs)
+    idle_uj = sum(r["idle_energy_uj"] + r["unattributed_energy_uj"] for r in iv)
+    assert sum(r["energy_uj"] for r in iv) == expect and req_uj + idle_uj == expect, (req_uj, idle_uj, expect)
+    dur = iv[-1]["t_ns"] - iv[0]["t_ns"] + iv[0]["interval_ns"]
+    total = sum(r["cost_usd"] for r in reqs) + sum(r["idle_cost_usd"] for r in iv)
+    assert abs(total - PRICE * dur / 3.6e12) < 1e-9, (total, PRICE * dur / 3.6e12)
+    # busy time: the union of the rows' spans, interval by interval
+    spans = [(r["t_arrive_ns"], r["t_done_ns"]) for r in reqs]
+    wrong = [(r["t_ns"], r["busy_ns"], _union_in(spans, r["t_ns"] - r["interval_ns"], r["t_ns"]))
+             for r in iv if r["busy_ns"] != _union_in(spans, r["t_ns"] - r["interval_ns"], r["t_ns"])]
+    assert not wrong, wrong[:5]
+    assert sum(r["machine_ns"] for r in reqs) == sum(r["busy_ns"] for r in iv) and \
+        all(r["unattributed_ns"] == 0 for r in iv)
+    # alone in flight: its whole time; at 8 streams: shared
+    alone = [r for r in reqs if r["request_id"].startswith("h1-") and not any(
+        a < r["t_done_ns"] and b > r["t_arrive_ns"] for a, b in spans if (a, b) != (r["t_arrive_ns"], r["t_done_ns"]))]
+    assert alone and all(r["machine_ns"] == r["t_done_ns"] - r["t_arrive_ns"] for r in alone), alone[:3]
+    eight = [r["machine_ns"] / (r["t_done_ns"] - r["t_arrive_ns"]) for r in reqs if r["request_id"].startswith("h8-")]
+    meta = dict((r["key"], r["value"]) for r in _rows(db, "SELECT key, value FROM meta"))
+    line = [l for l in agent.lines if l.startswith("cost: ") and "sampled" in l]
+    print(f"     {len(reqs)} requests ({len(alone)} alone in flight), counters {expect} µJ = requests "
+          f"{req_uj} + idle {idle_uj}; ${total:.9f} over {dur / 1e9:.3f} s; at 8 streams a request's "
+          f"share of its time in flight: median {sorted(eight)[len(eight) // 2]:.3f}; {line}")
+    assert eight and max(eight) <= 1 and sorted(eight)[len(eight) // 2] < 0.5, sorted(eight)
+    assert "time in flight" in meta.get("cost_method_http", ""), meta
+    # kpi-report names the method and an idle share that is the intervals'
+    rep = kpitest.run([os.path.join(kpitest.BIN, "kpi-report"), "--db", db], check=True).stdout
+    m = re.search(r"^\| idle share of the time % \|(?: [0-9.]+ \|)? ([0-9.]+) \|$", rep, re.M)
+    assert "Method: time in flight shared by the requests in flight" in rep and m, rep[-3000:]
+    assert float(m.group(1)) < 100, m.group(0)
+
+
+test_cost_http_only_target_by_time_in_flight.timeout = 120
+
+
 def test_cost_prometheus_rates_the_counters():
     """A real Prometheus scraping the agent: rate() of kpi_energy_joules_total
     is each domain's power as the test drives it (~50 W package, ~5 W dram),

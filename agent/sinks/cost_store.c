@@ -8,7 +8,7 @@
 
 struct cost_store {
 	struct side_store *side;
-	sqlite3_stmt *ins_iv, *ins_rd, *upd_req, *set_meta;
+	sqlite3_stmt *ins_iv, *ins_rd, *upd_req, *upd_http, *set_meta;
 	int64_t run_id, mono_to_wall;
 	double price;                  /* per hour; < 0: none */
 };
@@ -46,6 +46,9 @@ struct cost_store *cost_store_open(struct side_store *side, double price_per_hou
 	    prepare(s, &s->upd_req,
 		    "UPDATE requests SET machine_ns = ?1, energy_j = ?2, cost_usd = ?3 "
 		    "WHERE pid = ?4 AND seq_id = ?5 AND run_id = ?6", err, errlen) ||
+	    prepare(s, &s->upd_http,
+		    "UPDATE requests SET machine_ns = ?1, energy_j = ?2, cost_usd = ?3 "
+		    "WHERE pid = ?4 AND t_arrive_ns = ?5 AND run_id = ?6 AND seq_id IS NULL", err, errlen) ||
 	    prepare(s, &s->set_meta, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", err,
 		    errlen))
 		goto fail;
@@ -62,6 +65,7 @@ void cost_store_close(struct cost_store *s)
 	sqlite3_finalize(s->ins_iv);
 	sqlite3_finalize(s->ins_rd);
 	sqlite3_finalize(s->upd_req);
+	sqlite3_finalize(s->upd_http);
 	sqlite3_finalize(s->set_meta);
 	free(s);
 }
@@ -153,13 +157,15 @@ static int put_reading(struct cost_store *s, const struct cost_reading *r, const
 /* 1: updated, 0: the row is not in the store yet, -1: error */
 static int put_req(struct cost_store *s, const struct cost_req *r)
 {
-	sqlite3_stmt *st = s->upd_req;
+	/* a request of a target with no steps: by its arrival (cost_attr.h) */
+	bool http = COST_KEY_IS_HTTP(r->seq_id);
+	sqlite3_stmt *st = http ? s->upd_http : s->upd_req;
 	sqlite3_bind_int64(st, 1, (int64_t)r->machine_ns);
 	if (r->energy_uj >= 0)
 		sqlite3_bind_double(st, 2, (double)r->energy_uj / 1e6);
 	bind_cost(st, 3, s->price, r->machine_ns);
 	sqlite3_bind_int64(st, 4, r->pid);
-	sqlite3_bind_int64(st, 5, (int64_t)r->seq_id);
+	sqlite3_bind_int64(st, 5, (int64_t)(http ? COST_HTTP_ARRIVE(r->seq_id) : r->seq_id));
 	sqlite3_bind_int64(st, 6, s->run_id);
 	if (side_store_run(st))
 		return -1;

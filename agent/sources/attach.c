@@ -838,16 +838,6 @@ int attach_live_pids(const struct attach *at, uint32_t *pids, int max)
 	return n;
 }
 
-int attach_usdt_pids(const struct attach *at, uint32_t *pids, int max)
-{
-	int n = 0;
-
-	for (int i = 0; i < at->n_targets && n < max; i++)
-		if (!at->targets[i].failed && !at->targets[i].http)
-			pids[n++] = (uint32_t)at->targets[i].pid;
-	return n;
-}
-
 
 void attach_free(struct attach *at)
 {

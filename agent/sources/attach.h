@@ -80,8 +80,6 @@ void attach_pending(struct attach *at);
 int attach_count(const struct attach *at);
 /* The traced ones' pids, at most max. */
 int attach_live_pids(const struct attach *at, uint32_t *pids, int max);
-/* Those of them traced through their USDT probes (not in HTTP mode). */
-int attach_usdt_pids(const struct attach *at, uint32_t *pids, int max);
 /* Ends every hold (attach_hold_end), then destroys every link (targets' and
  * global). */
 void attach_free(struct attach *at);

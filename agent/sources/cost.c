@@ -27,6 +27,8 @@ struct agent_cost {
 	struct cost_attr *attr;
 	struct cost_store *store;
 	struct agent_gpu *gpu;          /* where step lists come from; NULL: none */
+	bool (*http_in_flight)(void *ctx);      /* agent_cost_watch_http */
+	void *http_ctx;
 	struct cost_target t[COST_MAX_TARGETS];
 	int n_t;
 	double price;
@@ -102,9 +104,24 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 	struct agent_cost *c = ctx;
 	int64_t end = r->t_done != KPI_NULL ? r->t_done : r->t_last != KPI_NULL ? r->t_last : r->t_admit;
 
+	if (r->seq_id == KPI_NULL && r->source && !strncmp(r->source, "http", 4)) {
+		/* traced from its HTTP exchange: no steps, its time in flight */
+		int64_t done = r->t_done != KPI_NULL ? r->t_done : r->t_arrive + (r->e2e != KPI_NULL ? r->e2e : 0);
+		target_ensure(c, r->pid);
+		cost_attr_http_request(c->attr, r->pid, (uint64_t)r->t_arrive, done > 0 ? (uint64_t)done : 0);
+		return;
+	}
 	if (r->seq_id == KPI_NULL) /* rejected: never in a step, no row to key */
 		return;
 	cost_attr_request(c->attr, r->pid, (uint64_t)r->seq_id, end > 0 ? (uint64_t)end : 0);
+}
+
+void agent_cost_watch_http(struct agent_cost *c, bool (*in_flight)(void *ctx), void *ctx)
+{
+	if (!c)
+		return;
+	c->http_in_flight = in_flight;
+	c->http_ctx = ctx;
 }
 
 struct kpi_sink agent_cost_sink(struct agent_cost *c)
@@ -193,6 +210,7 @@ static void sample_energy(struct agent_cost *c, uint64_t now, bool final)
 	}
 	pthread_mutex_unlock(&c->lock);
 	cost_attr_interval(c->attr, now, n ? (int64_t)sum : -1);
+	cost_attr_hold(c->attr, c->http_in_flight && c->http_in_flight(c->http_ctx));
 	cost_attr_settle(c->attr, now, final);
 	cost_attr_drain(c->attr, now, queue_interval, queue_req, c);
 }
@@ -218,11 +236,14 @@ static void print_totals(struct agent_cost *c)
 	if (energy_domains(c->em))
 		snprintf(joules, sizeof(joules), "; %.6f J to requests, %.6f J idle",
 			 (double)c->attributed_uj / 1e6, (double)c->idle_uj / 1e6);
-	printf("cost: %.3f s sampled: %.3f s to %llu requests, %.3f s idle, %.3f s in steps with no "
-	       "sequence list (%llu CUPTI ring records lost to a full ring)%s%s; token share of batch steps, idle "
-	       "apart (docs/cost.md)\n", (double)(c->t_last - c->t_first) / 1e9,
-	       (double)st.attributed_ns / 1e9, (unsigned long long)st.requests, (double)st.idle_ns / 1e9,
-	       (double)st.unattributed_ns / 1e9, (unsigned long long)agent_gpu_ring_drops(c->gpu), joules, money);
+	printf("cost: %.3f s sampled: %.3f s to %llu requests (%llu by their time in flight, %llu too "
+	       "late for a share), %.3f s idle, %.3f s in steps with no sequence list (%llu CUPTI ring "
+	       "records lost to a full ring)%s%s; token share of batch steps, time in flight where "
+	       "there are none, idle apart (docs/cost.md)\n", (double)(c->t_last - c->t_first) / 1e9,
+	       (double)st.attributed_ns / 1e9, (unsigned long long)st.requests,
+	       (unsigned long long)st.http_requests, (unsigned long long)st.http_late,
+	       (double)st.idle_ns / 1e9, (double)st.unattributed_ns / 1e9,
+	       (unsigned long long)agent_gpu_ring_drops(c->gpu), joules, money);
 }
 
 void agent_cost_flush(struct agent_cost *c, uint64_t now, bool final)
@@ -247,7 +268,7 @@ void agent_cost_flush(struct agent_cost *c, uint64_t now, bool final)
 static int write_meta(struct agent_cost *c, char *err, size_t errlen)
 {
 	char price[32], pw[16], dw[16];
-	const char *kv[10];
+	const char *kv[12];
 	int n = 0;
 
 #define KV(k, v) (kv[2 * n] = (k), kv[2 * n + 1] = (v), n++)
@@ -257,6 +278,9 @@ static int write_meta(struct agent_cost *c, char *err, size_t errlen)
 	KV("cost_method", "token share of batch steps: each sample interval's time and energy to "
 	   "the steps in it by their time in it, each step's to its requests by tokens times "
 	   "cost_prefill_weight or cost_decode_weight; time outside steps is idle (docs/cost.md)");
+	KV("cost_method_http", "time in flight: a target traced from its HTTP exchange (source http) "
+	   "has no steps; each sample interval's busy time is the union of its requests' times in "
+	   "flight, shared by each one's time in it, the rest idle (docs/cost.md)");
 	KV("cost_prefill_weight", pw);
 	KV("cost_decode_weight", dw);
 	if (c->price >= 0) { /* no price: no key, rather than a made-up 0 */
@@ -286,8 +310,9 @@ struct agent_cost *agent_cost_open(struct side_store *store, const char *powerca
 		goto fail;
 	printf("%s\n", said);
 	if (price_per_hour >= 0)
-		printf("cost: $%.10g an hour, split by token share of the batch steps, idle apart "
-		       "(docs/cost.md)\n", price_per_hour);
+		printf("cost: $%.10g an hour, split by token share of the batch steps (by time in flight "
+		       "for targets traced from their HTTP exchange), idle apart (docs/cost.md)\n",
+		       price_per_hour);
 	else
 		printf("cost: no --price-per-hour: cost_usd stays NULL; machine time per request is "
 		       "still attributed (requests.machine_ns)\n");

@@ -27,11 +27,15 @@ void agent_cost_listen(struct agent_cost *c, struct agent_gpu *g);
 /* The sink that hears steps and requests (whose rows get their figures once
  * their time has settled). */
 struct kpi_sink agent_cost_sink(struct agent_cost *c);
+/* in_flight(ctx): whether a request of a target traced from its HTTP
+ * exchange is in flight or held before its row (assemble.h): the intervals
+ * wait for their rows, as for an open step. */
+void agent_cost_watch_http(struct agent_cost *c, bool (*in_flight)(void *ctx), void *ctx);
 /* kpi_energy_joules_total{domain}, kpi_cost_usd_total and the idle parts in
  * p's /metrics (p NULL: nothing). */
 void agent_cost_metrics(struct agent_cost *c, struct prom_exporter *p);
 /* A sample at now: reads the counters, closes the interval, settles what can
- * be. pids: the targets now (the others' steps are closed). */
+ * be. pids: the targets now (the others' steps and spans are closed). */
 void agent_cost_sample(struct agent_cost *c, uint64_t now, const uint32_t *pids, int n);
 /* Writes what settled, one transaction; final closes the last interval,
  * settles everything and prints the run's totals. */

@@ -1080,6 +1080,11 @@ void assemble_flush(struct assembler *a, uint64_t now, bool final)
 	http_path_flush(a->http, now, final);
 }
 
+bool assemble_http_in_flight(void *a)
+{
+	return http_path_in_flight(((struct assembler *)a)->http);
+}
+
 const struct split_stats *assemble_split_stats(const struct assembler *a)
 {
 	return http_path_split_stats(a->http);

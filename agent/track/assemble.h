@@ -76,6 +76,9 @@ struct assemble_stats {
 void assemble_stats(const struct assembler *a, struct assemble_stats *out);
 /* What the inferred split of HTTP-mode streams came to (split_infer.h). */
 const struct split_stats *assemble_split_stats(const struct assembler *a);
+/* A request of an HTTP-mode target is in flight or held before its row
+ * (http_path_in_flight); a (struct assembler *) as agent_cost_watch_http's ctx. */
+bool assemble_http_in_flight(void *a);
 /* What the HTTP/2 connections came to (http2_track.h). */
 const struct http2_track_stats *assemble_h2_stats(const struct assembler *a);
 /* Fills in the causes the assembler counts (orphans, clamped, before_attach,

@@ -43,6 +43,7 @@ struct cost_attr {
 	uint64_t t_last;               /* the latest sample */
 	uint64_t settled_to;           /* everything up to here is split */
 	bool measured;                 /* energy counted in every interval so far */
+	bool http_in_flight;           /* cost_attr_hold: rows still to come */
 	/* scratch of a settle */
 	struct step **in;
 	uint64_t *w, *share, *e_share, *t_tok, *e_tok;
@@ -190,6 +191,29 @@ void cost_attr_request(struct cost_attr *a, uint32_t pid, uint64_t seq_id, uint6
 	a->st.requests++;
 }
 
+void cost_attr_http_request(struct cost_attr *a, uint32_t pid, uint64_t t_arrive, uint64_t t_done)
+{
+	uint64_t key = COST_HTTP_KEY(t_arrive);
+	struct kpi_step_seq e = { .id = key, .n_tokens = 1 };
+
+	if (!a->started || t_done <= a->settled_to || t_done < t_arrive) {
+		a->st.http_late += a->started;
+		return;
+	}
+	struct step *s = step_get(a, pid, key);
+	/* what was already split it does not get */
+	s->t_start = s->t_probe = t_arrive > a->settled_to ? t_arrive : a->settled_to;
+	s->t_end = t_done;
+	step_seqs_add(&s->list, 1, 0, &e, 1);
+	a->st.http_requests++;
+	cost_attr_request(a, pid, key, t_done);
+}
+
+void cost_attr_hold(struct cost_attr *a, bool in_flight)
+{
+	a->http_in_flight = in_flight;
+}
+
 void cost_attr_interval(struct cost_attr *a, uint64_t t, int64_t energy_uj)
 {
 	if (!a->started) {
@@ -267,6 +291,59 @@ static void split_step(struct cost_attr *a, struct step *s, uint64_t ns, uint64_
 	free(w);
 }
 
+/* The requests in flight of targets with no steps share the instants of the
+ * interval that no step covers, each instant equally (processor sharing): a
+ * span's weight is the sum, over the pieces between consecutive starts and
+ * ends, of the piece's length over the spans in flight in it, 0 where a step
+ * runs (a gateway waiting on a model server's steps is charged nothing for
+ * them).  Steps keep their time in the interval. */
+static int cmp_u64(const void *x, const void *y)
+{
+	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
+	return a < b ? -1 : a > b;
+}
+
+static void http_shares(struct cost_attr *a, size_t n)
+{
+	size_t m = 0;
+
+	for (size_t i = 0; i < n; i++)
+		m += COST_KEY_IS_HTTP(a->in[i]->k.id);
+	if (!m || (m == 1 && n == 1))
+		return;         /* alone: its time in the interval */
+	uint64_t *t = xrealloc(NULL, 2 * n * sizeof(*t));
+	double *acc = xrealloc(NULL, n * sizeof(*acc));
+	for (size_t i = 0; i < n; i++) {
+		acc[i] = 0;
+		t[2 * i] = a->spans[i].start_ns;
+		t[2 * i + 1] = a->spans[i].end_ns;
+	}
+	qsort(t, 2 * n, sizeof(*t), cmp_u64);
+	for (size_t j = 0; j + 1 < 2 * n; j++) {
+		uint64_t b = t[j], e = t[j + 1];
+		size_t k = 0;
+		bool step = false;
+		if (e == b)
+			continue;
+		for (size_t i = 0; i < n; i++) {
+			if (a->spans[i].start_ns > b || a->spans[i].end_ns < e)
+				continue;
+			if (COST_KEY_IS_HTTP(a->in[i]->k.id))
+				k++;
+			else
+				step = true;
+		}
+		for (size_t i = 0; k && !step && i < n; i++)
+			if (COST_KEY_IS_HTTP(a->in[i]->k.id) && a->spans[i].start_ns <= b && a->spans[i].end_ns >= e)
+				acc[i] += (double)(e - b) / (double)k;
+	}
+	for (size_t i = 0; i < n; i++)
+		if (COST_KEY_IS_HTTP(a->in[i]->k.id))
+			a->w[i] = (uint64_t)(acc[i] + 0.5);
+	free(t);
+	free(acc);
+}
+
 static void settle_one(struct cost_attr *a, struct interval *iv, uint64_t now)
 {
 	struct cost_interval *c = &iv->c;
@@ -286,7 +363,9 @@ static void settle_one(struct cost_attr *a, struct interval *iv, uint64_t now)
 		n++;
 	}
 	/* steps of two targets may run at once: the busy time is their union,
-	 * shared by their time in the interval */
+	 * shared by their time in the interval (requests in flight: by
+	 * processor sharing) */
+	http_shares(a, n);      /* before the union sorts the spans */
 	c->busy_ns = kpi_gpu_busy_ns(a->spans, (int)n);
 	c->idle_ns = c->interval_ns - c->busy_ns;
 	c->steps = n;
@@ -336,7 +415,7 @@ void cost_attr_settle(struct cost_attr *a, uint64_t now, bool final)
 		if (!final) {
 			if (iv == a->tail)
 				return;
-			bool held = false;
+			bool held = a->http_in_flight;
 			struct step *s, *tmp;
 			HASH_ITER(hh, a->steps, s, tmp)
 				held |= !s->t_end && s->t_probe && s->t_probe <= iv->c.t_end;

@@ -1,6 +1,7 @@
 /* cost_attr.h - splits each sample interval's time and energy across the batch
- * steps in it, and each step's share across its requests by weighted tokens
- * (docs/cost.md). Pure bookkeeping, no BPF or SQLite: tests feed it records;
+ * steps in it, and each step's share across its requests by weighted tokens;
+ * a target traced from its HTTP exchange (no steps) has each request's time
+ * in flight stand for a step of its own (docs/cost.md). Pure bookkeeping, no BPF or SQLite: tests feed it records;
  * what it settles are the rows cost_store.h writes. */
 #ifndef KPI_COST_ATTR_H
 #define KPI_COST_ATTR_H
@@ -23,6 +24,8 @@ struct cost_attr_stats {
 	uint64_t attributed_ns, idle_ns, unattributed_ns;
 	uint64_t orphan_ns, orphan_uj;              /* shares of requests that got no row */
 	uint64_t unwritten;                         /* requests / intervals the store never took */
+	uint64_t http_requests, http_late;          /* in-flight spans; those that came after
+						     * their time was split (no share) */
 };
 
 struct cost_attr *cost_attr_new(uint32_t prefill_weight, uint32_t decode_weight);
@@ -36,6 +39,17 @@ void cost_attr_step_seqs(struct cost_attr *a, uint32_t pid, uint64_t step, uint3
 void cost_attr_step(struct cost_attr *a, uint32_t pid, uint64_t step, uint64_t t_start, uint64_t t_end);
 /* A request's row went to the store; it ended at t_done. */
 void cost_attr_request(struct cost_attr *a, uint32_t pid, uint64_t seq_id, uint64_t t_done);
+
+/* A request of a target with no steps is keyed COST_HTTP_KEY (cost_store.h). */
+/* Such a request's row went to the store: its time in flight, [t_arrive,
+ * t_done), is a step whose one sequence is the request, so the busy time of
+ * an interval is the union of the spans in flight, shared by each one's
+ * time in it (docs/cost.md, "Targets traced from their HTTP exchange"). */
+void cost_attr_http_request(struct cost_attr *a, uint32_t pid, uint64_t t_arrive, uint64_t t_done);
+/* Whether such requests are in flight, or have ended without their row
+ * (held by the split): the intervals wait for them, as for an open step,
+ * up to COST_KEEP_NS after their end. */
+void cost_attr_hold(struct cost_attr *a, bool in_flight);
 /* A sample at t: the first starts the clock, each later one closes the
  * interval since the one before with the energy counted in it (< 0: none). */
 void cost_attr_interval(struct cost_attr *a, uint64_t t, int64_t energy_uj);

@@ -809,6 +809,16 @@ const struct relay_stats *http_path_relay(const struct http_path *hp)
 	return relay_link_stats(hp->relay);
 }
 
+bool http_path_in_flight(const struct http_path *hp)
+{
+	const struct http_conn *c;
+
+	for (c = hp->conns; c; c = c->hh.next)
+		if (!c->client && conn_in_flight(c))
+			return true;
+	return split_infer_holding(hp->split);
+}
+
 const struct split_stats *http_path_split_stats(const struct http_path *hp)
 {
 	return split_infer_stats(hp->split);

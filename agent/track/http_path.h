@@ -69,6 +69,9 @@ const struct trajectory_stats *http_path_tasks(const struct http_path *hp);
 const struct relay_stats *http_path_relay(const struct http_path *hp);
 /* What the split inference decided, by rule and reason. */
 const struct split_stats *http_path_split_stats(const struct http_path *hp);
+/* Whether a served request is in flight, or ended and held before its row
+ * (the inferred split): its row, and what it cost, are still to come. */
+bool http_path_in_flight(const struct http_path *hp);
 /* The outbound exchanges' parents and the connections' ends (hop_link.h). */
 struct hop_link *http_path_hops(struct http_path *hp);
 /* Sums over every tracker, the freed ones included. */

@@ -180,6 +180,14 @@ void split_infer_free(struct split_infer *s)
 	free(s);
 }
 
+bool split_infer_holding(const struct split_infer *s)
+{
+	for (const struct proc *p = s->procs; p; p = p->hh.next)
+		if (p->n_held)
+			return true;
+	return false;
+}
+
 const struct split_stats *split_infer_stats(const struct split_infer *s)
 {
 	return &s->st;

@@ -99,6 +99,8 @@ void split_infer_forget_pid(struct split_infer *s, uint32_t pid,
 			    void (*out)(void *ctx, const struct kpi_request_record *rec), void *ctx);
 
 const struct split_stats *split_infer_stats(const struct split_infer *s);
+/* Whether a record is held until its split is decided. */
+bool split_infer_holding(const struct split_infer *s);
 /* The exit line: "split: N streamed requests of HTTP-mode targets, M inferred
  * (a idle, b step, c shared, d chunked), K declined (x spread, ...)"; "" when none. */
 void split_infer_summary(const struct split_stats *st, char *buf, size_t len);

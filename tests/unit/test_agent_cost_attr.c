@@ -228,6 +228,72 @@ static void random_run_is_exact(void)
 }
 
 /* RAPL counts modulo max_energy_range_uj. */
+/* Requests of a target with no steps, one interval (0, 1000], 8000 µJ: A in
+ * flight [100, 500), B [300, 900), so busy 800, idle 200, and by processor
+ * sharing A 200 + 200/2 = 300 ns, B 200/2 + 400 = 500 ns (not 400:600 by
+ * their times in it); the energy the same way, exactly.  A span held by
+ * cost_attr_hold waits; one whose interval already settled gets no share. */
+static void http_requests_share_the_instants(void)
+{
+	struct cost_attr *a = cost_attr_new(1, 1);
+	memset(&w, 0, sizeof(w));
+	cost_attr_interval(a, 0, 0);
+	cost_attr_interval(a, 1000, 8000);
+	cost_attr_interval(a, 2000, 0);
+	cost_attr_hold(a, true);        /* B is still in flight at the sample */
+	cost_attr_http_request(a, 7, 100, 500);
+	cost_attr_settle(a, 2000, false);
+	cost_attr_drain(a, 2000, on_iv, on_rq, NULL);
+	CHECK(w.n_iv == 0 && w.n_rq == 0, "settled while a request was in flight: %d", w.n_iv);
+	cost_attr_http_request(a, 7, 300, 900);
+	cost_attr_hold(a, false);
+	cost_attr_settle(a, 2000, false);
+	cost_attr_drain(a, 2000, on_iv, on_rq, NULL);
+	CHECK(w.n_iv == 1, "%d intervals", w.n_iv);
+	const struct cost_interval *i = &w.iv[0];
+	CHECK(i->busy_ns == 800 && i->idle_ns == 200 && i->idle_energy_uj == 1600 &&
+	      i->unattributed_energy_uj == 0, "busy %" PRIu64 " idle %" PRIu64 " idle energy %" PRId64,
+	      i->busy_ns, i->idle_ns, i->idle_energy_uj);
+	const struct cost_req *ra = rq(7, COST_HTTP_KEY(100)), *rb = rq(7, COST_HTTP_KEY(300));
+	CHECK(ra && rb && ra->machine_ns == 300 && rb->machine_ns == 500 && ra->energy_uj == 2400 &&
+	      rb->energy_uj == 4000, "A %" PRIu64 " ns %" PRId64 " uJ, B %" PRIu64 " ns %" PRId64 " uJ",
+	      ra ? ra->machine_ns : 0, ra ? ra->energy_uj : 0, rb ? rb->machine_ns : 0,
+	      rb ? rb->energy_uj : 0);
+	CHECK(COST_KEY_IS_HTTP(ra->seq_id) && COST_HTTP_ARRIVE(ra->seq_id) == 100, "key %" PRIx64, ra->seq_id);
+	cost_attr_http_request(a, 7, 50, 950);  /* its time was split without it */
+	struct cost_attr_stats st;
+	cost_attr_stats(a, &st);
+	CHECK(st.http_requests == 2 && st.http_late == 1, "%" PRIu64 " spans, %" PRIu64 " late",
+	      st.http_requests, st.http_late);
+	cost_attr_free(a);
+}
+
+/* A gateway's request in flight [100, 900) while a model server's step runs
+ * [300, 500) (its one sequence, seq 4): the step keeps its 200 ns, the
+ * gateway's request gets the 600 ns no step covers, not half of the step. */
+static void http_spans_yield_to_steps(void)
+{
+	struct cost_attr *a = cost_attr_new(1, 1);
+	struct kpi_step_seq e[] = { { 4, 1, 0 } };
+	memset(&w, 0, sizeof(w));
+	cost_attr_interval(a, 0, 0);
+	seqs(a, 5, 1, e, 1, 300);
+	cost_attr_step(a, 5, 1, 300, 500);
+	cost_attr_request(a, 5, 4, 500);
+	cost_attr_http_request(a, 7, 100, 900);
+	cost_attr_interval(a, 1000, 1000);
+	cost_attr_interval(a, 2000, 0);
+	cost_attr_settle(a, 2000, false);
+	cost_attr_drain(a, 2000, on_iv, on_rq, NULL);
+	const struct cost_req *step = rq(5, 4), *gw = rq(7, COST_HTTP_KEY(100));
+	CHECK(w.n_iv == 1 && w.iv[0].busy_ns == 800 && step && gw && step->machine_ns == 200 &&
+	      gw->machine_ns == 600 && step->energy_uj == 200 && gw->energy_uj == 600,
+	      "busy %" PRIu64 ", step %" PRIu64 " ns, gateway %" PRIu64 " ns", w.n_iv ? w.iv[0].busy_ns : 0,
+	      step ? step->machine_ns : 0, gw ? gw->machine_ns : 0);
+	cost_attr_free(a);
+}
+
+
 static void energy_wraps(void)
 {
 	CHECK(energy_delta(100, 250, 1000) == 150, "plain");
@@ -244,5 +310,7 @@ int main(void)
 	RUN(two_targets_and_no_energy);
 	RUN(random_run_is_exact);
 	RUN(energy_wraps);
+	RUN(http_requests_share_the_instants);
+	RUN(http_spans_yield_to_steps);
 	return CHECK_DONE();
 }

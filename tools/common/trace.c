@@ -798,6 +798,11 @@ bool trace_has_prompt_reuse(const struct trace *t)
 	return t->has_engine;
 }
 
+bool trace_has_source(const struct trace *t)
+{
+	return t->has_source;
+}
+
 /* A row's weight type: its own, or, on a router's row (the router maps no
  * model), its decode worker's, the row under it (010_disagg.sql). */
 #define SQL_WEIGHT_TYPE_PD                                                                     \

@@ -333,6 +333,9 @@ int trace_step_stats(struct trace *t, int64_t from_ns, int64_t to_ns, int min_pr
 const char *trace_errmsg(const struct trace *t);
 /* The store has the requests' engine prompt counts (schema version 7). */
 bool trace_has_prompt_reuse(const struct trace *t);
+/* The store says which path made each request's row (requests.source,
+ * schema version 6). */
+bool trace_has_source(const struct trace *t);
 const char *trace_path(const struct trace *t);
 
 /* ---- time ---------------------------------------------------------------- */

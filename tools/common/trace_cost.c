@@ -60,9 +60,11 @@ struct trace_cost *trace_cost_open(struct trace *t, double price_per_hour, char 
 	char req[1024];
 	snprintf(req, sizeof(req), "SELECT TOTAL(%1$s), TOTAL(CASE WHEN %1$s THEN output_tokens END), "
 		 "TOTAL(CASE WHEN %1$s THEN COALESCE(prompt_tokens, 0) + COALESCE(output_tokens, 0) END), "
-		 "TOTAL(machine_ns), SUM(energy_j), TOTAL(machine_ns IS NOT NULL AND %2$s) FROM requests "
+		 "TOTAL(machine_ns), SUM(energy_j), TOTAL(machine_ns IS NOT NULL AND %2$s), "
+		 "TOTAL(machine_ns IS NOT NULL), TOTAL(machine_ns IS NOT NULL AND %3$s) FROM requests "
 		 "WHERE t_arrive_ns >= ? AND t_arrive_ns < ?",
-		 pd ? TRACE_TOP_EXPR : "1", pd ? "(pd_role IS NULL OR pd_role = 'decode')" : "1");
+		 pd ? TRACE_TOP_EXPR : "1", pd ? "(pd_role IS NULL OR pd_role = 'decode')" : "1",
+		 trace_has_source(t) ? "source LIKE 'http%'" : "0");
 	if (prep(c, &c->q_req, req, err, errlen) ||
 	    prep(c, &c->q_iv, "SELECT count(*), TOTAL(interval_ns), TOTAL(idle_ns + unattributed_ns), "
 		 "SUM(energy_uj), SUM(idle_energy_uj + unattributed_energy_uj) FROM cost_samples "
@@ -126,6 +128,8 @@ int trace_cost_window(struct trace_cost *c, int64_t from_ns, int64_t to_ns, stru
 	machine_ns = sqlite3_column_double(c->q_req, 3);
 	w->req_energy_j = col_or_nan(c->q_req, 4);
 	n_priced = sqlite3_column_double(c->q_req, 5);
+	w->priced = sqlite3_column_int(c->q_req, 6);
+	w->priced_http = sqlite3_column_int(c->q_req, 7);
 	w->have = sqlite3_column_int(c->q_iv, 0) > 0;
 	w->interval_s = sqlite3_column_double(c->q_iv, 1) / 1e9;
 	w->idle_s = sqlite3_column_double(c->q_iv, 2) / 1e9;
@@ -154,4 +158,11 @@ int trace_cost_window(struct trace_cost *c, int64_t from_ns, int64_t to_ns, stru
 	if (!w->have)
 		w->idle_cost_usd = w->cost_usd = w->usd_per_mtok_out = w->usd_per_mtok_total = NAN;
 	return 0;
+}
+
+const char *trace_cost_method(const struct trace_cost_window *w)
+{
+	if (!w->priced_http)
+		return TRACE_COST_METHOD;
+	return w->priced_http == w->priced ? TRACE_COST_METHOD_HTTP : TRACE_COST_METHOD_BOTH;
 }

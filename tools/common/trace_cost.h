@@ -6,8 +6,13 @@
 #include <stdint.h>
 #include "tools/common/trace.h"
 
-/* How the figures were made, for the line beside them. */
+/* How the figures were made, for the line beside them: kpi-infer's rows by
+ * token share of its batch steps, those of targets traced from their HTTP
+ * exchange by their time in flight (trace_cost_method says which a window's). */
 #define TRACE_COST_METHOD "token share of batch steps, idle apart (docs/cost.md)"
+#define TRACE_COST_METHOD_HTTP "time in flight shared by the requests in flight, idle apart (docs/cost.md)"
+#define TRACE_COST_METHOD_BOTH "token share of batch steps, time in flight where a target has none, " \
+	"idle apart (docs/cost.md)"
 
 struct trace_cost;
 
@@ -35,7 +40,10 @@ struct trace_cost_window {
 	double usd_per_request;                        /* the requests' own, mean */
 	double j_per_tok, wh_per_1k_req;               /* idle included */
 	double mean_batch;          /* sequences per step (decode + prefilling) */
+	int priced, priced_http;    /* requests with a machine time; of them traced from HTTP */
 };
+/* The method of w's figures: TRACE_COST_METHOD, _HTTP or _BOTH. */
+const char *trace_cost_method(const struct trace_cost_window *w);
 int trace_cost_window(struct trace_cost *c, int64_t from_ns, int64_t to_ns,
 		      struct trace_cost_window *w);
 /* meta energy_source: "rapl:package-0,dram-0" or "none: ..." ("" before v5) */

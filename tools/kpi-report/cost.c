@@ -27,12 +27,12 @@ static void underuse_finding(struct report *r)
 		snprintf(f->evidence, sizeof(f->evidence), "$%.4g per 1M output tokens (baseline $%.4g), idle "
 			 "%.0f%% of the time (baseline %.0f%%), peak queue depth %d; under-utilisation, not load "
 			 "(%s)", i->usd_per_mtok_out, b->usd_per_mtok_out, i->idle_share * 100,
-			 b->idle_share * 100, r->inc.w.queue_depth_max, TRACE_COST_METHOD);
+			 b->idle_share * 100, r->inc.w.queue_depth_max, trace_cost_method(i));
 	else
 		snprintf(f->evidence, sizeof(f->evidence), "%.3g machine-ms per output token (baseline %.3g), "
 			 "idle %.0f%% of the time (baseline %.0f%%), peak queue depth %d; under-utilisation, not "
 			 "load (%s; no price: pass --price-per-hour for dollars)", ti * 1e3, tb * 1e3,
-			 i->idle_share * 100, b->idle_share * 100, r->inc.w.queue_depth_max, TRACE_COST_METHOD);
+			 i->idle_share * 100, b->idle_share * 100, r->inc.w.queue_depth_max, trace_cost_method(i));
 	snprintf(f->action, sizeof(f->action), "the same traffic fits on fewer replicas or a smaller "
 		 "machine, or route more traffic here: the price is per hour, not per token");
 	/* keep the list strongest first */
@@ -96,7 +96,7 @@ void report_cost_render(const struct report *r, FILE *o, int html)
 	else
 		snprintf(price, sizeof(price), "no price (pass --price-per-hour)");
 	fprintf(o, html ? "<p>Method: %s. Price: %s. Energy: %s.</p>\n" : "Method: %s. Price: %s. Energy: %s.\n\n",
-		TRACE_COST_METHOD, price, r->cost_source[0] ? r->cost_source : "not recorded");
+		trace_cost_method(i), price, r->cost_source[0] ? r->cost_source : "not recorded");
 	rp_table_head(o, html, r->compare);
 	struct { const char *name, *fmt; double bv, iv; } rows[] = {
 		{ "$ per 1M output tokens (idle included)", "%.4g", b->usd_per_mtok_out, i->usd_per_mtok_out },

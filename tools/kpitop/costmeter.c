@@ -52,7 +52,7 @@ static void cost_draw(const struct kt_widget *w, struct canvas *c, int y, int wi
 		snprintf(price, sizeof(price), "$%.4g/h%s", cw->price, cw->price_overridden ? "" : " agent's");
 	else
 		snprintf(price, sizeof(price), "no price: --price-per-hour");
-	canvas_text(c, y, x, width - x, CC_DIM, 0, "(%s; %s)", price, TRACE_COST_METHOD);
+	canvas_text(c, y, x, width - x, CC_DIM, 0, "(%s; %s)", price, trace_cost_method(cw));
 }
 
 const struct kt_widget_class kt_cost_class = {
