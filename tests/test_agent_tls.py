@@ -181,6 +181,51 @@ def test_agent_tls_nginx_terminating():
     _against_the_wire(rows, got, pcap, cap.stalls, port, db, agent, "nginx TLS")
 
 
+def test_agent_tls_through_the_servers_own_libssl():
+    """nginx in a mount namespace of its own where its libssl is a copy of the
+    host's (another inode at the same path, as a container image's own
+    libssl): the agent probes the file nginx maps, through /proc/PID/root, and
+    every request is read; probed on the host's file, none would be."""
+    kpitest.require_root("kpi-agent")
+    at.require_built(at.AGENT)
+    nginxtest.find()
+    if not shutil.which("unshare"):
+        raise kpitest.Skip("util-linux's unshare is not installed")
+    d = _tmp()
+    crt, key = nginxtest.cert(d)
+    lib = next(p for p in ("/usr/lib/x86_64-linux-gnu/libssl.so.3", "/lib/x86_64-linux-gnu/libssl.so.3")
+               if os.path.exists(p))
+    copy = os.path.join(d, "libssl.so.3")
+    shutil.copy2(os.path.realpath(lib), copy)
+    up = kpitest.free_port()
+    backend = kpitest.Proc(["python3", SERVER, str(up)])
+    backend.wait_line("listening on")
+    port = kpitest.free_port()
+    ng = nginxtest.start(d, port, up, workers=1, cert=(crt, key), wrap=lambda argv: [
+        "unshare", "--mount", "--propagation", "private", "sh", "-c",
+        f'mount --bind "{copy}" "{os.path.realpath(lib)}" && exec "$@"', "sh", *argv])
+    db = os.path.join(d, "own-libssl.db")
+    agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
+    deadline = time.monotonic() + 20
+    while sum("TLS: pid" in l for l in agent.drain()) < 2:     # the master and the worker
+        assert time.monotonic() < deadline, agent.lines[-20:]
+        time.sleep(0.1)
+    said = [l for l in agent.lines if l.startswith("TLS: pid")]
+    pids = [int(l.split()[2].rstrip(":")) for l in said]
+    for pid, l in zip(pids, said):
+        seen = f"/proc/{pid}/root{os.path.realpath(lib)}"
+        assert seen in l or f"/proc/{pid}/root{lib}" in l, l
+        assert os.stat(seen).st_ino == os.stat(copy).st_ino != os.stat(lib).st_ino, "the copy is not what it maps"
+    got = _load(port, workers=1, conns=2)
+    time.sleep(0.3)
+    assert agent.stop() == 0, agent.lines[-20:]
+    ng.stop()
+    backend.stop()
+    rows = at.rows(db)
+    _check_rows(rows, got, db, agent)
+    print(f"     {len(got)} requests read through {said[-1].split(' uprobes on ')[-1]}")
+
+
 def test_agent_tls_python_server():
     """A Python https server (the ssl module: libssl opened at its import,
     SSL_read_ex / SSL_write_ex) traced by --port, against the capture."""

@@ -44,13 +44,15 @@ def find():
     return nginx
 
 
-def start(d, port, upstream, workers=1, cert=None, propagate_id=False, strip_id=False, http2=False):
+def start(d, port, upstream, workers=1, cert=None, propagate_id=False, strip_id=False, http2=False,
+          wrap=None):
     """nginx on 127.0.0.1:port proxying to upstream, unbuffered; cert: a
     (certificate, key) pair to terminate TLS 1.2/1.3 with (http2: offering h2
     by ALPN, its clients' streams proxied as HTTP/1.1); propagate_id: the
     client's x-request-id goes upstream with the request; strip_id: it does
-    not (nginx passes the client's headers on unless told).  Returns the
-    kpitest.Proc once the port accepts."""
+    not (nginx passes the client's headers on unless told); wrap(argv): the
+    command that runs nginx's argv (in namespaces of its own, say).  Returns
+    the kpitest.Proc once the port accepts."""
     nginx = find()
     conf = os.path.join(d, "nginx.conf")
     with open(conf, "w") as f:
@@ -60,7 +62,8 @@ def start(d, port, upstream, workers=1, cert=None, propagate_id=False, strip_id=
                             headers="\n            proxy_set_header X-Request-Id $http_x_request_id;"
                             if propagate_id else '\n            proxy_set_header X-Request-Id "";'
                             if strip_id else ""))
-    ng = kpitest.Proc([nginx, "-c", conf, "-g", "daemon off;"])
+    argv = [nginx, "-c", conf, "-g", "daemon off;"]
+    ng = kpitest.Proc(wrap(argv) if wrap else argv)
     kpitest.wait_accepts(port, ng)
     return ng
 
