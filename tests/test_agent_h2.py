@@ -131,10 +131,7 @@ def test_agent_h2_sse_grpc_tls_and_an_older_connection_against_the_wire():
     agent.wait_line(f"attached to pid {srv.pid}", timeout=60)
     agent.wait_line(f"attached to pid {gsrv.pid}", timeout=60)
     # both servers, nginx's master and worker: each with its libssl probed
-    deadline = time.monotonic() + 20
-    while sum("TLS: pid" in l for l in agent.drain()) < 4:
-        assert time.monotonic() < deadline, agent.lines[-20:]
-        time.sleep(0.1)
+    at.wait_tls(agent, 4)
 
     got = {}
     for c in range(2):

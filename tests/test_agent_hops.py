@@ -355,10 +355,7 @@ def test_agent_hops_nginx_tls_in_front_of_kpi_infer():
     ng = nginxtest.start(d, port, daemon.port, cert=(crt, key), propagate_id=True)
     db = os.path.join(d, "nginx-tls.db")
     agent = _agent(db, daemon, port)
-    deadline = time.monotonic() + 20
-    while sum("TLS: pid" in l for l in agent.drain()) < 2:     # the master and the worker
-        assert time.monotonic() < deadline, agent.lines[-20:]
-        time.sleep(0.1)
+    at.wait_tls(agent, 2)     # the master and the worker
     cap = pcaptest.Capture([port, daemon.port], noise=True)
     ctx = nginxtest.client_ctx(ssl.TLSVersion.TLSv1_2)
     got, lock = [], threading.Lock()

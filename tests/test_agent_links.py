@@ -123,10 +123,7 @@ def test_agent_links_nginx_tls_without_request_id():
     ng = nginxtest.start(d, port, daemon.port, cert=(crt, key), strip_id=True)
     db = os.path.join(d, "nginx.db")
     agent = at.start_agent(db, "--port", port, "--flush-ms", 100, pid=daemon.p.pid)
-    deadline = time.monotonic() + 20
-    while sum("TLS: pid" in l for l in agent.drain()) < 2:
-        assert time.monotonic() < deadline, agent.lines[-20:]
-        time.sleep(0.1)
+    at.wait_tls(agent, 2)
     cap = pcaptest.Capture([port, daemon.port], noise=True)
     got = _clients(port, 6, 14, daemon.model, tls=nginxtest.client_ctx(ssl.TLSVersion.TLSv1_2), tag="ng")
     pcap = cap.stop()

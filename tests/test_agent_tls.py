@@ -155,10 +155,7 @@ def test_agent_tls_nginx_terminating():
     agent.wait_line("HTTP mode", timeout=60)
     # the master and both workers (the next rescan at the latest), each with
     # its libssl probed
-    deadline = time.monotonic() + 20
-    while sum("TLS: pid" in l for l in agent.drain()) < 3:
-        assert time.monotonic() < deadline, agent.lines[-20:]
-        time.sleep(0.1)
+    at.wait_tls(agent, 3)
     cap = pcaptest.Capture([port], noise=True)
     got = _load(port)
     curl = []
@@ -206,10 +203,7 @@ def test_agent_tls_through_the_servers_own_libssl():
         f'mount --bind "{copy}" "{os.path.realpath(lib)}" && exec "$@"', "sh", *argv])
     db = os.path.join(d, "own-libssl.db")
     agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
-    deadline = time.monotonic() + 20
-    while sum("TLS: pid" in l for l in agent.drain()) < 2:     # the master and the worker
-        assert time.monotonic() < deadline, agent.lines[-20:]
-        time.sleep(0.1)
+    at.wait_tls(agent, 2)     # the master and the worker
     said = [l for l in agent.lines if l.startswith("TLS: pid")]
     pids = [int(l.split()[2].rstrip(":")) for l in said]
     for pid, l in zip(pids, said):

@@ -11,6 +11,15 @@ TARGET = os.path.join(kpitest.BUILD, "tests", "agent-target")
 INFER = os.path.join(kpitest.BIN, "kpi-infer")
 
 
+def wait_tls(agent, n, timeout=20):
+    """Until the agent has said n "TLS: pid N: ..." lines (each process whose
+    libssl it probed: nginx's master and workers come at the next rescan)."""
+    deadline = time.monotonic() + timeout
+    while sum("TLS: pid" in l for l in agent.drain()) < n:
+        assert time.monotonic() < deadline, agent.lines[-20:]
+        time.sleep(0.1)
+
+
 def require_built(path):
     if not os.access(path, os.X_OK):
         raise kpitest.Skip(f"{os.path.relpath(path, kpitest.ROOT)} is not built (run make)")
