@@ -8,7 +8,7 @@ with `--port 8000` alone; a third pod started after it is traced from its
 first request; a containerd container (`ctr run`, containerd's own
 "/NAMESPACE/ID" cgroup) is named from its bundle.  Every row is `source` usdt
 and names its container and pod."""
-import os, secrets, shlex, shutil, signal, socket, sqlite3, subprocess, urllib.request
+import json, os, secrets, shlex, shutil, signal, socket, sqlite3, subprocess, time, urllib.request
 
 import kpitest
 import agenttest as at
@@ -364,3 +364,130 @@ def test_selector_values_refused():
         out = p.stdout + p.stderr
         assert p.returncode == 2 and says in out and f"'{value}'" in out, (flag, value, p.returncode, out)
         assert not os.path.exists(os.path.join(d, "t.db")), out
+
+
+NGINX_CONF = """user root;
+worker_processes 1;
+pid /tmp/nginx.pid;
+error_log /tmp/error.log;
+events {{ worker_connections 64; }}
+http {{
+    access_log off;
+    client_body_temp_path /tmp/body;
+    proxy_temp_path /tmp/proxy;
+    fastcgi_temp_path /tmp/fastcgi;
+    uwsgi_temp_path /tmp/uwsgi;
+    scgi_temp_path /tmp/scgi;
+    server {{
+        listen 0.0.0.0:{port};
+        location / {{
+            proxy_pass http://{model}:{model_port};
+            proxy_http_version 1.1;
+            proxy_buffering off;
+            proxy_set_header X-Request-Id $http_x_request_id;
+        }}
+    }}
+}}
+"""
+
+
+def _bridged(name, net, rootfs, argv):
+    """A container on podman network net (a bridge: its own network namespace,
+    a veth into the bridge), running argv from rootfs: (Proc, pid, its IP)."""
+    proc = kpitest.Proc(["podman", "run", "--rm", "--runtime", "runc", *ULIMITS, "--network", net,
+                         "--name", name, "--rootfs", rootfs, *argv])
+    kpitest.on_cleanup(lambda: kpitest.run(["podman", "rm", "-f", "-t", "0", name]))
+    fmt = "{{.State.Pid}} {{(index .NetworkSettings.Networks \"" + net + "\").IPAddress}}"
+    deadline = time.monotonic() + 60
+    while True:
+        out = kpitest.run(["podman", "inspect", "--format", fmt, name]).stdout.split()
+        if len(out) == 2 and out[0] != "0":
+            return proc, int(out[0]), out[1]
+        assert time.monotonic() < deadline and proc.p.poll() is None, proc.drain()
+        time.sleep(0.1)
+
+
+def test_gateway_and_model_containers_on_a_bridge():
+    """A gateway container (nginx, its own libraries in its root) and a model
+    container (kpi-infer) on a podman bridge network, each in a network
+    namespace of its own, the call between them over the bridge's veths, not
+    loopback: the agent on the host (--port for both) makes one linked trace
+    of each client request (nginx's request, its call by the x-request-id it
+    passes on, kpi-infer's request by the call's socket), its model hop
+    kpi-infer's."""
+    _require_tools()
+    nginx = shutil.which("nginx") or "/usr/sbin/nginx"
+    if not os.access(nginx, os.X_OK):
+        raise kpitest.Skip("nginx is not installed (make deps installs it)")
+    d = kpitest.tmpdir("kpi-agent-bridge-")
+    tag = secrets.token_hex(3)
+    net = f"kpibr-{tag}"
+    kpitest.run(["podman", "network", "create", net], check=True)
+    kpitest.on_cleanup(lambda: kpitest.run(["podman", "network", "rm", "-f", net]))
+    model_root = build_rootfs(d)
+    gw_root = os.path.join(d, "gw-rootfs")
+    _rootfs(gw_root, nginx, "/usr/sbin/nginx")
+    with open(os.path.join(gw_root, "etc", "group"), "w") as f:
+        f.write("root:x:0:\n")     # nginx's `user root;` looks its group up
+    db = os.path.join(d, "bridge.db")
+    gport = 8080
+    agent = at.start_agent(db, "--port", PORT, "--port", gport, "--flush-ms", 100)
+    agent.wait_line("waiting for a process to listen", timeout=30)
+    model, mpid, mip = _bridged(f"kpb-{tag}-model", net, model_root, [*SERVE, "--host", "0.0.0.0"])
+    model.wait_line("listening on", timeout=60)
+    with open(os.path.join(gw_root, "nginx.conf"), "w") as f:
+        f.write(NGINX_CONF.format(port=gport, model=mip, model_port=PORT))
+    gw, _, gip = _bridged(f"kpb-{tag}-gw", net, gw_root,
+                             ["/usr/sbin/nginx", "-c", "/nginx.conf", "-g", "daemon off;"])
+    agent.wait_line(f"attached to pid {mpid} ", timeout=60)
+    # nginx's master and its worker (a fork: found at the next rescan)
+    deadline = time.monotonic() + 30
+    while sum("/root/usr/sbin/nginx)" in l and "attached to pid" in l for l in agent.drain()) < 2:
+        assert time.monotonic() < deadline, (agent.lines[-20:], gw.drain(), gw.p.poll())
+        time.sleep(0.1)
+    with urllib.request.urlopen(f"http://{gip}:{gport}/v1/models", timeout=30) as r:
+        name = json.loads(r.read())["data"][0]["id"]
+    got = {}
+    for i in range(8):
+        rid = f"br-{tag}-{i}"
+        req = urllib.request.Request(f"http://{gip}:{gport}/v1/completions", method="POST",
+                                     headers={"Content-Type": "application/json", "X-Request-Id": rid},
+                                     data=json.dumps({"model": name, "prompt": "hello", "max_tokens": 4,
+                                                      "stream": i % 2 == 0}).encode())
+        with urllib.request.urlopen(req, timeout=60) as r:
+            got[rid] = (r.status, r.read())
+    time.sleep(0.5)
+    assert agent.stop() == 0, agent.lines[-20:]
+    assert all(st == 200 for st, _ in got.values()), got
+    c = sqlite3.connect(db)
+    c.row_factory = sqlite3.Row
+    integ = {r["request_id"]: dict(r) for r in c.execute("SELECT * FROM integration")}
+    hops = {}
+    for h in c.execute("SELECT * FROM hops"):
+        hops.setdefault(h["trace_id"], []).append(dict(h))
+    c.close()
+    problems, rules = [], {}
+    for rid in got:
+        row = integ.get(rid)
+        hs = hops.get(row["trace_id"], []) if row else []
+        for h in hs:
+            rules[h["link_rule"]] = rules.get(h["link_rule"], 0) + 1
+        kinds = sorted((h["direction"], h["depth"]) for h in hs)
+        if not row or kinds != [("in", 0), ("in", 2), ("out", 1)] or \
+                any(h["link_rule"] is None for h in hs if h["depth"] > 0):
+            problems.append(f"{rid}: {[(h['comm'], h['direction'], h['depth'], h['link_rule']) for h in hs]}")
+        elif (row["model_comm"], row["model_request_id"]) != ("kpi-infer", rid) or \
+                {(h["depth"], h["comm"], h["pid"] == mpid) for h in hs} != \
+                {(0, "nginx", False), (1, "nginx", False), (2, "kpi-infer", True)} or \
+                not 0 < row["integration_overhead_ns"] < row["e2e_ns"]:
+            problems.append(f"{rid}: model hop {row['model_comm']} {row['model_request_id']}, hops "
+                            f"{sorted((h['depth'], h['comm'], h['pid']) for h in hs)}, overhead "
+                            f"{row['integration_overhead_ns']}")
+    # the model's requests came from the gateway's address on the bridge (not
+    # loopback: a remote address is stored hashed, docs/security.md)
+    peers = sorted({h["peer"].rsplit(":", 1)[0] for hs in hops.values() for h in hs
+                    if h["direction"] == "in" and h["depth"] == 2 and h["peer"]})
+    print(f"     gateway {gip} -> model {mip} over {net}: {len(got) - len(problems)} of {len(got)} requests "
+          f"in one trace of three hops; link rules {rules}; the model's peers {peers}")
+    assert not problems, (problems[:5], agent.lines[-15:])
+    assert len(peers) == 1 and not peers[0].startswith("127."), peers
