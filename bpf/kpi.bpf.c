@@ -1781,6 +1781,41 @@ int kpi_proc_exec(void *ctx)
 	return 0;
 }
 
+/* A target traced from its HTTP exchange forks a process (nginx's workers,
+ * gunicorn's, a pre-forking server's): the child holds the listening socket
+ * and may accept at once, before the agent's next rescan (0.5 s) would find
+ * it.  It becomes a target here, before it runs, with the parent's flags, and
+ * the agent is woken as at a listen() (at_listen: made a target by the kernel
+ * side, not by an exec).  Its threads are not new processes; a target traced
+ * through its probes forks nothing it serves with. */
+SEC("raw_tp/sched_process_fork")
+int BPF_PROG(kpi_proc_fork, struct task_struct *parent, struct task_struct *child)
+{
+	__u32 ptgid = BPF_CORE_READ(parent, tgid), ctgid = BPF_CORE_READ(child, tgid);
+	struct kpi_target *p = bpf_map_lookup_elem(&targets, &ptgid);
+	struct kpi_target v = { .since = bpf_ktime_get_ns() };
+	struct kpi_ev_exec *e;
+
+	if (!p || ctgid == ptgid || !(p->flags & KPI_TARGET_F_HTTP))
+		return 0;
+	v.state = p->state;
+	v.flags = p->flags;
+	if (bpf_map_update_elem(&targets, &ctgid, &v, BPF_NOEXIST))
+		return 0;       /* full, or there already */
+	if (exec_tids)
+		bpf_map_update_elem(&target_tids, &ctgid, &ctgid, BPF_ANY);
+	e = EV_NEW(kpi_ev_exec, KPI_EV_EXEC, ctgid, v.since);
+	if (!e)
+		return 0;       /* the rescan finds it */
+	e->ino = BPF_CORE_READ(child, mm, exe_file, f_inode, i_ino);
+	e->state = v.state;
+	e->held = 0;
+	e->at_listen = 1;
+	bpf_probe_read_kernel_str(e->comm, sizeof(e->comm), child->comm);
+	ev_send_now(e);
+	return 0;
+}
+
 /* A target's last thread exits: it leaves `targets` (nothing of it runs any
  * more) and the agent is woken to drop the rest. */
 SEC("tracepoint/sched/sched_process_exit")

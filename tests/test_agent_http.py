@@ -760,3 +760,45 @@ def test_agent_http_kpi_bench_matches_the_trace_node():
     """kpi-bench against the Node server (http.createServer)."""
     node = _node()
     _bench_matches_the_trace(lambda port: [node, SERVER_JS, str(port), "--role-with-content"])
+
+
+def test_agent_http_forked_workers_traced_from_their_first_request():
+    """nginx with four workers started after the agent (--port): its master
+    becomes a target at its listen(), and each worker it forks at its fork,
+    before it runs (bpf/kpi.bpf.c kpi_proc_fork), not at the agent's next
+    rescan half a second later.  Requests sent the moment the port accepts,
+    each on a connection of its own (so every worker may take one), are all
+    rows, each under the worker that served it."""
+    kpitest.require_root("kpi-agent")
+    at.require_built(at.AGENT)
+    nginxtest.find()
+    d = _tmp()
+    up = kpitest.free_port()
+    backend = kpitest.Proc(["python3", SERVER, str(up)])
+    backend.wait_line("listening on")
+    port = kpitest.free_port()
+    db = os.path.join(d, "forked.db")
+    agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
+    agent.wait_line(f"waiting for a process to listen on port {port}", timeout=60)
+    ng = nginxtest.start(d, port, up, workers=4)
+    got = {}
+    for i in range(12):
+        rid = f"fork-{i}"
+        st, _, body = kpitest.http_request(port, "POST", "/v1/completions",
+                                           json.dumps({"model": "m", "stream": True, "max_tokens": 2}).encode(),
+                                           {"Content-Type": "application/json", "x-request-id": rid,
+                                            "Connection": "close"})
+        got[rid] = st
+    time.sleep(0.3)
+    assert agent.stop() == 0, agent.lines[-20:]
+    ng.stop()
+    backend.stop()
+    rows = at.rows(db)
+    pids = {r["pid"] for rid, r in rows.items() if rid in got}
+    attached = [l for l in agent.lines if l.startswith("attached to pid") and "nginx" in l]
+    print(f"     {sum(rid in rows for rid in got)} of {len(got)} requests rows, served by {len(pids)} "
+          f"workers; {len(attached)} nginx processes attached")
+    assert all(st == 200 for st in got.values()), got
+    assert set(got) <= set(rows), (sorted(set(got) - set(rows)), agent.lines[-15:])
+    assert all(rows[rid]["http_status"] == 200 for rid in got)
+    assert len(attached) == 5, attached       # the master and its four workers

@@ -669,6 +669,8 @@ void attach_choose_programs(struct attach *at)
 			load = sys_tp;
 		else if (!strcmp(sec, "raw_tp/sys_enter") || !strcmp(sec, "raw_tp/sys_exit"))
 			load = !sys_tp && at->feat->raw_tp;
+		else if (!strcmp(sec, "raw_tp/sched_process_fork"))
+			load = at->feat->raw_tp && at->feat->proc_tp;   /* HTTP targets' workers */
 		else if (!strncmp(sec, "raw_tp/sched_", 13))
 			load = sched_rawtp;
 		else if (!strcmp(sec, "tracepoint/sched/sched_process_exec"))
