@@ -48,7 +48,8 @@ struct cost_store *cost_store_open(struct side_store *side, double price_per_hou
 		    "WHERE pid = ?4 AND seq_id = ?5 AND run_id = ?6", err, errlen) ||
 	    prepare(s, &s->upd_http,
 		    "UPDATE requests SET machine_ns = ?1, energy_j = ?2, cost_usd = ?3 "
-		    "WHERE pid = ?4 AND t_arrive_ns = ?5 AND run_id = ?6 AND seq_id IS NULL", err, errlen) ||
+		    "WHERE pid = ?4 AND t_arrive_ns = ?5 AND run_id = ?6 AND seq_id IS NULL "
+		    "AND COALESCE(h2_stream, 0) = ?7", err, errlen) ||
 	    prepare(s, &s->set_meta, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", err,
 		    errlen))
 		goto fail;
@@ -157,16 +158,17 @@ static int put_reading(struct cost_store *s, const struct cost_reading *r, const
 /* 1: updated, 0: the row is not in the store yet, -1: error */
 static int put_req(struct cost_store *s, const struct cost_req *r)
 {
-	/* a request of a target with no steps: by its arrival (cost_attr.h) */
-	bool http = COST_KEY_IS_HTTP(r->seq_id);
-	sqlite3_stmt *st = http ? s->upd_http : s->upd_req;
+	/* a request of a target with no steps: by its arrival and stream */
+	sqlite3_stmt *st = r->http ? s->upd_http : s->upd_req;
 	sqlite3_bind_int64(st, 1, (int64_t)r->machine_ns);
 	if (r->energy_uj >= 0)
 		sqlite3_bind_double(st, 2, (double)r->energy_uj / 1e6);
 	bind_cost(st, 3, s->price, r->machine_ns);
 	sqlite3_bind_int64(st, 4, r->pid);
-	sqlite3_bind_int64(st, 5, (int64_t)(http ? COST_HTTP_ARRIVE(r->seq_id) : r->seq_id));
+	sqlite3_bind_int64(st, 5, r->http ? r->t_arrive : (int64_t)r->seq_id);
 	sqlite3_bind_int64(st, 6, s->run_id);
+	if (r->http)
+		sqlite3_bind_int64(st, 7, r->stream);
 	if (side_store_run(st))
 		return -1;
 	return side_store_changes(s->side) > 0;

@@ -27,13 +27,6 @@ struct cost_interval {
 	int64_t energy_uj, idle_energy_uj, unattributed_energy_uj;
 };
 
-/* A request of a target with no steps (traced from its HTTP exchange) has no
- * seq_id: it is keyed by its arrival, the high bit set (no seq_id of
- * kpi-infer's is that large), and its row found by (pid, t_arrive_ns). */
-#define COST_HTTP_KEY(t_arrive) ((uint64_t)(t_arrive) | 1ull << 63)
-#define COST_KEY_IS_HTTP(k) ((k) >> 63 != 0)
-#define COST_HTTP_ARRIVE(k) ((k) & ~(1ull << 63))
-
 /* A request whose row was handed to the store and whose every interval has
  * settled: its machine time and energy (µJ, < 0: not measured). */
 struct cost_req {
@@ -42,6 +35,10 @@ struct cost_req {
 	uint64_t machine_ns;
 	int64_t energy_uj;
 	uint64_t t_done;
+	/* a request of a target traced from its HTTP exchange has no seq_id:
+	 * its row is found by (pid, t_arrive_ns, its HTTP/2 stream or 0) */
+	bool http;
+	int64_t t_arrive, stream;
 };
 
 /* Prepares its statements on s (a trace at schema version >= 5), which must

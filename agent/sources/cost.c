@@ -108,7 +108,8 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 		/* traced from its HTTP exchange: no steps, its time in flight */
 		int64_t done = r->t_done != KPI_NULL ? r->t_done : r->t_arrive + (r->e2e != KPI_NULL ? r->e2e : 0);
 		target_ensure(c, r->pid);
-		cost_attr_http_request(c->attr, r->pid, (uint64_t)r->t_arrive, done > 0 ? (uint64_t)done : 0);
+		int64_t stream = r->protocol && r->h2_stream != KPI_NULL ? r->h2_stream : 0;
+		cost_attr_http_request(c->attr, r->pid, (uint64_t)r->t_arrive, stream, done > 0 ? (uint64_t)done : 0);
 		return;
 	}
 	if (r->seq_id == KPI_NULL) /* rejected: never in a step, no row to key */

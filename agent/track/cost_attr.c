@@ -25,6 +25,8 @@ struct req {
 	uint64_t machine_ns, energy_uj;
 	uint64_t t_done;            /* 0: no row yet */
 	uint64_t touched;
+	bool http;                  /* keyed COST_HTTP_KEY: its row by these two */
+	int64_t t_arrive, stream;
 	UT_hash_handle hh;
 };
 
@@ -191,15 +193,26 @@ void cost_attr_request(struct cost_attr *a, uint32_t pid, uint64_t seq_id, uint6
 	a->st.requests++;
 }
 
-void cost_attr_http_request(struct cost_attr *a, uint32_t pid, uint64_t t_arrive, uint64_t t_done)
+void cost_attr_http_request(struct cost_attr *a, uint32_t pid, uint64_t t_arrive, int64_t stream,
+			    uint64_t t_done)
 {
 	uint64_t key = COST_HTTP_KEY(t_arrive);
-	struct kpi_step_seq e = { .id = key, .n_tokens = 1 };
+	struct key k = { .pid = pid, .id = key };
+	struct req *r;
 
 	if (!a->started || t_done <= a->settled_to || t_done < t_arrive) {
 		a->st.http_late += a->started;
 		return;
 	}
+	/* streams that arrived in one read: the next free key */
+	for (;;) {
+		HASH_FIND(hh, a->reqs, &k, sizeof(k), r);
+		if (!r)
+			break;
+		k.id++;
+	}
+	key = k.id;
+	struct kpi_step_seq e = { .id = key, .n_tokens = 1 };
 	struct step *s = step_get(a, pid, key);
 	/* what was already split it does not get */
 	s->t_start = s->t_probe = t_arrive > a->settled_to ? t_arrive : a->settled_to;
@@ -207,6 +220,10 @@ void cost_attr_http_request(struct cost_attr *a, uint32_t pid, uint64_t t_arrive
 	step_seqs_add(&s->list, 1, 0, &e, 1);
 	a->st.http_requests++;
 	cost_attr_request(a, pid, key, t_done);
+	r = req_get(a, pid, key);
+	r->http = true;
+	r->t_arrive = (int64_t)t_arrive;
+	r->stream = stream;
 }
 
 void cost_attr_hold(struct cost_attr *a, bool in_flight)
@@ -445,7 +462,8 @@ void cost_attr_drain(struct cost_attr *a, uint64_t now,
 	HASH_ITER(hh, a->reqs, r, tmp) {
 		if (r->t_done && r->t_done <= a->settled_to) {
 			struct cost_req o = { r->k.pid, r->k.id, r->machine_ns,
-					      a->measured ? (int64_t)r->energy_uj : -1, r->t_done };
+					      a->measured ? (int64_t)r->energy_uj : -1, r->t_done,
+					      r->http, r->t_arrive, r->stream };
 			if (!req_fn(ctx, &o)) {
 				if (now - r->t_done < COST_KEEP_NS)
 					continue; /* its row is not in the store yet */

@@ -40,12 +40,19 @@ void cost_attr_step(struct cost_attr *a, uint32_t pid, uint64_t step, uint64_t t
 /* A request's row went to the store; it ended at t_done. */
 void cost_attr_request(struct cost_attr *a, uint32_t pid, uint64_t seq_id, uint64_t t_done);
 
-/* A request of a target with no steps is keyed COST_HTTP_KEY (cost_store.h). */
-/* Such a request's row went to the store: its time in flight, [t_arrive,
- * t_done), is a step whose one sequence is the request, so the busy time of
+/* A request of a target with no steps has no seq_id: it is keyed here by its
+ * arrival with the high bit set (no seq_id of kpi-infer's is that large), the
+ * next free key when another has that arrival (HTTP/2 streams opened in one
+ * read), and its row found by (pid, t_arrive_ns, stream): cost_req.http. */
+#define COST_HTTP_KEY(t_arrive) ((uint64_t)(t_arrive) | 1ull << 63)
+#define COST_KEY_IS_HTTP(k) ((k) >> 63 != 0)
+/* Such a request's row went to the store (stream: its HTTP/2 stream, 0 for
+ * HTTP/1.1): its time in flight, [t_arrive, t_done), is a step whose one
+ * sequence is the request, so the busy time of
  * an interval is the union of the spans in flight, shared by each one's
  * time in it (docs/cost.md, "Targets traced from their HTTP exchange"). */
-void cost_attr_http_request(struct cost_attr *a, uint32_t pid, uint64_t t_arrive, uint64_t t_done);
+void cost_attr_http_request(struct cost_attr *a, uint32_t pid, uint64_t t_arrive, int64_t stream,
+			    uint64_t t_done);
 /* Whether such requests are in flight, or have ended without their row
  * (held by the split): the intervals wait for them, as for an open step,
  * up to COST_KEEP_NS after their end. */

@@ -241,11 +241,11 @@ static void http_requests_share_the_instants(void)
 	cost_attr_interval(a, 1000, 8000);
 	cost_attr_interval(a, 2000, 0);
 	cost_attr_hold(a, true);        /* B is still in flight at the sample */
-	cost_attr_http_request(a, 7, 100, 500);
+	cost_attr_http_request(a, 7, 100, 0, 500);
 	cost_attr_settle(a, 2000, false);
 	cost_attr_drain(a, 2000, on_iv, on_rq, NULL);
 	CHECK(w.n_iv == 0 && w.n_rq == 0, "settled while a request was in flight: %d", w.n_iv);
-	cost_attr_http_request(a, 7, 300, 900);
+	cost_attr_http_request(a, 7, 300, 0, 900);
 	cost_attr_hold(a, false);
 	cost_attr_settle(a, 2000, false);
 	cost_attr_drain(a, 2000, on_iv, on_rq, NULL);
@@ -259,8 +259,9 @@ static void http_requests_share_the_instants(void)
 	      rb->energy_uj == 4000, "A %" PRIu64 " ns %" PRId64 " uJ, B %" PRIu64 " ns %" PRId64 " uJ",
 	      ra ? ra->machine_ns : 0, ra ? ra->energy_uj : 0, rb ? rb->machine_ns : 0,
 	      rb ? rb->energy_uj : 0);
-	CHECK(COST_KEY_IS_HTTP(ra->seq_id) && COST_HTTP_ARRIVE(ra->seq_id) == 100, "key %" PRIx64, ra->seq_id);
-	cost_attr_http_request(a, 7, 50, 950);  /* its time was split without it */
+	CHECK(ra->http && ra->t_arrive == 100 && ra->stream == 0 && COST_KEY_IS_HTTP(ra->seq_id),
+	      "key %" PRIx64, ra->seq_id);
+	cost_attr_http_request(a, 7, 50, 0, 950);  /* its time was split without it */
 	struct cost_attr_stats st;
 	cost_attr_stats(a, &st);
 	CHECK(st.http_requests == 2 && st.http_late == 1, "%" PRIu64 " spans, %" PRIu64 " late",
@@ -271,6 +272,28 @@ static void http_requests_share_the_instants(void)
 /* A gateway's request in flight [100, 900) while a model server's step runs
  * [300, 500) (its one sequence, seq 4): the step keeps its 200 ns, the
  * gateway's request gets the 600 ns no step covers, not half of the step. */
+/* Two HTTP/2 streams opened in one read (the same arrival), in flight
+ * [100, 500) and [100, 900): two requests, each its own share, each found by
+ * its stream: 200 + 0 and 200 + 400 ns of the 800 busy. */
+static void http2_streams_of_one_read(void)
+{
+	struct cost_attr *a = cost_attr_new(1, 1);
+	memset(&w, 0, sizeof(w));
+	cost_attr_interval(a, 0, 0);
+	cost_attr_http_request(a, 7, 100, 1, 500);
+	cost_attr_http_request(a, 7, 100, 3, 900);
+	cost_attr_interval(a, 1000, 0);
+	cost_attr_interval(a, 2000, 0);
+	cost_attr_settle(a, 2000, false);
+	cost_attr_drain(a, 2000, on_iv, on_rq, NULL);
+	CHECK(w.n_rq == 2, "%d requests", w.n_rq);
+	const struct cost_req *s1 = w.rq[0].stream == 1 ? &w.rq[0] : &w.rq[1], *s3 = s1 == &w.rq[0] ? &w.rq[1] : &w.rq[0];
+	CHECK(s1->stream == 1 && s3->stream == 3 && s1->t_arrive == 100 && s3->t_arrive == 100 &&
+	      s1->machine_ns == 200 && s3->machine_ns == 600, "stream %" PRId64 " %" PRIu64 " ns, stream %" PRId64
+	      " %" PRIu64 " ns", s1->stream, s1->machine_ns, s3->stream, s3->machine_ns);
+	cost_attr_free(a);
+}
+
 static void http_spans_yield_to_steps(void)
 {
 	struct cost_attr *a = cost_attr_new(1, 1);
@@ -280,7 +303,7 @@ static void http_spans_yield_to_steps(void)
 	seqs(a, 5, 1, e, 1, 300);
 	cost_attr_step(a, 5, 1, 300, 500);
 	cost_attr_request(a, 5, 4, 500);
-	cost_attr_http_request(a, 7, 100, 900);
+	cost_attr_http_request(a, 7, 100, 0, 900);
 	cost_attr_interval(a, 1000, 1000);
 	cost_attr_interval(a, 2000, 0);
 	cost_attr_settle(a, 2000, false);
@@ -312,5 +335,6 @@ int main(void)
 	RUN(energy_wraps);
 	RUN(http_requests_share_the_instants);
 	RUN(http_spans_yield_to_steps);
+	RUN(http2_streams_of_one_read);
 	return CHECK_DONE();
 }
