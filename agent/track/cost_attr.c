@@ -314,51 +314,69 @@ static void split_step(struct cost_attr *a, struct step *s, uint64_t ns, uint64_
  * ends, of the piece's length over the spans in flight in it, 0 where a step
  * runs (a gateway waiting on a model server's steps is charged nothing for
  * them).  Steps keep their time in the interval. */
-static int cmp_u64(const void *x, const void *y)
+struct share_ev {
+	uint64_t t;
+	int d_http, d_step;     /* +1 a span (or a step) starts, -1 it ends */
+};
+
+static int cmp_ev(const void *x, const void *y)
 {
-	uint64_t a = *(const uint64_t *)x, b = *(const uint64_t *)y;
-	return a < b ? -1 : a > b;
+	const struct share_ev *a = x, *b = y;
+	return a->t < b->t ? -1 : a->t > b->t;
+}
+
+/* F(t): the time a request in flight alone would have had by t, so that a
+ * span's share is F(end) - F(start); one sweep over the starts and ends,
+ * sorted (n log n for the interval's n spans and steps). */
+static double share_at(const uint64_t *t, const double *f, size_t n, uint64_t x)
+{
+	size_t lo = 0, hi = n;
+	while (lo < hi) {
+		size_t mid = (lo + hi) / 2;
+		if (t[mid] < x)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return lo < n ? f[lo] : f[n - 1];
 }
 
 static void http_shares(struct cost_attr *a, size_t n)
 {
-	size_t m = 0;
+	size_t m = 0, ne = 0, nt = 0;
 
 	for (size_t i = 0; i < n; i++)
 		m += COST_KEY_IS_HTTP(a->in[i]->k.id);
 	if (!m || (m == 1 && n == 1))
 		return;         /* alone: its time in the interval */
+	struct share_ev *ev = xrealloc(NULL, 2 * n * sizeof(*ev));
 	uint64_t *t = xrealloc(NULL, 2 * n * sizeof(*t));
-	double *acc = xrealloc(NULL, n * sizeof(*acc));
+	double *f = xrealloc(NULL, 2 * n * sizeof(*f)), acc = 0;
 	for (size_t i = 0; i < n; i++) {
-		acc[i] = 0;
-		t[2 * i] = a->spans[i].start_ns;
-		t[2 * i + 1] = a->spans[i].end_ns;
+		bool http = COST_KEY_IS_HTTP(a->in[i]->k.id);
+		ev[ne++] = (struct share_ev){ a->spans[i].start_ns, http, !http };
+		ev[ne++] = (struct share_ev){ a->spans[i].end_ns, -(int)http, -(int)!http };
 	}
-	qsort(t, 2 * n, sizeof(*t), cmp_u64);
-	for (size_t j = 0; j + 1 < 2 * n; j++) {
-		uint64_t b = t[j], e = t[j + 1];
-		size_t k = 0;
-		bool step = false;
-		if (e == b)
-			continue;
-		for (size_t i = 0; i < n; i++) {
-			if (a->spans[i].start_ns > b || a->spans[i].end_ns < e)
-				continue;
-			if (COST_KEY_IS_HTTP(a->in[i]->k.id))
-				k++;
-			else
-				step = true;
+	qsort(ev, ne, sizeof(*ev), cmp_ev);
+	int k_http = 0, k_step = 0;
+	for (size_t j = 0; j < ne; j++) {
+		if (nt && ev[j].t != t[nt - 1] && k_http > 0 && !k_step)
+			acc += (double)(ev[j].t - t[nt - 1]) / (double)k_http;
+		if (!nt || ev[j].t != t[nt - 1]) {
+			t[nt] = ev[j].t;
+			nt++;
 		}
-		for (size_t i = 0; k && !step && i < n; i++)
-			if (COST_KEY_IS_HTTP(a->in[i]->k.id) && a->spans[i].start_ns <= b && a->spans[i].end_ns >= e)
-				acc[i] += (double)(e - b) / (double)k;
+		f[nt - 1] = acc;
+		k_http += ev[j].d_http;
+		k_step += ev[j].d_step;
 	}
 	for (size_t i = 0; i < n; i++)
 		if (COST_KEY_IS_HTTP(a->in[i]->k.id))
-			a->w[i] = (uint64_t)(acc[i] + 0.5);
+			a->w[i] = (uint64_t)(share_at(t, f, nt, a->spans[i].end_ns) -
+					     share_at(t, f, nt, a->spans[i].start_ns) + 0.5);
+	free(ev);
 	free(t);
-	free(acc);
+	free(f);
 }
 
 static void settle_one(struct cost_attr *a, struct interval *iv, uint64_t now)

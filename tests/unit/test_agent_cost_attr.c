@@ -294,6 +294,50 @@ static void http2_streams_of_one_read(void)
 	cost_attr_free(a);
 }
 
+/* 40 random requests in flight in one interval of 100000 ns, against the
+ * sharing worked out instant by instant (every ns: 1/k to each of the k in
+ * flight): each request's machine time within 2 ns of it. */
+static void http_sharing_random(void)
+{
+	enum { N = 40, T = 100000 };
+	struct cost_attr *a = cost_attr_new(1, 1);
+	uint64_t rnd = 2463534242ull, s[N], e[N];
+	static double want[N];
+	memset(&w, 0, sizeof(w));
+	cost_attr_interval(a, 0, 0);
+	for (int i = 0; i < N; i++) {
+		rnd ^= rnd << 13, rnd ^= rnd >> 7, rnd ^= rnd << 17;
+		s[i] = 1 + rnd % (T - 2000);
+		e[i] = s[i] + 1 + (rnd >> 20) % 20000;
+		if (e[i] > T)
+			e[i] = T;
+		cost_attr_http_request(a, 7, s[i], 0, e[i]);
+		want[i] = 0;
+	}
+	for (uint64_t ns = 0; ns < T; ns++) {
+		int k = 0;
+		for (int i = 0; i < N; i++)
+			k += s[i] <= ns && ns < e[i];
+		for (int i = 0; k && i < N; i++)
+			if (s[i] <= ns && ns < e[i])
+				want[i] += 1.0 / k;
+	}
+	cost_attr_interval(a, T, 0);
+	cost_attr_interval(a, 2 * T, 0);
+	cost_attr_settle(a, 2 * T, false);
+	cost_attr_drain(a, 2 * T, on_iv, on_rq, NULL);
+	int bad = 0;
+	for (int i = 0; i < w.n_rq; i++) {
+		const struct cost_req *r = &w.rq[i];
+		int j = 0;
+		while (j < N && (int64_t)s[j] != r->t_arrive)
+			j++;
+		bad += j == N || r->machine_ns + 2 < want[j] || r->machine_ns > want[j] + 2;
+	}
+	CHECK(w.n_rq == N && !bad, "%d requests, %d off their share", w.n_rq, bad);
+	cost_attr_free(a);
+}
+
 static void http_spans_yield_to_steps(void)
 {
 	struct cost_attr *a = cost_attr_new(1, 1);
@@ -336,5 +380,6 @@ int main(void)
 	RUN(http_requests_share_the_instants);
 	RUN(http_spans_yield_to_steps);
 	RUN(http2_streams_of_one_read);
+	RUN(http_sharing_random);
 	return CHECK_DONE();
 }
