@@ -143,6 +143,9 @@ struct sk_state {
 
 /* Sockets with held bytes: tcp_probe looks at pure ACKs only while any are. */
 __u64 n_held = 0;
+/* HTTP-mode targets' threads inside a write: kpi_xmit looks for their first
+ * packet only while any are. */
+__u64 n_writing = 0;
 
 /* struct sock * -> arrival state, fed by tcp:tcp_probe. */
 struct {
@@ -163,6 +166,8 @@ struct sys_arg {
 	__u32 cnt;      /* arg 3 of readv/writev: iovecs */
 	__u16 shape;
 	__u16 http;     /* the target is in HTTP mode (KPI_TARGET_F_HTTP) */
+	__u64 xmit_ts;  /* an HTTP-mode write: its first packet at the device, when
+			 * sent inside the syscall (kpi_xmit), else 0 */
 };
 
 /* pid_tgid -> fd and entry time of the read/write in progress, from sys_enter
@@ -663,6 +668,16 @@ int BPF_PROG(kpi_xmit, struct sk_buff *skb)
 	__u8 doff;
 	struct tcphdr th;
 
+	if (n_writing) {
+		/* the first packet a target's write sends from inside the
+		 * syscall: when its bytes reached the wire (a client's call) */
+		__u64 pt = bpf_get_current_pid_tgid();
+		struct sys_arg *a = sys_in_task ?
+			bpf_task_storage_get(&sys_task, bpf_get_current_task_btf(), 0, 0) :
+			bpf_map_lookup_elem(&sys_args, &pt);
+		if (a && a->kind == SYS_WRITE && a->http && !a->xmit_ts)
+			a->xmit_ts = bpf_ktime_get_ns();
+	}
 	if (!n_held)
 		return 0;
 	sk = (__u64)BPF_CORE_READ(skb, sk);
@@ -737,6 +752,8 @@ static __always_inline int sys_enter(int fd, int kind, int shape, __u64 buf, __u
 		a.shape = shape;
 		a.buf = buf;
 		a.cnt = (__u32)cnt;
+		if (kind == SYS_WRITE)
+			__sync_fetch_and_add(&n_writing, 1);
 	}
 	if (sys_in_task) {
 		struct sys_arg *t = bpf_task_storage_get(&sys_task, bpf_get_current_task_btf(), 0,
@@ -1241,7 +1258,9 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 			bpf_map_update_elem(&tls_last_read, &pt, &lr, BPF_ANY);
 		}
 	} else {
-		e->h.ts = a->ts;
+		/* a call's request: when its first packet went out, where that
+		 * happened inside the write (a served write keeps its entry) */
+		e->h.ts = c->role == KPI_ROLE_CLIENT && a->xmit_ts ? a->xmit_ts : a->ts;
 		e->dir = KPI_PAYLOAD_OUT;
 		if (c->role == KPI_ROLE_SERVED && held_after_write(c, tgid, a))
 			e->flags = KPI_PAYLOAD_F_UNSENT;
@@ -1281,6 +1300,8 @@ static __always_inline int sys_exit(long ret)
 		if (!bpf_map_delete_elem(&sys_args, &pt))
 			count(KPI_CNT_SYS_ARGS_DEL);
 	}
+	if (arg.http && arg.kind == SYS_WRITE)
+		__sync_fetch_and_add(&n_writing, -1);
 	if (arg.http)
 		http_done(pt >> 32, &arg, ret);
 	else if (ret > 0)
