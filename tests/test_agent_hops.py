@@ -93,15 +93,6 @@ def _agent(db, daemon, *ports, metrics=None):
     return agent
 
 
-def _trace_of(db):
-    """{top-level request_id: (integration row, [hops rows of its trace])}."""
-    hops = {}
-    for h in at.query(db, "SELECT * FROM hops"):
-        hops.setdefault(h["trace_id"], []).append(h)
-    return {r["request_id"]: (r, hops.get(r["trace_id"], []))
-            for r in at.query(db, "SELECT * FROM integration")}
-
-
 def _chain(propagate):
     _require()
     import servertest
@@ -126,7 +117,7 @@ def _chain(propagate):
                               >= len(jobs))
     assert agent.stop() == 0, agent.lines[-20:]
     assert all(st == 200 for st in got.values()), got
-    traces = _trace_of(db)
+    traces = at.traces(db)
     # /metrics: the overhead of every top-level request, under the gateway's name
     name, comm = "kpi_integration_overhead_seconds", traces[jobs[0][1]][0]["comm"]
     m_count = metrics.get(f'{name}_count{{process="{comm}"}}')
@@ -254,7 +245,7 @@ def test_agent_hops_two_gateways_one_model():
     time.sleep(0.3)
     assert agent.stop() == 0, agent.lines[-20:]
     assert all(st == 200 for st in got.values()), got
-    traces = _trace_of(db)
+    traces = at.traces(db)
     w_guard, w_model = _wire_by_user(pcap, rport), _wire_by_user(pcap, daemon.port)
     wrong, unlinked = [], []
     for port, rid, _, _ in jobs:
@@ -378,26 +369,17 @@ def test_agent_hops_nginx_tls_in_front_of_kpi_infer():
     assert agent.stop() == 0, agent.lines[-20:]
     ng.stop()
     assert all(g["status"] == 200 for g in got), got
-    traces = _trace_of(db)
+    traces = at.traces(db)
     off = at.mono_to_wall(db)
     w_tls, w_model = pcaptest.tls12_exchanges(pcap, port), pcaptest.exchanges_by_id(pcap, daemon.port)
     problems, overhead, rules = [], [], {}
     for g in got:
         rid = g["rid"]
-        if rid not in traces:
-            problems.append(f"{rid}: no top-level request in integration")
+        wrong = at.gateway_trace_problem(rid, traces.get(rid), rules)
+        if wrong:
+            problems.append(wrong)
             continue
-        row, hops = traces[rid]
-        for h in hops:
-            rules[h["link_rule"]] = rules.get(h["link_rule"], 0) + 1
-        kinds = sorted((h["direction"], h["depth"]) for h in hops)
-        if kinds != [("in", 0), ("in", 2), ("out", 1)] or \
-                any(h["link_rule"] is None for h in hops if h["depth"] > 0):
-            problems.append(f"{rid}: hops {[(h['comm'], h['direction'], h['depth'], h['link_rule']) for h in hops]}")
-            continue
-        if row["model_request_id"] != rid or row["model_comm"] != "kpi-infer":
-            problems.append(f"{rid}: model hop {row['model_request_id']} of {row['model_comm']}")
-            continue
+        row = traces[rid][0]
         xs, xm = w_tls.get(g["cport"], []), w_model.get(rid)
         if g["index"] >= len(xs) or not xm:
             problems.append(f"{rid}: on the wire: TLS {len(xs)} exchanges, model {bool(xm)}")
@@ -457,7 +439,7 @@ def test_agent_hops_haproxy_h2_tls_in_front_of_kpi_infer():
         g["content"] = nginxtest.content_events(g.pop("body").encode("latin-1"))
     assert len(got) == 18 and all(g["status"] == 200 and g["events"] > 0 for g in got.values()), got
     rows = {r["request_id"]: r for r in at.query(db, "SELECT * FROM requests WHERE pid = ?", hp.pid)}
-    traces = _trace_of(db)
+    traces = at.traces(db)
     problems, rules = [], {}
     for rid, g in sorted(got.items()):
         r = rows.get(rid)
@@ -465,17 +447,11 @@ def test_agent_hops_haproxy_h2_tls_in_front_of_kpi_infer():
             problems.append(f"{rid}: haproxy's row {r and (r['protocol'], r['http_status'], r['content_events'])}, "
                             f"its client got {g['status']} and {g['content']} content events")
             continue
-        row, hops = traces.get(rid, (None, []))
-        for h in hops:
-            rules[h["link_rule"]] = rules.get(h["link_rule"], 0) + 1
-        kinds = sorted((h["direction"], h["depth"]) for h in hops)
-        if not row or kinds != [("in", 0), ("in", 2), ("out", 1)] or \
-                any(h["link_rule"] is None for h in hops if h["depth"] > 0):
-            problems.append(f"{rid}: hops {[(h['comm'], h['direction'], h['depth'], h['link_rule']) for h in hops]}")
+        wrong = at.gateway_trace_problem(rid, traces.get(rid), rules)
+        if wrong:
+            problems.append(wrong)
             continue
-        if row["model_request_id"] != rid or row["model_comm"] != "kpi-infer":
-            problems.append(f"{rid}: model hop {row['model_request_id']} of {row['model_comm']}")
-            continue
+        row, hops = traces[rid]
         top = next(h for h in hops if h["depth"] == 0)
         call = next(h for h in hops if h["depth"] == 1)
         model = next(h for h in hops if h["depth"] == 2)

@@ -459,25 +459,15 @@ def test_gateway_and_model_containers_on_a_bridge():
     time.sleep(0.5)
     assert agent.stop() == 0, agent.lines[-20:]
     assert all(st == 200 for st, _ in got.values()), got
-    c = sqlite3.connect(db)
-    c.row_factory = sqlite3.Row
-    integ = {r["request_id"]: dict(r) for r in c.execute("SELECT * FROM integration")}
-    hops = {}
-    for h in c.execute("SELECT * FROM hops"):
-        hops.setdefault(h["trace_id"], []).append(dict(h))
-    c.close()
+    traces = at.traces(db)
     problems, rules = [], {}
     for rid in got:
-        row = integ.get(rid)
-        hs = hops.get(row["trace_id"], []) if row else []
-        for h in hs:
-            rules[h["link_rule"]] = rules.get(h["link_rule"], 0) + 1
-        kinds = sorted((h["direction"], h["depth"]) for h in hs)
-        if not row or kinds != [("in", 0), ("in", 2), ("out", 1)] or \
-                any(h["link_rule"] is None for h in hs if h["depth"] > 0):
-            problems.append(f"{rid}: {[(h['comm'], h['direction'], h['depth'], h['link_rule']) for h in hs]}")
-        elif (row["model_comm"], row["model_request_id"]) != ("kpi-infer", rid) or \
-                {(h["depth"], h["comm"], h["pid"] == mpid) for h in hs} != \
+        wrong = at.gateway_trace_problem(rid, traces.get(rid), rules)
+        if wrong:
+            problems.append(wrong)
+            continue
+        row, hs = traces[rid]
+        if {(h["depth"], h["comm"], h["pid"] == mpid) for h in hs} != \
                 {(0, "nginx", False), (1, "nginx", False), (2, "kpi-infer", True)} or \
                 not 0 < row["integration_overhead_ns"] < row["e2e_ns"]:
             problems.append(f"{rid}: model hop {row['model_comm']} {row['model_request_id']}, hops "
@@ -485,7 +475,7 @@ def test_gateway_and_model_containers_on_a_bridge():
                             f"{row['integration_overhead_ns']}")
     # the model's requests came from the gateway's address on the bridge (not
     # loopback: a remote address is stored hashed, docs/security.md)
-    peers = sorted({h["peer"].rsplit(":", 1)[0] for hs in hops.values() for h in hs
+    peers = sorted({h["peer"].rsplit(":", 1)[0] for _, hs in traces.values() for h in hs
                     if h["direction"] == "in" and h["depth"] == 2 and h["peer"]})
     print(f"     gateway {gip} -> model {mip} over {net}: {len(got) - len(problems)} of {len(got)} requests "
           f"in one trace of three hops; link rules {rules}; the model's peers {peers}")

@@ -365,6 +365,33 @@ def query(db, sql, *args):
         c.close()
 
 
+def traces(db):
+    """{top-level request_id: (integration row, [hops rows of its trace])}."""
+    hops = {}
+    for h in query(db, "SELECT * FROM hops"):
+        hops.setdefault(h["trace_id"], []).append(h)
+    return {r["request_id"]: (r, hops.get(r["trace_id"], []))
+            for r in query(db, "SELECT * FROM integration")}
+
+
+def gateway_trace_problem(rid, trace, rules):
+    """A gateway in front of kpi-infer: rid's trace ((row, hops) of traces(),
+    or None) is three hops (the gateway's request, its call, kpi-infer's
+    request), each below the top linked by a rule (counted in rules), its
+    model hop kpi-infer's request rid.  None, or what is wrong."""
+    if not trace:
+        return f"{rid}: no top-level request in integration"
+    row, hops = trace
+    for h in hops:
+        rules[h["link_rule"]] = rules.get(h["link_rule"], 0) + 1
+    if sorted((h["direction"], h["depth"]) for h in hops) != [("in", 0), ("in", 2), ("out", 1)] or \
+            any(h["link_rule"] is None for h in hops if h["depth"] > 0):
+        return f"{rid}: hops {[(h['comm'], h['direction'], h['depth'], h['link_rule']) for h in hops]}"
+    if row["model_request_id"] != rid or row["model_comm"] != "kpi-infer":
+        return f"{rid}: model hop {row['model_request_id']} of {row['model_comm']}"
+    return None
+
+
 def pct(values, p):
     v = sorted(values)
     if not v:
