@@ -281,7 +281,8 @@ static int write_meta(struct agent_cost *c, char *err, size_t errlen)
 	   "cost_prefill_weight or cost_decode_weight; time outside steps is idle (docs/cost.md)");
 	KV("cost_method_http", "time in flight: a target traced from its HTTP exchange (source http) "
 	   "has no steps; each sample interval's busy time is the union of its requests' times in "
-	   "flight, shared by each one's time in it, the rest idle (docs/cost.md)");
+	   "flight, each instant shared equally by the requests in flight then (a step's instants "
+	   "left to the step), the rest idle (docs/cost.md)");
 	KV("cost_prefill_weight", pw);
 	KV("cost_decode_weight", dw);
 	if (c->price >= 0) { /* no price: no key, rather than a made-up 0 */

@@ -48,9 +48,10 @@ void cost_attr_request(struct cost_attr *a, uint32_t pid, uint64_t seq_id, uint6
 #define COST_KEY_IS_HTTP(k) ((k) >> 63 != 0)
 /* Such a request's row went to the store (stream: its HTTP/2 stream, 0 for
  * HTTP/1.1): its time in flight, [t_arrive, t_done), is a step whose one
- * sequence is the request, so the busy time of
- * an interval is the union of the spans in flight, shared by each one's
- * time in it (docs/cost.md, "Targets traced from their HTTP exchange"). */
+ * sequence is the request, so the busy time of an interval is the union of
+ * the spans in flight, each instant shared equally by the requests in flight
+ * then and left to a step that runs in it (docs/cost.md, "Targets traced
+ * from their HTTP exchange"). */
 void cost_attr_http_request(struct cost_attr *a, uint32_t pid, uint64_t t_arrive, int64_t stream,
 			    uint64_t t_done);
 /* Whether such requests are in flight, or have ended without their row
