@@ -737,6 +737,16 @@ int kpi_tcp_probe(struct trace_event_raw_tcp_probe *ctx)
 
 /* ---- syscalls: reads, writes and closes of the targets' sockets --------- */
 
+/* n_writing counts the HTTP-mode writes noted and not yet ended: each one
+ * ends once, at its exit, at the thread's next entry (a syscall that never
+ * exited) or at the thread's exit, so that a thread gone inside a write does
+ * not leave kpi_xmit looking at every packet of the host for good. */
+static __always_inline void writing_end(const struct sys_arg *a)
+{
+	if (a->http && a->kind == SYS_WRITE)
+		__sync_fetch_and_add(&n_writing, -1);
+}
+
 static __always_inline int sys_enter(int fd, int kind, int shape, __u64 buf, __u64 cnt)
 {
 	__u64 pt = bpf_get_current_pid_tgid();
@@ -752,22 +762,27 @@ static __always_inline int sys_enter(int fd, int kind, int shape, __u64 buf, __u
 		a.shape = shape;
 		a.buf = buf;
 		a.cnt = (__u32)cnt;
-		if (kind == SYS_WRITE)
-			__sync_fetch_and_add(&n_writing, 1);
 	}
 	if (sys_in_task) {
 		struct sys_arg *t = bpf_task_storage_get(&sys_task, bpf_get_current_task_btf(), 0,
 							 BPF_LOCAL_STORAGE_GET_F_CREATE);
-		if (t)
-			*t = a;
-		return 0;
-	}
-	/* a thread has one entry: it is new unless the thread died in a
-	 * syscall's middle and its id was reused, or a syscall never exited */
-	if (!bpf_map_update_elem(&sys_args, &pt, &a, BPF_NOEXIST))
+		if (!t)
+			return 0;
+		if (t->kind)
+			writing_end(t);         /* a syscall that never exited */
+		*t = a;
+	} else if (!bpf_map_update_elem(&sys_args, &pt, &a, BPF_NOEXIST)) {
 		count(KPI_CNT_SYS_ARGS_INS);
-	else
+	} else {
+		/* a thread has one entry: it is new unless the thread died in a
+		 * syscall's middle and its id was reused, or a syscall never exited */
+		struct sys_arg *old = bpf_map_lookup_elem(&sys_args, &pt);
+		if (old)
+			writing_end(old);
 		bpf_map_update_elem(&sys_args, &pt, &a, BPF_ANY);
+	}
+	if (a.http && kind == SYS_WRITE)
+		__sync_fetch_and_add(&n_writing, 1);
 	return 0;
 }
 
@@ -1300,8 +1315,7 @@ static __always_inline int sys_exit(long ret)
 		if (!bpf_map_delete_elem(&sys_args, &pt))
 			count(KPI_CNT_SYS_ARGS_DEL);
 	}
-	if (arg.http && arg.kind == SYS_WRITE)
-		__sync_fetch_and_add(&n_writing, -1);
+	writing_end(&arg);
 	if (arg.http)
 		http_done(pt >> 32, &arg, ret);
 	else if (ret > 0)
@@ -1845,7 +1859,24 @@ int kpi_proc_exit(void *ctx)
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
 	struct task_struct *t = (struct task_struct *)bpf_get_current_task();
 
-	if (!is_target(tgid) || BPF_CORE_READ(t, signal, live.counter) != 0)
+	if (!is_target(tgid))
+		return 0;
+	if (sys_in_task) {              /* a thread gone inside a syscall */
+		struct sys_arg *a = bpf_task_storage_get(&sys_task, bpf_get_current_task_btf(), 0, 0);
+		if (a && a->kind) {
+			writing_end(a);
+			a->kind = 0;
+		}
+	} else {
+		__u64 pt = bpf_get_current_pid_tgid();
+		struct sys_arg *a = bpf_map_lookup_elem(&sys_args, &pt);
+		if (a) {
+			writing_end(a);
+			if (!bpf_map_delete_elem(&sys_args, &pt))
+				count(KPI_CNT_SYS_ARGS_DEL);
+		}
+	}
+	if (BPF_CORE_READ(t, signal, live.counter) != 0)
 		return 0;
 	bpf_map_delete_elem(&held, &tgid);      /* killed while held: nothing to continue */
 	if (bpf_map_delete_elem(&targets, &tgid) == 0)
