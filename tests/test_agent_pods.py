@@ -15,15 +15,10 @@ import agenttest as at
 import fleettest as ft
 import promtext
 import servertest
+import podtest
+from podtest import PORT, SERVE, ULIMITS, build_rootfs, rootfs_with
 
-PORT = 8000
 N = 3   # requests per container
-
-# podman as root asks for RLIMIT_NOFILE 1048576 and RLIMIT_NPROC 32768 by
-# default; raising a hard limit needs CAP_SYS_RESOURCE, which a sandboxed
-# test host may not grant.  Lowering is always allowed.
-ULIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
-
 
 
 def _require_tools():
@@ -32,36 +27,6 @@ def _require_tools():
                       ("containerd", "containerd")):
         if not shutil.which(tool):
             raise kpitest.Skip(f"{tool} is not installed (make deps installs {pkg})")
-
-
-def _rootfs(root, binary, dest):
-    """A container root file system at root: binary at dest, the shared
-    libraries ldd lists, /etc/passwd."""
-    for sub in ("etc", "proc", "sys", "dev", "tmp"):
-        os.makedirs(os.path.join(root, sub))
-    os.makedirs(os.path.dirname(root + dest), exist_ok=True)
-    shutil.copy2(binary, root + dest)
-    out = kpitest.run(["ldd", binary], check=True).stdout
-    for word in out.split():
-        if word.startswith("/") and os.path.exists(word):
-            dst = root + word
-            os.makedirs(os.path.dirname(dst), exist_ok=True)
-            shutil.copy2(os.path.realpath(word), dst)
-    with open(os.path.join(root, "etc", "passwd"), "w") as f:
-        f.write("root:x:0:0:root:/:/bin/false\n")
-
-
-def build_rootfs(d):
-    """The server's root file system: kpi-infer, its libraries, a model."""
-    root = os.path.join(d, "rootfs")
-    _rootfs(root, servertest.KPI_INFER, "/kpi-infer")
-    os.makedirs(os.path.join(root, "m"))
-    kpitest.run([servertest.KPI_INFER, "--make-model", os.path.join(root, "m", "tiny.gguf"),
-                 "--preset", "tiny", "--seed", "1"], check=True, timeout=600)
-    return root
-
-
-SERVE = ["/kpi-infer", "--model", "/m/tiny.gguf", "--port", str(PORT)]
 
 
 def cri_o_annotations(pod, ns, uid, name):
@@ -175,7 +140,7 @@ def daemonset_argv(d, name, runtime, *args):
     os.makedirs(host)
     argv[argv.index("/var/lib/kpiscope:/var/lib/kpiscope")] = f"{host}:/var/lib/kpiscope"
     root = os.path.join(d, "agent-rootfs")
-    _rootfs(root, at.AGENT, "/usr/bin/kpi-agent")
+    rootfs_with(root, at.AGENT, "/usr/bin/kpi-agent")
     argv[image:image + 1] = ["--runtime", runtime, *ULIMITS, "--rootfs", root]
     kpitest.on_cleanup(lambda: kpitest.run(["podman", "rm", "-f", "-t", "0", name]))
     return argv + [*map(str, args)], os.path.join(host, "trace.db")
@@ -348,6 +313,47 @@ def test_pods_and_containerd_by_port():
     assert any(l.startswith("containers: 4 resolved (4 named") for l in agent.lines), agent.lines
 
 
+def test_pods_of_one_image_share_one_attach():
+    """Three containers of one imported image (each its own overlay mount, so
+    /proc/PID/root/kpi-infer is another device each time) under `--port 8000`:
+    kpi-infer's USDT probes are attached once, on the image layer's file that
+    all three map, and every request of each is a usdt row naming its
+    container."""
+    _require_tools()
+    if not shutil.which("bpftool"):
+        raise kpitest.Skip("bpftool is not installed (make deps installs it)")
+    d = kpitest.tmpdir("kpi-agent-image-")
+    tag = secrets.token_hex(3)
+    root = build_rootfs(d)
+    image = podtest.import_image(d, root, f"kpi-infer-{tag}")
+    db = os.path.join(d, "trace.db")
+    agent = at.start_agent(db, "--port", PORT, "--flush-ms", 100)
+    agent.wait_line("writing ", timeout=60)
+    names = [f"kpi-{tag}-{i}" for i in range(3)]
+    pids, links = [], []
+    for name in names:
+        _, pid = podtest.run_server(name, image)
+        agent.wait_line(f"attached to pid {pid} ", timeout=60)
+        pids.append(pid)
+        links.append(podtest.uprobe_links(podtest.USDT_PROGS))
+    seen = [os.stat(f"/proc/{pid}/root/kpi-infer") for pid in pids]
+    assert len({s.st_dev for s in seen}) == 3 and len({s.st_ino for s in seen}) == 1, seen
+    print(f"     USDT links after each container: {links}")
+    assert links[0] > 0 and links[1:] == [links[0]] * 2, \
+        f"USDT links after 1, 2, 3 containers of one image: {links} (want one attach for the image's file)"
+    for i, pid in enumerate(pids):
+        clients(pid, f"{i}-{tag}")
+    assert agent.stop() == 0, agent.lines[-20:]
+    rows = _rows(db, tag, "request_id, pid, source, container_name, weight_type")
+    for i, (name, pid) in enumerate(zip(names, pids)):
+        mine = [r for r in rows if r[0].startswith(f"{i}-{tag}-")]
+        assert [r[0] for r in mine] == [f"{i}-{tag}-{k}" for k in range(N)], (i, rows, agent.lines[-30:])
+        assert all(r[1:4] == (pid, "usdt", name) for r in mine), (i, mine)
+    # the weight type is read from the model file the container maps, through
+    # its root (/m/tiny.gguf is not the host's)
+    assert {r[4] for r in rows} == {podtest.weight_type(root)}, rows
+
+
 def test_selector_values_refused():
     """--help documents --container and --pod; a malformed value stops the
     agent before it loads anything, saying what the flag takes."""
@@ -426,7 +432,7 @@ def test_gateway_and_model_containers_on_a_bridge():
     kpitest.on_cleanup(lambda: kpitest.run(["podman", "network", "rm", "-f", net]))
     model_root = build_rootfs(d)
     gw_root = os.path.join(d, "gw-rootfs")
-    _rootfs(gw_root, nginx, "/usr/sbin/nginx")
+    rootfs_with(gw_root, nginx, "/usr/sbin/nginx")
     with open(os.path.join(gw_root, "etc", "group"), "w") as f:
         f.write("root:x:0:\n")     # nginx's `user root;` looks its group up
     db = os.path.join(d, "bridge.db")

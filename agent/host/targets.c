@@ -2,8 +2,11 @@
  * their listening TCP ports (to filter tcp_probe in BPF) and their threads. */
 #include <ctype.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -284,13 +287,13 @@ static void add_port(uint16_t *ports, int *n, int max, unsigned port, unsigned l
 	}
 }
 
-/* Listening TCP sockets of the agent's network namespace, from
- * NETLINK_SOCK_DIAG: asked for TCP_LISTEN only, the kernel walks its
- * listening hash alone.  (/proc/net/tcp walks every bucket of the established
- * table as well, which is milliseconds of kernel time a scan on a host with a
- * large table, and the agent rescans twice a second.)  -1 when netlink
- * diagnostics are not available. */
-static int diag_listen_each(void (*fn)(void *ctx, unsigned port, unsigned long inode),
+/* Listening TCP sockets of a network namespace, from NETLINK_SOCK_DIAG:
+ * asked for TCP_LISTEN only, the kernel walks its listening hash alone.
+ * (/proc/PID/net/tcp walks every bucket of the host's established table as
+ * well, whatever namespace it shows: milliseconds of kernel time a read, and
+ * the agent rescans every target twice a second: with 20 containers that
+ * was 15% of a core.)  -1 when netlink diagnostics are not available there. */
+static int diag_listen_each(pid_t pid, void (*fn)(void *ctx, unsigned port, unsigned long inode),
 			    void *ctx);
 
 struct port_list {
@@ -307,19 +310,59 @@ static void port_of_ours(void *ctx, unsigned port, unsigned long inode)
 	add_port(pl->ports, &pl->n, pl->max, port, inode, pl->ino, pl->n_ino);
 }
 
-static int diag_listen_ports(uint16_t *ports, int max, const unsigned long *ino, int n_ino)
+static int diag_listen_ports(pid_t pid, uint16_t *ports, int max, const unsigned long *ino, int n_ino)
 {
 	struct port_list pl = { ports, 0, max, ino, n_ino };
 
-	return diag_listen_each(port_of_ours, &pl) ? -1 : pl.n;
+	return diag_listen_each(pid, port_of_ours, &pl) ? -1 : pl.n;
 }
 
-/* Calls fn(ctx, port, inode) for every listening TCP socket; -1 when
- * netlink diagnostics are not available. */
-static int diag_listen_each(void (*fn)(void *ctx, unsigned port, unsigned long inode), void *ctx)
+struct ns_socket {
+	pid_t pid;
+	int fd;
+};
+
+static void *diag_socket_there(void *arg)
+{
+	struct ns_socket *s = arg;
+	char path[64];
+	int ns;
+
+	snprintf(path, sizeof(path), "/proc/%d/ns/net", s->pid);
+	ns = open(path, O_RDONLY | O_CLOEXEC);
+	if (ns >= 0 && !setns(ns, CLONE_NEWNET))
+		s->fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (ns >= 0)
+		close(ns);
+	return NULL;    /* the thread ends in that namespace */
+}
+
+/* A NETLINK_SOCK_DIAG socket of pid's network namespace (pid 0: the agent's
+ * own).  A socket answers for the namespace it was made in: a thread made
+ * for the purpose joins pid's (setns, which needs CAP_SYS_ADMIN: held where
+ * the kernel wants it for uprobes, docs/security.md), makes it and ends
+ * there, so no thread of the agent ever changes namespace.  -1: cannot. */
+static int diag_socket(pid_t pid)
+{
+	struct ns_socket s = { pid, -1 };
+	pthread_t t;
+
+	if (!pid)
+		return socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	if (pthread_create(&t, NULL, diag_socket_there, &s))
+		return -1;
+	pthread_join(t, NULL);
+	return s.fd;
+}
+
+/* Calls fn(ctx, port, inode) for every listening TCP socket of pid's network
+ * namespace (pid 0: the agent's); -1 when netlink diagnostics are not
+ * available there. */
+static int diag_listen_each(pid_t pid, void (*fn)(void *ctx, unsigned port, unsigned long inode),
+			    void *ctx)
 {
 	static const int families[] = { AF_INET, AF_INET6 };
-	int fd = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+	int fd = diag_socket(pid);
 
 	if (fd < 0)
 		return -1;
@@ -422,8 +465,7 @@ int target_listen_ports(pid_t pid, uint16_t *ports, int max)
 
 	if (!n_ino)
 		return 0;
-	if (same_netns(pid))
-		n = diag_listen_ports(ports, max, ino, n_ino);
+	n = diag_listen_ports(same_netns(pid) ? 0 : pid, ports, max, ino, n_ino);
 	if (n < 0)
 		n = proc_listen_ports(pid, ports, max, ino, n_ino);
 	return n;
@@ -482,9 +524,9 @@ static bool holds_listener(const struct netns_listeners *nl, pid_t pid)
 }
 
 /* The listeners on po's port in pid's network namespace, each namespace
- * read once per scan: the agent's own by sock_diag, any other (a container's,
- * an `ip netns`) from the /proc/PID/net/tcp{,6} of the first process met in it.
- * NULL when pid is gone or the table is full. */
+ * read once per scan, by sock_diag (another namespace's, a container's or an
+ * `ip netns`, through the first process met in it), else from that process's
+ * /proc/PID/net/tcp{,6}.  NULL when pid is gone or the table is full. */
 static struct netns_listeners *listeners_of(struct port_owner *po, pid_t pid)
 {
 	char path[64];
@@ -504,8 +546,8 @@ static struct netns_listeners *listeners_of(struct port_owner *po, pid_t pid)
 	nl->dev = ns.st_dev;
 	nl->ino = ns.st_ino;
 	nl->port = po->port;
-	if (stat("/proc/self/ns/net", &mine) || mine.st_ino != ns.st_ino || mine.st_dev != ns.st_dev ||
-	    diag_listen_each(listener_of_port, nl)) {
+	bool ours = !stat("/proc/self/ns/net", &mine) && mine.st_ino == ns.st_ino && mine.st_dev == ns.st_dev;
+	if (diag_listen_each(ours ? 0 : pid, listener_of_port, nl)) {
 		nl->n = 0;
 		proc_listen_each(pid, listener_of_port, nl);
 	}

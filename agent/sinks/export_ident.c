@@ -144,7 +144,9 @@ out:
 
 /* ---- /proc ------------------------------------------------------------------------ */
 
-/* The first mapped file whose name ends in .gguf. */
+/* The first mapped file whose name ends in .gguf, as the agent can open it
+ * (through /proc/PID/root for a process in a container: its /m/model.gguf
+ * is not the host's). */
 static int mapped_gguf(uint32_t pid, char *path, size_t len)
 {
 	char fn[64], line[4096];
@@ -162,10 +164,8 @@ static int mapped_gguf(uint32_t pid, char *path, size_t len)
 			continue;
 		n = strcspn(p, "\n");
 		p[n] = 0;
-		if (n > 5 && !strcmp(p + n - 5, ".gguf") && n < len) {
-			memcpy(path, p, n + 1);
-			rc = 0;
-		}
+		if (n > 5 && !strcmp(p + n - 5, ".gguf"))
+			rc = target_path((pid_t)pid, p, path, len);
 	}
 	fclose(f);
 	return rc;

@@ -160,19 +160,24 @@ static bool file_in_use(void *ctx, const struct usdt_file *f)
 }
 
 /* exe's file, its probes attached for every process when it is new.  NULL:
- * attach to the process alone (--pid; the kernel refused; no room). */
+ * attach to the process alone (--pid; the kernel refused; no room).  Under
+ * --port the file's probes serve every target that runs it too (ten pods of
+ * one image: one attach), but a process of the file is a target only once
+ * it listens there: no exec rule, and the handlers drop what a process that
+ * is no target fires (is_target). */
 static struct usdt_file *file_of(struct attach *at, const char *exe)
 {
 	struct usdt_file *f;
 	bool fresh;
 
-	if (explicit_pids(at) || at->want.http_only)
+	if (at->want.n_pids || at->want.http_only)
 		return NULL;
 	f = usdt_file_get(&at->files, at->skel, exe, &fresh);
 	if (!f)
 		return NULL;
 	if (fresh) {
-		exec_rule(at, f);
+		if (!at->want.n_ports)
+			exec_rule(at, f);
 		if (f->state == USDT_FILE_PER_PROCESS)
 			fprintf(stderr, "kpi-agent: %s: cannot attach its USDT probes for every process "
 				"that runs it (%s); attaching to each one when it is found instead, "

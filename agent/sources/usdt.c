@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include "agent/host/overlay.h"
 #include "kpi.skel.h"
 #include "links.h"
 #include "usdt.h"
@@ -91,6 +92,11 @@ struct usdt_file *usdt_file_get(struct usdt_files *fs, struct kpi_bpf *skel, con
 	struct stat st;
 
 	*fresh = false;
+	/* a container's file, from an image's layer: the layer's file, which
+	 * every container of that image maps (one attach serves them all) */
+	char real[PATH_MAX];
+	if (!overlay_real_path(exe, real, sizeof(real)))
+		exe = real;
 	if (stat(exe, &st))
 		return NULL;
 	for (int i = 0; i < USDT_MAX_FILES; i++)

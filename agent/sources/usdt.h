@@ -53,7 +53,9 @@ struct usdt_files {
 };
 
 /* The entry of exe's file, attached now when it is new (once per file,
- * whatever comes of it; *fresh says it was this call).  NULL when exe cannot
+ * whatever comes of it; *fresh says it was this call).  A file a container
+ * sees through an overlay is its image layer's file (agent/host/overlay.h),
+ * the entry's path.  NULL when exe cannot
  * be read or USDT_MAX_FILES are attached already (usdt_files_prune frees
  * those of rebuilt or deleted binaries). */
 struct usdt_file *usdt_file_get(struct usdt_files *fs, struct kpi_bpf *skel, const char *exe,
