@@ -149,7 +149,9 @@ def fleet(d, root, n_ctr, seconds):
     for t in threads:
         t.join(60)
     time.sleep(0.5)
+    t0 = time.monotonic()
     assert agent.stop() == 0, agent.lines[-10:]
+    out["stop_s"] = time.monotonic() - t0     # SIGTERM -> exit, the trace flushed
     sv = out["serving"]
     in_window = sum(sv["t0"] <= t <= sv["t1"] for t in done)
     rows = ft.query(db, "SELECT count(*) FROM requests WHERE source = 'usdt' AND container_name LIKE "
@@ -221,6 +223,8 @@ def main():
     print(f"\nServing: {sv['requests_in_window']} requests ended in the window ({sv['requests_per_s']:.0f}/s); "
           f"{sv['requests_served']} in all, {sv['rows_usdt']} usdt rows; the agent's CPU "
           f"{sv['agent_cpu_us_per_request'] or 0:.0f} µs a request.\n")
+    print(f"The agent's stop with {n_ctr} targets (SIGTERM to exit, the trace flushed): "
+          f"{pods['stop_s']:.2f} s.\n")
     print(f"Attach count: the kernel's USDT links {att[1]['usdt_links']} with 1 pod, "
           f"{att[10]['usdt_links']} with 10 (one set for the image's file: {'yes' if one_set else 'NO'}); "
           f"the agent's perf events {att[1]['agent_perf_event_fds']} and {att[10]['agent_perf_event_fds']}.\n")
