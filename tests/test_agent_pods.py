@@ -22,11 +22,7 @@ N = 3   # requests per container
 
 
 def _require_tools():
-    at.require_agent_and_infer()
-    for tool, pkg in (("podman", "podman"), ("runc", "runc"), ("ctr", "containerd"),
-                      ("containerd", "containerd")):
-        if not shutil.which(tool):
-            raise kpitest.Skip(f"{tool} is not installed (make deps installs {pkg})")
+    podtest.require("podman", "runc", "ctr", "containerd")
 
 
 def cri_o_annotations(pod, ns, uid, name):
@@ -319,9 +315,7 @@ def test_pods_of_one_image_share_one_attach():
     kpi-infer's USDT probes are attached once, on the image layer's file that
     all three map, and every request of each is a usdt row naming its
     container."""
-    _require_tools()
-    if not shutil.which("bpftool"):
-        raise kpitest.Skip("bpftool is not installed (make deps installs it)")
+    podtest.require("podman", "runc", "bpftool")
     d = kpitest.tmpdir("kpi-agent-image-")
     tag = secrets.token_hex(3)
     root = build_rootfs(d)

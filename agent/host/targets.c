@@ -50,17 +50,25 @@ struct ints {
 	int *v, n, max;
 };
 
+/* Whether pid is in the agent's own namespace of that kind ("mnt", "net"):
+ * 1, 0, or -1 when it cannot be told. */
+static int in_our_ns(pid_t pid, const char *kind)
+{
+	char mine_path[32], path[64];
+	struct stat mine, theirs;
+
+	snprintf(mine_path, sizeof(mine_path), "/proc/self/ns/%s", kind);
+	snprintf(path, sizeof(path), "/proc/%d/ns/%s", pid, kind);
+	if (stat(mine_path, &mine) || stat(path, &theirs))
+		return -1;
+	return mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
+}
+
 /* pid shares the agent's mount namespace (true too when that cannot be told:
  * the path is then tried as it is first). */
 static bool same_mntns(pid_t pid)
 {
-	char path[64];
-	struct stat mine, theirs;
-
-	snprintf(path, sizeof(path), "/proc/%d/ns/mnt", pid);
-	if (stat("/proc/self/ns/mnt", &mine) || stat(path, &theirs))
-		return true;
-	return mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
+	return in_our_ns(pid, "mnt") != 0;
 }
 
 int target_path(pid_t pid, const char *path, char *buf, size_t len)
@@ -337,17 +345,21 @@ static void *diag_socket_there(void *arg)
 	return NULL;    /* the thread ends in that namespace */
 }
 
-/* A NETLINK_SOCK_DIAG socket of pid's network namespace (pid 0: the agent's
- * own).  A socket answers for the namespace it was made in: a thread made
- * for the purpose joins pid's (setns, which needs CAP_SYS_ADMIN: held where
- * the kernel wants it for uprobes, docs/security.md), makes it and ends
- * there, so no thread of the agent ever changes namespace.  -1: cannot. */
+/* A NETLINK_SOCK_DIAG socket of pid's network namespace.  A socket answers
+ * for the namespace it was made in: for another one than the agent's, a
+ * thread made for the purpose joins pid's (setns, which needs CAP_SYS_ADMIN:
+ * held where the kernel wants it for uprobes, docs/security.md), makes it
+ * and ends there, so no thread of the agent ever changes namespace.  -1:
+ * cannot. */
 static int diag_socket(pid_t pid)
 {
 	struct ns_socket s = { pid, -1 };
+	int ours = in_our_ns(pid, "net");
 	pthread_t t;
 
-	if (!pid)
+	if (ours < 0)
+		return -1;
+	if (ours)
 		return socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
 	if (pthread_create(&t, NULL, diag_socket_there, &s))
 		return -1;
@@ -356,8 +368,7 @@ static int diag_socket(pid_t pid)
 }
 
 /* Calls fn(ctx, port, inode) for every listening TCP socket of pid's network
- * namespace (pid 0: the agent's); -1 when netlink diagnostics are not
- * available there. */
+ * namespace; -1 when netlink diagnostics are not available there. */
 static int diag_listen_each(pid_t pid, void (*fn)(void *ctx, unsigned port, unsigned long inode),
 			    void *ctx)
 {
@@ -448,16 +459,6 @@ static int proc_listen_ports(pid_t pid, uint16_t *ports, int max, const unsigned
 	return pl.n;
 }
 
-static bool same_netns(pid_t pid)
-{
-	char path[64];
-	struct stat mine, theirs;
-
-	snprintf(path, sizeof(path), "/proc/%d/ns/net", pid);
-	return !stat("/proc/self/ns/net", &mine) && !stat(path, &theirs) &&
-	       mine.st_ino == theirs.st_ino && mine.st_dev == theirs.st_dev;
-}
-
 int target_listen_ports(pid_t pid, uint16_t *ports, int max)
 {
 	static unsigned long ino[4096];
@@ -465,7 +466,7 @@ int target_listen_ports(pid_t pid, uint16_t *ports, int max)
 
 	if (!n_ino)
 		return 0;
-	n = diag_listen_ports(same_netns(pid) ? 0 : pid, ports, max, ino, n_ino);
+	n = diag_listen_ports(pid, ports, max, ino, n_ino);
 	if (n < 0)
 		n = proc_listen_ports(pid, ports, max, ino, n_ino);
 	return n;
@@ -530,7 +531,7 @@ static bool holds_listener(const struct netns_listeners *nl, pid_t pid)
 static struct netns_listeners *listeners_of(struct port_owner *po, pid_t pid)
 {
 	char path[64];
-	struct stat ns, mine;
+	struct stat ns;
 	struct netns_listeners *nl;
 
 	snprintf(path, sizeof(path), "/proc/%d/ns/net", pid);
@@ -546,8 +547,7 @@ static struct netns_listeners *listeners_of(struct port_owner *po, pid_t pid)
 	nl->dev = ns.st_dev;
 	nl->ino = ns.st_ino;
 	nl->port = po->port;
-	bool ours = !stat("/proc/self/ns/net", &mine) && mine.st_ino == ns.st_ino && mine.st_dev == ns.st_dev;
-	if (diag_listen_each(ours ? 0 : pid, listener_of_port, nl)) {
+	if (diag_listen_each(pid, listener_of_port, nl)) {
 		nl->n = 0;
 		proc_listen_each(pid, listener_of_port, nl);
 	}

@@ -15,7 +15,7 @@ tiny model), each container an overlay mount of its own:
 - the attach count: the kernel's USDT links (bpftool) with 1 and with 10 pods
   of one image, against one set (one attach for the image's file).
 Writes containers.json."""
-import argparse, json, os, shutil, statistics, sys, tempfile, threading, time
+import json, os, shutil, statistics, sys, tempfile, threading, time
 import http.client
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
@@ -164,24 +164,14 @@ def fleet(d, root, n_ctr, seconds):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", default=os.path.join(kpitest.BUILD, "bench"))
-    ap.add_argument("--quick", action="store_true")
-    args = ap.parse_args()
+    args = bt.bench_args(__doc__)
     rounds, n_ctr, secs = (4, 10, 5) if args.quick else (10, 20, 10)
-    os.makedirs(args.out, exist_ok=True)
     title = "## kpi-agent with servers in containers\n"
-    if os.geteuid() != 0:
-        print(f"{title}\nskipped: needs root (BPF, podman); run make bench as root\n")
+    try:
+        podtest.require("podman", "runc", "bpftool")
+    except kpitest.Skip as e:
+        print(f"{title}\nskipped: {e}\n")
         return
-    for tool in ("podman", "runc", "bpftool"):
-        if not shutil.which(tool):
-            print(f"{title}\nskipped: {tool} is not installed (make deps installs it)\n")
-            return
-    for path in (at.AGENT, bt.INFER):
-        if not os.path.exists(path):
-            print(f"{title}\nskipped: {path} is not built\n")
-            return
     d = tempfile.mkdtemp(prefix="kpi-containers-bench-")
     os.chmod(d, 0o755)
     try:

@@ -7,6 +7,7 @@ one image do under a real runtime."""
 import json, os, re, shutil, subprocess
 
 import kpitest
+import agenttest as at
 import servertest
 
 PORT = 8000
@@ -16,6 +17,16 @@ SERVE = ["/kpi-infer", "--model", "/m/tiny.gguf", "--port", str(PORT)]
 # default; raising a hard limit needs CAP_SYS_RESOURCE, which a sandboxed
 # test host may not grant.  Lowering is always allowed.
 ULIMITS = ["--ulimit", "nofile=4096:4096", "--ulimit", "nproc=4096:4096"]
+
+
+def require(*tools):
+    """Skips (saying why) unless this runs as root with kpi-agent and kpi-infer
+    built and each of tools (podman, runc, ctr, containerd, bpftool) installed."""
+    at.require_agent_and_infer()
+    pkg = {"ctr": "containerd"}
+    for tool in tools:
+        if not shutil.which(tool):
+            raise kpitest.Skip(f"{tool} is not installed (make deps installs {pkg.get(tool, tool)})")
 
 
 def rootfs_with(root, binary, dest):
