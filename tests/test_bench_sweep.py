@@ -4,7 +4,7 @@ it does not; an overloaded run's points are marked not sustained and never
 meet the SLO; its page draws every point and renders in headless Chromium,
 Ctrl-C keeps the points so far, a replay reproduces its recording; and the
 flags that do not fit are refused."""
-import math, os, re, shutil, signal, struct, subprocess, tempfile, time, zlib
+import math, os, re, shutil, signal, struct, subprocess, tempfile, zlib
 
 import kpitest
 import benchtest
@@ -260,8 +260,15 @@ def test_rate_sweep_max_rate_holds_for_30s():
     assert missed and min(missed) / best - 1 <= 0.1 + 1e-9, (best, missed, loads)
     # confirmed at that load, as long as the claim (and so the longest point)
     assert conf and conf[-1]["offered_rate"] == best and conf[-1]["meets_slo"], conf
-    assert conf[-1]["sending_s"] >= HOLD_S - 0.5, (conf, pts)
-    assert all(c["sending_s"] >= HOLD_S - 0.5 for c in conf), conf
+    assert conf[-1]["sending_s"] >= HOLD_S - 0.5 and not conf[-1]["stopped_missed"], (conf, pts)
+    # a confirmation that missed ran its 30 s, or stopped once more of its
+    # requests had missed than 1% of all its seeded schedule could send (a
+    # Poisson count: within 6 sigma of rate x 30 s)
+    for c in conf[:-1]:
+        lam = c["offered_rate"] * HOLD_S
+        assert c["sending_s"] >= HOLD_S - 0.5 or (
+            c["stopped_missed"] and abs(c["most_sent"] - lam) <= 6 * math.sqrt(lam)
+            and c["requests"] - c["slo_met"] == c["missed"] > 0.01 * c["most_sent"]), c
     assert all(c["offered_rate"] > best and not c["meets_slo"] for c in conf[:-1]), conf
     share = 100 * conf[-1]["slo_share"]
     assert re.search(rf"max load meeting the SLO: {best:g} req/s .*; confirmed: {share:.1f}% of "
@@ -284,6 +291,11 @@ def test_rate_sweep_max_rate_holds_for_30s():
     check_page(html, js)
     assert "Confirmation at" in html, html[:2000]
     print(f"screenshot: {check_screenshot(hpath)} colours")
+
+
+# 130 s when the first confirmation holds; each miss adds up to a 30 s
+# confirmation and a 10 s point, and kpi-bench allows 8 (460 s at most)
+test_rate_sweep_max_rate_holds_for_30s.timeout = 600
 
 
 def test_overloaded_sweep_points_are_not_sustained():

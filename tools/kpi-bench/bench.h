@@ -22,7 +22,7 @@ enum sweep_kind { SWEEP_NONE, SWEEP_RATE, SWEEP_CONCURRENCY };
 #define SWEEP_POINT_S 10.0
 #define SWEEP_MIN_REQUESTS 100
 /* Confirmations of the answer that may each send the search lower. */
-#define SWEEP_MAX_CONFIRMS 4
+#define SWEEP_MAX_CONFIRMS 8
 
 /* Recorded traffic (--replay): one row per request, sorted by offset. */
 struct replay {
@@ -73,6 +73,9 @@ struct config {
 	double confirm_s;                      /* --confirm-duration: a confirmation's least length */
 	double slo_share;                      /* of requests that must meet the SLO */
 	const char *html_path, *trace_db;
+	/* a sweep's confirmation: stop once more requests missed the SLO than
+	 * --slo-share allows of all the run can send (client.c, miss_limit) */
+	bool stop_when_missed;
 };
 
 /* One measured request. Times are milliseconds; -1 means not defined
@@ -100,8 +103,14 @@ struct run {
 	size_t n_itl, cap_itl;
 	double wall_s;          /* first request sent .. last one finished */
 	double t0, t_end;       /* the same instants, bench_mono() seconds */
-	long in_flight_dropped; /* requests abandoned by Ctrl-C */
+	long in_flight_dropped; /* requests abandoned by Ctrl-C or a stop on misses */
 	bool interrupted;
+	/* stop_when_missed: the most requests the run can send (its --requests,
+	 * or the arrivals its seeded schedule has due within --duration, at
+	 * least --min-requests), the misses it allows of those, and the misses
+	 * so far; stopped once missed > miss_limit: it cannot meet the SLO */
+	long most_sent, miss_limit, missed;
+	bool stopped_missed;
 	char first_err[32][160];  /* first error body per distinct error key */
 	char err_key[32][24];
 	long err_count[32];
@@ -146,6 +155,10 @@ double sched_wait(struct sched *S, double now);
 void sched_finished(struct sched *S, bool warm, double now);
 /* The measured run is over: nothing in flight and nothing more may start. */
 bool sched_over(struct sched *S);
+/* The most measured requests the run can send: --requests, or for --rate
+ * with --duration the arrivals its seeded schedule has due before the
+ * duration ends (at least --min-requests); -1 when nothing bounds it. */
+long sched_most_sent(const struct sched *S);
 double sched_wall_s(const struct sched *S);
 /* Request idx's plan: its lengths and the whole HTTP request, into out. */
 int sched_build_request(const struct config *cfg, long idx, long *prompt_len, long *max_tokens,
@@ -207,6 +220,7 @@ bool report_have_slo(const struct config *cfg);
 void report_slo_text(const struct config *cfg, char *out, size_t len);
 void report_count_error(struct run *run, const char *key, const char *detail);
 void report_apply_slo(const struct config *cfg, struct run *run);
+bool report_meets_slo(const struct config *cfg, const struct result *r);
 void report_text(FILE *f, const struct config *cfg, struct run *run);
 int report_json(const char *path, const struct config *cfg, struct run *run);
 /* Writes root (and drops it) to path, "-" for stdout; -1 after saying why. */
@@ -261,6 +275,11 @@ struct sweep_point {
 	double sent_rps;        /* the arrivals' own rate: (n - 1) / their span */
 	double span_s;          /* first request sent .. last one sent */
 	struct steady steady;   /* whether the load was sustained */
+	/* a confirmation stopped once its misses ruled the SLO out: after
+	 * stopped_s, missed of the at most most_sent it could send */
+	bool stopped_missed;
+	double stopped_s;
+	long missed, most_sent;
 	double ttft_p50, ttft_p99, tpot_p50, tpot_p99, e2e_p50, e2e_p99;
 	double t0, t_end;       /* bench_mono() seconds: the trace window */
 	long phase_n;           /* trace rows found; 0: no phases */

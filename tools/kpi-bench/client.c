@@ -200,6 +200,8 @@ static void result_record(struct client *cl, const struct conn *c, const char *e
 	r->error = error;
 	if (!error)
 		result_timing(cl, c, r);
+	if (run->miss_limit >= 0 && !report_meets_slo(cl->cfg, r) && ++run->missed > run->miss_limit)
+		run->stopped_missed = true;
 }
 
 /* The request on c is over: record it (unless warm-up) and release c. */
@@ -561,6 +563,12 @@ struct client *client_open(const struct config *cfg, struct run *run)
 		return NULL;
 	}
 	sched_init(&cl->sched, cfg);
+	run->miss_limit = -1;
+	if (cfg->stop_when_missed) {
+		run->most_sent = sched_most_sent(&cl->sched);
+		if (run->most_sent > 0)
+			run->miss_limit = (long)floor((1 - cfg->slo_share) * (double)run->most_sent);
+	}
 	raise_fd_limit(cfg->mode == MODE_BURST ? cfg->requests : cfg->mode == MODE_CONCURRENCY ? cfg->concurrency : 4096);
 	cl->ep = epoll_create1(EPOLL_CLOEXEC);
 	if (cl->ep < 0) {
@@ -589,10 +597,10 @@ static double start_due(struct client *cl, double now)
 	return sched_wait(&cl->sched, now);
 }
 
-/* Ctrl-C: the measured requests still on the wire are abandoned, counted. */
+/* Ctrl-C, or a run stopped on its misses: the measured requests still on
+ * the wire are abandoned, counted. */
 static void count_abandoned(struct client *cl)
 {
-	cl->run->interrupted = true;
 	for (size_t i = 0; i < cl->n_conns; i++) {
 		struct conn *c = cl->conns[i];
 		if (c->state != C_FREE && c->state != C_IDLE && !c->warm)
@@ -623,7 +631,7 @@ int client_run(struct client *cl, volatile sig_atomic_t *stop)
 	struct epoll_event evs[256];
 	for (;;) {
 		double now = bench_mono();
-		if (*stop)
+		if (*stop || cl->run->stopped_missed)
 			break;
 		double due = start_due(cl, now);
 		if (sched_over(&cl->sched))
@@ -654,7 +662,8 @@ int client_run(struct client *cl, volatile sig_atomic_t *stop)
 	}
 	if (!quiet && tty)
 		sched_progress(&cl->sched, cl->run, bench_mono(), tty, true);
-	if (*stop)
+	cl->run->interrupted = *stop;
+	if (*stop || cl->run->stopped_missed)
 		count_abandoned(cl);
 	cl->run->wall_s = sched_wall_s(&cl->sched);
 	cl->run->t0 = cl->sched.t0;

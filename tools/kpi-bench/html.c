@@ -351,6 +351,12 @@ static void page_answer(FILE *f, const struct config *cfg, const struct sweep *s
 	}
 	for (int k = 0; k < sw->n_confirms; k++) {
 		const struct sweep_point *c = &sw->confirms[k];
+		if (c->stopped_missed) {
+			fprintf(f, "Confirmation at %g %s stopped after %.1f s: %ld requests had missed the SLO, more "
+				"than its share allows of the %ld the run could send: <b>missed, the search went below "
+				"it</b>. ", c->load, sweep_load_unit(sw), c->stopped_s, c->missed, c->most_sent);
+			continue;
+		}
 		fprintf(f, "Confirmation at %g %s over %.1f s: %.1f%% of %ld requests within the SLO, %s", c->load,
 			sweep_load_unit(sw), c->span_s, 100 * c->share, c->requests,
 			c->steady.sustained ? "sustained" : "not sustained (");

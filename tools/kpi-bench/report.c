@@ -138,15 +138,17 @@ bool report_have_slo(const struct config *cfg)
 /* A request meets the SLO when it succeeded and every bound given holds.
  * TPOT is undefined for one-token answers; such a request meets the TPOT
  * bound trivially (there is no second token to be late). */
+bool report_meets_slo(const struct config *cfg, const struct result *r)
+{
+	return !r->error && (!(cfg->slo_ttft > 0) || (r->ttft >= 0 && r->ttft <= cfg->slo_ttft)) &&
+	       (!(cfg->slo_tpot > 0) || r->tpot < 0 || r->tpot <= cfg->slo_tpot) &&
+	       (!(cfg->slo_e2e > 0) || (r->e2e >= 0 && r->e2e <= cfg->slo_e2e));
+}
+
 void report_apply_slo(const struct config *cfg, struct run *run)
 {
-	for (size_t i = 0; i < run->n_res; i++) {
-		struct result *r = &run->res[i];
-		r->slo_met = !r->error &&
-			     (!(cfg->slo_ttft > 0) || (r->ttft >= 0 && r->ttft <= cfg->slo_ttft)) &&
-			     (!(cfg->slo_tpot > 0) || r->tpot < 0 || r->tpot <= cfg->slo_tpot) &&
-			     (!(cfg->slo_e2e > 0) || (r->e2e >= 0 && r->e2e <= cfg->slo_e2e));
-	}
+	for (size_t i = 0; i < run->n_res; i++)
+		run->res[i].slo_met = report_meets_slo(cfg, &run->res[i]);
 }
 
 void report_slo_text(const struct config *cfg, char *out, size_t len)

@@ -110,6 +110,22 @@ void sched_init(struct sched *S, const struct config *cfg)
 	rng_seed(&S->arrivals, cfg->seed ^ 0x5eed0a77a1ULL);
 }
 
+long sched_most_sent(const struct sched *S)
+{
+	const struct config *cfg = S->cfg;
+	long most = cfg->requests;
+	if (!most && cfg->mode == MODE_RATE && cfg->duration > 0) {
+		/* request k is due sum(gap 0..k-1) after the start and sent no
+		 * earlier; none starts once --duration has passed */
+		struct rng r = S->arrivals;
+		for (double t = 0; t < cfg->duration; t += rng_arrival_gap(&r, cfg->rate, cfg->burstiness))
+			most++;
+	}
+	if (most && cfg->duration > 0 && most < cfg->min_requests)
+		most = cfg->min_requests;
+	return most ? most : -1;
+}
+
 /* Whether a measured request may start; *now is read afresh, so that one
  * started after a batch of events is not let through by the clock of the
  * loop turn, and becomes the request's start time. */

@@ -101,6 +101,9 @@ static int measure(struct sweeper *w, double load, struct sweep_point *pt, enum 
 		cfg.duration = for_s;
 		cfg.min_requests = min_n;
 	}
+	/* a confirmation that can no longer meet the SLO has missed: its
+	 * remaining seconds would only say so again */
+	cfg.stop_when_missed = kind == RUN_CONFIRM;
 	cfg.quiet = true;
 	const char *unit = sweep_load_unit(&w->sw);
 	if (!w->base->quiet) {
@@ -125,7 +128,12 @@ static int measure(struct sweeper *w, double load, struct sweep_point *pt, enum 
 		pt->share = pt->requests ? (double)pt->slo_met / pt->requests : 0;
 		/* a load the server did not sustain has not met the SLO, whatever
 		 * share its requests reached before the queue caught up with them */
-		pt->meets = pt->requests > 0 && pt->share >= w->base->slo_share && pt->steady.sustained;
+		pt->stopped_missed = run.stopped_missed;
+		pt->stopped_s = run.wall_s;
+		pt->missed = run.missed;
+		pt->most_sent = run.most_sent;
+		pt->meets = pt->requests > 0 && pt->share >= w->base->slo_share && pt->steady.sustained &&
+			    !run.stopped_missed;
 		if (run_unreachable(&run, pt->ok)) {
 			w->unreachable = true;
 			rc = -1;
@@ -417,6 +425,11 @@ static void text_row(FILE *f, const struct sweep_point *p, bool phases)
 /* "99.6% of 2250 requests within the SLO over 10.0 s, sustained" */
 static void confirm_text(char *out, size_t len, const struct sweep_point *c)
 {
+	if (c->stopped_missed) {
+		snprintf(out, len, "stopped after %.1f s: %ld requests had missed the SLO, more than its share "
+			 "allows of the %ld the run could send", c->stopped_s, c->missed, c->most_sent);
+		return;
+	}
 	snprintf(out, len, "%.1f%% of %ld requests within the SLO over %.1f s, %s%s", 100 * c->share, c->requests,
 		 c->span_s,
 		 c->steady.sustained ? "sustained" : "not sustained: ", c->steady.sustained ? "" : c->steady.why);
@@ -541,6 +554,9 @@ static json_t *point_json(const struct sweep *sw, const struct sweep_point *p)
 	json_object_set_new(o, "e2e_p50_ms", ms_json(p->e2e_p50));
 	json_object_set_new(o, "e2e_p99_ms", ms_json(p->e2e_p99));
 	json_object_set_new(o, "errors", json_string(p->errors));
+	json_object_set_new(o, "stopped_missed", json_boolean(p->stopped_missed));
+	json_object_set_new(o, "missed", p->most_sent > 0 ? json_integer(p->missed) : json_null());
+	json_object_set_new(o, "most_sent", p->most_sent > 0 ? json_integer(p->most_sent) : json_null());
 	if (p->phase_n)
 		json_object_set_new(o, "server_phases_ms", json_pack("{s:I, s:f, s:f, s:f, s:f, s:f}",
 			"requests", (json_int_t)p->phase_n, "net_in", p->phase_ms[0], "queue", p->phase_ms[1],
