@@ -286,15 +286,27 @@ def _union_in(spans, t0, t1):
     return total + (cur_b - cur_a if cur_b is not None else 0)
 
 
+def _charged_from(r):
+    """Where an HTTP row's time on the machine starts: its inferred start on
+    the engine where a rule split it (its queue wait is not its own work),
+    else its arrival (docs/cost.md, "Targets traced from their HTTP exchange")."""
+    if r["split_rule"] is not None and r["t_sched_ns"] is not None and \
+            r["t_arrive_ns"] <= r["t_sched_ns"] <= r["t_done_ns"]:
+        return r["t_sched_ns"]
+    return r["t_arrive_ns"]
+
+
 def test_cost_http_only_target_by_time_in_flight():
     """kpi-infer traced from its HTTP exchange alone (--http-only: no steps):
     at 1 stream, then 8, every row gets its machine time, energy and cost;
     each interval's busy time is the union of the requests' times in flight
-    as the rows give them (the test's own sweep); the requests' energy plus
-    idle equals the counters' delta to the µJ and the cost price x duration;
-    a request alone in flight gets its whole time, those at 8 streams share
-    it (docs/cost.md, "Targets traced from their HTTP exchange")."""
-    pc, db, daemon, mport = _metered("http-cost.db", 8)
+    as the rows give them, from the inferred start where a rule split the
+    row (the test's own sweep); the requests' energy plus idle equals the
+    counters' delta to the µJ and the cost price x duration; a request alone
+    in flight gets its whole time, those at 8 streams share it, and none is
+    charged for its inferred queue wait (docs/cost.md, "Targets traced from
+    their HTTP exchange")."""
+    pc, db, daemon, mport = _metered("http-cost.db", 4)
     agent = at.start_agent(db, "--http-only", "--flush-ms", 100, "--powercap-root", pc.root,
                            "--price-per-hour", PRICE, pid=daemon.p.pid)
     agent.wait_line(f"attached to pid {daemon.p.pid}", timeout=60)
@@ -328,7 +340,7 @@ def test_cost_http_only_target_by_time_in_flight():
     total = sum(r["cost_usd"] for r in reqs) + sum(r["idle_cost_usd"] for r in iv)
     assert abs(total - PRICE * dur / 3.6e12) < 1e-9, (total, PRICE * dur / 3.6e12)
     # busy time: the union of the rows' spans, interval by interval
-    spans = [(r["t_arrive_ns"], r["t_done_ns"]) for r in reqs]
+    spans = [(_charged_from(r), r["t_done_ns"]) for r in reqs]
     wrong = [(r["t_ns"], r["busy_ns"], _union_in(spans, r["t_ns"] - r["interval_ns"], r["t_ns"]))
              for r in iv if r["busy_ns"] != _union_in(spans, r["t_ns"] - r["interval_ns"], r["t_ns"])]
     assert not wrong, wrong[:5]
@@ -336,12 +348,20 @@ def test_cost_http_only_target_by_time_in_flight():
         all(r["unattributed_ns"] == 0 for r in iv)
     # alone in flight: its whole time; at 8 streams: shared
     alone = [r for r in reqs if r["request_id"].startswith("h1-") and not any(
-        a < r["t_done_ns"] and b > r["t_arrive_ns"] for a, b in spans if (a, b) != (r["t_arrive_ns"], r["t_done_ns"]))]
-    assert alone and all(r["machine_ns"] == r["t_done_ns"] - r["t_arrive_ns"] for r in alone), alone[:3]
+        a < r["t_done_ns"] and b > _charged_from(r) for a, b in spans if (a, b) != (_charged_from(r), r["t_done_ns"]))]
+    assert alone and all(r["machine_ns"] == r["t_done_ns"] - _charged_from(r) for r in alone), alone[:3]
     eight = [r["machine_ns"] / (r["t_done_ns"] - r["t_arrive_ns"]) for r in reqs if r["request_id"].startswith("h8-")]
+    # rows a rule split: charged from their start on the engine, never for
+    # the queue wait before it, and the exit line counts them
+    split = [r for r in reqs if _charged_from(r) != r["t_arrive_ns"]]
+    queued = [r for r in split if r["queue_ns"] and r["queue_ns"] > 0]
+    assert split and all(r["machine_ns"] <= r["t_done_ns"] - r["t_sched_ns"] for r in split), split[:3]
+    said = [l for l in agent.lines if l.startswith("cost: ") and "of them from the inferred split" in l]
+    assert said and f"{len(split)} of them from the inferred split's start" in said[0], (len(split), said)
     meta = dict((r["key"], r["value"]) for r in _rows(db, "SELECT key, value FROM meta"))
     line = [l for l in agent.lines if l.startswith("cost: ") and "sampled" in l]
-    print(f"     {len(reqs)} requests ({len(alone)} alone in flight), counters {expect} µJ = requests "
+    print(f"     {len(reqs)} requests ({len(alone)} alone in flight, {len(split)} from an inferred start, "
+          f"{len(queued)} of them after a queue wait), counters {expect} µJ = requests "
           f"{req_uj} + idle {idle_uj}; ${total:.9f} over {dur / 1e9:.3f} s; at 8 streams a request's "
           f"share of its time in flight: median {sorted(eight)[len(eight) // 2]:.3f}; {line}")
     assert eight and max(eight) <= 1 and sorted(eight)[len(eight) // 2] < 0.5, sorted(eight)
@@ -349,7 +369,8 @@ def test_cost_http_only_target_by_time_in_flight():
     # kpi-report names the method and an idle share that is the intervals'
     rep = kpitest.run([os.path.join(kpitest.BIN, "kpi-report"), "--db", db], check=True).stdout
     m = re.search(r"^\| idle share of the time % \|(?: [0-9.]+ \|)? ([0-9.]+) \|$", rep, re.M)
-    assert "Method: time in flight shared by the requests in flight" in rep and m, rep[-3000:]
+    assert "Method: time in flight shared by the requests in flight (from the inferred start on the engine " \
+        "where a rule split the row)" in rep and m, rep[-3000:]
     assert float(m.group(1)) < 100, m.group(0)
 
 

@@ -105,11 +105,17 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 	int64_t end = r->t_done != KPI_NULL ? r->t_done : r->t_last != KPI_NULL ? r->t_last : r->t_admit;
 
 	if (r->seq_id == KPI_NULL && r->source && !strncmp(r->source, "http", 4)) {
-		/* traced from its HTTP exchange: no steps, its time in flight */
+		/* traced from its HTTP exchange: no steps, its time in flight;
+		 * where a rule inferred its split, from its start on the engine
+		 * (its queue wait is the engine's work for others) */
 		int64_t done = r->t_done != KPI_NULL ? r->t_done : r->t_arrive + (r->e2e != KPI_NULL ? r->e2e : 0);
+		bool inferred = r->split_rule && r->t_sched != KPI_NULL && r->t_sched >= r->t_arrive &&
+				r->t_sched <= done;
+		int64_t from = inferred ? r->t_sched : r->t_arrive;
 		target_ensure(c, r->pid);
 		int64_t stream = r->protocol && r->h2_stream != KPI_NULL ? r->h2_stream : 0;
-		cost_attr_http_request(c->attr, r->pid, (uint64_t)r->t_arrive, stream, done > 0 ? (uint64_t)done : 0);
+		cost_attr_http_request(c->attr, r->pid, (uint64_t)r->t_arrive, (uint64_t)from, inferred, stream,
+				       done > 0 ? (uint64_t)done : 0);
 		return;
 	}
 	if (r->seq_id == KPI_NULL) /* rejected: never in a step, no row to key */
@@ -237,12 +243,14 @@ static void print_totals(struct agent_cost *c)
 	if (energy_domains(c->em))
 		snprintf(joules, sizeof(joules), "; %.6f J to requests, %.6f J idle",
 			 (double)c->attributed_uj / 1e6, (double)c->idle_uj / 1e6);
-	printf("cost: %.3f s sampled: %.3f s to %llu requests (%llu by their time in flight, %llu too "
-	       "late for a share), %.3f s idle, %.3f s in steps with no sequence list (%llu CUPTI ring "
-	       "records lost to a full ring)%s%s; token share of batch steps, time in flight where "
-	       "there are none, idle apart (docs/cost.md)\n", (double)(c->t_last - c->t_first) / 1e9,
+	printf("cost: %.3f s sampled: %.3f s to %llu requests (%llu by their time in flight, %llu of "
+	       "them from the inferred split's start, %llu too late for a share), %.3f s idle, %.3f s "
+	       "in steps with no sequence list (%llu CUPTI ring records lost to a full ring)%s%s; "
+	       "token share of batch steps, time in flight where there are none, idle apart "
+	       "(docs/cost.md)\n", (double)(c->t_last - c->t_first) / 1e9,
 	       (double)st.attributed_ns / 1e9, (unsigned long long)st.requests,
-	       (unsigned long long)st.http_requests, (unsigned long long)st.http_late,
+	       (unsigned long long)st.http_requests, (unsigned long long)st.http_inferred,
+	       (unsigned long long)st.http_late,
 	       (double)st.idle_ns / 1e9, (double)st.unattributed_ns / 1e9,
 	       (unsigned long long)agent_gpu_ring_drops(c->gpu), joules, money);
 }
@@ -281,8 +289,9 @@ static int write_meta(struct agent_cost *c, char *err, size_t errlen)
 	   "cost_prefill_weight or cost_decode_weight; time outside steps is idle (docs/cost.md)");
 	KV("cost_method_http", "time in flight: a target traced from its HTTP exchange (source http) "
 	   "has no steps; each sample interval's busy time is the union of its requests' times in "
-	   "flight, each instant shared equally by the requests in flight then (a step's instants "
-	   "left to the step), the rest idle (docs/cost.md)");
+	   "flight, from arrival, or from the start on the engine where the inferred split gives one "
+	   "(split_rule set: its queue wait not charged), each instant shared equally by the requests "
+	   "in flight then (a step's instants left to the step), the rest idle (docs/cost.md)");
 	KV("cost_prefill_weight", pw);
 	KV("cost_decode_weight", dw);
 	if (c->price >= 0) { /* no price: no key, rather than a made-up 0 */

@@ -10,7 +10,8 @@
  * token share of its batch steps, those of targets traced from their HTTP
  * exchange by their time in flight (trace_cost_method says which a window's). */
 #define TRACE_COST_METHOD "token share of batch steps, idle apart (docs/cost.md)"
-#define TRACE_COST_METHOD_HTTP "time in flight shared by the requests in flight, idle apart (docs/cost.md)"
+#define TRACE_COST_METHOD_HTTP "time in flight shared by the requests in flight (from the inferred " \
+	"start on the engine where a rule split the row), idle apart (docs/cost.md)"
 #define TRACE_COST_METHOD_BOTH "token share of batch steps, time in flight where a target has none, " \
 	"idle apart (docs/cost.md)"
 
