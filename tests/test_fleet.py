@@ -148,6 +148,53 @@ def test_fleet_prometheus_histogram_quantile_matches_trace():
 test_fleet_prometheus_histogram_quantile_matches_trace.timeout = 300
 
 
+# Prometheus interpolates inside the native bucket that holds the rank:
+# within this factor of the value there (agent/sinks/prom_native.h)
+NATIVE_BASE = 2 ** (1 / 128)
+
+
+def test_fleet_prometheus_native_histogram_p99_within_schema_error():
+    """A real Prometheus 2.42 with native histograms on scrapes the agent's
+    protobuf exposition: the TTFT histogram arrives native (schema 7), its
+    count and sum are the trace's, and histogram_quantile's p99 is within
+    the schema's relative error (2^(1/128) - 1, 0.54%) of the trace's TTFT at
+    the rank it interpolates in, where the classic buckets can only place it
+    within their 10-20 ms bucket."""
+    daemon = _daemon("--max-seqs", 4)
+    d = ft.tmpdir("kpi-native-")
+    db = os.path.join(d, "trace.db")
+    mport = kpitest.free_port()
+    agent = _agent(db, daemon.p.pid, "--metrics", mport)
+    prom = ft.Prometheus([f"127.0.0.1:{mport}"], features=("native-histograms",))
+    results, ops = ft.mixed_load(daemon.port, 200, threads=4, max_tokens=(1, 16))
+    n_ok = sum(1 for r in results if r.status == 200)
+    assert n_ok == len(results), [(r.rid, r.status, r.error) for r in results if r.status != 200]
+    pid = daemon.p.pid
+    sel = f'{{job="kpi-agent",pid="{pid}"}}'
+    # native: histogram_count() of the series itself, no _count series
+    prom.wait_value(f"histogram_count(sum({TTFT}{sel}))", n_ok)
+    p99_prom = prom.scalar(f"histogram_quantile(0.99, sum({TTFT}{sel}))")
+    h_sum = prom.scalar(f"histogram_sum(sum({TTFT}{sel}))")
+    classic = prom.query(f"{TTFT}_bucket{sel}")
+    assert agent.stop() == 0, agent.lines[-20:]
+
+    ok = [r for r in at.rows(db).values() if r["pid"] == pid and _ok(r)]
+    assert len(ok) == n_ok, (len(ok), n_ok)
+    ttfts = sorted(r["ttft_ns"] / 1e9 for r in ok)
+    assert abs(h_sum - sum(ttfts)) < 1e-6, (h_sum, sum(ttfts))
+    # histogram_quantile's rank: q x count, in the bucket where the
+    # cumulative count reaches it; that bucket holds the value of rank
+    # ceil(q x count), and its answer lies inside that bucket
+    k = -(-99 * n_ok // 100)
+    at_rank = ttfts[k - 1]
+    p99_trace = at.pct(ttfts, 99)
+    print(f"     p99 TTFT of {n_ok}: native histogram_quantile {p99_prom * 1e3:.4f} ms, the trace at rank {k} "
+          f"{at_rank * 1e3:.4f} ms ({100 * (p99_prom / at_rank - 1):+.3f}%, bound ±{100 * (NATIVE_BASE - 1):.3f}%), "
+          f"interpolated p99 {p99_trace * 1e3:.4f} ms; classic bucket series ingested: {len(classic)}")
+    assert at_rank / NATIVE_BASE * (1 - 1e-9) <= p99_prom <= at_rank * NATIVE_BASE * (1 + 1e-9), \
+        (p99_prom, at_rank, ttfts[k - 3:k + 2])
+
+
 def _check_spans(spans, rows, daemon, mono_to_wall, ops):
     """Every field of every request's spans against its SQLite row; ops: the
     gen_ai.operation.name of each request id by the endpoint the client used."""

@@ -10,8 +10,11 @@
 #include <string.h>
 #include <time.h>
 #include "abi/kpi_reasons.h"
+#include <uthash.h>
 #include "export_ident.h"
 #include "export_prom.h"
+#include "prom_native.h"
+#include "prom_proto.h"
 
 #define PROM_MAX_TARGETS   64
 #define PROM_MAX_ERRTYPES  8     /* distinct error_type values per process */
@@ -168,6 +171,7 @@ struct hist {
 	uint64_t counts[PROM_MAX_BOUNDS + 1];   /* per bucket, not cumulative */
 	uint64_t count;
 	int64_t sum_ns;
+	struct prom_native nat;                 /* the same values, native buckets */
 };
 
 struct outcome {
@@ -254,13 +258,29 @@ static void hist_add(struct hist *h, const struct prom_buckets *b, int64_t v_ns)
 	h->counts[prom_bucket_index(b, v_ns)]++;
 	h->count++;
 	h->sum_ns += v_ns;
+	prom_native_add(&h->nat, v_ns);
+}
+
+static void opstats_free(struct opstats *S)
+{
+	if (!S)
+		return;
+	prom_native_free(&S->ttft.nat);
+	prom_native_free(&S->tpot.nat);
+	prom_native_free(&S->ttfo.nat);
+	prom_native_free(&S->reasoning.nat);
+	for (int k = 0; k < N_PHASES; k++)
+		prom_native_free(&S->phase[k].nat);
+	for (int k = 0; k < PROM_MAX_ERRTYPES; k++)
+		prom_native_free(&S->dur[k].h.nat);
+	free(S);
 }
 
 static void target_clear(struct target *t)
 {
 	for (int op = 0; op < KPI_OP__COUNT; op++)
 		for (int m = 0; m < PROM_MODEL_SLOTS; m++)
-			free(t->op[op][m]);
+			opstats_free(t->op[op][m]);
 	memset(t, 0, sizeof(*t));
 }
 
@@ -531,6 +551,12 @@ void prom_free(struct prom_exporter *p)
 		return;
 	for (int i = 0; i < p->n; i++)
 		target_clear(&p->t[i]);
+	for (int i = 0; i < p->n_integ; i++)
+		prom_native_free(&p->integ[i].h.nat);
+	for (int i = 0; i < p->n_agents; i++) {
+		prom_native_free(&p->agents[i].task.nat);
+		prom_native_free(&p->agents[i].escalation.nat);
+	}
 	pthread_mutex_destroy(&p->lock);
 	free(p);
 }
@@ -622,71 +648,118 @@ static void family(FILE *out, const char *name, const char *type, const char *he
 	fprintf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-static void put_hist(FILE *out, const struct prom_buckets *b, const struct target *t, int op, int m,
-		     const struct opstats *S, const struct hist *h, const char *error)
+/* ---- native histograms ------------------------------------------------------------------ */
+
+/* While prom_render_proto renders, each histogram series leaves its native
+ * buckets here, found again by family and label text (prom_proto.h). */
+struct native_entry {
+	UT_hash_handle hh;
+	char *key;                      /* "family{labels}" */
+	struct pbuf nat;
+};
+
+static __thread struct native_entry *native_reg;
+static __thread bool native_on;
+
+static char *native_key(const char *family, const char *labels)
+{
+	size_t n = strlen(family) + strlen(labels) + 3;
+	char *k = malloc(n);
+	if (k)
+		snprintf(k, n, "%s{%s}", family, labels);
+	return k;
+}
+
+static void native_keep(const char *family, const char *labels, const struct hist *h)
+{
+	struct native_entry *e = calloc(1, sizeof(*e));
+	if (!e || !(e->key = native_key(family, labels))) {
+		free(e);
+		return;
+	}
+	prom_native_encode(&h->nat, &e->nat);
+	HASH_ADD_KEYPTR(hh, native_reg, e->key, strlen(e->key), e);
+}
+
+static const struct pbuf *native_find(void *ctx, const char *family, const char *labels)
+{
+	struct native_entry *e = NULL;
+	char *k = native_key(family, labels);
+	(void)ctx;
+	if (k)
+		HASH_FIND_STR(native_reg, k, e);
+	free(k);
+	return e && !e->nat.oom ? &e->nat : NULL;
+}
+
+static void native_clear(void)
+{
+	struct native_entry *e, *tmp;
+	HASH_ITER(hh, native_reg, e, tmp) {
+		HASH_DEL(native_reg, e);
+		free(e->key);
+		pbuf_free(&e->nat);
+		free(e);
+	}
+}
+
+/* One histogram series: its buckets, sum and count, every line with the
+ * label text lt (and the native buckets kept when rendering for protobuf). */
+static void put_series(FILE *out, const struct prom_buckets *b, const char *lt, const struct hist *h)
 {
 	uint64_t cum = 0;
 	char le[32], sum[32];
-	bool first;
 
-	if (!S->used || (op == KPI_OP_NONE && !h->count))
-		return;         /* no empty series for refused requests' missing values */
 	for (int k = 0; k <= b->n; k++) {
 		cum += h->counts[k];
 		if (k < b->n)
 			prom_format_double(le, sizeof(le), b->le[k]);
 		else
 			snprintf(le, sizeof(le), "+Inf");
-		first = true;
-		fprintf(out, "%s_bucket{", b->name);
-		put_target_labels(out, t, op, m, &first);
-		if (error && error[0])
-			put_label(out, "error_type", error, &first);
-		put_label(out, "le", le, &first);
-		fprintf(out, "} %llu\n", (unsigned long long)cum);
+		fprintf(out, "%s_bucket{%s%sle=\"%s\"} %llu\n", b->name, lt, lt[0] ? "," : "", le,
+			(unsigned long long)cum);
 	}
 	prom_format_double(sum, sizeof(sum), (double)h->sum_ns / 1e9);
-	for (int k = 0; k < 2; k++) {
-		first = true;
-		fprintf(out, "%s_%s{", b->name, k ? "count" : "sum");
-		put_target_labels(out, t, op, m, &first);
-		if (error && error[0])
-			put_label(out, "error_type", error, &first);
-		if (k)
-			fprintf(out, "} %llu\n", (unsigned long long)h->count);
-		else
-			fprintf(out, "} %s\n", sum);
-	}
+	fprintf(out, "%s_sum{%s} %s\n", b->name, lt, sum);
+	fprintf(out, "%s_count{%s} %llu\n", b->name, lt, (unsigned long long)h->count);
+	if (native_on)
+		native_keep(b->name, lt, h);
+}
+
+static void put_hist(FILE *out, const struct prom_buckets *b, const struct target *t, int op, int m,
+		     const struct opstats *S, const struct hist *h, const char *error)
+{
+	char *lt = NULL;
+	size_t n = 0;
+	bool first = true;
+
+	if (!S->used || (op == KPI_OP_NONE && !h->count))
+		return;         /* no empty series for refused requests' missing values */
+	FILE *f = open_memstream(&lt, &n);
+	if (!f)
+		return;
+	put_target_labels(f, t, op, m, &first);
+	if (error && error[0])
+		put_label(f, "error_type", error, &first);
+	if (fclose(f) == 0)
+		put_series(out, b, lt, h);
+	free(lt);
 }
 
 /* A histogram of b labelled by process name alone. */
 static void put_integ(FILE *out, const struct prom_buckets *b, const char *comm, const struct hist *h)
 {
-	uint64_t cum = 0;
-	char le[32], sum[32];
-	bool first;
+	char *lt = NULL;
+	size_t n = 0;
+	bool first = true;
+	FILE *f = open_memstream(&lt, &n);
 
-	for (int k = 0; k <= b->n; k++) {
-		cum += h->counts[k];
-		if (k < b->n)
-			prom_format_double(le, sizeof(le), b->le[k]);
-		else
-			snprintf(le, sizeof(le), "+Inf");
-		first = true;
-		fprintf(out, "%s_bucket{", b->name);
-		put_label(out, "process", comm, &first);
-		put_label(out, "le", le, &first);
-		fprintf(out, "} %llu\n", (unsigned long long)cum);
-	}
-	prom_format_double(sum, sizeof(sum), (double)h->sum_ns / 1e9);
-	first = true;
-	fprintf(out, "%s_sum{", b->name);
-	put_label(out, "process", comm, &first);
-	fprintf(out, "} %s\n", sum);
-	first = true;
-	fprintf(out, "%s_count{", b->name);
-	put_label(out, "process", comm, &first);
-	fprintf(out, "} %llu\n", (unsigned long long)h->count);
+	if (!f)
+		return;
+	put_label(f, "process", comm, &first);
+	if (fclose(f) == 0)
+		put_series(out, b, lt, h);
+	free(lt);
 }
 
 /* A counter labelled by process name and one more label (NULL: none). */
@@ -768,6 +841,30 @@ static void evict_quiet(struct prom_exporter *p, uint64_t now)
 			memset(&p->t[p->n], 0, sizeof(p->t[0]));
 		}
 	}
+}
+
+int prom_render_proto(struct prom_exporter *p, FILE *out, char *err, size_t errlen)
+{
+	char *text = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&text, &len);
+
+	if (!f) {
+		snprintf(err, errlen, "out of memory");
+		return -1;
+	}
+	native_on = true;
+	int rc = prom_render(p, f);
+	native_on = false;
+	if (fclose(f) || rc) {
+		snprintf(err, errlen, "rendering the metrics failed");
+		rc = -1;
+	} else {
+		rc = prom_proto_from_text(text, len, native_find, NULL, out, err, errlen);
+	}
+	native_clear();
+	free(text);
+	return rc;
 }
 
 int prom_render(struct prom_exporter *p, FILE *out)

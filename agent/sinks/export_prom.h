@@ -38,6 +38,12 @@ void prom_add_collector(struct prom_exporter *p, void (*fn)(void *ctx, FILE *out
  * callbacks.  Returns 0, or -1 when out failed. */
 int prom_render(struct prom_exporter *p, FILE *out);
 
+/* The same exposition as delimited protobuf MetricFamily messages
+ * (prom_proto.h), every request-latency histogram with its native buckets
+ * (prom_native.h) beside the classic ones: what a Prometheus with native
+ * histograms on asks for. Returns 0, or -1 with the reason in err. */
+int prom_render_proto(struct prom_exporter *p, FILE *out, char *err, size_t errlen);
+
 /* A sample value the way Prometheus parses it back to the same double. */
 void prom_format_double(char *buf, size_t len, double v);
 

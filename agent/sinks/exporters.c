@@ -7,9 +7,17 @@
 #include "exporters.h"
 #include "http_serve.h"
 
-static int render(void *ctx, FILE *out)
+static int render(void *ctx, FILE *out, bool proto)
 {
-	return prom_render(ctx, out);
+	char err[256];
+
+	if (!proto)
+		return prom_render(ctx, out);
+	if (prom_render_proto(ctx, out, err, sizeof(err))) {
+		fprintf(stderr, "kpi-agent: /metrics as protobuf: %s\n", err);
+		return -1;
+	}
+	return 0;
 }
 
 int exporters_start(struct exporters *x, const char *metrics_addr, const char *otlp_url,

@@ -13,10 +13,12 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 #include "http_serve.h"
+#include "prom_proto.h"
 
 #define HTTP_MAX_CONNS  32
 #define HTTP_HEAD_MAX   8192
@@ -182,6 +184,33 @@ static void respond_error(struct conn *c, int status, const char *reason, const 
 	respond(c, status, reason, "application/json", extra, body, (size_t)n, false);
 }
 
+/* Whether the request's Accept header names the protobuf MetricFamily
+ * exposition (with a weight above 0). */
+static bool accepts_proto(const char *head)
+{
+	const char *h = head;
+
+	while ((h = strchr(h, '\n'))) {
+		h++;
+		if (strncasecmp(h, "accept:", 7))
+			continue;
+		const char *eol = strchr(h, '\n');
+		size_t n = eol ? (size_t)(eol - h) : strlen(h);
+		char line[1024];
+		snprintf(line, sizeof(line), "%.*s", (int)n, h);
+		char *save = NULL;
+		for (char *tok = strtok_r(line + 7, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+			if (!strstr(tok, PROM_PROTO_ACCEPT) || !strstr(tok, "proto=io.prometheus.client.MetricFamily") ||
+			    !strstr(tok, "encoding=delimited"))
+				continue;
+			const char *q = strstr(tok, "q=");
+			return !q || strtod(q + 2, NULL) > 0;
+		}
+		return false;
+	}
+	return false;
+}
+
 static void handle_request(struct http_server *s, struct conn *c)
 {
 	char method[16], target[1024], version[16];
@@ -213,17 +242,20 @@ static void handle_request(struct http_server *s, struct conn *c)
 		respond_error(c, 404, "Not Found", NULL, "no such path: the agent serves /metrics");
 		return;
 	}
+	/* a Prometheus with native histograms on asks for the protobuf
+	 * exposition first; anyone else gets the text format */
+	bool proto = accepts_proto(c->head);
 	char *body = NULL;
 	size_t len = 0;
 	FILE *f = open_memstream(&body, &len);
-	int rc = f ? s->render(s->ctx, f) : -1;
+	int rc = f ? s->render(s->ctx, f, proto) : -1;
 	if (f)
 		fclose(f);
 	if (rc)
 		respond_error(c, 500, "Internal Server Error", NULL, "rendering the metrics failed");
 	else
-		respond(c, 200, "OK", "text/plain; version=0.0.4; charset=utf-8", NULL, body, len,
-			head);
+		respond(c, 200, "OK", proto ? PROM_PROTO_TYPE : "text/plain; version=0.0.4; charset=utf-8",
+			NULL, body, len, head);
 	free(body);
 }
 

@@ -4,13 +4,16 @@
 #ifndef KPI_HTTP_SERVE_H
 #define KPI_HTTP_SERVE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
 struct http_server;
 
-/* Writes the /metrics body to out; returns 0 (else the client gets a 500). */
-typedef int (*http_render_fn)(void *ctx, FILE *out);
+/* Writes the /metrics body to out: the text format, or proto (the client's
+ * Accept named Prometheus' protobuf exposition, prom_proto.h); returns 0
+ * (else the client gets a 500). */
+typedef int (*http_render_fn)(void *ctx, FILE *out, bool proto);
 
 /* Parses "PORT", "HOST:PORT" or "[V6ADDR]:PORT" (a bare port binds
  * 127.0.0.1).  Returns 0, or -1 with a message in err. */

@@ -59,7 +59,7 @@ tmpdir = kpitest.tmpdir
 class Prometheus:
     """prometheus(1) scraping targets every second, its API on a free port."""
 
-    def __init__(self, targets, job="kpi-agent"):
+    def __init__(self, targets, job="kpi-agent", features=()):
         if not os.access(PROMETHEUS, os.X_OK):
             raise kpitest.Skip("prometheus is not installed (run make deps: Debian package prometheus)")
         d = tmpdir("kpi-prom-")
@@ -72,7 +72,7 @@ class Prometheus:
         self.proc = kpitest.Proc([PROMETHEUS, f"--config.file={cfg}",
                                   f"--storage.tsdb.path={os.path.join(d, 'data')}",
                                   f"--web.listen-address=127.0.0.1:{self.port}",
-                                  "--log.level=warn"])
+                                  "--log.level=warn", *(f"--enable-feature={f}" for f in features)])
         deadline = time.monotonic() + 60
         while True:
             try:

@@ -11,6 +11,8 @@
 #include "agent/sinks/export_ident.h"
 #include "agent/sinks/export_prom.h"
 #include "agent/sinks/http_serve.h"
+#include "agent/sinks/prom_native.h"
+#include "agent/sinks/prom_proto.h"
 
 static struct kpi_request_record req(const char *rid, int64_t ttft_ms, int status, const char *fin)
 {
@@ -341,9 +343,9 @@ static void exposition_text(void)
 	prom_free(p);
 }
 
-static int body_render(void *ctx, FILE *out)
+static int body_render(void *ctx, FILE *out, bool proto)
 {
-	fputs((const char *)ctx, out);
+	fputs(proto ? "P" : (const char *)ctx, out);
 	return 0;
 }
 
@@ -388,6 +390,18 @@ static void http_server_on_loopback(void)
 	CHECK(!strncmp(resp, "HTTP/1.1 200 OK\r\n", 17), "%s", resp);
 	CHECK(strstr(resp, "Content-Type: text/plain; version=0.0.4"), "%s", resp);
 	CHECK(strstr(resp, "Content-Length: 4\r\n") && strstr(resp, "\r\n\r\nm 1\n"), "%s", resp);
+	/* Prometheus 2.42 with native histograms on: protobuf first */
+	get(port, "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: application/vnd.google.protobuf;"
+		  "proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0.7,text/plain;"
+		  "version=0.0.4;q=0.3,*/*;q=0.1\r\n\r\n", resp, sizeof(resp));
+	CHECK(strstr(resp, "Content-Type: " PROM_PROTO_TYPE "\r\n") && strstr(resp, "\r\n\r\nP"), "%s", resp);
+	get(port, "GET /metrics HTTP/1.1\r\naccept: application/vnd.google.protobuf;"
+		  "proto=io.prometheus.client.MetricFamily;encoding=delimited;q=0,text/plain\r\n\r\n",
+	    resp, sizeof(resp));
+	CHECK(strstr(resp, "\r\n\r\nm 1\n"), "q=0 is a refusal: %s", resp);
+	get(port, "GET /metrics HTTP/1.1\r\nAccept: application/vnd.google.protobuf;"
+		  "proto=io.prometheus.client.MetricFamily;encoding=text\r\n\r\n", resp, sizeof(resp));
+	CHECK(strstr(resp, "\r\n\r\nm 1\n"), "not the delimited encoding: %s", resp);
 	get(port, "GET /metrics?x=1 HTTP/1.0\r\n\r\n", resp, sizeof(resp));
 	CHECK(!strncmp(resp, "HTTP/1.1 200", 12), "query string: %s", resp);
 	get(port, "HEAD /metrics HTTP/1.1\r\n\r\n", resp, sizeof(resp));
@@ -481,6 +495,149 @@ static void gguf_weight_type(void)
 	unlink(path);
 }
 
+/* Bucket i of schema 7 holds (2^((i-1)/128), 2^(i/128)] s: a value just
+ * above a bound is in the next bucket, the middle of a bucket in it. */
+static void native_index(void)
+{
+	int bad = 0;
+	for (int i = -1000; i <= 1000; i += 7) {
+		double mid = exp2((i - 0.5) / 128), above = exp2(i / 128.0) * (1 + 1e-12);
+		bad += prom_native_index(mid) != i || prom_native_index(above) != i + 1;
+	}
+	CHECK(!bad, "%d of the indexes wrong", bad);
+	CHECK(prom_native_index(1.0) == 0 && prom_native_index(2.0) == 128 && prom_native_index(0.5) == -128,
+	      "powers of two: %d %d %d", prom_native_index(1.0), prom_native_index(2.0), prom_native_index(0.5));
+	CHECK(prom_native_index(1e-15) == PROM_NATIVE_MIN_INDEX && prom_native_index(1e9) == PROM_NATIVE_MAX_INDEX,
+	      "clamped");
+}
+
+/* Values from 1 ms to 16000 s (2^24 apart): more than 2048 buckets at
+ * schema 7, so the histogram halves to 6; every value counted once, each in
+ * the schema-6 bucket its value falls in (worked from the bounds, not from
+ * the index code), and at most 2048 buckets kept. */
+static void native_halves(void)
+{
+	struct prom_native h = { 0 };
+	double v[] = { 1e-3, 1e-3 * exp2(0.3), 0.5, 1.0, 7.0, 16000.0 };
+	int n = (int)(sizeof(v) / sizeof(v[0]));
+	for (int i = 0; i < n; i++)
+		prom_native_add(&h, (int64_t)llround(v[i] * 1e9));
+	uint64_t total = 0;
+	for (uint32_t k = 0; k < h.n; k++)
+		total += h.c[k];
+	CHECK(h.schema == 6 && h.n <= PROM_NATIVE_MAX_BUCKETS && total == (uint64_t)n,
+	      "schema %d, %u buckets, %llu values", h.schema, h.n, (unsigned long long)total);
+	int bad = 0;
+	for (int i = 0; i < n; i++) {
+		double s = (double)llround(v[i] * 1e9) / 1e9;
+		int32_t want = (int32_t)ceil(log2(s) * 64);     /* (2^((j-1)/64), 2^(j/64)] */
+		int32_t k = want - h.lo;
+		bad += k < 0 || (uint32_t)k >= h.n || !h.c[k];
+	}
+	CHECK(!bad, "%d values not in their schema-6 bucket", bad);
+	CHECK(prom_native_halve(3) == 2 && prom_native_halve(4) == 2 && prom_native_halve(-3) == -1 &&
+	      prom_native_halve(-4) == -2 && prom_native_halve(0) == 0, "halving");
+	prom_native_free(&h);
+}
+
+static bool bytes_are(const struct pbuf *b, const uint8_t *want, size_t n)
+{
+	return b->len == n && !memcmp(b->p, want, n);
+}
+
+static void dump(const struct pbuf *b)
+{
+	for (size_t i = 0; i < b->len; i++)
+		fprintf(stderr, "%02x ", b->p[i]);
+	fputc('\n', stderr);
+}
+
+/* Worked by hand from metrics.proto: 0 ns, two of 1 s (bucket 0), one each
+ * in buckets 3, 5 and 10: spans [0, 6) and [10, 11) (the gap of 2 kept
+ * inside, of 4 not), deltas 2 -2 0 1 -1 1 0. */
+static void native_encoding(void)
+{
+	struct prom_native h = { 0 };
+	const double at[] = { 1.0, 1.0, exp2(2.5 / 128), exp2(4.5 / 128), exp2(9.5 / 128) };
+	prom_native_add(&h, 0);
+	for (size_t i = 0; i < sizeof(at) / sizeof(at[0]); i++)
+		prom_native_add(&h, (int64_t)llround(at[i] * 1e9));
+	struct pbuf b = { 0 };
+	prom_native_encode(&h, &b);
+	uint8_t want[] = { 0x28, 0x0e,                                  /* schema 7 */
+			   0x31, 0, 0, 0, 0, 0, 0, 0, 0,                /* zero_threshold */
+			   0x38, 0x01,                                  /* zero_count 1 */
+			   0x62, 0x04, 0x08, 0x00, 0x10, 0x06,          /* span 0, 6 */
+			   0x62, 0x04, 0x08, 0x08, 0x10, 0x01,          /* span +4, 1 */
+			   0x68, 4, 0x68, 3, 0x68, 0, 0x68, 2, 0x68, 1, 0x68, 2, 0x68, 0 };
+	double z = PROM_NATIVE_ZERO_S;
+	uint64_t u;
+	memcpy(&u, &z, 8);
+	for (int i = 0; i < 8; i++)
+		want[3 + i] = (uint8_t)(u >> (8 * i));
+	bool ok = bytes_are(&b, want, sizeof(want));
+	if (!ok)
+		dump(&b);
+	CHECK(ok, "native fields: %zu bytes", b.len);
+	pbuf_free(&b);
+	prom_native_free(&h);
+}
+
+static const struct pbuf *no_native(void *ctx, const char *family, const char *labels)
+{
+	(void)ctx, (void)family, (void)labels;
+	return NULL;
+}
+
+/* A counter family as MetricFamily, worked by hand; a family with no
+ * sample is left out; a line that is not a sample is refused with its line. */
+static void proto_from_text(void)
+{
+	const char text[] = "# HELP none_total nothing yet\n# TYPE none_total counter\n"
+			    "# HELP a_total x\n# TYPE a_total counter\na_total{k=\"v\"} 3\n";
+	char *out = NULL, err[256];
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+	int rc = prom_proto_from_text(text, sizeof(text) - 1, no_native, NULL, f, err, sizeof(err));
+	fclose(f);
+	uint8_t want[] = { 0x23, 0x0a, 7, 'a', '_', 't', 'o', 't', 'a', 'l', 0x12, 1, 'x', 0x18, 0,
+			   0x22, 0x13, 0x0a, 0x06, 0x0a, 1, 'k', 0x12, 1, 'v',
+			   0x1a, 0x09, 0x09, 0, 0, 0, 0, 0, 0, 0x08, 0x40 };   /* 3.0 */
+	CHECK(rc == 0 && len == sizeof(want) && !memcmp(out, want, len), "rc %d, %zu bytes: %s", rc, len,
+	      rc ? err : "");
+	free(out);
+	const char bad[] = "# TYPE h histogram\nh_bucket{le=\"x\"} 1\n";
+	f = open_memstream(&out, &len);
+	rc = prom_proto_from_text(bad, sizeof(bad) - 1, no_native, NULL, f, err, sizeof(err));
+	fclose(f);
+	CHECK(rc < 0 && strstr(err, "line 2") && strstr(err, "le"), "%s", err);
+	free(out);
+}
+
+/* The exporter's own exposition as protobuf: as many families as the text
+ * has families with samples, each histogram series with native buckets. */
+static void exposition_proto(void)
+{
+	struct prom_exporter *p = prom_new();
+	struct kpi_sink s = prom_sink(p);
+	struct kpi_request_record r = req("a", 30, 200, "stop");
+	s.request(s.ctx, &r);
+	char *out = NULL, err[256];
+	size_t len = 0;
+	FILE *f = open_memstream(&out, &len);
+	int rc = prom_render_proto(p, f, err, sizeof(err));
+	fclose(f);
+	CHECK(rc == 0 && len > 0, "%s", err);
+	/* the TTFT family: its name, then a histogram with schema 7 */
+	const char *name = "gen_ai_server_time_to_first_token";
+	void *at = len ? memmem(out, len, name, strlen(name)) : NULL;
+	CHECK(at, "no TTFT family");
+	const uint8_t schema[] = { 0x28, 0x0e, 0x31 };
+	CHECK(at && memmem(at, len - (size_t)((char *)at - out), schema, sizeof(schema)), "no native buckets");
+	free(out);
+	prom_free(p);
+}
+
 int main(void)
 {
 	RUN(gguf_general_name);
@@ -491,5 +648,10 @@ int main(void)
 	RUN(exposition_text);
 	RUN(http_rows);
 	RUN(http_server_on_loopback);
+	RUN(native_index);
+	RUN(native_encoding);
+	RUN(native_halves);
+	RUN(proto_from_text);
+	RUN(exposition_proto);
 	return CHECK_DONE();
 }
