@@ -210,3 +210,57 @@ def test_agent_h2_sse_grpc_tls_and_an_older_connection_against_the_wire():
     srv.stop()
     gsrv.stop()
     ng.stop()
+
+
+def test_agent_h2_hypercorn_tls_against_the_records():
+    """hypercorn serving HTTP/2 over TLS itself (ALPN h2): Python's ssl module
+    runs it in memory BIOs, so its SSL_write makes no syscall and the record
+    leaves at asyncio's next socket write (docs/agent.md: held to the next
+    ciphertext write, as Node's). 4 streams one after another on one
+    connection: each an h2 row with the events its client got, its arrival
+    and end against the TLS records on the wire within the bound."""
+    kpitest.require_root("kpi-agent")
+    pcaptest.require()
+    at.require_built(at.AGENT)
+    _require_debian_modules()
+    d = kpitest.tmpdir("kpi-agent-h2tls-")
+    db = os.path.join(d, "h2tls.db")
+    crt, key = nginxtest.cert(d)
+    port = kpitest.free_port()
+    srv = kpitest.Proc([DEB_PY, os.path.join(LIB, "h2_server.py"), "asgi", str(port), "--tls", crt, key])
+    srv.wait_line("listening on")
+    cap = pcaptest.Capture([port], noise=True)
+    agent = at.start_agent(db, "--flush-ms", 100, "--token-detail", "--port", port)
+    agent.wait_line(f"attached to pid {srv.pid}", timeout=60)
+    at.wait_tls(agent, 1)
+    got = _client("sse", port, "hc", 4, "--tls")
+    pcap = cap.stop()
+    time.sleep(0.3)
+    assert agent.stop() == 0, agent.lines[-20:]
+    rows = {r["request_id"]: r for r in at.query(db, "SELECT * FROM requests")}
+    assert sorted(rows) == sorted(got), (sorted(rows), sorted(got), agent.lines[-12:])
+    for rid, g in got.items():
+        r = rows[rid]
+        assert (r["source"], r["protocol"], r["http_status"], r["content_events"], r["path"]) == \
+            ("http", "h2", g["status"], g["events"], "/v1/chat/completions"), (rid, r, g)
+    off = at.mono_to_wall(db)
+    xs = sorted((x for c in pcaptest.tls12_exchanges(pcap, port).values() for x in c),
+                key=lambda x: x["t_first_byte"])
+    byarr = sorted(rows.values(), key=lambda r: r["t_arrive_ns"])
+    assert len(xs) == len(byarr) == 4, (xs, byarr)
+    # each event leaves in a record of its own, 3 ms after the one before
+    # (the response's HEADERS, the first exchange's SETTINGS ACK, [DONE] and
+    # END_STREAM are records too): an event's write against the nearest
+    tokens = _tokens(db)
+    pairs = []
+    for r, x in zip(byarr, xs):
+        rid = r["request_id"]
+        pairs.append(_pair("t_arrive", r["t_arrive_ns"] + off, x["t_first_byte"], rid))
+        pairs.append(_pair("t_done", r["t_done_ns"] + off, x["t_last_byte"], rid))
+        toks = tokens.get(rid, [])
+        assert len(toks) == r["content_events"] and len(x["records"]) >= len(toks) + 2, (rid, toks, x)
+        for t in toks:
+            rec = min(x["records"], key=lambda rc: abs(t + off - rc[0]))
+            pairs.append(_pair("content event", t + off, rec[0], rid))
+    _diffs(pairs, "hypercorn TLS h2, agent - records", cap.stalls)
+    srv.stop()

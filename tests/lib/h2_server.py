@@ -2,12 +2,13 @@
 """HTTP/2 servers for kpi-agent's HTTP/2 tests (tests/test_agent_h2.py), run
 under Debian's /usr/bin/python3 (python3-hypercorn, python3-grpcio).
 
-    h2_server.py asgi PORT
+    h2_server.py asgi PORT [--tls CERT KEY]
         an ASGI app served by hypercorn on PORT: HTTP/2 in the clear (prior
-        knowledge) and HTTP/1.1.  (hypercorn's own TLS runs in asyncio's
-        memory BIOs: its SSL calls make no syscall to place them on a
-        socket, docs/agent.md "HTTP/2 and gRPC".)  POST /v1/chat/completions {"max_tokens": N, "gap_ms": G} streams N
-        chat-completion chunks as SSE events, G ms apart, then [DONE].
+        knowledge) and HTTP/1.1, or with --tls over TLS with ALPN h2 (its TLS
+        runs in asyncio's memory BIOs: its SSL calls make no syscall of
+        their own, as Node's).  POST /v1/chat/completions {"max_tokens": N,
+        "gap_ms": G} streams N chat-completion chunks as SSE events, G ms
+        apart, then [DONE].
     h2_server.py grpc PORT
         a gRPC service kpi.Gen on grpcio: Stream (server streaming: the
         request's N as decimal text, N messages back, each 20 + i bytes, 3 ms
@@ -62,6 +63,8 @@ def asgi(argv):
     port = int(argv[0])
     cfg = Config()
     cfg.accesslog = cfg.errorlog = None
+    if argv[1:2] == ["--tls"]:
+        cfg.certfile, cfg.keyfile = argv[2], argv[3]
     # a socket that says it is TCP, so asyncio sets TCP_NODELAY on what it
     # accepts (hypercorn's own has proto 0, and Nagle would hold its events
     # past the writes that sent them: a delay no write() shows)
