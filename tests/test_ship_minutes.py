@@ -93,3 +93,27 @@ def test_ship_minutes_hostile_clock_empty_minute_late_rows():
             checked += 1
     con.close()
     assert checked == 3 * n, (checked, n)   # every minute but the 429s', and the whole trace
+
+
+def test_ship_minutes_of_a_trace_past_one_mark():
+    """A trace of more rows than kpi-ship marks in two transactions (100,000
+    each), shipped with --once --minutes-only: every minute of it is in ClickHouse,
+    counted as the trace counts it (the 10 M-request bench found 1 M-row traces
+    shipped with the minutes of their first 200,000 rows alone: --once stopped
+    once the marked minutes were out, with rows still unmarked)."""
+    at.require_built(SHIP)
+    cluster = cht.shared_cluster()
+    url = cluster.database("mins")
+    d = kpitest.tmpdir("kpi-ship-mark-")
+    host = f"mark-{os.getpid()}"
+    p = os.path.join(d, "big.db")
+    tracetest.generate(p, duration_s=520, rate=480, steps=False, inflight=0).close()
+    with sqlite3.connect(p) as c:
+        total = c.execute("SELECT count(*) FROM requests").fetchone()[0]
+    assert total > 210000, total
+    r = kpitest.run([SHIP, "--db", p, "--to", url, "--once", "--minutes-only", "--host", host], timeout=300)
+    assert r.returncode == 0 and "0 rows behind" in r.stdout, r.stdout + r.stderr
+    n = cht.minutes_once(cluster, p, host, "mins")
+    got = cluster.rows(f"SELECT sum(requests) AS n FROM mins.request_minutes FINAL WHERE host = '{host}'")
+    assert int(got[0]["n"]) == total, (got, total)
+    print(f"     {total} rows, {n} minutes, every one shipped once: {r.stdout.strip().splitlines()[-1]}")

@@ -214,6 +214,8 @@ int main(int argc, char **argv)
 		 * as it is now) */
 		if (!failed && !stop) {
 			int n = minutes_mark(s, err, sizeof(err));
+			/* a mark stops at a transaction's worth: more rows to mark */
+			full |= n == SHIP_MINUTES_MARK_ROWS;
 			if (n >= 0)
 				n = minutes_ship(s, once, &unreachable, err, sizeof(err));
 			if (n == -2) {
@@ -275,7 +277,7 @@ int main(int argc, char **argv)
 		}
 		if (full && now < next_backlog)
 			continue;
-		behind = (minutes_only ? 0 : ship_backlog(s)) + minutes_pending(s, once);
+		behind = (minutes_only ? 0 : ship_backlog(s)) + minutes_pending(s, once) + minutes_unmarked(s);
 		next_backlog = now + 1000000000LL;
 		if (!behind && once)
 			break;
@@ -286,13 +288,14 @@ int main(int argc, char **argv)
 	 * them again, with a higher version (the next kpi-ship's round) */
 	if (rc == 0 && s->st.up) {
 		bool unreachable;
-		int n = 0;
-		while (n >= 0 && minutes_mark(s, err, sizeof(err)) >= 0 &&
-		       (n = minutes_ship(s, true, &unreachable, err, sizeof(err))) == SHIP_MINUTES_PER_POST)
+		int n = 0, m;
+		while (n >= 0 && (m = minutes_mark(s, err, sizeof(err))) >= 0 &&
+		       ((n = minutes_ship(s, true, &unreachable, err, sizeof(err))) == SHIP_MINUTES_PER_POST ||
+			(n >= 0 && m == SHIP_MINUTES_MARK_ROWS)))
 			;
 	}
 	ship_metrics_stop();
-	exit_line(s, (minutes_only ? 0 : ship_backlog(s)) + minutes_pending(s, true));
+	exit_line(s, (minutes_only ? 0 : ship_backlog(s)) + minutes_pending(s, true) + minutes_unmarked(s));
 	minutes_close(s);
 	ship_close(s);
 	free(s);

@@ -98,8 +98,8 @@ int minutes_mark(struct shipper *s, char *err, size_t errlen)
 		goto fail;
 	if (last <= t->cursor)
 		return 0;
-	if (last - t->cursor > 100000)      /* one transaction's worth at a time */
-		last = t->cursor + 100000;
+	if (last - t->cursor > SHIP_MINUTES_MARK_ROWS)      /* one transaction's worth at a time */
+		last = t->cursor + SHIP_MINUTES_MARK_ROWS;
 	int64_t from = t->cursor;
 	sqlite3_stmt *st;
 	if (sqlite3_exec(s->db, "BEGIN IMMEDIATE", NULL, NULL, NULL) != SQLITE_OK)
@@ -130,6 +130,13 @@ fail:
 }
 
 static int64_t first_open_minute(struct shipper *s);
+
+int64_t minutes_unmarked(struct shipper *s)
+{
+	bool found;
+	int64_t last = ship_one_i64(s->db, "SELECT coalesce(max(rowid), 0) FROM requests", NULL, NULL, &found);
+	return found && last > s->minutes_cur.cursor ? last - s->minutes_cur.cursor : 0;
+}
 
 /* The minutes due: dirty, and closed unless all. */
 static const char DUE[] = "FROM ship_minutes WHERE sink = ?1 AND dirty = 1 AND (?2 OR minute < ?3)";

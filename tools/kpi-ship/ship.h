@@ -90,7 +90,9 @@ int ship_advance_cursor(struct shipper *s, const char *sink, struct ship_table *
 /* Per-minute aggregates (minutes.c, schema/clickhouse/003_minutes.sql).
  * minutes_open: their state in the trace; 0 or -1. minutes_mark: the minutes
  * of the requests rows past their cursor become dirty (to ship); rows read,
- * or -2. minutes_ship: up to a POST's worth of dirty minutes, closed ones only
+ * or -2, at most SHIP_MINUTES_MARK_ROWS (one transaction's worth: a call that
+ * marks that many leaves more to mark); minutes_unmarked: the requests rows
+ * past that cursor. minutes_ship: up to a POST's worth of dirty minutes, closed ones only
  * unless all: computed from the trace, posted with a version one higher than
  * the minute's last; the minutes shipped (0: none due), -1 (ClickHouse, as
  * ship_batch) or -2 (the trace). minutes_pending: dirty minutes (all, or
@@ -100,7 +102,9 @@ void minutes_close(struct shipper *s);
 int minutes_mark(struct shipper *s, char *err, size_t errlen);
 int minutes_ship(struct shipper *s, bool all, bool *unreachable, char *err, size_t errlen);
 int64_t minutes_pending(struct shipper *s, bool all);
+int64_t minutes_unmarked(struct shipper *s);
 #define SHIP_MINUTES_PER_POST 16
+#define SHIP_MINUTES_MARK_ROWS 100000
 
 /* /metrics on 127.0.0.1:port (or ADDR:PORT): a thread of its own. */
 int ship_metrics_start(struct shipper *s, const char *listen, char *err, size_t errlen);
