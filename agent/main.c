@@ -882,11 +882,12 @@ static void finish(struct agent *ag)
 		       (unsigned long long)cc.huge_config);
 	const struct http2_track_stats *h2 = assemble_h2_stats(ag->asm_);
 	if (h2->conns)
-		printf("http2: %llu connections (%llu open before the attach), %llu streams, %llu gRPC "
-		       "messages, %llu header blocks not decodable, %llu bad frames, %llu streams not "
-		       "followed (over %d at once), %llu lying gRPC length prefixes, %llu HPACK bombs\n",
+		printf("http2: %llu connections (%llu open before the attach), %llu frames, %llu streams, "
+		       "%llu gRPC messages, %llu header blocks not decodable, %llu bad frames, %llu streams "
+		       "not followed (over %d at once), %llu lying gRPC length prefixes, %llu HPACK bombs\n",
 		       (unsigned long long)h2->conns, (unsigned long long)h2->midstream,
-		       (unsigned long long)h2->streams, (unsigned long long)h2->grpc_messages,
+		       (unsigned long long)h2->frames, (unsigned long long)h2->streams,
+		       (unsigned long long)h2->grpc_messages,
 		       (unsigned long long)h2->headers_undecodable, (unsigned long long)h2->bad_frames,
 		       (unsigned long long)h2->streams_dropped, HTTP2_MAX_STREAMS,
 		       (unsigned long long)h2->grpc_bad_prefix, (unsigned long long)h2->bombs);

@@ -14,15 +14,20 @@ body)}, on its last line.
         from stdin (streams opened later on a connection already open).
     h2_client.py grpc PORT PREFIX CALLS
         one channel: CALLS concurrent server-streaming calls (PREFIX-sK), three
-        unary ones (PREFIX-uK) and one that fails with NOT_FOUND (PREFIX-fail)."""
+        unary ones (PREFIX-uK) and one that fails with NOT_FOUND (PREFIX-fail).
+
+    --rounds R (both): R rounds of the STREAMS or CALLS at once, one after
+    another on the same connection (ids PREFIX-rR-...), for a benchmark's
+    load; --gap-ms G (sse): the server's gap between events (default 3)."""
 import json, socket, ssl, sys, threading
 
 MODEL = "test-model"
+GAP_MS = 3
 
 
 def _request(conn, rid, n, tls):
     sid = conn.get_next_available_stream_id()
-    body = json.dumps({"model": MODEL, "stream": True, "max_tokens": n, "gap_ms": 3,
+    body = json.dumps({"model": MODEL, "stream": True, "max_tokens": n, "gap_ms": GAP_MS,
                        "messages": [{"role": "user", "content": "hi"}]}).encode()
     conn.send_headers(sid, [(":method", "POST"), (":path", "/v1/chat/completions?x=1"),
                             (":scheme", "https" if tls else "http"), (":authority", "127.0.0.1"),
@@ -73,7 +78,7 @@ def _round(sock, conn, rids, tls, got):
             send_next()
 
 
-def sse(port, prefix, streams, tls=False, hold=False):
+def sse(port, prefix, streams, tls=False, hold=False, n_rounds=1):
     import h2.config, h2.connection
     sock = socket.create_connection(("127.0.0.1", port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -93,12 +98,14 @@ def sse(port, prefix, streams, tls=False, hold=False):
             print("ready", flush=True)
             sys.stdin.readline()
         tag = f"{prefix}-late" if r else prefix
-        _round(sock, conn, [(f"{tag}-{k}", 3 + (k * 3) % 8) for k in range(streams)], tls, got)
+        for b in range(n_rounds):
+            t = f"{tag}-r{b}" if n_rounds > 1 else tag
+            _round(sock, conn, [(f"{t}-{k}", 3 + (k * 3) % 8) for k in range(streams)], tls, got)
     sock.close()
     return got
 
 
-def grpc_calls(port, prefix, calls):
+def grpc_calls(port, prefix, calls, n_rounds=1):
     import grpc
     ch = grpc.insecure_channel(f"127.0.0.1:{port}")
     stream = ch.unary_stream("/kpi.Gen/Stream")
@@ -110,11 +117,12 @@ def grpc_calls(port, prefix, calls):
         msgs = list(stream(str(n).encode(), metadata=(("x-request-id", rid),)))
         with lock:
             got[rid] = {"messages": len(msgs), "code": 0}
-    ts = [threading.Thread(target=one, args=(k,)) for k in range(calls)]
-    for t in ts:
-        t.start()
-    for t in ts:
-        t.join()
+    for b in range(n_rounds):
+        ts = [threading.Thread(target=one, args=(k + b * calls,)) for k in range(calls)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
     for k in range(3):
         rid = f"{prefix}-u{k}"
         unary(b"x", metadata=(("x-request-id", rid),))
@@ -132,8 +140,11 @@ if __name__ == "__main__":
     a = sys.argv[1:]
     if "--model" in a:
         MODEL = a[a.index("--model") + 1]
+    if "--gap-ms" in a:
+        GAP_MS = float(a[a.index("--gap-ms") + 1])
+    rounds = int(a[a.index("--rounds") + 1]) if "--rounds" in a else 1
     if a[0] == "sse":
-        out = sse(int(a[1]), a[2], int(a[3]), "--tls" in a, "--hold" in a)
+        out = sse(int(a[1]), a[2], int(a[3]), "--tls" in a, "--hold" in a, rounds)
     else:
-        out = grpc_calls(int(a[1]), a[2], int(a[3]))
+        out = grpc_calls(int(a[1]), a[2], int(a[3]), rounds)
     print(json.dumps(out), flush=True)
