@@ -56,7 +56,9 @@ def _run(mode, name, *agent_args):
         f"{len(missing)} of {len(served)} requests not recorded (first {missing[:5]}), "
         f"{len(wrong_pid)} under another pid")
     assert before == 0, f"{before} requests arrived before the attach completed"
-    assert all(attached.get(pid) for pid in pids), f"lifetimes the agent never told of: {pids - set(attached)}"
+    untold = pids - set(attached)
+    assert not untold, (f"lifetimes the agent never told of: {untold}; its lines that name them: "
+                        + repr([l for l in agent.lines if any(str(p) in l for p in untold)]))
     if mode == "discovery":     # stopped at its exec, continued once traced
         assert "held at its exec" in attached[lives[0][0]], attached[lives[0][0]]
     # every lifetime after the first runs a file whose probes are in place:

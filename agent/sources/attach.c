@@ -610,16 +610,25 @@ static void on_exec(struct attach *at, const struct proc_event *ev)
 	}
 	if ((!ev->at_listen && !target_matches(ev->pid, at->want.exe)) || !selected(at, ev->pid)) {
 		/* an inode number shared with another filesystem's file, or a
-		 * file merely called kpi-infer that it has since stopped being */
+		 * file merely called kpi-infer that it has since stopped being;
+		 * or it ended just now, which is said */
 		hold_done(at, ev->pid);
-		target_drop(at, ev->pid, ev->ts);
+		if (!target_start_time(ev->pid) || target_exe_path(ev->pid, exe, sizeof(exe)))
+			gone_before_attach(at, ev);
+		else
+			target_drop(at, ev->pid, ev->ts);
 		return;
 	}
 	int rc = attach_one(at, ev->pid, ev->ts);
 	if (!rc && ev->at_listen && (i = find_target(at, ev->pid)) >= 0)
 		at->targets[i].by_port = !wanted_pid(at, ev->pid);
 	hold_done(at, ev->pid);
-	if (rc)
+	/* a lifetime that ended while the agent was attaching it (the checks
+	 * above passed a moment before its exit, on a busy machine) is said as
+	 * one that ended before, not left unsaid */
+	if (rc && (!target_start_time(ev->pid) || target_exe_path(ev->pid, exe, sizeof(exe))))
+		gone_before_attach(at, ev);
+	else if (rc)
 		target_drop(at, ev->pid, ev->ts);
 }
 
