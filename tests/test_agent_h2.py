@@ -26,6 +26,18 @@ def _require_debian_modules():
             raise kpitest.Skip(f"{pkg} is not installed (make deps installs it)")
 
 
+def _setup(name):
+    """The checks both tests need, then a directory, a trace path and a
+    certificate: (d, db, crt, key)."""
+    kpitest.require_root("kpi-agent")
+    pcaptest.require()
+    at.require_built(at.AGENT)
+    _require_debian_modules()
+    d = kpitest.tmpdir(f"kpi-agent-{name}-")
+    crt, key = nginxtest.cert(d)
+    return d, os.path.join(d, f"{name}.db"), crt, key
+
+
 def _client(*args):
     """Runs tests/lib/h2_client.py to its end: what it got, by request id."""
     p = kpitest.run([DEB_PY, os.path.join(LIB, "h2_client.py"), *map(str, args)], timeout=60)
@@ -106,13 +118,7 @@ def test_agent_h2_sse_grpc_tls_and_an_older_connection_against_the_wire():
     calls at once, 3 unary, one NOT_FOUND), HTTP/2 over TLS (4 streams), and a
     connection opened before the attach: rows, TTFT, every event and e2e
     against the capture."""
-    kpitest.require_root("kpi-agent")
-    pcaptest.require()
-    at.require_built(at.AGENT)
-    _require_debian_modules()
-    d = kpitest.tmpdir("kpi-agent-h2-")
-    db = os.path.join(d, "h2.db")
-    crt, key = nginxtest.cert(d)
+    d, db, crt, key = _setup("h2")
     port, grpc_port = kpitest.free_port(), kpitest.free_port()
     srv = kpitest.Proc([DEB_PY, os.path.join(LIB, "h2_server.py"), "asgi", str(port)])
     srv.wait_line("listening on")
@@ -219,13 +225,7 @@ def test_agent_h2_hypercorn_tls_against_the_records():
     ciphertext write, as Node's). 4 streams one after another on one
     connection: each an h2 row with the events its client got, its arrival
     and end against the TLS records on the wire within the bound."""
-    kpitest.require_root("kpi-agent")
-    pcaptest.require()
-    at.require_built(at.AGENT)
-    _require_debian_modules()
-    d = kpitest.tmpdir("kpi-agent-h2tls-")
-    db = os.path.join(d, "h2tls.db")
-    crt, key = nginxtest.cert(d)
+    d, db, crt, key = _setup("h2tls")
     port = kpitest.free_port()
     srv = kpitest.Proc([DEB_PY, os.path.join(LIB, "h2_server.py"), "asgi", str(port), "--tls", crt, key])
     srv.wait_line("listening on")
