@@ -592,11 +592,18 @@ static void gone_before_attach(struct attach *at, const struct proc_event *ev)
 	       ? "traced from its exec all the same" : "its probes were not attached yet");
 }
 
+/* Whether pid has ended: gone, or a zombie (its /proc/PID/exe unreadable). */
+static bool proc_gone(pid_t pid)
+{
+	char exe[PATH_MAX];
+
+	return !target_start_time(pid) || target_exe_path(pid, exe, sizeof(exe));
+}
+
 /* A process exec'd a traced executable: it is in `targets` already. */
 static void on_exec(struct attach *at, const struct proc_event *ev)
 {
-	int i = find_target(at, ev->pid);
-	char exe[PATH_MAX];
+	int i = find_target(at, ev->pid), rc = -1;
 
 	if (i >= 0 && (at->targets[i].since == ev->ts || ev->at_listen)) {
 		hold_done(at, ev->pid);         /* the rescan found it first */
@@ -604,31 +611,27 @@ static void on_exec(struct attach *at, const struct proc_event *ev)
 	}
 	if (i >= 0)
 		detach_one(at, i, true);        /* a target that exec'd itself anew */
-	if (!target_start_time(ev->pid) || target_exe_path(ev->pid, exe, sizeof(exe))) {
-		gone_before_attach(at, ev);     /* gone, or a zombie */
-		return;
-	}
-	if ((!ev->at_listen && !target_matches(ev->pid, at->want.exe)) || !selected(at, ev->pid)) {
-		/* an inode number shared with another filesystem's file, or a
-		 * file merely called kpi-infer that it has since stopped being;
-		 * or it ended just now, which is said */
-		hold_done(at, ev->pid);
-		if (!target_start_time(ev->pid) || target_exe_path(ev->pid, exe, sizeof(exe)))
-			gone_before_attach(at, ev);
-		else
-			target_drop(at, ev->pid, ev->ts);
-		return;
-	}
-	int rc = attach_one(at, ev->pid, ev->ts);
-	if (!rc && ev->at_listen && (i = find_target(at, ev->pid)) >= 0)
-		at->targets[i].by_port = !wanted_pid(at, ev->pid);
-	hold_done(at, ev->pid);
-	/* a lifetime that ended while the agent was attaching it (the checks
-	 * above passed a moment before its exit, on a busy machine) is said as
-	 * one that ended before, not left unsaid */
-	if (rc && (!target_start_time(ev->pid) || target_exe_path(ev->pid, exe, sizeof(exe))))
+	if (proc_gone(ev->pid)) {
 		gone_before_attach(at, ev);
-	else if (rc)
+		return;
+	}
+	/* not a target after all where this fails: an inode number shared with
+	 * another filesystem's file, or a file merely called kpi-infer that it
+	 * has since stopped being */
+	if ((ev->at_listen || target_matches(ev->pid, at->want.exe)) && selected(at, ev->pid)) {
+		rc = attach_one(at, ev->pid, ev->ts);
+		if (!rc && ev->at_listen && (i = find_target(at, ev->pid)) >= 0)
+			at->targets[i].by_port = !wanted_pid(at, ev->pid);
+	}
+	hold_done(at, ev->pid);
+	if (!rc)
+		return;
+	/* a lifetime that ended while the agent looked at it (the check above
+	 * passed a moment before its exit, on a busy machine) is said as one
+	 * that ended before, not left unsaid */
+	if (proc_gone(ev->pid))
+		gone_before_attach(at, ev);
+	else
 		target_drop(at, ev->pid, ev->ts);
 }
 
