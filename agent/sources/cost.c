@@ -109,12 +109,10 @@ static void on_request(void *ctx, const struct kpi_request_record *r)
 		 * where a rule inferred its split, from its start on the engine
 		 * (its queue wait is the engine's work for others) */
 		int64_t done = r->t_done != KPI_NULL ? r->t_done : r->t_arrive + (r->e2e != KPI_NULL ? r->e2e : 0);
-		bool inferred = r->split_rule && r->t_sched != KPI_NULL && r->t_sched >= r->t_arrive &&
-				r->t_sched <= done;
-		int64_t from = inferred ? r->t_sched : r->t_arrive;
+		int64_t from = r->split_rule && r->t_sched != KPI_NULL ? r->t_sched : r->t_arrive;
 		target_ensure(c, r->pid);
 		int64_t stream = r->protocol && r->h2_stream != KPI_NULL ? r->h2_stream : 0;
-		cost_attr_http_request(c->attr, r->pid, (uint64_t)r->t_arrive, (uint64_t)from, inferred, stream,
+		cost_attr_http_request(c->attr, r->pid, (uint64_t)r->t_arrive, from > 0 ? (uint64_t)from : 0, stream,
 				       done > 0 ? (uint64_t)done : 0);
 		return;
 	}

@@ -194,16 +194,14 @@ void cost_attr_request(struct cost_attr *a, uint32_t pid, uint64_t seq_id, uint6
 }
 
 void cost_attr_http_request(struct cost_attr *a, uint32_t pid, uint64_t t_arrive, uint64_t t_start,
-			    bool inferred, int64_t stream, uint64_t t_done)
+			    int64_t stream, uint64_t t_done)
 {
 	uint64_t key = COST_HTTP_KEY(t_arrive);
 	struct key k = { .pid = pid, .id = key };
 	struct req *r;
 
-	if (t_start < t_arrive || t_start > t_done) {
+	if (t_start < t_arrive || t_start > t_done)
 		t_start = t_arrive;
-		inferred = false;
-	}
 	if (!a->started || t_done <= a->settled_to || t_done < t_arrive) {
 		a->st.http_late += a->started;
 		return;
@@ -223,7 +221,7 @@ void cost_attr_http_request(struct cost_attr *a, uint32_t pid, uint64_t t_arrive
 	s->t_end = t_done;
 	step_seqs_add(&s->list, 1, 0, &e, 1);
 	a->st.http_requests++;
-	a->st.http_inferred += inferred;
+	a->st.http_inferred += t_start > t_arrive;
 	cost_attr_request(a, pid, key, t_done);
 	r = req_get(a, pid, key);
 	r->http = true;

@@ -24,8 +24,9 @@ struct cost_attr_stats {
 	uint64_t attributed_ns, idle_ns, unattributed_ns;
 	uint64_t orphan_ns, orphan_uj;              /* shares of requests that got no row */
 	uint64_t unwritten;                         /* requests / intervals the store never took */
-	/* in-flight spans, those from an inferred start on the engine, those
-	 * that came after their time was split (no share) */
+	/* in-flight spans, those that start after their arrival (from an
+	 * inferred start on the engine), those that came after their time was
+	 * split (no share) */
 	uint64_t http_requests, http_inferred, http_late;
 };
 
@@ -53,10 +54,10 @@ void cost_attr_request(struct cost_attr *a, uint32_t pid, uint64_t seq_id, uint6
  * union of the spans in flight, each instant shared equally by the requests
  * in flight then and left to a step that runs in it (docs/cost.md, "Targets
  * traced from their HTTP exchange"). t_start is its arrival, or where the
- * inferred split puts its start on the engine (after its queue wait);
- * inferred says which, for the counts. */
+ * inferred split puts its start on the engine (after its queue wait); one
+ * outside [t_arrive, t_done] is taken for the arrival. */
 void cost_attr_http_request(struct cost_attr *a, uint32_t pid, uint64_t t_arrive, uint64_t t_start,
-			    bool inferred, int64_t stream, uint64_t t_done);
+			    int64_t stream, uint64_t t_done);
 /* Whether such requests are in flight, or have ended without their row
  * (held by the split): the intervals wait for them, as for an open step,
  * up to COST_KEEP_NS after their end. */

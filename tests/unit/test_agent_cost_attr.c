@@ -241,11 +241,11 @@ static void http_requests_share_the_instants(void)
 	cost_attr_interval(a, 1000, 8000);
 	cost_attr_interval(a, 2000, 0);
 	cost_attr_hold(a, true);        /* B is still in flight at the sample */
-	cost_attr_http_request(a, 7, 100, 100, false, 0, 500);
+	cost_attr_http_request(a, 7, 100, 100, 0, 500);
 	cost_attr_settle(a, 2000, false);
 	cost_attr_drain(a, 2000, on_iv, on_rq, NULL);
 	CHECK(w.n_iv == 0 && w.n_rq == 0, "settled while a request was in flight: %d", w.n_iv);
-	cost_attr_http_request(a, 7, 300, 300, false, 0, 900);
+	cost_attr_http_request(a, 7, 300, 300, 0, 900);
 	cost_attr_hold(a, false);
 	cost_attr_settle(a, 2000, false);
 	cost_attr_drain(a, 2000, on_iv, on_rq, NULL);
@@ -261,7 +261,7 @@ static void http_requests_share_the_instants(void)
 	      rb ? rb->energy_uj : 0);
 	CHECK(ra->http && ra->t_arrive == 100 && ra->stream == 0 && COST_KEY_IS_HTTP(ra->seq_id),
 	      "key %" PRIx64, ra->seq_id);
-	cost_attr_http_request(a, 7, 50, 50, false, 0, 950);  /* its time was split without it */
+	cost_attr_http_request(a, 7, 50, 50, 0, 950);  /* its time was split without it */
 	struct cost_attr_stats st;
 	cost_attr_stats(a, &st);
 	CHECK(st.http_requests == 2 && st.http_late == 1, "%" PRIu64 " spans, %" PRIu64 " late",
@@ -280,8 +280,8 @@ static void http2_streams_of_one_read(void)
 	struct cost_attr *a = cost_attr_new(1, 1);
 	memset(&w, 0, sizeof(w));
 	cost_attr_interval(a, 0, 0);
-	cost_attr_http_request(a, 7, 100, 100, false, 1, 500);
-	cost_attr_http_request(a, 7, 100, 100, false, 3, 900);
+	cost_attr_http_request(a, 7, 100, 100, 1, 500);
+	cost_attr_http_request(a, 7, 100, 100, 3, 900);
 	cost_attr_interval(a, 1000, 0);
 	cost_attr_interval(a, 2000, 0);
 	cost_attr_settle(a, 2000, false);
@@ -311,7 +311,7 @@ static void http_sharing_random(void)
 		e[i] = s[i] + 1 + (rnd >> 20) % 20000;
 		if (e[i] > T)
 			e[i] = T;
-		cost_attr_http_request(a, 7, s[i], s[i], false, 0, e[i]);
+		cost_attr_http_request(a, 7, s[i], s[i], 0, e[i]);
 		want[i] = 0;
 	}
 	for (uint64_t ns = 0; ns < T; ns++) {
@@ -350,9 +350,9 @@ static void http_inferred_start_skips_the_queue(void)
 	struct cost_attr *a = cost_attr_new(1, 1);
 	memset(&w, 0, sizeof(w));
 	cost_attr_interval(a, 0, 0);
-	cost_attr_http_request(a, 7, 100, 400, true, 0, 900);
-	cost_attr_http_request(a, 7, 200, 200, false, 0, 600);
-	cost_attr_http_request(a, 8, 950, 999, true, 0, 980);      /* a start past its end */
+	cost_attr_http_request(a, 7, 100, 400, 0, 900);
+	cost_attr_http_request(a, 7, 200, 200, 0, 600);
+	cost_attr_http_request(a, 8, 950, 999, 0, 980);      /* a start past its end */
 	cost_attr_interval(a, 1000, 1000);
 	cost_attr_interval(a, 2000, 0);
 	cost_attr_settle(a, 2000, false);
@@ -380,7 +380,7 @@ static void http_spans_yield_to_steps(void)
 	seqs(a, 5, 1, e, 1, 300);
 	cost_attr_step(a, 5, 1, 300, 500);
 	cost_attr_request(a, 5, 4, 500);
-	cost_attr_http_request(a, 7, 100, 100, false, 0, 900);
+	cost_attr_http_request(a, 7, 100, 100, 0, 900);
 	cost_attr_interval(a, 1000, 1000);
 	cost_attr_interval(a, 2000, 0);
 	cost_attr_settle(a, 2000, false);
