@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include "abi/kpi_reasons.h"
 #include <uthash.h>
+#include "abi/kpi_reasons.h"
 #include "export_ident.h"
 #include "export_prom.h"
 #include "prom_native.h"

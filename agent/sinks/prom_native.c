@@ -59,26 +59,28 @@ static void halve(struct prom_native *h)
 	}
 	h->lo = lo;
 	h->n = n;
-	h->schema--;
+	h->halved++;
 }
 
 bool prom_native_add(struct prom_native *h, int64_t v_ns)
 {
 	double v = (double)v_ns / 1e9;
 
-	if (!h->schema && !h->n)
-		h->schema = PROM_NATIVE_SCHEMA;
 	if (v <= PROM_NATIVE_ZERO_S) {
 		h->zero++;
 		return true;
 	}
 	int32_t k = prom_native_index(v);
-	for (int s = PROM_NATIVE_SCHEMA; s > h->schema; s--)
+	for (int32_t s = 0; s < h->halved; s++)
 		k = prom_native_halve(k);
-	/* a span past the bound: coarser buckets, fewer of them */
-	while (h->n && h->schema > 0 &&
-	       (int64_t)(k > h->lo + (int32_t)h->n - 1 ? k : h->lo + (int32_t)h->n - 1) -
-	       (k < h->lo ? k : h->lo) + 1 > PROM_NATIVE_MAX_BUCKETS) {
+	/* a span past the bound: coarser buckets, fewer of them (the kept
+	 * index range needs at most 44 octaves: schema 5 holds it in 1408) */
+	while (h->n) {
+		int32_t first = k < h->lo ? k : h->lo, last = h->lo + (int32_t)h->n - 1;
+		if (k > last)
+			last = k;
+		if (last - first + 1 <= PROM_NATIVE_MAX_BUCKETS)
+			break;
 		halve(h);
 		k = prom_native_halve(k);
 	}
@@ -123,7 +125,7 @@ enum { SPAN_OFFSET = 1, SPAN_LENGTH = 2 };
 
 void prom_native_encode(const struct prom_native *h, struct pbuf *b)
 {
-	pbuf_sint(b, H_SCHEMA, h->schema ? h->schema : PROM_NATIVE_SCHEMA);
+	pbuf_sint(b, H_SCHEMA, prom_native_schema(h));
 	pbuf_double(b, H_ZERO_THRESHOLD, PROM_NATIVE_ZERO_S);
 	pbuf_uint(b, H_ZERO_COUNT, h->zero);
 	/* spans: runs of buckets from the first to the last non-empty one,

@@ -23,7 +23,7 @@
 #define PROM_NATIVE_MAX_INDEX (14 << PROM_NATIVE_SCHEMA)
 
 struct prom_native {
-	int32_t schema;         /* PROM_NATIVE_SCHEMA, lower once halved; set at the first value */
+	int32_t halved;         /* times its schema was halved: PROM_NATIVE_SCHEMA - halved */
 	int32_t lo;             /* index of c[0] */
 	uint32_t n;             /* buckets in c */
 	uint64_t *c;
@@ -37,6 +37,10 @@ int prom_native_index(double v_s);
 static inline int32_t prom_native_halve(int32_t i)
 {
 	return (i + 1) >> 1;    /* arithmetic shift: floor, so ceil of i / 2 */
+}
+static inline int32_t prom_native_schema(const struct prom_native *h)
+{
+	return PROM_NATIVE_SCHEMA - h->halved;
 }
 /* Counts a duration of v_ns >= 0; false when out of memory (not counted). */
 bool prom_native_add(struct prom_native *h, int64_t v_ns);

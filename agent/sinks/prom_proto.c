@@ -112,7 +112,6 @@ struct family {
 
 /* the histogram series being read: its buckets and sum until its _count */
 struct series {
-	bool open;
 	struct pbuf buckets;
 	double sum;
 };
@@ -134,6 +133,20 @@ static int fail(struct reader *r, const char *what)
 	return -1;
 }
 
+/* Forgets the family being read (and its histogram series). */
+static void family_reset(struct reader *r)
+{
+	struct family *f = &r->f;
+
+	free(f->help);
+	pbuf_free(&f->metrics);
+	memset(f, 0, sizeof(*f));
+	f->type = T_UNTYPED;
+	pbuf_free(&r->s.buckets);
+	memset(&r->s, 0, sizeof(r->s));
+}
+
+/* Writes the family being read, if it has a sample, and forgets it. */
 static int family_flush(struct reader *r)
 {
 	struct family *f = &r->f;
@@ -156,12 +169,7 @@ static int family_flush(struct reader *r)
 		pbuf_free(&m);
 		pbuf_free(&len);
 	}
-	free(f->help);
-	pbuf_free(&f->metrics);
-	memset(f, 0, sizeof(*f));
-	f->type = T_UNTYPED;
-	pbuf_free(&r->s.buckets);
-	memset(&r->s, 0, sizeof(r->s));
+	family_reset(r);
 	return rc;
 }
 
@@ -348,7 +356,6 @@ static int sample(struct reader *r, const char *p, const char *end)
 			rc = fail(r, "a _bucket sample without a numeric le");
 			break;
 		}
-		r->s.open = true;
 		if (upper != upper || upper > 1e308)   /* +Inf: implied by the count */
 			break;
 		struct pbuf bk = { 0 };
@@ -359,7 +366,6 @@ static int sample(struct reader *r, const char *p, const char *end)
 		break;
 	}
 	case SUM:
-		r->s.open = true;
 		r->s.sum = val;
 		break;
 	case COUNT: {
@@ -418,8 +424,7 @@ int prom_proto_from_text(const char *text, size_t len, prom_native_fn native, vo
 		p = eol ? eol + 1 : end;
 	}
 	if (!rc)
-		rc = family_flush(&r);
-	else
-		family_flush(&r);
+		return family_flush(&r);
+	family_reset(&r);       /* the line that failed keeps its message */
 	return rc;
 }

@@ -525,8 +525,8 @@ static void native_halves(void)
 	uint64_t total = 0;
 	for (uint32_t k = 0; k < h.n; k++)
 		total += h.c[k];
-	CHECK(h.schema == 6 && h.n <= PROM_NATIVE_MAX_BUCKETS && total == (uint64_t)n,
-	      "schema %d, %u buckets, %llu values", h.schema, h.n, (unsigned long long)total);
+	CHECK(prom_native_schema(&h) == 6 && h.n <= PROM_NATIVE_MAX_BUCKETS && total == (uint64_t)n,
+	      "schema %d, %u buckets, %llu values", prom_native_schema(&h), h.n, (unsigned long long)total);
 	int bad = 0;
 	for (int i = 0; i < n; i++) {
 		double s = (double)llround(v[i] * 1e9) / 1e9;
