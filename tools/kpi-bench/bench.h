@@ -275,10 +275,9 @@ struct sweep_point {
 	double sent_rps;        /* the arrivals' own rate: (n - 1) / their span */
 	double span_s;          /* first request sent .. last one sent */
 	struct steady steady;   /* whether the load was sustained */
-	/* a confirmation stopped once its misses ruled the SLO out: after
-	 * stopped_s, missed of the at most most_sent it could send */
+	/* a confirmation stopped once its misses ruled the SLO out (after
+	 * wall_s): missed of the at most most_sent it could send */
 	bool stopped_missed;
-	double stopped_s;
 	long missed, most_sent;
 	double ttft_p50, ttft_p99, tpot_p50, tpot_p99, e2e_p50, e2e_p99;
 	double t0, t_end;       /* bench_mono() seconds: the trace window */

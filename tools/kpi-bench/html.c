@@ -354,7 +354,7 @@ static void page_answer(FILE *f, const struct config *cfg, const struct sweep *s
 		if (c->stopped_missed) {
 			fprintf(f, "Confirmation at %g %s stopped after %.1f s: %ld requests had missed the SLO, more "
 				"than its share allows of the %ld the run could send: <b>missed, the search went below "
-				"it</b>. ", c->load, sweep_load_unit(sw), c->stopped_s, c->missed, c->most_sent);
+				"it</b>. ", c->load, sweep_load_unit(sw), c->wall_s, c->missed, c->most_sent);
 			continue;
 		}
 		fprintf(f, "Confirmation at %g %s over %.1f s: %.1f%% of %ld requests within the SLO, %s", c->load,

@@ -129,7 +129,6 @@ static int measure(struct sweeper *w, double load, struct sweep_point *pt, enum 
 		/* a load the server did not sustain has not met the SLO, whatever
 		 * share its requests reached before the queue caught up with them */
 		pt->stopped_missed = run.stopped_missed;
-		pt->stopped_s = run.wall_s;
 		pt->missed = run.missed;
 		pt->most_sent = run.most_sent;
 		pt->meets = pt->requests > 0 && pt->share >= w->base->slo_share && pt->steady.sustained &&
@@ -427,7 +426,7 @@ static void confirm_text(char *out, size_t len, const struct sweep_point *c)
 {
 	if (c->stopped_missed) {
 		snprintf(out, len, "stopped after %.1f s: %ld requests had missed the SLO, more than its share "
-			 "allows of the %ld the run could send", c->stopped_s, c->missed, c->most_sent);
+			 "allows of the %ld the run could send", c->wall_s, c->missed, c->most_sent);
 		return;
 	}
 	snprintf(out, len, "%.1f%% of %ld requests within the SLO over %.1f s, %s%s", 100 * c->share, c->requests,
