@@ -277,7 +277,7 @@ int main(int argc, char **argv)
 		}
 		if (full && now < next_backlog)
 			continue;
-		behind = (minutes_only ? 0 : ship_backlog(s)) + minutes_pending(s, once) + minutes_unmarked(s);
+		behind = (minutes_only ? 0 : ship_backlog(s)) + minutes_behind(s, once);
 		next_backlog = now + 1000000000LL;
 		if (!behind && once)
 			break;
@@ -288,14 +288,16 @@ int main(int argc, char **argv)
 	 * them again, with a higher version (the next kpi-ship's round) */
 	if (rc == 0 && s->st.up) {
 		bool unreachable;
-		int n = 0, m;
-		while (n >= 0 && (m = minutes_mark(s, err, sizeof(err))) >= 0 &&
-		       ((n = minutes_ship(s, true, &unreachable, err, sizeof(err))) == SHIP_MINUTES_PER_POST ||
-			(n >= 0 && m == SHIP_MINUTES_MARK_ROWS)))
-			;
+		for (;;) {
+			int m = minutes_mark(s, err, sizeof(err));
+			int n = m < 0 ? -1 : minutes_ship(s, true, &unreachable, err, sizeof(err));
+			/* done when a pass marked and shipped less than a full batch */
+			if (n < 0 || (n < SHIP_MINUTES_PER_POST && m < SHIP_MINUTES_MARK_ROWS))
+				break;
+		}
 	}
 	ship_metrics_stop();
-	exit_line(s, (minutes_only ? 0 : ship_backlog(s)) + minutes_pending(s, true) + minutes_unmarked(s));
+	exit_line(s, (minutes_only ? 0 : ship_backlog(s)) + minutes_behind(s, true));
 	minutes_close(s);
 	ship_close(s);
 	free(s);

@@ -89,11 +89,17 @@ void minutes_close(struct shipper *s)
 	s->groups = NULL;
 }
 
+/* The newest requests row's rowid (0: none); *found false when it cannot be read. */
+static int64_t last_rowid(struct shipper *s, bool *found)
+{
+	return ship_one_i64(s->db, "SELECT coalesce(max(rowid), 0) FROM requests", NULL, NULL, found);
+}
+
 int minutes_mark(struct shipper *s, char *err, size_t errlen)
 {
 	struct ship_table *t = &s->minutes_cur;
 	bool found;
-	int64_t last = ship_one_i64(s->db, "SELECT coalesce(max(rowid), 0) FROM requests", NULL, NULL, &found);
+	int64_t last = last_rowid(s, &found);
 	if (!found)
 		goto fail;
 	if (last <= t->cursor)
@@ -131,11 +137,11 @@ fail:
 
 static int64_t first_open_minute(struct shipper *s);
 
-int64_t minutes_unmarked(struct shipper *s)
+int64_t minutes_behind(struct shipper *s, bool all)
 {
 	bool found;
-	int64_t last = ship_one_i64(s->db, "SELECT coalesce(max(rowid), 0) FROM requests", NULL, NULL, &found);
-	return found && last > s->minutes_cur.cursor ? last - s->minutes_cur.cursor : 0;
+	int64_t last = last_rowid(s, &found);
+	return minutes_pending(s, all) + (found && last > s->minutes_cur.cursor ? last - s->minutes_cur.cursor : 0);
 }
 
 /* The minutes due: dirty, and closed unless all. */

@@ -91,18 +91,18 @@ int ship_advance_cursor(struct shipper *s, const char *sink, struct ship_table *
  * minutes_open: their state in the trace; 0 or -1. minutes_mark: the minutes
  * of the requests rows past their cursor become dirty (to ship); rows read,
  * or -2, at most SHIP_MINUTES_MARK_ROWS (one transaction's worth: a call that
- * marks that many leaves more to mark); minutes_unmarked: the requests rows
- * past that cursor. minutes_ship: up to a POST's worth of dirty minutes, closed ones only
+ * marks that many leaves more to mark). minutes_ship: up to a POST's worth of dirty minutes, closed ones only
  * unless all: computed from the trace, posted with a version one higher than
  * the minute's last; the minutes shipped (0: none due), -1 (ClickHouse, as
  * ship_batch) or -2 (the trace). minutes_pending: dirty minutes (all, or
- * closed only). */
+ * closed only); minutes_behind: those and the requests rows not marked yet
+ * (what is left to do; 0 when the aggregates are all shipped). */
 int minutes_open(struct shipper *s, char *err, size_t errlen);
 void minutes_close(struct shipper *s);
 int minutes_mark(struct shipper *s, char *err, size_t errlen);
 int minutes_ship(struct shipper *s, bool all, bool *unreachable, char *err, size_t errlen);
 int64_t minutes_pending(struct shipper *s, bool all);
-int64_t minutes_unmarked(struct shipper *s);
+int64_t minutes_behind(struct shipper *s, bool all);
 #define SHIP_MINUTES_PER_POST 16
 #define SHIP_MINUTES_MARK_ROWS 100000
 
