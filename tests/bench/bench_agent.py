@@ -30,12 +30,6 @@ import agenttest as at  # noqa: E402
 import benchtest as bt  # noqa: E402
 
 
-def cpu_s(pid):
-    """CPU time of every thread of pid, in seconds, from schedstat (ns: the
-    clock-tick counts of /proc/PID/stat are too coarse for a short round)."""
-    return kpitest.schedstat_ns(pid, kpitest.SCHED_CPU) / 1e9
-
-
 def load(url, args, n, json_path, *extra):
     """The measured workload: kpi-bench closed loop at the saturation
     concurrency, n streamed requests of exactly --max-tokens tokens."""
@@ -49,7 +43,7 @@ def one_round(url, pid, agent_on, args, tmp, i):
     db = os.path.join(tmp, f"r{i}.db")
     if agent_on:
         agent = at.start_agent(db, "--flush-ms", 200, pid=pid)
-        c0 = cpu_s(agent.pid)
+        c0 = bt.cpu_s(agent.pid)
     out = os.path.join(tmp, f"r{i}.json")
     csv_path = os.path.join(tmp, f"r{i}.csv")
     p = load(url, args, args.requests, out, "--seed", i, "--csv", csv_path)
@@ -61,7 +55,7 @@ def one_round(url, pid, agent_on, args, tmp, i):
          "output_tokens_per_s": js["throughput"]["output_tokens_per_s"],
          "ttft_p99_ms": js["ttft_ms"]["p99"], "ttft_p50_ms": js["ttft_ms"]["p50"]}
     if agent:
-        c1 = cpu_s(agent.pid)
+        c1 = bt.cpu_s(agent.pid)
         assert agent.stop() == 0, agent.lines[-10:]
         stopped = [l for l in agent.lines if l.startswith("stopped:")][-1]
         # "stopped: N requests (N rejected), N events, N ring-buffer drops"
@@ -98,16 +92,16 @@ def cpu_round(url, pid, agent_on, args, n, tmp, i):
     agent = None
     if agent_on:
         agent = at.start_agent(os.path.join(tmp, f"cpu{i}.db"), "--flush-ms", 200, pid=pid)
-        a0 = cpu_s(agent.pid)
-    d0, g0 = cpu_s(pid), children_cpu_s()
+        a0 = bt.cpu_s(agent.pid)
+    d0, g0 = bt.cpu_s(pid), children_cpu_s()
     p = load(url, args, n, os.path.join(tmp, f"cpu{i}.json"), "--seed", i)
-    d1, g1 = cpu_s(pid), children_cpu_s()
+    d1, g1 = bt.cpu_s(pid), children_cpu_s()
     if p.returncode != 0:
         raise SystemExit(f"kpi-bench failed: {p.stderr[-800:]}")
     r = {"agent": agent_on, "target_us": (d1 - d0) / n * 1e6, "client_us": (g1 - g0) / n * 1e6,
          "agent_us": 0.0}
     if agent:
-        r["agent_us"] = (cpu_s(agent.pid) - a0) / n * 1e6
+        r["agent_us"] = (bt.cpu_s(agent.pid) - a0) / n * 1e6
         assert agent.stop() == 0, agent.lines[-10:]
     return r
 
@@ -155,12 +149,12 @@ def bpf_cost_round(url, pid, args, tmp):
     ratios: the in-kernel time of every program per request, a cost that the
     machine's noise does not blur."""
     agent = at.start_agent(os.path.join(tmp, "stats.db"), "--flush-ms", 200, pid=pid)
-    c0 = cpu_s(agent.pid)
+    c0 = bt.cpu_s(agent.pid)
     with bt.bpf_stats():
         before = bt.bpf_programs(AGENT_PROGS)
         p = load(url, args, args.requests, os.path.join(tmp, "stats.json"))
         after = bt.bpf_programs(AGENT_PROGS)
-    c1 = cpu_s(agent.pid)
+    c1 = bt.cpu_s(agent.pid)
     assert agent.stop() == 0, agent.lines[-10:]
     if p.returncode != 0 or not after:
         return None
@@ -190,9 +184,9 @@ def http_round(url, srv_pid, agent_on, max_tokens, n, conc, tmp, i):
         # attach has settled, taken out of the round's: the cost per request
         # is what requests add
         time.sleep(1.0)
-        i0 = cpu_s(agent.pid)
+        i0 = bt.cpu_s(agent.pid)
         time.sleep(1.0)
-        a0 = cpu_s(agent.pid)
+        a0 = bt.cpu_s(agent.pid)
         idle = a0 - i0
     t0 = time.monotonic()
     js = os.path.join(tmp, f"http{i}.json")
@@ -205,7 +199,7 @@ def http_round(url, srv_pid, agent_on, max_tokens, n, conc, tmp, i):
          "content_events_per_s": n * max_tokens / dt}
     if agent:
         time.sleep(0.5)     # the agent drains the ring and flushes (--flush-ms 200) before its CPU is read
-        a1 = cpu_s(agent.pid)
+        a1 = bt.cpu_s(agent.pid)
         assert agent.stop() == 0, agent.lines[-10:]
         stopped = [l for l in agent.lines if l.startswith("stopped:")][-1]
         w = stopped.replace(",", "").split()

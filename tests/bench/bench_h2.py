@@ -24,10 +24,6 @@ PROGS = ("kpi_",)
 IDLE_S = 2.0    # how long the agent's idle CPU is measured before each load
 
 
-def cpu_s(pid):
-    return kpitest.schedstat_ns(pid, kpitest.SCHED_CPU) / 1e9
-
-
 def load(kind, port, tag, rounds):
     """rounds of 8 SSE streams (3 to 10 events each, no gap between them) or
     8 server-streaming calls at once, on one connection."""
@@ -57,19 +53,19 @@ def round_(kind, srv, tmp, tag, on, rounds):
         agent.wait_line(f"attached to pid {pid}", timeout=60)
         # the agent's own CPU with nothing to follow (rescans, flushes), a
         # rate taken off its CPU under the load: what is left is the load's
-        i0, w0 = cpu_s(agent.pid), time.monotonic()
+        i0, w0 = bt.cpu_s(agent.pid), time.monotonic()
         time.sleep(IDLE_S)
-        idle_rate = (cpu_s(agent.pid) - i0) / (time.monotonic() - w0)
+        idle_rate = (bt.cpu_s(agent.pid) - i0) / (time.monotonic() - w0)
         before = bt.bpf_programs(PROGS)
-        a0 = cpu_s(agent.pid)
-    s0, w0 = cpu_s(pid), time.monotonic()
+        a0 = bt.cpu_s(agent.pid)
+    s0, w0 = bt.cpu_s(pid), time.monotonic()
     n = load(kind, port, tag, rounds)
-    s1, wall = cpu_s(pid), time.monotonic() - w0
+    s1, wall = bt.cpu_s(pid), time.monotonic() - w0
     out = {"kind": kind, "agent": on, "requests": n, "server_cpu_s": s1 - s0, "wall_s": wall}
     if agent:
         out["programs"] = bt.bpf_delta(before, bt.bpf_programs(PROGS))
         out["agent_idle_cpu_per_s"] = idle_rate
-        out["agent_cpu_s"] = cpu_s(agent.pid) - a0 - idle_rate * wall
+        out["agent_cpu_s"] = bt.cpu_s(agent.pid) - a0 - idle_rate * wall
         assert agent.stop() == 0, agent.lines[-10:]
         out["frames"], out["grpc_messages"] = counted(agent.lines)
     return out

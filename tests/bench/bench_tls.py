@@ -23,15 +23,6 @@ SERVER = os.path.join(kpitest.ROOT, "tests", "lib", "sse_server.py")
 TLS_PROGS = ("kpi_ssl_",)
 
 
-def cpu_s(pid):
-    """The process's time on a CPU, all its threads (schedstat: ns, not ticks)."""
-    total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
-            total += int(f.read().split()[0])
-    return total / 1e9
-
-
 def worker_pid(master):
     """nginx's one worker: the master's child."""
     with open(f"/proc/{master}/task/{master}/children") as f:
@@ -79,9 +70,9 @@ def round_(ng, n, tmp, tag, agent_on, tls):
         agent = at.start_agent(os.path.join(tmp, f"{tag}.db"), "--flush-ms", 200, "--port", port)
         agent.wait_line("TLS: pid" if tls else "HTTP mode", timeout=60)
         before = bt.bpf_programs(TLS_PROGS)
-    c0 = cpu_s(worker)
+    c0 = bt.cpu_s(worker)
     done = load(port, n, tag, tls)
-    c1 = cpu_s(worker)
+    c1 = bt.cpu_s(worker)
     out = {"agent": agent_on, "tls": tls, "requests": done, "worker_cpu_us": (c1 - c0) / done * 1e6}
     if agent:
         out["programs"] = bt.bpf_delta(before, bt.bpf_programs(TLS_PROGS))

@@ -170,6 +170,12 @@ def bpf_add(total, delta):
     return total
 
 
+def cpu_s(pid):
+    """CPU time of every thread of pid, in seconds, from schedstat (ns: the
+    clock-tick counts of /proc/PID/stat are too coarse for a short round)."""
+    return kpitest.schedstat_ns(pid, kpitest.SCHED_CPU) / 1e9
+
+
 def bench_args(description):
     """A benchmark's command line (--out DIR, --quick), its DIR made."""
     import argparse
