@@ -63,11 +63,13 @@ DEB_PKGS := build-essential clang libbpf-dev bpftool libelf-dev zlib1g-dev \
 	systemtap-sdt-dev libsqlite3-dev sqlite3 libjansson-dev libncurses-dev \
 	python3 uthash-dev libxxhash-dev libcurl4-openssl-dev libssl-dev
 DEB_PKGS += libnghttp2-dev  # kpi-agent's HTTP/2 header decoding (HPACK)
+DEB_PKGS += libcapstone-dev  # kpi-agent: the RET instructions of Go's crypto/tls functions (agent/host/gobin.c)
 # What only the tests run against (servers, browsers, captures); each
 # addition on its own line, with a word on which test needs it.
 TEST_PKGS := prometheus chromium tcpdump nginx clickhouse-server clickhouse-client
 TEST_PKGS += python3-hypercorn python3-h2 python3-grpcio  # test_agent_h2: HTTP/2 and gRPC servers and clients
 TEST_PKGS += gnutls-bin  # test_agent_tls: a TLS server the agent cannot read
+TEST_PKGS += golang-go  # test_agent_tls, bench_tls: a Go HTTPS server (crypto/tls inside the executable)
 TEST_PKGS += haproxy  # test_agent_hops: an HTTP/2 and TLS gateway in front of kpi-infer
 TEST_PKGS += llvm pkg-config tmux iproute2 procps bpftrace libclang-rt-14-dev nodejs openssl curl  # the tests' tools, fuzz (libclang-rt): not the build's nor the demo's
 TEST_PKGS += lintian man-db systemd  # make deb-lint: lintian; test_package, test_manpages: man -w, man --warnings, systemd-analyze verify

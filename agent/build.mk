@@ -9,7 +9,7 @@ BPF_CFLAGS = -g -O2 -target bpf -D__TARGET_ARCH_$(ARCH) -Ivmlinux/$(ARCH) -Ibpf 
 	-I/usr/include/$(shell $(CC) -dumpmachine) -Wall -Wno-unused-function
 AGENT_SRCS := $(wildcard agent/*/*.c agent/*/*/*.c)
 AGENT_OBJS := $(AGENT_SRCS:%.c=$(OBJ)/%.o) $(OBJ)/schema/pct.o
-AGENT_LDLIBS := -lbpf -lelf -lz -lsqlite3 -lcurl -ljansson -lcrypto -lnghttp2 $(LDLIBS_COMMON)
+AGENT_LDLIBS := -lbpf -lelf -lz -lsqlite3 -lcurl -ljansson -lcrypto -lnghttp2 -lcapstone $(LDLIBS_COMMON)
 AGENT_GEN := $(BUILD)/include/kpi.skel.h $(BUILD)/include/kpi_schema.h
 
 $(BUILD)/bpf/%.bpf.o: bpf/%.bpf.c bpf/kpi_event.h abi/kpi_request_id.h vmlinux/$(ARCH)/vmlinux.h | deps

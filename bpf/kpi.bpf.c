@@ -119,14 +119,6 @@ struct {
 	__type(value, __u32);
 } target_tids SEC(".maps");
 
-/* (tgid << 32 | fd) -> connection state. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, KPI_MAX_CONNS);
-	__type(key, __u64);
-	__type(value, struct kpi_conn);
-} conns SEC(".maps");
-
 /* first_ts: arrival of the first data segment not yet consumed by a read.
  * Reads clear it, so it is the next request's first segment even when that
  * segment lands before the daemon's response__end for the previous one.
@@ -263,11 +255,6 @@ static __always_inline void ev_send_now(void *e)
 {
 	count(KPI_CNT_EVENTS);
 	bpf_ringbuf_submit(e, BPF_RB_FORCE_WAKEUP);
-}
-
-static __always_inline __u64 conn_key(__u32 tgid, int fd)
-{
-	return ((__u64)tgid << 32) | (__u32)fd;
 }
 
 /* struct sock * behind fd in the current task, 0 when fd is not a socket. */
@@ -1279,6 +1266,11 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 		e->dir = KPI_PAYLOAD_OUT;
 		if (c->role == KPI_ROLE_SERVED && held_after_write(c, tgid, a))
 			e->flags = KPI_PAYLOAD_F_UNSENT;
+		if (c->role == KPI_ROLE_SERVED && tls_record_start(first_word(a, ret))) {
+			/* a record Go's tls.(*Conn).Write may be sending (kpi_tls.bpf.c) */
+			struct kpi_tls_read lw = { .ts = e->h.ts, .fd = a->fd };
+			bpf_map_update_elem(&tls_last_write, &pt, &lw, BPF_ANY);
+		}
 	}
 	if (a->shape == SHAPE_BUF) {
 		payload_buf_send(e, a->buf, (__u64)ret);

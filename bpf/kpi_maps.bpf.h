@@ -18,6 +18,20 @@ struct {
 	__type(value, __u64);
 } counters SEC(".maps");
 
+/* (tgid << 32 | fd) -> connection state: kpi.bpf.c's; kpi_tls.bpf.c checks
+ * that a socket Go's crypto/tls names is one the target accepted. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, KPI_MAX_CONNS);
+	__type(key, __u64);
+	__type(value, struct kpi_conn);
+} conns SEC(".maps");
+
+static __always_inline __u64 conn_key(__u32 tgid, int fd)
+{
+	return ((__u64)tgid << 32) | (__u32)fd;
+}
+
 /* tgid -> the processes we trace (struct kpi_target): written by the agent
  * for a process it finds in /proc, by kpi_proc_exec at the exec of a traced
  * executable; removed by kpi_proc_exit and by the agent. */
@@ -50,6 +64,17 @@ struct {
 	__type(key, __u64);
 	__type(value, struct kpi_tls_read);
 } tls_last_read SEC(".maps");
+
+/* pid_tgid -> the last write of a TLS record to a served socket the thread
+ * made outside an SSL call (struct kpi_tls_read, t_seg 0): times the Write
+ * of Go's crypto/tls, which writes its records inside the call but is not
+ * followed by thread (a goroutine moves between threads).  LRU, as above. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, struct kpi_tls_read);
+} tls_last_write SEC(".maps");
 
 /* The value kpi_tls_call.task_start holds for the current thread. */
 static __always_inline unsigned int task_start32(void)

@@ -67,16 +67,70 @@ static __always_inline int tls_enter(__u64 ssl, __u64 buf, __u64 out_len, __u32 
 	return 0;
 }
 
+/* The plaintext of a call that moved n bytes, as a TLS_PAYLOAD record of
+ * c->fd timed at ts. */
+static __always_inline int tls_send(__u64 pt, const struct kpi_tls_call *c, __u64 ts, __u32 flags,
+				    __u64 n)
+{
+	struct kpi_ev_payload *e;
+	__u32 zero = 0;
+	__u64 ws;
+
+	e = bpf_map_lookup_elem(&tls_buf, &zero);
+	if (!e)
+		return 0;
+	e->h.type = KPI_EV_TLS_PAYLOAD;
+	e->h.pid = pt >> 32;
+	e->h.ts = ts;
+	e->fd = c->fd;
+	e->dir = c->dir;
+	e->moved = n > 0xffffffffULL ? 0xffffffffU : (__u32)n;
+	e->t_seg = c->t_seg;
+	e->srtt_us = c->srtt_us;
+	e->tid = (__u32)pt;
+	e->role = KPI_ROLE_SERVED;      /* the target's own upstream calls are not read */
+	e->flags = flags;
+	ws = n < KPI_PAYLOAD_MAX ? n : KPI_PAYLOAD_MAX;
+	asm volatile("" : "+r"(ws));
+	if (ws > KPI_PAYLOAD_MAX)
+		return 0;
+	if (ws && bpf_probe_read_user(e->data, ws, (const void *)c->buf))
+		ws = 0;
+	e->captured = (__u32)ws;
+	asm volatile("" : "+r"(ws));
+	if (ws > KPI_PAYLOAD_MAX)
+		return 0;
+	if (bpf_ringbuf_output(&events, e, KPI_EV_PAYLOAD_HEAD + ws,
+			       bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes
+			       ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
+		count(KPI_CNT_DROPS);
+	else
+		count(KPI_CNT_EVENTS);
+	return 0;
+}
+
+/* A read call of c->fd: the read of its ciphertext this thread made in
+ * [lo, hi] (tls_last_read) times it, taken once. */
+static __always_inline void read_timed(__u64 pt, struct kpi_tls_call *c, __u64 lo, __u64 hi)
+{
+	struct kpi_tls_read *lr = bpf_map_lookup_elem(&tls_last_read, &pt);
+
+	if (!lr || lr->fd != c->fd || lr->ts < lo || lr->ts > hi)
+		return;
+	c->t_io = lr->ts;
+	c->t_seg = lr->t_seg;
+	c->srtt_us = lr->srtt_us;
+	bpf_map_delete_elem(&tls_last_read, &pt);
+}
+
 /* The call returned: n plaintext bytes moved (0: none, or it failed). */
 static __always_inline int tls_exit(__u64 n)
 {
-	__u64 pt = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns(), ws;
+	__u64 pt = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
 	struct kpi_tls_call *p = bpf_map_lookup_elem(&tls_calls, &pt);
 	struct ssl_key k = { .tgid = pt >> 32 };
 	struct kpi_tls_call c;
-	struct kpi_ev_payload *e;
 	struct kpi_tls_read *lr;
-	__u32 zero = 0;
 	int *fd;
 
 	if (!p)
@@ -99,49 +153,14 @@ static __always_inline int tls_exit(__u64 n)
 		c.fd = KPI_TLS_FD_UNKNOWN;
 	if (!n || c.fd == -2)   /* nothing moved, or the target's own upstream */
 		return 0;
-	if (c.dir == KPI_PAYLOAD_IN && !c.t_io && (lr = bpf_map_lookup_elem(&tls_last_read, &pt)) &&
-	    lr->fd == c.fd && lr->ts >= c.t_enter - LAST_READ_NS && lr->ts <= c.t_enter) {
-		/* its ciphertext's read: its time and first segment, taken once */
-		c.t_io = lr->ts;
-		c.t_seg = lr->t_seg;
-		c.srtt_us = lr->srtt_us;
-		bpf_map_delete_elem(&tls_last_read, &pt);
-	}
-	e = bpf_map_lookup_elem(&tls_buf, &zero);
-	if (!e)
-		return 0;
-	e->h.type = KPI_EV_TLS_PAYLOAD;
-	e->h.pid = k.tgid;
+	if (c.dir == KPI_PAYLOAD_IN && !c.t_io)
+		read_timed(pt, &c, c.t_enter - LAST_READ_NS, c.t_enter);       /* just before */
 	/* no syscall inside: a read's bytes were already in (timed at the
 	 * return), a write's record goes out after the call (a memory BIO's:
 	 * Node writes it to the socket once SSL_write returns): the agent
 	 * times it at that write (KPI_PAYLOAD_F_LATER) */
-	e->h.ts = c.t_io ? c.t_io : now;
-	e->fd = c.fd;
-	e->dir = c.dir;
-	e->moved = n > 0xffffffffULL ? 0xffffffffU : (__u32)n;
-	e->t_seg = c.t_seg;
-	e->srtt_us = c.srtt_us;
-	e->tid = (__u32)pt;
-	e->role = KPI_ROLE_SERVED;      /* the target's own upstream calls are not read */
-	e->flags = c.dir == KPI_PAYLOAD_OUT && !c.t_io ? KPI_PAYLOAD_F_LATER : 0;
-	ws = n < KPI_PAYLOAD_MAX ? n : KPI_PAYLOAD_MAX;
-	asm volatile("" : "+r"(ws));
-	if (ws > KPI_PAYLOAD_MAX)
-		return 0;
-	if (ws && bpf_probe_read_user(e->data, ws, (const void *)c.buf))
-		ws = 0;
-	e->captured = (__u32)ws;
-	asm volatile("" : "+r"(ws));
-	if (ws > KPI_PAYLOAD_MAX)
-		return 0;
-	if (bpf_ringbuf_output(&events, e, KPI_EV_PAYLOAD_HEAD + ws,
-			       bpf_ringbuf_query(&events, BPF_RB_AVAIL_DATA) >= wakeup_bytes
-			       ? BPF_RB_FORCE_WAKEUP : BPF_RB_NO_WAKEUP))
-		count(KPI_CNT_DROPS);
-	else
-		count(KPI_CNT_EVENTS);
-	return 0;
+	return tls_send(pt, &c, c.t_io ? c.t_io : now,
+			c.dir == KPI_PAYLOAD_OUT && !c.t_io ? KPI_PAYLOAD_F_LATER : 0, n);
 }
 
 /* int SSL_read(SSL *ssl, void *buf, int num), SSL_write(SSL *, const void *, int) */
@@ -189,4 +208,129 @@ int BPF_KRETPROBE(kpi_ssl_ret_ex, int ret)
 	    bpf_probe_read_user(&n, sizeof(n), (const void *)p->out_len))
 		n = 0;
 	return tls_exit(n);
+}
+
+/* ---- Go's crypto/tls --------------------------------------------------------
+ * func (c *Conn) Read(b []byte) (int, error) and Write, in the executable:
+ * Go 1.17's register ABI passes c in RAX, b's pointer in RBX (its length in
+ * RCX) and returns n in RAX; R14 holds the goroutine's g throughout.  A
+ * goroutine may park inside the call and resume on another thread, so the
+ * call is keyed by (tgid, g), and its return is a uprobe on each RET the
+ * agent found (agent/host/gobin.c), never a uretprobe: Go copies stacks.
+ * The socket is c.conn's: an interface whose data word points at a
+ * *net.TCPConn, whose first word is its *netFD, whose poll.FD holds Sysfd
+ * after the 16 bytes of its fdMutex; the same in every Go from 1.9 to now.
+ * An fd read there counts only if the target accepted that socket (conns):
+ * a tls.Conn over another net.Conn is never read as a wrong one. */
+#define GO_IFACE_DATA   8       /* net.Conn: (itab, data) */
+#define GO_TCPCONN_FD   0       /* net.TCPConn{conn{fd *netFD}} */
+#define GO_NETFD_SYSFD  16      /* netFD{pfd poll.FD{fdmu fdMutex (16); Sysfd int}} */
+
+struct go_key {
+	__u64 g;
+	__u32 tgid;
+	__u32 _pad;
+};
+
+struct go_call {
+	__u64 conn;                     /* the *tls.Conn */
+	__u64 buf;
+	__u64 t_enter;
+	__u32 dir;
+	__u32 _pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, 16384);
+	__type(key, struct go_key);
+	__type(value, struct go_call);
+} go_calls SEC(".maps");
+
+static __always_inline int go_enter(struct pt_regs *ctx, __u32 dir)
+{
+	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
+	struct kpi_target *tg = bpf_map_lookup_elem(&targets, &tgid);
+	struct go_key k = { .g = ctx->r14, .tgid = tgid };
+	struct go_call c = { .conn = ctx->ax, .buf = ctx->bx, .dir = dir };
+
+	if (!tg || !(tg->flags & KPI_TARGET_F_HTTP))
+		return 0;
+	c.t_enter = bpf_ktime_get_ns();
+	bpf_map_update_elem(&go_calls, &k, &c, BPF_ANY);
+	return 0;
+}
+
+/* The socket of a *tls.Conn, -1 when it is not one the target accepted. */
+static __always_inline int go_conn_fd(__u32 tgid, __u64 conn)
+{
+	__u64 data = 0, netfd = 0, key;
+	__s64 fd = -1;
+	struct kpi_conn *c;
+
+	if (bpf_probe_read_user(&data, sizeof(data), (const void *)(conn + GO_IFACE_DATA)) || !data ||
+	    bpf_probe_read_user(&netfd, sizeof(netfd), (const void *)(data + GO_TCPCONN_FD)) || !netfd ||
+	    bpf_probe_read_user(&fd, sizeof(fd), (const void *)(netfd + GO_NETFD_SYSFD)) ||
+	    fd < 0 || fd > 0x7fffffff)
+		return -1;
+	key = conn_key(tgid, (int)fd);
+	c = bpf_map_lookup_elem(&conns, &key);
+	return c && c->is_sock && c->role == KPI_ROLE_SERVED ? (int)fd : -1;
+}
+
+SEC("uprobe")
+int kpi_go_tls_read(struct pt_regs *ctx)
+{
+	return go_enter(ctx, KPI_PAYLOAD_IN);
+}
+
+SEC("uprobe")
+int kpi_go_tls_write(struct pt_regs *ctx)
+{
+	return go_enter(ctx, KPI_PAYLOAD_OUT);
+}
+
+/* A write call of c->fd: the last write of a TLS record this thread made
+ * in [c->t_enter, hi] (tls_last_write), taken once; else its entry. */
+static __always_inline __u64 write_time(__u64 pt, const struct kpi_tls_call *c, __u64 hi)
+{
+	struct kpi_tls_read *lw = bpf_map_lookup_elem(&tls_last_write, &pt);
+	__u64 ts;
+
+	if (!lw || lw->fd != c->fd || lw->ts < c->t_enter || lw->ts > hi)
+		return c->t_enter;
+	ts = lw->ts;
+	bpf_map_delete_elem(&tls_last_write, &pt);
+	return ts;
+}
+
+/* At a RET of either: n in RAX.  Its records were read or written inside
+ * the call, by the thread that returns (unless the goroutine parked and
+ * moved): a read is timed at its ciphertext's read, else at the return; a
+ * write at its record's write, else at its entry. */
+SEC("uprobe")
+int kpi_go_tls_ret(struct pt_regs *ctx)
+{
+	__u64 pt = bpf_get_current_pid_tgid(), now = bpf_ktime_get_ns();
+	struct go_key k = { .g = ctx->r14, .tgid = pt >> 32 };
+	struct go_call *p = bpf_map_lookup_elem(&go_calls, &k);
+	struct kpi_tls_call c = {};
+	__s64 n = (__s64)ctx->ax;
+
+	if (!p)
+		return 0;
+	c.buf = p->buf;
+	c.dir = p->dir;
+	c.t_enter = p->t_enter;
+	c.ssl = p->conn;
+	bpf_map_delete_elem(&go_calls, &k);
+	if (n <= 0)
+		return 0;
+	c.fd = go_conn_fd(k.tgid, c.ssl);
+	if (c.fd < 0)
+		c.fd = KPI_TLS_FD_UNKNOWN;      /* counted by the agent as unplaced */
+	if (c.dir == KPI_PAYLOAD_IN)
+		read_timed(pt, &c, c.t_enter - LAST_READ_NS, now);
+	return tls_send(pt, &c, c.dir == KPI_PAYLOAD_IN ? (c.t_io ? c.t_io : now) :
+			write_time(pt, &c, now), 0, (__u64)n);
 }

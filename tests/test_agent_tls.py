@@ -4,7 +4,10 @@ front of a plain HTTP streaming server; the agent reads nginx's exchanges
 through its SSL_read/SSL_write uprobes, and every row is checked against a
 tcpdump capture of nginx's port, where the TLS records time the exchange.
 A Node https server (OpenSSL linked into the executable) is read through
-uprobes on the node executable itself; a GnuTLS server is named not readable."""
+uprobes on the node executable itself; a Go https server (crypto/tls inside
+the executable, with DWARF and stripped) through uprobes at the entries and
+RET instructions of its tls.(*Conn).Read and Write; a GnuTLS server is named
+not readable."""
 import http.client, json, os, shutil, sqlite3, ssl, threading, time
 
 import kpitest
@@ -15,6 +18,7 @@ import pcaptest
 
 SERVER = os.path.join(kpitest.ROOT, "tests", "lib", "sse_server.py")
 NODE_SERVER = os.path.join(kpitest.ROOT, "tests", "lib", "sse_server.js")
+GO_SERVER = os.path.join(kpitest.BUILD, "tests", "go-sse-server")     # tests/lib/build.mk
 WIRE_P99_US = 300       # the issue's bound: |agent - wire| p99, arrive and last byte
 NODE_P99_US = 200       # issue 44's: TTFT and e2e of a TLS stream against its records
 
@@ -293,6 +297,21 @@ def _node_load(port):
     return got
 
 
+def _first_content_and_end(name, rows, got, pcap, port, stalls):
+    """TTFT and e2e of each streamed completion against the capture's TLS
+    records: the head is a record of its own, flushed first, so the first
+    content is the response's second record and the end its last byte."""
+    wire = pcaptest.tls12_exchanges(pcap, port)
+    ttft, e2e = [], []
+    for g in got:
+        x, r = wire[g["cport"]][g["index"]], rows[g["rid"]]
+        assert len(x["records"]) >= 3, x       # head, events, the last chunk
+        t0, t1, t2 = x["t_first_byte"], x["records"][1][0], x["t_last_byte"]
+        ttft.append((r["ttft_ns"] - (t1 - t0), t0, t1, g["rid"]))
+        e2e.append((r["e2e_ns"] - (t2 - t0), t0, t2, g["rid"]))
+    _bounded(name, {"ttft": ttft, "e2e": e2e}, len(got), NODE_P99_US, stalls)
+
+
 def test_agent_tls_node_server():
     """Node's https module (OpenSSL inside the node executable, a memory BIO:
     no syscall inside SSL_read/SSL_write) streaming completions, one write per
@@ -316,12 +335,70 @@ def test_agent_tls_node_server():
     line = agent.wait_line(f"TLS: pid {srv.pid}", timeout=60)
     assert os.path.realpath(node) in line and "_ex" in line, line
     rows, got, pcap, stalls = _loaded(port, srv, agent, db, lambda: _node_load(port))
-    wire = pcaptest.tls12_exchanges(pcap, port)
-    ttft, e2e = [], []
-    for g in got:
-        x, r = wire[g["cport"]][g["index"]], rows[g["rid"]]
-        assert len(x["records"]) >= 3, x       # head, events, the last chunk
-        t0, t1, t2 = x["t_first_byte"], x["records"][1][0], x["t_last_byte"]
-        ttft.append((r["ttft_ns"] - (t1 - t0), t0, t1, g["rid"]))
-        e2e.append((r["e2e_ns"] - (t2 - t0), t0, t2, g["rid"]))
-    _bounded("Node TLS", {"ttft": ttft, "e2e": e2e}, len(got), NODE_P99_US, stalls)
+    _first_content_and_end("Node TLS", rows, got, pcap, port, stalls)
+
+
+def _go_server(exe, objdump=False):
+    """Go's net/http over crypto/tls (tests/lib/sse_server.go), exe one of
+    its two builds: the agent names it Go's, with its version and RETs, and
+    reads it as Node's test reads node (the same load, the same bounds); with
+    objdump, the RETs it probed are those `go tool objdump` lists."""
+    kpitest.require_root("kpi-agent")
+    pcaptest.require()
+    at.require_built(at.AGENT)
+    at.require_built(exe)
+    d = _tmp()
+    crt, key = nginxtest.cert(d)
+    port = kpitest.free_port()
+    srv = kpitest.Proc([exe, str(port), crt, key])
+    srv.wait_line("listening on")
+    db = os.path.join(d, "go.db")
+    agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
+    line = agent.wait_line(f"TLS: pid {srv.pid}", timeout=60)
+    assert "Go crypto/tls (go1." in line and os.path.realpath(exe) in line, line
+    if objdump:
+        # the RETs the agent found, against Go's own disassembler (it needs the symbols)
+        p = kpitest.run(["go", "tool", "objdump", "-s", r"^crypto/tls\.\(\*Conn\)\.(Read|Write)$", exe])
+        rets = sum(1 for l in p.stdout.splitlines() if l.split()[-1:] == ["RET"])
+        assert p.returncode == 0 and rets and f"and {rets} RETs" in line, (rets, line, p.stderr[-300:])
+    rows, got, pcap, stalls = _loaded(port, srv, agent, db, lambda: _node_load(port))
+    assert any("1 through Go's crypto/tls" in l for l in agent.lines), agent.lines[-6:]
+    _against_the_wire(rows, got, pcap, stalls, port, db, agent, "Go TLS ends")
+    _first_content_and_end("Go TLS", rows, got, pcap, port, stalls)
+
+
+def test_agent_tls_go_server():
+    """A Go https server with its symbol table and DWARF."""
+    _go_server(GO_SERVER, objdump=True)
+
+
+def test_agent_tls_go_server_stripped():
+    """The same server stripped (-ldflags=-s -w): no symbols, no DWARF; the
+    agent finds crypto/tls in .gopclntab, which Go keeps for its own stack
+    traces."""
+    _go_server(GO_SERVER + "-stripped")
+
+
+def test_agent_tls_go_wrapped_conn_not_misread():
+    """The same Go server with each connection inside a net.Conn of its own
+    type (-wrap): the socket the BPF side finds through tls.Conn's conn is
+    not one the server accepted, so its plaintext is counted as unplaced
+    (tls_unreadable) and makes no row; nothing is read as another socket's."""
+    kpitest.require_root("kpi-agent")
+    at.require_built(at.AGENT)
+    at.require_built(GO_SERVER)
+    d = _tmp()
+    crt, key = nginxtest.cert(d)
+    port = kpitest.free_port()
+    srv = kpitest.Proc([GO_SERVER, "-wrap", str(port), crt, key])
+    srv.wait_line("listening on")
+    db = os.path.join(d, "go-wrap.db")
+    agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
+    agent.wait_line(f"TLS: pid {srv.pid}", timeout=60)
+    got = _node_load(port)
+    assert all(g["status"] == 200 and g["events"] for g in got), got[:3]
+    assert agent.stop() == 0, agent.lines[-20:]
+    srv.stop()
+    assert not at.rows(db), "a wrapped connection's plaintext was placed on a socket"
+    assert _meta(db, "loss_tls_unreadable_total") >= 2 * len(got), agent.lines[-8:]
+    assert _meta(db, "loss_http_unsynced_total") == 0, "ciphertext reached the HTTP parser"

@@ -12,7 +12,7 @@
 #include "bpf/kpi_event.h"
 
 #define SIDE_MAX_TARGETS KPI_MAX_TARGETS
-#define SIDE_MAX_LINKS   8
+#define SIDE_MAX_LINKS   36      /* Go's TLS: 2 entries and up to 2 x 16 RETs */
 
 /* A live target, as attach.c tells it. */
 struct side_live {

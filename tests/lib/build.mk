@@ -44,3 +44,21 @@ $(BUILD)/tests/noise-probe: tests/noise_probe.c
 	$(call msg,LD,$@)
 	@mkdir -p $(@D)
 	$(Q)$(CC) $(filter-out -MMD -MP,$(CFLAGS)) $(LDFLAGS) $< -o $@ -pthread
+
+# The Go TLS server of tests/test_agent_tls.py and tests/bench/bench_tls.py
+# (tests/lib/sse_server.go: net/http over Go's crypto/tls), built with
+# Debian's golang-go twice: with DWARF, and stripped (-s -w: no symbol table,
+# the agent finds its functions in .gopclntab).  Go's own cache under build/.
+GO_SSE := $(BUILD)/tests/go-sse-server
+GO_ENV = GOCACHE=$(abspath $(BUILD))/go-cache GOPATH=$(abspath $(BUILD))/go-path GO111MODULE=off GOFLAGS=
+.PHONY: go-servers
+go-servers: $(GO_SSE) $(GO_SSE)-stripped
+test bench: go-servers
+$(GO_SSE): tests/lib/sse_server.go | deps
+	$(call msg,GO,$@)
+	@mkdir -p $(@D)
+	$(Q)$(GO_ENV) go build -o $@ $<
+$(GO_SSE)-stripped: tests/lib/sse_server.go | deps
+	$(call msg,GO,$@)
+	@mkdir -p $(@D)
+	$(Q)$(GO_ENV) go build -ldflags='-s -w' -o $@ $<
