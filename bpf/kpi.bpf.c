@@ -1266,7 +1266,8 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 		e->dir = KPI_PAYLOAD_OUT;
 		if (c->role == KPI_ROLE_SERVED && held_after_write(c, tgid, a))
 			e->flags = KPI_PAYLOAD_F_UNSENT;
-		if (c->role == KPI_ROLE_SERVED && tls_record_start(first_word(a, ret))) {
+		if (c->role == KPI_ROLE_SERVED && a->shape != SHAPE_FILE &&
+		    tls_record_start(first_word(a, ret))) {
 			/* a record Go's tls.(*Conn).Write may be sending (kpi_tls.bpf.c) */
 			struct kpi_tls_read lw = { .ts = e->h.ts, .fd = a->fd };
 			bpf_map_update_elem(&tls_last_write, &pt, &lw, BPF_ANY);

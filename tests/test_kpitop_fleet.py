@@ -129,6 +129,16 @@ def test_kpitop_fleet_rows_equal_the_traces():
     s0 = start // 10**9
     for at, window in ((s0 + 100, "10s"), (s0 + 300, "1m"), (s0 + 450, "5m"), (s0 + 601, "5m")):
         check_frame(once(url, "--at", f"@{at}", "--window", window), traces)
+    # relative to the start: the fleet's oldest row, found from the aggregates'
+    # first minute and the rows before its end (not every row), exactly
+    first = None
+    for p in traces.values():
+        con = sqlite3.connect(p)
+        for (t,) in con.execute("SELECT min(wall_ns) FROM requests UNION ALL SELECT min(wall_ns) FROM samples"):
+            first = t if first is None or (t is not None and t < first) else first
+        con.close()
+    _, (frm, to, _, _) = parse(once(url, "--at", "+100s", "--window", "10s"))
+    assert to == first + 100 * 10**9, (to, first)
     out = once(url, "--window", "1m")
     rows = check_frame(out, traces)
     # live: the window ends at the newest row shipped (the last sample, at 600 s)

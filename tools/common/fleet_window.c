@@ -109,15 +109,41 @@ static char *next_line(char **p)
 
 /* ---- the span ------------------------------------------------------------------ */
 
+/* The requests to read for the span at the first call, as a WHERE: with
+ * the aggregates, the rows before the end of their first minute (the oldest
+ * row is there, or older: a host whose minutes are not shipped yet) and
+ * those from their last minute on (the newest is there), not every row. */
+static void span_rows(struct fleet *f, char *where, size_t len)
+{
+	const long long min_ns = 60000000000LL;
+	char *fl[3], *p;
+	const char *line;
+
+	snprintf(where, len, "wall_ns >= %lld", (long long)f->last_wall_ns);
+	if (f->last_wall_ns || !f->minutes)
+		return;
+	buf_reset(&f->q);
+	buf_printf(&f->q, "SELECT min(minute), max(minute), count() FROM request_minutes FORMAT TabSeparated");
+	if (ask(f))
+		return;         /* asked again below, which says what failed */
+	p = f->ans.p;
+	if (!(line = next_line(&p)) || ch_tsv_split((char *)line, fl, 3) != 3 || atoll(fl[2]) <= 0)
+		return;
+	snprintf(where, len, "wall_ns < %lld OR wall_ns >= %lld", atoll(fl[0]) * 1000000000LL + min_ns,
+		 atoll(fl[1]) * 1000000000LL);
+}
+
 int fleet_span(struct fleet *f, int64_t *first_wall_ns, int64_t *last_wall_ns)
 {
 	/* past the first call, only what is at least as new as the newest seen:
 	 * ClickHouse skips the parts whose wall_ns all lie before it */
 	int64_t since = f->last_wall_ns;
+	char where[128];
+	span_rows(f, where, sizeof(where));
 	buf_reset(&f->q);
 	buf_printf(&f->q, "SELECT min(a), max(b), sum(c) FROM (SELECT min(wall_ns) AS a, max(wall_ns) AS b, "
-		      "count() AS c FROM requests WHERE wall_ns >= %lld UNION ALL SELECT min(wall_ns), max(wall_ns), "
-		      "count() FROM samples WHERE wall_ns >= %lld) FORMAT TabSeparated", (long long)since,
+		      "count() AS c FROM requests WHERE %s UNION ALL SELECT min(wall_ns), max(wall_ns), "
+		      "count() FROM samples WHERE wall_ns >= %lld) FORMAT TabSeparated", where,
 		      (long long)since);
 	if (ask(f))
 		return -1;
@@ -410,7 +436,9 @@ static int read_requests_minutes(struct fleet *f, struct fleet_window *w, int64_
 	if (w->from_wall_ns < 0 || hi <= lo)
 		lo = hi = w->to_wall_ns;        /* no whole minute: every row raw */
 	f->n_acc = 0;
-	if ((hi > lo && read_minute_rows(f, lo, hi)) || read_edges(f, w, lo, hi))
+	/* a window of whole closed minutes reads no raw row: its cost is hosts x minutes */
+	if ((hi > lo && read_minute_rows(f, lo, hi)) ||
+	    ((w->from_wall_ns < lo || hi < w->to_wall_ns) && read_edges(f, w, lo, hi)))
 		return -1;
 	static struct minute_acc all;
 	memset(&all, 0, sizeof(all));
