@@ -402,3 +402,44 @@ def test_agent_tls_go_wrapped_conn_not_misread():
     assert not at.rows(db), "a wrapped connection's plaintext was placed on a socket"
     assert _meta(db, "loss_tls_unreadable_total") >= 2 * len(got), agent.lines[-8:]
     assert _meta(db, "loss_http_unsynced_total") == 0, "ciphertext reached the HTTP parser"
+
+
+def test_agent_tls_go_server_http2():
+    """Go's net/http answers a client that offers h2 over TLS with HTTP/2 (ALPN):
+    the plaintext its crypto/tls moves is HTTP/2 frames, followed per stream
+    as over h2c, each completion a row with the path and the content events
+    curl received."""
+    kpitest.require_root("kpi-agent")
+    at.require_built(at.AGENT)
+    at.require_built(GO_SERVER)
+    if not shutil.which("curl"):
+        raise kpitest.Skip("curl is not installed (make deps installs it)")
+    d = _tmp()
+    crt, key = nginxtest.cert(d)
+    port = kpitest.free_port()
+    srv = kpitest.Proc([GO_SERVER, str(port), crt, key])
+    srv.wait_line("listening on")
+    db = os.path.join(d, "go-h2.db")
+    agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
+    agent.wait_line(f"TLS: pid {srv.pid}", timeout=60)
+    got = {}
+    for i in range(6):
+        path = ("/v1/chat/completions", "/v1/completions")[i % 2]
+        rid = f"go-h2-{i}"
+        p = kpitest.run(["curl", "-sk", "--http2", "-o", "-", "-w", "\n%{http_version}",
+                         "-H", f"x-request-id: {rid}", "-H", "Content-Type: application/json",
+                         "-d", json.dumps({"model": "m", "stream": True, "max_tokens": 2 + i}),
+                         f"https://127.0.0.1:{port}{path}"], check=True)
+        body, _, version = p.stdout.rpartition("\n")
+        assert version == "2", ("curl did not speak HTTP/2", version)
+        got[rid] = (path, nginxtest.content_events(body.encode()))
+    assert agent.stop() == 0, agent.lines[-20:]
+    srv.stop()
+    rows = at.rows(db)
+    for rid, (path, events) in got.items():
+        r = rows.get(rid)
+        assert r and (r["path"], r["content_events"], r["http_status"]) == (path, events, 200), (rid, r, events)
+        assert 0 < r["ttft_ns"] <= r["e2e_ns"], r
+    h2 = [l for l in agent.lines if l.startswith("http2:")]
+    assert h2 and "6 streams" in h2[-1] and "0 header blocks not decodable" in h2[-1], h2
+    assert _meta(db, "loss_tls_unreadable_total") == 0
