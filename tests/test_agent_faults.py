@@ -262,12 +262,14 @@ def test_least_privilege():
                          for r in reads), reads
     assert "KPI_PAYLOAD_MAX" in src[h0:h1] and src.count("http_done(") == 3
     assert "bpf_copy_from_user" not in src
-    # the TLS object reads plaintext only for a target flagged HTTP: its one
-    # entry check, then the call's buffer and the _ex calls' length
+    # the TLS object reads plaintext only for a target flagged HTTP: its two
+    # entry checks (OpenSSL's calls, Go's), then the call's buffer, the _ex
+    # calls' length, and Go's three words from a tls.Conn to its socket
     tls = open(os.path.join(ROOT, "bpf", "kpi_tls.bpf.c")).read()
     reads = re.findall(r"bpf_probe_read_user\w*\s*\((.*)", tls)
-    assert len(reads) == 2 and "c.buf" in reads[0] and "out_len" in reads[1], reads
-    assert tls.count("KPI_TARGET_F_HTTP") == 1 and "bpf_copy_from_user" not in tls
+    assert len(reads) == 5 and "c->buf" in reads[0] and "out_len" in reads[1], reads
+    assert all(w in r for w, r in zip(("GO_IFACE_DATA", "GO_TCPCONN_FD", "GO_NETFD_SYSFD"), reads[2:])), reads
+    assert tls.count("KPI_TARGET_F_HTTP") == 2 and "bpf_copy_from_user" not in tls
     ft.report("least_privilege", kept=said.split("keeping ")[1].split(" (")[0],
               uid=65534, db_dir=oct(stat.S_IMODE(dst.st_mode)), db_file=oct(stat.S_IMODE(fst.st_mode)))
 

@@ -50,7 +50,7 @@ $(BUILD)/tests/noise-probe: tests/noise_probe.c
 # Debian's golang-go twice: with DWARF, and stripped (-s -w: no symbol table,
 # the agent finds its functions in .gopclntab).  Go's own cache under build/.
 GO_SSE := $(BUILD)/tests/go-sse-server
-GO_ENV = GOCACHE=$(abspath $(BUILD))/go-cache GOPATH=$(abspath $(BUILD))/go-path GO111MODULE=off GOFLAGS=
+GO_ENV = GOCACHE=$(abspath $(BUILD))/go-cache GOPATH=$(abspath $(BUILD))/go-path GO111MODULE=off GOFLAGS= GOENV=off
 .PHONY: go-servers
 go-servers: $(GO_SSE) $(GO_SSE)-stripped
 test bench: go-servers

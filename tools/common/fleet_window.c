@@ -112,7 +112,8 @@ static char *next_line(char **p)
 /* The requests to read for the span at the first call, as a WHERE: with
  * the aggregates, the rows before the end of their first minute (the oldest
  * row is there, or older: a host whose minutes are not shipped yet) and
- * those from their last minute on (the newest is there), not every row. */
+ * those from their newest row on (the newest is there, or newer), not every
+ * row. */
 static void span_rows(struct fleet *f, char *where, size_t len)
 {
 	const long long min_ns = 60000000000LL;
@@ -123,14 +124,15 @@ static void span_rows(struct fleet *f, char *where, size_t len)
 	if (f->last_wall_ns || !f->minutes)
 		return;
 	buf_reset(&f->q);
-	buf_printf(&f->q, "SELECT min(minute), max(minute), count() FROM request_minutes FORMAT TabSeparated");
+	buf_printf(&f->q, "SELECT min(minute), max(last_wall_ns), count() FROM request_minutes "
+		      "FORMAT TabSeparated");
 	if (ask(f))
 		return;         /* asked again below, which says what failed */
 	p = f->ans.p;
 	if (!(line = next_line(&p)) || ch_tsv_split((char *)line, fl, 3) != 3 || atoll(fl[2]) <= 0)
 		return;
 	snprintf(where, len, "wall_ns < %lld OR wall_ns >= %lld", atoll(fl[0]) * 1000000000LL + min_ns,
-		 atoll(fl[1]) * 1000000000LL);
+		 atoll(fl[1]));
 }
 
 int fleet_span(struct fleet *f, int64_t *first_wall_ns, int64_t *last_wall_ns)
