@@ -1270,7 +1270,7 @@ static __always_inline void http_done(__u32 tgid, const struct sys_arg *a, long 
 		    tls_record_start(first_word(a, ret))) {
 			/* a record Go's tls.(*Conn).Write may be sending (kpi_tls.bpf.c) */
 			struct kpi_tls_read lw = { .ts = e->h.ts, .fd = a->fd };
-			bpf_map_update_elem(&tls_last_write, &pt, &lw, BPF_ANY);
+			bpf_map_update_elem(&tls_last_write, &key, &lw, BPF_ANY);
 		}
 	}
 	if (a->shape == SHAPE_BUF) {

@@ -115,6 +115,7 @@ enum kpi_counter {
 	KPI_CNT_SYS_ARGS_DEL,
 	KPI_CNT_TLS_CALLS_INS,  /* tls_calls: an SSL call entered, and returned */
 	KPI_CNT_TLS_CALLS_DEL,
+	KPI_CNT_GO_TLS_CLOSED,  /* a Go TLS call whose socket closed before it returned: not read */
 	KPI_CNT_MAX,
 };
 

@@ -65,10 +65,12 @@ struct {
 	__type(value, struct kpi_tls_read);
 } tls_last_read SEC(".maps");
 
-/* pid_tgid -> the last write of a TLS record to a served socket the thread
+/* (tgid << 32 | fd) -> the last write of a TLS record to that served socket
  * made outside an SSL call (struct kpi_tls_read, t_seg 0): times the Write
- * of Go's crypto/tls, which writes its records inside the call but is not
- * followed by thread (a goroutine moves between threads).  LRU, as above. */
+ * of Go's crypto/tls, which writes its records inside the call.  Kept by
+ * socket, not by thread: a goroutine that leaves a syscall may go on on
+ * another thread (its P handed off meanwhile).  LRU: one per served socket
+ * that carries TLS. */
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__uint(max_entries, 16384);

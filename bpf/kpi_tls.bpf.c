@@ -237,7 +237,8 @@ struct go_call {
 	__u64 buf;
 	__u64 t_enter;
 	__u32 dir;
-	__u32 _pad;
+	int fd;                         /* its socket as the entry read it, -1 none */
+	__u64 sk;                       /* its struct sock, when the target had accepted it then */
 };
 
 struct {
@@ -247,6 +248,34 @@ struct {
 	__type(value, struct go_call);
 } go_calls SEC(".maps");
 
+/* The socket of a *tls.Conn as its structs say, -1 when they cannot be read. */
+static __always_inline int go_conn_fd(__u64 conn)
+{
+	__u64 data = 0, netfd = 0;
+	__s64 fd = -1;
+
+	if (bpf_probe_read_user(&data, sizeof(data), (const void *)(conn + GO_IFACE_DATA)) || !data ||
+	    bpf_probe_read_user(&netfd, sizeof(netfd), (const void *)(data + GO_TCPCONN_FD)) || !netfd ||
+	    bpf_probe_read_user(&fd, sizeof(fd), (const void *)(netfd + GO_NETFD_SYSFD)) ||
+	    fd < 0 || fd > 0x7fffffff)
+		return -1;
+	return (int)fd;
+}
+
+/* The struct sock of fd when it is a socket the target accepted (and has
+ * not closed), else 0. */
+static __always_inline __u64 go_served(__u32 tgid, int fd)
+{
+	__u64 key = conn_key(tgid, fd);
+	struct kpi_conn *c = bpf_map_lookup_elem(&conns, &key);
+
+	return c && c->is_sock && c->role == KPI_ROLE_SERVED && c->sk ? c->sk : 0;
+}
+
+/* The socket is read at the entry, while it is surely open: another
+ * goroutine may close it before this one reaches its RET (Go sets Sysfd to
+ * -1 then); it is checked against conns there, or at the RET (a Read that
+ * does the handshake makes the socket's first syscalls inside the call). */
 static __always_inline int go_enter(struct pt_regs *ctx, __u32 dir)
 {
 	__u32 tgid = bpf_get_current_pid_tgid() >> 32;
@@ -257,25 +286,10 @@ static __always_inline int go_enter(struct pt_regs *ctx, __u32 dir)
 	if (!tg || !(tg->flags & KPI_TARGET_F_HTTP))
 		return 0;
 	c.t_enter = bpf_ktime_get_ns();
+	c.fd = go_conn_fd(c.conn);
+	c.sk = c.fd >= 0 ? go_served(tgid, c.fd) : 0;
 	bpf_map_update_elem(&go_calls, &k, &c, BPF_ANY);
 	return 0;
-}
-
-/* The socket of a *tls.Conn, -1 when it is not one the target accepted. */
-static __always_inline int go_conn_fd(__u32 tgid, __u64 conn)
-{
-	__u64 data = 0, netfd = 0, key;
-	__s64 fd = -1;
-	struct kpi_conn *c;
-
-	if (bpf_probe_read_user(&data, sizeof(data), (const void *)(conn + GO_IFACE_DATA)) || !data ||
-	    bpf_probe_read_user(&netfd, sizeof(netfd), (const void *)(data + GO_TCPCONN_FD)) || !netfd ||
-	    bpf_probe_read_user(&fd, sizeof(fd), (const void *)(netfd + GO_NETFD_SYSFD)) ||
-	    fd < 0 || fd > 0x7fffffff)
-		return -1;
-	key = conn_key(tgid, (int)fd);
-	c = bpf_map_lookup_elem(&conns, &key);
-	return c && c->is_sock && c->role == KPI_ROLE_SERVED ? (int)fd : -1;
 }
 
 SEC("uprobe")
@@ -290,24 +304,23 @@ int kpi_go_tls_write(struct pt_regs *ctx)
 	return go_enter(ctx, KPI_PAYLOAD_OUT);
 }
 
-/* A write call of c->fd: the last write of a TLS record this thread made
- * in [c->t_enter, hi] (tls_last_write), taken once; else its entry. */
+/* A write call of c->fd: the last write of a TLS record to its socket in
+ * [c->t_enter, hi] (tls_last_write); else its entry. */
 static __always_inline __u64 write_time(__u64 pt, const struct kpi_tls_call *c, __u64 hi)
 {
-	struct kpi_tls_read *lw = bpf_map_lookup_elem(&tls_last_write, &pt);
-	__u64 ts;
+	__u64 key = conn_key(pt >> 32, c->fd);
+	struct kpi_tls_read *lw = bpf_map_lookup_elem(&tls_last_write, &key);
 
 	if (!lw || lw->fd != c->fd || lw->ts < c->t_enter || lw->ts > hi)
 		return c->t_enter;
-	ts = lw->ts;
-	bpf_map_delete_elem(&tls_last_write, &pt);
-	return ts;
+	return lw->ts;
 }
 
 /* At a RET of either: n in RAX.  Its records were read or written inside
- * the call, by the thread that returns (unless the goroutine parked and
- * moved): a read is timed at its ciphertext's read, else at the return; a
- * write at its record's write, else at its entry. */
+ * the call: a read is timed at its ciphertext's read by the thread that
+ * returns (unless the goroutine parked and moved), else at the return; a
+ * write at its socket's last record write since the entry, else at its
+ * entry. */
 SEC("uprobe")
 int kpi_go_tls_ret(struct pt_regs *ctx)
 {
@@ -316,6 +329,7 @@ int kpi_go_tls_ret(struct pt_regs *ctx)
 	struct go_call *p = bpf_map_lookup_elem(&go_calls, &k);
 	struct kpi_tls_call c = {};
 	__s64 n = (__s64)ctx->ax;
+	__u64 sk, now_sk;
 
 	if (!p)
 		return 0;
@@ -323,11 +337,20 @@ int kpi_go_tls_ret(struct pt_regs *ctx)
 	c.dir = p->dir;
 	c.t_enter = p->t_enter;
 	c.ssl = p->conn;
+	c.fd = p->fd;
+	sk = p->sk;
 	bpf_map_delete_elem(&go_calls, &k);
 	if (n <= 0)
 		return 0;
-	c.fd = go_conn_fd(k.tgid, c.ssl);
-	if (c.fd < 0)
+	now_sk = c.fd >= 0 ? go_served(k.tgid, c.fd) : 0;
+	if (sk && now_sk != sk) {
+		/* closed (and the fd perhaps given to a new connection) while the
+		 * call went on: its bytes belonged to a connection the agent has
+		 * finished with, and are never put on another */
+		count(KPI_CNT_GO_TLS_CLOSED);
+		return 0;
+	}
+	if (!now_sk)
 		c.fd = KPI_TLS_FD_UNKNOWN;      /* counted by the agent as unplaced */
 	if (c.dir == KPI_PAYLOAD_IN)
 		read_timed(pt, &c, c.t_enter - LAST_READ_NS, now);

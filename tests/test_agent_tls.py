@@ -442,4 +442,4 @@ def test_agent_tls_go_server_http2():
         assert 0 < r["ttft_ns"] <= r["e2e_ns"], r
     h2 = [l for l in agent.lines if l.startswith("http2:")]
     assert h2 and "6 streams" in h2[-1] and "0 header blocks not decodable" in h2[-1], h2
-    assert _meta(db, "loss_tls_unreadable_total") == 0
+    assert _meta(db, "loss_tls_unreadable_total") == 0, [l for l in agent.lines if "TLS" in l or "loss" in l]

@@ -3,7 +3,7 @@
 tests/lib/llama_server.mjs, started warm, its own marks, a streaming client;
 and tests/lib/llama_run.mjs, llama.cpp run once on a GGUF file (greedy
 tokens, logits, decode speed) for the quantization tests and benchmark."""
-import http.client, json, os, shutil, subprocess, threading, time
+import http.client, json, os, shutil, subprocess, threading
 
 import kpitest
 import agenttest as at
@@ -113,15 +113,32 @@ def stream(port, rid, prompt, max_tokens):
 
 
 def concurrently(port, jobs):
-    """jobs: (rid, prompt, max_tokens), sent 2 ms apart, all at once; returns
-    {rid: status}."""
-    out, ts = {}, []
-    for rid, prompt, n in jobs:
-        ts.append(threading.Thread(target=lambda a=(rid, prompt, n): out.__setitem__(
-            a[0], stream(port, *a))))
+    """jobs: (rid, prompt, max_tokens): every connection opened first, then
+    the requests written back to back in that order, each response read by a
+    thread of its own; returns {rid: status}.  No thread starts between two
+    requests, so they arrive together however busy the machine is (the burst
+    test needs its 16 to overlap), in order (arrival order = position)."""
+    conns, out = [], {}
+    for rid, _, _ in jobs:
+        c = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        c.connect()
+        conns.append((rid, c))
+    for (rid, c), (_, prompt, n) in zip(conns, jobs):
+        c.request("POST", "/v1/chat/completions", headers={
+            "Content-Type": "application/json", "x-request-id": rid},
+            body=json.dumps({"model": "tiny", "stream": True, "max_tokens": n,
+                             "messages": [{"role": "user", "content": prompt}]}))
+
+    def read(rid, c):
+        try:
+            r = c.getresponse()
+            r.read()
+            out[rid] = r.status
+        finally:
+            c.close()
+    ts = [threading.Thread(target=read, args=a) for a in conns]
     for t in ts:
         t.start()
-        time.sleep(0.002)       # arrival order = position
     for t in ts:
         t.join()
     return out
