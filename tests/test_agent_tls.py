@@ -338,23 +338,30 @@ def test_agent_tls_node_server():
     _first_content_and_end("Node TLS", rows, got, pcap, port, stalls)
 
 
-def _go_server(exe, objdump=False):
-    """Go's net/http over crypto/tls (tests/lib/sse_server.go), exe one of
-    its two builds: the agent names it Go's, with its version and RETs, and
-    reads it as Node's test reads node (the same load, the same bounds); with
-    objdump, the RETs it probed are those `go tool objdump` lists."""
+def _go_started(exe, *flags):
+    """exe (a build of tests/lib/sse_server.go, with flags) serving TLS on a
+    free port and the agent attached to it: (port, server, agent, db, the
+    agent's TLS line for it)."""
     kpitest.require_root("kpi-agent")
-    pcaptest.require()
     at.require_built(at.AGENT)
     at.require_built(exe)
     d = _tmp()
     crt, key = nginxtest.cert(d)
     port = kpitest.free_port()
-    srv = kpitest.Proc([exe, str(port), crt, key])
+    srv = kpitest.Proc([exe, *flags, str(port), crt, key])
     srv.wait_line("listening on")
     db = os.path.join(d, "go.db")
     agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
-    line = agent.wait_line(f"TLS: pid {srv.pid}", timeout=60)
+    return port, srv, agent, db, agent.wait_line(f"TLS: pid {srv.pid}", timeout=60)
+
+
+def _go_server(exe, objdump=False):
+    """Go's net/http over crypto/tls (tests/lib/sse_server.go), exe one of
+    its two builds: the agent names it Go's, with its version and RETs, and
+    reads it as Node's test reads node (the same load, the same bounds); with
+    objdump, the RETs it probed are those `go tool objdump` lists."""
+    pcaptest.require()
+    port, srv, agent, db, line = _go_started(exe)
     assert "Go crypto/tls (go1." in line and os.path.realpath(exe) in line, line
     if objdump:
         # the RETs the agent found, against Go's own disassembler (it needs the symbols)
@@ -384,17 +391,7 @@ def test_agent_tls_go_wrapped_conn_not_misread():
     type (-wrap): the socket the BPF side finds through tls.Conn's conn is
     not one the server accepted, so its plaintext is counted as unplaced
     (tls_unreadable) and makes no row; nothing is read as another socket's."""
-    kpitest.require_root("kpi-agent")
-    at.require_built(at.AGENT)
-    at.require_built(GO_SERVER)
-    d = _tmp()
-    crt, key = nginxtest.cert(d)
-    port = kpitest.free_port()
-    srv = kpitest.Proc([GO_SERVER, "-wrap", str(port), crt, key])
-    srv.wait_line("listening on")
-    db = os.path.join(d, "go-wrap.db")
-    agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
-    agent.wait_line(f"TLS: pid {srv.pid}", timeout=60)
+    port, srv, agent, db, _ = _go_started(GO_SERVER, "-wrap")
     got = _node_load(port)
     assert all(g["status"] == 200 and g["events"] for g in got), got[:3]
     assert agent.stop() == 0, agent.lines[-20:]
@@ -409,19 +406,9 @@ def test_agent_tls_go_server_http2():
     the plaintext its crypto/tls moves is HTTP/2 frames, followed per stream
     as over h2c, each completion a row with the path and the content events
     curl received."""
-    kpitest.require_root("kpi-agent")
-    at.require_built(at.AGENT)
-    at.require_built(GO_SERVER)
     if not shutil.which("curl"):
         raise kpitest.Skip("curl is not installed (make deps installs it)")
-    d = _tmp()
-    crt, key = nginxtest.cert(d)
-    port = kpitest.free_port()
-    srv = kpitest.Proc([GO_SERVER, str(port), crt, key])
-    srv.wait_line("listening on")
-    db = os.path.join(d, "go-h2.db")
-    agent = at.start_agent(db, "--flush-ms", 100, "--port", port)
-    agent.wait_line(f"TLS: pid {srv.pid}", timeout=60)
+    port, srv, agent, db, _ = _go_started(GO_SERVER)
     got = {}
     for i in range(6):
         path = ("/v1/chat/completions", "/v1/completions")[i % 2]
