@@ -17,6 +17,7 @@
 #include "agent/host/host.h"
 #include "agent/host/targets.h"
 #include "loader.h"
+#include "losses.h"
 #include "tls.h"
 
 /* SSL_read, SSL_write, SSL_read_ex, SSL_write_ex: entry and return each */
@@ -228,28 +229,16 @@ bool agent_tls_readable(void *ctx, uint32_t pid)
 	return false;
 }
 
-/* The counters map's entry idx, summed over the CPUs (0 when unread). */
-static unsigned long long counter(const struct agent_tls *g, uint32_t idx)
-{
-	int n = libbpf_num_possible_cpus();
-	unsigned long long sum = 0, *v;
-
-	if (n <= 0 || !(v = calloc((size_t)n, sizeof(*v))))
-		return 0;
-	if (!bpf_map__lookup_elem(g->skel->maps.counters, &idx, sizeof(idx), v, (size_t)n * sizeof(*v), 0))
-		for (int i = 0; i < n; i++)
-			sum += v[i];
-	free(v);
-	return sum;
-}
-
 void agent_tls_summary(const struct agent_tls *g, char *buf, size_t len)
 {
 	buf[0] = 0;
 	if (g && (g->n_probed || g->n_probed_go || g->n_unreadable))
 		snprintf(buf, len, "TLS: %u processes read through OpenSSL, %u through Go's crypto/tls "
 			 "(%llu calls returned after their socket closed, not read), %u not readable",
-			 g->n_probed, g->n_probed_go, counter(g, KPI_CNT_GO_TLS_CLOSED), g->n_unreadable);
+			 g->n_probed, g->n_probed_go,
+			 (unsigned long long)losses_percpu_sum(g->skel->maps.counters, KPI_CNT_GO_TLS_CLOSED,
+								libbpf_num_possible_cpus()),
+			 g->n_unreadable);
 }
 
 struct agent_tls *agent_tls_open(struct kpi_bpf *main_skel, bool verbose, char *err, size_t errlen)
