@@ -24,19 +24,26 @@
 /* The answer's body, all integers little-endian:
  *   header                               struct kpi_kv_header (128 bytes)
  *   2 x n_layers x { frame               struct kpi_kv_layer (24 bytes)
- *                    K [n_kv_heads][n_pos][head_dim]   dtype
- *                    V [n_kv_heads][n_pos][head_dim] }  dtype
+ *                    for each chunk of block_size positions from first_pos
+ *                    (the last one shorter):
+ *                      K [n_kv_heads][chunk][head_dim]   dtype
+ *                      V [n_kv_heads][chunk][head_dim] }  dtype
  *   end frame                            struct kpi_kv_end (32 bytes)
  * The first n_layers frames (layers 0..n_layers-1 in order) carry positions
  * [0, c): the prompt's prefix the prefill worker had cached, sent before any
  * compute (c may be 0: frames of no payload). The next n_layers frames carry
  * [c, n_tokens), each sent as soon as the forward pass has computed its layer
  * (the transfer overlaps the prefill's tail). c is the same in every frame.
- * Content-Length is exactly kpi_kv_stream_bytes(). */
+ * Content-Length is exactly kpi_kv_stream_bytes(). A chunk is one KV block
+ * of the sender (the header's block_size): where both ends keep a block's K
+ * (then V) of all heads contiguous, as the CPU backend does, the stream is
+ * sent from the sender's blocks and received into the receiver's, a run per
+ * block, never copied (version 1 ordered a frame head by head over all its
+ * positions: a 2 KiB run per head and block). */
 #define KPI_KV_MAGIC 0x564b504bu       /* "KPKV" */
 #define KPI_KV_LAYER_MAGIC 0x594c504bu /* "KPLY" */
 #define KPI_KV_END_MAGIC 0x444e504bu   /* "KPND" */
-#define KPI_KV_VERSION 1u
+#define KPI_KV_VERSION 2u
 
 enum kpi_kv_wire_dtype {
 	KPI_KV_WIRE_F16 = 1,  /* IEEE half: the CPU backend's cache, the CUDA backend's default */
@@ -54,7 +61,7 @@ struct kpi_kv_header {
 	uint32_t n_kv_heads;
 	uint32_t head_dim;
 	uint32_t dtype;          /* enum kpi_kv_wire_dtype */
-	uint32_t block_size;     /* the sender's tokens per KV block (for the blocks count) */
+	uint32_t block_size;     /* the sender's tokens per KV block: a frame's chunks */
 	uint32_t n_tokens;       /* positions carried: the whole prompt, 0..n_tokens-1 */
 	uint64_t payload_bytes;  /* KV bytes of all layers: kpi_kv_payload_bytes() */
 	uint32_t vocab_size;
@@ -76,8 +83,9 @@ struct kpi_kv_end {
 	int32_t first_token;     /* sampled from the prompt's last position */
 	uint32_t n_tokens;       /* the header's, again */
 	uint64_t sampler_state;  /* the request's sampler after drawing first_token */
-	uint64_t checksum;       /* XXH3-64 of every layer's K and V bytes in stream order,
-				  * then of this frame's 24 bytes before this field */
+	uint64_t checksum;       /* XXH3-64 of the header's 128 bytes, every layer's K and V
+				  * bytes in stream order, then this frame's 24 bytes before
+				  * this field (version 1: without the header) */
 };
 
 _Static_assert(sizeof(struct kpi_kv_header) == 128, "kpi_kv_header is ABI: 128 bytes");

@@ -7,11 +7,15 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "abi/kpi_reasons.h" /* enum kpi_finish_reason: why a sequence ended */
 
 enum engine_batching { ENGINE_BATCH_CONTINUOUS = 0, ENGINE_BATCH_STATIC = 1 };
 enum engine_backend_kind { ENGINE_BACKEND_CPU = 0, ENGINE_BACKEND_CUDA = 1 };
+
+struct engine_kv_out;
+struct engine_kv_pin;
 
 struct engine_config {
 	const char *model_path;  /* GGUF file */
@@ -24,19 +28,32 @@ struct engine_config {
 	enum engine_backend_kind backend;
 	bool prefix_cache;       /* reuse cached full blocks of earlier prompts (docs/engine.md) */
 	bool fingerprint;        /* hash the model file: its identity in a KV transfer */
+	bool kv_out_copy;        /* copy kv_layer's KV out of the pool even where the backend
+				  * could hand it out in place (tests; the copy's cost) */
 	/* Prefill side of a KV transfer: called on the engine thread, inside
 	 * engine_step, for a sequence submitted with engine_submit_prefill: at its
 	 * admission, for every layer, with the positions [0, c) the prefix cache
 	 * held (when c > 0), before any compute; then once per layer of the step
 	 * that completes its prefill, as soon as that layer is computed, with the
 	 * positions [c, n_prompt) (the transfer overlaps the rest of the forward
-	 * pass). data (from engine_kv_buffer; the callee frees it with
-	 * engine_kv_buffer_free) is K then V of
-	 * those positions, each [n_kv_heads][n_pos][head_dim] in the cache's
-	 * dtype. */
-	void (*kv_layer)(void *ctx, uint64_t id, int layer, int first_pos, int n_pos, void *data,
-			 size_t len);
+	 * pass). The callee takes what *out holds (struct engine_kv_out). */
+	void (*kv_layer)(void *ctx, struct engine_kv_out *out);
 	void *kv_ctx;
+};
+
+/* One layer's K and V of positions [first_pos, first_pos + n_pos) of a
+ * prefill-only request, in the KV stream's order (abi/kpi_kv_wire.h): block
+ * by block, K [n_kv_heads][slots][head_dim] then V, in the cache's dtype;
+ * len bytes, either copied out (data) or where they stand in the KV pool
+ * (iov), whose blocks stay out of reuse until engine_kv_unpin. */
+struct engine_kv_out {
+	uint64_t id;
+	int layer, first_pos, n_pos;
+	size_t len;
+	void *data;                /* engine_kv_buffer, or NULL (out of memory, or iov) */
+	struct iovec *iov;         /* malloc'd: the runs, in that order */
+	int n_iov;
+	struct engine_kv_pin *pin; /* iov's blocks, referenced (engine_kv_unpin) */
 };
 
 struct model_info {
@@ -102,7 +119,19 @@ struct engine_kv_import {
 	int n_tokens;             /* the prompt's length */
 	int32_t first_token;      /* sampled by the prefill side */
 	uint64_t sampler_state;   /* the sampler after that draw */
-	void *data;               /* per layer: K then V, [n_kv_heads][n_tokens][head_dim] */
+	void *data;               /* per layer: K then V, [n_kv_heads][n_tokens][head_dim];
+				   * NULL: already in the blocks engine_kv_reserve gave */
+};
+
+/* Blocks held for a prompt whose KV is coming from elsewhere
+ * (engine_kv_reserve): where each layer's rows go, so a transfer receives
+ * them in place. */
+struct engine_kv_in {
+	uint64_t id;
+	int n_tokens, n_blocks, block_size, n_layers, n_kv_heads;
+	/* [n_layers][n_blocks][K, V][n_kv_heads]: block_size rows of head_dim
+	 * elements each, slot 0 first (backend kv_rows) */
+	void *rows[];
 };
 
 struct engine;
@@ -137,14 +166,27 @@ int engine_submit_prefill(struct engine *e, uint64_t id, const int32_t *prompt, 
 /* A request whose prompt's KV and first token were computed elsewhere (kv,
  * taken on success: kv->data, from engine_kv_buffer, is freed by the
  * engine). It waits for a slot and blocks like any request; when admitted
- * its KV is copied into the cache and its first token reported, then it
- * decodes. Errors as
- * engine_submit, and -EINVAL when kv does not fit the prompt or vocabulary. */
+ * its KV is copied into the cache (or is there already: kv->data NULL and
+ * id's blocks from engine_kv_reserve, which it takes) and its first token
+ * reported, then it decodes. Errors as engine_submit, and -EINVAL when kv
+ * does not fit the prompt or vocabulary, or has neither data nor blocks. */
 int engine_submit_decode(struct engine *e, uint64_t id, const int32_t *prompt, int n_prompt,
 			 const struct sampling_params *sp, struct engine_kv_import *kv, char *err,
 			 size_t errlen);
 
 void engine_kv_layout(const struct engine *e, struct engine_kv_layout *l);
+/* Holds the blocks of n_tokens positions for request id until its
+ * engine_submit_decode with kv->data NULL (its KV written into them by then)
+ * or engine_kv_release. Returns where they stand (malloc'd: the caller frees
+ * it, the blocks stay), or NULL with err: the pool is not in host memory, has
+ * too few free blocks now, or id holds some already. */
+struct engine_kv_in *engine_kv_reserve(struct engine *e, uint64_t id, int n_tokens, char *err,
+				       size_t errlen);
+/* Gives id's held blocks back (the transfer failed, or did not use them). */
+void engine_kv_release(struct engine *e, uint64_t id);
+/* Lets the blocks of a kv_layer out's iov go back to the pool (they were
+ * referenced until every byte left); engine thread only. NULL: nothing. */
+void engine_kv_unpin(struct engine *e, struct engine_kv_pin *pin);
 /* A buffer for transferred KV (a layer going out, a prompt's KV coming in),
  * freed with engine_kv_buffer_free (from any thread): tens of MB written once
  * each, so backed by huge pages where the kernel gives them (2 MiB faults,
@@ -154,8 +196,7 @@ void engine_kv_layout(const struct engine *e, struct engine_kv_layout *l);
 void *engine_kv_buffer(size_t bytes);
 void engine_kv_buffer_free(void *p);
 /* Sets config.kv_layer and its context (before the first engine_step). */
-void engine_set_kv_layer(struct engine *e,
-			 void (*fn)(void *, uint64_t, int, int, int, void *, size_t), void *ctx);
+void engine_set_kv_layer(struct engine *e, void (*fn)(void *, struct engine_kv_out *), void *ctx);
 
 /* Ends a queued or running request now, freeing its blocks; its
  * ENGINE_EV_FINISHED (with reason) comes from the next engine_step. */

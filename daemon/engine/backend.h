@@ -6,10 +6,12 @@
  * its copy or view of the weights, the KV storage for kv_blocks blocks, and
  * its scratch. The CPU backend (cpu_backend.c) reads the mmap'd GGUF in place;
  * a CUDA backend (daemon/cuda/) uploads the same tensors from struct model.
- * Nothing in this header is a host pointer into backend memory. */
+ * The one host pointer into backend memory is kv_rows, where the KV pool is
+ * in host memory. */
 #ifndef KPI_ENGINE_BACKEND_H
 #define KPI_ENGINE_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -72,6 +74,12 @@ struct backend_ops {
 			size_t head_stride);
 	void (*kv_write)(struct backend *b, int layer, int32_t block, int slot0, int n, const void *k,
 			 const void *v, size_t head_stride);
+	/* Where KV head g's rows of one layer's block stand (K, or V when v):
+	 * block_size rows of head_dim elements, slot 0 first, in host memory
+	 * that stays put for the backend's life. NULL op: the pool is not in
+	 * host memory (kv_read copies it out). A transfer sends and receives
+	 * KV from here without a copy. */
+	void *(*kv_rows)(struct backend *b, int layer, int32_t block, int g, bool v);
 };
 
 /* Bytes of KV storage per cached position for this model, the same for every

@@ -660,6 +660,13 @@ static void cpu_kv_write(struct backend *b, int layer, int32_t blk, int slot0, i
 	}
 }
 
+static void *cpu_kv_rows(struct backend *b, int layer, int32_t blk, int g, bool v)
+{
+	struct kv_layer_view view = { b->kcache + layer * b->layer_elems,
+				      b->vcache + layer * b->layer_elems, b->n_kv, b->hd, b->block_size };
+	return (v ? view.v : view.k) + kv_offset(&view, blk, g, 0);
+}
+
 const struct backend_ops cpu_backend_ops = {
 	.name = "cpu",
 	.create = cpu_create,
@@ -669,4 +676,5 @@ const struct backend_ops cpu_backend_ops = {
 	.kv_dtype = cpu_kv_dtype,
 	.kv_read = cpu_kv_read,
 	.kv_write = cpu_kv_write,
+	.kv_rows = cpu_kv_rows,
 };

@@ -97,6 +97,7 @@ struct engine {
 	struct seq **b_export;  /* prefill-only sequences whose prefill ends this step */
 	int n_export;
 	int imports_admitted;   /* this step: admitted with their KV copied in, no compute */
+	struct kv_hold *holds;  /* blocks held for KV being received (engine_kv_reserve) */
 	uint64_t fingerprint;
 	float *logits;
 	struct sample_scratch ss;
@@ -277,6 +278,33 @@ fail:
 	return NULL;
 }
 
+/* Blocks held for a request's KV on its way in, until its submit. */
+struct kv_hold {
+	uint64_t id;
+	struct block_table bt;
+	struct kv_hold *next;
+};
+
+static struct kv_hold *hold_take(struct engine *e, uint64_t id)
+{
+	for (struct kv_hold **h = &e->holds; *h; h = &(*h)->next)
+		if ((*h)->id == id) {
+			struct kv_hold *got = *h;
+			*h = got->next;
+			return got;
+		}
+	return NULL;
+}
+
+static void hold_free(struct engine *e, struct kv_hold *h)
+{
+	if (!h)
+		return;
+	kv_table_release(&e->kv, &h->bt);
+	free(h->bt.ids);
+	free(h);
+}
+
 static void seq_free(struct seq *s)
 {
 	if (s->import) {
@@ -292,6 +320,12 @@ void engine_destroy(struct engine *e)
 {
 	if (!e)
 		return;
+	while (e->holds) {
+		struct kv_hold *h = e->holds;
+		e->holds = h->next;
+		free(h->bt.ids);
+		free(h);
+	}
 	struct seq_list *lists[2] = { &e->waiting, &e->running };
 	for (int i = 0; i < 2; i++)
 		while (lists[i]->head) {
@@ -467,18 +501,36 @@ int engine_submit_decode(struct engine *e, uint64_t id, const int32_t *prompt, i
 		snprintf(err, errlen, "the %s backend cannot take KV in", e->ops->name);
 		return -ENOTSUP;
 	}
-	if (!kv || !kv->data || kv->n_tokens != n_prompt || kv->first_token < 0 ||
+	/* the blocks held for it: taken when its KV is in them, else given back */
+	struct kv_hold *hold = hold_take(e, id);
+	if (hold && (!kv || kv->data)) {
+		hold_free(e, hold);
+		hold = NULL;
+	}
+	if (!kv || kv->n_tokens != n_prompt || kv->first_token < 0 ||
 	    kv->first_token >= mi->vocab_size) {
+		hold_free(e, hold);
 		snprintf(err, errlen, "the imported KV does not fit the request: %d tokens for a "
 			 "prompt of %d, first token %d", kv ? kv->n_tokens : -1, n_prompt,
 			 kv ? kv->first_token : -1);
 		return -EINVAL;
 	}
+	if (!kv->data && (!hold || hold->bt.n * e->cfg.block_size < n_prompt)) {
+		hold_free(e, hold);
+		snprintf(err, errlen, "the imported KV has no data and no blocks hold its %d positions",
+			 n_prompt);
+		return -EINVAL;
+	}
 	int rc;
 	struct seq *s = seq_submit(e, id, prompt, n_prompt, sp, err, errlen, &rc);
+	if (s)
+		s->import = malloc(sizeof(*s->import));
+	if (!s || !s->import) {
+		hold_free(e, hold);
+		hold = NULL;
+	}
 	if (!s)
 		return rc;
-	s->import = malloc(sizeof(*s->import));
 	if (!s->import) {
 		list_remove(&e->waiting, s);
 		e->live--;
@@ -488,6 +540,12 @@ int engine_submit_decode(struct engine *e, uint64_t id, const int32_t *prompt, i
 	}
 	*s->import = *kv;
 	kv->data = NULL;
+	if (hold) { /* the prompt's blocks, its KV in them: no copy at admission */
+		memcpy(s->bt.ids, hold->bt.ids, sizeof(int32_t) * (size_t)hold->bt.n);
+		s->bt.n = hold->bt.n;
+		free(hold->bt.ids);
+		free(hold);
+	}
 	/* why it may wait: the slots and blocks as it joins the queue */
 	int need = (n_prompt + e->cfg.block_size - 1) / e->cfg.block_size;
 	KPI_KV_SLOT_WAIT(id, e->waiting.n - 1, need, e->kv.n_free, e->running.n, e->cfg.max_seqs);
@@ -591,8 +649,7 @@ void engine_kv_buffer_free(void *p)
 	free(h);
 }
 
-void engine_set_kv_layer(struct engine *e,
-			 void (*fn)(void *, uint64_t, int, int, int, void *, size_t), void *ctx)
+void engine_set_kv_layer(struct engine *e, void (*fn)(void *, struct engine_kv_out *), void *ctx)
 {
 	e->cfg.kv_layer = fn;
 	e->cfg.kv_ctx = ctx;
@@ -766,22 +823,138 @@ static size_t kv_half_bytes(const struct engine *e, int n)
 	return (size_t)mi->n_kv_heads * n * mi->head_dim * db;
 }
 
-/* Sends one layer's K/V of positions [p0, p1) of s (p0 a block boundary). */
+/* The blocks a kv_layer out's iov points into, each with one reference of
+ * its own: a finished request's blocks cannot be handed to another request
+ * (nor a cached one evicted) while the socket still reads them. */
+struct engine_kv_pin {
+	int n;
+	int32_t ids[];
+};
+
+void engine_kv_unpin(struct engine *e, struct engine_kv_pin *pin)
+{
+	if (!pin)
+		return;
+	for (int i = 0; i < pin->n; i++)
+		kv_block_unref(&e->kv, pin->ids[i]);
+	free(pin);
+}
+
+struct engine_kv_in *engine_kv_reserve(struct engine *e, uint64_t id, int n_tokens, char *err,
+				       size_t errlen)
+{
+	const int bs = e->cfg.block_size, nl = e->model->info.n_layers, nkv = e->model->info.n_kv_heads;
+	if (!e->ops->kv_rows) {
+		snprintf(err, errlen, "the %s backend's KV pool is not in host memory", e->ops->name);
+		return NULL;
+	}
+	for (struct kv_hold *h = e->holds; h; h = h->next)
+		if (h->id == id) {
+			snprintf(err, errlen, "request %llu holds blocks already", (unsigned long long)id);
+			return NULL;
+		}
+	int nb = (n_tokens + bs - 1) / bs;
+	if (n_tokens <= 0 || nb > e->blocks_per_seq || nb > e->kv.n_free) {
+		snprintf(err, errlen, "%d blocks for %d positions; %d free", nb, n_tokens, e->kv.n_free);
+		return NULL;
+	}
+	struct kv_hold *h = calloc(1, sizeof(*h));
+	struct engine_kv_in *in = malloc(sizeof(*in) + sizeof(void *) * (size_t)nl * nb * 2 * nkv);
+	if (h)
+		h->bt.ids = malloc(sizeof(int32_t) * (size_t)nb);
+	if (!h || !h->bt.ids || !in) {
+		if (h)
+			free(h->bt.ids);
+		free(h);
+		free(in);
+		snprintf(err, errlen, "out of memory");
+		return NULL;
+	}
+	h->id = id;
+	h->bt.cap = nb;
+	kv_table_reserve(&e->kv, &h->bt, n_tokens, bs); /* fits: checked above */
+	h->next = e->holds;
+	e->holds = h;
+	*in = (struct engine_kv_in){ id, n_tokens, nb, bs, nl, nkv };
+	void **r = in->rows;
+	for (int l = 0; l < nl; l++)
+		for (int b = 0; b < nb; b++)
+			for (int v = 0; v < 2; v++)
+				for (int g = 0; g < nkv; g++)
+					*r++ = e->ops->kv_rows(e->be, l, h->bt.ids[b], g, v);
+	return in;
+}
+
+void engine_kv_release(struct engine *e, uint64_t id)
+{
+	hold_free(e, hold_take(e, id));
+}
+
+/* out's positions where they stand in the pool, in the wire's order
+ * (abi/kpi_kv_wire.h): block by block, K then V, head by head, a run of
+ * rows each, a run that follows the one before in memory joining it (a
+ * full block's heads, on the CPU backend); the blocks pinned. False when out
+ * of memory. */
+static bool kv_out_runs(struct engine *e, struct seq *s, struct engine_kv_out *out)
+{
+	const int bs = e->cfg.block_size, n_kv = e->model->info.n_kv_heads;
+	const int b0 = out->first_pos / bs, b1 = (out->first_pos + out->n_pos + bs - 1) / bs;
+	size_t row = kv_half_bytes(e, 1) / n_kv; /* one position of one head */
+	struct engine_kv_pin *pin = malloc(sizeof(*pin) + sizeof(int32_t) * (size_t)(b1 - b0));
+	struct iovec *iov = malloc(sizeof(*iov) * 2 * (size_t)n_kv * (size_t)(b1 - b0));
+	if (!pin || !iov) {
+		free(pin);
+		free(iov);
+		return false;
+	}
+	int k = 0, end = out->first_pos + out->n_pos;
+	for (int b = b0; b < b1; b++) {
+		size_t len = (size_t)(end - b * bs < bs ? end - b * bs : bs) * row;
+		for (int v = 0; v < 2; v++)
+			for (int g = 0; g < n_kv; g++) {
+				char *at = e->ops->kv_rows(e->be, out->layer, s->bt.ids[b], g, v);
+				if (k && (char *)iov[k - 1].iov_base + iov[k - 1].iov_len == at)
+					iov[k - 1].iov_len += len;
+				else
+					iov[k++] = (struct iovec){ at, len };
+			}
+	}
+	pin->n = b1 - b0;
+	for (int b = b0; b < b1; b++) {
+		pin->ids[b - b0] = s->bt.ids[b];
+		kv_block_ref(&e->kv, s->bt.ids[b]);
+	}
+	out->iov = iov;
+	out->n_iov = k;
+	out->pin = pin;
+	return true;
+}
+
+/* Sends one layer's K/V of positions [p0, p1) of s (p0 a block boundary):
+ * from where it stands in the pool when the backend's pool is host memory,
+ * else copied out in the same order. */
 static void kv_export_range(struct engine *e, struct seq *s, int layer, int p0, int p1)
 {
 	const int bs = e->cfg.block_size, hd = e->model->info.head_dim, n = p1 - p0;
-	size_t row = kv_half_bytes(e, 1) / e->model->info.n_kv_heads; /* one position of one head */
 	size_t half = kv_half_bytes(e, n);
+	struct engine_kv_out out = { .id = s->id, .layer = layer, .first_pos = p0, .n_pos = n,
+				     .len = 2 * half };
+	if (e->ops->kv_rows && !e->cfg.kv_out_copy && kv_out_runs(e, s, &out)) {
+		e->cfg.kv_layer(e->cfg.kv_ctx, &out);
+		return;
+	}
 	char *buf = engine_kv_buffer(2 * half);
 	if (buf)
-		for (int p = p0; p < p1; p += bs) {
+		for (int p = p0; p < p1; p += bs) { /* a block: K of every head, then V */
 			int slots = p1 - p < bs ? p1 - p : bs;
-			e->ops->kv_read(e->be, layer, s->bt.ids[p / bs], 0, slots,
-					buf + (size_t)(p - p0) * row, buf + half + (size_t)(p - p0) * row,
-					(size_t)n * hd);
+			char *k = buf + 2 * kv_half_bytes(e, p - p0);
+			e->ops->kv_read(e->be, layer, s->bt.ids[p / bs], 0, slots, k,
+					k + kv_half_bytes(e, slots), (size_t)slots * hd);
 		}
-	/* NULL: no memory for it; the server fails that transfer */
-	e->cfg.kv_layer(e->cfg.kv_ctx, s->id, layer, p0, n, buf, buf ? 2 * half : 0);
+	out.data = buf; /* NULL: no memory for it; the server fails that transfer */
+	if (!buf)
+		out.len = 0;
+	e->cfg.kv_layer(e->cfg.kv_ctx, &out);
 }
 
 /* backend_batch.layer_done: the layer is computed for the whole step, so the
@@ -819,8 +992,9 @@ static bool admit_import(struct engine *e, struct seq *s)
 	if (kv_blocks_needed(&s->bt, s->n_prompt, bs) > e->kv.n_free)
 		return false;
 	kv_table_reserve(&e->kv, &s->bt, s->n_prompt, bs);
-	kv_import(e, s);
 	struct engine_kv_import *kv = s->import;
+	if (kv->data)
+		kv_import(e, s); /* else received into its blocks already */
 	s->n_cached = s->hwm = s->n_prompt;
 	s->tokens[s->n_prompt] = kv->first_token;
 	s->n_out = 1;
@@ -947,6 +1121,15 @@ static int schedule(struct engine *e)
 		push_event(e, ENGINE_EV_SCHEDULED, s, -1, false, KPI_FINISH_NONE);
 		KPI_REQUEST_SCHEDULED(s->id);
 		batch_add(e, &n, &budget, s, take);
+	}
+	/* 4. imports whose KV is in blocks they hold (engine_kv_reserve) need
+	 * nothing more: admitted even behind a head waiting for blocks, which
+	 * they would otherwise keep from it for good */
+	for (struct seq *s = e->waiting.head, *next; s && e->running.n < e->cfg.max_seqs &&
+	     e->cfg.batching != ENGINE_BATCH_STATIC; s = next) {
+		next = s->next;
+		if (s->import && !s->import->data && s->preempted_at != e->st.steps + 1)
+			admit_import(e, s);
 	}
 	return n;
 }

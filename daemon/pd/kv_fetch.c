@@ -28,6 +28,7 @@ struct kv_fetch {
 	struct sbuf refusal;       /* its error body, when not 200 */
 	bool recv_started;
 	int blocks;                /* this worker's blocks for the prompt */
+	struct engine_kv_in *held; /* the engine's blocks the KV goes into (NULL: a buffer) */
 	uint64_t t_start;
 };
 
@@ -44,6 +45,10 @@ static void end_request(struct req *r)
 		conn_detach(r->conn);
 	kv_reader_free(&f->rd);
 	sbuf_free(&f->refusal);
+	if (f->held) { /* what went into them is not used */
+		eth_kv_release(&srv.eth, r->id);
+		free(f->held);
+	}
 	free(f);
 	r->fetch = NULL;
 	req_free(r);
@@ -90,6 +95,7 @@ static void fetch_done(struct kv_fetch *f)
 	recv_end_probe(f, KPI_KV_OK);
 	srv.m.kv_received_bytes += f->rd.received;
 	srv.m.kv_transfers++;
+	srv.m.kv_received_in_place += f->held != NULL;
 	metrics_observe(&srv.m, MH_KV_TRANSFER, (double)(eth_now_ns() - f->t_start) / 1e9);
 	struct engine_kv_import kv = {
 		.n_tokens = r->n_prompt, .first_token = f->rd.end.first_token,
@@ -98,6 +104,7 @@ static void fetch_done(struct kv_fetch *f)
 	f->u = NULL; /* back in the pool, or closed, by upstream.c */
 	kv_reader_free(&f->rd);
 	sbuf_free(&f->refusal);
+	free(f->held); /* the blocks go with the submit: kv.data NULL */
 	free(f);
 	r->fetch = NULL;
 	srv.n_fetching--;
@@ -134,14 +141,12 @@ static void on_head(struct upstream *u, void *owner, const struct http_response 
 	}
 }
 
-static char *body_buf(struct upstream *u, void *owner, size_t *cap)
+static int body_iov(struct upstream *u, void *owner, struct iovec *iov, int max)
 {
 	struct kv_fetch *f = owner;
 	if (f->http_status != 200)
-		return NULL;
-	char *p;
-	kv_reader_want(&f->rd, &p, cap);
-	return p;
+		return 0;
+	return kv_reader_want_iov(&f->rd, iov, max);
 }
 
 static void body_got(struct upstream *u, void *owner, size_t n, bool last)
@@ -194,7 +199,7 @@ static void on_error(struct upstream *u, void *owner, enum upstream_error e, con
 }
 
 static const struct upstream_ops fetch_ops = {
-	.on_head = on_head, .on_body = on_body, .body_buf = body_buf, .body_got = body_got,
+	.on_head = on_head, .on_body = on_body, .body_iov = body_iov, .body_got = body_got,
 	.on_error = on_error,
 };
 
@@ -225,6 +230,9 @@ void kv_fetch_start(struct req *r, const char *addr)
 	snprintf(f->addr, sizeof(f->addr), "%s", addr);
 	f->blocks = (r->n_prompt + (int)kvm->block_size - 1) / (int)kvm->block_size;
 	kv_reader_init(&f->rd, kvm, (uint32_t)r->n_prompt);
+	/* blocks to receive into, asked for now: the engine's answer comes long
+	 * before the prefill worker's first KV byte unless it is mid-step */
+	eth_kv_reserve(&srv.eth, r->id, r->n_prompt);
 
 	struct sbuf body = { 0 }, req = { 0 };
 	sbuf_adds(&body, "{\"prompt\":[");
@@ -244,6 +252,16 @@ void kv_fetch_start(struct req *r, const char *addr)
 	sbuf_free(&req);
 	if (!f->u)
 		fetch_fail(f, KPI_KV_ERR_UPSTREAM, 502, err);
+}
+
+void kv_fetch_held(struct req *r, struct eth_event *ev)
+{
+	struct kv_fetch *f = r->fetch;
+	if (!ev->held || f->held || !kv_reader_into(&f->rd, ev->held))
+		return; /* refused (ev->err), or too late: the header is in and chose a buffer
+			 * (eth_event_free gives the blocks back); the KV is copied in at admission */
+	f->held = ev->held;
+	ev->held = NULL;
 }
 
 void kv_fetch_cancel(struct req *r)

@@ -19,5 +19,9 @@ void kv_fetch_start(struct req *r, const char *addr);
 /* r's client went away: the transfer stops (the prefill worker sees the
  * connection close and cancels its prefill) and r ends here. */
 void kv_fetch_cancel(struct req *r);
+/* The engine's blocks for r's KV (ETH_EV_KV_HELD): taken when no payload
+ * byte has come yet, so the KV is received straight into them. */
+struct eth_event;
+void kv_fetch_held(struct req *r, struct eth_event *ev);
 
 #endif

@@ -162,8 +162,10 @@ static void send_start(struct kv_send *s, struct sbuf *b)
 	conn_resp_head(b, c, 200, KPI_KV_CONTENT_TYPE, (long long)total, false, NULL);
 	sbuf_add(b, &s->hdr, sizeof(s->hdr));
 	s->xx = XXH3_createState();
-	if (s->xx)
+	if (s->xx) { /* the header too: its block size orders the payload */
 		XXH3_64bits_reset(s->xx);
+		XXH3_64bits_update(s->xx, &s->hdr, sizeof(s->hdr));
+	}
 	s->started = true;
 	s->t_start = eth_now_ns();
 	if (KPI_KV_SEND_START_ENABLED()) {
@@ -182,38 +184,61 @@ static void add_frame(struct kv_send *s, struct sbuf *b, uint32_t layer, uint32_
 	s->frames_sent++;
 }
 
+static void unpin(void *pin)
+{
+	eth_kv_unpin(&srv.eth, pin);
+}
+
 /* One layer's K/V of positions [first_pos, first_pos + n_pos): the cached
- * prefix at admission (first_pos 0, n_pos c), or the computed rest. */
+ * prefix at admission (first_pos 0, n_pos c), or the computed rest. It
+ * leaves from where the engine left it: the pool's blocks (pinned until the
+ * socket took them), or the buffer it was copied into. */
 static void send_layer(struct kv_send *s, struct eth_event *ev)
 {
 	const struct kpi_kv_header *h = &s->hdr;
+	struct engine_kv_out *kv = &ev->kv;
 	struct sbuf head = { 0 };
 	if (!s->started) {
 		send_start(s, &head);
-		if (ev->first_pos == 0 && (uint32_t)ev->n_pos == h->n_tokens)
+		if (kv->first_pos == 0 && (uint32_t)kv->n_pos == h->n_tokens)
 			for (uint32_t l = 0; l < h->n_layers; l++) /* nothing was cached */
 				add_frame(s, &head, l, 0, 0, 0);
 		else
-			s->cached = (uint32_t)ev->n_pos;
+			s->cached = (uint32_t)kv->n_pos;
 	}
 	bool second = s->frames_sent >= h->n_layers;
 	uint32_t layer = s->frames_sent % h->n_layers;
 	uint32_t first = second ? s->cached : 0, count = second ? h->n_tokens - s->cached : s->cached;
 	uint64_t want = 2ull * h->n_kv_heads * count * h->head_dim * kpi_kv_dtype_bytes(h->dtype);
-	if (!ev->data || ev->len != want || (uint32_t)ev->layer != layer ||
-	    (uint32_t)ev->first_pos != first || (uint32_t)ev->n_pos != count) {
+	bool have = kv->data || kv->iov;
+	if (!have || kv->len != want || (uint32_t)kv->layer != layer ||
+	    (uint32_t)kv->first_pos != first || (uint32_t)kv->n_pos != count) {
 		sbuf_free(&head);
-		send_abort(s, KPI_KV_ERR_SIZE, ev->data ? "the engine gave a layer out of order" :
+		send_abort(s, KPI_KV_ERR_SIZE, have ? "the engine gave a layer out of order" :
 			   "out of memory for a KV layer");
 		return;
 	}
-	add_frame(s, &head, layer, first, count, ev->len);
-	if (s->xx)
-		XXH3_64bits_update(s->xx, ev->data, ev->len);
-	s->bytes += ev->len;
-	struct iovec iov[2] = { { head.data, head.len }, { ev->data, ev->len } };
-	ev->data = NULL; /* the connection has it now: sent from where it stands */
-	conn_sendv_owned(s->c, iov, 2, false, engine_kv_buffer_free);
+	add_frame(s, &head, layer, first, count, kv->len);
+	if (s->xx) {
+		if (kv->iov)
+			for (int i = 0; i < kv->n_iov; i++)
+				XXH3_64bits_update(s->xx, kv->iov[i].iov_base, kv->iov[i].iov_len);
+		else
+			XXH3_64bits_update(s->xx, kv->data, kv->len);
+	}
+	s->bytes += kv->len;
+	struct conn *c = s->c;
+	if (kv->iov) {
+		conn_send(c, head.data, head.len, false);
+		struct engine_kv_pin *pin = kv->pin;
+		kv->pin = NULL; /* the connection has them now: released once sent */
+		conn_send_runs(c, kv->iov, kv->n_iov, false, unpin, pin);
+		kv->iov = NULL;
+	} else {
+		struct iovec iov[2] = { { head.data, head.len }, { kv->data, kv->len } };
+		kv->data = NULL; /* the connection has it now: sent from where it stands */
+		conn_sendv_owned(c, iov, 2, false, engine_kv_buffer_free);
+	}
 	sbuf_free(&head);
 }
 

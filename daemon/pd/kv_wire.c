@@ -6,6 +6,8 @@
 
 #include "daemon/engine.h"
 
+#include <sys/uio.h>
+
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -67,17 +69,69 @@ void kv_reader_fail(struct kv_reader *r, int status, const char *fmt, ...)
 	r->payload = NULL;
 }
 
-/* Where the current frame's current run (head h's n_pos rows of K, then of
- * V) goes in the payload, laid out [layer][K, V][head][n_tokens][head_dim]. */
-static char *run_at(const struct kv_reader *r, size_t *len)
+bool kv_reader_into(struct kv_reader *r, const struct engine_kv_in *in)
+{
+	if (r->stage != KVR_HEADER || r->have)
+		return false;
+	r->into = in;
+	return true;
+}
+
+/* The runs of the current frame: for each chunk of the sender's block_size
+ * positions, head h's rows of K, then of V, head by head (abi/kpi_kv_wire.h). */
+static uint32_t frame_runs(const struct kv_reader *r)
+{
+	uint64_t bs = r->hdr.block_size, chunks = (r->lf.n_pos + bs - 1) / bs;
+	return (uint32_t)chunks * 2 * r->m->n_kv_heads;
+}
+
+static size_t row_bytes(const struct kv_reader *r)
+{
+	return (size_t)r->m->head_dim * kpi_kv_dtype_bytes(r->m->dtype);
+}
+
+/* Run k's positions [*p0, *p1), K or V (*kv) of head *h. */
+static void run_of(const struct kv_reader *r, uint32_t k, uint32_t *p0, uint32_t *p1, uint32_t *kv,
+		   uint32_t *h)
+{
+	uint32_t n_kv = r->m->n_kv_heads, bs = r->hdr.block_size, end = r->lf.first_pos + r->lf.n_pos;
+	uint32_t chunk = k / (2 * n_kv);
+	*kv = k / n_kv % 2;
+	*h = k % n_kv;
+	*p0 = r->lf.first_pos + chunk * bs;
+	*p1 = end - *p0 < bs ? end : *p0 + bs;
+}
+
+static size_t run_len(const struct kv_reader *r, uint32_t k)
+{
+	uint32_t p0, p1, kv, h;
+	run_of(r, k, &p0, &p1, &kv, &h);
+	return (size_t)(p1 - p0) * row_bytes(r);
+}
+
+/* Where byte off of run k goes, and how many bytes from there are
+ * contiguous (*n): in a payload buffer ([layer][K, V][head][n_tokens][head_dim])
+ * the rest of the run; in the engine's blocks up to the block's end. */
+static char *run_at(const struct kv_reader *r, uint32_t k, size_t off, size_t *n)
 {
 	const struct kv_model *m = r->m;
-	size_t row = (size_t)m->head_dim * kpi_kv_dtype_bytes(m->dtype);
-	size_t per_head = (size_t)r->hdr.n_tokens * row, half = per_head * m->n_kv_heads;
-	uint32_t kv = r->run / m->n_kv_heads, h = r->run % m->n_kv_heads;
-	*len = (size_t)r->lf.n_pos * row;
-	return r->payload + (size_t)r->lf.layer * r->layer_bytes + kv * half + h * per_head +
-	       (size_t)r->lf.first_pos * row;
+	size_t row = row_bytes(r);
+	uint32_t p0, p1, kv, h;
+	run_of(r, k, &p0, &p1, &kv, &h);
+	size_t len = (size_t)(p1 - p0) * row;
+	if (!r->into) {
+		size_t per_head = (size_t)r->hdr.n_tokens * row, half = per_head * m->n_kv_heads;
+		*n = len - off;
+		return r->payload + (size_t)r->lf.layer * r->layer_bytes + kv * half + h * per_head +
+		       (size_t)p0 * row + off;
+	}
+	const struct engine_kv_in *in = r->into;
+	uint32_t bs = (uint32_t)in->block_size, pos = p0 + (uint32_t)(off / row), blk = pos / bs;
+	size_t to_block_end = (size_t)((blk + 1) * bs < p1 ? (blk + 1) * bs : p1) * row -
+			      ((size_t)p0 * row + off);
+	*n = to_block_end;
+	size_t at = (((size_t)r->lf.layer * in->n_blocks + blk) * 2 + kv) * in->n_kv_heads + h;
+	return (char *)in->rows[at] + (size_t)(pos % bs) * row + off % row;
 }
 
 void kv_reader_want(struct kv_reader *r, char **p, size_t *n)
@@ -91,12 +145,9 @@ void kv_reader_want(struct kv_reader *r, char **p, size_t *n)
 		*p = (char *)&r->lf + r->have;
 		*n = sizeof(r->lf) - r->have;
 		return;
-	case KVR_PAYLOAD: {
-		size_t len;
-		*p = run_at(r, &len) + r->have;
-		*n = len - r->have;
+	case KVR_PAYLOAD:
+		*p = run_at(r, r->run, r->have, n);
 		return;
-	}
 	case KVR_END:
 		*p = (char *)&r->end + r->have;
 		*n = sizeof(r->end) - r->have;
@@ -105,6 +156,44 @@ void kv_reader_want(struct kv_reader *r, char **p, size_t *n)
 		*p = NULL;
 		*n = 0;
 	}
+}
+
+/* What kv_reader_want_iov offers at most, beyond its first piece. */
+#define WANT_BYTES (4u << 20)
+
+int kv_reader_want_iov(struct kv_reader *r, struct iovec *iov, int max)
+{
+	char *p;
+	size_t n;
+	kv_reader_want(r, &p, &n);
+	if (!n || max < 1)
+		return 0;
+	iov[0] = (struct iovec){ p, n };
+	if (r->stage != KVR_PAYLOAD)
+		return 1;
+	/* the pieces after it up to the frame's end, a piece that follows the
+	 * one before in memory (a block's heads, where the pool keeps them so)
+	 * joining it */
+	int k = 1;
+	uint32_t run = r->run, runs = frame_runs(r);
+	size_t off = r->have + n, total = n;
+	while (total < WANT_BYTES) { /* more than one readv takes from a socket */
+		if (off == run_len(r, run)) {
+			if (++run == runs)
+				break;
+			off = 0;
+		}
+		char *at = run_at(r, run, off, &n);
+		off += n;
+		total += n;
+		if ((char *)iov[k - 1].iov_base + iov[k - 1].iov_len == at)
+			iov[k - 1].iov_len += n;
+		else if (k < max)
+			iov[k++] = (struct iovec){ at, n };
+		else
+			break;
+	}
+	return k;
 }
 
 /* The header is in: every field against this worker before anything is allocated. */
@@ -157,14 +246,24 @@ static void check_header(struct kv_reader *r)
 		return;
 	}
 	r->layer_bytes = want / m->n_layers;
-	r->payload = engine_kv_buffer(want);
+	const struct engine_kv_in *in = r->into;
+	if (in && (in->n_tokens != (int)h->n_tokens || in->n_layers != (int)m->n_layers ||
+		   in->n_kv_heads != (int)m->n_kv_heads || in->block_size <= 0 ||
+		   (uint64_t)in->n_blocks * (uint32_t)in->block_size < h->n_tokens)) {
+		kv_reader_fail(r, KPI_KV_ERR_SIZE, "the blocks held for the KV (%d positions, %d "
+			       "blocks of %d) do not fit its %u positions", in->n_tokens, in->n_blocks,
+			       in->block_size, h->n_tokens);
+		return;
+	}
+	r->payload = in ? NULL : engine_kv_buffer(want);
 	r->xx = XXH3_createState();
-	if (!r->payload || !r->xx) {
+	if ((!in && !r->payload) || !r->xx) {
 		kv_reader_fail(r, KPI_KV_ERR_SIZE, "out of memory for %llu KV bytes",
 			       (unsigned long long)want);
 		return;
 	}
 	XXH3_64bits_reset(r->xx);
+	XXH3_64bits_update(r->xx, h, sizeof(*h)); /* every field, block_size's chunks included */
 	r->stage = KVR_LAYER;
 }
 
@@ -235,7 +334,9 @@ static void check_end(struct kv_reader *r)
 	r->stage = KVR_DONE;
 }
 
-enum kv_reader_stage kv_reader_got(struct kv_reader *r, size_t n)
+/* n bytes of the current header, frame or end frame (at most what is left
+ * of it) are in. */
+static void got_item(struct kv_reader *r, size_t n)
 {
 	r->have += n;
 	switch (r->stage) {
@@ -251,18 +352,6 @@ enum kv_reader_stage kv_reader_got(struct kv_reader *r, size_t n)
 			check_layer(r);
 		}
 		break;
-	case KVR_PAYLOAD: {
-		size_t len;
-		char *at = run_at(r, &len) + r->have - n;
-		XXH3_64bits_update(r->xx, at, n);
-		r->received += n;
-		if (r->have == len) {
-			r->have = 0;
-			if (++r->run == 2 * r->m->n_kv_heads)
-				next_frame(r);
-		}
-		break;
-	}
 	case KVR_END:
 		if (r->have == sizeof(r->end)) {
 			r->have = 0;
@@ -271,6 +360,63 @@ enum kv_reader_stage kv_reader_got(struct kv_reader *r, size_t n)
 		break;
 	default:
 		break;
+	}
+}
+
+/* Up to n payload bytes are in, where kv_reader_want(_iov) said: into the
+ * checksum in stream order, a span of pieces that follow each other in
+ * memory at a time. Returns how many it took (it stops at the frame's end). */
+static size_t got_payload(struct kv_reader *r, size_t n)
+{
+	const char *span = NULL;
+	size_t span_len = 0, took = 0;
+	while (took < n && r->stage == KVR_PAYLOAD) {
+		size_t k;
+		char *at = run_at(r, r->run, r->have, &k);
+		k = k < n - took ? k : n - took;
+		if (span && span + span_len == at) {
+			span_len += k;
+		} else {
+			if (span)
+				XXH3_64bits_update(r->xx, span, span_len);
+			span = at;
+			span_len = k;
+		}
+		took += k;
+		r->have += k;
+		if (r->have == run_len(r, r->run)) {
+			r->have = 0;
+			if (++r->run == frame_runs(r))
+				next_frame(r);
+		}
+	}
+	if (span)
+		XXH3_64bits_update(r->xx, span, span_len);
+	r->received += took;
+	return took;
+}
+
+static size_t item_left(const struct kv_reader *r)
+{
+	switch (r->stage) {
+	case KVR_HEADER: return sizeof(r->hdr) - r->have;
+	case KVR_LAYER: return sizeof(r->lf) - r->have;
+	case KVR_END: return sizeof(r->end) - r->have;
+	default: return 0;
+	}
+}
+
+enum kv_reader_stage kv_reader_got(struct kv_reader *r, size_t n)
+{
+	/* a readv may fill several runs of one frame (kv_reader_want_iov) */
+	while (n > 0 && r->stage != KVR_DONE && r->stage != KVR_FAILED) {
+		if (r->stage == KVR_PAYLOAD) {
+			n -= got_payload(r, n);
+			continue;
+		}
+		size_t k = n < item_left(r) ? n : item_left(r);
+		got_item(r, k);
+		n -= k;
 	}
 	return r->stage;
 }

@@ -103,3 +103,8 @@ void pd_kv_fetch_cancel(struct req *r)
 {
 	kv_fetch_cancel(r);
 }
+
+void pd_kv_fetch_held(struct req *r, struct eth_event *ev)
+{
+	kv_fetch_held(r, ev);
+}

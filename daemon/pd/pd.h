@@ -53,5 +53,8 @@ void pd_kv_serve_event(struct req *r, struct eth_event *ev);
 void pd_kv_fetch(struct req *r, const char *addr);
 /* r's client went away while its KV was coming: r ends here. */
 void pd_kv_fetch_cancel(struct req *r);
+/* The engine's answer to the blocks r's fetch asked for (ETH_EV_KV_HELD):
+ * the KV is received into them when they came before it. */
+void pd_kv_fetch_held(struct req *r, struct eth_event *ev);
 
 #endif

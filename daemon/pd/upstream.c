@@ -18,6 +18,9 @@
 
 #include "daemon/server/state.h"
 
+/* Most pieces one readv fills with a body received in place (IOV_MAX). */
+#define BODY_IOV 1024
+
 #define READ_CHUNK 65536
 #define POOL_IDLE_MAX 64  /* idle connections kept per address */
 
@@ -372,15 +375,14 @@ static void got_head(struct upstream *u)
 		if (u->body_left >= 0 && (long long)n > u->body_left)
 			n = (size_t)u->body_left;
 		while (off < n && u->state == U_BODY && u->ops) {
-			size_t cap = 0;
-			char *dst = u->ops->body_buf && u->body_left > 0 ?
-				u->ops->body_buf(u, u->owner, &cap) : NULL;
-			if (!dst || !cap) {
+			struct iovec dst;
+			if (!u->ops->body_iov || u->body_left <= 0 ||
+			    u->ops->body_iov(u, u->owner, &dst, 1) < 1 || !dst.iov_len) {
 				deliver(u, rest.data + off, n - off);
 				break;
 			}
-			size_t k = n - off < cap ? n - off : cap;
-			memcpy(dst, rest.data + off, k);
+			size_t k = n - off < dst.iov_len ? n - off : dst.iov_len;
+			memcpy(dst.iov_base, rest.data + off, k);
 			off += k;
 			u->body_left -= (long long)k;
 			bool last = u->body_left == 0;
@@ -401,22 +403,31 @@ static void on_readable(struct upstream *u)
 	for (int rounds = 0; rounds < 64; rounds++) {
 		if (u->state != U_HEAD && u->state != U_BODY)
 			return; /* done (back in the pool), failed or aborted */
-		char *dst = NULL;
-		size_t cap = 0;
-		if (u->state == U_BODY && u->ops->body_buf && u->body_left > 0)
-			dst = u->ops->body_buf(u, u->owner, &cap);
-		bool direct = dst && cap;
+		struct iovec iov[BODY_IOV];
+		int k = 0;
+		if (u->state == U_BODY && u->ops->body_iov && u->body_left > 0)
+			k = u->ops->body_iov(u, u->owner, iov, BODY_IOV);
+		bool direct = k > 0;
 		if (direct) {
-			if ((long long)cap > u->body_left)
-				cap = (size_t)u->body_left;
+			/* never past the body: what follows is the next answer's */
+			size_t room = (size_t)u->body_left;
+			for (int i = 0; i < k; i++) {
+				if (iov[i].iov_len >= room) {
+					iov[i].iov_len = room;
+					k = i + 1;
+					break;
+				}
+				room -= iov[i].iov_len;
+			}
 		} else {
 			sbuf_reserve(&u->in, READ_CHUNK);
-			dst = u->in.data + u->in.len;
-			cap = u->in.cap - u->in.len - 1;
+			size_t cap = u->in.cap - u->in.len - 1;
 			if (u->state == U_BODY && u->body_left > 0 && (long long)cap > u->body_left)
 				cap = (size_t)u->body_left;
+			iov[0] = (struct iovec){ u->in.data + u->in.len, cap };
+			k = 1;
 		}
-		ssize_t n = recv(u->fd, dst, cap, MSG_DONTWAIT);
+		ssize_t n = readv(u->fd, iov, k);
 		if (n < 0) {
 			if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
 				return;

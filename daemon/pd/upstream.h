@@ -12,6 +12,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #include "daemon/server/http.h"
 #include "daemon/server/sbuf.h"
@@ -32,8 +33,9 @@ struct upstream_ops {
 	/* body bytes as received (chunk framing included); last: the body ends here */
 	void (*on_body)(struct upstream *u, void *owner, const char *p, size_t n, bool last);
 	/* optional, for a Content-Length body: where to receive the next bytes
-	 * (at most *cap) instead of on_body; body_got says how many came */
-	char *(*body_buf)(struct upstream *u, void *owner, size_t *cap);
+	 * instead of on_body, as up to max pieces filled in order by one readv
+	 * (returns how many; 0: on_body); body_got says how many bytes came */
+	int (*body_iov)(struct upstream *u, void *owner, struct iovec *iov, int max);
 	void (*body_got)(struct upstream *u, void *owner, size_t n, bool last);
 	/* the exchange failed; the connection is already closed, u is gone after this */
 	void (*on_error)(struct upstream *u, void *owner, enum upstream_error e, const char *msg);

@@ -210,9 +210,17 @@ static void response_done(struct conn *c)
 struct conn_seg {
 	struct conn_seg *next;
 	char *data;       /* ext, or the bytes after this header */
-	size_t len, off;
+	size_t len, off;  /* runs: of all of them */
 	void (*release)(void *); /* the caller's buffer, handed over: release(data); NULL: a copy */
+	/* runs (conn_send_runs): iov[i] + ioff is the next byte; release(arg) at the end */
+	struct iovec *iov;
+	int n, i;
+	size_t ioff;
+	void *arg;
 };
+
+/* Most pieces one sendmsg() takes (IOV_MAX). */
+#define SEND_IOV 1024
 
 static void seg_push(struct conn *c, struct conn_seg *g)
 {
@@ -225,6 +233,16 @@ static void seg_push(struct conn *c, struct conn_seg *g)
 	c->out_bytes += g->len - g->off;
 }
 
+static struct conn_seg *seg_new(size_t extra)
+{
+	struct conn_seg *g = calloc(1, sizeof(*g) + extra);
+	if (!g) {
+		fprintf(stderr, "kpi-infer: out of memory queueing %zu response bytes\n", extra);
+		abort();
+	}
+	return g;
+}
+
 /* Queues p[0..n): a copy, or p itself when release is given (taken:
  * released once sent). */
 static void seg_add(struct conn *c, const char *p, size_t n, void (*release)(void *))
@@ -235,24 +253,24 @@ static void seg_add(struct conn *c, const char *p, size_t n, void (*release)(voi
 			release((void *)p);
 		return;
 	}
-	struct conn_seg *g = malloc(sizeof(*g) + (owned ? 0 : n));
-	if (!g) {
-		fprintf(stderr, "kpi-infer: out of memory queueing %zu response bytes\n", n);
-		abort();
-	}
+	struct conn_seg *g = seg_new(owned ? 0 : n);
 	g->data = owned ? (char *)p : (char *)(g + 1);
 	if (!owned)
 		memcpy(g->data, p, n);
 	g->len = n;
-	g->off = 0;
 	g->release = release;
 	seg_push(c, g);
 }
 
 static void seg_free(struct conn_seg *g)
 {
-	if (g->release)
+	if (g->iov) {
+		free(g->iov);
+		if (g->release)
+			g->release(g->arg);
+	} else if (g->release) {
 		g->release(g->data);
+	}
 	free(g);
 }
 
@@ -267,14 +285,39 @@ static void conn_out_free(struct conn *c)
 	c->out_bytes = 0;
 }
 
+/* n bytes of g went out. */
+static void seg_advance(struct conn_seg *g, size_t n)
+{
+	g->off += n;
+	while (g->iov && n > 0) {
+		size_t left = g->iov[g->i].iov_len - g->ioff;
+		if (n < left) {
+			g->ioff += n;
+			return;
+		}
+		n -= left;
+		g->i++;
+		g->ioff = 0;
+	}
+}
+
 /* Sends what the socket takes from the queue now; -1 when the connection failed. */
 static int out_drain(struct conn *c)
 {
 	while (c->out_head) {
-		struct iovec iov[64];
+		struct iovec iov[SEND_IOV];
 		int k = 0;
-		for (struct conn_seg *g = c->out_head; g && k < 64; g = g->next)
-			iov[k++] = (struct iovec){ g->data + g->off, g->len - g->off };
+		for (struct conn_seg *g = c->out_head; g && k < SEND_IOV; g = g->next) {
+			if (!g->iov) {
+				iov[k++] = (struct iovec){ g->data + g->off, g->len - g->off };
+				continue;
+			}
+			for (int j = g->i; j < g->n && k < SEND_IOV; j++) {
+				size_t o = j == g->i ? g->ioff : 0;
+				iov[k++] = (struct iovec){ (char *)g->iov[j].iov_base + o,
+							   g->iov[j].iov_len - o };
+			}
+		}
 		struct msghdr mh = { .msg_iov = iov, .msg_iovlen = (size_t)k };
 		ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 		if (n < 0)
@@ -283,7 +326,7 @@ static int out_drain(struct conn *c)
 		while (n > 0) {
 			struct conn_seg *g = c->out_head;
 			size_t left = g->len - g->off, take = (size_t)n < left ? (size_t)n : left;
-			g->off += take;
+			seg_advance(g, take);
 			n -= (ssize_t)take;
 			if (g->off == g->len) {
 				c->out_head = g->next;
@@ -296,6 +339,27 @@ static int out_drain(struct conn *c)
 	return 0;
 }
 
+static void resp_start(struct conn *c)
+{
+	if (!c->resp_started) {
+		c->resp_started = true;
+		if (KPI_RESPONSE_START_ENABLED())
+			KPI_RESPONSE_START(c->resp_id, c->fd);
+	}
+}
+
+/* What a send left queued is sent as the socket drains; final: the response
+ * ends with it. */
+static void queued(struct conn *c, bool final)
+{
+	if (final)
+		c->resp_final = true;
+	if (!c->out_bytes && final)
+		response_done(c);
+	else
+		conn_update_events(c);
+}
+
 /* release: the last piece is handed over, released once sent (NULL: copied). */
 static void sendv(struct conn *c, const struct iovec *iov, int n, bool final,
 		  void (*release)(void *))
@@ -305,11 +369,7 @@ static void sendv(struct conn *c, const struct iovec *iov, int n, bool final,
 			release(iov[n - 1].iov_base);
 		return;
 	}
-	if (!c->resp_started) {
-		c->resp_started = true;
-		if (KPI_RESPONSE_START_ENABLED())
-			KPI_RESPONSE_START(c->resp_id, c->fd);
-	}
+	resp_start(c);
 	size_t sent = 0;
 	if (!c->out_bytes) {
 		struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)n };
@@ -342,12 +402,7 @@ static void sendv(struct conn *c, const struct iovec *iov, int n, bool final,
 		conn_close(c); /* not reading its response: treat as gone */
 		return;
 	}
-	if (final)
-		c->resp_final = true;
-	if (!c->out_bytes && final)
-		response_done(c);
-	else
-		conn_update_events(c);
+	queued(c, final);
 }
 
 void conn_sendv(struct conn *c, const struct iovec *iov, int n, bool final)
@@ -359,6 +414,29 @@ void conn_sendv_owned(struct conn *c, const struct iovec *iov, int n, bool final
 		      void (*release)(void *))
 {
 	sendv(c, iov, n, final, release);
+}
+
+void conn_send_runs(struct conn *c, struct iovec *iov, int n, bool final,
+		    void (*release)(void *), void *arg)
+{
+	struct conn_seg *g = seg_new(0);
+	g->iov = iov;
+	g->n = n;
+	g->release = release;
+	g->arg = arg;
+	for (int i = 0; i < n; i++)
+		g->len += iov[i].iov_len;
+	if (c->state == CS_CLOSED || !g->len) {
+		seg_free(g);
+		return;
+	}
+	resp_start(c);
+	seg_push(c, g);
+	if (c->out_head == g && out_drain(c) < 0) { /* nothing ahead of it: out now */
+		conn_close(c);
+		return;
+	}
+	queued(c, final);
 }
 
 void conn_send(struct conn *c, const char *data, size_t len, bool final)

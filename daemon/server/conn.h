@@ -103,6 +103,11 @@ void conn_sendv(struct conn *c, const struct iovec *iov, int n, bool final);
  * engine_kv_buffer_free for a KV layer). */
 void conn_sendv_owned(struct conn *c, const struct iovec *iov, int n, bool final,
 		      void (*release)(void *));
+/* n runs of bytes that stay where they stand until the socket took them
+ * all, then release(arg): nothing is copied (a KV layer sent from the
+ * pool's blocks). iov is taken (malloc'd; freed here). */
+void conn_send_runs(struct conn *c, struct iovec *iov, int n, bool final,
+		    void (*release)(void *), void *arg);
 /* The status line and headers; clen < 0: no Content-Length. */
 void conn_resp_head(struct sbuf *b, struct conn *c, int status, const char *ctype,
 		    long long clen, bool chunked, const char *extra);

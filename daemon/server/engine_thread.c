@@ -8,7 +8,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { CMD_SUBMIT, CMD_FINISH, CMD_SUBMIT_PREFILL, CMD_SUBMIT_DECODE };
+enum { CMD_SUBMIT, CMD_FINISH, CMD_SUBMIT_PREFILL, CMD_SUBMIT_DECODE, CMD_KV_UNPIN,
+       CMD_KV_RESERVE, CMD_KV_RELEASE };
 
 struct eth_cmd {
 	int kind;
@@ -18,6 +19,7 @@ struct eth_cmd {
 	struct sampling_params sp;
 	enum kpi_finish_reason reason;
 	struct engine_kv_import kv;  /* CMD_SUBMIT_DECODE */
+	struct engine_kv_pin *pin;   /* CMD_KV_UNPIN */
 };
 
 uint64_t eth_now_ns(void)
@@ -76,27 +78,60 @@ void eth_submit_decode(struct engine_thread *t, uint64_t id, int32_t *prompt, in
 	push_cmd(t, &c);
 }
 
-void eth_event_free(struct eth_event *ev)
+void eth_kv_unpin(struct engine_thread *t, struct engine_kv_pin *pin)
 {
+	if (!pin)
+		return;
+	if (t->joined) {
+		free(pin); /* the pool goes with the engine */
+		return;
+	}
+	struct eth_cmd c = { .kind = CMD_KV_UNPIN, .pin = pin };
+	push_cmd(t, &c);
+}
+
+void eth_kv_reserve(struct engine_thread *t, uint64_t id, int n_tokens)
+{
+	struct eth_cmd c = { .kind = CMD_KV_RESERVE, .id = id, .n_prompt = n_tokens };
+	push_cmd(t, &c);
+}
+
+void eth_kv_release(struct engine_thread *t, uint64_t id)
+{
+	if (t->joined)
+		return;
+	struct eth_cmd c = { .kind = CMD_KV_RELEASE, .id = id };
+	push_cmd(t, &c);
+}
+
+void eth_event_free(struct engine_thread *t, struct eth_event *ev)
+{
+	if (ev->held) { /* nobody took the blocks */
+		eth_kv_release(t, ev->held->id);
+		free(ev->held);
+		ev->held = NULL;
+	}
 	free(ev->err);
-	engine_kv_buffer_free(ev->data);
+	engine_kv_buffer_free(ev->kv.data);
+	free(ev->kv.iov);
+	eth_kv_unpin(t, ev->kv.pin);
 	ev->err = NULL;
-	ev->data = NULL;
+	ev->kv.data = NULL;
+	ev->kv.iov = NULL;
+	ev->kv.pin = NULL;
 }
 
 /* The engine's kv_layer callback, on the engine thread mid-step: the layer
  * goes to the I/O thread at once, so it is on the wire while the step's
  * remaining layers compute. */
-static void eth_kv_layer(void *ctx, uint64_t id, int layer, int first_pos, int n_pos, void *data,
-			 size_t len)
+static void eth_kv_layer(void *ctx, struct engine_kv_out *out)
 {
 	struct engine_thread *t = ctx;
 	pthread_mutex_lock(&t->mu);
 	t->evs = grow(t->evs, &t->evs_cap, t->nevs + 1, sizeof(*t->evs));
 	t->evs[t->nevs++] = (struct eth_event){
-		.ev = { .kind = ETH_EV_KV_LAYER, .id = id },
-		.t_ns = eth_now_ns(), .layer = layer, .first_pos = first_pos, .n_pos = n_pos,
-		.data = data, .len = len,
+		.ev = { .kind = ETH_EV_KV_LAYER, .id = out->id },
+		.t_ns = eth_now_ns(), .kv = *out,
 	};
 	pthread_mutex_unlock(&t->mu);
 	uint64_t one = 1;
@@ -129,7 +164,8 @@ void eth_stats(struct engine_thread *t, struct engine_stats *st)
 }
 
 /* Applies the I/O thread's commands in order; a refused submit becomes an
- * ETH_EV_SUBMIT_FAILED event in *fails. Returns how many. */
+ * ETH_EV_SUBMIT_FAILED event in *fails, a reservation an ETH_EV_KV_HELD one.
+ * Returns how many. */
 static size_t apply_cmds(struct engine_thread *t, struct eth_cmd *cmds, size_t n,
 			 struct eth_event **fails, size_t *fails_cap)
 {
@@ -138,6 +174,25 @@ static size_t apply_cmds(struct engine_thread *t, struct eth_cmd *cmds, size_t n
 		struct eth_cmd *c = &cmds[i];
 		if (c->kind == CMD_FINISH) {
 			engine_finish(t->e, c->id, c->reason);
+			continue;
+		}
+		if (c->kind == CMD_KV_UNPIN) {
+			engine_kv_unpin(t->e, c->pin);
+			continue;
+		}
+		if (c->kind == CMD_KV_RELEASE) {
+			engine_kv_release(t->e, c->id);
+			continue;
+		}
+		if (c->kind == CMD_KV_RESERVE) {
+			char why[256] = "";
+			struct engine_kv_in *in = engine_kv_reserve(t->e, c->id, c->n_prompt, why,
+								     sizeof(why));
+			*fails = grow(*fails, fails_cap, nfails + 1, sizeof(**fails));
+			(*fails)[nfails++] = (struct eth_event){
+				.ev = { .kind = ETH_EV_KV_HELD, .id = c->id }, .t_ns = eth_now_ns(),
+				.held = in, .err = in ? NULL : strdup(why),
+			};
 			continue;
 		}
 		char err[256] = "";
@@ -250,13 +305,15 @@ void eth_stop(struct engine_thread *t)
 	pthread_cond_signal(&t->cv);
 	pthread_mutex_unlock(&t->mu);
 	pthread_join(t->th, NULL);
+	t->joined = true;
 	for (size_t i = 0; i < t->ncmds; i++) {
 		free(t->cmds[i].prompt);
 		engine_kv_buffer_free(t->cmds[i].kv.data);
+		free(t->cmds[i].pin);
 	}
 	free(t->cmds);
 	for (size_t i = 0; i < t->nevs; i++)
-		eth_event_free(&t->evs[i]);
+		eth_event_free(t, &t->evs[i]);
 	free(t->evs);
 	pthread_mutex_destroy(&t->mu);
 	pthread_cond_destroy(&t->cv);

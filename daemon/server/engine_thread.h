@@ -17,15 +17,15 @@
  * events). */
 #define ETH_EV_SUBMIT_FAILED 100
 #define ETH_EV_KV_LAYER 101
+/* eth_kv_reserve's answer: the blocks held for a request's incoming KV. */
+#define ETH_EV_KV_HELD 102
 
 struct eth_event {
 	struct engine_event ev;
 	uint64_t t_ns;     /* CLOCK_MONOTONIC: step start for SCHEDULED, step end otherwise */
 	char *err;         /* ETH_EV_SUBMIT_FAILED: engine's message (owned) */
-	int layer;         /* ETH_EV_KV_LAYER: the layer, and the positions it carries */
-	int first_pos, n_pos;
-	void *data;        /* ETH_EV_KV_LAYER: K then V (owned; NULL when out of memory) */
-	size_t len;
+	struct engine_kv_out kv; /* ETH_EV_KV_LAYER (owned: data, iov and pin) */
+	struct engine_kv_in *held; /* ETH_EV_KV_HELD (owned: released when not taken; NULL: refused, err) */
 };
 
 struct eth_cmd;
@@ -42,10 +42,14 @@ struct engine_thread {
 	size_t nevs, evs_cap;
 	struct engine_stats stats;   /* after the latest step */
 	bool stop;
+	bool joined;                 /* eth_stop returned: the engine takes no more commands */
 };
 
-/* Frees what an event owns (err, data). */
-void eth_event_free(struct eth_event *ev);
+/* Frees what an event owns (err, a KV layer's buffer, runs and pin). */
+void eth_event_free(struct engine_thread *t, struct eth_event *ev);
+/* Hands a KV layer's pinned blocks back to the engine (engine_kv_unpin on
+ * its thread); after eth_stop only frees the pin. */
+void eth_kv_unpin(struct engine_thread *t, struct engine_kv_pin *pin);
 
 uint64_t eth_now_ns(void);
 
@@ -64,6 +68,10 @@ void eth_submit_prefill(struct engine_thread *t, uint64_t id, int32_t *prompt, i
 void eth_submit_decode(struct engine_thread *t, uint64_t id, int32_t *prompt, int n_prompt,
 		       const struct sampling_params *sp, const struct engine_kv_import *kv);
 void eth_finish(struct engine_thread *t, uint64_t id, enum kpi_finish_reason reason);
+/* engine_kv_reserve for request id: answered by an ETH_EV_KV_HELD event. */
+void eth_kv_reserve(struct engine_thread *t, uint64_t id, int n_tokens);
+/* engine_kv_release. */
+void eth_kv_release(struct engine_thread *t, uint64_t id);
 
 /* Moves the pending events into *out (caller frees with free(), and each
  * err); returns their count. */

@@ -216,11 +216,14 @@ void fanout_engine_events(void)
 	bool *last = mark_last_tokens(evs, n);
 	for (size_t i = 0; i < n; i++) {
 		struct req *r = req_find(evs[i].ev.id);
-		if (r && r->kind == REQ_PREFILL)
+		if (evs[i].ev.kind == ETH_EV_KV_HELD) {
+			if (r && r->fetch)
+				pd_kv_fetch_held(r, &evs[i]);
+		} else if (r && r->kind == REQ_PREFILL)
 			pd_kv_serve_event(r, &evs[i]);
 		else if (r)
 			on_event(r, &evs[i], last[i]);
-		eth_event_free(&evs[i]);
+		eth_event_free(&srv.eth, &evs[i]);
 	}
 	free(evs);
 	free(last);

@@ -185,6 +185,9 @@ void metrics_render(const struct metrics *m, const struct engine_stats *st,
 	if (m->kv_decode) {
 		gauge(out, "kpi_infer_kv_transfers_total", "KV transfers received and checked.",
 		      "counter", labels, (double)m->kv_transfers);
+		gauge(out, "kpi_infer_kv_transfers_in_place_total", "KV transfers received straight "
+		      "into the engine's KV blocks (the others into a buffer, then copied).", "counter",
+		      labels, (double)m->kv_received_in_place);
 		gauge(out, "kpi_infer_kv_transfer_bytes_total",
 		      "KV bytes received in complete transfers.", "counter", labels,
 		      (double)m->kv_received_bytes);

@@ -36,6 +36,7 @@ struct metrics {
 	int connections_open;
 	/* KV transfers (docs/disaggregation.md) */
 	uint64_t kv_transfers, kv_received_bytes;     /* decode worker, complete ones */
+	uint64_t kv_received_in_place;                /* of which straight into the engine's blocks */
 	uint64_t kv_errors[KPI_KV_ERR__COUNT];         /* decode worker, failed ones by cause */
 	uint64_t kv_sends, kv_sent_bytes;              /* prefill worker */
 	int kv_fetching;                               /* decode worker, now */

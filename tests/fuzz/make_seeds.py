@@ -57,7 +57,7 @@ def kv_wire_seeds():
     # frames without a valid checksum: the reader's paths up to the end frame
     n_tok, layers, heads, hd = 5, 3, 2, 8
     payload = layers * n_tok * 2 * heads * hd * 2
-    hdr = struct.pack("<IHHQ64sIIIIIIQIIQ", 0x564B504B, 1, 128, 0x1234567890ABCDEF, b"tiny",
+    hdr = struct.pack("<IHHQ64sIIIIIIQIIQ", 0x564B504B, 2, 128, 0x1234567890ABCDEF, b"tiny",
                       layers, heads, hd, 1, 16, n_tok, payload, 259, 0, 0)
     per, c = payload // layers, 2  # two positions from the cache, three computed
     body = b"".join(struct.pack("<IIIIQ", 0x594C504B, l, 0, c, per * c // n_tok) + bytes(per * c // n_tok)
@@ -67,7 +67,7 @@ def kv_wire_seeds():
     end = struct.pack("<IIiIQQ", 0x444E504B, 0, 42, n_tok, 7, 0)
     put("kv_wire", "five_tokens", bytes([4, 13]) + hdr + body + end)
     put("kv_wire", "header_only", bytes([4, 96]) + hdr)
-    put("kv_wire", "bad_version", bytes([4, 1]) + hdr[:4] + b"\x02\x00" + hdr[6:])
+    put("kv_wire", "bad_version", bytes([4, 1]) + hdr[:4] + b"\x01\x00" + hdr[6:])
 
 
 def chat_seeds():
