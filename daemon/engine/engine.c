@@ -1122,7 +1122,7 @@ static int schedule(struct engine *e)
 		KPI_REQUEST_SCHEDULED(s->id);
 		batch_add(e, &n, &budget, s, take);
 	}
-	/* 4. imports whose KV is in blocks they hold (engine_kv_reserve) need
+	/* then imports whose KV is in blocks they hold (engine_kv_reserve) need
 	 * nothing more: admitted even behind a head waiting for blocks, which
 	 * they would otherwise keep from it for good */
 	for (struct seq *s = e->waiting.head, *next; s && e->running.n < e->cfg.max_seqs &&

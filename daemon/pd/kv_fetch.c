@@ -2,8 +2,10 @@
  * /v1/kv/prefill to the prefill worker with the prompt's token ids, the
  * sampling fields, the client's x-request-id and this worker's model
  * fingerprint; the answer is read by kv_wire.c's reader straight into the
- * payload buffer. Every failure is this request's alone: an error status to
- * its client, kpi:kv__recv_end with the reason, nothing else disturbed. */
+ * blocks the engine holds for the request (eth_kv_reserve, asked for with
+ * the request), or into one payload buffer when they came after the header.
+ * Every failure is this request's alone: an error status to its client,
+ * kpi:kv__recv_end with the reason, nothing else disturbed. */
 #include "daemon/pd/kv_fetch.h"
 
 #include <string.h>

@@ -1,6 +1,7 @@
 /* kv_fetch.h - a decode worker's side of a KV transfer (--role decode): the
  * prompt's KV and first token fetched from the prefill worker a request names
- * (x-kpi-prefill), received straight into one buffer, checked against this
+ * (x-kpi-prefill), received straight into blocks the engine holds for it (or
+ * into one buffer when the engine answered too late), checked against this
  * worker's model (abi/kpi_kv_wire.h), then handed to the engine with the
  * request. A transfer that fails ends its request with an error status;
  * nothing else is touched. */

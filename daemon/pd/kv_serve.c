@@ -2,7 +2,8 @@
  * admitted like a completion of one token; the prefix the cache held leaves
  * at admission, every layer of it; when the engine's step that ends its
  * prefill computes a layer, the rest of that layer's K and V leave at once
- * (one sendmsg: frame header and payload), so the transfer overlaps the rest
+ * (from the engine's blocks, pinned until sent, or from the buffer the engine
+ * copied them into), so the transfer overlaps the rest
  * of the forward pass; the first token and the sampler's state close the
  * stream. Nothing of the request is kept after it (its full blocks stay in
  * the prefix cache). */

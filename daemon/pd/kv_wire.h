@@ -2,7 +2,8 @@
  * over buffers: this worker's side of the contract (kv_model), the header a
  * prefill worker writes, and the decode worker's incremental reader, which
  * says where the next bytes go (so they are received straight into the
- * payload) and checks every size before it allocates or uses a byte. */
+ * engine's blocks, or into one payload buffer) and checks every size before
+ * it allocates or uses a byte. */
 #ifndef KPI_PD_KV_WIRE_H
 #define KPI_PD_KV_WIRE_H
 
