@@ -38,8 +38,9 @@
  * of the sender (the header's block_size): where both ends keep a block's K
  * (then V) of all heads contiguous, as the CPU backend does, the stream is
  * sent from the sender's blocks and received into the receiver's, a run per
- * block, never copied (version 1 ordered a frame head by head over all its
- * positions: a 2 KiB run per head and block). */
+ * block, never copied, and a chunk's digest is taken once, when its block is
+ * computed, not at every send (version 1 ordered a frame head by head over
+ * all its positions: a 2 KiB run per head and block). */
 #define KPI_KV_MAGIC 0x564b504bu       /* "KPKV" */
 #define KPI_KV_LAYER_MAGIC 0x594c504bu /* "KPLY" */
 #define KPI_KV_END_MAGIC 0x444e504bu   /* "KPND" */
@@ -83,9 +84,11 @@ struct kpi_kv_end {
 	int32_t first_token;     /* sampled from the prompt's last position */
 	uint32_t n_tokens;       /* the header's, again */
 	uint64_t sampler_state;  /* the request's sampler after drawing first_token */
-	uint64_t checksum;       /* XXH3-64 of the header's 128 bytes, every layer's K and V
-				  * bytes in stream order, then this frame's 24 bytes before
-				  * this field (version 1: without the header) */
+	uint64_t checksum;       /* XXH3-64 of the header's 128 bytes, then of each chunk's
+				  * digest in stream order (the XXH3-64 of its K and V bytes,
+				  * 8 bytes each), then this frame's 24 bytes before this
+				  * field (version 1: of the KV bytes themselves, without
+				  * the header) */
 };
 
 _Static_assert(sizeof(struct kpi_kv_header) == 128, "kpi_kv_header is ABI: 128 bytes");

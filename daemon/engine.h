@@ -30,6 +30,9 @@ struct engine_config {
 	bool fingerprint;        /* hash the model file: its identity in a KV transfer */
 	bool kv_out_copy;        /* copy kv_layer's KV out of the pool even where the backend
 				  * could hand it out in place (tests; the copy's cost) */
+	bool kv_digests;         /* take each block's KV digest per layer when the forward pass
+				  * fills it, while in cache, and keep it for every later
+				  * kv_layer of it (a prefill worker: the stream's checksum) */
 	/* Prefill side of a KV transfer: called on the engine thread, inside
 	 * engine_step, for a sequence submitted with engine_submit_prefill: at its
 	 * admission, for every layer, with the positions [0, c) the prefix cache
@@ -53,6 +56,9 @@ struct engine_kv_out {
 	void *data;                /* engine_kv_buffer, or NULL (out of memory, or iov) */
 	struct iovec *iov;         /* malloc'd: the runs, in that order */
 	int n_iov;
+	uint64_t *digests;         /* malloc'd: XXH3-64 of each block's bytes (K then V), the
+				    * stream's chunk digests (abi/kpi_kv_wire.h); NULL: out of memory */
+	int n_chunks;
 	struct engine_kv_pin *pin; /* iov's blocks, referenced (engine_kv_unpin) */
 };
 

@@ -11,6 +11,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
+/* XXH3 inlined, built for this CPU (-march=native): the KV digests run over
+ * every block a prefill worker computes. Same digests as the library's. */
+#define XXH_INLINE_ALL
 #include <xxhash.h>
 
 #include "abi/kpi_kv_wire.h"
@@ -98,6 +101,11 @@ struct engine {
 	int n_export;
 	int imports_admitted;   /* this step: admitted with their KV copied in, no compute */
 	struct kv_hold *holds;  /* blocks held for KV being received (engine_kv_reserve) */
+	int b_n;                /* sequences in this step's batch */
+	/* config.kv_digests: [n_layers][n_blocks] each full block's KV digest, and
+	 * the kv.gen it was taken at (0: none) */
+	uint64_t *kv_digest;
+	uint32_t *kv_digest_gen;
 	uint64_t fingerprint;
 	float *logits;
 	struct sample_scratch ss;
@@ -272,6 +280,15 @@ struct engine *engine_create(const struct engine_config *cfg, char *err, size_t 
 	e->fin_cap = 16;
 	e->fin = calloc(e->fin_cap, sizeof(*e->fin));
 	e->st.kv_blocks_total = c->kv_blocks;
+	if (c->kv_digests && e->ops->kv_rows) {
+		size_t n = (size_t)mi->n_layers * c->kv_blocks;
+		e->kv_digest = malloc(sizeof(uint64_t) * n);
+		e->kv_digest_gen = calloc(n, sizeof(uint32_t));
+		if (!e->kv_digest || !e->kv_digest_gen) {
+			snprintf(err, errlen, "out of memory for %zu KV digests", n);
+			goto fail;
+		}
+	}
 	return e;
 fail:
 	engine_destroy(e);
@@ -340,6 +357,8 @@ void engine_destroy(struct engine *e)
 	model_free(e->model);
 	free(e->b_seq);
 	free(e->b_take);
+	free(e->kv_digest);
+	free(e->kv_digest_gen);
 	free(e->b_tokens);
 	free(e->b_start);
 	free(e->b_pos0);
@@ -890,11 +909,51 @@ void engine_kv_release(struct engine *e, uint64_t id)
 	hold_free(e, hold_take(e, id));
 }
 
+/* XXH3-64 of one layer's block's first slots rows, K of every head then V:
+ * a chunk's digest in the KV stream (abi/kpi_kv_wire.h). */
+static uint64_t block_digest(struct engine *e, int layer, int32_t blk, int slots)
+{
+	size_t len = (size_t)slots * (kv_half_bytes(e, 1) / e->model->info.n_kv_heads);
+	XXH3_state_t st;
+	XXH3_64bits_reset(&st);
+	for (int v = 0; v < 2; v++)
+		for (int g = 0; g < e->model->info.n_kv_heads; g++)
+			XXH3_64bits_update(&st, e->ops->kv_rows(e->be, layer, blk, g, v), len);
+	return XXH3_64bits_digest(&st);
+}
+
+/* A block's digest: the one kept since the forward pass filled it
+ * (config.kv_digests), else taken now. */
+static uint64_t chunk_digest(struct engine *e, int layer, int32_t blk, int slots)
+{
+	size_t at = (size_t)layer * e->kv.n_blocks + blk;
+	if (e->kv_digest && slots == e->cfg.block_size && e->kv_digest_gen[at] == e->kv.gen[blk])
+		return e->kv_digest[at];
+	return block_digest(e, layer, blk, slots);
+}
+
+/* The step just wrote layer's K/V: every block it filled gets its digest,
+ * read while the rows are still in cache (config.kv_digests). */
+static void keep_digests(struct engine *e, int layer)
+{
+	const int bs = e->cfg.block_size;
+	for (int i = 0; i < e->b_n; i++) {
+		struct seq *s = e->b_seq[i];
+		int p0 = e->b_pos0[i], p1 = p0 + e->b_take[i];
+		for (int b = p0 / bs; b < p1 / bs; b++) { /* its last slot written now */
+			int32_t blk = s->bt.ids[b];
+			size_t at = (size_t)layer * e->kv.n_blocks + blk;
+			e->kv_digest[at] = block_digest(e, layer, blk, bs);
+			e->kv_digest_gen[at] = e->kv.gen[blk];
+		}
+	}
+}
+
 /* out's positions where they stand in the pool, in the wire's order
  * (abi/kpi_kv_wire.h): block by block, K then V, head by head, a run of
  * rows each, a run that follows the one before in memory joining it (a
- * full block's heads, on the CPU backend); the blocks pinned. False when out
- * of memory. */
+ * full block's heads, on the CPU backend); each block's digest; the blocks
+ * pinned. False when out of memory. */
 static bool kv_out_runs(struct engine *e, struct seq *s, struct engine_kv_out *out)
 {
 	const int bs = e->cfg.block_size, n_kv = e->model->info.n_kv_heads;
@@ -902,14 +961,17 @@ static bool kv_out_runs(struct engine *e, struct seq *s, struct engine_kv_out *o
 	size_t row = kv_half_bytes(e, 1) / n_kv; /* one position of one head */
 	struct engine_kv_pin *pin = malloc(sizeof(*pin) + sizeof(int32_t) * (size_t)(b1 - b0));
 	struct iovec *iov = malloc(sizeof(*iov) * 2 * (size_t)n_kv * (size_t)(b1 - b0));
-	if (!pin || !iov) {
+	uint64_t *dig = malloc(sizeof(uint64_t) * (size_t)(b1 - b0));
+	if (!pin || !iov || !dig) {
 		free(pin);
 		free(iov);
+		free(dig);
 		return false;
 	}
 	int k = 0, end = out->first_pos + out->n_pos;
 	for (int b = b0; b < b1; b++) {
-		size_t len = (size_t)(end - b * bs < bs ? end - b * bs : bs) * row;
+		int slots = end - b * bs < bs ? end - b * bs : bs;
+		size_t len = (size_t)slots * row;
 		for (int v = 0; v < 2; v++)
 			for (int g = 0; g < n_kv; g++) {
 				char *at = e->ops->kv_rows(e->be, out->layer, s->bt.ids[b], g, v);
@@ -918,6 +980,7 @@ static bool kv_out_runs(struct engine *e, struct seq *s, struct engine_kv_out *o
 				else
 					iov[k++] = (struct iovec){ at, len };
 			}
+		dig[b - b0] = chunk_digest(e, out->layer, s->bt.ids[b], slots);
 	}
 	pin->n = b1 - b0;
 	for (int b = b0; b < b1; b++) {
@@ -927,6 +990,8 @@ static bool kv_out_runs(struct engine *e, struct seq *s, struct engine_kv_out *o
 	out->iov = iov;
 	out->n_iov = k;
 	out->pin = pin;
+	out->digests = dig;
+	out->n_chunks = b1 - b0;
 	return true;
 }
 
@@ -943,26 +1008,39 @@ static void kv_export_range(struct engine *e, struct seq *s, int layer, int p0, 
 		e->cfg.kv_layer(e->cfg.kv_ctx, &out);
 		return;
 	}
+	int chunks = (n + bs - 1) / bs;
 	char *buf = engine_kv_buffer(2 * half);
-	if (buf)
+	uint64_t *dig = malloc(sizeof(uint64_t) * (size_t)(chunks ? chunks : 1));
+	if (buf && dig)
 		for (int p = p0; p < p1; p += bs) { /* a block: K of every head, then V */
 			int slots = p1 - p < bs ? p1 - p : bs;
 			char *k = buf + 2 * kv_half_bytes(e, p - p0);
 			e->ops->kv_read(e->be, layer, s->bt.ids[p / bs], 0, slots, k,
 					k + kv_half_bytes(e, slots), (size_t)slots * hd);
+			dig[(p - p0) / bs] = XXH3_64bits(k, 2 * kv_half_bytes(e, slots));
 		}
-	out.data = buf; /* NULL: no memory for it; the server fails that transfer */
-	if (!buf)
+	if (!buf || !dig) { /* no memory for it: the server fails that transfer */
+		engine_kv_buffer_free(buf);
+		free(dig);
+		buf = NULL;
+		dig = NULL;
 		out.len = 0;
+	}
+	out.data = buf;
+	out.digests = dig;
+	out.n_chunks = dig ? chunks : 0;
 	e->cfg.kv_layer(e->cfg.kv_ctx, &out);
 }
 
 /* backend_batch.layer_done: the layer is computed for the whole step, so the
+ * blocks it filled get their digests (config.kv_digests), and the
  * prefill-only sequences finishing their prefill in it send it now (the
  * positions the cache did not already send at admission). */
 static void kv_export_layer(void *ctx, int layer)
 {
 	struct engine *e = ctx;
+	if (e->kv_digest)
+		keep_digests(e, layer);
 	for (int i = 0; i < e->n_export; i++)
 		kv_export_range(e, e->b_export[i], layer, e->b_export[i]->n_exported,
 				e->b_export[i]->n_prompt);
@@ -1177,6 +1255,7 @@ static void step_run(struct engine *e)
 	}
 	e->b_start[n + pad] = T;
 
+	e->b_n = n;
 	e->st.last_step_tokens = T;
 	e->st.last_step_seqs = n + pad;
 	uint64_t step = ++e->st.steps;
@@ -1191,7 +1270,7 @@ static void step_run(struct engine *e)
 		KPI_STEP_SEQS(step, n, e->b_probe);
 	}
 	struct backend_batch batch = { n + pad, T, e->b_tokens, e->b_start, e->b_pos0, e->b_tables, e->b_lrow,
-				       e->logits, e->n_export ? kv_export_layer : NULL, e };
+				       e->logits, e->n_export || e->kv_digest ? kv_export_layer : NULL, e };
 	char err[256];
 	kpi_cupti_step_begin(step);
 	int rc = e->ops->forward(e->be, &batch, err, sizeof(err));

@@ -13,7 +13,8 @@ int kv_pool_init(struct kv_pool *p, int n_blocks)
 	*p = (struct kv_pool){ .n_blocks = n_blocks, .lru_head = -1, .lru_tail = -1 };
 	p->free_ids = malloc(sizeof(int32_t) * n_blocks);
 	p->refs = calloc(n_blocks, sizeof(uint16_t));
-	if (!p->free_ids || !p->refs)
+	p->gen = calloc(n_blocks, sizeof(uint32_t));
+	if (!p->free_ids || !p->refs || !p->gen)
 		return -1;
 	/* pop order 0, 1, 2, ...: block ids grow with use, which reads well in traces */
 	for (int i = 0; i < n_blocks; i++)
@@ -43,12 +44,14 @@ void kv_pool_free(struct kv_pool *p)
 {
 	free(p->free_ids);
 	free(p->refs);
+	free(p->gen);
 	free(p->hash);
 	free(p->lru_prev);
 	free(p->lru_next);
 	free(p->slots);
 	p->free_ids = p->lru_prev = p->lru_next = p->slots = NULL;
 	p->refs = NULL;
+	p->gen = NULL;
 	p->hash = NULL;
 }
 
@@ -161,6 +164,7 @@ int32_t kv_block_alloc(struct kv_pool *p)
 	}
 	p->n_free--;
 	p->refs[id] = 1;
+	p->gen[id]++;
 	return id;
 }
 

@@ -16,6 +16,8 @@ struct kv_pool {
 	int32_t *free_ids;  /* stack of clean free ids, [n_blocks] */
 	int n_clean;
 	uint16_t *refs;     /* [n_blocks] */
+	uint32_t *gen;      /* [n_blocks] bumped each time a block is handed out: what
+			     * anything kept about its content is checked against */
 
 	/* prefix cache (all NULL / 0 unless kv_pool_enable_cache) */
 	uint64_t *hash;     /* [n_blocks] content key, 0: not cached */

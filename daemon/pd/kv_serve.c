@@ -211,8 +211,9 @@ static void send_layer(struct kv_send *s, struct eth_event *ev)
 	uint32_t layer = s->frames_sent % h->n_layers;
 	uint32_t first = second ? s->cached : 0, count = second ? h->n_tokens - s->cached : s->cached;
 	uint64_t want = 2ull * h->n_kv_heads * count * h->head_dim * kpi_kv_dtype_bytes(h->dtype);
-	bool have = kv->data || kv->iov;
-	if (!have || kv->len != want || (uint32_t)kv->layer != layer ||
+	uint32_t chunks = (count + h->block_size - 1) / h->block_size;
+	bool have = (kv->data || kv->iov) && kv->digests;
+	if (!have || kv->len != want || (uint32_t)kv->n_chunks != chunks || (uint32_t)kv->layer != layer ||
 	    (uint32_t)kv->first_pos != first || (uint32_t)kv->n_pos != count) {
 		sbuf_free(&head);
 		send_abort(s, KPI_KV_ERR_SIZE, have ? "the engine gave a layer out of order" :
@@ -220,13 +221,8 @@ static void send_layer(struct kv_send *s, struct eth_event *ev)
 		return;
 	}
 	add_frame(s, &head, layer, first, count, kv->len);
-	if (s->xx) {
-		if (kv->iov)
-			for (int i = 0; i < kv->n_iov; i++)
-				XXH3_64bits_update(s->xx, kv->iov[i].iov_base, kv->iov[i].iov_len);
-		else
-			XXH3_64bits_update(s->xx, kv->data, kv->len);
-	}
+	if (s->xx) /* each block's digest, taken by the engine (abi/kpi_kv_wire.h) */
+		XXH3_64bits_update(s->xx, kv->digests, sizeof(uint64_t) * (size_t)kv->n_chunks);
 	s->bytes += kv->len;
 	struct conn *c = s->c;
 	if (kv->iov) {

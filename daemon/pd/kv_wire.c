@@ -51,8 +51,10 @@ void kv_reader_free(struct kv_reader *r)
 	engine_kv_buffer_free(r->payload);
 	if (r->xx)
 		XXH3_freeState(r->xx);
+	if (r->cx)
+		XXH3_freeState(r->cx);
 	r->payload = NULL;
-	r->xx = NULL;
+	r->xx = r->cx = NULL;
 }
 
 void kv_reader_fail(struct kv_reader *r, int status, const char *fmt, ...)
@@ -257,7 +259,8 @@ static void check_header(struct kv_reader *r)
 	}
 	r->payload = in ? NULL : engine_kv_buffer(want);
 	r->xx = XXH3_createState();
-	if ((!in && !r->payload) || !r->xx) {
+	r->cx = XXH3_createState();
+	if ((!in && !r->payload) || !r->xx || !r->cx) {
 		kv_reader_fail(r, KPI_KV_ERR_SIZE, "out of memory for %llu KV bytes",
 			       (unsigned long long)want);
 		return;
@@ -364,13 +367,18 @@ static void got_item(struct kv_reader *r, size_t n)
 }
 
 /* Up to n payload bytes are in, where kv_reader_want(_iov) said: into the
- * checksum in stream order, a span of pieces that follow each other in
- * memory at a time. Returns how many it took (it stops at the frame's end). */
+ * current chunk's digest, a span of pieces that follow each other in memory
+ * at a time, and each chunk's digest, once whole, into the checksum
+ * (abi/kpi_kv_wire.h). Returns how many it took (it stops at the frame's
+ * end). */
 static size_t got_payload(struct kv_reader *r, size_t n)
 {
+	const uint32_t per_chunk = 2 * r->m->n_kv_heads;
 	const char *span = NULL;
 	size_t span_len = 0, took = 0;
 	while (took < n && r->stage == KVR_PAYLOAD) {
+		if (r->run % per_chunk == 0 && r->have == 0)
+			XXH3_64bits_reset(r->cx);
 		size_t k;
 		char *at = run_at(r, r->run, r->have, &k);
 		k = k < n - took ? k : n - took;
@@ -378,20 +386,26 @@ static size_t got_payload(struct kv_reader *r, size_t n)
 			span_len += k;
 		} else {
 			if (span)
-				XXH3_64bits_update(r->xx, span, span_len);
+				XXH3_64bits_update(r->cx, span, span_len);
 			span = at;
 			span_len = k;
 		}
 		took += k;
 		r->have += k;
-		if (r->have == run_len(r, r->run)) {
-			r->have = 0;
-			if (++r->run == frame_runs(r))
-				next_frame(r);
+		if (r->have < run_len(r, r->run))
+			continue;
+		r->have = 0;
+		if (++r->run % per_chunk == 0) {
+			XXH3_64bits_update(r->cx, span, span_len);
+			span = NULL;
+			uint64_t d = XXH3_64bits_digest(r->cx); /* little-endian: kpi_kv_wire.h */
+			XXH3_64bits_update(r->xx, &d, sizeof(d));
 		}
+		if (r->run == frame_runs(r))
+			next_frame(r);
 	}
 	if (span)
-		XXH3_64bits_update(r->xx, span, span_len);
+		XXH3_64bits_update(r->cx, span, span_len);
 	r->received += took;
 	return took;
 }

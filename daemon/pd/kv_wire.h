@@ -43,7 +43,8 @@ struct kv_reader {
 	const struct engine_kv_in *into; /* the KV goes straight into these blocks, or: */
 	char *payload;             /* hdr.payload_bytes, allocated once the header passed */
 	uint64_t received;         /* payload bytes in */
-	void *xx;                  /* XXH3 state of the payload */
+	void *xx;                  /* XXH3 state of the stream's checksum */
+	void *cx;                  /* XXH3 state of the current chunk's digest */
 	int status;                /* enum kpi_kv_status once KVR_FAILED */
 	char err[256];
 };

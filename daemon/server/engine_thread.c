@@ -114,10 +114,12 @@ void eth_event_free(struct engine_thread *t, struct eth_event *ev)
 	free(ev->err);
 	engine_kv_buffer_free(ev->kv.data);
 	free(ev->kv.iov);
+	free(ev->kv.digests);
 	eth_kv_unpin(t, ev->kv.pin);
 	ev->err = NULL;
 	ev->kv.data = NULL;
 	ev->kv.iov = NULL;
+	ev->kv.digests = NULL;
 	ev->kv.pin = NULL;
 }
 

@@ -504,6 +504,7 @@ int main(int argc, char **argv)
 		return 2;
 	ec.prefix_cache = f.prefix_cache >= 0 ? f.prefix_cache == 1 : sc.role == ROLE_PREFILL;
 	ec.fingerprint = sc.role == ROLE_PREFILL || sc.role == ROLE_DECODE;
+	ec.kv_digests = sc.role == ROLE_PREFILL; /* its stream's checksum, once per block */
 
 	struct engine *e = engine_create(&ec, err, sizeof(err));
 	if (!e) {

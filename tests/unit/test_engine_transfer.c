@@ -6,6 +6,7 @@
  * gives the same tokens while computing only what it must, and keeps its
  * accounting under eviction. */
 #include <errno.h>
+#include <xxhash.h>
 
 #include "tests/unit/check.h"
 #include "tests/unit/test_engine_util.h"
@@ -20,7 +21,8 @@ static struct engine *open_tiny_copy(int max_tokens, int kv_blocks, bool prefix_
 {
 	struct engine_config c = { .model_path = preset_path("tiny"), .max_seqs = 16,
 				   .max_batched_tokens = max_tokens, .kv_blocks = kv_blocks, .threads = 2,
-				   .prefix_cache = prefix_cache, .fingerprint = true, .kv_out_copy = kv_copy };
+				   .prefix_cache = prefix_cache, .fingerprint = true, .kv_out_copy = kv_copy,
+				   .kv_digests = prefix_cache }; /* the prefill side keeps digests */
 	struct engine *e = engine_create(&c, err, sizeof(err));
 	CHECK(e != NULL, "%s", err);
 	return e;
@@ -112,14 +114,20 @@ static void on_layer(void *ctx, struct engine_kv_out *o)
 	    first + n_pos > n || o->len != (size_t)2 * NKV * n_pos * ROW) {
 		got.covered[id < NREQ ? id : 0][0] = -100000; /* checked below */
 		engine_kv_buffer_free(o->data);
+		free(o->digests);
 		return;
 	}
 	if (first == 0 && n_pos < n)
 		got.cached[id] = n_pos;
-	/* the stream's order: block by block (16 positions), K then V, head by head */
+	/* the stream's order: block by block (16 positions), K then V, head by
+	 * head; each block's digest that of its bytes */
 	size_t half = (size_t)NKV * n * ROW;
-	for (int c = first; c < first + n_pos; c += BS) {
+	int chunk = 0;
+	for (int c = first; c < first + n_pos; c += BS, chunk++) {
 		int slots = first + n_pos - c < BS ? first + n_pos - c : BS;
+		CHECK(o->digests && chunk < o->n_chunks &&
+		      o->digests[chunk] == XXH3_64bits(data, (size_t)2 * NKV * slots * ROW),
+		      "request %llu layer %d: block %d's digest", (unsigned long long)id, layer, chunk);
 		for (int kv = 0; kv < 2; kv++)
 			for (int h = 0; h < NKV; h++) {
 				memcpy(got.data[id] + (size_t)layer * 2 * half + kv * half +
@@ -130,6 +138,7 @@ static void on_layer(void *ctx, struct engine_kv_out *o)
 	}
 	got.covered[id][layer] += n_pos;
 	engine_kv_buffer_free(o->data);
+	free(o->digests);
 }
 
 /* kv_copy: the prefill side copies every layer out (config.kv_out_copy), as

@@ -33,7 +33,8 @@ static unsigned char byte_of(int l, int kv, int h, int p, int b)
 
 /* A valid stream of NTOK positions, the first `cached` in the first half's
  * frames, each frame in chunks of the block size (16) from its first
- * position; *payload_out: its KV as the reader lays it out. */
+ * position, the checksum over the header, each chunk's digest and the end
+ * frame; *payload_out: its KV as the reader lays it out. */
 static size_t make_stream(unsigned char *buf, unsigned char *payload_out)
 {
 	struct kpi_kv_header h;
@@ -51,8 +52,8 @@ static size_t make_stream(unsigned char *buf, unsigned char *payload_out)
 					   (uint64_t)2 * 2 * np * ROW };
 		memcpy(buf + off, &lf, sizeof(lf));
 		off += sizeof(lf);
-		size_t start = off;
-		for (int c = first; c < first + np; c += bs)
+		for (int c = first; c < first + np; c += bs) {
+			size_t start = off;
 			for (int kv = 0; kv < 2; kv++)
 				for (int hh = 0; hh < 2; hh++)
 					for (int p = c; p < first + np && p < c + bs; p++)
@@ -61,7 +62,10 @@ static size_t make_stream(unsigned char *buf, unsigned char *payload_out)
 							payload_out[l * 2 * half + kv * half + hh * NTOK * ROW +
 								    p * ROW + b] = byte_of(l, kv, hh, p, b);
 						}
-		XXH3_64bits_update(xx, buf + start, off - start);
+			/* the checksum takes each chunk's digest */
+			uint64_t d = XXH3_64bits(buf + start, off - start);
+			XXH3_64bits_update(xx, &d, sizeof(d));
+		}
 	}
 	struct kpi_kv_end e = { KPI_KV_END_MAGIC, 0, 42, NTOK, 0xfeedull, 0 };
 	XXH3_64bits_update(xx, &e, offsetof(struct kpi_kv_end, checksum));
