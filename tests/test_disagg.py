@@ -5,7 +5,7 @@ cache hits on the prefill side counted exactly); a malformed or mismatched KV
 stream fails its request alone with a clear error; the router's policies do
 what they say; kpi-bench drives the router; and (as root) every new probe
 fires with the arguments docs/probes.md gives."""
-import concurrent.futures as cf, json, os, random, re, socket, subprocess, time
+import concurrent.futures as cf, json, os, random, re, time
 
 import kpitest
 import servertest as st

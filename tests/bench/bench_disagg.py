@@ -22,7 +22,7 @@
    each, taskset): ITL p99 and TPOT p99 of the decoding streams, TTFT of the
    long prompts; configurations alternate, medians over rounds (min-max).
 JSON in build/bench/disagg.json."""
-import json, os, random, shutil, socket, statistics, subprocess, sys, threading, time
+import json, os, random, shutil, socket, statistics, sys, threading, time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "lib"))
 import kpitest  # noqa: E402

@@ -278,7 +278,6 @@ def micro_gguf(dim=8, layers=1, heads=2, kv_heads=1, ffn=16, ftype=0, tied=True)
                    (p + "attn_output.weight", (heads * hd, dim)), (p + "ffn_norm.weight", (dim,)),
                    (p + "ffn_gate.weight", (dim, ffn)), (p + "ffn_up.weight", (dim, ffn)),
                    (p + "ffn_down.weight", (ffn, dim))]
-    esize = 4 if ftype == 0 else 2
     infos, off, data = b"", 0, b""
     for name, ne in shapes:
         n = 1
