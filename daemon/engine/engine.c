@@ -340,8 +340,7 @@ void engine_destroy(struct engine *e)
 	while (e->holds) {
 		struct kv_hold *h = e->holds;
 		e->holds = h->next;
-		free(h->bt.ids);
-		free(h);
+		hold_free(e, h);
 	}
 	struct seq_list *lists[2] = { &e->waiting, &e->running };
 	for (int i = 0; i < 2; i++)
