@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h> /* IOV_MAX: most pieces one sendmsg or readv takes */
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -17,9 +18,6 @@
 #include <unistd.h>
 
 #include "daemon/server/state.h"
-
-/* Most pieces one readv fills with a body received in place (IOV_MAX). */
-#define BODY_IOV 1024
 
 #define READ_CHUNK 65536
 #define POOL_IDLE_MAX 64  /* idle connections kept per address */
@@ -403,10 +401,10 @@ static void on_readable(struct upstream *u)
 	for (int rounds = 0; rounds < 64; rounds++) {
 		if (u->state != U_HEAD && u->state != U_BODY)
 			return; /* done (back in the pool), failed or aborted */
-		struct iovec iov[BODY_IOV];
+		struct iovec iov[IOV_MAX];
 		int k = 0;
 		if (u->state == U_BODY && u->ops->body_iov && u->body_left > 0)
-			k = u->ops->body_iov(u, u->owner, iov, BODY_IOV);
+			k = u->ops->body_iov(u, u->owner, iov, IOV_MAX);
 		bool direct = k > 0;
 		if (direct) {
 			/* never past the body: what follows is the next answer's */

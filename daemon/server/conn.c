@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <limits.h> /* IOV_MAX: most pieces one sendmsg or readv takes */
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdio.h>
@@ -219,9 +220,6 @@ struct conn_seg {
 	void *arg;
 };
 
-/* Most pieces one sendmsg() takes (IOV_MAX). */
-#define SEND_IOV 1024
-
 static void seg_push(struct conn *c, struct conn_seg *g)
 {
 	g->next = NULL;
@@ -305,14 +303,14 @@ static void seg_advance(struct conn_seg *g, size_t n)
 static int out_drain(struct conn *c)
 {
 	while (c->out_head) {
-		struct iovec iov[SEND_IOV];
+		struct iovec iov[IOV_MAX];
 		int k = 0;
-		for (struct conn_seg *g = c->out_head; g && k < SEND_IOV; g = g->next) {
+		for (struct conn_seg *g = c->out_head; g && k < IOV_MAX; g = g->next) {
 			if (!g->iov) {
 				iov[k++] = (struct iovec){ g->data + g->off, g->len - g->off };
 				continue;
 			}
-			for (int j = g->i; j < g->n && k < SEND_IOV; j++) {
+			for (int j = g->i; j < g->n && k < IOV_MAX; j++) {
 				size_t o = j == g->i ? g->ioff : 0;
 				iov[k++] = (struct iovec){ (char *)g->iov[j].iov_base + o,
 							   g->iov[j].iov_len - o };
